@@ -1,0 +1,1 @@
+"""The per-node agent: discovery, benchmark workers, staged configs, and the session with the controller."""

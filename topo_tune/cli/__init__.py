@@ -1,0 +1,1 @@
+"""The ``topo-tune`` command line: the only layer that reads the environment and configures logging."""
