@@ -1,0 +1,144 @@
+"""Real controller and agent processes for end-to-end tests, started through the real CLI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.support.waiting import wait_until
+
+TOKEN = "test-token-0123456789"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOPO_TUNE_")}
+    env["TOPO_TUNE_TOKEN"] = TOKEN
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "topo_tune", *args],
+        env=env or cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@dataclass
+class Daemon:
+    """One daemon process whose output goes to a log file."""
+
+    args: list[str]
+    log: Path
+    env: dict[str, str] = field(default_factory=cli_env)
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Daemon:
+        handle = self.log.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "topo_tune", *self.args],
+            env=self.env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )
+        handle.close()
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, as a crash or OOM kill would do."""
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+    def terminate(self, timeout: float = 20) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+@dataclass
+class LocalCluster:
+    """A controller process and agent processes on loopback, all through the CLI."""
+
+    workdir: Path
+    database_url: str
+    heartbeat_interval: float = 0.3
+    heartbeat_expiry: float = 1.5
+    port: int = field(default_factory=free_port)
+    controller: Daemon | None = None
+    agents: dict[str, Daemon] = field(default_factory=dict)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start_controller(self) -> Daemon:
+        self.controller = Daemon(
+            [
+                "controller",
+                "serve",
+                "--listen",
+                self.address,
+                "--database",
+                self.database_url,
+                "--heartbeat-interval",
+                str(self.heartbeat_interval),
+                "--heartbeat-expiry",
+                str(self.heartbeat_expiry),
+            ],
+            self.workdir / "controller.log",
+        ).start()
+        wait_until(lambda: self.admin("nodes", "-o", "json").returncode == 0, what="controller to serve")
+        return self.controller
+
+    def start_agent(self, name: str, *, rack: str = "") -> Daemon:
+        args = [
+            "agent",
+            "run",
+            "--controller",
+            self.address,
+            "--node-name",
+            name,
+            "--backend",
+            "sim",
+            "--state-dir",
+            str(self.workdir / f"state-{name}"),
+            "--config-dir",
+            str(self.workdir / f"config-{name}"),
+        ]
+        if rack:
+            args += ["--rack", rack]
+        agent = Daemon(args, self.workdir / f"agent-{name}.log").start()
+        self.agents[name] = agent
+        return agent
+
+    def admin(self, *args: str) -> subprocess.CompletedProcess[str]:
+        command, *rest = args
+        return run_cli("admin", command, "--controller", self.address, *rest)
+
+    def stop(self) -> None:
+        for daemon in [*self.agents.values(), self.controller]:
+            if daemon is not None:
+                daemon.kill()

@@ -1,0 +1,119 @@
+"""cluster.yaml: every bad value is named by its field path; the committed JSON Schema is the generated one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from topo_tune.cluster_config import json_schema, json_schema_text, load_cluster_config, loads_cluster_config
+from topo_tune.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAD = "apiVersion: topo-tune/v1\n"
+
+
+def test_example_parses_into_frozen_objects() -> None:
+    cluster = load_cluster_config(ROOT / "examples" / "cluster.yaml")
+    assert cluster.backend == "nccl"
+    assert cluster.controller.heartbeat_interval == 10.0
+    assert cluster.rack_of() == {
+        "gpu-a1": "rack-a",
+        "gpu-a2": "rack-a",
+        "gpu-b1": "rack-b",
+        "gpu-b2": "rack-b",
+    }
+    with pytest.raises(Exception, match="frozen"):
+        cluster.backend = "sim"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "racks:\n- {name: r0, nodes: [{name: a}]}\n- {name: r1, nodes: [{name: b}]}\n"
+            "- {name: r2, nodes: [{name: c, gpus: eight}]}\n",
+            "racks[2].nodes[0].gpus: expected integer, got 'eight'",
+        ),
+        ("racks:\n- {name: r0, nodes: [{name: a, gpu: 8}]}\n", "racks[0].nodes[0].gpu: unknown key"),
+        ("controler: {}\n", "controler: unknown key"),
+        ("backend: mpi\n", "backend: input should be 'nccl', 'gloo' or 'sim'"),
+        ("racks:\n- {name: r0, nodes: []}\n", "racks[0].nodes: list should have at least 1 item"),
+        ("racks:\n- {nodes: [{name: a}]}\n", "racks[0].name: required field is missing"),
+        (
+            "racks:\n- {name: r0, nodes: [{name: a}]}\n- {name: r1, nodes: [{name: a}]}\n",
+            "racks[1].nodes[0].name: duplicate node name 'a' (also racks[0].nodes[0])",
+        ),
+        ("racks:\n- {name: 'bad name', nodes: [{name: a}]}\n", "racks[0].name: string should match pattern"),
+        ("controller: {heartbeatInterval: soon}\n", "controller.heartbeatInterval: expected a duration"),
+        (
+            "controller: {heartbeatInterval: 30s, heartbeatExpiry: 10s}\n",
+            "controller: heartbeatExpiry must be longer than heartbeatInterval",
+        ),
+        ("controller: {listen: nowhere}\n", "controller.listen: string should match pattern"),
+        ("racks: {name: r0}\n", "racks: expected a list"),
+    ],
+)
+def test_bad_values_name_their_field(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        loads_cluster_config(HEAD + text)
+    assert str(caught.value).startswith(message)
+
+
+def test_every_bad_field_is_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as caught:
+        loads_cluster_config(HEAD + "backend: x\nracks:\n- {name: r0, nodes: [{name: a, gpus: -1}]}\n")
+    assert "backend:" in str(caught.value)
+    assert "racks[0].nodes[0].gpus: input should be greater than or equal to 0" in str(caught.value)
+
+
+def test_wrong_api_version_and_shape() -> None:
+    with pytest.raises(ConfigError, match=r"apiVersion: expected 'topo-tune/v1', got 'v2'"):
+        loads_cluster_config("apiVersion: v2\n")
+    with pytest.raises(ConfigError, match="apiVersion: required field is missing"):
+        loads_cluster_config("backend: sim\n")
+    with pytest.raises(ConfigError, match="expected a mapping at the top level"):
+        loads_cluster_config("- a\n- b\n")
+
+
+def test_yaml_syntax_error_names_line_and_column() -> None:
+    with pytest.raises(ConfigError, match=r"cluster.yaml:3:\d+: not valid YAML"):
+        loads_cluster_config(HEAD + "backend: sim\nracks: a: b\n")
+
+
+def test_unreadable_file() -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_cluster_config(Path("/nonexistent/cluster.yaml"))
+
+
+def test_durations_accept_units() -> None:
+    cluster = loads_cluster_config(HEAD + "controller: {heartbeatInterval: 500ms, heartbeatExpiry: 2m}\n")
+    assert cluster.controller.heartbeat_interval == 0.5
+    assert cluster.controller.heartbeat_expiry == 120.0
+
+
+def test_committed_schema_is_generated() -> None:
+    committed = (ROOT / "docs" / "cluster.schema.json").read_text()
+    assert committed == json_schema_text(), "docs/cluster.schema.json is stale: topo-tune config schema > it"
+
+
+@pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_examples_satisfy_the_schema(example: Path) -> None:
+    document = yaml.safe_load(example.read_text())
+    jsonschema.validate(document, json_schema())
+    load_cluster_config(example)
+
+
+def test_schema_rejects_what_the_parser_rejects() -> None:
+    schema = json_schema()
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"apiVersion": "topo-tune/v1", "bogus": 1}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(
+            {"apiVersion": "topo-tune/v1", "racks": [{"name": "r", "nodes": [{"name": "a", "gpus": "x"}]}]},
+            schema,
+        )
+    assert json.loads(json_schema_text())["title"] == "topo-tune cluster.yaml"

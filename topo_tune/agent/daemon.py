@@ -1,0 +1,246 @@
+"""The agent daemon: one long-lived session with the controller, rebuilt after every failure.
+
+The agent dials out (nodes often cannot be reached from the controller's side), registers with its
+topology, heartbeats, and executes the commands it is pushed. It survives controller restarts: the
+connection is retried with capped exponential backoff and full jitter, commands keep running while the
+controller is away, and their results wait in the journal until a controller acknowledges them. The agent
+never changes its node's configuration on its own because the controller is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import grpc
+import grpc.aio
+
+from topo_tune import __version__
+from topo_tune.agent import discovery
+from topo_tune.agent.backoff import Backoff
+from topo_tune.agent.executor import Executor
+from topo_tune.agent.journal import Entry, Journal
+from topo_tune.agent.settings import AgentSettings
+from topo_tune.auth import bearer_metadata, open_channel
+from topo_tune.v1 import agent_pb2, agent_pb2_grpc, topology_pb2
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = {"nccl": agent_pb2.BACKEND_NCCL, "gloo": agent_pb2.BACKEND_GLOO, "sim": agent_pb2.BACKEND_SIM}
+_CHANNEL_OPTIONS = [
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+    ("grpc.max_send_message_length", 16 * 1024 * 1024),
+]
+
+
+class SessionRefused(Exception):
+    """The controller answered the registration with something other than ``Registered``."""
+
+
+class Agent:
+    def __init__(
+        self,
+        settings: AgentSettings,
+        *,
+        discover: Callable[[], topology_pb2.NodeTopology] = discovery.discover,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings
+        self.instance_id = uuid.uuid4().hex
+        self.journal = Journal(settings.state_dir / "journal.sqlite3")
+        self.executor = Executor(journal=self.journal, discover=discover)
+        self._discover = discover
+        self._rng = rng or random.Random()
+        self._backoff = Backoff(settings.backoff_initial_s, settings.backoff_max_s, self._rng)
+        self._outgoing: asyncio.Queue[agent_pb2.AgentMessage] | None = None
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._seq = 0
+        self.sessions = 0
+        """How many sessions reached ``Registered``."""
+        self.registered = asyncio.Event()
+        """Set while a session is registered (tests wait on it)."""
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop`` is set."""
+        await self._finish_interrupted()
+        topology = await asyncio.to_thread(self._discover)
+        try:
+            while not stop.is_set():
+                reached = await self._session_guarded(topology, stop)
+                if stop.is_set():
+                    break
+                if reached:
+                    self._backoff.reset()
+                delay = self._backoff.next_delay()
+                logger.info("reconnecting in %.1f s", delay, extra={"node": self.settings.node_name})
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+        finally:
+            for task in self._running.values():
+                task.cancel()
+            await asyncio.gather(*self._running.values(), return_exceptions=True)
+            self.journal.close()
+
+    async def _finish_interrupted(self) -> None:
+        for command_id in await asyncio.to_thread(self.journal.interrupted):
+            result = agent_pb2.CommandResult(
+                command_id=command_id,
+                status=agent_pb2.COMMAND_STATUS_FAILED,
+                message="the agent restarted while this command ran; it was not run again",
+            )
+            result.finished_at.FromDatetime(datetime.now(UTC))
+            await asyncio.to_thread(self.journal.finish, result)
+            logger.warning("interrupted command finished as failed", extra={"command": command_id})
+
+    async def _session_guarded(self, topology: topology_pb2.NodeTopology, stop: asyncio.Event) -> bool:
+        registered = False
+        try:
+            registered = await self._session(topology, stop)
+        except grpc.aio.AioRpcError as error:
+            if error.code() == grpc.StatusCode.UNAUTHENTICATED:
+                logger.error("the controller refused this agent's token", extra={"node": self.settings.node_name})
+            else:
+                logger.warning(
+                    "session with %s ended: %s %s",
+                    self.settings.controller,
+                    error.code().name,
+                    error.details(),
+                    extra={"node": self.settings.node_name},
+                )
+            registered = self.registered.is_set() or registered
+        except (SessionRefused, OSError) as error:
+            logger.warning("session failed: %s", error, extra={"node": self.settings.node_name})
+        finally:
+            registered = registered or self.registered.is_set()
+            self.registered.clear()
+            self._outgoing = None
+        return registered
+
+    def _register_message(self, topology: topology_pb2.NodeTopology) -> agent_pb2.AgentMessage:
+        return agent_pb2.AgentMessage(
+            register=agent_pb2.Register(
+                node_name=self.settings.node_name,
+                rack=self.settings.rack,
+                labels=dict(self.settings.labels),
+                topology=topology,
+                agent_version=__version__,
+                backend=BACKENDS[self.settings.backend],
+                instance_id=self.instance_id,
+                drained=self.executor.drained,
+            )
+        )
+
+    async def _session(self, topology: topology_pb2.NodeTopology, stop: asyncio.Event) -> bool:
+        async with open_channel(self.settings.controller, tls=self.settings.tls, options=_CHANNEL_OPTIONS) as channel:
+            stub = agent_pb2_grpc.AgentServiceStub(channel)
+            call = stub.Session(metadata=bearer_metadata(self.settings.token))
+            await call.write(self._register_message(topology))
+            first = await call.read()
+            if not isinstance(first, agent_pb2.ControllerMessage) or first.WhichOneof("kind") != "registered":
+                raise SessionRefused("the controller did not answer with Registered")
+            interval_s = (first.registered.heartbeat_interval_ms / 1000) or self.settings.default_heartbeat_interval_s
+            self.sessions += 1
+            self.registered.set()
+            logger.info(
+                "registered with controller %s",
+                first.registered.controller_id,
+                extra={"node": self.settings.node_name, "rack": first.registered.rack},
+            )
+            outgoing: asyncio.Queue[agent_pb2.AgentMessage] = asyncio.Queue()
+            self._outgoing = outgoing
+            for result in await asyncio.to_thread(self.journal.undelivered):
+                outgoing.put_nowait(agent_pb2.AgentMessage(result=result))
+            tasks = {
+                asyncio.create_task(self._write_loop(call, outgoing), name="writer"),
+                asyncio.create_task(self._read_loop(call), name="reader"),
+                asyncio.create_task(self._heartbeat_loop(interval_s), name="heartbeat"),
+                asyncio.create_task(stop.wait(), name="stop"),
+            }
+            try:
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                call.cancel()
+            for task in done:
+                if task.get_name() != "stop" and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+            return True
+
+    async def _write_loop(
+        self,
+        call: grpc.aio.StreamStreamCall[agent_pb2.AgentMessage, agent_pb2.ControllerMessage],
+        outgoing: asyncio.Queue[agent_pb2.AgentMessage],
+    ) -> None:
+        while True:
+            message = await outgoing.get()
+            await call.write(message)
+
+    async def _heartbeat_loop(self, interval_s: float) -> None:
+        while True:
+            self._seq += 1
+            heartbeat = agent_pb2.Heartbeat(
+                seq=self._seq,
+                activity=self._activity(),
+                running_command_ids=sorted(self._running),
+            )
+            heartbeat.sent_at.FromDatetime(datetime.now(UTC))
+            self._send(agent_pb2.AgentMessage(heartbeat=heartbeat))
+            # ±10% jitter keeps a fleet that started together from heartbeating in lockstep.
+            await asyncio.sleep(interval_s * self._rng.uniform(0.9, 1.1))
+
+    def _activity(self) -> agent_pb2.AgentActivity.ValueType:
+        if self._running:
+            return agent_pb2.AGENT_ACTIVITY_BUSY
+        if self.executor.drained:
+            return agent_pb2.AGENT_ACTIVITY_DRAINED
+        return agent_pb2.AGENT_ACTIVITY_IDLE
+
+    def _send(self, message: agent_pb2.AgentMessage) -> None:
+        # With no session the message is dropped: results wait in the journal, heartbeats are moot.
+        if self._outgoing is not None:
+            self._outgoing.put_nowait(message)
+
+    async def _read_loop(
+        self, call: grpc.aio.StreamStreamCall[agent_pb2.AgentMessage, agent_pb2.ControllerMessage]
+    ) -> None:
+        while True:
+            message = await call.read()
+            if not isinstance(message, agent_pb2.ControllerMessage):
+                return  # EOF: the controller closed the stream
+            kind = message.WhichOneof("kind")
+            if kind == "command":
+                await self._take(message.command)
+            elif kind == "result_ack":
+                await asyncio.to_thread(self.journal.delivered, message.result_ack.command_id)
+
+    async def _take(self, command: agent_pb2.Command) -> None:
+        taken = await asyncio.to_thread(self.journal.take, command.command_id)
+        self._send(agent_pb2.AgentMessage(ack=agent_pb2.CommandAck(command_id=command.command_id)))
+        if taken.entry is Entry.NEW:
+            logger.info(
+                "executing command %s (%s)",
+                command.command_id,
+                command.WhichOneof("body"),
+                extra={"node": self.settings.node_name, "command": command.command_id},
+            )
+            self._running[command.command_id] = asyncio.create_task(self._execute(command))
+        elif taken.entry is Entry.DONE and taken.result is not None:
+            self._send(agent_pb2.AgentMessage(result=taken.result))
+
+    async def _execute(self, command: agent_pb2.Command) -> None:
+        try:
+            result = await self.executor.run(command)
+            await asyncio.to_thread(self.journal.finish, result)
+            self._send(agent_pb2.AgentMessage(result=result))
+        finally:
+            self._running.pop(command.command_id, None)

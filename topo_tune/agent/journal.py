@@ -1,0 +1,102 @@
+"""The agent's journal: which commands it has taken, their results, and which results were delivered.
+
+It is what makes execution at-most-once while delivery is at-least-once: a command id seen before is never
+run again (its stored result is re-sent instead), and a result stays in the journal until the controller
+acknowledges it, across reconnects and agent restarts. A command found ``running`` when the agent starts
+was interrupted by a crash; it is finished as ``failed`` rather than run a second time.
+
+SQLite (standard library) gives atomic, durable writes without a server; the file lives in the agent's
+state directory.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from topo_tune.v1 import agent_pb2
+
+
+class Entry(StrEnum):
+    NEW = "new"  # never seen: run it
+    RUNNING = "running"  # already running: do nothing
+    DONE = "done"  # finished: re-send its result
+
+
+@dataclass(frozen=True)
+class Taken:
+    entry: Entry
+    result: agent_pb2.CommandResult | None = None
+
+
+class Journal:
+    """Thread-safe; every method commits before it returns."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS commands (id TEXT PRIMARY KEY, status TEXT NOT NULL, "
+            "result BLOB, delivered INTEGER NOT NULL DEFAULT 0, taken_at REAL NOT NULL)"
+        )
+        self._db.execute("CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+
+    def take(self, command_id: str) -> Taken:
+        """Claim a command for execution, atomically. Only ``Entry.NEW`` means: run it now."""
+        with self._lock:
+            row = self._db.execute("SELECT status, result FROM commands WHERE id = ?", (command_id,)).fetchone()
+            if row is None:
+                self._db.execute(
+                    "INSERT INTO commands (id, status, taken_at) VALUES (?, 'running', ?)",
+                    (command_id, time.time()),
+                )
+                return Taken(Entry.NEW)
+            if row[0] == "running":
+                return Taken(Entry.RUNNING)
+            return Taken(Entry.DONE, agent_pb2.CommandResult.FromString(row[1]))
+
+    def finish(self, result: agent_pb2.CommandResult) -> None:
+        with self._lock:
+            self._db.execute(
+                "UPDATE commands SET status = 'done', result = ?, delivered = 0 WHERE id = ?",
+                (result.SerializeToString(), result.command_id),
+            )
+
+    def delivered(self, command_id: str) -> None:
+        with self._lock:
+            self._db.execute("UPDATE commands SET delivered = 1 WHERE id = ?", (command_id,))
+
+    def undelivered(self) -> list[agent_pb2.CommandResult]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT result FROM commands WHERE status = 'done' AND delivered = 0 ORDER BY taken_at"
+            ).fetchall()
+        return [agent_pb2.CommandResult.FromString(r[0]) for r in rows]
+
+    def interrupted(self) -> list[str]:
+        """Commands left ``running`` by a previous agent process."""
+        with self._lock:
+            return [r[0] for r in self._db.execute("SELECT id FROM commands WHERE status = 'running'")]
+
+    def get_state(self, key: str, default: str = "") -> str:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
+        return str(row[0]) if row else default
+
+    def set_state(self, key: str, value: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO state (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

@@ -1,0 +1,30 @@
+"""The agent's settings: built once by the CLI from flags and environment."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from topo_tune.auth import TlsFiles
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    controller: str
+    """HOST:PORT of the controller."""
+    node_name: str
+    token: str
+    rack: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    backend: str = "gloo"
+    """nccl | gloo | sim."""
+    state_dir: Path = Path("/var/lib/topo-tune")
+    """The agent's journal of commands and results lives here; it survives agent restarts."""
+    config_dir: Path = Path("/etc/nccl/topo-tune")
+    tls: TlsFiles | None = None
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 30.0
+    """Reconnect delays grow from ``backoff_initial_s`` to this cap, with full jitter."""
+    default_heartbeat_interval_s: float = 10.0
+    """Used until the controller says otherwise in ``Registered``."""

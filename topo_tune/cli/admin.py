@@ -1,0 +1,225 @@
+"""``topo-tune admin``: talk to a running controller."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from topo_tune.cli.connection import client_tls, client_tls_options, resolve_token, token_options
+from topo_tune.cli.output import FORMATS, emit_data, emit_table, to_data
+from topo_tune.client import AdminClient
+from topo_tune.v1 import admin_pb2, agent_pb2
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+STATE_NAMES = {admin_pb2.NODE_STATE_READY: "ready", admin_pb2.NODE_STATE_LOST: "lost"}
+STATUS_NAMES = {v: k.removeprefix("COMMAND_STATUS_").lower() for k, v in agent_pb2.CommandStatus.items()}
+ACTIVITY_NAMES = {v: k.removeprefix("AGENT_ACTIVITY_").lower() for k, v in agent_pb2.AgentActivity.items()}
+BACKEND_NAMES = {v: k.removeprefix("BACKEND_").lower() for k, v in agent_pb2.Backend.items()}
+
+
+def connected(function: F) -> F:
+    """Add --controller/--output/token/TLS options and pass an open ``AdminClient`` as ``client``."""
+
+    @click.option(
+        "--controller",
+        "address",
+        envvar="TOPO_TUNE_CONTROLLER",
+        default="127.0.0.1:50051",
+        show_default=True,
+        help="HOST:PORT of the controller [$TOPO_TUNE_CONTROLLER].",
+    )
+    @click.option("--output", "-o", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+    @token_options
+    @client_tls_options
+    @functools.wraps(function)
+    def wrapper(
+        address: str,
+        fmt: str,
+        token_file: Path | None,
+        token: str | None,
+        tls_ca: Path | None,
+        tls_cert: Path | None,
+        tls_key: Path | None,
+        **kwargs: Any,
+    ) -> Any:
+        tls = client_tls(tls_ca, tls_cert, tls_key)
+        with AdminClient(address, token=resolve_token(token_file, token), tls=tls) as client:
+            return function(client=client, fmt=fmt, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _age(stamp: Timestamp) -> str:
+    if not stamp.seconds:
+        return "-"
+    seconds = (datetime.now(UTC) - stamp.ToDatetime(UTC)).total_seconds()
+    if seconds < 120:
+        return f"{max(0.0, seconds):.0f}s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m ago"
+    return f"{seconds / 3600:.0f}h ago"
+
+
+@click.group()
+def admin() -> None:
+    """Query and command a running controller.
+
+    Every sub-command takes --controller HOST:PORT (or $TOPO_TUNE_CONTROLLER), the token
+    (--token-file or $TOPO_TUNE_TOKEN) and --output table|json|yaml.
+    """
+
+
+@admin.command()
+@click.option("--rack", default="", help="Only this rack.")
+@connected
+def nodes(client: AdminClient, fmt: str, rack: str) -> None:
+    """List registered nodes with their state, rack and last heartbeat."""
+    found = client.list_nodes(rack=rack)
+    if fmt != "table":
+        emit_data([to_data(n) for n in found], fmt)
+        return
+    rows = [
+        (
+            n.name,
+            n.rack or "-",
+            STATE_NAMES.get(n.state, "?"),
+            ACTIVITY_NAMES.get(n.activity, "?"),
+            BACKEND_NAMES.get(n.backend, "?"),
+            n.applied_config_version or "-",
+            _age(n.last_heartbeat_at),
+        )
+        for n in found
+    ]
+    emit_table(f"{len(found)} nodes", ("NAME", "RACK", "STATE", "ACTIVITY", "BACKEND", "CONFIG", "HEARTBEAT"), rows)
+
+
+@admin.command()
+@click.argument("name")
+@connected
+def node(client: AdminClient, fmt: str, name: str) -> None:
+    """Show one node, with its discovered topology."""
+    found = client.get_node(name)
+    if fmt != "table":
+        emit_data(to_data(found), fmt)
+        return
+    topo = found.topology
+    lines = [
+        ("name", found.name),
+        ("rack", found.rack or "-"),
+        ("state", STATE_NAMES.get(found.state, "?")),
+        ("activity", ACTIVITY_NAMES.get(found.activity, "?")),
+        ("drained", "yes" if found.drained else "no"),
+        ("backend", BACKEND_NAMES.get(found.backend, "?")),
+        ("agent", found.agent_version),
+        ("registrations", str(found.registrations)),
+        ("last heartbeat", _age(found.last_heartbeat_at)),
+        ("config version", found.applied_config_version or "-"),
+        ("host", f"{topo.hostname}, {topo.cpu_count} CPUs, {topo.memory_bytes / 2**30:.1f} GiB"),
+        ("GPUs", ", ".join(f"{g.index}:{g.name}" for g in topo.gpus) or "none"),
+        ("NICs", ", ".join(n.name for n in topo.nics) or "none"),
+        ("labels", ", ".join(f"{k}={v}" for k, v in sorted(found.labels.items())) or "-"),
+        ("unknown", "; ".join(topo.unknowns) or "-"),
+    ]
+    emit_table(f"node {found.name}", ("FIELD", "VALUE"), lines)
+
+
+def _print_command(info: admin_pb2.CommandInfo, fmt: str) -> None:
+    if fmt != "table":
+        emit_data(to_data(info), fmt)
+        return
+    emit_table(
+        f"command {info.command_id}",
+        ("FIELD", "VALUE"),
+        [
+            ("node", info.node_name),
+            ("kind", info.kind),
+            ("status", STATUS_NAMES.get(info.status, "?")),
+            ("deliveries", str(info.deliveries)),
+            ("message", info.message or "-"),
+        ],
+    )
+
+
+def _send(client: AdminClient, fmt: str, request: admin_pb2.SendCommandRequest) -> None:
+    _print_command(client.send_command(request), fmt)
+
+
+_COMMAND_ID = click.option("--id", "command_id", default="", help="Your own command id, for idempotent retries.")
+
+
+@admin.command()
+@click.argument("node_name", metavar="NODE")
+@_COMMAND_ID
+@connected
+def rediscover(client: AdminClient, fmt: str, node_name: str, command_id: str) -> None:
+    """Ask NODE's agent to discover its topology again (delivered when it next connects)."""
+    _send(
+        client,
+        fmt,
+        admin_pb2.SendCommandRequest(node_name=node_name, command_id=command_id, rediscover=agent_pb2.Rediscover()),
+    )
+
+
+@admin.command()
+@click.argument("node_name", metavar="NODE")
+@_COMMAND_ID
+@connected
+def drain(client: AdminClient, fmt: str, node_name: str, command_id: str) -> None:
+    """Stop NODE from taking benchmark jobs."""
+    _send(
+        client,
+        fmt,
+        admin_pb2.SendCommandRequest(node_name=node_name, command_id=command_id, drain=agent_pb2.Drain(drained=True)),
+    )
+
+
+@admin.command()
+@click.argument("node_name", metavar="NODE")
+@_COMMAND_ID
+@connected
+def undrain(client: AdminClient, fmt: str, node_name: str, command_id: str) -> None:
+    """Let NODE take benchmark jobs again."""
+    _send(
+        client,
+        fmt,
+        admin_pb2.SendCommandRequest(node_name=node_name, command_id=command_id, drain=agent_pb2.Drain(drained=False)),
+    )
+
+
+@admin.command()
+@click.option("--node", "node_name", default="", help="Only this node's commands.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
+@connected
+def commands(client: AdminClient, fmt: str, node_name: str, limit: int) -> None:
+    """List recent commands, newest first."""
+    found = client.list_commands(node_name=node_name, limit=limit)
+    if fmt != "table":
+        emit_data([to_data(c) for c in found], fmt)
+        return
+    rows = [
+        (
+            c.command_id,
+            c.node_name,
+            c.kind,
+            STATUS_NAMES.get(c.status, "?"),
+            str(c.deliveries),
+            c.message or "-",
+        )
+        for c in found
+    ]
+    emit_table(f"{len(found)} commands", ("ID", "NODE", "KIND", "STATUS", "DELIVERIES", "MESSAGE"), rows)
+
+
+@admin.command()
+@click.argument("command_id", metavar="ID")
+@connected
+def command(client: AdminClient, fmt: str, command_id: str) -> None:
+    """Show one command and its result."""
+    _print_command(client.get_command(command_id), fmt)

@@ -1,0 +1,115 @@
+"""``topo-tune agent run``: the per-node agent daemon."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+from pathlib import Path
+
+import click
+
+from topo_tune.agent.daemon import Agent
+from topo_tune.agent.settings import AgentSettings
+from topo_tune.cli.connection import client_tls, client_tls_options, resolve_token, token_options
+
+_DIR = click.Path(path_type=Path, file_okay=False)
+
+
+def _labels(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for value in values:
+        key, sep, val = value.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {value!r}")
+        labels[key] = val
+    return labels
+
+
+@click.group()
+def agent() -> None:
+    """Run the per-node agent daemon."""
+
+
+@agent.command()
+@click.option(
+    "--controller",
+    "controller_address",
+    required=True,
+    envvar="TOPO_TUNE_CONTROLLER",
+    help="HOST:PORT of the controller [$TOPO_TUNE_CONTROLLER].",
+)
+@click.option(
+    "--node-name",
+    envvar="TOPO_TUNE_NODE_NAME",
+    help="Name to register as [$TOPO_TUNE_NODE_NAME, else the host name].",
+)
+@click.option(
+    "--rack",
+    envvar="TOPO_TUNE_RACK",
+    default="",
+    help="Rack, when cluster.yaml does not say [$TOPO_TUNE_RACK].",
+)
+@click.option("--label", "labels", multiple=True, callback=_labels, help="KEY=VALUE label; repeatable.")
+@click.option(
+    "--backend",
+    type=click.Choice(["nccl", "gloo", "sim"]),
+    default="nccl",
+    show_default=True,
+    help="Benchmark backend: nccl (GPUs), gloo (CPUs over TCP), sim (analytic model, labelled simulated).",
+)
+@click.option(
+    "--state-dir",
+    type=_DIR,
+    default=Path("/var/lib/topo-tune"),
+    show_default=True,
+    help="Journal of commands and undelivered results; keep it across restarts.",
+)
+@click.option(
+    "--config-dir",
+    type=_DIR,
+    default=Path("/etc/nccl/topo-tune"),
+    show_default=True,
+    help="Where staged NCCL configuration versions live.",
+)
+@token_options
+@client_tls_options
+def run(
+    controller_address: str,
+    node_name: str | None,
+    rack: str,
+    labels: dict[str, str],
+    backend: str,
+    state_dir: Path,
+    config_dir: Path,
+    token_file: Path | None,
+    token: str | None,
+    tls_ca: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+) -> None:
+    """Connect to the controller and serve it until SIGTERM or Ctrl-C.
+
+    The agent dials out, registers this node's topology, heartbeats, and runs the commands it is sent.
+    When the controller goes away it retries with backoff and keeps its results until they are delivered.
+    """
+    settings = AgentSettings(
+        controller=controller_address,
+        node_name=node_name or socket.gethostname(),
+        token=resolve_token(token_file, token),
+        rack=rack,
+        labels=labels,
+        backend=backend,
+        state_dir=state_dir,
+        config_dir=config_dir,
+        tls=client_tls(tls_ca, tls_cert, tls_key),
+    )
+    asyncio.run(_run(settings))
+
+
+async def _run(settings: AgentSettings) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await Agent(settings).run(stop)

@@ -1,0 +1,40 @@
+"""Options shared by every command that talks to a controller, and the token/TLS they resolve to."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from topo_tune.auth import TlsFiles, read_token
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_PATH = click.Path(path_type=Path, dir_okay=False)
+
+
+def token_options(function: F) -> F:
+    function = click.option(
+        "--token-file", type=_PATH, help="File holding the shared bearer token (default: $TOPO_TUNE_TOKEN)."
+    )(function)
+    return click.option("--token", envvar="TOPO_TUNE_TOKEN", hidden=True)(function)
+
+
+def client_tls_options(function: F) -> F:
+    function = click.option("--tls-ca", type=_PATH, help="CA bundle to verify the controller (enables TLS).")(function)
+    function = click.option("--tls-cert", type=_PATH, help="Client certificate, for mTLS.")(function)
+    return click.option("--tls-key", type=_PATH, help="Client key, for mTLS.")(function)
+
+
+def resolve_token(token_file: Path | None, token: str | None) -> str:
+    return read_token(token_file=token_file, token_env=token)
+
+
+def client_tls(ca: Path | None, cert: Path | None, key: Path | None) -> TlsFiles | None:
+    if ca is None and cert is None and key is None:
+        return None
+    if (cert is None) != (key is None):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    return TlsFiles(cert=cert, key=key, ca=ca)

@@ -1,0 +1,108 @@
+"""``topo-tune controller serve``: the controller daemon."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import click
+
+from topo_tune.auth import TlsFiles
+from topo_tune.cli.connection import resolve_token, token_options
+from topo_tune.cluster_config import ClusterConfig, load_cluster_config, parse_cluster_config
+from topo_tune.controller.server import Controller
+from topo_tune.controller.settings import ControllerSettings
+from topo_tune.errors import ConfigError
+
+_PATH = click.Path(path_type=Path, dir_okay=False)
+
+
+@click.group()
+def controller() -> None:
+    """Run the controller daemon."""
+
+
+@controller.command()
+@click.option("--config", "config_file", type=_PATH, help="cluster.yaml; its `controller:` section and racks.")
+@click.option("--listen", help="HOST:PORT for the gRPC services [cluster.yaml, else 127.0.0.1:50051].")
+@click.option(
+    "--database",
+    envvar="TOPO_TUNE_DATABASE_URL",
+    help="SQLAlchemy URL [cluster.yaml, else sqlite:///topo-tune.db].",
+)
+@click.option("--metrics-listen", help="HOST:PORT for Prometheus /metrics [off].")
+@click.option("--health-listen", help="HOST:PORT for a plaintext gRPC health port, for probes when mTLS is on.")
+@click.option("--heartbeat-interval", type=float, help="Seconds between agent heartbeats [10].")
+@click.option("--heartbeat-expiry", type=float, help="Seconds of silence before a node is lost [30].")
+@token_options
+@click.option("--tls-cert", type=_PATH, help="Server certificate (enables TLS).")
+@click.option("--tls-key", type=_PATH, help="Server key.")
+@click.option("--tls-client-ca", type=_PATH, help="CA for client certificates (enables mTLS).")
+def serve(
+    config_file: Path | None,
+    listen: str | None,
+    database: str | None,
+    metrics_listen: str | None,
+    health_listen: str | None,
+    heartbeat_interval: float | None,
+    heartbeat_expiry: float | None,
+    token_file: Path | None,
+    token: str | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_client_ca: Path | None,
+) -> None:
+    """Serve the agent and admin gRPC services until SIGTERM or Ctrl-C.
+
+    Flags override cluster.yaml. The token comes from --token-file or $TOPO_TUNE_TOKEN; every agent and
+    admin must present the same one.
+
+    \b
+    Example:
+      TOPO_TUNE_TOKEN=$(cat token) topo-tune controller serve --config cluster.yaml \\
+          --listen 0.0.0.0:50051 --metrics-listen 0.0.0.0:9464
+    """
+    cluster: ClusterConfig = (
+        load_cluster_config(config_file) if config_file else parse_cluster_config({"apiVersion": "topo-tune/v1"})
+    )
+    section = cluster.controller
+    token_path = token_file or (Path(section.token_file) if section.token_file else None)
+    tls = None
+    if tls_cert or tls_key or section.tls:
+        tls = TlsFiles(
+            cert=tls_cert or (Path(section.tls.cert_file) if section.tls else None),
+            key=tls_key or (Path(section.tls.key_file) if section.tls else None),
+            ca=tls_client_ca
+            or (Path(section.tls.client_ca_file) if section.tls and section.tls.client_ca_file else None),
+        )
+    interval = heartbeat_interval or section.heartbeat_interval
+    expiry = heartbeat_expiry or section.heartbeat_expiry
+    if expiry <= interval:
+        raise ConfigError("--heartbeat-expiry", f"{expiry:g} s must be longer than the interval {interval:g} s")
+    settings = ControllerSettings(
+        listen=listen or section.listen,
+        database_url=database or section.database,
+        token=resolve_token(token_path, token),
+        tls=tls,
+        metrics_listen=metrics_listen or section.metrics_listen,
+        health_listen=health_listen or section.health_listen,
+        heartbeat_interval_s=interval,
+        heartbeat_expiry_s=expiry,
+        rack_of=cluster.rack_of(),
+    )
+    asyncio.run(_serve(settings))
+
+
+async def _serve(settings: ControllerSettings) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    server = Controller(settings)
+    await server.start()
+    click.echo(f"topo-tune controller listening on port {server.port}", err=True)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()

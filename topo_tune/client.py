@@ -1,0 +1,92 @@
+"""A client of the admin service, for the CLI and for scripts.
+
+Transport errors never escape this module: every ``grpc.RpcError`` becomes a ``ControllerError`` (or its
+subclasses ``ControllerUnavailable`` / ``Unauthenticated``), or the domain error its status code stands for
+(``NOT_FOUND`` → ``NotFoundError``, ``INVALID_ARGUMENT`` → ``ValidationError``, ``ALREADY_EXISTS`` →
+``ConflictError``), with the controller's own message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+import grpc
+
+from topo_tune.auth import TlsFiles, bearer_metadata, channel_credentials
+from topo_tune.errors import (
+    ConflictError,
+    ControllerError,
+    ControllerUnavailable,
+    NotFoundError,
+    Unauthenticated,
+    ValidationError,
+)
+from topo_tune.v1 import admin_pb2, admin_pb2_grpc
+
+T = TypeVar("T")
+
+
+@contextmanager
+def _mapped(address: str) -> Iterator[None]:
+    try:
+        yield
+    except grpc.RpcError as error:
+        code: grpc.StatusCode = error.code()
+        details: str = error.details() or code.name
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            raise Unauthenticated(f"controller {address} refused the token: {details}") from None
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            raise ControllerUnavailable(f"controller {address} is unreachable: {details}") from None
+        if code == grpc.StatusCode.NOT_FOUND:
+            raise NotFoundError(details) from None
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            field, _, reason = details.partition(": ")
+            raise ValidationError(field, reason) if reason else ValidationError("", details) from None
+        if code == grpc.StatusCode.ALREADY_EXISTS:
+            raise ConflictError(details) from None
+        raise ControllerError(f"controller {address}: {code.name}: {details}") from None
+
+
+class AdminClient:
+    """Synchronous admin calls with a per-call deadline."""
+
+    def __init__(self, address: str, *, token: str, tls: TlsFiles | None = None, timeout_s: float = 10.0) -> None:
+        self.address = address
+        self._timeout_s = timeout_s
+        self._metadata = bearer_metadata(token)
+        if tls is not None:
+            self._channel = grpc.secure_channel(address, channel_credentials(tls))
+        else:
+            self._channel = grpc.insecure_channel(address)
+        self._stub = admin_pb2_grpc.AdminServiceStub(self._channel)
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def _call(self, method: Callable[..., T], request: object) -> T:
+        with _mapped(self.address):
+            return method(request, timeout=self._timeout_s, metadata=self._metadata, wait_for_ready=False)
+
+    def list_nodes(self, *, rack: str = "") -> list[admin_pb2.Node]:
+        return list(self._call(self._stub.ListNodes, admin_pb2.ListNodesRequest(rack=rack)).nodes)
+
+    def get_node(self, name: str) -> admin_pb2.Node:
+        return self._call(self._stub.GetNode, admin_pb2.GetNodeRequest(name=name))
+
+    def send_command(self, request: admin_pb2.SendCommandRequest) -> admin_pb2.CommandInfo:
+        return self._call(self._stub.SendCommand, request)
+
+    def get_command(self, command_id: str) -> admin_pb2.CommandInfo:
+        return self._call(self._stub.GetCommand, admin_pb2.GetCommandRequest(command_id=command_id))
+
+    def list_commands(self, *, node_name: str = "", limit: int = 0) -> list[admin_pb2.CommandInfo]:
+        request = admin_pb2.ListCommandsRequest(node_name=node_name, limit=limit)
+        return list(self._call(self._stub.ListCommands, request).commands)

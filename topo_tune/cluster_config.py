@@ -1,0 +1,284 @@
+"""``cluster.yaml`` (``apiVersion: topo-tune/v1``): parsed once at the edge into frozen, typed objects.
+
+Every key is spelled in lowerCamelCase as in Kubernetes manifests. An unknown key or a bad value is rejected
+with the path of the field, e.g. ``racks[2].nodes[0].gpus: expected integer, got 'eight'``. The JSON Schema
+of the file (``topo-tune config schema``, committed as ``docs/cluster.schema.json``) is generated from the
+same definitions, so the two cannot disagree.
+
+Non-goal: this module reads no environment variable and starts nothing; the CLI merges command-line flags
+over what it returns.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import pydantic
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from topo_tune.errors import ConfigError
+
+API_VERSION = "topo-tune/v1"
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(value: object) -> object:
+    """Seconds from ``10``, ``2.5``, ``"500ms"``, ``"10s"``, ``"2m"`` or ``"1h"``; anything else is left for
+    pydantic to reject with its own message."""
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if match is None:
+            raise ValueError(f"expected a duration such as 10s, 500ms or 2m, got {value!r}")
+        return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    return value
+
+
+Duration = Annotated[
+    float,
+    pydantic.BeforeValidator(parse_duration),
+    Field(gt=0),
+    pydantic.WithJsonSchema(
+        {
+            "oneOf": [
+                {"type": "number", "exclusiveMinimum": 0},
+                {"type": "string", "pattern": r"^\d+(\.\d+)?(ms|s|m|h)?$"},
+            ],
+            "description": "seconds, or a string with a unit: 500ms, 10s, 2m, 1h",
+        }
+    ),
+]
+
+HostPort = Annotated[
+    str,
+    Field(pattern=r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.\-]+):\d{1,5}$", description="HOST:PORT"),
+]
+
+# RFC 1123 host names, which Kubernetes node names also are.
+NodeName = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=253,
+        pattern=r"^[A-Za-z0-9]([A-Za-z0-9\-_.]{0,251}[A-Za-z0-9])?$",
+        description="a host name (RFC 1123), as the node's agent registers it",
+    ),
+]
+
+Backend = Literal["nccl", "gloo", "sim"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True, strict=False
+    )
+
+
+class TlsConfig(_Section):
+    """TLS for the controller's gRPC port; mutual TLS when ``clientCaFile`` is set."""
+
+    cert_file: str
+    key_file: str
+    client_ca_file: str | None = None
+
+
+class ControllerConfig(_Section):
+    """Where the controller runs and how it keeps its state."""
+
+    address: HostPort | None = Field(
+        default=None, description="a remote controller to use; unset: `topo-tune init` embeds one"
+    )
+    listen: HostPort = "127.0.0.1:50051"
+    database: str = Field(default="sqlite:///topo-tune.db", min_length=1, description="SQLAlchemy URL")
+    metrics_listen: HostPort | None = Field(default=None, description="Prometheus /metrics; unset: off")
+    health_listen: HostPort | None = Field(
+        default=None,
+        description="a plaintext gRPC health port, for kubelet probes when the main port uses mTLS",
+    )
+    token_file: str | None = None
+    tls: TlsConfig | None = None
+    heartbeat_interval: Duration = Field(default=10.0, description="how often agents heartbeat")
+    heartbeat_expiry: Duration = Field(default=30.0, description="silence after which a node is `lost`")
+
+    @model_validator(mode="after")
+    def _expiry_exceeds_interval(self) -> ControllerConfig:
+        if self.heartbeat_expiry <= self.heartbeat_interval:
+            raise ValueError("heartbeatExpiry must be longer than heartbeatInterval")
+        return self
+
+
+class NodeConfig(_Section):
+    """One node of the cluster."""
+
+    name: NodeName
+    address: str | None = Field(default=None, description="address benchmarks use; unset: the agent's own")
+    gpus: int = Field(default=8, ge=0, le=1024, description="GPUs on the node (used by the sim backend)")
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class RackConfig(_Section):
+    """A rack: the unit of a rollout wave and of the spine model."""
+
+    name: NodeName
+    nodes: list[NodeConfig] = Field(min_length=1)
+
+
+class SpineConfig(_Section):
+    """The links between racks, when they are slower than inside a rack."""
+
+    bandwidth_gbps: float | None = Field(default=None, gt=0, description="per-node bandwidth across the spine")
+    oversubscription: float | None = Field(default=None, ge=1, description="e.g. 4 for a 4:1 spine")
+
+
+class Metadata(_Section):
+    name: NodeName = "topo-tune"
+
+
+class ClusterConfig(_Section):
+    """The whole ``cluster.yaml``."""
+
+    api_version: Literal["topo-tune/v1"]
+    kind: Literal["Cluster"] = "Cluster"
+    metadata: Metadata = Field(default_factory=Metadata)
+    controller: ControllerConfig = Field(default_factory=ControllerConfig)
+    backend: Backend = "sim"
+    rack_label: str = Field(
+        default="topology.kubernetes.io/rack", description="Kubernetes node label that names a node's rack"
+    )
+    racks: list[RackConfig] = Field(default_factory=list)
+    spine: SpineConfig | None = None
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> ClusterConfig:
+        racks: dict[str, int] = {}
+        nodes: dict[str, tuple[int, int]] = {}
+        for i, rack in enumerate(self.racks):
+            if rack.name in racks:
+                raise _PathError(f"racks[{i}].name", f"duplicate rack name {rack.name!r}")
+            racks[rack.name] = i
+            for j, node in enumerate(rack.nodes):
+                if node.name in nodes:
+                    ri, nj = nodes[node.name]
+                    raise _PathError(
+                        f"racks[{i}].nodes[{j}].name",
+                        f"duplicate node name {node.name!r} (also racks[{ri}].nodes[{nj}])",
+                    )
+                nodes[node.name] = (i, j)
+        return self
+
+    def rack_of(self) -> dict[str, str]:
+        """Node name → rack name, for every node the file lists."""
+        return {node.name: rack.name for rack in self.racks for node in rack.nodes}
+
+
+class _PathError(ValueError):
+    """A cross-field error that knows its own path (pydantic's is the model's)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(reason)
+        self.path = path
+        self.reason = reason
+
+
+_REASONS = {
+    "int_parsing": "expected integer",
+    "int_type": "expected integer",
+    "int_from_float": "expected integer",
+    "float_parsing": "expected number",
+    "float_type": "expected number",
+    "string_type": "expected string",
+    "bool_parsing": "expected true or false",
+    "bool_type": "expected true or false",
+    "missing": "required field is missing",
+    "extra_forbidden": "unknown key",
+    "list_type": "expected a list",
+    "dict_type": "expected a mapping",
+    "model_type": "expected a mapping",
+    "model_attributes_type": "expected a mapping",
+}
+
+
+def _format_path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif "[" in part or part.startswith("function-"):
+            continue  # pydantic's validator tags, not fields
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+def _errors(exc: pydantic.ValidationError) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    for err in exc.errors(include_url=False):
+        path = _format_path(tuple(err["loc"]))
+        ctx_error = err.get("ctx", {}).get("error")
+        if isinstance(ctx_error, _PathError):
+            found.append((ctx_error.path, ctx_error.reason))
+            continue
+        kind = err["type"]
+        reason = _REASONS.get(kind)
+        if reason is None:
+            reason = str(err["msg"]).removeprefix("Value error, ")
+            reason = reason[:1].lower() + reason[1:]
+        elif kind not in ("missing", "extra_forbidden"):
+            reason = f"{reason}, got {err['input']!r}"
+        found.append((path, reason))
+    return found
+
+
+def parse_cluster_config(data: object, *, source: str = "cluster.yaml") -> ClusterConfig:
+    """Validate an already-loaded document. Raises ``ConfigError`` naming every bad field."""
+    if not isinstance(data, Mapping):
+        raise ConfigError("", f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    if data.get("apiVersion") not in (None, API_VERSION):
+        raise ConfigError("apiVersion", f"expected {API_VERSION!r}, got {data.get('apiVersion')!r}")
+    try:
+        return ClusterConfig.model_validate(data)
+    except pydantic.ValidationError as exc:
+        errors = _errors(exc)
+        first_field, first_reason = errors[0]
+        more = "; ".join(f"{f}: {r}" for f, r in errors[1:])
+        raise ConfigError(first_field, first_reason + (f"; {more}" if more else "")) from None
+
+
+def load_cluster_config(path: Path) -> ClusterConfig:
+    """Read and validate a ``cluster.yaml``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError("", f"cannot read {path}: {exc.strerror or exc}") from None
+    return loads_cluster_config(text, source=str(path))
+
+
+def loads_cluster_config(text: str, *, source: str = "cluster.yaml") -> ClusterConfig:
+    """Validate ``cluster.yaml`` text."""
+    try:
+        data: Any = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError("", f"{where}: not valid YAML: {problem}") from None
+    return parse_cluster_config(data, source=source)
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of ``cluster.yaml``."""
+    schema = ClusterConfig.model_json_schema(by_alias=True, mode="validation")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "topo-tune cluster.yaml"
+    return schema
+
+
+def json_schema_text() -> str:
+    return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"

@@ -1,0 +1,124 @@
+"""The admin-facing servicer: requests → registry and command book, domain records → messages."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import grpc.aio
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from topo_tune.controller import validation
+from topo_tune.controller.commands import STATUS_TO_WIRE, CommandBook, CommandRecord
+from topo_tune.controller.nodes import NodeRegistry, NodeState, NodeView
+from topo_tune.controller.sessions import SessionHub
+from topo_tune.controller.status_codes import maps_errors
+from topo_tune.errors import ValidationError
+from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2, topology_pb2
+
+Ctx = grpc.aio.ServicerContext[Any, Any]
+
+NODE_STATES = {NodeState.READY: admin_pb2.NODE_STATE_READY, NodeState.LOST: admin_pb2.NODE_STATE_LOST}
+ACTIVITIES = {
+    "idle": agent_pb2.AGENT_ACTIVITY_IDLE,
+    "busy": agent_pb2.AGENT_ACTIVITY_BUSY,
+    "drained": agent_pb2.AGENT_ACTIVITY_DRAINED,
+}
+BACKENDS = {"nccl": agent_pb2.BACKEND_NCCL, "gloo": agent_pb2.BACKEND_GLOO, "sim": agent_pb2.BACKEND_SIM}
+
+
+def _ts(at: datetime | None) -> Timestamp | None:
+    if at is None:
+        return None
+    stamp = Timestamp()
+    stamp.FromDatetime(at)
+    return stamp
+
+
+def node_message(view: NodeView, *, with_topology: bool) -> admin_pb2.Node:
+    node = admin_pb2.Node(
+        name=view.name,
+        rack=view.rack,
+        state=NODE_STATES[view.state],
+        labels=dict(view.labels),
+        registered_at=_ts(view.registered_at),
+        last_heartbeat_at=_ts(view.last_heartbeat_at),
+        agent_version=view.agent_version,
+        backend=BACKENDS.get(view.backend, agent_pb2.BACKEND_UNSPECIFIED),
+        drained=view.drained,
+        activity=ACTIVITIES.get(view.activity, agent_pb2.AGENT_ACTIVITY_UNSPECIFIED),
+        applied_config_version=view.applied_config_version,
+        registrations=view.registrations,
+    )
+    if with_topology and view.topology:
+        node.topology.CopyFrom(topology_pb2.NodeTopology.FromString(view.topology))
+    return node
+
+
+def command_message(record: CommandRecord) -> admin_pb2.CommandInfo:
+    info = admin_pb2.CommandInfo(
+        command_id=record.id,
+        node_name=record.node_name,
+        kind=record.kind,
+        status=STATUS_TO_WIRE[record.status],
+        message=record.message,
+        created_at=_ts(record.created_at),
+        finished_at=_ts(record.finished_at),
+        deliveries=record.deliveries,
+    )
+    if record.result is not None:
+        info.result.CopyFrom(record.result)
+    return info
+
+
+class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
+    def __init__(self, *, registry: NodeRegistry, commands: CommandBook, hub: SessionHub) -> None:
+        self._registry = registry
+        self._commands = commands
+        self._hub = hub
+
+    @maps_errors
+    async def ListNodes(self, request: admin_pb2.ListNodesRequest, context: Ctx) -> admin_pb2.ListNodesResponse:
+        if request.rack:
+            validation.node_name(request.rack, "rack")
+        views = await self._registry.list(rack=request.rack)
+        return admin_pb2.ListNodesResponse(nodes=[node_message(v, with_topology=False) for v in views])
+
+    @maps_errors
+    async def GetNode(self, request: admin_pb2.GetNodeRequest, context: Ctx) -> admin_pb2.Node:
+        validation.node_name(request.name, "name")
+        return node_message(await self._registry.get(request.name), with_topology=True)
+
+    @maps_errors
+    async def SendCommand(self, request: admin_pb2.SendCommandRequest, context: Ctx) -> admin_pb2.CommandInfo:
+        validation.send_command(request)
+        command = agent_pb2.Command()
+        kind = request.WhichOneof("body")
+        if kind == "rediscover":
+            command.rediscover.CopyFrom(request.rediscover)
+        elif kind == "drain":
+            command.drain.CopyFrom(request.drain)
+        else:  # pragma: no cover - validation.send_command refuses it
+            raise ValidationError("body", f"unsupported command {kind!r}")
+        record = await self._commands.submit(request.node_name, command, command_id=request.command_id)
+        if not record.status.final and record.deliveries == 0:
+            await self._hub.deliver_new(record)
+            record = await self._commands.get(record.id)
+        return command_message(record)
+
+    @maps_errors
+    async def GetCommand(self, request: admin_pb2.GetCommandRequest, context: Ctx) -> admin_pb2.CommandInfo:
+        validation.command_id(request.command_id, "command_id")
+        return command_message(await self._commands.get(request.command_id))
+
+    @maps_errors
+    async def ListCommands(
+        self, request: admin_pb2.ListCommandsRequest, context: Ctx
+    ) -> admin_pb2.ListCommandsResponse:
+        if request.node_name:
+            validation.node_name(request.node_name, "node_name")
+        limit = request.limit or 100
+        if limit > 10_000:
+            raise ValidationError("limit", "at most 10000")
+        records = await self._commands.list(node_name=request.node_name, limit=limit)
+        return admin_pb2.ListCommandsResponse(commands=[command_message(r) for r in records])

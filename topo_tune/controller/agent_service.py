@@ -1,0 +1,87 @@
+"""The agent-facing servicer: stream plumbing and error mapping around ``SessionHub``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+import grpc.aio
+
+from topo_tune.controller import status_codes
+from topo_tune.controller.sessions import AgentSession, SessionHub
+from topo_tune.errors import TopoTuneError, ValidationError
+from topo_tune.v1 import agent_pb2, agent_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+REGISTER_TIMEOUT_S = 30.0
+
+
+class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
+    def __init__(self, hub: SessionHub) -> None:
+        self._hub = hub
+
+    async def Session(
+        self,
+        request_iterator: AsyncIterator[agent_pb2.AgentMessage],
+        context: grpc.aio.ServicerContext[agent_pb2.AgentMessage, agent_pb2.ControllerMessage],
+    ) -> AsyncIterator[agent_pb2.ControllerMessage]:
+        incoming = aiter(request_iterator)
+        try:
+            first = await asyncio.wait_for(anext(incoming), REGISTER_TIMEOUT_S)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "register: not sent within 30 s")
+        if first.WhichOneof("kind") != "register":
+            self._hub.metrics.rejected_messages.inc()
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "register: the first message must register")
+        try:
+            session, registered = await self._hub.open(first.register)
+        except TopoTuneError as error:
+            if isinstance(error, ValidationError):
+                self._hub.metrics.rejected_messages.inc()
+            await status_codes.abort(context, error)
+        failure: list[TopoTuneError] = []
+        reader = asyncio.create_task(self._read(session, incoming, failure))
+        try:
+            yield registered
+            await self._hub.resend_outstanding(session)
+            while (message := await session.outgoing.get()) is not None:
+                yield message
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+            self._hub.close(session)
+        if failure:
+            await status_codes.abort(context, failure[0])
+        if session.close_reason and session.close_reason != "agent closed the stream":
+            await context.abort(grpc.StatusCode.UNAVAILABLE, session.close_reason)
+
+    async def _read(
+        self,
+        session: AgentSession,
+        incoming: AsyncIterator[agent_pb2.AgentMessage],
+        failure: list[TopoTuneError],
+    ) -> None:
+        try:
+            async for message in incoming:
+                await self._hub.handle(session, message)
+            session.close("agent closed the stream")
+        except TopoTuneError as error:
+            if isinstance(error, ValidationError):
+                self._hub.metrics.rejected_messages.inc()
+            logger.warning("closing session: %s", error, extra={"node": session.node_name})
+            failure.append(error)
+            session.close(str(error))
+        except grpc.aio.AioRpcError:
+            session.close("agent closed the stream")
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("unexpected error handling an agent message", extra={"node": session.node_name})
+            session.close("internal error")

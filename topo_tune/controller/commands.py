@@ -1,0 +1,269 @@
+"""Commands for agents: persisted before they are sent, re-sent until the agent reports a final result.
+
+Life of a command: ``pending`` (stored; the agent may be offline) → ``sent`` (on the wire; ``deliveries``
+counts how often) → ``acked`` (the agent has it) → one final status (``succeeded``, ``failed``,
+``timed_out``, ``rejected``). Every transition is committed before the controller acts on it. Delivery is
+at-least-once: after each reconnect everything not final is sent again, and the agent's journal makes
+execution at-most-once. A result for a command that is already final is acknowledged again and otherwise
+ignored, which makes the agent's re-sends harmless.
+
+A client may choose the command id (``admin`` retries then stay idempotent): the same id with the same
+body returns the existing command, with another body it is a ``ConflictError``.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+import sqlalchemy as sa
+from google.protobuf.timestamp_pb2 import Timestamp
+from sqlalchemy.orm import Session
+
+from topo_tune.controller.db.database import Database
+from topo_tune.controller.db.models import CommandRow, EventRow, NodeRow
+from topo_tune.errors import ConflictError, NotFoundError
+from topo_tune.v1 import agent_pb2
+
+logger = logging.getLogger(__name__)
+
+
+class CommandStatus(StrEnum):
+    PENDING = "pending"
+    SENT = "sent"
+    ACKED = "acked"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    REJECTED = "rejected"
+
+    @property
+    def final(self) -> bool:
+        return self not in _OPEN
+
+
+_OPEN = frozenset({CommandStatus.PENDING, CommandStatus.SENT, CommandStatus.ACKED})
+
+STATUS_TO_WIRE = {
+    CommandStatus.PENDING: agent_pb2.COMMAND_STATUS_PENDING,
+    CommandStatus.SENT: agent_pb2.COMMAND_STATUS_SENT,
+    CommandStatus.ACKED: agent_pb2.COMMAND_STATUS_ACKED,
+    CommandStatus.SUCCEEDED: agent_pb2.COMMAND_STATUS_SUCCEEDED,
+    CommandStatus.FAILED: agent_pb2.COMMAND_STATUS_FAILED,
+    CommandStatus.TIMED_OUT: agent_pb2.COMMAND_STATUS_TIMED_OUT,
+    CommandStatus.REJECTED: agent_pb2.COMMAND_STATUS_REJECTED,
+}
+STATUS_FROM_WIRE = {wire: status for status, wire in STATUS_TO_WIRE.items()}
+
+
+@dataclass(frozen=True)
+class CommandRecord:
+    id: str
+    node_name: str
+    kind: str
+    status: CommandStatus
+    message: str
+    deliveries: int
+    body: agent_pb2.Command
+    result: agent_pb2.CommandResult | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What happened to a reported result."""
+
+    known: bool  # the command exists and belongs to the reporting node
+    recorded: bool  # this report moved it to its final status (False for a repeat)
+
+
+def _record(row: CommandRow) -> CommandRecord:
+    body = agent_pb2.Command.FromString(row.body)
+    result = agent_pb2.CommandResult.FromString(row.result) if row.result is not None else None
+    return CommandRecord(
+        id=row.id,
+        node_name=row.node_name,
+        kind=row.kind,
+        status=CommandStatus(row.status),
+        message=row.message,
+        deliveries=row.deliveries,
+        body=body,
+        result=result,
+        created_at=row.created_at,
+        finished_at=row.finished_at,
+    )
+
+
+@dataclass
+class CommandBook:
+    """Stores commands and moves them through their life."""
+
+    db: Database
+    wall_clock: Callable[[], datetime]
+    new_id: Callable[[], str] = lambda: uuid.uuid4().hex
+
+    async def submit(self, node_name: str, command: agent_pb2.Command, *, command_id: str = "") -> CommandRecord:
+        """Store a new command for a node (status ``pending``), or return the same one if the id exists."""
+        wanted_id = command_id or self.new_id()
+        kind = command.WhichOneof("body") or ""
+        wall = self.wall_clock()
+
+        def write(session: Session) -> CommandRecord:
+            if session.get(NodeRow, node_name) is None:
+                raise NotFoundError(f"no node named {node_name!r}")
+            body = agent_pb2.Command()
+            body.CopyFrom(command)
+            body.command_id = wanted_id
+            existing = session.get(CommandRow, wanted_id)
+            if existing is not None:
+                stored = agent_pb2.Command.FromString(existing.body)
+                if (
+                    existing.node_name != node_name
+                    or stored.WhichOneof("body") != kind
+                    or (getattr(stored, kind) != getattr(body, kind))
+                ):
+                    raise ConflictError(f"command id {wanted_id!r} already names a different command")
+                return _record(existing)
+            body.created_at.CopyFrom(_timestamp(wall))
+            row = CommandRow(
+                id=wanted_id,
+                node_name=node_name,
+                kind=kind,
+                body=body.SerializeToString(),
+                status=CommandStatus.PENDING,
+                deliveries=0,
+                message="",
+                created_at=wall,
+            )
+            session.add(row)
+            session.flush()
+            return _record(row)
+
+        record = await self.db.run(write)
+        logger.info("command stored", extra={"node": node_name, "command": record.id, "kind": kind})
+        return record
+
+    async def outstanding(self, node_name: str) -> list[CommandRecord]:
+        """Commands of a node that are not final, oldest first."""
+
+        def read(session: Session) -> list[CommandRecord]:
+            rows = session.scalars(
+                sa.select(CommandRow)
+                .where(CommandRow.node_name == node_name, CommandRow.status.in_([s.value for s in _OPEN]))
+                .order_by(CommandRow.created_at, CommandRow.id)
+            )
+            return [_record(row) for row in rows]
+
+        return await self.db.run(read)
+
+    async def mark_sent(self, ids: list[str]) -> None:
+        """Record that these commands are about to go on the wire (call before sending)."""
+        if not ids:
+            return
+        wall = self.wall_clock()
+
+        def write(session: Session) -> None:
+            session.execute(
+                sa.update(CommandRow)
+                .where(CommandRow.id.in_(ids))
+                .values(
+                    deliveries=CommandRow.deliveries + 1,
+                    sent_at=wall,
+                    status=sa.case(
+                        (CommandRow.status == CommandStatus.PENDING.value, CommandStatus.SENT.value),
+                        else_=CommandRow.status,
+                    ),
+                )
+            )
+
+        await self.db.run(write)
+
+    async def acked(self, node_name: str, command_id: str) -> bool:
+        """The agent has the command. False if the command is unknown or another node's."""
+        wall = self.wall_clock()
+
+        def write(session: Session) -> bool:
+            row = session.get(CommandRow, command_id)
+            if row is None or row.node_name != node_name:
+                return False
+            if row.status in (CommandStatus.PENDING, CommandStatus.SENT):
+                row.status = CommandStatus.ACKED
+                row.acked_at = wall
+            return True
+
+        return await self.db.run(write)
+
+    async def finish(self, node_name: str, result: agent_pb2.CommandResult) -> Finished:
+        """Record a command's final result, with its effect on the node, in one transaction."""
+        wall = self.wall_clock()
+        status = STATUS_FROM_WIRE[result.status]
+
+        def write(session: Session) -> Finished:
+            row = session.get(CommandRow, result.command_id)
+            if row is None or row.node_name != node_name:
+                session.add(
+                    EventRow(
+                        node_name=node_name,
+                        kind="result.ignored",
+                        message="result for a command this node was never sent",
+                        command_id=result.command_id,
+                        at=wall,
+                    )
+                )
+                return Finished(known=False, recorded=False)
+            if CommandStatus(row.status).final:
+                return Finished(known=True, recorded=False)
+            row.status = status
+            row.message = result.message
+            row.result = result.SerializeToString()
+            row.finished_at = wall
+            if status is CommandStatus.SUCCEEDED:
+                _apply_effect(session, row, result)
+            return Finished(known=True, recorded=True)
+
+        finished = await self.db.run(write)
+        if finished.recorded:
+            logger.info(
+                "command finished",
+                extra={"node": node_name, "command": result.command_id, "status": status.value},
+            )
+        return finished
+
+    async def get(self, command_id: str) -> CommandRecord:
+        row = await self.db.run(lambda session: session.get(CommandRow, command_id))
+        if row is None:
+            raise NotFoundError(f"no command with id {command_id!r}")
+        return _record(row)
+
+    async def list(self, *, node_name: str = "", limit: int = 100) -> list[CommandRecord]:
+        def read(session: Session) -> list[CommandRecord]:
+            query = sa.select(CommandRow).order_by(CommandRow.created_at.desc(), CommandRow.id).limit(limit)
+            if node_name:
+                query = query.where(CommandRow.node_name == node_name)
+            return [_record(row) for row in session.scalars(query)]
+
+        return await self.db.run(read)
+
+
+def _apply_effect(session: Session, row: CommandRow, result: agent_pb2.CommandResult) -> None:
+    """What a successful command changes about its node, written with the result itself."""
+    body = agent_pb2.Command.FromString(row.body)
+    node = session.get(NodeRow, row.node_name)
+    if node is None:  # pragma: no cover - the foreign key guarantees it
+        return
+    kind = body.WhichOneof("body")
+    if kind == "drain":
+        node.drained = body.drain.drained
+    elif kind == "rediscover" and result.WhichOneof("payload") == "topology":
+        node.topology = result.topology.SerializeToString()
+
+
+def _timestamp(at: datetime) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromDatetime(at)
+    return stamp

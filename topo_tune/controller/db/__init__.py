@@ -1,0 +1,1 @@
+"""Persistence: typed SQLAlchemy models, the one session scope that owns commit/rollback, Alembic migrations."""

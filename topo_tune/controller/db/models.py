@@ -1,0 +1,87 @@
+"""The controller's tables. Every schema change comes with an Alembic migration (``migrations/versions``).
+
+Wire messages that the controller stores whole (a node's topology, a command's body, a result) are kept as
+serialised protobuf: the proto is the versioned contract, so the database needs no second copy of it.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text, TypeDecorator
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite stores naive values)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar[dict[Any, Any]] = {datetime: UtcDateTime, dict[str, str]: JSON}
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    rack: Mapped[str] = mapped_column(String(253), default="")
+    labels: Mapped[dict[str, str]] = mapped_column(default=dict)
+    state: Mapped[str] = mapped_column(String(16))
+    drained: Mapped[bool] = mapped_column(default=False)
+    activity: Mapped[str] = mapped_column(String(16), default="idle")
+    agent_version: Mapped[str] = mapped_column(String(64), default="")
+    backend: Mapped[str] = mapped_column(String(16), default="")
+    instance_id: Mapped[str] = mapped_column(String(64), default="")
+    applied_config_version: Mapped[str] = mapped_column(String(128), default="")
+    topology: Mapped[bytes] = mapped_column(LargeBinary, default=b"")
+    registrations: Mapped[int] = mapped_column(Integer, default=0)
+    registered_at: Mapped[datetime]
+    last_heartbeat_at: Mapped[datetime]
+    state_changed_at: Mapped[datetime]
+
+
+class CommandRow(Base):
+    __tablename__ = "commands"
+    __table_args__ = (Index("ix_commands_node_status", "node_name", "status"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    node_name: Mapped[str] = mapped_column(ForeignKey("nodes.name"))
+    kind: Mapped[str] = mapped_column(String(32))
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+    status: Mapped[str] = mapped_column(String(16))
+    deliveries: Mapped[int] = mapped_column(Integer, default=0)
+    message: Mapped[str] = mapped_column(Text, default="")
+    result: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    created_at: Mapped[datetime]
+    sent_at: Mapped[datetime | None]
+    acked_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+
+class EventRow(Base):
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_node_at", "node_name", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node_name: Mapped[str] = mapped_column(String(253))
+    kind: Mapped[str] = mapped_column(String(64))
+    message: Mapped[str] = mapped_column(Text, default="")
+    command_id: Mapped[str] = mapped_column(String(64), default="")
+    at: Mapped[datetime]

@@ -1,0 +1,26 @@
+"""Prometheus metrics of one controller, in a registry of its own (tests run several controllers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+@dataclass
+class ControllerMetrics:
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.sessions = Gauge("topo_tune_agent_sessions", "Agents with an open session", registry=r)
+        self.nodes = Gauge("topo_tune_nodes", "Registered nodes by state", ["state"], registry=r)
+        self.registrations = Counter("topo_tune_registrations", "Agent registrations", registry=r)
+        self.heartbeats = Counter("topo_tune_heartbeats", "Heartbeats received", registry=r)
+        self.commands_sent = Counter("topo_tune_commands_sent", "Command deliveries put on the wire", registry=r)
+        self.rejected_messages = Counter(
+            "topo_tune_rejected_messages", "Agent messages refused as malformed", registry=r
+        )
+        self.db_seconds = Histogram(
+            "topo_tune_sweep_duration_seconds", "Time of one expiry sweep and heartbeat flush", registry=r
+        )

@@ -1,0 +1,255 @@
+"""The node registry: who is registered, who is alive, who is drained.
+
+A node is ``ready`` while its agent heartbeats and ``lost`` once it has been silent longer than the
+expiry; it becomes ``ready`` again when it heartbeats or registers. Those transitions are committed to the
+database before anything acts on them. Heartbeats themselves are not state changes: they update memory
+and are written in batches (``flush``), so 5,000 agents at one heartbeat per 10 s cost one UPDATE batch per
+flush, not 500 commits per second.
+
+After a controller restart every known node gets a fresh expiry window: its agent needs time to notice
+and reconnect, and marking the whole fleet ``lost`` at start-up would be a lie.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from topo_tune.controller.db.database import Database
+from topo_tune.controller.db.models import EventRow, NodeRow
+from topo_tune.errors import NotFoundError
+
+logger = logging.getLogger(__name__)
+
+
+class NodeState(StrEnum):
+    READY = "ready"
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What an agent says about itself when it (re-)registers."""
+
+    node_name: str
+    rack: str
+    labels: Mapping[str, str]
+    topology: bytes
+    agent_version: str
+    backend: str
+    instance_id: str
+    applied_config_version: str
+    drained: bool
+
+
+@dataclass
+class _Liveness:
+    state: NodeState
+    last_seen: float  # monotonic clock
+    last_seen_at: datetime  # wall clock, for display and the database
+    activity: str = "idle"
+    applied_config_version: str = ""
+    dirty: bool = False
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """A node as admins see it: the stored row overlaid with live heartbeat data."""
+
+    name: str
+    rack: str
+    state: NodeState
+    labels: Mapping[str, str]
+    drained: bool
+    activity: str
+    agent_version: str
+    backend: str
+    applied_config_version: str
+    topology: bytes
+    registrations: int
+    registered_at: datetime
+    last_heartbeat_at: datetime
+
+
+@dataclass
+class NodeRegistry:
+    """Registered nodes, their liveness, and the transitions between ``ready`` and ``lost``."""
+
+    db: Database
+    expiry_s: float
+    clock: Callable[[], float]
+    wall_clock: Callable[[], datetime]
+    rack_of: Mapping[str, str] = field(default_factory=dict)
+    _live: dict[str, _Liveness] = field(default_factory=dict, init=False)
+
+    async def load(self) -> int:
+        """Read the registry from the database; every node starts a fresh expiry window."""
+
+        def read(session: Session) -> list[tuple[str, str, str]]:
+            rows = session.execute(sa.select(NodeRow.name, NodeRow.state, NodeRow.applied_config_version))
+            return [(r[0], r[1], r[2]) for r in rows]
+
+        now, wall = self.clock(), self.wall_clock()
+        for name, state, version in await self.db.run(read):
+            self._live[name] = _Liveness(NodeState(state), now, wall, applied_config_version=version)
+        return len(self._live)
+
+    def rack_for(self, registration: Registration) -> str:
+        # The operator's cluster.yaml is the source of truth; the agent's own --rack fills gaps.
+        return self.rack_of.get(registration.node_name, registration.rack)
+
+    async def register(self, registration: Registration) -> NodeView:
+        now, wall = self.clock(), self.wall_clock()
+        rack = self.rack_for(registration)
+
+        def upsert(session: Session) -> NodeView:
+            row = session.get(NodeRow, registration.node_name)
+            if row is None:
+                row = NodeRow(name=registration.node_name, registrations=0, registered_at=wall, state_changed_at=wall)
+                session.add(row)
+            if row.state != NodeState.READY:
+                row.state_changed_at = wall
+            row.state = NodeState.READY
+            row.rack = rack
+            row.labels = dict(registration.labels)
+            row.topology = registration.topology
+            row.agent_version = registration.agent_version
+            row.backend = registration.backend
+            row.instance_id = registration.instance_id
+            row.applied_config_version = registration.applied_config_version
+            row.drained = registration.drained
+            row.activity = "drained" if registration.drained else "idle"
+            row.registrations = (row.registrations or 0) + 1
+            row.registered_at = wall
+            row.last_heartbeat_at = wall
+            session.add(EventRow(node_name=row.name, kind="node.registered", message=f"rack {rack!r}", at=wall))
+            session.flush()
+            return _view(row, None)
+
+        view = await self.db.run(upsert)
+        self._live[registration.node_name] = _Liveness(
+            NodeState.READY,
+            now,
+            wall,
+            activity=view.activity,
+            applied_config_version=registration.applied_config_version,
+        )
+        logger.info("node registered", extra={"node": registration.node_name, "rack": rack})
+        return view
+
+    def heartbeat(self, name: str, *, activity: str, applied_config_version: str) -> bool:
+        """Record a heartbeat in memory. True when the node was ``lost`` and must be marked ready."""
+        live = self._live.get(name)
+        if live is None:
+            return False
+        live.last_seen, live.last_seen_at = self.clock(), self.wall_clock()
+        live.activity = activity
+        live.applied_config_version = applied_config_version
+        live.dirty = True
+        return live.state is NodeState.LOST
+
+    async def mark_ready(self, name: str) -> None:
+        await self._transition([name], NodeState.READY, "node.ready", "heartbeats resumed")
+
+    async def sweep(self) -> list[str]:
+        """Mark every node silent for longer than the expiry ``lost``; returns their names."""
+        now = self.clock()
+        expired = [
+            name
+            for name, live in self._live.items()
+            if live.state is NodeState.READY and now - live.last_seen > self.expiry_s
+        ]
+        if expired:
+            await self._transition(expired, NodeState.LOST, "node.lost", f"no heartbeat for {self.expiry_s:g} s")
+            for name in expired:
+                logger.warning("node lost", extra={"node": name})
+        return expired
+
+    async def _transition(self, names: list[str], state: NodeState, kind: str, message: str) -> None:
+        wall = self.wall_clock()
+
+        def write(session: Session) -> None:
+            session.execute(
+                sa.update(NodeRow).where(NodeRow.name.in_(names)).values(state=state.value, state_changed_at=wall)
+            )
+            session.add_all(EventRow(node_name=n, kind=kind, message=message, at=wall) for n in names)
+
+        await self.db.run(write)  # persist, then act
+        for name in names:
+            if name in self._live:
+                self._live[name].state = state
+
+    async def flush(self) -> int:
+        """Write the heartbeats seen since the last flush; returns how many nodes were written."""
+        dirty = {n: live for n, live in self._live.items() if live.dirty}
+        if not dirty:
+            return 0
+        params = [
+            {
+                "name": n,
+                "last_heartbeat_at": live.last_seen_at,
+                "activity": live.activity,
+                "applied_config_version": live.applied_config_version,
+            }
+            for n, live in dirty.items()
+        ]
+
+        def write(session: Session) -> None:
+            session.execute(sa.update(NodeRow), params)  # ORM bulk UPDATE by primary key: one executemany
+
+        await self.db.run(write)
+        for live in dirty.values():
+            live.dirty = False
+        return len(dirty)
+
+    def state_of(self, name: str) -> NodeState | None:
+        live = self._live.get(name)
+        return live.state if live else None
+
+    def counts(self) -> dict[NodeState, int]:
+        out = dict.fromkeys(NodeState, 0)
+        for live in self._live.values():
+            out[live.state] += 1
+        return out
+
+    async def list(self, *, rack: str = "") -> list[NodeView]:
+        def read(session: Session) -> list[NodeRow]:
+            query = sa.select(NodeRow).order_by(NodeRow.rack, NodeRow.name)
+            if rack:
+                query = query.where(NodeRow.rack == rack)
+            return list(session.scalars(query))
+
+        return [_view(row, self._live.get(row.name)) for row in await self.db.run(read)]
+
+    async def get(self, name: str) -> NodeView:
+        row = await self.db.run(lambda session: session.get(NodeRow, name))
+        if row is None:
+            raise NotFoundError(f"no node named {name!r}")
+        return _view(row, self._live.get(name))
+
+    def exists(self, name: str) -> bool:
+        return name in self._live
+
+
+def _view(row: NodeRow, live: _Liveness | None) -> NodeView:
+    return NodeView(
+        name=row.name,
+        rack=row.rack,
+        state=live.state if live else NodeState(row.state),
+        labels=dict(row.labels),
+        drained=row.drained,
+        activity=live.activity if live else row.activity,
+        agent_version=row.agent_version,
+        backend=row.backend,
+        applied_config_version=live.applied_config_version if live else row.applied_config_version,
+        topology=row.topology,
+        registrations=row.registrations,
+        registered_at=row.registered_at,
+        last_heartbeat_at=max(row.last_heartbeat_at, live.last_seen_at) if live else row.last_heartbeat_at,
+    )

@@ -1,0 +1,193 @@
+"""Wiring and lifecycle of the controller daemon: start, serve, shut down gracefully.
+
+Start-up: migrate the database, load the node registry, register the periodic jobs, start the gRPC
+server (agent + admin + health services, bearer-token interceptor, optional TLS), the optional plaintext
+health port and the Prometheus endpoint. Shutdown (SIGTERM): health goes ``NOT_SERVING`` first so load
+balancers stop sending, sessions are closed so agents reconnect elsewhere, in-flight RPCs get a grace
+period, the last heartbeats are flushed, the database is closed.
+
+Periodic jobs run in APScheduler 3.x (in-memory job store; the schedules come from settings, so they are
+simply registered again at each start-up).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import grpc
+import grpc.aio
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import start_http_server
+
+from topo_tune.auth import BearerTokenInterceptor, server_credentials
+from topo_tune.controller.admin_service import AdminServicer
+from topo_tune.controller.agent_service import AgentServicer
+from topo_tune.controller.commands import CommandBook
+from topo_tune.controller.db.database import Database
+from topo_tune.controller.metrics import ControllerMetrics
+from topo_tune.controller.nodes import NodeRegistry
+from topo_tune.controller.sessions import SessionHub
+from topo_tune.controller.settings import ControllerSettings
+from topo_tune.errors import ConfigError
+from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2, agent_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAMES = (
+    agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
+    admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+)
+
+
+def _wall_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+class Controller:
+    """One controller process's services and state."""
+
+    def __init__(self, settings: ControllerSettings) -> None:
+        if not settings.token:
+            raise ConfigError("--token-file", "the controller needs a token: --token-file FILE or TOPO_TUNE_TOKEN")
+        self.settings = settings
+        self.controller_id = settings.controller_id or uuid.uuid4().hex[:12]
+        self.metrics = ControllerMetrics()
+        self.db = Database(settings.database_url)
+        self.registry = NodeRegistry(
+            db=self.db,
+            expiry_s=settings.heartbeat_expiry_s,
+            clock=time.monotonic,
+            wall_clock=_wall_clock,
+            rack_of=dict(settings.rack_of),
+        )
+        self.commands = CommandBook(db=self.db, wall_clock=_wall_clock)
+        self.hub = SessionHub(
+            registry=self.registry,
+            commands=self.commands,
+            metrics=self.metrics,
+            heartbeat_interval_ms=int(settings.heartbeat_interval_s * 1000),
+            controller_id=self.controller_id,
+        )
+        self.health = health.aio.HealthServicer()
+        self.port = 0
+        self.health_port = 0
+        self.metrics_port = 0
+        self._server: grpc.aio.Server | None = None
+        self._health_server: grpc.aio.Server | None = None
+        self._metrics_server: Any = None
+        self._scheduler: AsyncIOScheduler | None = None
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self.db.migrate)
+        known = await self.registry.load()
+        logger.info("database ready", extra={"nodes": known, "url": self.db.url.render_as_string()})
+        options = [
+            ("grpc.max_receive_message_length", self.settings.max_message_bytes),
+            ("grpc.max_send_message_length", self.settings.max_message_bytes),
+            # Agents ping every 30 s to keep NATs and load balancers from dropping idle streams.
+            ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+            ("grpc.keepalive_permit_without_calls", 1),
+        ]
+        server = grpc.aio.server(interceptors=[BearerTokenInterceptor(self.settings.token)], options=options)
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(self.hub), server)
+        admin_pb2_grpc.add_AdminServiceServicer_to_server(
+            AdminServicer(registry=self.registry, commands=self.commands, hub=self.hub), server
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        self.port = self._bind(server, self.settings.listen, secure=self.settings.tls is not None)
+        if self.settings.health_listen:
+            self._health_server = grpc.aio.server()
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, self._health_server)
+            self.health_port = self._bind(self._health_server, self.settings.health_listen, secure=False)
+            await self._health_server.start()
+        await server.start()
+        self._server = server
+        for name in (*SERVICE_NAMES, ""):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if self.settings.metrics_listen:
+            host, _, port = self.settings.metrics_listen.rpartition(":")
+            self._metrics_server, _thread = start_http_server(
+                int(port), addr=host.strip("[]"), registry=self.metrics.registry
+            )
+            self.metrics_port = self._metrics_server.server_port
+        self._start_jobs()
+        logger.info("controller serving", extra={"port": self.port, "controller": self.controller_id})
+
+    def _bind(self, server: grpc.aio.Server, address: str, *, secure: bool) -> int:
+        try:
+            if secure and self.settings.tls is not None:
+                port = server.add_secure_port(address, server_credentials(self.settings.tls))
+            else:
+                port = server.add_insecure_port(address)
+        except RuntimeError as error:
+            raise ConfigError("--listen", f"cannot listen on {address}: {error}") from None
+        if port == 0:
+            raise ConfigError("--listen", f"cannot listen on {address}")
+        return port
+
+    def _start_jobs(self) -> None:
+        scheduler = AsyncIOScheduler(timezone=UTC)
+        sweep_every = max(0.05, min(1.0, self.settings.heartbeat_expiry_s / 4))
+        flush_every = max(0.1, min(5.0, self.settings.heartbeat_interval_s))
+        scheduler.add_job(
+            self.sweep,
+            "interval",
+            seconds=sweep_every,
+            id="expiry-sweep",
+            replace_existing=True,
+            max_instances=1,
+            coalesce=True,
+        )
+        scheduler.add_job(
+            self.registry.flush,
+            "interval",
+            seconds=flush_every,
+            id="heartbeat-flush",
+            replace_existing=True,
+            max_instances=1,
+            coalesce=True,
+        )
+        scheduler.start()
+        self._scheduler = scheduler
+
+    async def sweep(self) -> None:
+        with self.metrics.db_seconds.time():
+            await self.registry.sweep()
+        for state, count in self.registry.counts().items():
+            self.metrics.nodes.labels(state=state.value).set(count)
+
+    async def stop(self) -> None:
+        """Graceful shutdown: NOT_SERVING, close sessions, drain RPCs, flush, close the database."""
+        await self.health.enter_graceful_shutdown()
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
+            self._scheduler = None
+        self.hub.close_all("controller shutting down")
+        if self._server is not None:
+            await self._server.stop(self.settings.shutdown_grace_s)
+            self._server = None
+        if self._health_server is not None:
+            await self._health_server.stop(0)
+            self._health_server = None
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server = None
+        try:
+            await self.registry.flush()
+        finally:
+            await asyncio.to_thread(self.db.close)
+        logger.info("controller stopped", extra={"controller": self.controller_id})
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Start, run until ``stop`` is set, then shut down gracefully."""
+        await self.start()
+        try:
+            await stop.wait()
+        finally:
+            await self.stop()

@@ -1,0 +1,171 @@
+"""Live agent sessions: one per node, each with an outgoing queue, and what each agent message does.
+
+The gRPC servicer owns the stream; this module owns the meaning. On registration the node is stored
+``ready``, the session replaces any older session of the same node (a reconnect can overtake the old
+stream's teardown), and every command that is not final is re-sent. Heartbeats answer with their sequence
+number; acknowledgements and results move commands along (``commands.py``); a result is acknowledged to
+the agent only after it is committed, so an agent never drops a result the controller has not stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from topo_tune.controller import validation
+from topo_tune.controller.commands import CommandBook, CommandRecord
+from topo_tune.controller.metrics import ControllerMetrics
+from topo_tune.controller.nodes import NodeRegistry, Registration
+from topo_tune.errors import ValidationError
+from topo_tune.v1 import agent_pb2
+
+logger = logging.getLogger(__name__)
+
+ACTIVITY_NAMES = {
+    agent_pb2.AGENT_ACTIVITY_UNSPECIFIED: "idle",
+    agent_pb2.AGENT_ACTIVITY_IDLE: "idle",
+    agent_pb2.AGENT_ACTIVITY_BUSY: "busy",
+    agent_pb2.AGENT_ACTIVITY_DRAINED: "drained",
+}
+BACKEND_NAMES = {
+    agent_pb2.BACKEND_NCCL: "nccl",
+    agent_pb2.BACKEND_GLOO: "gloo",
+    agent_pb2.BACKEND_SIM: "sim",
+}
+
+
+class SessionClosed(Exception):
+    """Raised into a stream whose session was superseded or shut down."""
+
+
+@dataclass(eq=False)
+class AgentSession:
+    node_name: str
+    instance_id: str
+    outgoing: asyncio.Queue[agent_pb2.ControllerMessage | None] = field(default_factory=asyncio.Queue)
+    close_reason: str = ""
+
+    def send(self, message: agent_pb2.ControllerMessage) -> None:
+        self.outgoing.put_nowait(message)
+
+    def close(self, reason: str) -> None:
+        self.close_reason = reason
+        self.outgoing.put_nowait(None)
+
+
+@dataclass
+class SessionHub:
+    registry: NodeRegistry
+    commands: CommandBook
+    metrics: ControllerMetrics
+    heartbeat_interval_ms: int
+    controller_id: str
+    _sessions: dict[str, AgentSession] = field(default_factory=dict, init=False)
+    _locks: dict[str, asyncio.Lock] = field(default_factory=dict, init=False)
+
+    def _lock(self, node_name: str) -> asyncio.Lock:
+        return self._locks.setdefault(node_name, asyncio.Lock())
+
+    async def open(self, register: agent_pb2.Register) -> tuple[AgentSession, agent_pb2.ControllerMessage]:
+        """Register the node and open its session; returns the session and the ``Registered`` reply."""
+        validation.register(register)
+        registration = Registration(
+            node_name=register.node_name,
+            rack=register.rack,
+            labels=dict(register.labels),
+            topology=register.topology.SerializeToString(),
+            agent_version=register.agent_version,
+            backend=BACKEND_NAMES[register.backend],
+            instance_id=register.instance_id,
+            applied_config_version=register.applied_config_version,
+            drained=register.drained,
+        )
+        view = await self.registry.register(registration)
+        session = AgentSession(register.node_name, register.instance_id)
+        previous = self._sessions.get(register.node_name)
+        if previous is not None:
+            previous.close("superseded by a newer session of this node")
+        self._sessions[register.node_name] = session
+        self.metrics.sessions.set(len(self._sessions))
+        self.metrics.registrations.inc()
+        reply = agent_pb2.ControllerMessage(
+            registered=agent_pb2.Registered(
+                node_name=view.name,
+                rack=view.rack,
+                heartbeat_interval_ms=self.heartbeat_interval_ms,
+                controller_id=self.controller_id,
+            )
+        )
+        return session, reply
+
+    async def resend_outstanding(self, session: AgentSession) -> int:
+        async with self._lock(session.node_name):
+            records = await self.commands.outstanding(session.node_name)
+            await self._deliver(session, records)
+        return len(records)
+
+    async def deliver_new(self, record: CommandRecord) -> bool:
+        """Send a freshly stored command if its node is connected. False: it waits for a reconnect."""
+        session = self._sessions.get(record.node_name)
+        if session is None:
+            return False
+        async with self._lock(record.node_name):
+            await self._deliver(session, [record])
+        return True
+
+    async def _deliver(self, session: AgentSession, records: list[CommandRecord]) -> None:
+        if not records:
+            return
+        await self.commands.mark_sent([r.id for r in records])  # persist, then send
+        for record in records:
+            session.send(agent_pb2.ControllerMessage(command=record.body))
+        self.metrics.commands_sent.inc(len(records))
+
+    async def handle(self, session: AgentSession, message: agent_pb2.AgentMessage) -> None:
+        """Act on one message from an agent. Raises ``ValidationError`` for a malformed one."""
+        kind = message.WhichOneof("kind")
+        if kind == "heartbeat":
+            heartbeat = validation.heartbeat(message.heartbeat)
+            self.metrics.heartbeats.inc()
+            was_lost = self.registry.heartbeat(
+                session.node_name,
+                activity=ACTIVITY_NAMES[heartbeat.activity],
+                applied_config_version=heartbeat.applied_config_version,
+            )
+            if was_lost:
+                await self.registry.mark_ready(session.node_name)
+            session.send(agent_pb2.ControllerMessage(heartbeat_ack=agent_pb2.HeartbeatAck(seq=heartbeat.seq)))
+        elif kind == "ack":
+            command_id = validation.command_id(message.ack.command_id, "ack.command_id")
+            if not await self.commands.acked(session.node_name, command_id):
+                logger.warning("ack for an unknown command", extra={"node": session.node_name, "command": command_id})
+        elif kind == "result":
+            result = validation.result(message.result)
+            finished = await self.commands.finish(session.node_name, result)
+            if not finished.known:
+                logger.warning(
+                    "result for an unknown command",
+                    extra={"node": session.node_name, "command": result.command_id},
+                )
+            # Acknowledge even unknown results: the agent would otherwise re-send them forever.
+            session.send(agent_pb2.ControllerMessage(result_ack=agent_pb2.ResultAck(command_id=result.command_id)))
+        elif kind == "event":
+            event = validation.event(message.event)
+            logger.info("agent event %s: %s", event.kind, event.message, extra={"node": session.node_name})
+        elif kind == "register":
+            raise ValidationError("register", "sent twice in one session")
+        else:
+            raise ValidationError("kind", "message carries none of heartbeat, ack, result, event")
+
+    def close(self, session: AgentSession) -> None:
+        if self._sessions.get(session.node_name) is session:
+            del self._sessions[session.node_name]
+        self.metrics.sessions.set(len(self._sessions))
+
+    def close_all(self, reason: str) -> None:
+        for session in list(self._sessions.values()):
+            session.close(reason)
+
+    def connected(self, node_name: str) -> bool:
+        return node_name in self._sessions

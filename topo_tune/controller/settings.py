@@ -1,0 +1,32 @@
+"""The controller's settings: built once by the CLI from cluster.yaml, flags and environment."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from topo_tune.auth import TlsFiles
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    listen: str = "127.0.0.1:50051"
+    """HOST:PORT for both gRPC services; port 0 picks a free port (tests)."""
+    database_url: str = "sqlite:///topo-tune.db"
+    token: str = ""
+    """The shared bearer token every agent and admin must present."""
+    tls: TlsFiles | None = None
+    """Server certificate and key; with ``ca`` set, clients must present certificates (mTLS)."""
+    metrics_listen: str | None = None
+    """HOST:PORT for Prometheus' /metrics; None: off."""
+    health_listen: str | None = None
+    """A plaintext gRPC port serving only the health service (kubelet probes cannot do mTLS)."""
+    heartbeat_interval_s: float = 10.0
+    heartbeat_expiry_s: float = 30.0
+    """Silence after which a node is ``lost``: three missed heartbeats by default."""
+    rack_of: Mapping[str, str] = field(default_factory=dict)
+    """Node → rack from cluster.yaml; it wins over what an agent says."""
+    shutdown_grace_s: float = 5.0
+    """How long in-flight RPCs may finish after SIGTERM."""
+    max_message_bytes: int = 16 * 1024 * 1024
+    controller_id: str = ""

@@ -1,0 +1,137 @@
+"""Checks on what agents and admins send, before anything is stored or acted on.
+
+Protobuf parses whatever is well-formed on the wire: strings of any length, unknown enum numbers, missing
+oneofs. These functions turn such messages into ``ValidationError`` naming the field
+(``register.labels["k"]: value longer than 256 characters``), which the servicers map to
+``INVALID_ARGUMENT``. They never touch the database.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from google.protobuf.message import Message
+
+from topo_tune.errors import ValidationError
+from topo_tune.v1 import admin_pb2, agent_pb2
+
+NODE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9\-_.]{0,251}[A-Za-z0-9])?$")
+COMMAND_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+MAX_LABELS = 64
+MAX_LABEL_KEY = 317  # a 253-character prefix, "/", a 63-character name, as Kubernetes allows
+MAX_LABEL_VALUE = 256
+MAX_TOPOLOGY_BYTES = 1 << 20
+MAX_GPUS = 1024
+MAX_NICS = 512
+MAX_TEXT = 64 * 1024
+MAX_SHORT = 128
+
+TERMINAL_STATUSES = frozenset(
+    {
+        agent_pb2.COMMAND_STATUS_SUCCEEDED,
+        agent_pb2.COMMAND_STATUS_FAILED,
+        agent_pb2.COMMAND_STATUS_TIMED_OUT,
+        agent_pb2.COMMAND_STATUS_REJECTED,
+    }
+)
+
+
+def node_name(value: str, field: str) -> str:
+    if not value:
+        raise ValidationError(field, "required")
+    if len(value) > 253 or not NODE_NAME.match(value):
+        raise ValidationError(field, f"not a valid node name (RFC 1123, at most 253 characters): {value[:80]!r}")
+    return value
+
+
+def command_id(value: str, field: str) -> str:
+    if not value:
+        raise ValidationError(field, "required")
+    if not COMMAND_ID.match(value):
+        raise ValidationError(field, f"not a valid command id (letters, digits, '_.-', at most 64): {value[:80]!r}")
+    return value
+
+
+def short_text(value: str, field: str, *, limit: int = MAX_SHORT) -> str:
+    if len(value) > limit:
+        raise ValidationError(field, f"longer than {limit} characters")
+    return value
+
+
+def enum_value(message: Message, field: str, where: str, *, allow_unspecified: bool = False) -> int:
+    descriptor = message.DESCRIPTOR.fields_by_name[field].enum_type
+    value: int = getattr(message, field)
+    if descriptor is None:  # pragma: no cover - programming error
+        raise TypeError(f"{field} is not an enum field")
+    if descriptor.values_by_number.get(value) is None:
+        raise ValidationError(f"{where}.{field}", f"unknown {descriptor.name} value {value}")
+    if value == 0 and not allow_unspecified:
+        raise ValidationError(f"{where}.{field}", f"{descriptor.name} must be set")
+    return value
+
+
+def labels(values: Mapping[str, str], field: str) -> dict[str, str]:
+    if len(values) > MAX_LABELS:
+        raise ValidationError(field, f"{len(values)} labels, at most {MAX_LABELS} allowed")
+    for key, value in values.items():
+        if not key or len(key) > MAX_LABEL_KEY:
+            raise ValidationError(f"{field}[{key[:40]!r}]", f"key must be 1 to {MAX_LABEL_KEY} characters")
+        if len(value) > MAX_LABEL_VALUE:
+            raise ValidationError(f"{field}[{key!r}]", f"value longer than {MAX_LABEL_VALUE} characters")
+    return dict(values)
+
+
+def register(message: agent_pb2.Register) -> agent_pb2.Register:
+    node_name(message.node_name, "register.node_name")
+    if message.rack:
+        node_name(message.rack, "register.rack")
+    labels(message.labels, "register.labels")
+    short_text(message.agent_version, "register.agent_version", limit=64)
+    short_text(message.instance_id, "register.instance_id", limit=64)
+    short_text(message.applied_config_version, "register.applied_config_version")
+    enum_value(message, "backend", "register")
+    topology = message.topology
+    if topology.ByteSize() > MAX_TOPOLOGY_BYTES:
+        raise ValidationError("register.topology", f"larger than {MAX_TOPOLOGY_BYTES} bytes")
+    if len(topology.gpus) > MAX_GPUS:
+        raise ValidationError("register.topology.gpus", f"{len(topology.gpus)} GPUs, at most {MAX_GPUS}")
+    if len(topology.nics) > MAX_NICS:
+        raise ValidationError("register.topology.nics", f"{len(topology.nics)} NICs, at most {MAX_NICS}")
+    return message
+
+
+def heartbeat(message: agent_pb2.Heartbeat) -> agent_pb2.Heartbeat:
+    enum_value(message, "activity", "heartbeat", allow_unspecified=True)
+    short_text(message.applied_config_version, "heartbeat.applied_config_version")
+    if len(message.running_command_ids) > 64:
+        raise ValidationError("heartbeat.running_command_ids", "more than 64 entries")
+    return message
+
+
+def result(message: agent_pb2.CommandResult) -> agent_pb2.CommandResult:
+    command_id(message.command_id, "result.command_id")
+    status = enum_value(message, "status", "result")
+    if status not in TERMINAL_STATUSES:
+        raise ValidationError("result.status", "a result must carry a final status")
+    short_text(message.message, "result.message", limit=MAX_TEXT)
+    return message
+
+
+def event(message: agent_pb2.AgentEvent) -> agent_pb2.AgentEvent:
+    if not message.kind:
+        raise ValidationError("event.kind", "required")
+    short_text(message.kind, "event.kind", limit=64)
+    short_text(message.message, "event.message", limit=MAX_TEXT)
+    if message.command_id:
+        command_id(message.command_id, "event.command_id")
+    return message
+
+
+def send_command(request: admin_pb2.SendCommandRequest) -> admin_pb2.SendCommandRequest:
+    node_name(request.node_name, "node_name")
+    if request.command_id:
+        command_id(request.command_id, "command_id")
+    if request.WhichOneof("body") is None:
+        raise ValidationError("body", "one of rediscover, drain is required")
+    return request

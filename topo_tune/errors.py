@@ -1,0 +1,62 @@
+"""The exception tree of topo-tune, documented in one place.
+
+    TopoTuneError                 base of everything topo-tune raises on purpose
+    ├── ConfigError               bad cluster.yaml, settings or CLI value; carries the field path
+    ├── ValidationError           a wire message or request that breaks the contract; carries the field path
+    ├── NotFoundError             a node, command or other object that does not exist
+    ├── ConflictError             the request contradicts current state (e.g. same command id, other body)
+    ├── StorageError              the database failed after retries
+    └── ControllerError           talking to the controller failed (client side)
+        ├── ControllerUnavailable the controller cannot be reached
+        └── Unauthenticated       the controller refused the token
+
+Servicers map these to gRPC status codes (``ValidationError`` → INVALID_ARGUMENT, ``NotFoundError`` →
+NOT_FOUND, ``ConflictError`` → ALREADY_EXISTS / FAILED_PRECONDITION); clients map status codes back.
+"""
+
+from __future__ import annotations
+
+
+class TopoTuneError(Exception):
+    """Base class of every error topo-tune raises on purpose."""
+
+
+class FieldError(TopoTuneError):
+    """An error about one field of an input; ``str()`` is ``"<field>: <reason>"``."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}" if field else reason)
+
+
+class ConfigError(FieldError):
+    """A configuration file, setting or command-line value is invalid."""
+
+
+class ValidationError(FieldError):
+    """A wire message or request breaks the contract."""
+
+
+class NotFoundError(TopoTuneError):
+    """The named object does not exist."""
+
+
+class ConflictError(TopoTuneError):
+    """The request contradicts the current state."""
+
+
+class StorageError(TopoTuneError):
+    """The database failed, after retries."""
+
+
+class ControllerError(TopoTuneError):
+    """A call to the controller failed."""
+
+
+class ControllerUnavailable(ControllerError):
+    """The controller cannot be reached."""
+
+
+class Unauthenticated(ControllerError):
+    """The controller refused the bearer token (missing or wrong)."""
