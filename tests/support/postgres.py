@@ -84,6 +84,13 @@ class PostgresServer:
         """Restart the server: every open connection breaks."""
         self._pg_ctl("restart")
 
+    def halt(self) -> None:
+        """Stop the server but keep its data (``resume`` starts it again)."""
+        self._pg_ctl("stop")
+
+    def resume(self) -> None:
+        self._pg_ctl("start")
+
     def stop(self) -> None:
         if self._data is None:
             return

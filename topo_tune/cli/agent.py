@@ -9,7 +9,6 @@ from pathlib import Path
 
 import click
 
-from topo_tune.agent.daemon import Agent
 from topo_tune.agent.settings import AgentSettings
 from topo_tune.cli.connection import client_tls, client_tls_options, resolve_token, token_options
 
@@ -108,6 +107,8 @@ def run(
 
 
 async def _run(settings: AgentSettings) -> None:
+    from topo_tune.agent.daemon import Agent  # noqa: PLC0415 - keeps the other commands' start-up fast
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -11,7 +11,6 @@ import click
 from topo_tune.auth import TlsFiles
 from topo_tune.cli.connection import resolve_token, token_options
 from topo_tune.cluster_config import ClusterConfig, load_cluster_config, parse_cluster_config
-from topo_tune.controller.server import Controller
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.errors import ConfigError
 
@@ -95,6 +94,9 @@ def serve(
 
 
 async def _serve(settings: ControllerSettings) -> None:
+    # Imported here so that `topo-tune admin …` does not pay for SQLAlchemy, Alembic and APScheduler.
+    from topo_tune.controller.server import Controller  # noqa: PLC0415
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -177,6 +177,7 @@ class Controller:
             self._health_server = None
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
+            self._metrics_server.server_close()
             self._metrics_server = None
         try:
             await self.registry.flush()

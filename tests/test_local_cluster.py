@@ -1,0 +1,145 @@
+"""End to end with real processes: a controller and three agents on loopback, driven through the CLI."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.processes import LocalCluster, cli_env, free_port, run_cli
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.slow
+
+AGENTS = ("node-1", "node-2", "node-3")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, database_url: str) -> Iterator[LocalCluster]:
+    local = LocalCluster(workdir=tmp_path, database_url=database_url)
+    try:
+        yield local
+    finally:
+        local.stop()
+        logs = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in tmp_path.glob("*.log"))
+        print(logs)
+
+
+def nodes_json(cluster: LocalCluster) -> dict[str, dict[str, object]]:
+    result = cluster.admin("nodes", "--output", "json")
+    assert result.returncode == 0, result.stderr
+    return {node["name"]: node for node in json.loads(result.stdout)}
+
+
+def states(cluster: LocalCluster) -> dict[str, str]:
+    return {name: str(node["state"]) for name, node in nodes_json(cluster).items()}
+
+
+def commands_json(cluster: LocalCluster) -> dict[str, dict[str, object]]:
+    result = cluster.admin("commands", "--output", "json")
+    assert result.returncode == 0, result.stderr
+    return {c["command_id"]: c for c in json.loads(result.stdout)}
+
+
+def all_ready(cluster: LocalCluster) -> bool:
+    return states(cluster) == dict.fromkeys(AGENTS, "NODE_STATE_READY")
+
+
+def test_lost_agents_and_a_controller_restart(cluster: LocalCluster) -> None:
+    cluster.start_controller()
+    for name in AGENTS:
+        cluster.start_agent(name, rack="rack-a" if name != "node-3" else "rack-b")
+    wait_until(lambda: all_ready(cluster), what="three ready nodes")
+
+    for name in AGENTS:
+        sent = cluster.admin("rediscover", name, "--id", f"before-{name}", "-o", "json")
+        assert sent.returncode == 0, sent.stderr
+    wait_until(
+        lambda: all(c["status"] == "COMMAND_STATUS_SUCCEEDED" for c in commands_json(cluster).values()),
+        what="three rediscoveries",
+    )
+
+    # SIGKILL one agent: the node is lost within the configured expiry.
+    cluster.agents["node-2"].kill()
+    killed_at = time.monotonic()
+    wait_until(lambda: states(cluster)["node-2"] == "NODE_STATE_LOST", what="node-2 lost", timeout=15)
+    lost_after = time.monotonic() - killed_at
+    assert lost_after < cluster.heartbeat_expiry + 2.0, f"lost only after {lost_after:.1f} s"
+    assert states(cluster)["node-1"] == "NODE_STATE_READY"
+
+    # A command for the dead node waits; one for a live node runs.
+    assert cluster.admin("rediscover", "node-2", "--id", "while-lost").returncode == 0
+
+    # Restart the controller (SIGKILL, then a new process on the same port and database).
+    assert cluster.controller is not None
+    cluster.controller.kill()
+    cluster.start_controller()
+    wait_until(
+        lambda: (
+            [(n["name"], n["state"], n["registrations"]) for n in nodes_json(cluster).values() if n["name"] != "node-2"]
+            == [("node-1", "NODE_STATE_READY", 2), ("node-3", "NODE_STATE_READY", 2)]
+        ),
+        what="the live agents to re-register by themselves",
+    )
+    nodes = nodes_json(cluster)
+    assert sorted(nodes) == list(AGENTS), "no node lost or duplicated"
+    assert nodes["node-1"]["registrations"] == 2
+    assert nodes["node-3"]["rack"] == "rack-b"
+    commands_json_after_restart = commands_json(cluster)
+    assert sorted(commands_json_after_restart) == sorted([*(f"before-{n}" for n in AGENTS), "while-lost"])
+    for name in AGENTS:
+        before = commands_json_after_restart[f"before-{name}"]
+        assert (before["status"], before["deliveries"]) == ("COMMAND_STATUS_SUCCEEDED", 1)
+    assert commands_json_after_restart["while-lost"]["status"] == "COMMAND_STATUS_PENDING"
+
+    # The killed agent comes back: it re-registers and runs its waiting command, once.
+    cluster.start_agent("node-2", rack="rack-a")
+    wait_until(lambda: all_ready(cluster), what="node-2 back")
+    wait_until(
+        lambda: commands_json(cluster)["while-lost"]["status"] == "COMMAND_STATUS_SUCCEEDED",
+        what="the waiting command",
+    )
+    final = commands_json(cluster)
+    assert final["while-lost"]["deliveries"] == 1
+    assert len(final) == 4
+    assert cluster.agents["node-2"].output().count("executing command while-lost") == 1
+
+
+def test_sigterm_stops_the_controller_cleanly(cluster: LocalCluster) -> None:
+    controller = cluster.start_controller()
+    cluster.start_agent("node-1")
+    wait_until(lambda: states(cluster) == {"node-1": "NODE_STATE_READY"}, what="node-1 ready")
+    assert controller.terminate(timeout=20) == 0
+    assert "controller stopped" in controller.output()
+    # The agent keeps running and comes back by itself when a controller returns.
+    assert cluster.agents["node-1"].alive()
+    cluster.start_controller()
+    wait_until(lambda: nodes_json(cluster)["node-1"]["registrations"] == 2, what="re-registration")
+
+
+def test_cli_errors_are_one_clear_line() -> None:
+    unreachable = run_cli("admin", "nodes", "--controller", f"127.0.0.1:{free_port()}")
+    assert unreachable.returncode == 1
+    assert unreachable.stderr.startswith("topo-tune: error: controller 127.0.0.1:")
+    assert "is unreachable" in unreachable.stderr
+    assert unreachable.stderr.count("\n") == 1
+
+    no_token = run_cli("admin", "nodes", env={k: v for k, v in cli_env().items() if k != "TOPO_TUNE_TOKEN"})
+    assert no_token.returncode == 1
+    assert "no token: pass --token-file FILE or set TOPO_TUNE_TOKEN" in no_token.stderr
+
+    bad_yaml = run_cli("config", "validate", "/nonexistent.yaml")
+    assert bad_yaml.returncode == 1
+    assert bad_yaml.stderr.strip() == "topo-tune: error: cannot read /nonexistent.yaml: No such file or directory"
+
+
+def test_wrong_token_is_reported_by_the_cli(cluster: LocalCluster) -> None:
+    cluster.start_controller()
+    refused = run_cli("admin", "nodes", "--controller", cluster.address, env=cli_env(TOPO_TUNE_TOKEN="not-the-token"))
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        f"topo-tune: error: controller {cluster.address} refused the token: missing or invalid bearer token"
+    )
