@@ -69,6 +69,7 @@ STRUCTS: dict[int, type[ctypes.Structure]] = {
 class LogRecord:
     level: int
     flags: int
+    file: str
     message: str
 
 
@@ -175,7 +176,7 @@ class TunerLibrary:
         # The parameter list is NCCL's logger signature, fixed by the C ABI.
         def log(level: int, flags: int, file: bytes, line: int, fmt: bytes, message: bytes) -> None:  # noqa: PLR0917
             assert fmt == b"%s"
-            records.append(LogRecord(level=level, flags=flags, message=message.decode()))
+            records.append(LogRecord(level=level, flags=flags, file=file.decode(), message=message.decode()))
 
         logger = Logger(log)
         comm = Communicator(version=version, plugin=plugin, logger=logger, records=records)

@@ -115,7 +115,8 @@ static void ttLog(ncclDebugLogger_t log, ncclDebugLogLevel level, unsigned long 
   va_start(args, fmt);
   vsnprintf(message + offset, sizeof(message) - (size_t)offset, fmt, args);
   va_end(args);
-  log(level, flags, __FILE__, line, "%s", message);
+  /* The bare file name: __FILE__ would be the temporary directory the library was built in. */
+  log(level, flags, "topotune_tuner.c", line, "%s", message);
 }
 
 static char* trim(char* text) {
@@ -321,8 +322,8 @@ static void bindTable(ttContext* ctx, const char* path) {
     return;
   }
   ttLog(ctx->log, NCCL_LOG_INFO, NCCL_INIT | NCCL_TUNING, __LINE__,
-        "bound %d of %d rows from %s (fnv1a64 %016llx) for nNodes=%zu nRanks=%zu; %d rows are for other "
-        "communicators, %d malformed lines skipped",
+        "bound %d of %d rows from %s (fnv1a64 %016llx) for nNodes=%zu nRanks=%zu; skipped %d rows for other "
+        "communicators and %d malformed lines",
         ctx->nRows, nData, path, (unsigned long long)hash, ctx->nNodes, ctx->nRanks, nOtherCommunicators,
         nMalformed);
   for (int i = 0; i < ctx->nRows; i++) {
