@@ -339,3 +339,22 @@ def test_applied_rows_are_logged_once_per_communicator(tuner: TunerLibrary, tabl
     assert {r.file for r in comm.records} == {"topotune_tuner.c"}
     assert all(r.flags & 0x40 for r in comm.records), "every message belongs to NCCL's TUNING subsystem"
     assert sum("row at line 2 applied" in m for m in comm.messages(min_level=5)) == 5
+
+
+def test_long_lines_and_overflowing_numbers(tuner: TunerLibrary, table_file: Path) -> None:
+    table_file.write_text(
+        "# " + "x" * 10000 + "\n"  # a comment far longer than any fixed line buffer
+        "allreduce,0,99999999999999999999999,ring,simple,4,-1,-1\n"  # beyond 64 bits
+        "allreduce,0,1024,ring,simple,4,-1,99999999999\n"  # nRanks beyond int
+        "allreduce," + "1" * 5000 + ",1024,ring,simple,4,-1,-1\n"
+        "allreduce,0,1024,ring,ll,3,-1,-1\n"
+    )
+    comm = tuner.init(5, n_ranks=8, n_nodes=1)
+    warnings = [r.message for r in comm.records if r.level == LOG_WARN]
+
+    assert [w.split(": ")[1].rsplit(":", 1)[1] for w in warnings] == ["2", "3", "4"]
+    assert "max_bytes '99999999999999999999999'" in warnings[0]
+    assert "nRanks '99999999999'" in warnings[1]
+    table = nccl_like_table()
+    assert comm.coll_info(ALLREDUCE, 100, table) == 3
+    assert table.nccl_choice() == (RING, LL)
