@@ -39,9 +39,7 @@ allreduce,0,17179869184,tree,ll,4,1,8
 allgather,0,17179869184,nvls,simple,4,-1,-1
 allreduce,0,1k,ring,simple,4,-1,-1
 """
-NCCL_CHOICE = re.compile(
-    r"AllReduce: (\d+) Bytes -> Algo (\w+) proto (\w+) channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\}"
-)
+NCCL_CHOICE = re.compile(r"AllReduce: (\d+) Bytes -> Algo (\w+) proto (\w+) channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\}")
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
@@ -99,12 +97,7 @@ def run_scenario(name: str, *, world: int, extra_env: dict[str, str], host_ids: 
 
 def summarize(lines: list[str]) -> None:
     for line in lines:
-        if (
-            "TUNER/" in line
-            or line.startswith("PROBE")
-            or "Duplicate GPU" in line
-            or NCCL_CHOICE.search(line)
-        ):
+        if "TUNER/" in line or line.startswith("PROBE") or "Duplicate GPU" in line or NCCL_CHOICE.search(line):
             print("   ", line.split("NCCL INFO ", 1)[-1].split("NCCL WARN ", 1)[-1][:220])
 
 

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nccl_tuner_harness import TunerLibrary
 
+from tests.plugin.nccl_tuner_harness import TunerLibrary
 from topo_tune.plugin import build_plugin
 
 

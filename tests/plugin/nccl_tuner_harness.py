@@ -43,9 +43,7 @@ _COLL_INFO_HEAD = (
 )
 _COLL_INFO_COUNTS = (ctypes.c_int, ctypes.c_int)
 _CollInfoV3 = ctypes.CFUNCTYPE(*_COLL_INFO_HEAD, *_COLL_INFO_COUNTS, ctypes.POINTER(ctypes.c_int))
-_CollInfoV4 = ctypes.CFUNCTYPE(
-    *_COLL_INFO_HEAD, *_COLL_INFO_COUNTS, ctypes.c_int, ctypes.POINTER(ctypes.c_int)
-)
+_CollInfoV4 = ctypes.CFUNCTYPE(*_COLL_INFO_HEAD, *_COLL_INFO_COUNTS, ctypes.c_int, ctypes.POINTER(ctypes.c_int))
 _Finalize = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 
 
@@ -76,9 +74,7 @@ class LogRecord:
 class CostTable:
     """NCCL's cost table for one call: float[num_algo][num_proto], -1 where NCCL ruled a combination out."""
 
-    def __init__(
-        self, num_algo: int = 7, num_proto: int = 3, ignored: frozenset[tuple[int, int]] = frozenset()
-    ):
+    def __init__(self, num_algo: int = 7, num_proto: int = 3, ignored: frozenset[tuple[int, int]] = frozenset()):
         self.num_algo = num_algo
         self.num_proto = num_proto
         self.cells = (ctypes.c_float * (num_algo * num_proto))()
@@ -105,9 +101,7 @@ class CostTable:
 
 def nccl_like_table(num_algo: int = 7) -> CostTable:
     """One node: no CollNet, no NVLS (NCCL_NVLS_ENABLE=0), and NCCL's LL128 gate closed for tree."""
-    ignored = {(a, p) for a in (COLLNET_DIRECT, COLLNET_CHAIN, NVLS, NVLS_TREE) for p in range(3)} | {
-        (TREE, LL128)
-    }
+    ignored = {(a, p) for a in (COLLNET_DIRECT, COLLNET_CHAIN, NVLS, NVLS_TREE) for p in range(3)} | {(TREE, LL128)}
     return CostTable(num_algo=num_algo, ignored=frozenset(x for x in ignored if x[0] < num_algo))
 
 
@@ -174,7 +168,7 @@ class TunerLibrary:
         records: list[LogRecord] = []
 
         # The parameter list is NCCL's logger signature, fixed by the C ABI.
-        def log(level: int, flags: int, file: bytes, line: int, fmt: bytes, message: bytes) -> None:  # noqa: PLR0917
+        def log(level: int, flags: int, file: bytes, line: int, fmt: bytes, message: bytes) -> None:
             assert fmt == b"%s"
             records.append(LogRecord(level=level, flags=flags, file=file.decode(), message=message.decode()))
 

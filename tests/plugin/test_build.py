@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from topo_tune.cli.plugin import plugin
+from topo_tune.cli.main import cli
 from topo_tune.plugin import (
     LIBRARY_FILE,
     SOURCE_FILES,
@@ -29,9 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_the_wheel_ships_the_c_source(tmp_path: Path) -> None:
     # Build from a copy so the check sees what setuptools packages, not the working tree.
     project = tmp_path / "project"
-    shutil.copytree(
-        REPO / "topo_tune", project / "topo_tune", ignore=shutil.ignore_patterns("__pycache__", "*.so")
-    )
+    shutil.copytree(REPO / "topo_tune", project / "topo_tune", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     for name in ("pyproject.toml", "README.md"):
         if (REPO / name).exists():
             shutil.copy(REPO / name, project / name)
@@ -94,7 +92,7 @@ def test_cc_may_carry_flags(tmp_path: Path) -> None:
 
 
 def test_cli_build_prints_where_the_library_is(tmp_path: Path) -> None:
-    result = CliRunner().invoke(plugin, ["build", "--output", str(tmp_path / "out")])
+    result = CliRunner().invoke(cli, ["plugin", "build", "--output", str(tmp_path / "out")])
 
     assert result.exit_code == 0, result.output
     library = (tmp_path / "out" / LIBRARY_FILE).resolve()
@@ -105,27 +103,25 @@ def test_cli_build_prints_where_the_library_is(tmp_path: Path) -> None:
 
 def test_cli_build_without_a_compiler_fails_with_the_reason(tmp_path: Path) -> None:
     result = CliRunner().invoke(
-        plugin, ["build", "--output", str(tmp_path)], env={"CC": "", "PATH": str(tmp_path)}
+        cli, ["plugin", "build", "--output", str(tmp_path)], env={"CC": "", "PATH": str(tmp_path)}
     )
 
     assert result.exit_code == 1
-    assert "Error: no C compiler found" in result.output
+    assert "topo-tune: error: no C compiler found" in result.output
     assert not (tmp_path / LIBRARY_FILE).exists()
 
 
 def test_cli_build_into_an_unusable_directory_names_it(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    result = CliRunner().invoke(plugin, ["build", "--output", str(blocker / "sub")])
+    result = CliRunner().invoke(cli, ["plugin", "build", "--output", str(blocker / "sub")])
 
     assert result.exit_code == 1
     assert f"--output {blocker / 'sub'}: cannot create the directory" in result.output
 
 
 def test_plugin_env_names_library_and_table() -> None:
-    env = plugin_env(
-        Path("/srv/topo-tune/v7/tuner.csv"), Path("/opt/topo-tune/lib/libnccl-tuner-topotune.so")
-    )
+    env = plugin_env(Path("/srv/topo-tune/v7/tuner.csv"), Path("/opt/topo-tune/lib/libnccl-tuner-topotune.so"))
 
     assert env == {
         "NCCL_TUNER_PLUGIN": "/opt/topo-tune/lib/libnccl-tuner-topotune.so",

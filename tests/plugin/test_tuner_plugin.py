@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from nccl_tuner_harness import (
+
+from tests.plugin.nccl_tuner_harness import (
     ALLGATHER,
     ALLREDUCE,
     BROADCAST,
@@ -37,9 +38,7 @@ allgather,0,4294967295,ring,ll128,4,-1,-1
 
 
 def changed_cells(before: list[float], table: CostTable) -> dict[int, tuple[float, float]]:
-    return {
-        i: (old, new) for i, (old, new) in enumerate(zip(before, table.snapshot(), strict=True)) if old != new
-    }
+    return {i: (old, new) for i, (old, new) in enumerate(zip(before, table.snapshot(), strict=True)) if old != new}
 
 
 @pytest.mark.parametrize("version", [3, 4, 5, 6])
@@ -85,18 +84,14 @@ def test_the_chosen_entry_becomes_the_minimum_and_channels_follow_the_row(
 
     assert table[chosen] == 0.0
     assert table.nccl_choice() == chosen
-    assert list(changed_cells(before, table)) == [chosen[0] * 3 + chosen[1]], (
-        "only the chosen entry may change"
-    )
+    assert list(changed_cells(before, table)) == [chosen[0] * 3 + chosen[1]], "only the chosen entry may change"
     assert n_channels == channels
 
 
 @pytest.mark.parametrize("version", [3, 5])
 def test_entries_nccl_ruled_out_stay_ruled_out(tuner: TunerLibrary, table_file: Path, version: int) -> None:
     # Row 1 asks for tree/LL128, which NCCL's LL128 gate turned off; row 2 (same range) is the fallback.
-    table_file.write_text(
-        "allreduce,0,1048576,tree,ll128,32,-1,-1\nallreduce,0,1048576,ring,simple,-1,-1,-1\n"
-    )
+    table_file.write_text("allreduce,0,1048576,tree,ll128,32,-1,-1\nallreduce,0,1048576,ring,simple,-1,-1,-1\n")
     comm = tuner.init(version, n_ranks=8, n_nodes=1)
     table = nccl_like_table()
 
@@ -145,9 +140,7 @@ def test_calls_without_a_matching_row_are_left_to_nccl(
     assert table.snapshot() == before
 
 
-def test_malformed_lines_are_reported_with_their_line_and_skipped(
-    tuner: TunerLibrary, table_file: Path
-) -> None:
+def test_malformed_lines_are_reported_with_their_line_and_skipped(tuner: TunerLibrary, table_file: Path) -> None:
     table_file.write_text(
         "\n".join(
             [
@@ -211,9 +204,9 @@ def test_an_unreadable_table_leaves_nccls_defaults(
 
         assert comm.coll_info(ALLREDUCE, 1024, table) == 0
         assert table.snapshot() == before
-        assert any(
-            r.level == LOG_WARN and f"cannot read tuner table {path}" in r.message for r in comm.records
-        ), comm.records
+        assert any(r.level == LOG_WARN and f"cannot read tuner table {path}" in r.message for r in comm.records), (
+            comm.records
+        )
 
 
 def test_without_a_table_variable_nccl_decides(tuner: TunerLibrary, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -248,15 +241,11 @@ def test_rows_are_keyed_by_the_communicators_nodes_and_ranks(
     before = table.snapshot()
     assert other.coll_info(ALLREDUCE, 1024, table) == 0
     assert table.snapshot() == before
-    assert any(
-        "bound 0 of 3 rows" in m and "skipped 3 rows for other communicators" in m for m in other.messages()
-    )
+    assert any("bound 0 of 3 rows" in m and "skipped 3 rows for other communicators" in m for m in other.messages())
 
 
 @pytest.mark.parametrize("version", [3, 5])
-def test_the_table_is_bound_at_init_and_never_reread(
-    tuner: TunerLibrary, table_file: Path, version: int
-) -> None:
+def test_the_table_is_bound_at_init_and_never_reread(tuner: TunerLibrary, table_file: Path, version: int) -> None:
     table_file.write_text("allreduce,0,1048576,ring,ll,2,-1,-1\n")
     comm = tuner.init(version, n_ranks=8, n_nodes=1)
     first = nccl_like_table()
@@ -298,12 +287,8 @@ def test_pipe_ops_and_registered_buffers_select_rows(tuner: TunerLibrary, table_
         assert table.nccl_choice() == chosen, kwargs
 
 
-def test_v3_which_has_no_regbuff_matches_only_rows_for_any_regbuff(
-    tuner: TunerLibrary, table_file: Path
-) -> None:
-    table_file.write_text(
-        "allreduce,0,1048576,tree,simple,3,-1,-1,-1,1\nallreduce,0,1048576,ring,simple,5,-1,-1\n"
-    )
+def test_v3_which_has_no_regbuff_matches_only_rows_for_any_regbuff(tuner: TunerLibrary, table_file: Path) -> None:
+    table_file.write_text("allreduce,0,1048576,tree,simple,3,-1,-1,-1,1\nallreduce,0,1048576,ring,simple,5,-1,-1\n")
     comm = tuner.init(3, n_ranks=8, n_nodes=1)
     table = nccl_like_table()
     assert comm.coll_info(ALLREDUCE, 1024, table) == 5

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from topo_tune.plugin import PLUGIN_ENV, TABLE_ENV, PluginBuildError, build_plugin
+from topo_tune.plugin import PLUGIN_ENV, TABLE_ENV, build_plugin
 
 __all__ = ["plugin"]
 
@@ -31,10 +31,7 @@ def plugin() -> None:
 )
 def build(output: Path) -> None:
     """Compile the plugin with the system C compiler ($CC, else cc, gcc or clang)."""
-    try:
-        built = build_plugin(output)
-    except PluginBuildError as exc:
-        raise click.ClickException(str(exc)) from exc
+    built = build_plugin(output)  # a PluginBuildError becomes "topo-tune: error: ..." and exit status 1
     if built.diagnostics:
         click.echo(built.diagnostics, err=True)
     click.echo(f"built {built.path}")

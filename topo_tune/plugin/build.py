@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from topo_tune.errors import PluginBuildError
+
 __all__ = [
     "LIBRARY_FILE",
     "SOURCE_FILES",
@@ -43,10 +45,6 @@ _COMPILER_CANDIDATES = ("cc", "gcc", "clang")
 # symbols of NCCL or of the application that loads it.
 _CFLAGS = ("-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra")
 _COMPILE_TIMEOUT_S = 120.0
-
-
-class PluginBuildError(Exception):
-    """The tuner plugin could not be built; the message says why and what to do."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,9 +98,7 @@ def build_plugin(output_dir: Path, *, environ: Mapping[str, str] | None = None) 
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise PluginBuildError(
-            f"--output {output_dir}: cannot create the directory ({exc.strerror})"
-        ) from exc
+        raise PluginBuildError(f"--output {output_dir}: cannot create the directory ({exc.strerror})") from exc
     if not os.access(output_dir, os.W_OK):
         raise PluginBuildError(f"--output {output_dir}: the directory is not writable")
     target = output_dir / LIBRARY_FILE
@@ -126,7 +122,7 @@ def build_plugin(output_dir: Path, *, environ: Mapping[str, str] | None = None) 
                 f"{diagnostics}"
             )
         os.replace(partial, target)
-    logger.info("built %s with %s", target, compiler[0])
+    logger.debug("built %s with %s", target, compiler[0])
     return BuiltPlugin(path=target, compiler=compiler, diagnostics=diagnostics)
 
 

@@ -28,7 +28,5 @@ def plugin_env(table_path: Path, library_path: Path) -> dict[str, str]:
     """
     for name, path in (("table_path", table_path), ("library_path", library_path)):
         if not path.is_absolute():
-            raise ValueError(
-                f"{name}: {str(path)!r} must be an absolute path, since every rank resolves it itself"
-            )
+            raise ValueError(f"{name}: {str(path)!r} must be an absolute path, since every rank resolves it itself")
     return {PLUGIN_ENV: str(library_path), TABLE_ENV: str(table_path)}
