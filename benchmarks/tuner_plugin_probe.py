@@ -5,6 +5,7 @@ all_reduce over NCCL in several scenarios, each in fresh processes:
 
 - ``baseline``: two ranks, no tuner plugin: NCCL's own choices;
 - ``plugin``: the same two ranks with ``NCCL_TUNER_PLUGIN`` and the table: NCCL's choices follow the table;
+- ``by-name``: the same with ``NCCL_TUNER_PLUGIN=topotune`` and the library's directory on ``LD_LIBRARY_PATH``;
 - ``single``: one rank with the plugin (NCCL skips tuning for one-rank communicators);
 - ``same-gpu``: two ranks on one GPU without ``NCCL_HOSTID`` (NCCL refuses duplicate GPUs on one host).
 
@@ -119,6 +120,12 @@ def main() -> None:
 
     summarize(run_scenario("baseline", world=2, extra_env={}, host_ids=True, out=out))
     summarize(run_scenario("plugin", world=2, extra_env=with_plugin, host_ids=True, out=out))
+    by_name = {
+        **with_plugin,
+        "NCCL_TUNER_PLUGIN": "topotune",
+        "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(work), os.environ.get("LD_LIBRARY_PATH")])),
+    }
+    summarize(run_scenario("by-name", world=2, extra_env=by_name, host_ids=True, out=out))
     summarize(run_scenario("single", world=1, extra_env=with_plugin, host_ids=False, out=out))
     summarize(run_scenario("same-gpu", world=2, extra_env=with_plugin, host_ids=False, out=out))
 
