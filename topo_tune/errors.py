@@ -6,6 +6,7 @@
     ├── NotFoundError             a node, command or other object that does not exist
     ├── ConflictError             the request contradicts current state (e.g. same command id, other body)
     ├── StorageError              the database failed after retries
+    ├── PluginBuildError          the NCCL tuner plugin could not be compiled (no compiler, failed compile)
     └── ControllerError           talking to the controller failed (client side)
         ├── ControllerUnavailable the controller cannot be reached
         └── Unauthenticated       the controller refused the token
@@ -48,6 +49,10 @@ class ConflictError(TopoTuneError):
 
 class StorageError(TopoTuneError):
     """The database failed, after retries."""
+
+
+class PluginBuildError(TopoTuneError):
+    """The NCCL tuner plugin could not be built; the message says why and what to do."""
 
 
 class ControllerError(TopoTuneError):

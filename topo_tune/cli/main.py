@@ -10,6 +10,7 @@ from topo_tune.cli.admin import admin
 from topo_tune.cli.agent import agent
 from topo_tune.cli.config import config
 from topo_tune.cli.controller import controller
+from topo_tune.cli.plugin import plugin
 from topo_tune.errors import TopoTuneError
 
 
@@ -55,6 +56,7 @@ cli.add_command(controller)
 cli.add_command(agent)
 cli.add_command(admin)
 cli.add_command(config)
+cli.add_command(plugin)
 
 
 def main() -> None:

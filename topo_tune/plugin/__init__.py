@@ -1,0 +1,28 @@
+"""topo-tune's NCCL tuner plugin: the C library that applies per-size choices inside NCCL, and its build.
+
+The C source (``topotune_tuner.c``, ``nccl_tuner_abi.h``) ships as package data; :func:`build_plugin` compiles
+it with the system C compiler, and :func:`plugin_env` gives the environment that makes NCCL load it with a
+table. Non-goals: producing the table (the tuner renders it) and loading NCCL here.
+"""
+
+from topo_tune.plugin.build import (
+    LIBRARY_FILE,
+    SOURCE_FILES,
+    BuiltPlugin,
+    PluginBuildError,
+    build_plugin,
+    find_compiler,
+)
+from topo_tune.plugin.job_env import PLUGIN_ENV, TABLE_ENV, plugin_env
+
+__all__ = [
+    "LIBRARY_FILE",
+    "PLUGIN_ENV",
+    "SOURCE_FILES",
+    "TABLE_ENV",
+    "BuiltPlugin",
+    "PluginBuildError",
+    "build_plugin",
+    "find_compiler",
+    "plugin_env",
+]
