@@ -83,7 +83,9 @@ def main() -> int:
                 )
             deadline = time.monotonic() + 60
             while True:
-                out = subprocess.run([*cli, "admin", "nodes", "-o", "json"], env=env, capture_output=True, text=True)
+                out = subprocess.run(
+                    [*cli, "admin", "nodes", "-o", "json"], env=env, capture_output=True, text=True, check=False
+                )
                 if out.returncode == 0 and out.stdout.count('"NODE_STATE_READY"') == len(NODES):
                     break
                 if time.monotonic() > deadline:
@@ -98,7 +100,7 @@ def main() -> int:
             while (
                 "succeeded"
                 not in subprocess.run(
-                    [*cli, "admin", "command", "demo-rediscover"], env=env, capture_output=True, text=True
+                    [*cli, "admin", "command", "demo-rediscover"], env=env, capture_output=True, text=True, check=False
                 ).stdout
             ):
                 time.sleep(0.2)
