@@ -104,7 +104,7 @@ async def simulated_agent(
         call.cancel()
 
 
-async def drive(address: str, agents: int, interval: float, duration: float) -> tuple[Stats, float, float]:
+async def drive(address: str, agents: int, interval: float, duration: float) -> Stats:
     channels = [
         grpc.aio.insecure_channel(address) for _ in range((agents + STREAMS_PER_CHANNEL - 1) // STREAMS_PER_CHANNEL)
     ]
@@ -135,13 +135,14 @@ async def drive(address: str, agents: int, interval: float, duration: float) -> 
     await asyncio.gather(*tasks)
     for channel in channels:
         await channel.close()
-    return stats, measure_from, stop_at
+    return stats
 
 
 def run(agents: int, interval: float, duration: float) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="topo-tune-load-") as tmp:
         port = free_port()
         env = {**os.environ, "TOPO_TUNE_TOKEN": TOKEN}
+        log = open(f"{tmp}/controller.log", "wb")  # noqa: SIM115 - closed in the finally below
         controller = subprocess.Popen(
             [
                 sys.executable,
@@ -162,7 +163,7 @@ def run(agents: int, interval: float, duration: float) -> dict[str, float]:
             ],
             env=env,
             stdout=subprocess.DEVNULL,
-            stderr=open(f"{tmp}/controller.log", "wb"),
+            stderr=log,
         )
         try:
             deadline = time.monotonic() + 30
@@ -176,12 +177,13 @@ def run(agents: int, interval: float, duration: float) -> dict[str, float]:
                     time.sleep(0.1)
             cpu_before = cpu_seconds(controller.pid)
             wall_before = time.monotonic()
-            stats, measure_from, stop_at = asyncio.run(drive(f"127.0.0.1:{port}", agents, interval, duration))
+            stats = asyncio.run(drive(f"127.0.0.1:{port}", agents, interval, duration))
             cpu = (cpu_seconds(controller.pid) - cpu_before) / (time.monotonic() - wall_before)
             rss = rss_mib(controller.pid)
         finally:
             controller.send_signal(signal.SIGTERM)
             controller.wait(60)
+            log.close()
     rtts = sorted(stats.rtts)
     q = statistics.quantiles(rtts, n=100) if len(rtts) >= 100 else [float("nan")] * 99
     return {
@@ -209,7 +211,10 @@ def main() -> None:
         f"heartbeat interval {args.interval:g} s, {args.duration:g} s measured after ramp-up; "
         f"{os.cpu_count()} CPUs shared by the controller and the load generator"
     )
-    header = "| agents | registered | register p99 ms | heartbeats/s | heartbeat p50 ms | heartbeat p99 ms | controller RSS MiB | controller CPU (cores) | errors |"
+    header = (
+        "| agents | registered | register p99 ms | heartbeats/s | heartbeat p50 ms | heartbeat p99 ms "
+        "| controller RSS MiB | controller CPU (cores) | errors |"
+    )
     print(header)
     print("|---" * (header.count("|") - 1) + "|")
     for agents in args.agents:
