@@ -71,8 +71,8 @@ _MIN_STEP: Final = 32 * 1024
 _P2P_BYTES_PER_CHANNEL: Final = 8 * 1024
 # A p2p chunk is consumed in slices, so the receiver starts after the first quarter of the first chunk.
 _P2P_SLICES: Final = 4
-# p2p chunks shrink until each channel has 4 x this many in flight (NCCL's 8 FIFO steps).
-_P2P_DEPTH: Final = 2
+# p2p chunks shrink until each channel holds 4 x this many (fitted: NCCL's default chunks stay near optimal).
+_P2P_DEPTH: Final = 1.5
 _NVLS_CHUNK: Final = 128 * 1024
 _NVLS_CHANNELS: Final = 16
 _MAX_THREADS: Final = 512
@@ -328,7 +328,7 @@ def _time(
     return latency + chunks * per_chunk, nc
 
 
-def _pipeline_step(nominal: int, per_channel: float, depth: int, proto: Protocol) -> float:
+def _pipeline_step(nominal: int, per_channel: float, depth: float, proto: Protocol) -> float:
     """NCCL's chunk sizing: shrink Simple steps until the pipeline holds ~4 chunks per stage (enqueue.cc)."""
     step = float(nominal)
     if proto is _SIMPLE:
