@@ -68,7 +68,7 @@ def _ctas(n: int) -> dict[str, str]:
     return dict.fromkeys(_CTAS, str(n))
 
 
-# MEASURED_H200.md: nccl-tests all_reduce on 2x H200 (NVLink, VM, NCCL 2.28, NVLS off); out-of-place times.
+# nccl-tests 2.19.6 all_reduce_perf on a 2x H200 VM (NVLink, NCCL 2.28.3, NVLS off); out-of-place times.
 _H200_TIMES = [
     ("defaults", {}, 512, 19.4),
     ("defaults", {}, 32768, 19.7),

@@ -172,7 +172,7 @@ def test_every_collective_gives_finite_positive_figures_that_grow_with_size() ->
 
 
 def _grid() -> list[dict[str, str]]:
-    """The knobs a tuner searches on one node, on a coarse grid (NCCL_FACTS §1.3)."""
+    """The knobs a tuner searches on one node, on a coarse grid (NCCL's safe search space)."""
     axes = {
         "NCCL_MIN_CTAS": [None, "4", "16", "32", "64"],
         "NCCL_NTHREADS": [None, "128", "256"],

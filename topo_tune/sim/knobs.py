@@ -14,8 +14,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from topo_tune.sim.errors import SimInputError
+
+_E = TypeVar("_E", bound=enum.Enum)
 
 
 class Algorithm(enum.Enum):
@@ -138,8 +141,8 @@ def _parse(env: dict[str, str]) -> NcclKnobs:
         p2p_net_chunksize=_int(env, "NCCL_P2P_NET_CHUNKSIZE", 4096, 1 << 30) or DEFAULT_P2P_NET_CHUNKSIZE,
         p2p_nvl_chunksize=_int(env, "NCCL_P2P_NVL_CHUNKSIZE", 4096, 1 << 30) or DEFAULT_P2P_NVL_CHUNKSIZE,
         nchannels_per_net_peer=_int(env, "NCCL_NCHANNELS_PER_NET_PEER", 1, MAX_CHANNELS) or 2,
-        algorithms=_algorithms(env.get("NCCL_ALGO")),
-        protocols=_protocols(env.get("NCCL_PROTO")),
+        algorithms=_parse_list("NCCL_ALGO", env.get("NCCL_ALGO"), Algorithm, _OTHER_ALGOS),
+        protocols=_parse_list("NCCL_PROTO", env.get("NCCL_PROTO"), Protocol, frozenset()),
     )
 
 
@@ -176,28 +179,18 @@ def _tokens(name: str, raw: str) -> tuple[bool, list[str]]:
     return exclude, tokens
 
 
-def _algorithms(raw: str | None) -> frozenset[Algorithm] | None:
+def _parse_list(
+    name: str, raw: str | None, members: type[_E], ignored: frozenset[str]
+) -> frozenset[_E] | None:
+    """NCCL's ``parseList``: a comma list of names (case-insensitive), or everything but them after ``^``."""
     if raw is None:
         return None
-    exclude, tokens = _tokens("NCCL_ALGO", raw)
-    names = {a.value.lower(): a for a in Algorithm}
-    chosen: set[Algorithm] = set()
+    exclude, tokens = _tokens(name, raw)
+    by_name = {str(m.value).lower(): m for m in members}
+    chosen: set[_E] = set()
     for token in tokens:
-        if token in names:
-            chosen.add(names[token])
-        elif token not in _OTHER_ALGOS:
-            raise SimInputError("env.NCCL_ALGO", f"unknown algorithm {token!r}")
-    return frozenset(set(Algorithm) - chosen) if exclude else frozenset(chosen)
-
-
-def _protocols(raw: str | None) -> frozenset[Protocol] | None:
-    if raw is None:
-        return None
-    exclude, tokens = _tokens("NCCL_PROTO", raw)
-    names = {p.value.lower(): p for p in Protocol}
-    chosen: set[Protocol] = set()
-    for token in tokens:
-        if token not in names:
-            raise SimInputError("env.NCCL_PROTO", f"unknown protocol {token!r}")
-        chosen.add(names[token])
-    return frozenset(set(Protocol) - chosen) if exclude else frozenset(chosen)
+        if token in by_name:
+            chosen.add(by_name[token])
+        elif token not in ignored:
+            raise SimInputError(f"env.{name}", f"unknown value {token!r}")
+    return frozenset(set(members) - chosen) if exclude else frozenset(chosen)

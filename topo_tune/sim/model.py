@@ -62,8 +62,8 @@ _THREAD_THRESHOLD: Final = {_LL: 4, _LL128: 8, _SIMPLE: 64}
 # Fixed per-step payload of the LL and LL128 buffers (NCCL's default LL/LL128 buffer sizes / 8 steps).
 _LL_STEP: Final = 32 * 1024
 _LL128_STEP: Final = 560 * 1024
-# all_gather / reduce_scatter kernels reach less of the link than all_reduce's (MEASURED_H200 at 128 MiB:
-# 231 and 225 GB/s against all_reduce's 284; NCCL's own ll128MaxBwPerCh also differs per collective).
+# all_gather / reduce_scatter kernels reach less of the link than all_reduce's (measured 2x H200
+# run at 128 MiB: 231 and 225 GB/s against all_reduce's 284; NCCL's ll128MaxBwPerCh differs per collective).
 _COLL_EFF: Final = {Collective.ALL_GATHER: 0.8, Collective.REDUCE_SCATTER: 0.78}
 # Pipeline-fill granularity of a chain/tree hop, and the smallest Simple step NCCL shrinks to.
 _FILL_GRANULE: Final = {_LL: 0, _LL128: 0, _SIMPLE: 1 << 40}
@@ -95,7 +95,7 @@ _SPLIT_LAT_PER_QP: Final = 0.05
 _P2P_NET_CTA_FACTOR: Final = 1.5
 # Extra NVLink hop of a PXN relay, µs.
 _PXN_LAT: Final = 1.0
-# Cost of NCCL_BUFFSIZE beyond the default: setup latency per doubling, µs (MEASURED_H200: ~+1 µs at 16 MiB).
+# Cost of NCCL_BUFFSIZE beyond the default: setup latency per doubling, µs (2x H200: ~+1 µs at 16 MiB).
 _BUFFSIZE_LAT_PER_DOUBLING: Final = 0.4
 _DEFAULT_BUFFSIZE: Final = 4 * 1024 * 1024
 
@@ -277,7 +277,7 @@ def _time(
     nc = max(plan.min_channels, min(plan.channels, size // (nthreads * _THREAD_THRESHOLD[proto])))
     if nominal:
         nc = plan.channels
-    # Fewer threads per CTA move proportionally less, a little better than linearly (fit: MEASURED_H200).
+    # Fewer threads per CTA move less, a little better than linearly (fit: measured 2x H200 run).
     thread_factor = (nthreads / _MAX_THREADS) ** 0.62 if (proto is not _LL128 and not nominal) else 1.0
     cta_gbs = nc * profile.cta_gbs * thread_factor * _CTA_EFF[proto]
     link_gbs = plan.intra_gbs if g > 1 else math.inf
@@ -534,7 +534,9 @@ def _net_view(
     gpus = nodes[0].gpus
     nranks = n * gpus
     nics = min(len(node.nics) for node in nodes)
-    nic_gbs = min(_nic_gbs(node, knobs, channels, nics) for node in nodes)
+    # Nodes of one build share their NIC tuple; evaluate each distinct one once (1000-node clusters).
+    distinct = {(node.nics, node.transport): node for node in nodes}
+    nic_gbs = min(_nic_gbs(node, knobs, channels, nics) for node in distinct.values())
     if not truth:
         lat = cluster.switch_latency_us
         return NetView(nic_gbs, nics, math.inf, lat, math.inf, lat, math.inf, lat, math.inf, 0.0, lat, 1.0)

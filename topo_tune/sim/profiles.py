@@ -18,8 +18,8 @@ H100_SXM = GpuProfile(
 )
 H100_NVSWITCH = IntraNodeFabric(kind=FabricKind.NVSWITCH, bandwidth_gbs=450.0, nvls=True)
 
-# H200 SXM inside a VM (MEASURED_H200: 2 GPUs, NCCL 2.28, 24 ring channels, ~19 µs small all_reduce,
-# ~311 GB/s at 512 MiB; >=16 CTAs cut small-message time ~30%; no NVLS inside the VM).
+# H200 SXM inside a VM (measured run in docs/sim.md: 2 GPUs, NCCL 2.28, 24 ring channels, ~19 µs small
+# all_reduce, ~311 GB/s at 512 MiB; >=16 CTAs cut small-message time ~30%; no NVLS inside the VM).
 H200_SXM_VM = GpuProfile(
     name="h200-sxm-vm",
     link_efficiency=0.705,
