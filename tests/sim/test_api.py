@@ -74,14 +74,10 @@ def test_noise_is_small_and_centred_on_the_model() -> None:
     cluster = h200_vm_pair()
     size = 1 << 28
     ratios = [
-        simulate(
-            cluster, collective="all_reduce", sizes=[size], env={}, rank_order=cluster.node_names, seed=s
-        )
+        simulate(cluster, collective="all_reduce", sizes=[size], env={}, rank_order=cluster.node_names, seed=s)
         .sizes[0]
         .time_us
-        / simulate(
-            cluster, collective="all_reduce", sizes=[size], env={}, rank_order=cluster.node_names, seed=0
-        )
+        / simulate(cluster, collective="all_reduce", sizes=[size], env={}, rank_order=cluster.node_names, seed=0)
         .sizes[0]
         .model_time_us
         for s in range(200)
@@ -113,9 +109,7 @@ def test_noise_is_small_and_centred_on_the_model() -> None:
         ({"env": {"NCCL_PROTO": "LL129"}}, "env.NCCL_PROTO"),
     ],
 )
-def test_bad_input_is_refused_naming_the_argument_or_variable(
-    overrides: dict[str, object], field: str
-) -> None:
+def test_bad_input_is_refused_naming_the_argument_or_variable(overrides: dict[str, object], field: str) -> None:
     with pytest.raises(SimInputError) as caught:
         _run(**overrides)
     assert caught.value.field == field

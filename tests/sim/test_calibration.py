@@ -107,9 +107,7 @@ def test_2x_h200_allreduce_times_match_the_measured_run(
         ("sendrecv", 286.0),
     ],
 )
-def test_2x_h200_default_busbw_at_128_mib_matches_the_measured_run(
-    collective: str, measured_busbw: float
-) -> None:
+def test_2x_h200_default_busbw_at_128_mib_matches_the_measured_run(collective: str, measured_busbw: float) -> None:
     _, busbw = _one(h200_vm_pair(), collective, 128 * MIB)
     assert _within(busbw, measured_busbw), busbw
 

@@ -69,9 +69,7 @@ def test_a_ring_is_as_slow_as_its_slowest_hop_so_a_probed_slow_pair_matters_only
 
 def test_spine_oversubscription_slows_cross_rack_rings() -> None:
     order = _grouped(demo_cluster())
-    times = [
-        _time(demo_cluster(oversubscription=o), order, {"NCCL_ALGO": "Ring"}) for o in (1.0, 2.0, 4.0, 8.0)
-    ]
+    times = [_time(demo_cluster(oversubscription=o), order, {"NCCL_ALGO": "Ring"}) for o in (1.0, 2.0, 4.0, 8.0)]
     assert times == sorted(times)
     assert times[-1] > 2.0 * times[0]
 

@@ -14,16 +14,12 @@ def _dgx_h100(hostname: str) -> tp.NodeTopology:
     """An 8x H100 SXM node as discovery reports it: NV18 to every peer through NVSwitch, 8 NDR HCAs."""
     topo = tp.NodeTopology(hostname=hostname, cpu_count=224, virtualized=False)
     for i in range(8):
-        topo.gpus.add(
-            index=i, name="NVIDIA H100 80GB HBM3", pci_bus_id=f"0000:{0x18 + i:02x}:00.0", sm_arch="sm_90"
-        )
+        topo.gpus.add(index=i, name="NVIDIA H100 80GB HBM3", pci_bus_id=f"0000:{0x18 + i:02x}:00.0", sm_arch="sm_90")
     for a in range(8):
         for b in range(a + 1, 8):
             topo.gpu_links.add(gpu_a=a, gpu_b=b, kind=tp.LINK_KIND_NVLINK, nvlink_count=18, via_nvswitch=True)
     for i in range(8):
-        topo.nics.add(
-            name=f"mlx5_{i}", link_layer=tp.NIC_LINK_LAYER_INFINIBAND, port_state="ACTIVE", rate_gbps=400.0
-        )
+        topo.nics.add(name=f"mlx5_{i}", link_layer=tp.NIC_LINK_LAYER_INFINIBAND, port_state="ACTIVE", rate_gbps=400.0)
     topo.nics.add(name="eno1", link_layer=tp.NIC_LINK_LAYER_ETHERNET, port_state="up", rate_gbps=25.0)
     topo.nics.add(name="mlx5_9", link_layer=tp.NIC_LINK_LAYER_INFINIBAND, port_state="DOWN", rate_gbps=400.0)
     return topo
@@ -57,9 +53,7 @@ def test_an_nvswitch_node_becomes_an_nvswitch_fabric_with_its_active_hcas() -> N
     assert [nic.rail for nic in node.nics] == list(range(8))
     assert node.profile == H100_SXM
     assert cluster.racks == ("rack-a", "rack-b")
-    result = simulate(
-        cluster, collective="all_reduce", sizes=[1 << 30], env={}, rank_order=["a1", "b1"], seed=0
-    )
+    result = simulate(cluster, collective="all_reduce", sizes=[1 << 30], env={}, rank_order=["a1", "b1"], seed=0)
     assert result.nranks == 16
     assert result.sizes[0].busbw_gbs > 100
 
@@ -71,9 +65,7 @@ def test_a_pcie_node_with_plain_ethernet_uses_the_socket_transport() -> None:
     assert node.fabric.bandwidth_gbs == pytest.approx(1.969 * 16)  # PCIe gen4 x16
     assert node.transport is Transport.SOCKET
     assert node.profile == PCIE_GPU
-    slow = simulate(
-        cluster, collective="all_reduce", sizes=[1 << 28], env={}, rank_order=["p1", "p2"], seed=0
-    )
+    slow = simulate(cluster, collective="all_reduce", sizes=[1 << 28], env={}, rank_order=["p1", "p2"], seed=0)
     tuned = simulate(
         cluster,
         collective="all_reduce",

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from topo_tune.sim.errors import SimInputError
+from topo_tune.errors import SimInputError
 
 
 class FabricKind(enum.Enum):
@@ -194,9 +194,7 @@ class Cluster:
     _index: dict[str, Node] = field(init=False, repr=False, compare=False, hash=False)
     _uplink: dict[str, float] = field(init=False, repr=False, compare=False, hash=False)
     _pairs: dict[tuple[str, str], float] = field(init=False, repr=False, compare=False, hash=False)
-    _measured: dict[tuple[str, str], NodePairMeasurement] = field(
-        init=False, repr=False, compare=False, hash=False
-    )
+    _measured: dict[tuple[str, str], NodePairMeasurement] = field(init=False, repr=False, compare=False, hash=False)
     cache: dict[Any, Any] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:

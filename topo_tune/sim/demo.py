@@ -23,9 +23,7 @@ _NDR_GBPS = 400.0
 
 def ndr_nics(count: int = 8, *, transport: Transport = Transport.IB) -> tuple[Nic, ...]:
     """``count`` NDR 400G NICs on rails 0..count-1."""
-    return tuple(
-        Nic(name=f"mlx5_{i}", line_rate_gbps=_NDR_GBPS, rail=i, transport=transport) for i in range(count)
-    )
+    return tuple(Nic(name=f"mlx5_{i}", line_rate_gbps=_NDR_GBPS, rail=i, transport=transport) for i in range(count))
 
 
 def h100_node(name: str, rack: str, *, nics: int = 8, fabric: IntraNodeFabric = H100_NVSWITCH) -> Node:
@@ -80,9 +78,7 @@ def ndr_pair(*, gpus: int = 8, nics: int = 8) -> Cluster:
 
 def scale_cluster(*, racks: int, nodes_per_rack: int, oversubscription: float = 2.0) -> Cluster:
     """A large synthetic H100 cluster (for throughput benchmarks and scale tests)."""
-    nodes = tuple(
-        h100_node(f"r{r:03d}n{i:03d}", f"rack-{r:03d}") for r in range(racks) for i in range(nodes_per_rack)
-    )
+    nodes = tuple(h100_node(f"r{r:03d}n{i:03d}", f"rack-{r:03d}") for r in range(racks) for i in range(nodes_per_rack))
     return Cluster(
         nodes=nodes,
         spine=Spine(oversubscription=oversubscription, ecmp_paths=8),

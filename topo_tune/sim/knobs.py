@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from topo_tune.sim.errors import SimInputError
+from topo_tune.errors import SimInputError
 
 _E = TypeVar("_E", bound=enum.Enum)
 
@@ -179,9 +179,7 @@ def _tokens(name: str, raw: str) -> tuple[bool, list[str]]:
     return exclude, tokens
 
 
-def _parse_list(
-    name: str, raw: str | None, members: type[_E], ignored: frozenset[str]
-) -> frozenset[_E] | None:
+def _parse_list(name: str, raw: str | None, members: type[_E], ignored: frozenset[str]) -> frozenset[_E] | None:
     """NCCL's ``parseList``: a comma list of names (case-insensitive), or everything but them after ``^``."""
     if raw is None:
         return None

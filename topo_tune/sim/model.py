@@ -26,9 +26,9 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
+from topo_tune.errors import SimInputError
 from topo_tune.sim.cluster import Cluster, FabricKind, GpuProfile, Node, Transport
 from topo_tune.sim.collective import Collective
-from topo_tune.sim.errors import SimInputError
 from topo_tune.sim.knobs import MAX_CHANNELS, Algorithm, NcclKnobs, Protocol
 
 _LL, _LL128, _SIMPLE = Protocol.LL, Protocol.LL128, Protocol.SIMPLE
@@ -156,9 +156,7 @@ def build_plan(cluster: Cluster, order: tuple[str, ...], knobs: NcclKnobs) -> Pl
     for node in nodes:
         if node.gpus != gpus:
             # NCCL needs the same ranks per node (uneven counts deadlocked bootstrap, NVIDIA/nccl#2385).
-            raise SimInputError(
-                "rank_order", f"node {node.name!r} has {node.gpus} GPUs, {nodes[0].name!r} has {gpus}"
-            )
+            raise SimInputError("rank_order", f"node {node.name!r} has {node.gpus} GPUs, {nodes[0].name!r} has {gpus}")
     n = len(nodes)
     profile = nodes[0].profile
     fabric_kind = nodes[0].fabric.kind
@@ -214,17 +212,13 @@ def run(plan: Plan, collective: Collective, size: int) -> Choice:
         return _p2p(plan, collective, size)
     best: tuple[float, Algorithm, Protocol] | None = None
     for algo, proto in _candidates(plan, collective):
-        predicted = _time(
-            plan, plan.nominal, collective=collective, algo=algo, proto=proto, size=size, nominal=True
-        )[0]
+        predicted = _time(plan, plan.nominal, collective=collective, algo=algo, proto=proto, size=size, nominal=True)[0]
         if best is None or predicted < best[0]:
             best = (predicted, algo, proto)
     if best is None:
         raise SimInputError("env.NCCL_ALGO", f"no enabled algorithm/protocol implements {collective.value}")
     _, algo, proto = best
-    time_us, nc = _time(
-        plan, plan.actual, collective=collective, algo=algo, proto=proto, size=size, nominal=False
-    )
+    time_us, nc = _time(plan, plan.actual, collective=collective, algo=algo, proto=proto, size=size, nominal=False)
     return Choice(time_us, algo, proto, nc)
 
 
@@ -298,9 +292,7 @@ def _time(
             chunk_overhead += _SPLIT_LAT_PER_QP * knobs.ib_qps_per_connection
     step_nominal = _LL_STEP if proto is _LL else _LL128_STEP if proto is _LL128 else knobs.buffsize // 8
     hw_intra = _HW_LAT[plan.intra_hw][_TREE if algo is _TREE else _RING][proto]
-    hw_net = _HW_LAT["net"][_TREE if algo is _TREE else _RING][proto] * (
-        _SOCKET_LAT_FACTOR if plan.socket else 1.0
-    )
+    hw_net = _HW_LAT["net"][_TREE if algo is _TREE else _RING][proto] * (_SOCKET_LAT_FACTOR if plan.socket else 1.0)
     latency = _BASE_LAT[algo][proto] + _overheads(profile, knobs, nc)
     if algo is _TREE:
         depth = max(1, math.ceil(math.log2(n)))
@@ -368,9 +360,7 @@ def _p2p(plan: Plan, collective: Collective, size: int) -> Choice:
     per_peer = float(size) if collective is Collective.SENDRECV else size / nranks
     intra_bytes = 0.0 if g == 1 else per_peer if collective is Collective.SENDRECV else per_peer * (g - 1)
     # Like collectives, small transfers use fewer channels (one per _P2P_BYTES_PER_CHANNEL).
-    nc = max(
-        plan.min_channels, min(plan.channels, math.ceil(max(intra_bytes, per_peer) / _P2P_BYTES_PER_CHANNEL))
-    )
+    nc = max(plan.min_channels, min(plan.channels, math.ceil(max(intra_bytes, per_peer) / _P2P_BYTES_PER_CHANNEL)))
     latency = _BASE_LAT[_RING][_SIMPLE] + _overheads(profile, knobs, nc)
     t_intra = 0.0
     if intra_bytes > 0:
@@ -427,9 +417,7 @@ def _overheads(profile: GpuProfile, knobs: NcclKnobs, nc: int) -> float:
     """
     floor = knobs.min_ctas or 1
     fade = 1.0 / (1.0 + (floor / 11.0) ** 4)
-    extra = (
-        profile.launch_overhead_us + profile.small_msg_cta_penalty_us * fade + profile.per_cta_us * (nc - 1)
-    )
+    extra = profile.launch_overhead_us + profile.small_msg_cta_penalty_us * fade + profile.per_cta_us * (nc - 1)
     if knobs.buffsize > _DEFAULT_BUFFSIZE:
         extra += _BUFFSIZE_LAT_PER_DOUBLING * math.log2(knobs.buffsize / _DEFAULT_BUFFSIZE)
     return extra
@@ -526,9 +514,7 @@ def _spine_caps(
     return cap, lat
 
 
-def _net_view(
-    cluster: Cluster, nodes: list[Node], knobs: NcclKnobs, channels: int, *, truth: bool
-) -> NetView:
+def _net_view(cluster: Cluster, nodes: list[Node], knobs: NcclKnobs, channels: int, *, truth: bool) -> NetView:
     """The inter-node side of the job. ``truth=False`` is NCCL's view: NIC rates only."""
     n = len(nodes)
     gpus = nodes[0].gpus

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
+from topo_tune.errors import SimInputError
 from topo_tune.sim.cluster import (
     Cluster,
     FabricKind,
@@ -24,7 +25,6 @@ from topo_tune.sim.cluster import (
     Spine,
     Transport,
 )
-from topo_tune.sim.errors import SimInputError
 from topo_tune.sim.profiles import H100_SXM, H200_SXM_VM, PCIE_GPU
 from topo_tune.v1 import topology_pb2
 
@@ -92,13 +92,9 @@ def fabric_of(topo: topology_pb2.NodeTopology) -> IntraNodeFabric:
             # Every GPU's links go to the switches, so any pair shows the GPU's full link count (NV18).
             links = max(link.nvlink_count for link in nvlinks if link.HasField("nvlink_count"))
             nvls = _arch(topo) in _NVLS_ARCHS and not topo.virtualized
-            return IntraNodeFabric(
-                kind=FabricKind.NVSWITCH, bandwidth_gbs=links * NVLINK_GBS_PER_LINK, nvls=nvls
-            )
+            return IntraNodeFabric(kind=FabricKind.NVSWITCH, bandwidth_gbs=links * NVLINK_GBS_PER_LINK, nvls=nvls)
         links = sum(
-            link.nvlink_count
-            for link in nvlinks
-            if first in (link.gpu_a, link.gpu_b) and link.HasField("nvlink_count")
+            link.nvlink_count for link in nvlinks if first in (link.gpu_a, link.gpu_b) and link.HasField("nvlink_count")
         )
         return IntraNodeFabric(kind=FabricKind.NVLINK, bandwidth_gbs=max(1, links) * NVLINK_GBS_PER_LINK)
     gpu = topo.gpus[0]
@@ -124,9 +120,7 @@ def nics_of(topo: topology_pb2.NodeTopology) -> tuple[Nic, ...]:
         if nic.HasField("rate_gbps") and nic.rate_gbps > 0:
             rate = nic.rate_gbps
         else:
-            log.warning(
-                "node %s: NIC %s rate unknown, assuming %.0f Gb/s", topo.hostname, nic.name, _DEFAULT_NIC_GBPS
-            )
+            log.warning("node %s: NIC %s rate unknown, assuming %.0f Gb/s", topo.hostname, nic.name, _DEFAULT_NIC_GBPS)
             rate = _DEFAULT_NIC_GBPS
         if nic.link_layer == topology_pb2.NIC_LINK_LAYER_INFINIBAND:
             transport = Transport.IB
