@@ -16,6 +16,9 @@ import enum
 class Collective(enum.Enum):
     """The collectives nccl-tests measures and topo-tune benchmarks."""
 
+    # Members are singletons: an identity hash keeps the model's table lookups off Enum's slow __hash__.
+    __hash__ = object.__hash__
+
     ALL_REDUCE = "all_reduce"
     ALL_GATHER = "all_gather"
     REDUCE_SCATTER = "reduce_scatter"

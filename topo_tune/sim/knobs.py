@@ -24,6 +24,9 @@ _E = TypeVar("_E", bound=enum.Enum)
 class Algorithm(enum.Enum):
     """NCCL collective algorithms the model knows."""
 
+    # Members are singletons: an identity hash keeps the model's table lookups off Enum's slow __hash__.
+    __hash__ = object.__hash__
+
     RING = "Ring"
     TREE = "Tree"
     NVLS = "NVLS"
@@ -32,6 +35,9 @@ class Algorithm(enum.Enum):
 
 class Protocol(enum.Enum):
     """NCCL protocols: LL (8-byte lines, half payload), LL128 (128-byte lines), Simple (bulk + fences)."""
+
+    # Members are singletons: an identity hash keeps the model's table lookups off Enum's slow __hash__.
+    __hash__ = object.__hash__
 
     LL = "LL"
     LL128 = "LL128"

@@ -23,7 +23,7 @@ constants.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from topo_tune.errors import SimInputError
@@ -137,6 +137,10 @@ class Plan:
     socket: bool
     actual: NetView | None
     nominal: NetView | None
+    # The algorithm/protocol pairs NCCL may pick, per collective (filled on first use).
+    candidates: dict[Collective, list[tuple[Algorithm, Protocol]]] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
 
 
 @dataclass(frozen=True)
@@ -211,7 +215,10 @@ def run(plan: Plan, collective: Collective, size: int) -> Choice:
     if collective in (Collective.ALLTOALL, Collective.SENDRECV):
         return _p2p(plan, collective, size)
     best: tuple[float, Algorithm, Protocol] | None = None
-    for algo, proto in _candidates(plan, collective):
+    candidates = plan.candidates.get(collective)
+    if candidates is None:
+        candidates = plan.candidates[collective] = _candidates(plan, collective)
+    for algo, proto in candidates:
         predicted = _time(plan, plan.nominal, collective=collective, algo=algo, proto=proto, size=size, nominal=True)[0]
         if best is None or predicted < best[0]:
             best = (predicted, algo, proto)
@@ -522,10 +529,15 @@ def _net_view(cluster: Cluster, nodes: list[Node], knobs: NcclKnobs, channels: i
     nics = min(len(node.nics) for node in nodes)
     # Nodes of one build share their NIC tuple; evaluate each distinct one once (1000-node clusters).
     distinct = {(node.nics, node.transport): node for node in nodes}
-    nic_gbs = min(_nic_gbs(node, knobs, channels, nics) for node in distinct.values())
     if not truth:
+        # NCCL's graph knows NIC speeds, not QP caches or how many TCP streams a connection opens.
+        nic_gbs = min(
+            min(nic.line_rate_gbps for nic in node.nics[:nics]) / 8.0 * _NIC_EFF[node.transport]
+            for node in distinct.values()
+        )
         lat = cluster.switch_latency_us
         return NetView(nic_gbs, nics, math.inf, lat, math.inf, lat, math.inf, lat, math.inf, 0.0, lat, 1.0)
+    nic_gbs = min(_nic_gbs(node, knobs, channels, nics) for node in distinct.values())
     spine = cluster.spine
     racks = [node.rack for node in nodes]
     qps = knobs.ib_qps_per_connection if nodes[0].transport is not Transport.SOCKET else 1
