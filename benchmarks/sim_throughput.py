@@ -72,17 +72,13 @@ def measure(cluster: Cluster, seconds: float) -> tuple[float, float, float]:
         return 1
 
     def sweep(i: int) -> int:
-        simulate(
-            cluster, collective="all_reduce", sizes=sizes, env=envs[i % len(envs)], rank_order=order, seed=i
-        )
+        simulate(cluster, collective="all_reduce", sizes=sizes, env=envs[i % len(envs)], rank_order=order, seed=i)
         return len(sizes)
 
     def new_order(i: int) -> int:
         fresh = order[:]
         rng.shuffle(fresh)
-        simulate(
-            cluster, collective="all_reduce", sizes=sizes, env=envs[i % len(envs)], rank_order=fresh, seed=i
-        )
+        simulate(cluster, collective="all_reduce", sizes=sizes, env=envs[i % len(envs)], rank_order=fresh, seed=i)
         return len(sizes)
 
     for env in envs:  # warm the plan cache the way a study's first trials do

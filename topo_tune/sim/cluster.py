@@ -21,6 +21,8 @@ from topo_tune.errors import SimInputError
 class FabricKind(enum.Enum):
     """How the GPUs inside one node reach each other."""
 
+    __hash__ = object.__hash__  # members are singletons; Enum's own __hash__ is slow
+
     NVSWITCH = "nvswitch"  # every GPU reaches every other at its full NVLink bandwidth
     NVLINK = "nvlink"  # direct NVLink bridges (no switch); a ring uses one link per GPU pair
     PCIE = "pcie"  # no NVLink: through PCIe switches or the host bridge
@@ -28,6 +30,8 @@ class FabricKind(enum.Enum):
 
 class Transport(enum.Enum):
     """How NCCL's network plugin moves data through a NIC."""
+
+    __hash__ = object.__hash__  # members are singletons; Enum's own __hash__ is slow
 
     IB = "ib"  # InfiniBand verbs
     ROCE = "roce"  # verbs over Ethernet
@@ -195,6 +199,7 @@ class Cluster:
     _uplink: dict[str, float] = field(init=False, repr=False, compare=False, hash=False)
     _pairs: dict[tuple[str, str], float] = field(init=False, repr=False, compare=False, hash=False)
     _measured: dict[tuple[str, str], NodePairMeasurement] = field(init=False, repr=False, compare=False, hash=False)
+    _nic_class: dict[str, int] = field(init=False, repr=False, compare=False, hash=False)
     cache: dict[Any, Any] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -230,6 +235,9 @@ class Cluster:
         object.__setattr__(self, "_uplink", uplink)
         object.__setattr__(self, "_pairs", pairs)
         object.__setattr__(self, "_measured", measured)
+        classes: dict[tuple[tuple[Nic, ...], Transport], int] = {}
+        nic_class = {n.name: classes.setdefault((n.nics, n.transport), len(classes)) for n in self.nodes}
+        object.__setattr__(self, "_nic_class", nic_class)
         object.__setattr__(self, "cache", {})
 
     def node(self, name: str) -> Node:
@@ -256,6 +264,10 @@ class Cluster:
     def rack_pair_gbs(self, rack_a: str, rack_b: str) -> float:
         """Spine capacity between two racks if one was given, else infinity."""
         return self._pairs.get((rack_a, rack_b), math.inf)
+
+    def nic_class(self, name: str) -> int:
+        """Nodes with the same NICs (and so the same NIC model results) share a class number."""
+        return self._nic_class[name]
 
     def measurement(self, node_a: str, node_b: str) -> NodePairMeasurement | None:
         """The probed figure between two nodes, if any."""

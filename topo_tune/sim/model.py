@@ -23,6 +23,7 @@ constants.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -472,53 +473,77 @@ def _nic_gbs(node: Node, knobs: NcclKnobs, channels: int, nics: int) -> float:
     return rate * _NIC_EFF[transport] * _qp_efficiency(qps)
 
 
-def _spine_caps(
-    cluster: Cluster,
-    racks: list[str],
-    edges: list[tuple[int, int]],
-    *,
-    weight: float,
-    flows_per_edge: float,
-    rail_share: float,
-) -> tuple[float, float]:
-    """(cap, extra latency) of the worst of ``edges`` when they share their racks' spine uplinks.
+@dataclass(frozen=True)
+class SpineLoad:
+    """How a set of edges (ring hops, tree edges) loads the racks' uplinks; independent of the knobs.
 
-    Each edge carries ``weight`` x the cap. An edge between racks puts all of it on the spine, an edge
-    inside a rack ``rail_share`` of it (traffic that changes rail on a rail-optimized fabric).
+    Each edge carries ``weight`` x the rate being capped. An edge between racks puts all of it on the
+    spine, an edge inside a rack ``rail_share`` of it (traffic that changes rail on a rail-optimized
+    fabric). ``groups`` are the distinct (rack from, rack to, share) of edges that touch the spine.
     """
-    spine = cluster.spine
-    if spine is None or not edges:
-        return math.inf, cluster.switch_latency_us
+
+    weight: float
+    groups: tuple[tuple[str, str, float], ...]
+    out_load: dict[str, float]
+    in_load: dict[str, float]
+    pair_load: dict[tuple[str, str], float]
+
+
+def spine_load(
+    racks: Sequence[str], edges: Sequence[tuple[int, int]], *, weight: float, rail_share: float
+) -> SpineLoad:
+    """Sum the uplink loads of ``edges`` between node indices whose racks are ``racks``."""
     out_load: dict[str, float] = {}
     in_load: dict[str, float] = {}
     pair_load: dict[tuple[str, str], float] = {}
-    shares: list[float] = []
+    groups: set[tuple[str, str, float]] = set()
     for a, b in edges:
         ra, rb = racks[a], racks[b]
         share = 1.0 if ra != rb else rail_share
-        shares.append(share)
-        if share:
-            out_load[ra] = out_load.get(ra, 0.0) + share * weight
-            in_load[rb] = in_load.get(rb, 0.0) + share * weight
-            if ra != rb:
-                pair_load[(ra, rb)] = pair_load.get((ra, rb), 0.0) + weight
-    cap = math.inf
-    lat = cluster.switch_latency_us
-    for (a, b), share in zip(edges, shares, strict=True):
         if not share:
             continue
-        ra, rb = racks[a], racks[b]
-        flows = flows_per_edge * max(out_load[ra], in_load[rb]) / weight
-        eff = _ecmp_efficiency(spine.ecmp_paths, flows)
-        edge_cap = min(
-            cluster.rack_uplink_gbs(ra) * eff / out_load[ra],
-            cluster.rack_uplink_gbs(rb) * eff / in_load[rb],
-        )
+        groups.add((ra, rb, share))
+        out_load[ra] = out_load.get(ra, 0.0) + share * weight
+        in_load[rb] = in_load.get(rb, 0.0) + share * weight
         if ra != rb:
-            edge_cap = min(edge_cap, cluster.rack_pair_gbs(ra, rb) * eff / pair_load[(ra, rb)])
+            pair_load[(ra, rb)] = pair_load.get((ra, rb), 0.0) + weight
+    return SpineLoad(weight, tuple(sorted(groups)), out_load, in_load, pair_load)
+
+
+def _spine_caps(cluster: Cluster, load: SpineLoad, *, flows_per_edge: float) -> tuple[float, float]:
+    """(cap, extra latency) of the worst edge of ``load``, each edge hashing ``flows_per_edge`` flows."""
+    spine = cluster.spine
+    if spine is None or not load.groups:
+        return math.inf, cluster.switch_latency_us
+    cap = math.inf
+    for ra, rb, share in load.groups:
+        out_load, in_load = load.out_load[ra], load.in_load[rb]
+        flows = flows_per_edge * max(out_load, in_load) / load.weight
+        eff = _ecmp_efficiency(spine.ecmp_paths, flows)
+        edge_cap = min(cluster.rack_uplink_gbs(ra) * eff / out_load, cluster.rack_uplink_gbs(rb) * eff / in_load)
+        if ra != rb:
+            edge_cap = min(edge_cap, cluster.rack_pair_gbs(ra, rb) * eff / load.pair_load[(ra, rb)])
         cap = min(cap, edge_cap / share)
-        lat = max(lat, cluster.switch_latency_us + spine.latency_us)
-    return cap, lat
+    return cap, cluster.switch_latency_us + spine.latency_us
+
+
+def _cached_load(cluster: Cluster, order: tuple[str, ...], racks: list[str], kind: str, rail_share: float) -> SpineLoad:
+    """The spine load of the ring or the trees over ``order`` (cached on the cluster: orders repeat)."""
+    key = ("spine-load", order, kind, rail_share)
+    load = cluster.cache.get(key)
+    if load is None:
+        n = len(order)
+        if kind == "ring":
+            load = spine_load(racks, [(i, (i + 1) % n) for i in range(n)], weight=1.0, rail_share=rail_share)
+        else:
+            # Double binary tree over node indices: a heap and its mirror, both directions, half the data each.
+            edges = [(i, (i - 1) // 2) for i in range(1, n)]
+            edges += [(n - 1 - i, n - 1 - (i - 1) // 2) for i in range(1, n)]
+            edges += [(b, a) for a, b in edges]
+            load = spine_load(racks, edges, weight=0.5, rail_share=rail_share)
+        cluster.cache[key] = load
+    assert isinstance(load, SpineLoad)
+    return load
 
 
 def _net_view(cluster: Cluster, nodes: list[Node], knobs: NcclKnobs, channels: int, *, truth: bool) -> NetView:
@@ -528,7 +553,7 @@ def _net_view(cluster: Cluster, nodes: list[Node], knobs: NcclKnobs, channels: i
     nranks = n * gpus
     nics = min(len(node.nics) for node in nodes)
     # Nodes of one build share their NIC tuple; evaluate each distinct one once (1000-node clusters).
-    distinct = {(node.nics, node.transport): node for node in nodes}
+    distinct = {cluster.nic_class(node.name): node for node in nodes}
     if not truth:
         # NCCL's graph knows NIC speeds, not QP caches or how many TCP streams a connection opens.
         nic_gbs = min(
@@ -546,26 +571,18 @@ def _net_view(cluster: Cluster, nodes: list[Node], knobs: NcclKnobs, channels: i
     # CROSS_NIC=1 on a rail-optimized fabric lets rings leave on another rail: about half the traffic
     # of every hop then climbs to the spine, even between nodes of one rack.
     ring_rail = 0.5 if (knobs.cross_nic == 1 and rail_fabric) else 0.0
-    ring_edges = [(i, (i + 1) % n) for i in range(n)]
+    order = tuple(node.name for node in nodes)
     ring_cap, ring_lat = _spine_caps(
-        cluster, racks, ring_edges, weight=1.0, flows_per_edge=channels * flow_factor, rail_share=ring_rail
+        cluster, _cached_load(cluster, order, racks, "ring", ring_rail), flows_per_edge=channels * flow_factor
     )
-    for a, b in ring_edges:
-        probe = cluster.measurement(nodes[a].name, nodes[b].name)
-        if probe is not None:
-            ring_cap = min(ring_cap, probe.bandwidth_gbs)
-            ring_lat = max(ring_lat, probe.latency_us)
-    # Double binary tree over node indices: a heap and its mirror, both directions, half the data each.
-    tree_edges = [(i, (i - 1) // 2) for i in range(1, n)]
-    tree_edges += [(n - 1 - i, n - 1 - (i - 1) // 2) for i in range(1, n)]
-    tree_edges += [(b, a) for a, b in tree_edges]
+    if cluster.measured:
+        for i in range(n):
+            probe = cluster.measurement(order[i], order[(i + 1) % n])
+            if probe is not None:
+                ring_cap = min(ring_cap, probe.bandwidth_gbs)
+                ring_lat = max(ring_lat, probe.latency_us)
     tree_cap, tree_lat = _spine_caps(
-        cluster,
-        racks,
-        tree_edges,
-        weight=0.5,
-        flows_per_edge=channels * flow_factor / 2,
-        rail_share=ring_rail,
+        cluster, _cached_load(cluster, order, racks, "tree", ring_rail), flows_per_edge=channels * flow_factor / 2
     )
     # p2p: without PXN a GPU sends through its own NIC, so a peer on another rail is reached through
     # the spine; with PXN the data first crosses NVLink to the GPU on the peer's rail (one more hop).
@@ -573,7 +590,7 @@ def _net_view(cluster: Cluster, nodes: list[Node], knobs: NcclKnobs, channels: i
     per_peer_flows = min(knobs.nchannels_per_net_peer, channels) * flow_factor
     # nccl-tests sendrecv: the last GPU of each node sends to the first GPU of the next node in order.
     sendrecv_cap, sendrecv_lat = _spine_caps(
-        cluster, racks, ring_edges, weight=1.0, flows_per_edge=per_peer_flows, rail_share=p2p_rail
+        cluster, _cached_load(cluster, order, racks, "ring", p2p_rail), flows_per_edge=per_peer_flows
     )
     if not knobs.pxn_disable:
         sendrecv_lat += _PXN_LAT
