@@ -3,6 +3,7 @@
     TopoTuneError                 base of everything topo-tune raises on purpose
     ├── ConfigError               bad cluster.yaml, settings or CLI value; carries the field path
     ├── ValidationError           a wire message or request that breaks the contract; carries the field path
+    ├── SimInputError             a cluster description, environment or argument the simulator cannot use
     ├── NotFoundError             a node, command or other object that does not exist
     ├── ConflictError             the request contradicts current state (e.g. same command id, other body)
     ├── StorageError              the database failed after retries
@@ -37,6 +38,10 @@ class ConfigError(FieldError):
 
 class ValidationError(FieldError):
     """A wire message or request breaks the contract."""
+
+
+class SimInputError(FieldError):
+    """The ``sim`` backend was given a cluster, environment or argument it cannot use; names the field."""
 
 
 class NotFoundError(TopoTuneError):
