@@ -37,31 +37,38 @@ class Rendered:
 
     def one(self, kind: str, name: str) -> Manifest:
         found = [obj for obj in self.all(kind) if obj["metadata"]["name"] == name]
-        assert len(found) == 1, f"expected one {kind} {name!r}, found {[o['metadata']['name'] for o in self.all(kind)]}"
+        assert len(found) == 1, (
+            f"expected one {kind} {name!r}, found {[o['metadata']['name'] for o in self.all(kind)]}"
+        )
         return found[0]
 
     def find(self, kind: str, name: str) -> Manifest | None:
         found = [obj for obj in self.all(kind) if obj["metadata"]["name"] == name]
         return found[0] if found else None
 
-    # The objects every test talks about, by their names for release RELEASE.
+    # The objects every test talks about: each exists once per render.
     @property
     def controller(self) -> Manifest:
-        return self.one("Deployment", f"{RELEASE}-topo-tune-controller")
+        (deployment,) = self.all("Deployment")
+        return deployment
 
     @property
     def agent(self) -> Manifest:
-        return self.one("DaemonSet", f"{RELEASE}-topo-tune-agent")
+        (daemonset,) = self.all("DaemonSet")
+        return daemonset
 
     @property
     def test_pod(self) -> Manifest:
-        return self.one("Pod", f"{RELEASE}-topo-tune-test-admin-nodes")
+        (pod,) = [pod for pod in self.all("Pod") if pod["metadata"]["annotations"]["helm.sh/hook"] == "test"]
+        return pod
 
 
-def render(values: Mapping[str, Any] | None = None, *, namespace: str = NAMESPACE) -> Rendered:
+def render(
+    values: Mapping[str, Any] | None = None, *, release: str = RELEASE, namespace: str = NAMESPACE
+) -> Rendered:
     """Render like `helm template RELEASE charts/topo-tune -n NAMESPACE -f values` would."""
     with helm_python.Chart.load(CHART_DIR) as chart:
-        manifests = chart.render(dict(values or {}), name=RELEASE, namespace=namespace, is_install=True)
+        manifests = chart.render(dict(values or {}), name=release, namespace=namespace, is_install=True)
     objects: list[Manifest] = []
     notes = ""
     for path, text in sorted(manifests.items()):

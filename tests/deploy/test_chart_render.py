@@ -85,12 +85,16 @@ def test_selectors_match_their_pods_and_keep_components_apart(default: Rendered)
     assert pdb["spec"]["selector"]["matchLabels"] == controller_selector
     assert pdb["spec"]["maxUnavailable"] == 1  # a single replica must never block `kubectl drain`
     test_labels = default.test_pod["metadata"]["labels"]
-    assert not controller_selector.items() <= test_labels.items(), "the Service must not route to the test pod"
+    assert not controller_selector.items() <= test_labels.items(), (
+        "the Service must not route to the test pod"
+    )
 
 
 def test_agent_runs_only_on_gpu_nodes_and_survives_gpu_taints(default: Rendered) -> None:
     spec = pod_spec(default.agent)
-    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
     # nodeSelectorTerms are ORed: a node labelled by GPU feature discovery OR by node-feature-discovery.
     assert [term["matchExpressions"] for term in terms] == [
         [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}],
@@ -98,7 +102,10 @@ def test_agent_runs_only_on_gpu_nodes_and_survives_gpu_taints(default: Rendered)
     ]
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
     assert spec["priorityClassName"] == "system-node-critical"
-    assert default.agent["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
+    assert default.agent["spec"]["updateStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 1},
+    }
 
 
 def test_agent_sees_gpus_without_requesting_them(default: Rendered) -> None:
@@ -130,7 +137,9 @@ def test_agent_flags_env_and_host_directories(default: Rendered) -> None:
     assert env["TOPO_TUNE_NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert env["TOPO_TUNE_RACK_LABEL"]["value"] == "topology.kubernetes.io/rack"
     assert "TOPO_TUNE_RACK" not in env
-    assert "TOPO_TUNE_TOKEN" not in env, "the token travels as a file, never into benchmark workers' environment"
+    assert "TOPO_TUNE_TOKEN" not in env, (
+        "the token travels as a file, never into benchmark workers' environment"
+    )
 
     volumes = volumes_of(default.agent)
     mounts = mounts_of(agent)
@@ -286,7 +295,10 @@ def test_mtls_with_plaintext_health_port(option_sets: dict[str, Rendered]) -> No
     assert volumes_of(rendered.controller)["tls"]["secret"]["secretName"] == "topo-tune-controller-tls"
     assert mounts_of(controller)["/etc/topo-tune/tls"]["readOnly"] is True
 
-    for client, secret in ((rendered.agent, "topo-tune-agent-tls"), (rendered.test_pod, "topo-tune-agent-tls")):
+    for client, secret in (
+        (rendered.agent, "topo-tune-agent-tls"),
+        (rendered.test_pod, "topo-tune-agent-tls"),
+    ):
         (container,) = containers(client)
         client_flags = flag_values(container["args"])
         assert client_flags["--tls-ca"] == "/etc/topo-tune/tls/ca.crt"
@@ -318,7 +330,9 @@ def test_service_monitor_scrapes_the_metrics_port(
     monitor = rendered.one("ServiceMonitor", CONTROLLER)
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
-    assert monitor["spec"]["selector"]["matchLabels"] == rendered.one("Service", CONTROLLER)["spec"]["selector"]
+    assert (
+        monitor["spec"]["selector"]["matchLabels"] == rendered.one("Service", CONTROLLER)["spec"]["selector"]
+    )
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint == {"port": "metrics", "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s"}
@@ -343,7 +357,9 @@ def test_network_policies_admit_only_this_release(default: Rendered) -> None:
     assert {"podSelector": {"matchLabels": agent_selector}} in grpc_rule["from"]
     test_labels = default.test_pod["metadata"]["labels"]
     test_peers = [peer["podSelector"]["matchLabels"] for peer in grpc_rule["from"]]
-    assert any(peer.items() <= test_labels.items() for peer in test_peers), "helm test must reach the controller"
+    assert any(peer.items() <= test_labels.items() for peer in test_peers), (
+        "helm test must reach the controller"
+    )
     assert "from" not in metrics_rule  # any scraper by default
     agents = default.one("NetworkPolicy", AGENT)
     assert agents["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": agent_selector}}]}]
@@ -402,8 +418,15 @@ def test_agent_can_be_disabled() -> None:
             "agent.hostPaths.configDir and agent.hostPaths.stateDir must be different",
         ),
     ],
-    ids=["no-database", "external-without-secret", "replicas-on-sqlite", "tls-without-secret", "port-clash",
-         "no-rack", "shared-host-dir"],
+    ids=[
+        "no-database",
+        "external-without-secret",
+        "replicas-on-sqlite",
+        "tls-without-secret",
+        "port-clash",
+        "no-rack",
+        "shared-host-dir",
+    ],
 )
 def test_invalid_values_fail_with_the_charts_message(values: dict[str, Any], message: str) -> None:
     with pytest.raises(helm_python.HelmRenderError) as failure:

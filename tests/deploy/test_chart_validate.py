@@ -142,4 +142,3 @@ def test_every_closed_object_in_the_schema_rejects_unknown_keys() -> None:
 
     walk(schema, "")
     assert schema["additionalProperties"] is False
-
