@@ -37,9 +37,7 @@ class Rendered:
 
     def one(self, kind: str, name: str) -> Manifest:
         found = [obj for obj in self.all(kind) if obj["metadata"]["name"] == name]
-        assert len(found) == 1, (
-            f"expected one {kind} {name!r}, found {[o['metadata']['name'] for o in self.all(kind)]}"
-        )
+        assert len(found) == 1, f"expected one {kind} {name!r}, found {[o['metadata']['name'] for o in self.all(kind)]}"
         return found[0]
 
     def find(self, kind: str, name: str) -> Manifest | None:
@@ -63,9 +61,7 @@ class Rendered:
         return pod
 
 
-def render(
-    values: Mapping[str, Any] | None = None, *, release: str = RELEASE, namespace: str = NAMESPACE
-) -> Rendered:
+def render(values: Mapping[str, Any] | None = None, *, release: str = RELEASE, namespace: str = NAMESPACE) -> Rendered:
     """Render like `helm template RELEASE charts/topo-tune -n NAMESPACE -f values` would."""
     with helm_python.Chart.load(CHART_DIR) as chart:
         manifests = chart.render(dict(values or {}), name=release, namespace=namespace, is_install=True)

@@ -11,6 +11,7 @@ from typing import Any
 
 import helm_python
 import pytest
+import yaml
 
 from tests.deploy.chart_render import (
     NAMESPACE,
@@ -85,16 +86,12 @@ def test_selectors_match_their_pods_and_keep_components_apart(default: Rendered)
     assert pdb["spec"]["selector"]["matchLabels"] == controller_selector
     assert pdb["spec"]["maxUnavailable"] == 1  # a single replica must never block `kubectl drain`
     test_labels = default.test_pod["metadata"]["labels"]
-    assert not controller_selector.items() <= test_labels.items(), (
-        "the Service must not route to the test pod"
-    )
+    assert not controller_selector.items() <= test_labels.items(), "the Service must not route to the test pod"
 
 
 def test_agent_runs_only_on_gpu_nodes_and_survives_gpu_taints(default: Rendered) -> None:
     spec = pod_spec(default.agent)
-    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"
-    ]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     # nodeSelectorTerms are ORed: a node labelled by GPU feature discovery OR by node-feature-discovery.
     assert [term["matchExpressions"] for term in terms] == [
         [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}],
@@ -137,9 +134,7 @@ def test_agent_flags_env_and_host_directories(default: Rendered) -> None:
     assert env["TOPO_TUNE_NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert env["TOPO_TUNE_RACK_LABEL"]["value"] == "topology.kubernetes.io/rack"
     assert "TOPO_TUNE_RACK" not in env
-    assert "TOPO_TUNE_TOKEN" not in env, (
-        "the token travels as a file, never into benchmark workers' environment"
-    )
+    assert "TOPO_TUNE_TOKEN" not in env, "the token travels as a file, never into benchmark workers' environment"
 
     volumes = volumes_of(default.agent)
     mounts = mounts_of(agent)
@@ -184,7 +179,7 @@ def test_controller_is_non_root_with_sqlite_on_a_volume(default: Rendered) -> No
         "--token-file": "/etc/topo-tune/auth/token",
         "--database": "sqlite:////var/lib/topo-tune/controller.db",
     }
-    assert "env" not in controller
+    assert {entry["name"] for entry in controller["env"]} == {"TOPO_TUNE_LOG_LEVEL", "TOPO_TUNE_LOG_FORMAT"}
     volumes = volumes_of(default.controller)
     assert volumes["data"]["persistentVolumeClaim"]["claimName"] == f"{CONTROLLER}-db"
     assert mounts_of(controller)["/var/lib/topo-tune"]["name"] == "data"
@@ -212,7 +207,13 @@ def test_controller_probes_and_ports_without_tls(default: Rendered) -> None:
 
 def test_cluster_config_reaches_the_controller(default: Rendered) -> None:
     configmap = default.one("ConfigMap", CONTROLLER)
-    assert configmap["data"]["cluster.yaml"].strip() == "apiVersion: topo-tune/v1"
+    # The chart owns the keys controller and agents must agree on (the loader test is in the CLI contract).
+    assert yaml.safe_load(configmap["data"]["cluster.yaml"]) == {
+        "apiVersion": "topo-tune/v1",
+        "backend": "nccl",
+        "rackLabel": "topology.kubernetes.io/rack",
+        "metadata": {"name": RELEASE},
+    }
     annotations = default.controller["spec"]["template"]["metadata"]["annotations"]
     changed = render({"clusterConfig": {"apiVersion": "topo-tune/v1", "racks": [{"name": "r1"}]}})
     assert "racks:" in changed.one("ConfigMap", CONTROLLER)["data"]["cluster.yaml"]
@@ -322,17 +323,13 @@ def test_tls_without_client_certificates() -> None:
     assert volumes_of(rendered.agent)["tls"]["secret"]["secretName"] == "ctl-tls"
 
 
-def test_service_monitor_scrapes_the_metrics_port(
-    default: Rendered, option_sets: dict[str, Rendered]
-) -> None:
+def test_service_monitor_scrapes_the_metrics_port(default: Rendered, option_sets: dict[str, Rendered]) -> None:
     assert default.all("ServiceMonitor") == []  # off by default: the CRD may not exist
     rendered = option_sets["servicemonitor"]
     monitor = rendered.one("ServiceMonitor", CONTROLLER)
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
-    assert (
-        monitor["spec"]["selector"]["matchLabels"] == rendered.one("Service", CONTROLLER)["spec"]["selector"]
-    )
+    assert monitor["spec"]["selector"]["matchLabels"] == rendered.one("Service", CONTROLLER)["spec"]["selector"]
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint == {"port": "metrics", "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s"}
@@ -357,9 +354,7 @@ def test_network_policies_admit_only_this_release(default: Rendered) -> None:
     assert {"podSelector": {"matchLabels": agent_selector}} in grpc_rule["from"]
     test_labels = default.test_pod["metadata"]["labels"]
     test_peers = [peer["podSelector"]["matchLabels"] for peer in grpc_rule["from"]]
-    assert any(peer.items() <= test_labels.items() for peer in test_peers), (
-        "helm test must reach the controller"
-    )
+    assert any(peer.items() <= test_labels.items() for peer in test_peers), "helm test must reach the controller"
     assert "from" not in metrics_rule  # any scraper by default
     agents = default.one("NetworkPolicy", AGENT)
     assert agents["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": agent_selector}}]}]
@@ -417,6 +412,14 @@ def test_agent_can_be_disabled() -> None:
             {"agent": {"hostPaths": {"stateDir": "/etc/nccl/topo-tune/"}}},
             "agent.hostPaths.configDir and agent.hostPaths.stateDir must be different",
         ),
+        (
+            {"clusterConfig": {"apiVersion": "topo-tune/v1", "backend": "sim"}},
+            "clusterConfig.backend is set by the chart from agent.backend",
+        ),
+        (
+            {"clusterConfig": {"apiVersion": "topo-tune/v1", "controller": {"listen": "0.0.0.0:1"}}},
+            "clusterConfig.controller.listen is set by the chart",
+        ),
     ],
     ids=[
         "no-database",
@@ -426,6 +429,8 @@ def test_agent_can_be_disabled() -> None:
         "port-clash",
         "no-rack",
         "shared-host-dir",
+        "cluster-backend",
+        "cluster-controller-listen",
     ],
 )
 def test_invalid_values_fail_with_the_charts_message(values: dict[str, Any], message: str) -> None:
@@ -449,3 +454,11 @@ def test_schema_rejects_bad_values_naming_the_field(values: dict[str, Any], mess
     with pytest.raises(helm_python.HelmValuesError) as failure:
         render(values)
     assert message in str(failure.value)
+
+
+def test_logging_settings_reach_every_topo_tune_process() -> None:
+    rendered = render({"logging": {"level": "debug", "format": "json"}})
+    for workload in (rendered.controller, rendered.agent, rendered.test_pod):
+        env = env_of(containers(workload)[0])
+        assert env["TOPO_TUNE_LOG_FORMAT"]["value"] == "json"
+        assert env["TOPO_TUNE_LOG_LEVEL"]["value"] == "debug"

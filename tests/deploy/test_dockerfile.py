@@ -112,9 +112,7 @@ def test_stages_and_default_target() -> None:
     assert STAGES[-1].name == "controller"
     for stage in STAGES:
         for source, _ in stage.copies_from():
-            assert STAGES.index(BY_NAME[source]) < STAGES.index(stage), (
-                f"{stage.name} copies from a later stage"
-            )
+            assert STAGES.index(BY_NAME[source]) < STAGES.index(stage), f"{stage.name} copies from a later stage"
 
 
 def test_controller_image_has_no_torch_and_no_cuda() -> None:
@@ -133,13 +131,9 @@ def test_agent_image_has_torch_on_a_cuda_base() -> None:
     installs = " ".join(BY_NAME["agent-build"].runs())
     assert '"torch==${TORCH_VERSION}"' in installs
     assert "[agent]" in installs
-    agent_extra = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"
-    ]
+    agent_extra = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     (torch,) = [Requirement(spec) for spec in agent_extra["agent"] if spec.startswith("torch")]
-    assert torch.specifier.contains(GLOBAL_ARGS["TORCH_VERSION"]), (
-        "the pinned torch must satisfy the agent extra"
-    )
+    assert torch.specifier.contains(GLOBAL_ARGS["TORCH_VERSION"]), "the pinned torch must satisfy the agent extra"
 
 
 def test_virtual_environments_are_copied_between_identical_bases() -> None:
@@ -200,15 +194,9 @@ def test_plugin_sources_ship_in_the_wheel_the_image_builds_from() -> None:
     # the guarded build step skip it silently.
     plugin_dir = REPO_ROOT / "topo_tune" / "plugin"
     sources = [p for p in plugin_dir.rglob("*") if p.is_file() and p.suffix in {".c", ".h"}]
-    package_data = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
-        "package-data"
-    ]
+    package_data = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     patterns = [pattern for patterns in package_data.values() for pattern in patterns]
-    missing = [
-        str(p.relative_to(REPO_ROOT))
-        for p in sources
-        if not any(fnmatch.fnmatch(p.name, g) for g in patterns)
-    ]
+    missing = [str(p.relative_to(REPO_ROOT)) for p in sources if not any(fnmatch.fnmatch(p.name, g) for g in patterns)]
     assert missing == [], f"add the plugin's C sources to [tool.setuptools.package-data]: {missing}"
 
 

@@ -83,9 +83,7 @@ def test_documented_install_commands_render(where: str, argv: list[str]) -> None
 
 
 def test_inline_set_flags_render() -> None:
-    inline = re.findall(
-        r"`(--set(?:-json|-string)? '[^`]+'|--set(?:-json|-string)? [^`' ]+)`", DOCS[0].read_text()
-    )
+    inline = re.findall(r"`(--set(?:-json|-string)? '[^`]+'|--set(?:-json|-string)? [^`' ]+)`", DOCS[0].read_text())
     assert inline
     for snippet in inline:
         flag, expression = shlex.split(snippet)

@@ -122,3 +122,13 @@ Client flags for anything that dials the controller (agent, helm test).
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+Environment every topo-tune process of the release gets (read by the `topo-tune` command group).
+*/}}
+{{- define "topo-tune.loggingEnv" -}}
+- name: TOPO_TUNE_LOG_LEVEL
+  value: {{ .Values.logging.level | quote }}
+- name: TOPO_TUNE_LOG_FORMAT
+  value: {{ .Values.logging.format | quote }}
+{{- end }}
