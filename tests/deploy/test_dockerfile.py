@@ -6,10 +6,14 @@ The file is parsed with `dockerfile`, a binding to BuildKit's own parser, so wha
 
 from __future__ import annotations
 
-import fnmatch
 import re
+import shutil
+import subprocess
+import sys
 import tomllib
+import zipfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import dockerfile
 import pytest
@@ -189,15 +193,46 @@ def test_agent_image_builds_the_nccl_tuner_plugin() -> None:
     assert ("agent-build", (VENV, VENV)) in BY_NAME["agent"].copies_from()
 
 
-def test_plugin_sources_ship_in_the_wheel_the_image_builds_from() -> None:
-    # The image builds the plugin from the installed package; sources missing from the wheel would make
-    # the guarded build step skip it silently.
-    plugin_dir = REPO_ROOT / "topo_tune" / "plugin"
-    sources = [p for p in plugin_dir.rglob("*") if p.is_file() and p.suffix in {".c", ".h"}]
-    package_data = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    patterns = [pattern for patterns in package_data.values() for pattern in patterns]
-    missing = [str(p.relative_to(REPO_ROOT)) for p in sources if not any(fnmatch.fnmatch(p.name, g) for g in patterns)]
-    assert missing == [], f"add the plugin's C sources to [tool.setuptools.package-data]: {missing}"
+def _context_copies(stage: Stage) -> list[tuple[str, str]]:
+    """(source, destination) of the stage's COPY instructions that read the build context."""
+    pairs = []
+    for command in stage.commands:
+        if command.cmd == "COPY" and not any(flag.startswith("--from=") for flag in command.flags):
+            *sources, destination = command.value
+            pairs.extend((source, destination) for source in sources)
+    return pairs
+
+
+def test_the_wheel_both_images_install_carries_the_whole_package(tmp_path: Path) -> None:
+    # Replays the wheel stage on what its COPY instructions take from the build context, offline, and
+    # checks that every tracked file of the package ships: a file missing from package-data (a migration,
+    # the tuner plugin's C sources) would be missing from both images.
+    stage = BY_NAME["wheel"]
+    workdir = tmp_path / stage.last("WORKDIR").value[0].lstrip("/")
+    for source, destination in _context_copies(stage):
+        target = workdir / destination / Path(source).name if destination.endswith("/") else workdir / destination
+        if (REPO_ROOT / source).is_dir():
+            shutil.copytree(REPO_ROOT / source, target, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO_ROOT / source, target)
+    wheels = tmp_path / "wheels"
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index"]
+    result = subprocess.run(
+        [*build, "--wheel-dir", str(wheels), str(workdir)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (wheel,) = wheels.glob("topo_tune-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = set(archive.namelist())
+        entry_points = archive.read(next(n for n in shipped if n.endswith("entry_points.txt"))).decode()
+    tracked = subprocess.run(
+        ["git", "ls-files", "topo_tune"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert tracked
+    assert sorted(set(tracked) - shipped) == [], "tracked package files missing from the wheel"
+    # ENTRYPOINT runs the console script; it must exist under this name.
+    assert "topo-tune = topo_tune.cli.main:main" in entry_points
 
 
 def _docker_ignored(path: str, rules: list[str]) -> bool:
