@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+from pathlib import Path
 from typing import Any
 
 import helm_python
@@ -142,3 +143,18 @@ def test_every_closed_object_in_the_schema_rejects_unknown_keys() -> None:
 
     walk(schema, "")
     assert schema["additionalProperties"] is False
+
+
+def test_packaged_chart_renders_like_the_directory(tmp_path: Path) -> None:
+    # What users install from a chart repository is the .tgz: .helmignore must keep the docs and drop ci/.
+    archive = helm_python.package(CHART_DIR, destination=tmp_path)
+    with helm_python.Chart.load(archive) as chart:
+        files = {entry["name"] for entry in chart.files}
+        packaged = chart.render({}, name="tt", namespace="gpu-tuning", is_install=True)
+        assert chart.schema is not None
+    assert "README.md" in files
+    assert not any(name.startswith("ci/") for name in files)
+    with helm_python.Chart.load(CHART_DIR) as chart:
+        from_dir = chart.render({}, name="tt", namespace="gpu-tuning", is_install=True)
+    secret = "topo-tune/templates/secret.yaml"  # holds a random token
+    assert {k: v for k, v in packaged.items() if k != secret} == {k: v for k, v in from_dir.items() if k != secret}
