@@ -50,13 +50,11 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     && wheel="$(ls /wheels/topo_tune-*.whl)" \
     && /opt/topo-tune/bin/pip install "torch==${TORCH_VERSION}" "${wheel}[agent]"
 # --- NCCL tuner plugin -------------------------------------------------------------------------------------
-# `topo-tune plugin build` compiles the C tuner plugin shipped in the topo_tune.plugin package into a shared
-# library that NCCL loads through NCCL_TUNER_PLUGIN. The guard keeps releases without the plugin buildable.
-RUN mkdir -p /opt/topo-tune/lib \
-    && pkg="$(/opt/topo-tune/bin/python -c 'import os, topo_tune; print(os.path.dirname(topo_tune.__file__))')" \
-    && if [ -d "${pkg}/plugin" ]; then \
-         /opt/topo-tune/bin/topo-tune plugin build --output /opt/topo-tune/lib; \
-       fi
+# `topo-tune plugin build` compiles the C tuner plugin shipped in the topo_tune.plugin package (libc only, no
+# NCCL/CUDA headers) into /opt/topo-tune/lib/libnccl-tuner-topotune.so, which NCCL loads through
+# NCCL_TUNER_PLUGIN. A failed compile fails the image build.
+RUN /opt/topo-tune/bin/topo-tune plugin build --output /opt/topo-tune/lib \
+    && test -f /opt/topo-tune/lib/libnccl-tuner-topotune.so
 
 # ---------------------------------------------------------------------------------------------------------
 # agent: runtime image for the per-node DaemonSet.

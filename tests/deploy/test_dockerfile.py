@@ -188,7 +188,10 @@ def test_exposed_ports_are_the_charts_ports() -> None:
 def test_agent_image_builds_the_nccl_tuner_plugin() -> None:
     build = [run for run in BY_NAME["agent-build"].runs() if "topo-tune plugin build" in run]
     assert len(build) == 1, "one clearly labelled `topo-tune plugin build` step in agent-build"
-    assert f"{VENV}/bin/topo-tune plugin build --output {VENV}/lib" in build[0]
+    assert build[0].startswith(f"{VENV}/bin/topo-tune plugin build --output {VENV}/lib ")
+    assert "if " not in build[0], "unconditional: a plugin that does not compile must fail the image build"
+    compilers = " ".join(BY_NAME["agent-build"].runs())
+    assert " gcc " in compilers and "libc6-dev" in compilers  # build.py looks for cc, gcc or clang
     # The plugin lands inside the venv, which the agent stage copies whole.
     assert ("agent-build", (VENV, VENV)) in BY_NAME["agent"].copies_from()
 
@@ -285,3 +288,15 @@ def test_images_write_no_bytecode_and_log_unbuffered(name: str) -> None:
     assert env["PYTHONUNBUFFERED"] == "1"  # logs reach `kubectl logs` as they are written
     assert env["PYTHONDONTWRITEBYTECODE"] == "1"  # the root filesystem is read-only in the chart
     assert env["PATH"].startswith(f"{VENV}/bin:")
+
+
+def test_the_plugin_build_step_runs_as_written(tmp_path: Path) -> None:
+    # Replays the agent-build RUN line with this checkout's CLI and a temporary output directory, so the
+    # command, its flags and the library name the step checks for are the real ones.
+    (step,) = [run for run in BY_NAME["agent-build"].runs() if "topo-tune plugin build" in run]
+    command = step.replace(f"{VENV}/bin/topo-tune", f"{sys.executable} -m topo_tune").replace(
+        f"{VENV}/lib", str(tmp_path / "lib")
+    )
+    result = subprocess.run(["bash", "-ec", command], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [p.name for p in (tmp_path / "lib").iterdir()] == ["libnccl-tuner-topotune.so"]
