@@ -1,7 +1,8 @@
 """The install commands in the documentation work against the chart as it is.
 
-Every `helm install`/`helm upgrade` command in docs/kubernetes.md and the chart README is rendered with its
-own --set/--set-json/-f flags, and the objects the docs name in kubectl commands must exist in that render.
+Every `helm install`/`helm upgrade` command in docs/kubernetes.md, the chart README and the README is
+rendered with its own --set/--set-json/-f flags, and the objects the docs name in kubectl commands must exist
+in that render.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import yaml
 
 from tests.deploy.chart_render import CHART_DIR, REPO_ROOT, Rendered, render
 
-DOCS = [REPO_ROOT / "docs" / "kubernetes.md", CHART_DIR / "README.md"]
+# The README's "Install on Kubernetes" section is held to the same standard.
+DOCS = [REPO_ROOT / "docs" / "kubernetes.md", CHART_DIR / "README.md", REPO_ROOT / "README.md"]
 SET_PARSERS = {
     "--set": helm_python.parse_set_string,
     "--set-string": helm_python.parse_set_string_values,
