@@ -269,3 +269,17 @@ async def test_graceful_stop_reports_not_serving_and_closes_sessions(sqlite_url:
         ).status == health_pb2.HealthCheckResponse.NOT_SERVING
         await server.stop()
         await expect_status(call, grpc.StatusCode.UNAVAILABLE, "")
+
+
+async def test_a_command_goes_out_once_per_session(channel: grpc.aio.Channel, controller: Controller) -> None:
+    call = await open_session(channel, register("n1"))
+    await call.read()
+    record = await controller.commands.submit("n1", agent_pb2.Command(rediscover=agent_pb2.Rediscover()))
+    assert await controller.hub.deliver_new(record)
+    session = controller.hub._sessions["n1"]
+    await controller.hub.resend_outstanding(session)  # as a late re-send at session start would
+    assert (await asyncio.wait_for(call.read(), 10)).command.command_id == record.id
+    await call.write(agent_pb2.AgentMessage(heartbeat=agent_pb2.Heartbeat(seq=9)))
+    assert (await asyncio.wait_for(call.read(), 10)).heartbeat_ack.seq == 9, "no duplicate command before it"
+    assert (await controller.commands.get(record.id)).deliveries == 1
+    call.cancel()

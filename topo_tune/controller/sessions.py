@@ -45,6 +45,8 @@ class AgentSession:
     instance_id: str
     outgoing: asyncio.Queue[agent_pb2.ControllerMessage | None] = field(default_factory=asyncio.Queue)
     close_reason: str = ""
+    sent_commands: set[str] = field(default_factory=set)
+    """Commands already put on this stream: a stream is reliable, so each goes out once per session."""
 
     def send(self, message: agent_pb2.ControllerMessage) -> None:
         self.outgoing.put_nowait(message)
@@ -115,10 +117,12 @@ class SessionHub:
         return True
 
     async def _deliver(self, session: AgentSession, records: list[CommandRecord]) -> None:
+        records = [r for r in records if r.id not in session.sent_commands]
         if not records:
             return
         await self.commands.mark_sent([r.id for r in records])  # persist, then send
         for record in records:
+            session.sent_commands.add(record.id)
             session.send(agent_pb2.ControllerMessage(command=record.body))
         self.metrics.commands_sent.inc(len(records))
 
