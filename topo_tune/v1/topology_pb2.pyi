@@ -147,7 +147,7 @@ class Gpu(_message.Message):
     cpu_affinity: _builtins.str
     """cpulist "0-15,32-47"; empty = unknown"""
     pci_path: _builtins.str
-    """sysfs realpath below /sys/devices; empty = unknown"""
+    """PCI path (see Nic.pci_path); empty = unknown"""
     def __init__(
         self,
         *,
@@ -263,7 +263,10 @@ class Nic(_message.Message):
     """"ACTIVE", "DOWN", "up"; empty = unknown"""
     rate_gbps: _builtins.float
     pci_path: _builtins.str
-    """empty for virtual netdevs"""
+    """The device's place in the PCI tree, root first: the sysfs realpath ("/sys/devices/pci0000:00/0000:00:01.0/
+    0000:03:00.0") when discovered, or "nccl:cpu<numaid>/<busid>/..." when read from an NCCL topology XML.
+    Empty = unknown (and for virtual netdevs).
+    """
     numa_node: _builtins.int
     gdr: _builtins.bool
     """GPUDirect RDMA usable (nvidia_peermem / dma-buf)"""
@@ -385,12 +388,16 @@ class NodeTopology(_message.Message):
     UNKNOWNS_FIELD_NUMBER: _builtins.int
     NUMA_NODE_COUNT_FIELD_NUMBER: _builtins.int
     CPU_MODEL_FIELD_NUMBER: _builtins.int
+    NCCL_TOPOLOGY_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
     hostname: _builtins.str
     cpu_count: _builtins.int
     memory_bytes: _builtins.int
     virtualized: _builtins.bool
     numa_node_count: _builtins.int
     cpu_model: _builtins.str
+    source: _builtins.str
+    """Where this record came from: "nvml+sysfs", "nccl-xml:<file name>", ..."""
     @_builtins.property
     def gpus(self) -> _containers.RepeatedCompositeFieldContainer[Global___Gpu]: ...
     @_builtins.property
@@ -404,6 +411,12 @@ class NodeTopology(_message.Message):
     @_builtins.property
     def unknowns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """what discovery could not determine, in words"""
+
+    @_builtins.property
+    def nccl_topology(self) -> Global___NcclXmlElement:
+        """NCCL's own view of the node (what NCCL_TOPO_DUMP_FILE wrote, or the file read with --nccl-xml), kept
+        element for element so it can be written back without loss. Absent = not captured.
+        """
 
     def __init__(
         self,
@@ -420,10 +433,12 @@ class NodeTopology(_message.Message):
         unknowns: _abc.Iterable[_builtins.str] | None = ...,
         numa_node_count: _builtins.int | None = ...,
         cpu_model: _builtins.str = ...,
+        nccl_topology: Global___NcclXmlElement | None = ...,
+        source: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_numa_node_count", b"_numa_node_count", "_virtualized", b"_virtualized", "numa_node_count", b"numa_node_count", "versions", b"versions", "virtualized", b"virtualized"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_numa_node_count", b"_numa_node_count", "_virtualized", b"_virtualized", "nccl_topology", b"nccl_topology", "numa_node_count", b"numa_node_count", "versions", b"versions", "virtualized", b"virtualized"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_numa_node_count", b"_numa_node_count", "_virtualized", b"_virtualized", "cpu_count", b"cpu_count", "cpu_model", b"cpu_model", "gpu_links", b"gpu_links", "gpus", b"gpus", "hostname", b"hostname", "memory_bytes", b"memory_bytes", "nic_affinities", b"nic_affinities", "nics", b"nics", "numa_node_count", b"numa_node_count", "unknowns", b"unknowns", "versions", b"versions", "virtualized", b"virtualized"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_numa_node_count", b"_numa_node_count", "_virtualized", b"_virtualized", "cpu_count", b"cpu_count", "cpu_model", b"cpu_model", "gpu_links", b"gpu_links", "gpus", b"gpus", "hostname", b"hostname", "memory_bytes", b"memory_bytes", "nccl_topology", b"nccl_topology", "nic_affinities", b"nic_affinities", "nics", b"nics", "numa_node_count", b"numa_node_count", "source", b"source", "unknowns", b"unknowns", "versions", b"versions", "virtualized", b"virtualized"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__numa_node_count: _TypeAlias = _typing.Literal["numa_node_count"]  # noqa: Y015
     _WhichOneofArgType__numa_node_count: _TypeAlias = _typing.Literal["_numa_node_count", b"_numa_node_count"]  # noqa: Y015
@@ -435,3 +450,54 @@ class NodeTopology(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__virtualized) -> _WhichOneofReturnType__virtualized | None: ...
 
 Global___NodeTopology: _TypeAlias = NodeTopology  # noqa: Y015
+
+@_typing.final
+class NcclXmlElement(_message.Message):
+    """One element of an NCCL topology XML file, attributes in file order."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TAG_FIELD_NUMBER: _builtins.int
+    ATTRIBUTES_FIELD_NUMBER: _builtins.int
+    CHILDREN_FIELD_NUMBER: _builtins.int
+    tag: _builtins.str
+    @_builtins.property
+    def attributes(self) -> _containers.RepeatedCompositeFieldContainer[Global___NcclXmlAttribute]: ...
+    @_builtins.property
+    def children(self) -> _containers.RepeatedCompositeFieldContainer[Global___NcclXmlElement]: ...
+    def __init__(
+        self,
+        *,
+        tag: _builtins.str = ...,
+        attributes: _abc.Iterable[Global___NcclXmlAttribute] | None = ...,
+        children: _abc.Iterable[Global___NcclXmlElement] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "children", b"children", "tag", b"tag"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NcclXmlElement: _TypeAlias = NcclXmlElement  # noqa: Y015
+
+@_typing.final
+class NcclXmlAttribute(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    value: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        value: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NcclXmlAttribute: _TypeAlias = NcclXmlAttribute  # noqa: Y015

@@ -1,0 +1,31 @@
+"""Record a discovery fixture on a real machine: ``python -m topo_tune.agent.discovery.record OUT_DIR``.
+
+Purpose: run the real discovery once with NVML wrapped in a recorder and write what it saw (``nvml.json``, every
+NVML answer including the errors; ``sysfs.json``, the files it read; ``topology.json``, the result) so tests can
+replay that machine. Non-goals: anything that changes the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from google.protobuf import json_format
+
+from topo_tune.agent.discovery.discover import discover
+from topo_tune.agent.discovery.nvml import PynvmlBackend, RecordingNvml
+from topo_tune.agent.discovery.snapshot import take_snapshot
+
+
+def record(out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    recorder = RecordingNvml(PynvmlBackend())
+    topo = discover(nvml=recorder)  # type: ignore[arg-type]
+    recorder.save(out_dir / "nvml.json")
+    (out_dir / "sysfs.json").write_text(json.dumps(take_snapshot(), indent=1, sort_keys=True) + "\n")
+    (out_dir / "topology.json").write_text(json_format.MessageToJson(topo, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    record(Path(sys.argv[1]))
