@@ -1,0 +1,222 @@
+"""The cluster model: nodes grouped into racks, an optional spine, and its views.
+
+Purpose: what the controller knows about the cluster's shape. It is built from the nodes' `NodeTopology` and a
+plain ``node -> rack`` mapping (from ``cluster.yaml`` or a Kubernetes node label, parsed elsewhere), with the
+spine's oversubscription when the operator gives it. It renders the ``admin topology`` views: the cluster as
+racks (table or JSON) and one node's matrix. Non-goals: parsing configuration files; talking to agents.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from google.protobuf import json_format
+
+from topo_tune.topology.distance import PairMatrix, node_injection_gbps, node_pair_matrix
+from topo_tune.topology.fingerprint import cluster_fingerprint, topology_fingerprint
+from topo_tune.topology.levels import link_label
+from topo_tune.topology.matrix import render_node_matrix
+from topo_tune.v1 import topology_pb2
+
+DEFAULT_RACK = "default"
+
+
+class ClusterModelError(ValueError):
+    """The node/rack description does not fit together; the message names the node or rack."""
+
+
+@dataclass(frozen=True)
+class Spine:
+    """The layer between racks: how much slower a cross-rack path is than a rack's own links."""
+
+    oversubscription: float = 1.0
+    uplink_gbps_per_rack: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.oversubscription < 1.0:
+            raise ClusterModelError(f"spine.oversubscription must be >= 1, got {self.oversubscription}")
+        if self.uplink_gbps_per_rack is not None and self.uplink_gbps_per_rack <= 0:
+            raise ClusterModelError(f"spine.uplink_gbps_per_rack must be positive, got {self.uplink_gbps_per_rack}")
+
+
+@dataclass(frozen=True)
+class Rack:
+    name: str
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ClusterTopology:
+    racks: tuple[Rack, ...]
+    nodes: Mapping[str, topology_pb2.NodeTopology]
+    spine: Spine | None = None
+    fingerprints: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def rack_of(self) -> dict[str, str]:
+        return {node: rack.name for rack in self.racks for node in rack.nodes}
+
+    @property
+    def fingerprint(self) -> str:
+        return cluster_fingerprint([self.fingerprints[n] for n in rack.nodes] for rack in self.racks)
+
+    def node_order(self) -> tuple[str, ...]:
+        """Nodes rack by rack, in rack then node name order (the "naive" order of a hostfile)."""
+        return tuple(node for rack in self.racks for node in rack.nodes)
+
+    def node_pairs(self) -> PairMatrix:
+        """The modelled node-to-node bandwidth/latency matrix (see `topo_tune.topology.distance`)."""
+        order = self.node_order()
+        return node_pair_matrix(
+            order,
+            injection_gbps={name: node_injection_gbps(self.nodes[name]) for name in order},
+            rack_of=self.rack_of,
+            spine_oversubscription=self.spine.oversubscription if self.spine else 1.0,
+        )
+
+
+def build_cluster(
+    nodes: Mapping[str, topology_pb2.NodeTopology],
+    rack_of: Mapping[str, str],
+    *,
+    spine: Spine | None = None,
+    default_rack: str | None = DEFAULT_RACK,
+) -> ClusterTopology:
+    """Group nodes into racks. A rack named for an unknown node is an error naming it; a node without a rack goes
+    to ``default_rack``, or is an error when ``default_rack`` is None."""
+    for node in rack_of:
+        if node not in nodes:
+            raise ClusterModelError(f"rack mapping names node {node!r}, which has no topology")
+    members: dict[str, list[str]] = {}
+    for node in nodes:
+        rack = rack_of.get(node, default_rack)
+        if rack is None:
+            raise ClusterModelError(f"node {node!r} has no rack")
+        if not rack:
+            raise ClusterModelError(f"node {node!r} has an empty rack name")
+        members.setdefault(rack, []).append(node)
+    racks = tuple(Rack(name=name, nodes=tuple(sorted(members[name]))) for name in sorted(members))
+    return ClusterTopology(
+        racks=racks,
+        nodes=dict(nodes),
+        spine=spine,
+        fingerprints={name: topology_fingerprint(topo) for name, topo in nodes.items()},
+    )
+
+
+def racks_from_labels(labels: Mapping[str, Mapping[str, str]], *, label: str) -> dict[str, str]:
+    """``node -> rack`` from Kubernetes node labels (e.g. ``topology.kubernetes.io/zone``); unlabelled nodes are
+    left out, so `build_cluster` puts them in the default rack."""
+    return {node: values[label] for node, values in labels.items() if values.get(label)}
+
+
+# --- views -------------------------------------------------------------------------------------------------
+
+
+def _gpu_summary(topo: topology_pb2.NodeTopology) -> str:
+    if not topo.gpus:
+        return "no GPUs"
+    names: dict[str, int] = {}
+    for gpu in topo.gpus:
+        names[gpu.name or "?"] = names.get(gpu.name or "?", 0) + 1
+    kinds: dict[str, int] = {}
+    for link in topo.gpu_links:
+        label = link_label(link.kind, link.nvlink_count if link.HasField("nvlink_count") else None)
+        kinds[label] = kinds.get(label, 0) + 1
+    gpus = ", ".join(f"{count}x {name}" for name, count in sorted(names.items()))
+    links = " ".join(f"{label}:{count}" for label, count in sorted(kinds.items()))
+    return gpus + (f" [{links}]" if links else "")
+
+
+def _nic_summary(topo: topology_pb2.NodeTopology) -> str:
+    if not topo.nics:
+        return "no NICs"
+    rates: dict[str, int] = {}
+    for nic in topo.nics:
+        layer = topology_pb2.NicLinkLayer.Name(nic.link_layer).removeprefix("NIC_LINK_LAYER_")
+        rate = f"{nic.rate_gbps:g}G" if nic.HasField("rate_gbps") else "?G"
+        key = f"{rate} {layer}"
+        rates[key] = rates.get(key, 0) + 1
+    return ", ".join(f"{count}x {key}" for key, count in sorted(rates.items()))
+
+
+def render_cluster(cluster: ClusterTopology) -> str:
+    """The cluster as racks: one line per node with its GPUs, links, NICs, fingerprint and unknown count."""
+    lines = [f"Cluster {cluster.fingerprint}: {len(cluster.nodes)} nodes in {len(cluster.racks)} racks"]
+    if cluster.spine is not None:
+        uplink = (
+            f", {cluster.spine.uplink_gbps_per_rack:g} Gb/s uplink per rack"
+            if cluster.spine.uplink_gbps_per_rack
+            else ""
+        )
+        lines.append(f"Spine: oversubscription {cluster.spine.oversubscription:g}:1{uplink}")
+    for rack in cluster.racks:
+        lines.append("")
+        lines.append(f"Rack {rack.name} ({len(rack.nodes)} nodes)")
+        width = max(len(n) for n in rack.nodes)
+        for name in rack.nodes:
+            topo = cluster.nodes[name]
+            unknown = f"{len(topo.unknowns)} unknown" if topo.unknowns else "all known"
+            lines.append(
+                f"  {name.ljust(width)}  {_gpu_summary(topo)}; {_nic_summary(topo)}; "
+                f"{cluster.fingerprints[name]}; {unknown}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def node_to_dict(topo: topology_pb2.NodeTopology) -> dict[str, Any]:
+    """The full `NodeTopology` as JSON-ready data (proto field names, defaults included)."""
+    data: dict[str, Any] = json_format.MessageToDict(
+        topo, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    return data
+
+
+def cluster_to_dict(cluster: ClusterTopology) -> dict[str, Any]:
+    return {
+        "fingerprint": cluster.fingerprint,
+        "spine": None
+        if cluster.spine is None
+        else {
+            "oversubscription": cluster.spine.oversubscription,
+            "uplink_gbps_per_rack": cluster.spine.uplink_gbps_per_rack,
+        },
+        "racks": [{"name": rack.name, "nodes": list(rack.nodes)} for rack in cluster.racks],
+        "nodes": {
+            name: {"fingerprint": cluster.fingerprints[name], "topology": node_to_dict(cluster.nodes[name])}
+            for name in cluster.node_order()
+        },
+    }
+
+
+def render_admin_topology(
+    cluster: ClusterTopology, *, node: str | None = None, output: Literal["table", "json"] = "table"
+) -> str:
+    """What ``topo-tune admin topology [NODE] [--output json]`` prints.
+
+    Without ``node``: the cluster as racks (table) or the whole cluster (JSON). With ``node``: that node's
+    `nvidia-smi topo -m`-style matrix (table) or its full `NodeTopology` (JSON). Raises `ClusterModelError`
+    naming an unknown node.
+    """
+    if node is not None and node not in cluster.nodes:
+        known = ", ".join(cluster.node_order())
+        raise ClusterModelError(f"unknown node {node!r}; known nodes: {known}")
+    if output == "json":
+        if node is None:
+            return json.dumps(cluster_to_dict(cluster), indent=2) + "\n"
+        payload = {
+            "node": node,
+            "rack": cluster.rack_of[node],
+            "fingerprint": cluster.fingerprints[node],
+            "topology": node_to_dict(cluster.nodes[node]),
+        }
+        return json.dumps(payload, indent=2) + "\n"
+    if output != "table":
+        raise ClusterModelError(f"output must be 'table' or 'json', got {output!r}")
+    if node is None:
+        return render_cluster(cluster)
+    header = f"Rack {cluster.rack_of[node]}, fingerprint {cluster.fingerprints[node]}\n"
+    return header + render_node_matrix(cluster.nodes[node])

@@ -1,0 +1,122 @@
+"""Rank maps and hostfiles: the optimizer's node ring turned into something a launcher uses.
+
+Purpose: NCCL's inter-node ring follows the order of each node's lowest rank, so the way to impose a ring is to
+hand out ranks node by node in ring order, contiguous on each node (NCCL_FACTS §2.5). This module plans that
+order from a node-pair matrix and writes it as a JSON rank map and as hostfiles for Open MPI, Slurm
+(``--distribution=arbitrary``) and torchrun (``--node_rank`` per host), each with the predicted ring bottleneck
+next to the naive order's. Non-goals: launching jobs; intra-node GPU order (see `gpu_ring`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from topo_tune.topology.distance import PairMatrix
+from topo_tune.tuner.ring_order import Ring, optimize_ring, ring_metrics
+
+HostfileFlavour = Literal["mpi", "slurm", "torchrun"]
+RANK_MAP_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RingPrediction:
+    order: tuple[str, ...]
+    bottleneck_gbps: float
+    total_latency_us: float
+
+
+@dataclass(frozen=True)
+class RankMap:
+    """Nodes in ring order with their GPU counts, and the predicted ring next to the naive one."""
+
+    planned: RingPrediction
+    naive: RingPrediction
+    slots: Mapping[str, int]
+    method: str
+
+    def ranks(self) -> list[tuple[int, str, int]]:
+        """(global rank, node, local rank) for every GPU, node by node in ring order."""
+        out = []
+        rank = 0
+        for node in self.planned.order:
+            for local in range(self.slots[node]):
+                out.append((rank, node, local))
+                rank += 1
+        return out
+
+    def to_json(self) -> str:
+        def pred(p: RingPrediction) -> dict[str, object]:
+            return {
+                "node_order": list(p.order),
+                "ring_bottleneck_gbps": round(p.bottleneck_gbps, 6),
+                "ring_latency_us": round(p.total_latency_us, 6),
+            }
+
+        payload = {
+            "version": RANK_MAP_VERSION,
+            "method": self.method,
+            "world_size": sum(self.slots[n] for n in self.planned.order),
+            "planned": pred(self.planned),
+            "naive": pred(self.naive),
+            "ranks": [{"rank": r, "node": n, "local_rank": lr} for r, n, lr in self.ranks()],
+        }
+        return json.dumps(payload, indent=2) + "\n"
+
+    def hostfile(self, flavour: HostfileFlavour) -> str:
+        head = (
+            f"# topo-tune ring order: predicted bottleneck {self.planned.bottleneck_gbps:.2f} GB/s "
+            f"(naive order {self.naive.bottleneck_gbps:.2f} GB/s)\n"
+        )
+        if flavour == "mpi":
+            # Open MPI: keep ranks contiguous per host with --map-by slot (the default by-slot mapping).
+            return head + "".join(f"{node} slots={self.slots[node]}\n" for node in self.planned.order)
+        if flavour == "slurm":
+            # SLURM_HOSTFILE for srun --distribution=arbitrary: one line per task, in rank order.
+            return head + "".join(f"{node}\n" for _, node, _ in self.ranks())
+        if flavour == "torchrun":
+            # torchrun --node_rank=N on each host; rank = node_rank * nproc_per_node + local_rank.
+            return head + "".join(f"{node} {index}\n" for index, node in enumerate(self.planned.order))
+        raise ValueError(f"hostfile flavour must be mpi, slurm or torchrun, got {flavour!r}")
+
+
+def plan_rank_map(
+    pairs: PairMatrix,
+    *,
+    slots: Mapping[str, int] | int,
+    naive_order: Sequence[str] | None = None,
+    rack_of: Mapping[str, str] | None = None,
+    seed: int = 0,
+) -> RankMap:
+    """Order ``pairs.names`` into the best ring and compare it with ``naive_order`` (default: the given order).
+
+    The planned ring is rotated to start at the naive order's first node, so rank 0 stays where it was.
+    """
+    names = list(pairs.names)
+    naive = list(naive_order) if naive_order is not None else names
+    if sorted(naive) != sorted(names):
+        raise ValueError("naive_order must list exactly the nodes of the pair matrix")
+    counts = dict.fromkeys(names, slots) if isinstance(slots, int) else dict(slots)
+    missing = [n for n in names if n not in counts]
+    if missing:
+        raise ValueError(f"slots: no GPU count for node(s) {', '.join(missing)}")
+    for node, count in counts.items():
+        if count < 1:
+            raise ValueError(f"slots[{node!r}] must be at least 1, got {count}")
+    bw, lat = pairs.bandwidth(), pairs.latency()
+    racks = [rack_of.get(n, "") for n in names] if rack_of is not None else None
+    ring: Ring = optimize_ring(bw, lat, racks=racks, seed=seed)
+    order = [names[i] for i in ring.order]
+    if order:
+        start = order.index(naive[0])
+        order = order[start:] + order[:start]
+    index = {n: i for i, n in enumerate(names)}
+    naive_b, naive_l = ring_metrics([index[n] for n in naive], bw, lat)
+    return RankMap(
+        planned=RingPrediction(tuple(order), ring.bottleneck_gbps, ring.total_latency_us),
+        naive=RingPrediction(tuple(naive), naive_b, naive_l),
+        slots=counts,
+        method=ring.method,
+    )
