@@ -11,6 +11,7 @@ from topo_tune.cli.agent import agent
 from topo_tune.cli.config import config
 from topo_tune.cli.controller import controller
 from topo_tune.cli.plugin import plugin
+from topo_tune.cli.topology import topology
 from topo_tune.errors import TopoTuneError
 
 
@@ -57,6 +58,7 @@ cli.add_command(agent)
 cli.add_command(admin)
 cli.add_command(config)
 cli.add_command(plugin)
+cli.add_command(topology)
 
 
 def main() -> None:

@@ -217,9 +217,7 @@ def node_pair_matrix(
     estimates: dict[tuple[str, str], PairEstimate] = {}
     for i, a in enumerate(nodes):
         for b in nodes[i + 1 :]:
-            rate = min(
-                injection_gbps.get(a) or unknown_injection_gbps, injection_gbps.get(b) or unknown_injection_gbps
-            )
+            rate = min(injection_gbps.get(a) or unknown_injection_gbps, injection_gbps.get(b) or unknown_injection_gbps)
             same_rack = rack_of.get(a) == rack_of.get(b)
             hops = 2 if same_rack else 4
             if not same_rack:

@@ -52,8 +52,8 @@ def canonical_form(topo: topology_pb2.NodeTopology) -> dict[str, Any]:
         label = link_label(link.kind, link.nvlink_count if link.HasField("nvlink_count") else None)
         if link.via_nvswitch:
             label += "/sw"
-        for a, b in ((link.gpu_a, link.gpu_b), (link.gpu_b, link.gpu_a)):
-            links.setdefault(a, []).append(label)
+        for end in (link.gpu_a, link.gpu_b):
+            links.setdefault(end, []).append(label)
         if link.gpu_a in gpu_by_index and link.gpu_b in gpu_by_index:
             ends = sorted([_gpu_key(gpu_by_index[link.gpu_a]), _gpu_key(gpu_by_index[link.gpu_b])], key=repr)
             edges.append((*ends, label))

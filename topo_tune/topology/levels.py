@@ -19,7 +19,7 @@ NVML_TOPOLOGY_HOSTBRIDGE = 30
 NVML_TOPOLOGY_NODE = 40
 NVML_TOPOLOGY_SYSTEM = 50
 
-_NVML_LEVEL_TO_KIND: dict[int, int] = {
+_NVML_LEVEL_TO_KIND: dict[int, topology_pb2.LinkKind.ValueType] = {
     # A dual-GPU board has its own PCIe switch, which nvidia-smi prints as PIX.
     NVML_TOPOLOGY_INTERNAL: topology_pb2.LINK_KIND_PIX,
     NVML_TOPOLOGY_SINGLE: topology_pb2.LINK_KIND_PIX,
@@ -67,7 +67,7 @@ LEGEND: tuple[tuple[str, str], ...] = (
 )
 
 
-def kind_from_nvml_level(level: int) -> int:
+def kind_from_nvml_level(level: int) -> topology_pb2.LinkKind.ValueType:
     """Map an NVML common-ancestor level to a `LinkKind`; an unheard-of level is UNKNOWN, not a guess."""
     return _NVML_LEVEL_TO_KIND.get(level, topology_pb2.LINK_KIND_UNKNOWN)
 

@@ -7,6 +7,7 @@ cell by cell. Non-goals: deciding links (discovery / NCCL XML import do that).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from topo_tune.topology.levels import LEGEND, link_label
@@ -97,9 +98,7 @@ def render_node_matrix(topo: topology_pb2.NodeTopology) -> str:
     if not m.names:
         lines.append("(no GPUs or NICs found)")
     else:
-        lines.extend(
-            "  ".join(cell.ljust(widths[c]) for c, cell in enumerate(row)).rstrip() for row in rows
-        )
+        lines.extend("  ".join(cell.ljust(widths[c]) for c, cell in enumerate(row)).rstrip() for row in rows)
     lines.append("")
     lines.append("Legend:")
     lines.extend(f"  {key:<4} = {text}" for key, text in LEGEND)
@@ -124,7 +123,7 @@ def parse_topo_m(text: str) -> NodeMatrix:
     lines = [line.rstrip() for line in text.splitlines()]
     start = next(i for i, line in enumerate(lines) if line.split() and line.split()[0].startswith("GPU0"))
     header = lines[start].split()
-    names = [h for h in header if h.startswith(("GPU", "NIC", "mlx"))]
+    names = [h for h in header if re.match(r"^(GPU\d+|NIC\d+|mlx\d+_\d+)$", h)]
     n = len(names)
     cells: list[tuple[str, ...]] = []
     cpu: list[str] = []

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from xml.parsers import expat
 
+from topo_tune.errors import TopoTuneError
 from topo_tune.topology.cpulist import cpulist_from_hex_mask, hex_mask_from_cpulist
 from topo_tune.topology.pci import NCCL_PATH_PREFIX, PciPath, parse_pci_path, pcie_level
 from topo_tune.v1 import topology_pb2
@@ -30,7 +31,7 @@ _NVSWITCH_CLASS = "0x0680"
 _GEN_BY_RATE = {"2.5": 1, "5.0": 2, "5": 2, "8.0": 3, "8": 3, "16.0": 4, "16": 4, "32.0": 5, "32": 5, "64.0": 6}
 
 
-class NcclXmlError(ValueError):
+class NcclXmlError(TopoTuneError, ValueError):
     """An NCCL topology file that cannot be read; the message names the line."""
 
     def __init__(self, message: str, *, line: int | None, source: str) -> None:
@@ -141,144 +142,157 @@ def _pcie_gen(link_speed: str | None) -> int | None:
     return _GEN_BY_RATE.get(link_speed.split()[0])
 
 
+@dataclass(frozen=True)
+class _Cpu:
+    """The `<cpu>` element a device sits under: its NUMA node, CPUs and the root of its PCI paths."""
+
+    numa: int
+    cpus: str
+    root: str
+
+
+class _Reader:
+    """One pass over a parsed file, filling a `NodeTopology`."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.topo = topology_pb2.NodeTopology(source=f"nccl-xml:{source}")
+        self.gpu_links: dict[int, Counter[str]] = {}
+        self.gpu_switch: dict[int, int] = {}
+        self.nameless_gpus: list[topology_pb2.Gpu] = []
+        self.numa_ids: set[int] = set()
+
+    def read(self, root: XmlNode) -> topology_pb2.NodeTopology:
+        self.topo.nccl_topology.CopyFrom(root.to_element())
+        for cpu in root.children:
+            if cpu.tag != "cpu":
+                continue
+            numa = _int_attr(cpu, "numaid", source=self.source)
+            if numa >= 0:
+                self.numa_ids.add(numa)
+            affinity = attr(cpu, "affinity")
+            ctx = _Cpu(numa=numa, cpus=cpulist_from_hex_mask(affinity) if affinity else "", root=f"cpu{numa}")
+            for child in cpu.children:
+                self.visit(child, ctx, (), None)
+        topo = self.topo
+        # GPUs written as bare PCI devices (NCCL_TOPO_FILE for VMs) are numbered in file order.
+        if self.nameless_gpus and not topo.gpus:
+            for index, gpu in enumerate(self.nameless_gpus):
+                gpu.index = index
+                topo.gpus.append(gpu)
+        if self.numa_ids:
+            topo.numa_node_count = len(self.numa_ids)
+        _links(topo, self.gpu_links, self.gpu_switch)
+        _affinities(topo)
+        topo.unknowns.extend(_xml_unknowns(topo))
+        return topo
+
+    def visit(self, element: XmlNode, ctx: _Cpu, chain: tuple[str, ...], pci: XmlNode | None) -> None:
+        if element.tag == "pci":
+            busid = attr(element, "busid")
+            if busid is None:
+                raise NcclXmlError("<pci> has no busid= attribute", line=element.line, source=self.source)
+            here = (*chain, busid.lower())
+            cls = (attr(element, "class") or "").lower()
+            has_gpu = any(c.tag == "gpu" for c in element.children)
+            has_nic = any(c.tag == "nic" for c in element.children)
+            if cls.startswith(_GPU_CLASSES) and not has_gpu:
+                self.nameless_gpus.append(self.gpu(element, ctx, here))
+            elif (cls.startswith(_IB_CLASS) or cls.startswith(_ETH_CLASS)) and not has_nic:
+                self.nic_from_pci(element, ctx, here, cls)
+            for child in element.children:
+                self.visit(child, ctx, here, element)
+        elif element.tag == "gpu":
+            if pci is None:
+                raise NcclXmlError("<gpu> outside a <pci> element", line=element.line, source=self.source)
+            self.gpu_element(element, ctx, chain, pci)
+        elif element.tag == "nic":
+            for net in element.children:
+                if net.tag == "net":
+                    self.nic_from_net(net, ctx, chain if pci is not None else (), pci)
+        else:
+            for child in element.children:
+                self.visit(child, ctx, chain, pci)
+
+    def gpu(self, pci: XmlNode, ctx: _Cpu, path: tuple[str, ...]) -> topology_pb2.Gpu:
+        gpu = topology_pb2.Gpu(pci_bus_id=(attr(pci, "busid") or "").lower(), cpu_affinity=ctx.cpus)
+        gpu.pci_path = PciPath(root=ctx.root, chain=path).render()
+        if ctx.numa >= 0:
+            gpu.numa_node = ctx.numa
+        gen = _pcie_gen(attr(pci, "link_speed"))
+        if gen is not None:
+            gpu.pcie_gen_max = gen
+        width = attr(pci, "link_width")
+        # NCCL writes link_width="0" when it could not read the width (VMs): unknown, not zero lanes.
+        if width and width.isdigit() and int(width) > 0:
+            gpu.pcie_width_max = int(width)
+        return gpu
+
+    def gpu_element(self, element: XmlNode, ctx: _Cpu, chain: tuple[str, ...], pci: XmlNode) -> None:
+        gpu = self.gpu(pci, ctx, chain)
+        gpu.index = _int_attr(element, "dev", source=self.source)
+        sm = attr(element, "sm")
+        if sm:
+            gpu.sm_arch = f"sm_{sm}"
+        self.topo.gpus.append(gpu)
+        counts: Counter[str] = Counter()
+        switch = 0
+        for link in element.children:
+            if link.tag != "nvlink":
+                continue
+            count = _int_attr(link, "count", source=self.source)
+            tclass = (attr(link, "tclass") or "").lower()
+            target = (attr(link, "target") or "").lower()
+            if tclass.startswith(_NVSWITCH_CLASS) or target.startswith("ffffffff"):
+                switch += count
+            elif target == gpu.pci_bus_id:
+                self.topo.unknowns.append(f"GPU{gpu.index} NVLink: {count} links name the GPU itself as peer")
+            else:
+                counts[target] += count
+        self.gpu_links[gpu.index] = counts
+        self.gpu_switch[gpu.index] = switch
+
+    def nic_from_pci(self, pci: XmlNode, ctx: _Cpu, path: tuple[str, ...], cls: str) -> None:
+        busid = (attr(pci, "busid") or "").lower()
+        nic = topology_pb2.Nic(name=f"pci-{busid}", pci_bus_id=busid)
+        nic.pci_path = PciPath(root=ctx.root, chain=path).render()
+        if cls.startswith(_IB_CLASS):
+            nic.link_layer = topology_pb2.NIC_LINK_LAYER_INFINIBAND
+        if ctx.numa >= 0:
+            nic.numa_node = ctx.numa
+        self.topo.nics.append(nic)
+
+    def nic_from_net(self, net: XmlNode, ctx: _Cpu, path: tuple[str, ...], pci: XmlNode | None) -> None:
+        nic = topology_pb2.Nic(name=attr(net, "name") or f"net{attr(net, 'dev')}")
+        if pci is not None:
+            nic.pci_bus_id = (attr(pci, "busid") or "").lower()
+            nic.pci_path = PciPath(root=ctx.root, chain=path).render()
+            if (attr(pci, "class") or "").lower().startswith(_IB_CLASS):
+                nic.link_layer = topology_pb2.NIC_LINK_LAYER_INFINIBAND
+        if nic.link_layer == topology_pb2.NIC_LINK_LAYER_UNSPECIFIED and attr(net, "guid") in ("0x0", "0"):
+            # NCCL's socket transport reports guid 0: a plain Ethernet interface without RDMA.
+            nic.link_layer = topology_pb2.NIC_LINK_LAYER_ETHERNET
+        speed = attr(net, "speed")
+        if speed and speed.isdigit() and int(speed) > 0:
+            nic.rate_gbps = int(speed) / 1000.0
+        gdr = attr(net, "gdr")
+        if gdr in ("0", "1"):
+            nic.gdr = gdr == "1"
+        if ctx.numa >= 0:
+            nic.numa_node = ctx.numa
+        self.topo.nics.append(nic)
+
+
 def read_nccl_topology(text: str, *, source: str = "<nccl-xml>") -> topology_pb2.NodeTopology:
     """Read an NCCL topology XML into a `NodeTopology` (with the element tree kept in ``nccl_topology``)."""
-    parsed = parse_xml(text, source=source)
-    topo = topology_pb2.NodeTopology(source=f"nccl-xml:{source}")
-    topo.nccl_topology.CopyFrom(parsed.to_element())
-    gpu_links: dict[int, Counter[str]] = {}
-    gpu_switch: dict[int, int] = {}
-    nameless_gpus: list[topology_pb2.Gpu] = []
-    numa_ids: set[int] = set()
-    for cpu in parsed.children:
-        if cpu.tag != "cpu":
-            continue
-        numa = _int_attr(cpu, "numaid", source=source)
-        if numa >= 0:
-            numa_ids.add(numa)
-        affinity = attr(cpu, "affinity")
-        cpus = cpulist_from_hex_mask(affinity) if affinity else ""
-        root = f"cpu{numa}"
-
-        def visit(element: XmlNode, chain: tuple[str, ...], pci: XmlNode | None) -> None:
-            if element.tag == "pci":
-                busid = attr(element, "busid")
-                if busid is None:
-                    raise NcclXmlError("<pci> has no busid= attribute", line=element.line, source=source)
-                here = (*chain, busid.lower())
-                cls = (attr(element, "class") or "").lower()
-                has_gpu = any(c.tag == "gpu" for c in element.children)
-                has_nic = any(c.tag == "nic" for c in element.children)
-                if cls.startswith(_GPU_CLASSES) and not has_gpu:
-                    gpu = _gpu(element, here)
-                    nameless_gpus.append(gpu)
-                elif (cls.startswith(_IB_CLASS) or cls.startswith(_ETH_CLASS)) and not has_nic:
-                    _nic_from_pci(element, here, cls)
-                for child in element.children:
-                    visit(child, here, element)
-            elif element.tag == "gpu":
-                if pci is None:
-                    raise NcclXmlError("<gpu> outside a <pci> element", line=element.line, source=source)
-                gpu = _gpu(pci, chain)
-                gpu.index = _int_attr(element, "dev", source=source)
-                sm = attr(element, "sm")
-                if sm:
-                    gpu.sm_arch = f"sm_{sm}"
-                topo.gpus.append(gpu)
-                counts: Counter[str] = Counter()
-                switch = 0
-                for link in element.children:
-                    if link.tag != "nvlink":
-                        continue
-                    count = _int_attr(link, "count", source=source)
-                    tclass = (attr(link, "tclass") or "").lower()
-                    target = (attr(link, "target") or "").lower()
-                    if tclass.startswith(_NVSWITCH_CLASS) or target.startswith("ffffffff"):
-                        switch += count
-                    elif target == gpu.pci_bus_id:
-                        topo.unknowns.append(f"GPU{gpu.index} NVLink: {count} links name the GPU itself as peer")
-                    else:
-                        counts[target] += count
-                gpu_links[gpu.index] = counts
-                gpu_switch[gpu.index] = switch
-            elif element.tag == "nic":
-                for net in element.children:
-                    if net.tag == "net":
-                        _nic_from_net(net, chain if pci is not None else (), pci)
-            else:
-                for child in element.children:
-                    visit(child, chain, pci)
-
-        def _gpu(pci_el: XmlNode, path: tuple[str, ...]) -> topology_pb2.Gpu:
-            gpu = topology_pb2.Gpu(pci_bus_id=(attr(pci_el, "busid") or "").lower(), cpu_affinity=cpus)
-            gpu.pci_path = PciPath(root=root, chain=path).render()
-            if numa >= 0:
-                gpu.numa_node = numa
-            gen = _pcie_gen(attr(pci_el, "link_speed"))
-            if gen is not None:
-                gpu.pcie_gen_max = gen
-            width = attr(pci_el, "link_width")
-            if width and width.isdigit() and int(width) > 0:
-                gpu.pcie_width_max = int(width)
-            return gpu
-
-        def _nic_from_pci(pci_el: XmlNode, path: tuple[str, ...], cls: str) -> None:
-            busid = (attr(pci_el, "busid") or "").lower()
-            nic = topology_pb2.Nic(name=f"pci-{busid}", pci_bus_id=busid)
-            nic.pci_path = PciPath(root=root, chain=path).render()
-            nic.link_layer = (
-                topology_pb2.NIC_LINK_LAYER_INFINIBAND
-                if cls.startswith(_IB_CLASS)
-                else topology_pb2.NIC_LINK_LAYER_UNSPECIFIED
-            )
-            if numa >= 0:
-                nic.numa_node = numa
-            topo.nics.append(nic)
-
-        def _nic_from_net(net: XmlNode, path: tuple[str, ...], pci_el: XmlNode | None) -> None:
-            nic = topology_pb2.Nic(name=attr(net, "name") or f"net{attr(net, 'dev')}")
-            if pci_el is not None:
-                nic.pci_bus_id = (attr(pci_el, "busid") or "").lower()
-                nic.pci_path = PciPath(root=root, chain=path).render()
-                cls = (attr(pci_el, "class") or "").lower()
-                if cls.startswith(_IB_CLASS):
-                    nic.link_layer = topology_pb2.NIC_LINK_LAYER_INFINIBAND
-            if nic.link_layer == topology_pb2.NIC_LINK_LAYER_UNSPECIFIED and attr(net, "guid") in ("0x0", "0"):
-                # NCCL's socket transport reports guid 0: a plain Ethernet interface without RDMA.
-                nic.link_layer = topology_pb2.NIC_LINK_LAYER_ETHERNET
-            speed = attr(net, "speed")
-            if speed and speed.isdigit() and int(speed) > 0:
-                nic.rate_gbps = int(speed) / 1000.0
-            gdr = attr(net, "gdr")
-            if gdr in ("0", "1"):
-                nic.gdr = gdr == "1"
-            if numa >= 0:
-                nic.numa_node = numa
-            topo.nics.append(nic)
-
-        for child in cpu.children:
-            visit(child, (), None)
-
-    # GPUs written as bare PCI devices (NCCL_TOPO_FILE for VMs) are numbered in file order.
-    if nameless_gpus and not topo.gpus:
-        for index, gpu in enumerate(nameless_gpus):
-            gpu.index = index
-            topo.gpus.append(gpu)
-    if numa_ids:
-        topo.numa_node_count = len(numa_ids)
-    _links(topo, gpu_links, gpu_switch)
-    _affinities(topo)
-    topo.unknowns.extend(_xml_unknowns(topo))
-    return topo
+    return _Reader(source).read(parse_xml(text, source=source))
 
 
 def _numa(message: topology_pb2.Gpu | topology_pb2.Nic) -> int | None:
     return message.numa_node if message.HasField("numa_node") else None
 
 
-def _links(
-    topo: topology_pb2.NodeTopology, gpu_links: dict[int, Counter[str]], gpu_switch: dict[int, int]
-) -> None:
+def _links(topo: topology_pb2.NodeTopology, gpu_links: dict[int, Counter[str]], gpu_switch: dict[int, int]) -> None:
     gpus = sorted(topo.gpus, key=lambda g: g.index)
     for i, a in enumerate(gpus):
         for b in gpus[i + 1 :]:

@@ -78,7 +78,7 @@ def pcie_level(
     *,
     numa_a: int | None,
     numa_b: int | None,
-) -> int:
+) -> topology_pb2.LinkKind.ValueType:
     """The `LinkKind` between two devices by their deepest common PCI ancestor.
 
     Same root complex: PIX when at most one bridge (a PCIe switch counts as one) separates them, PXB when more,

@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from topo_tune.topology.distance import PairMatrix, gpu_pair_matrix
-from topo_tune.topology.levels import closeness
-from topo_tune.topology.levels import nccl_path_type
+from topo_tune.topology.levels import closeness, nccl_path_type
 from topo_tune.tuner.ring_order import optimize_ring
 from topo_tune.v1 import topology_pb2
 
@@ -45,9 +44,7 @@ def intra_node_ring(topo: topology_pb2.NodeTopology, pairs: PairMatrix | None = 
     )
 
 
-def render_graph_file(
-    topo: topology_pb2.NodeTopology, ring: GpuRing, *, expert: bool, nchannels: int = 2
-) -> str:
+def render_graph_file(topo: topology_pb2.NodeTopology, ring: GpuRing, *, expert: bool, nchannels: int = 2) -> str:
     """An ``NCCL_GRAPH_FILE`` with one ring graph (id 0, pattern 4) following ``ring``.
 
     Channels alternate direction; each starts and ends at the NIC nearest its first GPU. Only for one node type
@@ -62,14 +59,8 @@ def render_graph_file(
         raise ValueError(f"nchannels must be at least 1, got {nchannels}")
     links = {(link.gpu_a, link.gpu_b): link for link in topo.gpu_links}
     order = list(ring.order)
-    kinds = [
-        links.get((min(a, b), max(a, b)))
-        for a, b in zip(order, order[1:] + order[:1], strict=True)
-        if a != b
-    ]
-    worst = max(
-        (k.kind for k in kinds if k is not None), key=closeness, default=topology_pb2.LINK_KIND_SELF
-    )
+    kinds = [links.get((min(a, b), max(a, b))) for a, b in zip(order, order[1:] + order[:1], strict=True) if a != b]
+    worst = max((k.kind for k in kinds if k is not None), key=closeness, default=topology_pb2.LINK_KIND_SELF)
     type_intra = nccl_path_type(worst) if len(order) > 1 else "LOC"
     nic_index = {nic.name: i for i, nic in enumerate(topo.nics)}
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from topo_tune.errors import TopoTuneError
+
 logger = logging.getLogger(__name__)
 
 EXACT_LIMIT = 12
@@ -28,7 +30,7 @@ Matrix = Sequence[Sequence[float]]
 FloatArray = npt.NDArray[np.float64]
 
 
-class RingOrderError(ValueError):
+class RingOrderError(TopoTuneError, ValueError):
     """Input matrices that cannot describe a ring problem; the message names the argument and entry."""
 
 
@@ -43,11 +45,17 @@ class Ring:
 
 
 def _as_arrays(bandwidth: Matrix, latency: Matrix | None) -> tuple[FloatArray, FloatArray]:
-    bw = np.asarray(bandwidth, dtype=np.float64)
+    try:
+        bw = np.asarray(bandwidth, dtype=np.float64)
+    except ValueError as exc:
+        raise RingOrderError(f"bandwidth must be a square matrix of numbers: {exc}") from exc
     n = bw.shape[0] if bw.ndim == 2 else -1
     if bw.ndim != 2 or bw.shape != (n, n):
         raise RingOrderError(f"bandwidth must be a square matrix, got shape {bw.shape}")
-    lat = np.zeros((n, n)) if latency is None else np.asarray(latency, dtype=np.float64)
+    try:
+        lat = np.zeros((n, n)) if latency is None else np.asarray(latency, dtype=np.float64)
+    except ValueError as exc:
+        raise RingOrderError(f"latency must be a square matrix of numbers: {exc}") from exc
     if lat.shape != (n, n):
         raise RingOrderError(f"latency must have the bandwidth's shape {bw.shape}, got {lat.shape}")
     for name, m in (("bandwidth", bw), ("latency", lat)):
@@ -320,8 +328,8 @@ class _Problem:
     def __init__(self, bw: FloatArray, lat: FloatArray, neighbours: int) -> None:
         self.bw = bw
         self.lat = lat
-        self.bwl = bw.tolist()
-        self.latl = lat.tolist()
+        self.bwl: list[list[float]] = bw.tolist()
+        self.latl: list[list[float]] = lat.tolist()
         # One violation must outweigh any latency saving.
         self.penalty = float(lat.sum()) + 1.0
         self.k = min(neighbours, bw.shape[0] - 1)
@@ -414,18 +422,25 @@ def _heuristic(
     candidates = [float(v) for v in values if v <= bound + 1e-12]
     rng = random.Random(seed)
 
+    # Small instances can afford many kicks; large ones start from a rack-aware tour that rarely needs them.
+    kicks = max(2, 4000 // n)
+
     def attempt(target: float, start: list[int]) -> _Tour:
-        tour = _Tour(start, problem, target)
-        tour.optimise()
-        for _ in range(2):
-            if not tour.violations():
+        best = _Tour(start, problem, target)
+        best.optimise()
+        best_violations = best.violations()
+        for _ in range(kicks):
+            if not best_violations:
                 break
-            # A double-bridge kick to leave a local optimum that still has violations.
-            t = tour.tour
+            # A double-bridge kick to leave a local optimum that still has violations; keep it if better.
+            t = best.tour
             a, b, c = sorted(rng.sample(range(1, n), 3))
             tour = _Tour(t[:a] + t[b:c] + t[a:b] + t[c:], problem, target)
             tour.optimise()
-        return tour
+            violations = tour.violations()
+            if violations <= best_violations:
+                best, best_violations = tour, violations
+        return best
 
     # The target starts at the upper bound; below it, a binary search over the distinct bandwidths, each try
     # warm-started from the last tour, stops once the bracket is within ``tolerance`` (relative).

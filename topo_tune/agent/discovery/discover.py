@@ -189,9 +189,7 @@ def _discover_gpus(topo: topology_pb2.NodeTopology, nvml: NvmlApi, sysfs: Sysfs)
             logger.info("nvmlShutdown failed: %s", exc)
 
 
-def _discover_gpu(
-    index: int, nvml: NvmlApi, sysfs: Sysfs, cpu_count: int, unknowns: list[str]
-) -> topology_pb2.Gpu:
+def _discover_gpu(index: int, nvml: NvmlApi, sysfs: Sysfs, cpu_count: int, unknowns: list[str]) -> topology_pb2.Gpu:
     gpu = topology_pb2.Gpu(index=index)
     tag = f"GPU{index}"
     uuid = _try(lambda: nvml.uuid(index), unknowns, f"{tag} UUID")
@@ -243,7 +241,6 @@ def _discover_gpu(
 
 def _nvlinks(gpu: topology_pb2.Gpu, nvml: NvmlApi, unknowns: list[str]) -> _GpuLinks:
     result = _GpuLinks()
-    gpu_buses = set()
     for link in range(NVLINK_MAX_LINKS):
         try:
             state = nvml.nvlink_state(gpu.index, link)
@@ -274,15 +271,14 @@ def _nvlinks(gpu: topology_pb2.Gpu, nvml: NvmlApi, unknowns: list[str]) -> _GpuL
             kind = -1
         if kind == NVLINK_DEVICE_SWITCH:
             result.to_switch += 1
-        elif kind == NVLINK_DEVICE_GPU or kind == -1:
+        elif kind in (NVLINK_DEVICE_GPU, -1):
             result.to_gpu[remote] += 1
-            gpu_buses.add(remote)
     if not result.known:
         unknowns.append(f"GPU{gpu.index} NVLink: NVML answered no link state")
     return result
 
 
-def _p2p(nvml: NvmlApi, a: int, b: int, caps: int) -> int:
+def _p2p(nvml: NvmlApi, a: int, b: int, caps: int) -> topology_pb2.P2PStatus.ValueType:
     try:
         status = nvml.p2p_status(a, b, caps)
     except NvmlCallError:
@@ -294,9 +290,7 @@ def _p2p(nvml: NvmlApi, a: int, b: int, caps: int) -> int:
     return topology_pb2.P2P_STATUS_NOT_SUPPORTED
 
 
-def _gpu_pairs(
-    topo: topology_pb2.NodeTopology, nvml: NvmlApi, links: list[_GpuLinks], unknowns: list[str]
-) -> None:
+def _gpu_pairs(topo: topology_pb2.NodeTopology, nvml: NvmlApi, links: list[_GpuLinks], unknowns: list[str]) -> None:
     gpus = list(topo.gpus)
     unsure_pairs: list[str] = []
     for i, a in enumerate(gpus):
@@ -331,9 +325,7 @@ def _gpu_pairs(
             link.p2p_write = _p2p(nvml, a.index, b.index, P2P_CAPS_INDEX_WRITE)
             topo.gpu_links.append(link)
     if unsure_pairs:
-        unknowns.append(
-            "NVLink between " + ", ".join(unsure_pairs) + ": unknown; the matrix shows their PCIe level"
-        )
+        unknowns.append("NVLink between " + ", ".join(unsure_pairs) + ": unknown; the matrix shows their PCIe level")
 
 
 def _to_nic(nic: SysfsNic, gdr_loaded: bool) -> topology_pb2.Nic:

@@ -146,22 +146,16 @@ class PynvmlBackend:
     def pcie_gen_max(self, gpu: int) -> int:
         h = self._handle(gpu)
         return int(
-            self._call(
-                "nvmlDeviceGetMaxPcieLinkGeneration", lambda: self._nvml.nvmlDeviceGetMaxPcieLinkGeneration(h)
-            )
+            self._call("nvmlDeviceGetMaxPcieLinkGeneration", lambda: self._nvml.nvmlDeviceGetMaxPcieLinkGeneration(h))
         )
 
     def pcie_width_current(self, gpu: int) -> int:
         h = self._handle(gpu)
-        return int(
-            self._call("nvmlDeviceGetCurrPcieLinkWidth", lambda: self._nvml.nvmlDeviceGetCurrPcieLinkWidth(h))
-        )
+        return int(self._call("nvmlDeviceGetCurrPcieLinkWidth", lambda: self._nvml.nvmlDeviceGetCurrPcieLinkWidth(h)))
 
     def pcie_width_max(self, gpu: int) -> int:
         h = self._handle(gpu)
-        return int(
-            self._call("nvmlDeviceGetMaxPcieLinkWidth", lambda: self._nvml.nvmlDeviceGetMaxPcieLinkWidth(h))
-        )
+        return int(self._call("nvmlDeviceGetMaxPcieLinkWidth", lambda: self._nvml.nvmlDeviceGetMaxPcieLinkWidth(h)))
 
     def numa_node(self, gpu: int) -> int:
         h = self._handle(gpu)
@@ -174,9 +168,7 @@ class PynvmlBackend:
 
     def nvlink_state(self, gpu: int, link: int) -> int:
         h = self._handle(gpu)
-        return int(
-            self._call("nvmlDeviceGetNvLinkState", lambda: self._nvml.nvmlDeviceGetNvLinkState(h, link))
-        )
+        return int(self._call("nvmlDeviceGetNvLinkState", lambda: self._nvml.nvmlDeviceGetNvLinkState(h, link)))
 
     def nvlink_p2p_supported(self, gpu: int, link: int) -> int:
         h = self._handle(gpu)
@@ -215,11 +207,7 @@ class PynvmlBackend:
 
     def p2p_status(self, gpu_a: int, gpu_b: int, caps_index: int) -> int:
         ha, hb = self._handle(gpu_a), self._handle(gpu_b)
-        return int(
-            self._call(
-                "nvmlDeviceGetP2PStatus", lambda: self._nvml.nvmlDeviceGetP2PStatus(ha, hb, caps_index)
-            )
-        )
+        return int(self._call("nvmlDeviceGetP2PStatus", lambda: self._nvml.nvmlDeviceGetP2PStatus(ha, hb, caps_index)))
 
 
 @dataclass(frozen=True)

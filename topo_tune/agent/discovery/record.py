@@ -21,7 +21,7 @@ from topo_tune.agent.discovery.snapshot import take_snapshot
 def record(out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     recorder = RecordingNvml(PynvmlBackend())
-    topo = discover(nvml=recorder)  # type: ignore[arg-type]
+    topo = discover(nvml=recorder)
     recorder.save(out_dir / "nvml.json")
     (out_dir / "sysfs.json").write_text(json.dumps(take_snapshot(), indent=1, sort_keys=True) + "\n")
     (out_dir / "topology.json").write_text(json_format.MessageToJson(topo, indent=1) + "\n")

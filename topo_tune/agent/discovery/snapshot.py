@@ -7,6 +7,7 @@ it below a directory that discovery then reads as its ``sysfs_root``. Non-goals:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -56,10 +57,9 @@ class _Taker:
         return os.path.relpath(os.path.realpath(path), os.path.realpath(self.root))
 
     def file(self, rel: str) -> None:
-        try:
+        # Unreadable files stay absent, exactly as discovery would find them.
+        with contextlib.suppress(OSError):
             self.files[rel] = self._abs(rel).read_text(errors="replace")
-        except OSError:
-            pass  # unreadable files stay absent, exactly as discovery would find them
 
     def link(self, rel: str) -> str | None:
         path = self._abs(rel)

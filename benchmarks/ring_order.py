@@ -1,0 +1,75 @@
+"""Ring-order optimizer benchmark: time and bottleneck quality on random rack-structured instances.
+
+Run: ``python benchmarks/ring_order.py [--seeds N]``. For n <= 12 the heuristic (forced) is compared with the
+exact optimum; for n = 64, 256, 1024 the optimizer's result is compared with an upper bound (every member's second
+best link; every rack boundary's second best crossing link). Times are CPU seconds of this process (one core).
+Targets: n = 1024 in < 2 s; bottleneck within 1% of the bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from topo_tune.tuner.ring_instances import rack_instance
+from topo_tune.tuner.ring_order import optimize_ring, ring_metrics, upper_bound
+
+SHAPES = {
+    # name: (rack size, spine oversubscription, share of nodes with a half-rate NIC)
+    "flat spine, healthy": (32, 1.0, 0.0),
+    "2:1 spine, healthy": (32, 2.0, 0.0),
+    "2:1 spine, 3% degraded": (32, 2.0, 0.03),
+}
+
+
+def _timed(fn):  # type: ignore[no-untyped-def]
+    start = time.process_time()
+    result = fn()
+    return result, time.process_time() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3, help="instances per row")
+    args = parser.parse_args()
+    header = (
+        f"{'instances':<24} {'n':>5} {'reference':<9} {'time s (max)':>12} "
+        f"{'quality (min)':>13} {'quality (mean)':>14} {'naive (mean)':>12}"
+    )
+    print(header)
+    print("-" * len(header))
+    for shape, (rack_size, over, degraded) in SHAPES.items():
+        for n in (8, 12, 64, 256, 1024):
+            times, quality, naive = [], [], []
+            for seed in range(args.seeds):
+                inst = rack_instance(
+                    n,
+                    rack_size=min(rack_size, max(2, n // 4)),
+                    seed=seed,
+                    spine_oversubscription=over,
+                    degraded_share=degraded,
+                )
+                if n <= 12:
+                    exact = optimize_ring(inst.bandwidth, inst.latency)
+                    ring, seconds = _timed(
+                        lambda inst=inst: optimize_ring(inst.bandwidth, inst.latency, racks=inst.racks, exact_limit=3)
+                    )
+                    reference = exact.bottleneck_gbps
+                else:
+                    ring, seconds = _timed(
+                        lambda inst=inst: optimize_ring(inst.bandwidth, inst.latency, racks=inst.racks)
+                    )
+                    reference = upper_bound(inst.bandwidth, inst.racks)
+                times.append(seconds)
+                quality.append(ring.bottleneck_gbps / reference)
+                naive.append(ring_metrics(list(range(n)), inst.bandwidth, inst.latency)[0] / reference)
+            ref_name = "exact" if n <= 12 else "bound"
+            print(
+                f"{shape:<24} {n:>5} {ref_name:<9} {max(times):>12.3f} {min(quality):>13.4f} "
+                f"{statistics.mean(quality):>14.4f} {statistics.mean(naive):>12.4f}"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from tests.topology.conftest import FIXTURES
+from topo_tune.cli.main import cli
+
+
+def test_show_reads_an_nccl_file_as_a_table() -> None:
+    result = CliRunner().invoke(
+        cli, ["topology", "show", "--nccl-xml", str(FIXTURES / "nccl-xml" / "azure-ndv5-topo.xml")]
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "Node (unnamed)  [nccl-xml:azure-ndv5-topo.xml]"
+    assert lines[2].split()[:10] == ["GPU0", "X", "PHB", "PHB", "PHB", "SYS", "SYS", "SYS", "SYS", "PIX"]
+    assert "Legend:" in result.output and "NIC Legend:" in result.output
+    assert "Unknown (discovery could not tell):" in result.output
+    assert lines[-1].startswith("Fingerprint: tf1-")
+
+
+def test_show_json_carries_the_full_topology() -> None:
+    path = FIXTURES / "h200-vm" / "nccl-topo-dump.xml"
+    result = CliRunner().invoke(cli, ["topology", "show", "--nccl-xml", str(path), "--output", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["topology"]["gpus"][0]["pci_bus_id"] == "0000:00:06.0"
+    assert data["topology"]["nccl_topology"]["tag"] == "system"
+    assert data["fingerprint"].startswith("tf1-")
+
+
+def test_show_names_the_line_of_a_broken_file(tmp_path: Path) -> None:
+    bad = tmp_path / "topo.xml"
+    bad.write_text('<system version="1">\n  <cpu numaid="0">\n    <pci busid="0000:01:00.0">\n  </cpu>\n</system>\n')
+    result = CliRunner().invoke(cli, ["topology", "show", "--nccl-xml", str(bad)])
+    assert result.exit_code == 1
+    assert "topo.xml, line 4: mismatched tag" in result.output
+
+
+def test_show_discovers_this_node_without_a_controller() -> None:
+    result = CliRunner().invoke(cli, ["topology", "show", "--output", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["topology"]["source"] == "nvml+sysfs" and data["topology"]["hostname"]

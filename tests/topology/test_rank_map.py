@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from topo_tune.topology.distance import node_pair_matrix
+from topo_tune.tuner.rank_map import plan_rank_map
+
+
+def _pairs() -> tuple[list[str], dict[str, str]]:
+    # Hostnames sorted alphabetically interleave the two racks: the naive hostfile crosses the spine 4 times.
+    names = ["node-a1", "node-b1", "node-a2", "node-b2", "node-a3", "node-b3"]
+    rack_of = {n: n[5] for n in names}
+    return names, rack_of
+
+
+def test_rank_map_orders_nodes_rack_by_rack_and_reports_both_rings() -> None:
+    names, rack_of = _pairs()
+    pairs = node_pair_matrix(
+        names, injection_gbps=dict.fromkeys(names, 400.0), rack_of=rack_of, spine_oversubscription=4.0
+    )
+    plan = plan_rank_map(pairs, slots=8, rack_of=rack_of)
+    order = plan.planned.order
+    assert order[0] == "node-a1", "rank 0 stays on the naive order's first node"
+    racks = [rack_of[n] for n in order]
+    assert sum(racks[i] != racks[(i + 1) % 6] for i in range(6)) == 2
+    assert plan.planned.total_latency_us < plan.naive.total_latency_us
+    assert plan.naive.order == tuple(names)
+    data = json.loads(plan.to_json())
+    assert data["world_size"] == 48 and data["version"] == 1
+    assert data["planned"]["node_order"] == list(order)
+    assert data["naive"]["ring_bottleneck_gbps"] == pytest.approx(plan.naive.bottleneck_gbps)
+    assert data["ranks"][8] == {"rank": 8, "node": order[1], "local_rank": 0}
+
+
+def test_hostfiles_for_mpi_slurm_and_torchrun() -> None:
+    names, rack_of = _pairs()
+    pairs = node_pair_matrix(names, injection_gbps=dict.fromkeys(names, 400.0), rack_of=rack_of)
+    plan = plan_rank_map(pairs, slots={n: 2 for n in names}, rack_of=rack_of)
+    order = plan.planned.order
+    mpi = plan.hostfile("mpi").splitlines()
+    assert mpi[0].startswith("# topo-tune ring order: predicted bottleneck 400.00 GB/s (naive order 400.00 GB/s)")
+    assert mpi[1:] == [f"{n} slots=2" for n in order]
+    assert plan.hostfile("slurm").splitlines()[1:] == [n for n in order for _ in range(2)]
+    assert plan.hostfile("torchrun").splitlines()[1:] == [f"{n} {i}" for i, n in enumerate(order)]
+    with pytest.raises(ValueError, match="flavour"):
+        plan.hostfile("pbs")  # type: ignore[arg-type]
+
+
+def test_rank_map_input_errors() -> None:
+    names, rack_of = _pairs()
+    pairs = node_pair_matrix(names, injection_gbps={}, rack_of=rack_of)
+    with pytest.raises(ValueError, match="node-b3"):
+        plan_rank_map(pairs, slots={n: 1 for n in names[:-1]})
+    with pytest.raises(ValueError, match="naive_order"):
+        plan_rank_map(pairs, slots=1, naive_order=names[:3])
