@@ -45,3 +45,19 @@ def test_show_discovers_this_node_without_a_controller() -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["topology"]["source"] == "nvml+sysfs" and data["topology"]["hostname"]
+
+
+def test_vm_file_prints_the_host_tree_under_vm_bus_ids(tmp_path: Path) -> None:
+    host = FIXTURES / "nccl-xml" / "azure-ndv5-topo.xml"
+    args = ["topology", "vm-file", "--host-xml", str(host), "--map", "0001:00:00.0=0000:00:06.0"]
+    args += ["--map", "0101:00:00.0=0000:00:07.0"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "vm.xml"
+    out.write_text(result.output)
+    shown = CliRunner().invoke(cli, ["topology", "show", "--nccl-xml", str(out)])
+    assert shown.exit_code == 0, shown.output
+    row = next(line for line in shown.output.splitlines() if line.startswith("GPU0"))
+    assert row.split()[:3] == ["GPU0", "X", "PIX"], "the GPU and its NIC still share a switch inside the VM"
+    bad = CliRunner().invoke(cli, ["topology", "vm-file", "--host-xml", str(host), "--map", "0001:00:00.0"])
+    assert bad.exit_code == 2 and "HOST_BUS_ID=VM_BUS_ID" in bad.output

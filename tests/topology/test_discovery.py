@@ -9,7 +9,7 @@ from google.protobuf import json_format
 
 from tests.topology.conftest import FIXTURES, MACHINES, replay
 from topo_tune.agent.discovery import discover
-from topo_tune.agent.discovery.nvml import NvmlCallError, RecordingNvml, ReplayNvml
+from topo_tune.agent.discovery.nvml import NvmlAnswer, NvmlCallError, RecordingNvml, ReplayNvml
 from topo_tune.agent.discovery.snapshot import load_snapshot, materialize, take_snapshot
 from topo_tune.topology.matrix import node_matrix, parse_topo_m
 from topo_tune.v1 import topology_pb2
@@ -135,3 +135,40 @@ def test_discover_takes_no_arguments_on_a_real_machine() -> None:
     assert topo.hostname
     if not topo.gpus:
         assert any(u.startswith("GPUs:") for u in topo.unknowns)
+
+
+def _two_gpu_answers(remote_type: int | None) -> list[NvmlAnswer]:
+    """Two GPUs joined by two NVLinks (an NVLink bridge), as NVML would answer."""
+    answers = [
+        NvmlAnswer("init", ()),
+        NvmlAnswer("device_count", (), 2),
+        NvmlAnswer("pci_bus_id", (0,), "00000000:17:00.0"),
+        NvmlAnswer("pci_bus_id", (1,), "00000000:65:00.0"),
+    ]
+    peers = {0: "00000000:65:00.0", 1: "00000000:17:00.0"}
+    for gpu in (0, 1):
+        for link in (0, 1):
+            answers += [
+                NvmlAnswer("nvlink_state", (gpu, link), 1),
+                NvmlAnswer("nvlink_p2p_supported", (gpu, link), 1),
+                NvmlAnswer("nvlink_remote_bus_id", (gpu, link), peers[gpu]),
+            ]
+            if remote_type is None:
+                answers.append(
+                    NvmlAnswer("nvlink_remote_device_type", (gpu, link), error_code=3, error_message="Not Supported")
+                )
+            else:
+                answers.append(NvmlAnswer("nvlink_remote_device_type", (gpu, link), remote_type))
+        answers.append(NvmlAnswer("nvlink_state", (gpu, 2), error_code=2, error_message="Invalid Argument"))
+    answers += [NvmlAnswer("p2p_status", (0, 1, caps), 0) for caps in (0, 1)]
+    return answers
+
+
+@pytest.mark.parametrize("remote_type", [0, None], ids=["typed", "type-unknown"])
+def test_direct_nvlinks_are_counted_per_peer(tmp_path: Path, remote_type: int | None) -> None:
+    nvml = ReplayNvml(_two_gpu_answers(remote_type))
+    topo = discover(nvml=nvml, sysfs_root=tmp_path, hostname="n", nccl_version=lambda: None)
+    (link,) = topo.gpu_links
+    assert link.kind == topology_pb2.LINK_KIND_NVLINK and link.nvlink_count == 2 and not link.via_nvswitch
+    assert link.p2p_read == link.p2p_write == topology_pb2.P2P_STATUS_OK
+    assert node_matrix(topo).cell("GPU0", "GPU1") == "NV2"

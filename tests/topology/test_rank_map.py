@@ -55,3 +55,12 @@ def test_rank_map_input_errors() -> None:
         plan_rank_map(pairs, slots={n: 1 for n in names[:-1]})
     with pytest.raises(ValueError, match="naive_order"):
         plan_rank_map(pairs, slots=1, naive_order=names[:3])
+
+
+def test_a_single_node_has_no_ring_and_still_valid_json() -> None:
+    pairs = node_pair_matrix(["solo"], injection_gbps={}, rack_of={})
+    plan = plan_rank_map(pairs, slots=4)
+    data = json.loads(plan.to_json())
+    assert data["planned"]["ring_bottleneck_gbps"] is None
+    assert [r["local_rank"] for r in data["ranks"]] == [0, 1, 2, 3]
+    assert plan.hostfile("mpi").splitlines() == ["# topo-tune ring order: one node, no inter-node ring", "solo slots=4"]

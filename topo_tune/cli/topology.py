@@ -16,7 +16,7 @@ from topo_tune.agent.discovery import discover
 from topo_tune.topology.cluster import node_to_dict
 from topo_tune.topology.fingerprint import topology_fingerprint
 from topo_tune.topology.matrix import render_node_matrix
-from topo_tune.topology.nccl_xml import read_nccl_topology
+from topo_tune.topology.nccl_xml import read_nccl_topology, vm_topology_file
 
 
 @click.group()
@@ -54,3 +54,38 @@ def show(nccl_xml: Path | None, output: str) -> None:
     else:
         click.echo(render_node_matrix(topo), nl=False)
         click.echo(f"\nFingerprint: {fingerprint}")
+
+
+def _bus_map(pairs: tuple[str, ...]) -> dict[str, str]:
+    mapping: dict[str, str] = {}
+    for pair in pairs:
+        host, sep, vm = pair.partition("=")
+        if not sep or not host or not vm:
+            raise click.BadParameter(f"expected HOST_BUS_ID=VM_BUS_ID, got {pair!r}", param_hint="--map")
+        mapping[host.strip()] = vm.strip()
+    return mapping
+
+
+@topology.command("vm-file")
+@click.option(
+    "--host-xml",
+    "host_xml",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help="NCCL_TOPO_DUMP_FILE output of the bare-metal host (or of an identical one).",
+)
+@click.option(
+    "--map",
+    "pairs",
+    multiple=True,
+    required=True,
+    metavar="HOST_BUS_ID=VM_BUS_ID",
+    help="Where each passed-through GPU/NIC appears inside the VM (repeat per device).",
+)
+def vm_file(host_xml: Path, pairs: tuple[str, ...]) -> None:
+    """Print an NCCL_TOPO_FILE giving a VM the host's PCI tree under the VM's bus ids."""
+    host = read_nccl_topology(host_xml.read_text(), source=host_xml.name)
+    try:
+        click.echo(vm_topology_file(host, bus_ids=_bus_map(pairs)), nl=False)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--map") from error

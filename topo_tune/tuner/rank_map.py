@@ -10,6 +10,7 @@ next to the naive order's. Non-goals: launching jobs; intra-node GPU order (see 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -49,9 +50,11 @@ class RankMap:
 
     def to_json(self) -> str:
         def pred(p: RingPrediction) -> dict[str, object]:
+            # One node has no inter-node ring: its bottleneck is null rather than an invalid "Infinity".
+            finite = math.isfinite(p.bottleneck_gbps)
             return {
                 "node_order": list(p.order),
-                "ring_bottleneck_gbps": round(p.bottleneck_gbps, 6),
+                "ring_bottleneck_gbps": round(p.bottleneck_gbps, 6) if finite else None,
                 "ring_latency_us": round(p.total_latency_us, 6),
             }
 
@@ -66,10 +69,13 @@ class RankMap:
         return json.dumps(payload, indent=2) + "\n"
 
     def hostfile(self, flavour: HostfileFlavour) -> str:
-        head = (
-            f"# topo-tune ring order: predicted bottleneck {self.planned.bottleneck_gbps:.2f} GB/s "
-            f"(naive order {self.naive.bottleneck_gbps:.2f} GB/s)\n"
-        )
+        if math.isfinite(self.planned.bottleneck_gbps):
+            head = (
+                f"# topo-tune ring order: predicted bottleneck {self.planned.bottleneck_gbps:.2f} GB/s "
+                f"(naive order {self.naive.bottleneck_gbps:.2f} GB/s)\n"
+            )
+        else:
+            head = "# topo-tune ring order: one node, no inter-node ring\n"
         if flavour == "mpi":
             # Open MPI: keep ranks contiguous per host with --map-by slot (the default by-slot mapping).
             return head + "".join(f"{node} slots={self.slots[node]}\n" for node in self.planned.order)

@@ -52,6 +52,8 @@ class _GpuLinks:
     error: str = ""
     to_gpu: Counter[str] = field(default_factory=Counter)
     to_switch: int = 0
+    # Active links whose remote type NVML would not give: resolved once all GPU bus ids are known.
+    to_unknown: Counter[str] = field(default_factory=Counter)
 
 
 def discover(
@@ -268,10 +270,11 @@ def _nvlinks(gpu: topology_pb2.Gpu, nvml: NvmlApi, unknowns: list[str]) -> _GpuL
         try:
             kind = nvml.nvlink_remote_device_type(gpu.index, link)
         except NvmlCallError:
-            kind = -1
+            result.to_unknown[remote] += 1
+            continue
         if kind == NVLINK_DEVICE_SWITCH:
             result.to_switch += 1
-        elif kind in (NVLINK_DEVICE_GPU, -1):
+        elif kind == NVLINK_DEVICE_GPU:
             result.to_gpu[remote] += 1
     if not result.known:
         unknowns.append(f"GPU{gpu.index} NVLink: NVML answered no link state")
@@ -293,6 +296,14 @@ def _p2p(nvml: NvmlApi, a: int, b: int, caps: int) -> topology_pb2.P2PStatus.Val
 def _gpu_pairs(topo: topology_pb2.NodeTopology, nvml: NvmlApi, links: list[_GpuLinks], unknowns: list[str]) -> None:
     gpus = list(topo.gpus)
     unsure_pairs: list[str] = []
+    # Like NCCL: a link whose peer is none of our GPUs lands on an NVSwitch.
+    buses = {g.pci_bus_id for g in gpus}
+    for result in links:
+        for remote, count in result.to_unknown.items():
+            if remote in buses:
+                result.to_gpu[remote] += count
+            else:
+                result.to_switch += count
     for i, a in enumerate(gpus):
         for j in range(i + 1, len(gpus)):
             b = gpus[j]
