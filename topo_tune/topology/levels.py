@@ -104,4 +104,7 @@ def nccl_path_type(kind: int) -> str:
         return "PHB"
     if kind == topology_pb2.LINK_KIND_SELF:
         return "LOC"
-    return _LABELS.get(kind, "SYS") if kind != topology_pb2.LINK_KIND_UNKNOWN else "SYS"
+    if kind in (topology_pb2.LINK_KIND_PIX, topology_pb2.LINK_KIND_PXB, topology_pb2.LINK_KIND_PHB):
+        return _LABELS[kind]
+    # SYS, and an unknown path: NCCL must not be told a path is closer than we know it to be.
+    return "SYS"
