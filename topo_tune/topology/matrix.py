@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from topo_tune.topology.levels import LEGEND, link_label
+from topo_tune.topology.pci import parse_pci_path, pcie_level
 from topo_tune.v1 import topology_pb2
 
 NA = "N/A"
@@ -70,8 +71,6 @@ def _nic_to_nic(
     grid: list[list[str]],
 ) -> None:
     # NIC pairs use the same PCI rule as GPU↔NIC; computed here because the wire format stores only GPU↔NIC.
-    from topo_tune.topology.pci import parse_pci_path, pcie_level  # noqa: PLC0415 - avoids an import cycle
-
     for i, a in enumerate(nics):
         for b in nics[i + 1 :]:
             kind = pcie_level(

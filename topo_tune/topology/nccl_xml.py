@@ -366,16 +366,16 @@ def host_pci_tree(host: topology_pb2.NodeTopology) -> Element:
     for gpu in host.gpus:
         path = parse_pci_path(gpu.pci_path)
         if path is not None and path.root.startswith("pci"):
-            numa = _numa(gpu) if _numa(gpu) is not None else -1
-            by_numa.setdefault(numa, []).append((path, "0x030200", _speed(gpu)))  # type: ignore[arg-type]
+            numa = gpu.numa_node if gpu.HasField("numa_node") else -1
+            by_numa.setdefault(numa, []).append((path, "0x030200", _speed(gpu)))
             if gpu.cpu_affinity:
-                affinity.setdefault(numa, gpu.cpu_affinity)  # type: ignore[arg-type]
+                affinity.setdefault(numa, gpu.cpu_affinity)
     for nic in host.nics:
         path = parse_pci_path(nic.pci_path)
         if path is not None and path.root.startswith("pci"):
-            numa = _numa(nic) if _numa(nic) is not None else -1
+            numa = nic.numa_node if nic.HasField("numa_node") else -1
             cls = "0x020700" if nic.link_layer == topology_pb2.NIC_LINK_LAYER_INFINIBAND else "0x020000"
-            by_numa.setdefault(numa, []).append((path, cls, ""))  # type: ignore[arg-type]
+            by_numa.setdefault(numa, []).append((path, cls, ""))
     for numa in sorted(by_numa):
         cpu = system.children.add(tag="cpu")
         cpu.attributes.add(name="numaid", value=str(numa))

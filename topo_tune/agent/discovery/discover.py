@@ -46,10 +46,9 @@ SOURCE = "nvml+sysfs"
 
 @dataclass
 class _GpuLinks:
-    """What NVML said about one GPU's NVLinks: None when it could not say."""
+    """What NVML said about one GPU's NVLinks; ``known`` is False when it answered no link state."""
 
     known: bool = False
-    error: str = ""
     to_gpu: Counter[str] = field(default_factory=Counter)
     to_switch: int = 0
     # Active links whose remote type NVML would not give: resolved once all GPU bus ids are known.
@@ -203,16 +202,18 @@ def _discover_gpu(index: int, nvml: NvmlApi, sysfs: Sysfs, cpu_count: int, unkno
     cc = _try(lambda: nvml.compute_capability(index), unknowns, f"{tag} compute capability")
     if isinstance(cc, tuple | list) and len(cc) == 2:
         gpu.sm_arch = f"sm_{int(cc[0])}{int(cc[1])}"
-    for attr, fn in (
+    readers: tuple[tuple[str, Callable[[int], int]], ...] = (
         ("memory_bytes", nvml.memory_total),
         ("pcie_gen_current", nvml.pcie_gen_current),
         ("pcie_gen_max", nvml.pcie_gen_max),
         ("pcie_width_current", nvml.pcie_width_current),
         ("pcie_width_max", nvml.pcie_width_max),
-    ):
-        value = _try(lambda fn=fn: fn(index), unknowns, f"{tag} {attr.replace('_', ' ')}")  # type: ignore[misc]
-        if isinstance(value, int):
-            setattr(gpu, attr, value)
+    )
+    for attr, read in readers:
+        try:
+            setattr(gpu, attr, int(read(index)))
+        except NvmlCallError as exc:
+            unknowns.append(f"{tag} {attr.replace('_', ' ')}: NVML says {exc.message}")
     if gpu.pci_bus_id:
         gpu.pci_path = sysfs.pci_path(gpu.pci_bus_id) or ""
     if not gpu.pci_path:
@@ -250,7 +251,6 @@ def _nvlinks(gpu: topology_pb2.Gpu, nvml: NvmlApi, unknowns: list[str]) -> _GpuL
             if link > 0 and exc.code == NVML_ERROR_INVALID_ARGUMENT:
                 break  # past this GPU's last link
             if link == 0:
-                result.error = exc.message
                 unknowns.append(f"GPU{gpu.index} NVLink: NVML says {exc.message}")
                 return result
             continue
