@@ -36,12 +36,14 @@ def nodes(machine: Machine) -> dict[str, topology_pb2.NodeTopology]:
 
 def test_admin_topology_shows_the_cluster_as_racks(nodes: dict[str, topology_pb2.NodeTopology]) -> None:
     cluster = build_cluster(
-        nodes, {"hgx-01": "rack-a", "hgx-02": "rack-a", "pcie-01": "rack-b"}, spine=Spine(oversubscription=2.0)
+        nodes,
+        {"hgx-01": "rack-a", "hgx-02": "rack-a", "pcie-01": "rack-b"},
+        spine=Spine(oversubscription=2.0, bandwidth_gbps=200),
     )
     text = render_admin_topology(cluster)
     lines = text.splitlines()
     assert lines[0].startswith(f"Cluster {cluster.fingerprint}: 4 nodes in 3 racks")
-    assert "Spine: oversubscription 2:1" in text
+    assert "Spine: oversubscription 2:1, at most 200 Gb/s per node across it" in text
     rack_a = lines.index("Rack rack-a (2 nodes)")
     assert lines[rack_a + 1].lstrip().startswith("hgx-01")
     assert "8x NVIDIA H100 80GB HBM3 [NV18:28]" in lines[rack_a + 1]
@@ -85,6 +87,8 @@ def test_cluster_model_errors_name_the_node(nodes: dict[str, topology_pb2.NodeTo
         render_admin_topology(cluster, node="nope")
     with pytest.raises(ClusterModelError, match="oversubscription"):
         Spine(oversubscription=0.5)
+    with pytest.raises(ClusterModelError, match=r"spine\.bandwidth_gbps"):
+        Spine(bandwidth_gbps=0)
 
 
 def test_racks_from_kubernetes_labels() -> None:

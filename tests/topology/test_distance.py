@@ -64,6 +64,10 @@ def test_node_pairs_divide_cross_rack_bandwidth_by_the_oversubscription() -> Non
     assert m.get("a", "b").bandwidth_gbps == 400.0 and m.get("a", "b").hops == 2
     assert m.get("a", "c").bandwidth_gbps == pytest.approx(1.25 / 4), "unknown NIC rate counts as 10 GbE"
     assert m.get("a", "c").latency_us > m.get("a", "b").latency_us
+    capped = node_pair_matrix(
+        ["a", "c"], injection_gbps={"a": 400.0, "c": 400.0}, rack_of={"a": "r1", "c": "r2"}, spine_gbps=800.0
+    )
+    assert capped.get("a", "c").bandwidth_gbps == pytest.approx(100.0), "800 Gb/s across the spine is 100 GB/s"
     with pytest.raises(ValueError, match="spine_oversubscription"):
         node_pair_matrix(["a"], injection_gbps={}, rack_of={}, spine_oversubscription=0.5)
 

@@ -31,16 +31,20 @@ class ClusterModelError(TopoTuneError, ValueError):
 
 @dataclass(frozen=True)
 class Spine:
-    """The layer between racks: how much slower a cross-rack path is than a rack's own links."""
+    """The layer between racks: how much slower a cross-rack path is than a rack's own links.
+
+    ``oversubscription`` divides a node's own rate across the spine (4 for a 4:1 spine); ``bandwidth_gbps``, when
+    known, caps what one node gets across it, in Gb/s like NIC rates. Mirrors ``cluster.yaml``'s ``spine``.
+    """
 
     oversubscription: float = 1.0
-    uplink_gbps_per_rack: float | None = None
+    bandwidth_gbps: float | None = None
 
     def __post_init__(self) -> None:
         if self.oversubscription < 1.0:
             raise ClusterModelError(f"spine.oversubscription must be >= 1, got {self.oversubscription}")
-        if self.uplink_gbps_per_rack is not None and self.uplink_gbps_per_rack <= 0:
-            raise ClusterModelError(f"spine.uplink_gbps_per_rack must be positive, got {self.uplink_gbps_per_rack}")
+        if self.bandwidth_gbps is not None and self.bandwidth_gbps <= 0:
+            raise ClusterModelError(f"spine.bandwidth_gbps must be positive, got {self.bandwidth_gbps}")
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,7 @@ class ClusterTopology:
             injection_gbps={name: node_injection_gbps(self.nodes[name]) for name in order},
             rack_of=self.rack_of,
             spine_oversubscription=self.spine.oversubscription if self.spine else 1.0,
+            spine_gbps=self.spine.bandwidth_gbps if self.spine else None,
         )
 
 
@@ -149,8 +154,8 @@ def render_cluster(cluster: ClusterTopology) -> str:
     lines = [f"Cluster {cluster.fingerprint}: {len(cluster.nodes)} nodes in {len(cluster.racks)} racks"]
     if cluster.spine is not None:
         uplink = (
-            f", {cluster.spine.uplink_gbps_per_rack:g} Gb/s uplink per rack"
-            if cluster.spine.uplink_gbps_per_rack
+            f", at most {cluster.spine.bandwidth_gbps:g} Gb/s per node across it"
+            if cluster.spine.bandwidth_gbps
             else ""
         )
         lines.append(f"Spine: oversubscription {cluster.spine.oversubscription:g}:1{uplink}")
@@ -183,7 +188,7 @@ def cluster_to_dict(cluster: ClusterTopology) -> dict[str, Any]:
         if cluster.spine is None
         else {
             "oversubscription": cluster.spine.oversubscription,
-            "uplink_gbps_per_rack": cluster.spine.uplink_gbps_per_rack,
+            "bandwidth_gbps": cluster.spine.bandwidth_gbps,
         },
         "racks": [{"name": rack.name, "nodes": list(rack.nodes)} for rack in cluster.racks],
         "nodes": {

@@ -1,5 +1,8 @@
 """The distance and bandwidth model: per GPU pair inside a node, per node pair across the cluster.
 
+Units: every bandwidth here is in GB/s (10^9 bytes per second, as NCCL reports bus bandwidth) although the
+names say ``gbps``; NIC rates in a `NodeTopology` are Gb/s and are divided by 8 on the way in.
+
 Purpose: give the ring-order optimizer and the ``sim`` backend a bandwidth matrix, a latency matrix and the logical
 distance ``d = α·hops + β/bandwidth + γ·crossNUMA`` for every pair. Modelled values come from link kinds and
 nominal rates; a value measured by a probe replaces the modelled one and carries when and how it was measured.
@@ -206,11 +209,13 @@ def node_pair_matrix(
     injection_gbps: Mapping[str, float | None],
     rack_of: Mapping[str, str],
     spine_oversubscription: float = 1.0,
+    spine_gbps: float | None = None,
     unknown_injection_gbps: float = 1.25,
     weights: DistanceWeights | None = None,
 ) -> PairMatrix:
     """Model every node pair: same rack = leaf switch only (2 hops), other racks = leaf-spine-leaf (4 hops) at
-    ``1/spine_oversubscription`` of the endpoints' rate. An unknown NIC rate counts as 10 GbE."""
+    ``1/spine_oversubscription`` of the endpoints' rate, capped at ``spine_gbps`` (Gb/s, like NIC rates) when
+    given. ``injection_gbps`` is in GB/s (see `node_injection_gbps`). An unknown NIC rate counts as 10 GbE."""
     if spine_oversubscription < 1.0:
         raise ValueError(f"spine_oversubscription must be >= 1, got {spine_oversubscription}")
     w = weights or DistanceWeights()
@@ -222,6 +227,8 @@ def node_pair_matrix(
             hops = 2 if same_rack else 4
             if not same_rack:
                 rate /= spine_oversubscription
+                if spine_gbps is not None:
+                    rate = min(rate, spine_gbps / 8.0)
             estimates[(a, b)] = PairEstimate(
                 bandwidth_gbps=rate,
                 latency_us=2.0 + 0.6 * hops,  # NIC + per-switch cut-through latency on IB/RoCE fabrics
