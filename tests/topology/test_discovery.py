@@ -172,3 +172,17 @@ def test_direct_nvlinks_are_counted_per_peer(tmp_path: Path, remote_type: int | 
     assert link.kind == topology_pb2.LINK_KIND_NVLINK and link.nvlink_count == 2 and not link.via_nvswitch
     assert link.p2p_read == link.p2p_write == topology_pb2.P2P_STATUS_OK
     assert node_matrix(topo).cell("GPU0", "GPU1") == "NV2"
+
+
+def test_cpu_affinity_mask_covers_cpu_ids_beyond_the_online_count(tmp_path: Path) -> None:
+    # 8 CPUs online, but with ids up to 131 (the rest offline): NVML needs a 3-word mask.
+    (tmp_path / "sys/devices/system/cpu").mkdir(parents=True)
+    (tmp_path / "sys/devices/system/cpu/online").write_text("0-3,128-131\n")
+    answers = [
+        NvmlAnswer("init", ()),
+        NvmlAnswer("device_count", (), 1),
+        NvmlAnswer("cpu_affinity", (0, 3), [0xF, 0, 0xF]),
+    ]
+    topo = discover(nvml=ReplayNvml(answers), sysfs_root=tmp_path, hostname="n", nccl_version=lambda: None)
+    assert topo.cpu_count == 8
+    assert topo.gpus[0].cpu_affinity == "0-3,128-131"

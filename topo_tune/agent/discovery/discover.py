@@ -179,7 +179,7 @@ def _discover_gpus(topo: topology_pb2.NodeTopology, nvml: NvmlApi, sysfs: Sysfs)
             topo.unknowns.append(f"GPUs: NVML could not count them ({exc.message})")
             return
         for index in range(count):
-            topo.gpus.append(_discover_gpu(index, nvml, sysfs, topo.cpu_count, unknowns))
+            topo.gpus.append(_discover_gpu(index, nvml, sysfs, _affinity_words(sysfs, topo.cpu_count), unknowns))
         links = [_nvlinks(gpu, nvml, unknowns) for gpu in topo.gpus]
         _gpu_pairs(topo, nvml, links, unknowns)
     finally:
@@ -190,7 +190,18 @@ def _discover_gpus(topo: topology_pb2.NodeTopology, nvml: NvmlApi, sysfs: Sysfs)
             logger.info("nvmlShutdown failed: %s", exc)
 
 
-def _discover_gpu(index: int, nvml: NvmlApi, sysfs: Sysfs, cpu_count: int, unknowns: list[str]) -> topology_pb2.Gpu:
+def _affinity_words(sysfs: Sysfs, cpu_count: int) -> int:
+    """64-bit words NVML needs for the CPU mask: enough for the highest CPU id, which can exceed the count of
+    online CPUs when some are offline."""
+    online = sysfs.read("sys/devices/system/cpu/online") or ""
+    try:
+        highest = max(parse_cpulist(online), default=cpu_count - 1)
+    except CpuListError:
+        highest = cpu_count - 1
+    return max(1, math.ceil((highest + 1) / 64))
+
+
+def _discover_gpu(index: int, nvml: NvmlApi, sysfs: Sysfs, words: int, unknowns: list[str]) -> topology_pb2.Gpu:
     gpu = topology_pb2.Gpu(index=index)
     tag = f"GPU{index}"
     uuid = _try(lambda: nvml.uuid(index), unknowns, f"{tag} UUID")
@@ -232,7 +243,6 @@ def _discover_gpu(index: int, nvml: NvmlApi, sysfs: Sysfs, cpu_count: int, unkno
         gpu.numa_node = from_nvml
     else:
         unknowns.append(f"{tag} NUMA node: NVML says {nvml_says or from_nvml}, sysfs has none")
-    words = max(1, math.ceil(max(cpu_count, 1) / 64))
     try:
         gpu.cpu_affinity = cpulist_from_mask_words(nvml.cpu_affinity(index, words))
     except NvmlCallError as exc:
