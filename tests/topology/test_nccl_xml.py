@@ -107,3 +107,42 @@ def _walk(node):  # type: ignore[no-untyped-def]
     yield node
     for child in node.children:
         yield from _walk(child)
+
+
+def test_a_dump_with_switches_nvswitch_links_and_nics() -> None:
+    # The shape NCCL dumps on bare metal: CPU > PCIe switch > GPU (with NVLinks to NVSwitches) and NIC.
+    text = """<system version="1">
+  <cpu numaid="0" affinity="0000ffff" arch="x86_64" vendor="AuthenticAMD" familyid="23" modelid="49">
+    <pci busid="0000:01:00.0" class="0x060400" link_speed="16.0 GT/s PCIe" link_width="16">
+      <pci busid="0000:07:00.0" class="0x030200" link_speed="16.0 GT/s PCIe" link_width="16">
+        <gpu dev="0" sm="80" rank="0" gdr="1">
+          <nvlink target="0000:c7:00.0" count="6" tclass="0x068000"/>
+          <nvlink target="0000:c8:00.0" count="6" tclass="0x068000"/>
+        </gpu>
+      </pci>
+      <pci busid="0000:0c:00.0" class="0x020000" link_speed="16.0 GT/s PCIe" link_width="16">
+        <nic>
+          <net name="mlx5_0" dev="0" speed="200000" port="1" latency="0.000000" guid="0xa262" maxconn="131072" gdr="1"/>
+        </nic>
+      </pci>
+    </pci>
+    <pci busid="0000:41:00.0" class="0x060400" link_speed="16.0 GT/s PCIe" link_width="16">
+      <pci busid="0000:47:00.0" class="0x030200" link_speed="16.0 GT/s PCIe" link_width="16">
+        <gpu dev="1" sm="80" rank="1" gdr="1">
+          <nvlink target="0000:c7:00.0" count="6" tclass="0x068000"/>
+          <nvlink target="0000:c8:00.0" count="6" tclass="0x068000"/>
+        </gpu>
+      </pci>
+    </pci>
+  </cpu>
+</system>
+"""
+    topo = read_nccl_topology(text, source="dgx.xml")
+    (link,) = topo.gpu_links
+    assert link.kind == topology_pb2.LINK_KIND_NVLINK and link.nvlink_count == 12 and link.via_nvswitch
+    (nic,) = topo.nics
+    assert nic.link_layer == topology_pb2.NIC_LINK_LAYER_ROCE and nic.rate_gbps == 200.0 and nic.gdr
+    m = node_matrix(topo)
+    assert (m.cell("GPU0", "NIC0"), m.cell("GPU1", "NIC0")) == ("PIX", "PHB")
+    assert topo.gpus[0].pcie_gen_max == 4 and topo.gpus[0].cpu_affinity == "0-15"
+    assert render_xml(topo.nccl_topology) == text

@@ -267,8 +267,12 @@ class _Reader:
         if pci is not None:
             nic.pci_bus_id = (attr(pci, "busid") or "").lower()
             nic.pci_path = PciPath(root=ctx.root, chain=path).render()
-            if (attr(pci, "class") or "").lower().startswith(_IB_CLASS):
+            cls = (attr(pci, "class") or "").lower()
+            if cls.startswith(_IB_CLASS):
                 nic.link_layer = topology_pb2.NIC_LINK_LAYER_INFINIBAND
+            elif cls.startswith(_ETH_CLASS) and attr(net, "guid") not in (None, "0x0", "0"):
+                # An Ethernet controller that NCCL's IB transport drives (it has a port GUID): RoCE.
+                nic.link_layer = topology_pb2.NIC_LINK_LAYER_ROCE
         if nic.link_layer == topology_pb2.NIC_LINK_LAYER_UNSPECIFIED and attr(net, "guid") in ("0x0", "0"):
             # NCCL's socket transport reports guid 0: a plain Ethernet interface without RDMA.
             nic.link_layer = topology_pb2.NIC_LINK_LAYER_ETHERNET
