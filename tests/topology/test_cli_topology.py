@@ -61,3 +61,28 @@ def test_vm_file_prints_the_host_tree_under_vm_bus_ids(tmp_path: Path) -> None:
     assert row.split()[:3] == ["GPU0", "X", "PIX"], "the GPU and its NIC still share a switch inside the VM"
     bad = CliRunner().invoke(cli, ["topology", "vm-file", "--host-xml", str(host), "--map", "0001:00:00.0"])
     assert bad.exit_code == 2 and "HOST_BUS_ID=VM_BUS_ID" in bad.output
+
+
+def test_ring_orders_nodes_from_a_pair_file(tmp_path: Path) -> None:
+    nodes = ["a1", "b1", "a2", "b2"]
+    rack = {n: n[0] for n in nodes}
+    bw = [[0.0 if x == y else (50.0 if rack[x] == rack[y] else 12.5) for y in nodes] for x in nodes]
+    lat = [[0.0 if x == y else (3.0 if rack[x] == rack[y] else 5.0) for y in nodes] for x in nodes]
+    path = tmp_path / "pairs.json"
+    path.write_text(json.dumps({"nodes": nodes, "bandwidth_gbps": bw, "latency_us": lat, "racks": rack, "slots": 8}))
+    result = CliRunner().invoke(cli, ["topology", "ring", str(path)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    order = data["planned"]["node_order"]
+    assert order[0] == "a1" and data["world_size"] == 32
+    assert sum(rack[order[i]] != rack[order[(i + 1) % 4]] for i in range(4)) == 2, "each rack visited once"
+    assert data["planned"]["ring_latency_us"] < data["naive"]["ring_latency_us"]
+    hostfile = CliRunner().invoke(cli, ["topology", "ring", str(path), "--output", "torchrun"])
+    assert hostfile.output.splitlines()[1:] == [f"{n} {i}" for i, n in enumerate(order)]
+    path.write_text(json.dumps({"nodes": nodes, "bandwidth_gbps": bw, "colour": 1}))
+    bad = CliRunner().invoke(cli, ["topology", "ring", str(path)])
+    assert bad.exit_code == 2 and "unknown key(s): colour" in bad.output
+    bw[0][1] = 7.0
+    path.write_text(json.dumps({"nodes": nodes, "bandwidth_gbps": bw}))
+    asym = CliRunner().invoke(cli, ["topology", "ring", str(path)])
+    assert asym.exit_code == 2 and "bandwidth[0][1]" in asym.output

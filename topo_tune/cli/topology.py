@@ -14,9 +14,11 @@ import click
 
 from topo_tune.agent.discovery import discover
 from topo_tune.topology.cluster import node_to_dict
+from topo_tune.topology.distance import PairMatrix
 from topo_tune.topology.fingerprint import topology_fingerprint
 from topo_tune.topology.matrix import render_node_matrix
 from topo_tune.topology.nccl_xml import read_nccl_topology, vm_topology_file
+from topo_tune.tuner.rank_map import HostfileFlavour, plan_rank_map
 
 
 @click.group()
@@ -89,3 +91,43 @@ def vm_file(host_xml: Path, pairs: tuple[str, ...]) -> None:
         click.echo(vm_topology_file(host, bus_ids=_bus_map(pairs)), nl=False)
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--map") from error
+
+
+@topology.command("ring")
+@click.argument("pairs_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--output",
+    type=click.Choice(["json", "mpi", "slurm", "torchrun"]),
+    default="json",
+    show_default=True,
+    help="json: the rank map; mpi/slurm/torchrun: a hostfile in ring order.",
+)
+def ring(pairs_file: Path, output: str) -> None:
+    """Order nodes into the best NCCL ring from a node-pair file.
+
+    \b
+    PAIRS_FILE is JSON: {"nodes": [...], "bandwidth_gbps": [[GB/s]], "latency_us": [[µs]] (optional),
+                         "racks": {"node": "rack"} (optional), "slots": 8 or {"node": 8}}
+    The rank map and hostfiles give the predicted ring bottleneck next to the file's own node order.
+    """
+    try:
+        data = json.loads(pairs_file.read_text())
+    except (OSError, ValueError) as error:
+        raise click.BadParameter(f"cannot read {pairs_file}: {error}", param_hint="PAIRS_FILE") from error
+    if not isinstance(data, dict):
+        raise click.BadParameter("expected a JSON object", param_hint="PAIRS_FILE")
+    unknown = sorted(set(data) - {"nodes", "bandwidth_gbps", "latency_us", "racks", "slots"})
+    if unknown:
+        raise click.BadParameter(f"unknown key(s): {', '.join(unknown)}", param_hint="PAIRS_FILE")
+    for key in ("nodes", "bandwidth_gbps"):
+        if key not in data:
+            raise click.BadParameter(f"missing key {key!r}", param_hint="PAIRS_FILE")
+    try:
+        pairs = PairMatrix.from_matrices(
+            data["nodes"], data["bandwidth_gbps"], data.get("latency_us"), method=f"file {pairs_file.name}"
+        )
+        plan = plan_rank_map(pairs, slots=data.get("slots", 1), rack_of=data.get("racks"))
+    except (TypeError, ValueError) as error:
+        raise click.BadParameter(str(error), param_hint="PAIRS_FILE") from error
+    flavours: dict[str, HostfileFlavour] = {"mpi": "mpi", "slurm": "slurm", "torchrun": "torchrun"}
+    click.echo(plan.to_json() if output == "json" else plan.hostfile(flavours[output]), nl=False)

@@ -90,7 +90,7 @@ class PairEstimate:
     hops: int
     cross_numa: bool
     distance: float
-    source: Literal["modelled", "measured"] = "modelled"
+    source: Literal["modelled", "measured", "given"] = "modelled"
     measured_at: datetime | None = None
     method: str = ""
 
@@ -102,6 +102,46 @@ class PairMatrix:
     names: tuple[str, ...]
     estimates: Mapping[tuple[str, str], PairEstimate]
     weights: DistanceWeights = field(default_factory=DistanceWeights)
+
+    @classmethod
+    def from_matrices(
+        cls,
+        names: Sequence[str],
+        bandwidth: Sequence[Sequence[float]],
+        latency: Sequence[Sequence[float]] | None = None,
+        *,
+        method: str,
+        weights: DistanceWeights | None = None,
+    ) -> PairMatrix:
+        """Pairs given directly (an operator's file, another tool's output); ``method`` says where from.
+        Raises ValueError naming the first entry that does not fit."""
+        w = weights or DistanceWeights()
+        n = len(names)
+        if len(set(names)) != n:
+            raise ValueError("names must be unique")
+        if len(bandwidth) != n or any(len(row) != n for row in bandwidth):
+            raise ValueError(f"bandwidth must be {n}x{n} for {n} names")
+        if latency is not None and (len(latency) != n or any(len(row) != n for row in latency)):
+            raise ValueError(f"latency must be {n}x{n} for {n} names")
+        estimates: dict[tuple[str, str], PairEstimate] = {}
+        for i in range(n):
+            for j in range(i + 1, n):
+                rate = float(bandwidth[i][j])
+                lat = float(latency[i][j]) if latency is not None else 0.0
+                if rate <= 0 or rate != float(bandwidth[j][i]):
+                    raise ValueError(f"bandwidth[{i}][{j}] must be positive and equal to bandwidth[{j}][{i}]")
+                if latency is not None and (lat < 0 or lat != float(latency[j][i])):
+                    raise ValueError(f"latency[{i}][{j}] must be >= 0 and equal to latency[{j}][{i}]")
+                estimates[(names[i], names[j])] = PairEstimate(
+                    bandwidth_gbps=rate,
+                    latency_us=lat,
+                    hops=0,
+                    cross_numa=False,
+                    distance=w.distance(hops=0, bandwidth_gbps=rate, cross_numa=False),
+                    source="given",
+                    method=method,
+                )
+        return cls(names=tuple(names), estimates=estimates, weights=w)
 
     def get(self, a: str, b: str) -> PairEstimate:
         key = (a, b) if (a, b) in self.estimates else (b, a)
