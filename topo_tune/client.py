@@ -87,6 +87,9 @@ class AdminClient:
     def get_command(self, command_id: str) -> admin_pb2.CommandInfo:
         return self._call(self._stub.GetCommand, admin_pb2.GetCommandRequest(command_id=command_id))
 
+    def cluster_topology(self) -> admin_pb2.ClusterTopologyView:
+        return self._call(self._stub.GetClusterTopology, admin_pb2.GetClusterTopologyRequest())
+
     def list_commands(self, *, node_name: str = "", limit: int = 0) -> list[admin_pb2.CommandInfo]:
         request = admin_pb2.ListCommandsRequest(node_name=node_name, limit=limit)
         return list(self._call(self._stub.ListCommands, request).commands)

@@ -223,3 +223,30 @@ def commands(client: AdminClient, fmt: str, node_name: str, limit: int) -> None:
 def command(client: AdminClient, fmt: str, command_id: str) -> None:
     """Show one command and its result."""
     _print_command(client.get_command(command_id), fmt)
+
+
+@admin.command()
+@click.argument("node_name", metavar="[NODE]", required=False)
+@connected
+def topology(client: AdminClient, fmt: str, node_name: str | None) -> None:
+    """Show the cluster as racks, or NODE's GPU/NIC matrix (like `nvidia-smi topo -m`).
+
+    Without NODE: every rack with its nodes, GPUs, NICs and topology fingerprints. With NODE: that node's
+    matrix with its legend, NUMA and CPU affinity, and what discovery could not tell.
+    """
+    # Imported here: the topology model pulls in numpy, which the other admin commands do not need.
+    from topo_tune.topology import Spine, build_cluster, render_admin_topology  # noqa: PLC0415
+    from topo_tune.v1 import topology_pb2  # noqa: PLC0415
+
+    if fmt == "yaml":
+        raise click.UsageError("admin topology prints --output table or json")
+    view = client.cluster_topology()
+    spine = None
+    if view.HasField("spine_oversubscription") or view.HasField("spine_bandwidth_gbps"):
+        spine = Spine(
+            oversubscription=view.spine_oversubscription if view.HasField("spine_oversubscription") else 1.0,
+            bandwidth_gbps=view.spine_bandwidth_gbps if view.HasField("spine_bandwidth_gbps") else None,
+        )
+    topologies: dict[str, topology_pb2.NodeTopology] = {n.name: n.topology for n in view.nodes}
+    cluster = build_cluster(topologies, {n.name: n.rack for n in view.nodes if n.rack}, spine=spine)
+    click.echo(render_admin_topology(cluster, node=node_name, output="json" if fmt == "json" else "table"), nl=False)

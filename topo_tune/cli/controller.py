@@ -89,6 +89,8 @@ def serve(
         heartbeat_interval_s=interval,
         heartbeat_expiry_s=expiry,
         rack_of=cluster.rack_of(),
+        spine_oversubscription=cluster.spine.oversubscription if cluster.spine else None,
+        spine_bandwidth_gbps=cluster.spine.bandwidth_gbps if cluster.spine else None,
     )
     asyncio.run(_serve(settings))
 

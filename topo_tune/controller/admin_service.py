@@ -72,10 +72,19 @@ def command_message(record: CommandRecord) -> admin_pb2.CommandInfo:
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    def __init__(self, *, registry: NodeRegistry, commands: CommandBook, hub: SessionHub) -> None:
+    def __init__(
+        self,
+        *,
+        registry: NodeRegistry,
+        commands: CommandBook,
+        hub: SessionHub,
+        spine_oversubscription: float | None = None,
+        spine_bandwidth_gbps: float | None = None,
+    ) -> None:
         self._registry = registry
         self._commands = commands
         self._hub = hub
+        self._spine = (spine_oversubscription, spine_bandwidth_gbps)
 
     @maps_errors
     async def ListNodes(self, request: admin_pb2.ListNodesRequest, context: Ctx) -> admin_pb2.ListNodesResponse:
@@ -122,3 +131,16 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             raise ValidationError("limit", "at most 10000")
         records = await self._commands.list(node_name=request.node_name, limit=limit)
         return admin_pb2.ListCommandsResponse(commands=[command_message(r) for r in records])
+
+    @maps_errors
+    async def GetClusterTopology(
+        self, request: admin_pb2.GetClusterTopologyRequest, context: Ctx
+    ) -> admin_pb2.ClusterTopologyView:
+        views = await self._registry.list()
+        view = admin_pb2.ClusterTopologyView(nodes=[node_message(v, with_topology=True) for v in views])
+        oversubscription, bandwidth = self._spine
+        if oversubscription is not None:
+            view.spine_oversubscription = oversubscription
+        if bandwidth is not None:
+            view.spine_bandwidth_gbps = bandwidth
+        return view

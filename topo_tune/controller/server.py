@@ -97,7 +97,14 @@ class Controller:
         server = grpc.aio.server(interceptors=[BearerTokenInterceptor(self.settings.token)], options=options)
         agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(self.hub), server)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(
-            AdminServicer(registry=self.registry, commands=self.commands, hub=self.hub), server
+            AdminServicer(
+                registry=self.registry,
+                commands=self.commands,
+                hub=self.hub,
+                spine_oversubscription=self.settings.spine_oversubscription,
+                spine_bandwidth_gbps=self.settings.spine_bandwidth_gbps,
+            ),
+            server,
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         self.port = self._bind(server, self.settings.listen, secure=self.settings.tls is not None)

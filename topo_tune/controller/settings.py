@@ -26,6 +26,9 @@ class ControllerSettings:
     """Silence after which a node is ``lost``: three missed heartbeats by default."""
     rack_of: Mapping[str, str] = field(default_factory=dict)
     """Node → rack from cluster.yaml; it wins over what an agent says."""
+    spine_oversubscription: float | None = None
+    spine_bandwidth_gbps: float | None = None
+    """The links between racks, from cluster.yaml's ``spine``; shown by ``admin topology``."""
     shutdown_grace_s: float = 5.0
     """How long in-flight RPCs may finish after SIGTERM."""
     max_message_bytes: int = 16 * 1024 * 1024

@@ -324,3 +324,54 @@ class ListCommandsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListCommandsResponse: _TypeAlias = ListCommandsResponse  # noqa: Y015
+
+@_typing.final
+class GetClusterTopologyRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetClusterTopologyRequest: _TypeAlias = GetClusterTopologyRequest  # noqa: Y015
+
+@_typing.final
+class ClusterTopologyView(_message.Message):
+    """Every registered node with its topology, and the spine from cluster.yaml: what `admin topology` renders."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODES_FIELD_NUMBER: _builtins.int
+    SPINE_OVERSUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    SPINE_BANDWIDTH_GBPS_FIELD_NUMBER: _builtins.int
+    spine_oversubscription: _builtins.float
+    spine_bandwidth_gbps: _builtins.float
+    """per node across the spine, Gb/s like NIC rates"""
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Node]: ...
+    def __init__(
+        self,
+        *,
+        nodes: _abc.Iterable[Global___Node] | None = ...,
+        spine_oversubscription: _builtins.float | None = ...,
+        spine_bandwidth_gbps: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_spine_bandwidth_gbps", b"_spine_bandwidth_gbps", "_spine_oversubscription", b"_spine_oversubscription", "spine_bandwidth_gbps", b"spine_bandwidth_gbps", "spine_oversubscription", b"spine_oversubscription"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_spine_bandwidth_gbps", b"_spine_bandwidth_gbps", "_spine_oversubscription", b"_spine_oversubscription", "nodes", b"nodes", "spine_bandwidth_gbps", b"spine_bandwidth_gbps", "spine_oversubscription", b"spine_oversubscription"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__spine_bandwidth_gbps: _TypeAlias = _typing.Literal["spine_bandwidth_gbps"]  # noqa: Y015
+    _WhichOneofArgType__spine_bandwidth_gbps: _TypeAlias = _typing.Literal["_spine_bandwidth_gbps", b"_spine_bandwidth_gbps"]  # noqa: Y015
+    _WhichOneofReturnType__spine_oversubscription: _TypeAlias = _typing.Literal["spine_oversubscription"]  # noqa: Y015
+    _WhichOneofArgType__spine_oversubscription: _TypeAlias = _typing.Literal["_spine_oversubscription", b"_spine_oversubscription"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__spine_bandwidth_gbps) -> _WhichOneofReturnType__spine_bandwidth_gbps | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__spine_oversubscription) -> _WhichOneofReturnType__spine_oversubscription | None: ...
+
+Global___ClusterTopologyView: _TypeAlias = ClusterTopologyView  # noqa: Y015

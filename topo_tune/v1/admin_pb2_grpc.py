@@ -59,6 +59,11 @@ class AdminServiceStub:
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.ListCommandsRequest.SerializeToString,
                 response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListCommandsResponse.FromString,
                 _registered_method=True)
+        self.GetClusterTopology = channel.unary_unary(
+                '/topo_tune.v1.AdminService/GetClusterTopology',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.GetClusterTopologyRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ClusterTopologyView.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -94,6 +99,12 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetClusterTopology(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -121,6 +132,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListCommands,
                     request_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListCommandsRequest.FromString,
                     response_serializer=topo__tune_dot_v1_dot_admin__pb2.ListCommandsResponse.SerializeToString,
+            ),
+            'GetClusterTopology': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetClusterTopology,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.GetClusterTopologyRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.ClusterTopologyView.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -258,6 +274,33 @@ class AdminService:
             '/topo_tune.v1.AdminService/ListCommands',
             topo__tune_dot_v1_dot_admin__pb2.ListCommandsRequest.SerializeToString,
             topo__tune_dot_v1_dot_admin__pb2.ListCommandsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetClusterTopology(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/GetClusterTopology',
+            topo__tune_dot_v1_dot_admin__pb2.GetClusterTopologyRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.ClusterTopologyView.FromString,
             options,
             channel_credentials,
             insecure,

@@ -36,6 +36,7 @@ class AdminServiceStub:
     SendCommand: _grpc.UnaryUnaryMultiCallable[_admin_pb2.SendCommandRequest, _admin_pb2.CommandInfo]
     GetCommand: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetCommandRequest, _admin_pb2.CommandInfo]
     ListCommands: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListCommandsRequest, _admin_pb2.ListCommandsResponse]
+    GetClusterTopology: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetClusterTopologyRequest, _admin_pb2.ClusterTopologyView]
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -45,6 +46,7 @@ class AdminServiceAsyncStub(AdminServiceStub):
     SendCommand: _aio.UnaryUnaryMultiCallable[_admin_pb2.SendCommandRequest, _admin_pb2.CommandInfo]  # type: ignore[assignment]
     GetCommand: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetCommandRequest, _admin_pb2.CommandInfo]  # type: ignore[assignment]
     ListCommands: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListCommandsRequest, _admin_pb2.ListCommandsResponse]  # type: ignore[assignment]
+    GetClusterTopology: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetClusterTopologyRequest, _admin_pb2.ClusterTopologyView]  # type: ignore[assignment]
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -81,5 +83,12 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.ListCommandsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ListCommandsResponse, _abc.Awaitable[_admin_pb2.ListCommandsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetClusterTopology(
+        self,
+        request: _admin_pb2.GetClusterTopologyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ClusterTopologyView, _abc.Awaitable[_admin_pb2.ClusterTopologyView]]: ...
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
