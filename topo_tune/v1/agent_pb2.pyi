@@ -139,6 +139,31 @@ COLLECTIVE_ALLTOALL: Collective.ValueType  # 6
 COLLECTIVE_SENDRECV: Collective.ValueType  # 7
 Global___Collective: _TypeAlias = Collective  # noqa: Y015
 
+class _RankOutcome:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RankOutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RankOutcome.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    RANK_OUTCOME_UNSPECIFIED: _RankOutcome.ValueType  # 0
+    RANK_OUTCOME_FINISHED: _RankOutcome.ValueType  # 1
+    RANK_OUTCOME_FAILED: _RankOutcome.ValueType  # 2
+    """the worker exited with an error"""
+    RANK_OUTCOME_HUNG: _RankOutcome.ValueType  # 3
+    """still running at the deadline; killed"""
+    RANK_OUTCOME_NOT_STARTED: _RankOutcome.ValueType  # 4
+
+class RankOutcome(_RankOutcome, metaclass=_RankOutcomeEnumTypeWrapper): ...
+
+RANK_OUTCOME_UNSPECIFIED: RankOutcome.ValueType  # 0
+RANK_OUTCOME_FINISHED: RankOutcome.ValueType  # 1
+RANK_OUTCOME_FAILED: RankOutcome.ValueType  # 2
+"""the worker exited with an error"""
+RANK_OUTCOME_HUNG: RankOutcome.ValueType  # 3
+"""still running at the deadline; killed"""
+RANK_OUTCOME_NOT_STARTED: RankOutcome.ValueType  # 4
+Global___RankOutcome: _TypeAlias = RankOutcome  # noqa: Y015
+
 @_typing.final
 class AgentMessage(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -606,6 +631,7 @@ class RunBenchmark(_message.Message):
     RANKS_FIELD_NUMBER: _builtins.int
     RENDEZVOUS_HOST_FIELD_NUMBER: _builtins.int
     RENDEZVOUS_PORT_FIELD_NUMBER: _builtins.int
+    BOTH_PLACEMENTS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     collective: Global___Collective.ValueType
     dtype: _builtins.str
@@ -618,6 +644,10 @@ class RunBenchmark(_message.Message):
     world_size: _builtins.int
     rendezvous_host: _builtins.str
     rendezvous_port: _builtins.int
+    both_placements: _builtins.bool
+    """Run every size out-of-place and then in-place, like nccl-tests (in_place is then ignored).
+    Placements a backend cannot run come back absent; SizeResult.in_place says which ran.
+    """
     @_builtins.property
     def sizes(self) -> Global___SizeSweep: ...
     @_builtins.property
@@ -644,10 +674,11 @@ class RunBenchmark(_message.Message):
         ranks: _abc.Iterable[Global___RankPlacement] | None = ...,
         rendezvous_host: _builtins.str = ...,
         rendezvous_port: _builtins.int = ...,
+        both_placements: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["sizes", b"sizes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["check", b"check", "collective", b"collective", "dtype", b"dtype", "env", b"env", "in_place", b"in_place", "iters", b"iters", "job_id", b"job_id", "ranks", b"ranks", "rendezvous_host", b"rendezvous_host", "rendezvous_port", b"rendezvous_port", "sizes", b"sizes", "warmup_iters", b"warmup_iters", "world_size", b"world_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["both_placements", b"both_placements", "check", b"check", "collective", b"collective", "dtype", b"dtype", "env", b"env", "in_place", b"in_place", "iters", b"iters", "job_id", b"job_id", "ranks", b"ranks", "rendezvous_host", b"rendezvous_host", "rendezvous_port", b"rendezvous_port", "sizes", b"sizes", "warmup_iters", b"warmup_iters", "world_size", b"world_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -705,20 +736,41 @@ class Probe(_message.Message):
     PROBE_ID_FIELD_NUMBER: _builtins.int
     PEERS_FIELD_NUMBER: _builtins.int
     MESSAGE_BYTES_FIELD_NUMBER: _builtins.int
+    RENDEZVOUS_HOST_FIELD_NUMBER: _builtins.int
+    RENDEZVOUS_PORT_FIELD_NUMBER: _builtins.int
+    ITERS_FIELD_NUMBER: _builtins.int
+    WARMUP_ITERS_FIELD_NUMBER: _builtins.int
+    LATENCY_BYTES_FIELD_NUMBER: _builtins.int
     probe_id: _builtins.str
     message_bytes: _builtins.int
+    """bandwidth is measured at this size"""
+    rendezvous_host: _builtins.str
+    """peers[0]'s address"""
+    rendezvous_port: _builtins.int
+    iters: _builtins.int
+    """0: the agent's default"""
+    warmup_iters: _builtins.int
+    latency_bytes: _builtins.int
+    """latency is measured at this size; 0: 8 bytes"""
     @_builtins.property
-    def peers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def peers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """exactly two node names: rank 0 first, then rank 1"""
+
     def __init__(
         self,
         *,
         probe_id: _builtins.str = ...,
         peers: _abc.Iterable[_builtins.str] | None = ...,
         message_bytes: _builtins.int = ...,
+        rendezvous_host: _builtins.str = ...,
+        rendezvous_port: _builtins.int = ...,
+        iters: _builtins.int = ...,
+        warmup_iters: _builtins.int = ...,
+        latency_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_bytes", b"message_bytes", "peers", b"peers", "probe_id", b"probe_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["iters", b"iters", "latency_bytes", b"latency_bytes", "message_bytes", b"message_bytes", "peers", b"peers", "probe_id", b"probe_id", "rendezvous_host", b"rendezvous_host", "rendezvous_port", b"rendezvous_port", "warmup_iters", b"warmup_iters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -737,6 +789,8 @@ class SizeResult(_message.Message):
     P50_US_FIELD_NUMBER: _builtins.int
     P99_US_FIELD_NUMBER: _builtins.int
     CV_FIELD_NUMBER: _builtins.int
+    IN_PLACE_FIELD_NUMBER: _builtins.int
+    CHECKED_FIELD_NUMBER: _builtins.int
     bytes: _builtins.int
     count: _builtins.int
     time_us: _builtins.float
@@ -746,6 +800,11 @@ class SizeResult(_message.Message):
     p50_us: _builtins.float
     p99_us: _builtins.float
     cv: _builtins.float
+    """stdev / mean of the per-iteration times (a fraction)"""
+    in_place: _builtins.bool
+    """which placement this row measured"""
+    checked: _builtins.bool
+    """false: no data check covered it (wrong is meaningless)"""
     def __init__(
         self,
         *,
@@ -758,10 +817,12 @@ class SizeResult(_message.Message):
         p50_us: _builtins.float = ...,
         p99_us: _builtins.float = ...,
         cv: _builtins.float = ...,
+        in_place: _builtins.bool = ...,
+        checked: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["algbw_gbps", b"algbw_gbps", "busbw_gbps", b"busbw_gbps", "bytes", b"bytes", "count", b"count", "cv", b"cv", "p50_us", b"p50_us", "p99_us", b"p99_us", "time_us", b"time_us", "wrong", b"wrong"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algbw_gbps", b"algbw_gbps", "busbw_gbps", b"busbw_gbps", "bytes", b"bytes", "checked", b"checked", "count", b"count", "cv", b"cv", "in_place", b"in_place", "p50_us", b"p50_us", "p99_us", b"p99_us", "time_us", b"time_us", "wrong", b"wrong"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -821,6 +882,125 @@ class BenchmarkResult(_message.Message):
 Global___BenchmarkResult: _TypeAlias = BenchmarkResult  # noqa: Y015
 
 @_typing.final
+class RankStatus(_message.Message):
+    """How one rank of a benchmark job ended on its node."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RANK_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    JOINED_FIELD_NUMBER: _builtins.int
+    EXIT_CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    WAITING_FOR_FIELD_NUMBER: _builtins.int
+    rank: _builtins.int
+    outcome: Global___RankOutcome.ValueType
+    phase: _builtins.str
+    """last phase: started, rendezvous, joined, running, finished"""
+    joined: _builtins.bool
+    """got through the rendezvous"""
+    exit_code: _builtins.int
+    message: _builtins.str
+    @_builtins.property
+    def waiting_for(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """ranks it still waited for at the rendezvous"""
+
+    def __init__(
+        self,
+        *,
+        rank: _builtins.int = ...,
+        outcome: Global___RankOutcome.ValueType = ...,
+        phase: _builtins.str = ...,
+        joined: _builtins.bool = ...,
+        exit_code: _builtins.int = ...,
+        message: _builtins.str = ...,
+        waiting_for: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["exit_code", b"exit_code", "joined", b"joined", "message", b"message", "outcome", b"outcome", "phase", b"phase", "rank", b"rank", "waiting_for", b"waiting_for"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RankStatus: _TypeAlias = RankStatus  # noqa: Y015
+
+@_typing.final
+class NodeBenchmarkResult(_message.Message):
+    """One node's part of a benchmark job: every local rank's result and status."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    NODE_NAME_FIELD_NUMBER: _builtins.int
+    RANKS_FIELD_NUMBER: _builtins.int
+    RANK_STATUS_FIELD_NUMBER: _builtins.int
+    SIMULATED_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    node_name: _builtins.str
+    simulated: _builtins.bool
+    @_builtins.property
+    def ranks(self) -> _containers.RepeatedCompositeFieldContainer[Global___BenchmarkResult]:
+        """one per local rank that finished"""
+
+    @_builtins.property
+    def rank_status(self) -> _containers.RepeatedCompositeFieldContainer[Global___RankStatus]:
+        """one per local rank"""
+
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        node_name: _builtins.str = ...,
+        ranks: _abc.Iterable[Global___BenchmarkResult] | None = ...,
+        rank_status: _abc.Iterable[Global___RankStatus] | None = ...,
+        simulated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "node_name", b"node_name", "rank_status", b"rank_status", "ranks", b"ranks", "simulated", b"simulated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeBenchmarkResult: _TypeAlias = NodeBenchmarkResult  # noqa: Y015
+
+@_typing.final
+class ProbeResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROBE_ID_FIELD_NUMBER: _builtins.int
+    NODE_NAME_FIELD_NUMBER: _builtins.int
+    PEER_FIELD_NUMBER: _builtins.int
+    BANDWIDTH_GBPS_FIELD_NUMBER: _builtins.int
+    LATENCY_US_FIELD_NUMBER: _builtins.int
+    SIMULATED_FIELD_NUMBER: _builtins.int
+    probe_id: _builtins.str
+    node_name: _builtins.str
+    peer: _builtins.str
+    bandwidth_gbps: _builtins.float
+    """sendrecv algbw at Probe.message_bytes"""
+    latency_us: _builtins.float
+    """sendrecv time at Probe.latency_bytes"""
+    simulated: _builtins.bool
+    def __init__(
+        self,
+        *,
+        probe_id: _builtins.str = ...,
+        node_name: _builtins.str = ...,
+        peer: _builtins.str = ...,
+        bandwidth_gbps: _builtins.float = ...,
+        latency_us: _builtins.float = ...,
+        simulated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bandwidth_gbps", b"bandwidth_gbps", "latency_us", b"latency_us", "node_name", b"node_name", "peer", b"peer", "probe_id", b"probe_id", "simulated", b"simulated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProbeResult: _TypeAlias = ProbeResult  # noqa: Y015
+
+@_typing.final
 class CommandResult(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -830,6 +1010,8 @@ class CommandResult(_message.Message):
     FINISHED_AT_FIELD_NUMBER: _builtins.int
     BENCHMARK_FIELD_NUMBER: _builtins.int
     TOPOLOGY_FIELD_NUMBER: _builtins.int
+    NODE_BENCHMARK_FIELD_NUMBER: _builtins.int
+    PROBE_FIELD_NUMBER: _builtins.int
     command_id: _builtins.str
     status: Global___CommandStatus.ValueType
     message: _builtins.str
@@ -839,6 +1021,10 @@ class CommandResult(_message.Message):
     def benchmark(self) -> Global___BenchmarkResult: ...
     @_builtins.property
     def topology(self) -> _topology_pb2.NodeTopology: ...
+    @_builtins.property
+    def node_benchmark(self) -> Global___NodeBenchmarkResult: ...
+    @_builtins.property
+    def probe(self) -> Global___ProbeResult: ...
     def __init__(
         self,
         *,
@@ -848,12 +1034,14 @@ class CommandResult(_message.Message):
         finished_at: _timestamp_pb2.Timestamp | None = ...,
         benchmark: Global___BenchmarkResult | None = ...,
         topology: _topology_pb2.NodeTopology | None = ...,
+        node_benchmark: Global___NodeBenchmarkResult | None = ...,
+        probe: Global___ProbeResult | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["benchmark", b"benchmark", "finished_at", b"finished_at", "payload", b"payload", "topology", b"topology"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["benchmark", b"benchmark", "finished_at", b"finished_at", "node_benchmark", b"node_benchmark", "payload", b"payload", "probe", b"probe", "topology", b"topology"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["benchmark", b"benchmark", "command_id", b"command_id", "finished_at", b"finished_at", "message", b"message", "payload", b"payload", "status", b"status", "topology", b"topology"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["benchmark", b"benchmark", "command_id", b"command_id", "finished_at", b"finished_at", "message", b"message", "node_benchmark", b"node_benchmark", "payload", b"payload", "probe", b"probe", "status", b"status", "topology", b"topology"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["benchmark", "topology"]  # noqa: Y015
+    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["benchmark", "topology", "node_benchmark", "probe"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_payload) -> _WhichOneofReturnType_payload | None: ...
 

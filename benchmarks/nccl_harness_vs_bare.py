@@ -1,0 +1,306 @@
+"""The nccl backend's harness against a bare torch.distributed loop, on the GPUs of this host.
+
+For all_reduce (in place, 8 B..1 GiB) and all_gather (out of place, 1 MiB..4 GiB) it interleaves
+rounds of (harness job through the agent's own worker spawning, data check on) and (the bare
+loop ``bare_nccl_loop.py`` in its own process), and compares the best time per size of each:
+with one GPU most sizes only measure how fast the CPU launches calls, and that varies from
+process to process, so single runs cannot be compared. Prints both as nccl-tests tables, the
+per-size comparison, then every collective once through the harness; writes the report to
+``--out``.
+
+Usage: ``python benchmarks/nccl_harness_vs_bare.py --gpus 1 --out report.md`` (the bare loop is
+single-GPU; ``NCCL_NVLS_ENABLE=0`` on both sides).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from topo_tune.agent.bench.executor import BenchmarkExecutor
+from topo_tune.benchmark.collectives import Collective, bandwidth, shape
+from topo_tune.benchmark.dtypes import dtype_named
+from topo_tune.benchmark.env_policy import EnvPolicy
+from topo_tune.benchmark.job_spec import BenchmarkSpec
+from topo_tune.benchmark.results import SizeMeasurement
+from topo_tune.benchmark.sweep import SizeSweep
+from topo_tune.benchmark.table import TableContext, render_table
+from topo_tune.benchmark.wire import rank_result_from_proto, spec_to_proto
+from topo_tune.controller.benchmark_jobs import JobNode, aggregate, plan_job
+from topo_tune.v1 import agent_pb2
+
+# NVLink multicast stays off on shared hosts (NVLS can take a host's GPUs out of service).
+ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+# Agent-side passthrough (not from the job): the driver libraries may only be found through it.
+PASSTHROUGH = {k: os.environ[k] for k in ("LD_LIBRARY_PATH",) if k in os.environ}
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def harness(
+    collective: Collective,
+    sweep: SizeSweep,
+    *,
+    gpus: int,
+    iters: int,
+    warmup: int,
+    job_id: str,
+    placements: tuple[bool, ...] = (False, True),
+) -> tuple[BenchmarkSpec, tuple[SizeMeasurement, ...], float, dict[str, str]]:
+    spec = plan_job(
+        job_id=job_id,
+        collective=collective,
+        sweep=sweep,
+        dtype=dtype_named("float32"),
+        nodes=[JobNode("local", "127.0.0.1", gpus)],
+        rendezvous_port=_port(),
+        env=ENV,
+        gpu_devices=BACKEND == "nccl",
+        iters=iters,
+        warmup_iters=warmup,
+        placements=placements,
+    )
+    executor = BenchmarkExecutor(policy=EnvPolicy(), passthrough=PASSTHROUGH)
+    start = time.perf_counter()
+    result = executor.execute(
+        spec_to_proto(spec),
+        node_name="local",
+        backend=BACKENDS[BACKEND],
+        deadline_s=540,
+        work_dir=Path(tempfile.mkdtemp()),
+    )
+    wall = time.perf_counter() - start
+    if result.status != agent_pb2.COMMAND_STATUS_SUCCEEDED:
+        raise SystemExit(f"{collective}: {agent_pb2.CommandStatus.Name(result.status)}: {result.message}")
+    ranks = [rank_result_from_proto(r) for r in result.node_benchmark.ranks]
+    return spec, aggregate(spec, ranks), wall, dict(ranks[0].effective_env)
+
+
+BACKENDS = {"nccl": agent_pb2.BACKEND_NCCL, "gloo": agent_pb2.BACKEND_GLOO}
+BACKEND = "nccl"  # --backend gloo runs the same comparison on CPUs (a dry run off the GPU host)
+BARE_LOOP = Path(__file__).with_name("bare_nccl_loop.py")
+
+
+def bare(collective: Collective, sweep: SizeSweep, *, iters: int, warmup: int) -> dict[int, float]:
+    """Mean us per call from the bare loop, run as its own process like the harness's workers."""
+    env = {**os.environ, **ENV}
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(BARE_LOOP),
+            BACKEND,
+            collective.value,
+            str(iters),
+            str(warmup),
+            *map(str, sweep.sizes()),
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return {int(k): v for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
+
+
+def _rows(
+    collective: Collective, sweep: SizeSweep, times_us: dict[int, float], *, in_place: bool
+) -> list[SizeMeasurement]:
+    rows = []
+    for size in sweep.sizes():
+        shp = shape(collective, size_bytes=size, element_size=4, nranks=1)
+        algbw, busbw = bandwidth(collective, shape=shp, seconds=times_us[size] / 1e6, nranks=1)
+        rows.append(
+            SizeMeasurement(
+                shp.reported_bytes,
+                shp.param_count,
+                in_place,
+                times_us[size],
+                algbw,
+                busbw,
+                0,
+                False,
+                0.0,
+                0.0,
+                0.0,
+            )
+        )
+    return rows
+
+
+def _reported(collective: Collective, size: int, nranks: int) -> int:
+    return shape(collective, size_bytes=size, element_size=4, nranks=nranks).reported_bytes
+
+
+def compare(
+    collective: Collective,
+    sweep: SizeSweep,
+    *,
+    gpus: int,
+    iters: int,
+    warmup: int,
+    rounds: int,
+    in_place: bool,
+) -> list[str]:
+    """Interleave harness and bare runs; compare the best time of each per size."""
+    placements = (in_place,)
+    harness_runs: list[dict[int, float]] = []
+    bare_runs: list[dict[int, float]] = []
+    first: dict[int, SizeMeasurement] = {}
+    wrong: dict[int, int] = {}
+    for r in range(rounds):
+        _, rows, _, _ = harness(
+            collective,
+            sweep,
+            gpus=gpus,
+            iters=iters,
+            warmup=warmup,
+            job_id=f"h200-{collective.value}-{r}",
+            placements=placements,
+        )
+        by_size = {m.bytes: m for m in rows}
+        first = first or by_size
+        for m in rows:
+            wrong[m.bytes] = wrong.get(m.bytes, 0) + m.wrong
+        harness_runs.append(
+            {size: by_size[_reported(collective, size, gpus)].time_us for size in sweep.sizes()}
+        )
+        bare_runs.append(bare(collective, sweep, iters=iters, warmup=warmup))
+    best_h = {s: min(run[s] for run in harness_runs) for s in sweep.sizes()}
+    best_b = {s: min(run[s] for run in bare_runs) for s in sweep.sizes()}
+    ctx = TableContext(
+        collective,
+        dtype_named("float32"),
+        gpus,
+        sweep.min_bytes,
+        sweep.max_bytes,
+        sweep.step_factor,
+        warmup,
+        iters,
+        True,
+    )
+    harness_table = [
+        dataclasses.replace(
+            first[n.bytes],
+            time_us=n.time_us,
+            algbw_gbps=n.algbw_gbps,
+            busbw_gbps=n.busbw_gbps,
+            wrong=wrong[n.bytes],
+        )
+        for n in _rows(collective, sweep, best_h, in_place=in_place)
+    ]
+    out = [f"## {collective.value} ({'in' if in_place else 'out-of'}-place), {rounds} interleaved rounds", ""]
+    out += [
+        "Harness (agent worker spawning, data check on; best of the rounds per size):",
+        "",
+        "```",
+        render_table(ctx, harness_table),
+        "```",
+        "",
+    ]
+    out += [
+        "Bare torch.distributed loop (own process, CUDA events around the loop; best of the rounds):",
+        "",
+        "```",
+        render_table(
+            dataclasses.replace(ctx, check=False), _rows(collective, sweep, best_b, in_place=in_place)
+        ),
+        "```",
+        "",
+    ]
+    out += [
+        "| bytes | bare best (us) | harness best (us) | harness/bare "
+        "| bare rounds (us) | harness rounds (us) |",
+        "|---|---|---|---|---|---|",
+    ]
+    worst = 0.0
+    for size in sweep.sizes():
+        ratio = best_h[size] / best_b[size]
+        if size >= 1 << 20:
+            worst = max(worst, abs(ratio - 1))
+        out.append(
+            f"| {size} | {best_b[size]:.2f} | {best_h[size]:.2f} | {ratio:.3f} | "
+            f"{', '.join(f'{r[size]:.1f}' for r in bare_runs)} | "
+            f"{', '.join(f'{r[size]:.1f}' for r in harness_runs)} |"
+        )
+    out += ["", f"**Largest deviation at >= 1 MiB: {worst * 100:.1f}%**", ""]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--gpus", type=int, default=1)
+    parser.add_argument("--backend", choices=sorted(BACKENDS), default="nccl")
+    parser.add_argument("--max-bytes", type=int, default=1 << 30)
+    parser.add_argument("--iters", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--cpus", type=int, default=0, help="pin this process and its children to N CPUs")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    global BACKEND  # noqa: PLW0603 -- one script-wide switch, set once from the command line
+    BACKEND = args.backend
+    if args.cpus:
+        # Children inherit the affinity: harness workers and bare loops then launch from the same
+        # cores, which removes one source of process-to-process variation in launch-bound sizes.
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[: args.cpus])
+    out = ["# nccl backend: harness vs bare torch.distributed loop", ""]
+    out += [f"Command: `{' '.join([Path(sys.executable).name, *sys.argv])}`", ""]
+    out += [f"CPU affinity: {sorted(os.sched_getaffinity(0))}", ""]
+    if BACKEND == "nccl":
+        out += [
+            f"torch {torch.__version__}, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}, "
+            f"{torch.cuda.get_device_name(0)} x{args.gpus}, job env {ENV}",
+            "",
+        ]
+    out += compare(
+        Collective.ALL_REDUCE,
+        SizeSweep(8, args.max_bytes, 2),
+        gpus=args.gpus,
+        iters=args.iters,
+        warmup=args.warmup,
+        rounds=args.rounds,
+        in_place=True,
+    )
+    out += compare(
+        Collective.ALL_GATHER,
+        SizeSweep(1 << 20, 4 * args.max_bytes, 2),
+        gpus=args.gpus,
+        iters=args.iters,
+        warmup=args.warmup,
+        rounds=args.rounds,
+        in_place=False,
+    )
+    others = SizeSweep(1024, 64 << 20, 8)
+    out += ["## Every collective through the harness (both placements where they exist, check on)", ""]
+    for coll in Collective:
+        if coll is Collective.SENDRECV and BACKEND == "gloo" and args.gpus == 1:
+            continue  # gloo cannot send to itself; NCCL can
+        _, rows, _, eff = harness(
+            coll, others, gpus=args.gpus, iters=20, warmup=2, job_id=f"h200-all-{coll.value}"
+        )
+        cctx = TableContext(
+            coll, dtype_named("float32"), args.gpus, others.min_bytes, others.max_bytes, 8, 2, 20, True
+        )
+        out += [f"{coll.value}:", "", "```", render_table(cctx, rows), "```", ""]
+    out += [f"Worker effective env (last job): {dict(sorted(eff.items()))}", ""]
+    text = "\n".join(out)
+    print(text)
+    args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

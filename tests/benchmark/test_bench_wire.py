@@ -1,0 +1,140 @@
+"""The wire edge: RunBenchmark validation, round trips, and rejections before any process starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from topo_tune.agent.bench.executor import BenchmarkExecutor, probe_spec
+from topo_tune.agent.bench.worker_config import WorkerConfig, WorkerFault
+from topo_tune.benchmark.collectives import Collective
+from topo_tune.benchmark.dtypes import dtype_named
+from topo_tune.benchmark.env_policy import EnvPolicy
+from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
+from topo_tune.benchmark.results import RankResult, SizeMeasurement
+from topo_tune.benchmark.sweep import SizeSweep
+from topo_tune.benchmark.wire import (
+    rank_result_from_proto,
+    rank_result_to_proto,
+    spec_from_proto,
+    spec_to_proto,
+)
+from topo_tune.v1 import agent_pb2
+
+
+def _spec(**overrides: object) -> BenchmarkSpec:
+    fields: dict[str, object] = {
+        "job_id": "job-1",
+        "collective": Collective.REDUCE_SCATTER,
+        "sweep": SizeSweep(1024, 1 << 20, 4),
+        "dtype": dtype_named("bfloat16"),
+        "warmup_iters": 2,
+        "iters": 10,
+        "placements": (False, True),
+        "check": True,
+        "env": {"NCCL_MIN_CTAS": "8"},
+        "world_size": 2,
+        "ranks": (RankSlot(0, "a", 0, 0), RankSlot(1, "b", 0, 0)),
+        "rendezvous_host": "10.0.0.1",
+        "rendezvous_port": 29500,
+    }
+    fields.update(overrides)
+    return BenchmarkSpec(**fields)  # type: ignore[arg-type]
+
+
+def test_spec_round_trips_through_the_wire_and_json() -> None:
+    spec = _spec()
+    assert spec_from_proto(spec_to_proto(spec)) == spec
+    assert BenchmarkSpec.from_json(spec.to_json()) == spec
+    single = _spec(placements=(True,))
+    msg = spec_to_proto(single)
+    assert (msg.in_place, msg.both_placements) == (True, False)
+    assert spec_from_proto(msg).placements == (True,)
+
+
+def test_results_round_trip_with_placement_and_check_flags() -> None:
+    row = SizeMeasurement(4096, 1024, True, 12.5, 0.3, 0.45, 0, False, 12.0, 14.0, 0.05)
+    result = RankResult("job-1", 1, (row,), {"NCCL_MIN_CTAS": "8"})
+    assert rank_result_from_proto(rank_result_to_proto(result)) == result
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"job_id": "../etc"}, "job_id"),
+        ({"iters": 0}, "iters"),
+        ({"world_size": 3}, "world_size"),
+        ({"ranks": (RankSlot(0, "a", 0, 0), RankSlot(0, "b", 0, 0))}, "exactly once"),
+        ({"ranks": (RankSlot(0, "a", 0, 0), RankSlot(1, "a", 0, 1))}, "local_rank 0 appears twice"),
+        ({"rendezvous_port": 0}, "rendezvous_port"),
+        ({"rendezvous_host": ""}, "rendezvous_host"),
+    ],
+)
+def test_bad_jobs_name_the_field(overrides: dict[str, object], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        _spec(**overrides)
+
+
+def test_bad_wire_values_name_the_field() -> None:
+    msg = spec_to_proto(_spec())
+    msg.dtype = "complex64"
+    with pytest.raises(ValueError, match="dtype 'complex64'"):
+        spec_from_proto(msg)
+    msg = spec_to_proto(_spec())
+    msg.collective = agent_pb2.COLLECTIVE_UNSPECIFIED
+    with pytest.raises(ValueError, match="collective"):
+        spec_from_proto(msg)
+    msg = spec_to_proto(_spec())
+    msg.sizes.step_factor = 1
+    with pytest.raises(ValueError, match="step_factor"):
+        spec_from_proto(msg)
+
+
+def test_executor_rejects_what_it_cannot_run_without_starting_anything(tmp_path: Path) -> None:
+    executor = BenchmarkExecutor(policy=EnvPolicy())
+    run = spec_to_proto(_spec())
+    sim = executor.execute(
+        run, node_name="a", backend=agent_pb2.BACKEND_SIM, deadline_s=10, work_dir=tmp_path
+    )
+    assert sim.status == agent_pb2.COMMAND_STATUS_REJECTED and "not run by this executor" in sim.message
+    stranger = executor.execute(
+        run, node_name="z", backend=agent_pb2.BACKEND_GLOO, deadline_s=10, work_dir=tmp_path
+    )
+    assert stranger.status == agent_pb2.COMMAND_STATUS_REJECTED and "no rank on node z" in stranger.message
+    run.iters = 0
+    bad = executor.execute(
+        run, node_name="a", backend=agent_pb2.BACKEND_GLOO, deadline_s=10, work_dir=tmp_path
+    )
+    assert bad.status == agent_pb2.COMMAND_STATUS_REJECTED and "iters" in bad.message
+    assert bad.HasField("finished_at")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_probe_spec_is_a_two_rank_sendrecv_at_latency_and_message_sizes() -> None:
+    probe = agent_pb2.Probe(
+        probe_id="p", peers=["a", "b"], message_bytes=1 << 20, rendezvous_host="h", rendezvous_port=1
+    )
+    spec = probe_spec(probe)
+    assert spec.collective is Collective.SENDRECV and spec.world_size == 2
+    assert spec.sweep.sizes() == (8, 1 << 20)
+    with pytest.raises(ValueError, match="peers"):
+        probe_spec(agent_pb2.Probe(probe_id="p", peers=["a"], message_bytes=1 << 20))
+    with pytest.raises(ValueError, match="multiple of latency_bytes"):
+        probe_spec(agent_pb2.Probe(probe_id="p", peers=["a", "b"], message_bytes=1000, latency_bytes=64))
+
+
+def test_worker_config_round_trips_with_its_fault_hook(tmp_path: Path) -> None:
+    config = WorkerConfig(
+        spec=_spec(),
+        rank=1,
+        backend="gloo",
+        bind_address="127.0.0.1",
+        rendezvous_timeout_s=30.0,
+        progress_path=tmp_path / "p.jsonl",
+        result_path=tmp_path / "r.json",
+        sys_path=("/x",),
+        fault=WorkerFault(corrupt_rank=1),
+    )
+    config.dump(tmp_path / "c.json")
+    assert WorkerConfig.load(tmp_path / "c.json") == config

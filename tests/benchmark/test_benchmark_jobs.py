@@ -1,0 +1,92 @@
+"""Controller-side job planning: rank maps, aggregation and probe rounds."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from topo_tune.benchmark.collectives import Collective
+from topo_tune.benchmark.dtypes import dtype_named
+from topo_tune.benchmark.job_spec import SpecError
+from topo_tune.benchmark.results import RankResult, SizeMeasurement
+from topo_tune.benchmark.sweep import SizeSweep
+from topo_tune.controller.benchmark_jobs import JobNode, aggregate, missing_ranks, plan_job, probe_rounds
+
+NODES = (JobNode("b", "10.0.0.2", 8), JobNode("a", "10.0.0.1", 8), JobNode("c", "10.0.0.3", 4))
+
+
+def _plan(**kwargs: object) -> object:
+    args: dict[str, object] = {
+        "job_id": "job-1",
+        "collective": Collective.ALL_REDUCE,
+        "sweep": SizeSweep(1024, 1 << 20, 4),
+        "dtype": dtype_named("float32"),
+        "nodes": NODES,
+        "rendezvous_port": 29500,
+        "env": {"NCCL_MIN_CTAS": "16"},
+        "gpu_devices": True,
+    }
+    args.update(kwargs)
+    return plan_job(**args)  # type: ignore[arg-type]
+
+
+def test_ranks_follow_the_node_order_contiguously() -> None:
+    spec = _plan()
+    assert spec.world_size == 12  # the smallest node holds 4
+    assert [(s.rank, s.node_name, s.local_rank, s.device) for s in spec.ranks[:5]] == [
+        (0, "b", 0, 0),
+        (1, "b", 1, 1),
+        (2, "b", 2, 2),
+        (3, "b", 3, 3),
+        (4, "a", 0, 0),
+    ]
+    assert (spec.rendezvous_host, spec.rendezvous_port) == ("10.0.0.2", 29500)  # rank 0's node
+    assert [s.rank for s in spec.local_slots("c")] == [8, 9, 10, 11]
+
+
+def test_cpu_jobs_place_no_devices_and_bad_plans_name_the_argument() -> None:
+    assert {s.device for s in _plan(gpu_devices=False, ranks_per_node=2).ranks} == {-1}
+    with pytest.raises(SpecError, match="ranks_per_node=8"):
+        _plan(ranks_per_node=8)
+    with pytest.raises(SpecError, match="twice"):
+        _plan(nodes=(NODES[0], NODES[0]))
+    with pytest.raises(SpecError, match="nodes is empty"):
+        _plan(nodes=())
+
+
+def _size(time_us: float, *, wrong: int = 0, size: int = 1 << 20) -> SizeMeasurement:
+    return SizeMeasurement(
+        size, size // 4, True, time_us, 0.0, 0.0, wrong, True, time_us, time_us * 1.1, 0.02
+    )
+
+
+def test_aggregate_takes_the_slowest_rank_and_sums_wrong_elements() -> None:
+    spec = _plan(nodes=(JobNode("a", "h", 1), JobNode("b", "h2", 1)), sweep=SizeSweep(1 << 20, 1 << 20, 0))
+    results = [
+        RankResult("job-1", 0, (_size(100.0),)),
+        RankResult("job-1", 1, (_size(250.0, wrong=2),)),
+    ]
+    (row,) = aggregate(spec, results)
+    assert row.time_us == 250.0
+    assert row.algbw_gbps == pytest.approx((1 << 20) / 1e9 / 250e-6)
+    assert row.busbw_gbps == pytest.approx(row.algbw_gbps * 1.0)  # 2(n-1)/n with n=2
+    assert row.wrong == 2
+    assert missing_ranks(spec, results[:1]) == (1,)
+    with pytest.raises(ValueError, match=r"ranks \[1\]"):
+        aggregate(spec, results[:1])
+
+
+@given(st.integers(min_value=0, max_value=40))
+def test_probe_rounds_cover_every_pair_once_in_linear_rounds(n: int) -> None:
+    nodes = [f"n{i}" for i in range(n)]
+    rounds = probe_rounds(nodes)
+    pairs = [frozenset(p) for r in rounds for p in r]
+    assert len(pairs) == len(set(pairs)) == n * (n - 1) // 2
+    assert set(pairs) == {frozenset(p) for p in itertools.combinations(nodes, 2)}
+    for r in rounds:  # a node probes at most one peer per round
+        busy = [x for p in r for x in p]
+        assert len(busy) == len(set(busy))
+    assert len(rounds) == (0 if n < 2 else n - 1 if n % 2 == 0 else n)

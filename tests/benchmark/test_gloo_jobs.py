@@ -1,0 +1,214 @@
+"""Real gloo benchmark jobs: one executor per simulated node, real worker processes on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from topo_tune.agent.bench.executor import BenchmarkExecutor
+from topo_tune.agent.bench.launcher import BASE_ENV
+from topo_tune.agent.bench.worker_config import WorkerFault
+from topo_tune.benchmark.collectives import Collective
+from topo_tune.benchmark.dtypes import dtype_named
+from topo_tune.benchmark.env_policy import EnvPolicy
+from topo_tune.benchmark.job_spec import BenchmarkSpec
+from topo_tune.benchmark.sweep import SizeSweep
+from topo_tune.benchmark.wire import rank_result_from_proto, spec_to_proto
+from topo_tune.controller.benchmark_jobs import JobNode, aggregate, plan_job
+from topo_tune.v1 import agent_pb2
+
+pytestmark = pytest.mark.slow
+
+NODES = ("n0", "n1", "n2")
+SMALL_SWEEP = SizeSweep(4096, 65536, 16)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _spec(
+    job_id: str,
+    *,
+    collective: Collective = Collective.ALL_GATHER,
+    sweep: SizeSweep = SMALL_SWEEP,
+    nodes: Sequence[str] = NODES,
+    ranks_per_node: int = 1,
+    env: dict[str, str] | None = None,
+    iters: int = 5,
+    warmup_iters: int = 1,
+) -> BenchmarkSpec:
+    return plan_job(
+        job_id=job_id,
+        collective=collective,
+        sweep=sweep,
+        dtype=dtype_named("float32"),
+        nodes=[JobNode(n, "127.0.0.1", ranks_per_node) for n in nodes],
+        rendezvous_port=_free_port(),
+        env=env if env is not None else {"NCCL_DEBUG": "WARN"},
+        gpu_devices=False,
+        ranks_per_node=ranks_per_node,
+        iters=iters,
+        warmup_iters=warmup_iters,
+    )
+
+
+@pytest.fixture(scope="module")
+def executors() -> dict[str, BenchmarkExecutor]:
+    """One executor per node, kept across tests: a later job must still run on them."""
+    return {n: BenchmarkExecutor(policy=EnvPolicy()) for n in NODES}
+
+
+def _run_job(
+    executors: dict[str, BenchmarkExecutor],
+    spec: BenchmarkSpec,
+    work_dir: Path,
+    *,
+    deadline_s: float = 60.0,
+    fault: WorkerFault | None = None,
+) -> dict[str, agent_pb2.CommandResult]:
+    nodes = sorted({s.node_name for s in spec.ranks})
+    run = spec_to_proto(spec)
+    return _on_nodes(
+        nodes,
+        lambda n: executors[n].execute(
+            run,
+            node_name=n,
+            backend=agent_pb2.BACKEND_GLOO,
+            deadline_s=deadline_s,
+            work_dir=work_dir,
+            fault=fault,
+        ),
+    )
+
+
+def _on_nodes(
+    nodes: Sequence[str], call: Callable[[str], agent_pb2.CommandResult]
+) -> dict[str, agent_pb2.CommandResult]:
+    """Call every node's executor at once, as the controller's commands would reach the agents."""
+    with ThreadPoolExecutor(len(nodes)) as pool:
+        futures = {n: pool.submit(call, n) for n in nodes}
+        return {n: f.result() for n, f in futures.items()}
+
+
+def _started_records(work_dir: Path, spec: BenchmarkSpec) -> list[dict[str, object]]:
+    records = []
+    for rank in range(spec.world_size):
+        lines = (work_dir / spec.job_id / f"rank-{rank}" / "progress.jsonl").read_text().splitlines()
+        records.append(json.loads(lines[0]))
+    return records
+
+
+def test_job_over_three_agents_is_correct_and_sees_only_its_env(
+    executors: dict[str, BenchmarkExecutor], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOPO_TUNE_AGENT_SECRET", "must-not-leak")
+    monkeypatch.setenv("LD_PRELOAD", "")
+    env = {"NCCL_DEBUG": "WARN", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+    spec = _spec("ok-1", env=env)
+    results = _run_job(executors, spec, tmp_path)
+
+    for node, result in results.items():
+        assert result.status == agent_pb2.COMMAND_STATUS_SUCCEEDED, (node, result.message)
+        assert [s.outcome for s in result.node_benchmark.rank_status] == [agent_pb2.RANK_OUTCOME_FINISHED]
+    rank_results = [rank_result_from_proto(r) for res in results.values() for r in res.node_benchmark.ranks]
+    rows = aggregate(spec, rank_results)
+    # all_gather runs both placements; every row was checked and correct.
+    # 4096 B = 1024 floats; 1024 // 3 = 341 rounds down to 340 per rank: 340 * 3 * 4 = 4080 B.
+    assert {(m.bytes, m.in_place) for m in rows} == {
+        (4080, False),
+        (4080, True),
+        (65520, False),
+        (65520, True),
+    }
+    assert all(m.checked and m.wrong == 0 and m.time_us > 0 and m.busbw_gbps > 0 for m in rows)
+    assert all(r.effective_env["NCCL_DEBUG"] == "WARN" for r in rank_results)
+
+    # Environment isolation: exactly the base plus the job's variables, identical on every rank.
+    started = _started_records(tmp_path, spec)
+    expected_keys = sorted({*BASE_ENV, "HOME", "TMPDIR", *env})
+    assert all(rec["env_keys"] == expected_keys for rec in started)
+    assert len({rec["env_digest"] for rec in started}) == 1
+
+
+def test_a_forced_wrong_result_fails_the_job(executors: dict[str, BenchmarkExecutor], tmp_path: Path) -> None:
+    spec = _spec("wrong-1", collective=Collective.REDUCE_SCATTER)
+    results = _run_job(executors, spec, tmp_path, fault=WorkerFault(corrupt_rank=1))
+    assert results["n1"].status == agent_pb2.COMMAND_STATUS_FAILED
+    assert "wrong elements" in results["n1"].message
+    assert results["n0"].status == agent_pb2.COMMAND_STATUS_SUCCEEDED
+    rows = aggregate(
+        spec, [rank_result_from_proto(r) for res in results.values() for r in res.node_benchmark.ranks]
+    )
+    assert all(m.wrong == 1 for m in rows)  # one altered element per size and placement
+
+
+def test_a_rank_that_never_joins_is_killed_and_the_next_job_runs(
+    executors: dict[str, BenchmarkExecutor], tmp_path: Path
+) -> None:
+    spec = _spec("hang-1")
+    results = _run_job(executors, spec, tmp_path, deadline_s=8.0, fault=WorkerFault(hang_before_join_rank=2))
+    for node, result in results.items():
+        assert result.status == agent_pb2.COMMAND_STATUS_TIMED_OUT, (node, result.message)
+        (status,) = result.node_benchmark.rank_status
+        assert status.outcome == agent_pb2.RANK_OUTCOME_HUNG and not status.joined
+    hung = results["n2"].node_benchmark.rank_status[0]
+    assert hung.phase == "started"
+    for node in ("n0", "n1"):
+        status = results[node].node_benchmark.rank_status[0]
+        assert status.phase == "rendezvous" and list(status.waiting_for) == [2], status
+    for result in results.values():
+        assert "missing at the rendezvous: [2]" in result.message
+    # Killed with their process groups: no worker of the hung job is left.
+    for rank in range(3):
+        pid = _started_records(tmp_path, spec)[rank]["pid"]
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(str(pid)), 0)
+
+    again = _run_job(executors, _spec("after-hang"), tmp_path)
+    assert all(r.status == agent_pb2.COMMAND_STATUS_SUCCEEDED for r in again.values())
+
+
+def test_a_refused_env_is_rejected_before_anything_runs(
+    executors: dict[str, BenchmarkExecutor], tmp_path: Path
+) -> None:
+    spec = _spec("refused-1", env={"LD_PRELOAD": "/tmp/x.so", "NCCL_PROTO": "LL128"})
+    result = executors["n0"].execute(
+        spec_to_proto(spec), node_name="n0", backend=agent_pb2.BACKEND_GLOO, deadline_s=30, work_dir=tmp_path
+    )
+    assert result.status == agent_pb2.COMMAND_STATUS_REJECTED
+    assert "LD_PRELOAD" in result.message and "NCCL_PROTO" in result.message
+    assert not (tmp_path / "refused-1").exists()
+
+
+def test_probe_measures_latency_and_bandwidth_between_two_agents(
+    executors: dict[str, BenchmarkExecutor], tmp_path: Path
+) -> None:
+    probe = agent_pb2.Probe(
+        probe_id="p1",
+        peers=["n0", "n1"],
+        message_bytes=1 << 20,
+        rendezvous_host="127.0.0.1",
+        rendezvous_port=_free_port(),
+        iters=5,
+    )
+    results = _on_nodes(
+        ("n0", "n1"),
+        lambda n: executors[n].probe(
+            probe, node_name=n, backend=agent_pb2.BACKEND_GLOO, deadline_s=60, work_dir=tmp_path
+        ),
+    )
+    for node, peer in (("n0", "n1"), ("n1", "n0")):
+        result = results[node]
+        assert result.status == agent_pb2.COMMAND_STATUS_SUCCEEDED, result.message
+        assert (result.probe.node_name, result.probe.peer) == (node, peer)
+        assert result.probe.bandwidth_gbps > 0 and result.probe.latency_us > 0

@@ -1,0 +1,232 @@
+"""The agent's entry for benchmark and probe commands: wire message in, ``CommandResult`` out.
+
+``BenchmarkExecutor.execute`` validates a ``RunBenchmark`` (spec and environment policy), runs
+this node's ranks through the ``Launcher`` and maps the outcome onto a status:
+
+- ``REJECTED``: bad input, a refused environment, a backend this executor does not run, a node
+  with no rank in the job, or another job still running here (the message says which);
+- ``TIMED_OUT``: the deadline passed; ``NodeBenchmarkResult.rank_status`` says which ranks hung,
+  in which phase, and which ranks they were still waiting for;
+- ``FAILED``: a rank failed, or the data check found a wrong element (a wrong result fails the
+  trial, architecture invariant 2);
+- ``SUCCEEDED`` otherwise.
+
+``probe`` runs a two-rank sendrecv between this node and one peer at two sizes (latency and
+bandwidth) through the same launcher. Both calls block; run them in a thread. The executor
+stays usable after any outcome: hung workers are killed with their process groups.
+
+Non-goals: gRPC, command ids and acknowledgements (the agent's session code sets
+``command_id`` on the returned result), the ``sim`` backend.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from topo_tune.agent.bench.launcher import JobOutcome, Launcher, LauncherBusy
+from topo_tune.agent.bench.worker_config import WorkerFault
+from topo_tune.benchmark.collectives import Collective
+from topo_tune.benchmark.dtypes import dtype_named
+from topo_tune.benchmark.env_policy import EnvPolicy
+from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
+from topo_tune.benchmark.results import RankOutcome
+from topo_tune.benchmark.sweep import SizeSweep
+from topo_tune.benchmark.wire import node_result_to_proto, spec_from_proto
+from topo_tune.v1 import agent_pb2
+
+__all__ = ["DEFAULT_PROBE_ITERS", "BenchmarkExecutor"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PROBE_ITERS = 20
+_DEFAULT_LATENCY_BYTES = 8
+_BACKEND_NAMES = {agent_pb2.BACKEND_NCCL: "nccl", agent_pb2.BACKEND_GLOO: "gloo"}
+
+
+class BenchmarkExecutor:
+    """One per agent process: owns one launcher per real backend (one job at a time each)."""
+
+    def __init__(
+        self,
+        *,
+        policy: EnvPolicy,
+        bind_address: str = "127.0.0.1",
+        passthrough: Mapping[str, str] | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._policy = policy
+        self._wall_clock = wall_clock
+        self._launchers = {
+            name: Launcher(backend=name, bind_address=bind_address, passthrough=passthrough, clock=monotonic)
+            for name in _BACKEND_NAMES.values()
+        }
+
+    def _result(self, status: agent_pb2.CommandStatus.ValueType, message: str) -> agent_pb2.CommandResult:
+        finished = Timestamp()
+        finished.FromNanoseconds(int(self._wall_clock() * 1e9))
+        return agent_pb2.CommandResult(status=status, message=message, finished_at=finished)
+
+    def _launcher(self, backend: agent_pb2.Backend.ValueType) -> Launcher | None:
+        name = _BACKEND_NAMES.get(backend)
+        return None if name is None else self._launchers[name]
+
+    def _prepare(
+        self, backend: agent_pb2.Backend.ValueType, build: Callable[[], BenchmarkSpec]
+    ) -> tuple[Launcher, BenchmarkSpec] | agent_pb2.CommandResult:
+        """The launcher and the validated spec, or the ``REJECTED`` result saying why not."""
+        launcher = self._launcher(backend)
+        if launcher is None:
+            return self._result(
+                agent_pb2.COMMAND_STATUS_REJECTED, f"backend {backend} is not run by this executor"
+            )
+        try:
+            spec = build()
+            self._policy.check(spec.env)
+        except ValueError as exc:
+            return self._result(agent_pb2.COMMAND_STATUS_REJECTED, str(exc))
+        return launcher, spec
+
+    def execute(
+        self,
+        run: agent_pb2.RunBenchmark,
+        *,
+        node_name: str,
+        backend: agent_pb2.Backend.ValueType,
+        deadline_s: float,
+        work_dir: Path,
+        fault: WorkerFault | None = None,
+    ) -> agent_pb2.CommandResult:
+        """Run this node's ranks of a benchmark job. ``fault`` is a test-only hook (see worker_config)."""
+        prepared = self._prepare(backend, lambda: spec_from_proto(run))
+        if isinstance(prepared, agent_pb2.CommandResult):
+            return prepared
+        launcher, spec = prepared
+        return self._run(
+            launcher, spec, node_name=node_name, deadline_s=deadline_s, work_dir=work_dir, fault=fault
+        )
+
+    def _run(
+        self,
+        launcher: Launcher,
+        spec: BenchmarkSpec,
+        *,
+        node_name: str,
+        deadline_s: float,
+        work_dir: Path,
+        fault: WorkerFault | None,
+    ) -> agent_pb2.CommandResult:
+        if not spec.local_slots(node_name):
+            return self._result(
+                agent_pb2.COMMAND_STATUS_REJECTED, f"job {spec.job_id} has no rank on node {node_name}"
+            )
+        try:
+            outcome = launcher.run(
+                spec, node_name=node_name, deadline_s=deadline_s, work_dir=work_dir, fault=fault
+            )
+        except LauncherBusy as exc:
+            return self._result(agent_pb2.COMMAND_STATUS_REJECTED, str(exc))
+        status, message = _status_of(spec, outcome)
+        logger.info("job %s on %s: %s", spec.job_id, node_name, message)
+        result = self._result(status, message)
+        result.node_benchmark.CopyFrom(
+            node_result_to_proto(
+                job_id=spec.job_id, node_name=node_name, results=outcome.results, statuses=outcome.statuses
+            )
+        )
+        return result
+
+    def probe(
+        self,
+        probe: agent_pb2.Probe,
+        *,
+        node_name: str,
+        backend: agent_pb2.Backend.ValueType,
+        deadline_s: float,
+        work_dir: Path,
+    ) -> agent_pb2.CommandResult:
+        """Measure sendrecv latency and bandwidth between this node and its one peer."""
+        prepared = self._prepare(backend, lambda: probe_spec(probe))
+        if isinstance(prepared, agent_pb2.CommandResult):
+            return prepared
+        launcher, spec = prepared
+        result = self._run(
+            launcher, spec, node_name=node_name, deadline_s=deadline_s, work_dir=work_dir, fault=None
+        )
+        if result.status != agent_pb2.COMMAND_STATUS_SUCCEEDED:
+            return result
+        sizes = result.node_benchmark.ranks[0].sizes
+        latency = next(s for s in sizes if s.bytes == spec.sweep.min_bytes)
+        bandwidth = next(s for s in sizes if s.bytes == spec.sweep.max_bytes)
+        peer = next(p for p in probe.peers if p != node_name)
+        out = self._result(agent_pb2.COMMAND_STATUS_SUCCEEDED, result.message)
+        out.probe.CopyFrom(
+            agent_pb2.ProbeResult(
+                probe_id=probe.probe_id,
+                node_name=node_name,
+                peer=peer,
+                bandwidth_gbps=bandwidth.algbw_gbps,
+                latency_us=latency.time_us,
+            )
+        )
+        return out
+
+
+def probe_spec(probe: agent_pb2.Probe) -> BenchmarkSpec:
+    """The two-rank sendrecv job of a probe; sizes are (latency_bytes, message_bytes)."""
+    if len(probe.peers) != 2 or probe.peers[0] == probe.peers[1]:
+        raise ValueError(f"peers must name exactly two different nodes, got {list(probe.peers)}")
+    latency = probe.latency_bytes or _DEFAULT_LATENCY_BYTES
+    message = probe.message_bytes
+    if message < 2 * latency or message % latency:
+        raise ValueError(
+            f"message_bytes ({message}) must be a multiple of latency_bytes ({latency}) and at least twice it"
+        )
+    iters = probe.iters or DEFAULT_PROBE_ITERS
+    return BenchmarkSpec(
+        job_id=f"probe-{probe.probe_id}",
+        collective=Collective.SENDRECV,
+        # step = message/latency makes the sweep exactly (latency, message).
+        sweep=SizeSweep(latency, message, message // latency),
+        dtype=dtype_named("float32"),
+        warmup_iters=probe.warmup_iters,
+        iters=iters,
+        placements=(False,),
+        check=True,
+        env={},
+        world_size=2,
+        ranks=(RankSlot(0, probe.peers[0], 0, 0), RankSlot(1, probe.peers[1], 0, 0)),
+        rendezvous_host=probe.rendezvous_host,
+        rendezvous_port=probe.rendezvous_port,
+    )
+
+
+def _status_of(spec: BenchmarkSpec, outcome: JobOutcome) -> tuple[agent_pb2.CommandStatus.ValueType, str]:
+    if outcome.timed_out:
+        hung = list(outcome.hung_ranks)
+        # Ranks the rendezvous still waited for, as the waiting ranks saw it, plus local ranks that
+        # never got as far as contacting it.
+        missing = sorted(
+            {r for s in outcome.statuses for r in s.waiting_for}
+            | {s.rank for s in outcome.statuses if s.phase in ("started", "not_started")}
+        )
+        return agent_pb2.COMMAND_STATUS_TIMED_OUT, (
+            f"job {spec.job_id} timed out: ranks {hung} killed at the deadline; "
+            f"missing at the rendezvous: {missing}"
+        )
+    failed = [s for s in outcome.statuses if s.outcome is not RankOutcome.FINISHED]
+    if failed:
+        detail = "; ".join(f"rank {s.rank}: {s.message}" for s in failed)
+        return agent_pb2.COMMAND_STATUS_FAILED, f"job {spec.job_id} failed: {detail}"
+    wrong = {r.rank: r.wrong for r in outcome.results if r.wrong}
+    if wrong:
+        return agent_pb2.COMMAND_STATUS_FAILED, f"job {spec.job_id}: data check found wrong elements {wrong}"
+    return (
+        agent_pb2.COMMAND_STATUS_SUCCEEDED,
+        f"job {spec.job_id}: {len(outcome.results)} local rank(s) finished",
+    )

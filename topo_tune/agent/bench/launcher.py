@@ -1,0 +1,313 @@
+"""Start one worker process per local rank, enforce the job's deadline, collect what they left.
+
+Environment: a worker gets the job's variables (already checked by the env policy) on top of a
+fixed base, and nothing else from the agent's environment:
+
+- ``HOME`` and ``TMPDIR`` point into the job's work directory (torch and NCCL write small
+  files there);
+- ``PATH=/usr/bin:/bin`` (a fixed value, so any helper a library spawns resolves from system
+  directories only);
+- ``LANG=C.UTF-8`` and ``PYTHONUNBUFFERED=1``;
+- the variables the *agent's own configuration* lists in ``passthrough`` (for example
+  ``LD_LIBRARY_PATH`` on hosts whose driver libraries are not in the loader cache); the
+  controller cannot add to that list.
+
+The worker imports the same packages as the agent: the agent's ``sys.path`` travels in the
+worker's config file, not in ``PYTHONPATH``.
+
+Each worker runs in its own session (``start_new_session``), so killing its process group
+kills everything it started. The launcher waits on pidfds for the first exit or the deadline;
+if a rank fails, the other local ranks are killed at once (they would only wait for it). At the
+deadline every rank still running is killed and reported ``hung`` with the last phase it
+reported. One job runs at a time; a second ``run`` while one is active raises ``LauncherBusy``.
+
+Non-goals: the wire (``executor``), the environment policy (``topo_tune.benchmark.env_policy``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from topo_tune.agent.bench.worker_config import WorkerConfig, WorkerFault
+from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
+from topo_tune.benchmark.results import RankOutcome, RankResult, RankStatus
+
+__all__ = ["BASE_ENV", "JobOutcome", "Launcher", "LauncherBusy"]
+
+logger = logging.getLogger(__name__)
+
+BASE_ENV: Mapping[str, str] = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
+_BOOTSTRAP = (
+    "import json, sys; sys.path[:0] = json.load(open(sys.argv[1]))['sys_path']; "
+    "from topo_tune.agent.bench.worker import main; sys.exit(main(sys.argv[1:]))"
+)
+_STDERR_TAIL_BYTES = 2000
+_JOINED_PHASES = frozenset({"joined", "running", "finished"})
+
+
+class LauncherBusy(RuntimeError):
+    """A benchmark job is already running on this node."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    """What one node's part of a job produced."""
+
+    results: tuple[RankResult, ...]
+    statuses: tuple[RankStatus, ...]
+    timed_out: bool
+
+    @property
+    def failed(self) -> bool:
+        return any(s.outcome is not RankOutcome.FINISHED for s in self.statuses)
+
+    @property
+    def hung_ranks(self) -> tuple[int, ...]:
+        return tuple(s.rank for s in self.statuses if s.outcome is RankOutcome.HUNG)
+
+
+@dataclass
+class _Worker:
+    slot: RankSlot
+    process: subprocess.Popen[bytes]
+    pidfd: int
+    progress_path: Path
+    result_path: Path
+    stderr_path: Path
+    returncode: int | None = None
+    killed: bool = False
+    last: dict[str, Any] = field(default_factory=dict)
+
+
+def _last_progress(path: Path) -> tuple[dict[str, Any], bool]:
+    """The last progress record, and whether the rank ever reported joining."""
+    last: dict[str, Any] = {}
+    joined = False
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return last, joined
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by the kill
+        last = record
+        joined = joined or record.get("phase") in _JOINED_PHASES
+    return last, joined
+
+
+def _tail(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - _STDERR_TAIL_BYTES))
+            return f.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+class Launcher:
+    """Runs one node's ranks of one job at a time; safe to call from a worker thread."""
+
+    def __init__(
+        self,
+        *,
+        backend: str,
+        bind_address: str = "127.0.0.1",
+        passthrough: Mapping[str, str] | None = None,
+        python: str = sys.executable,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if backend not in ("nccl", "gloo"):
+            raise ValueError(f"backend must be 'nccl' or 'gloo', got {backend!r}")
+        self._backend = backend
+        self._bind_address = bind_address
+        self._passthrough = dict(passthrough or {})
+        self._python = python
+        self._clock = clock
+        self._lock = threading.Lock()
+
+    def worker_env(self, spec: BenchmarkSpec, work_dir: Path) -> dict[str, str]:
+        """Exactly what a worker's environment holds (the same for every rank of the job)."""
+        env = {**BASE_ENV, "HOME": str(work_dir), "TMPDIR": str(work_dir / "tmp"), **self._passthrough}
+        env.update(spec.env)
+        return env
+
+    def run(
+        self,
+        spec: BenchmarkSpec,
+        *,
+        node_name: str,
+        deadline_s: float,
+        work_dir: Path,
+        fault: WorkerFault | None = None,
+    ) -> JobOutcome:
+        """Run this node's ranks of ``spec``; returns after all exit or the deadline passes."""
+        if not self._lock.acquire(blocking=False):
+            raise LauncherBusy("a benchmark job is already running on this node")
+        try:
+            return self._run(spec, node_name=node_name, deadline_s=deadline_s, work_dir=work_dir, fault=fault)
+        finally:
+            self._lock.release()
+
+    def _run(
+        self,
+        spec: BenchmarkSpec,
+        *,
+        node_name: str,
+        deadline_s: float,
+        work_dir: Path,
+        fault: WorkerFault | None,
+    ) -> JobOutcome:
+        deadline = self._clock() + deadline_s
+        slots = spec.local_slots(node_name)
+        if not slots:
+            return JobOutcome(results=(), statuses=(), timed_out=False)
+        # Several agents may share a work directory (one per node in tests, a shared volume in
+        # production), so only this node's rank directories are reset.
+        job_dir = work_dir / spec.job_id
+        (job_dir / "tmp").mkdir(parents=True, exist_ok=True)
+        env = self.worker_env(spec, job_dir)
+        workers: list[_Worker] = []
+        try:
+            for slot in slots:
+                workers.append(
+                    self._start(
+                        spec,
+                        slot=slot,
+                        job_dir=job_dir,
+                        env=env,
+                        deadline_s=deadline_s,
+                        fault=fault or WorkerFault(),
+                    )
+                )
+            timed_out = self._wait(workers, deadline)
+        finally:
+            for w in workers:
+                self._kill(w)
+                os.close(w.pidfd)
+        return self._collect(workers, timed_out)
+
+    def _start(
+        self,
+        spec: BenchmarkSpec,
+        *,
+        slot: RankSlot,
+        job_dir: Path,
+        env: Mapping[str, str],
+        deadline_s: float,
+        fault: WorkerFault,
+    ) -> _Worker:
+        rank_dir = job_dir / f"rank-{slot.rank}"
+        if rank_dir.exists():
+            shutil.rmtree(rank_dir)  # a re-sent command starts from scratch
+        rank_dir.mkdir()
+        config = WorkerConfig(
+            spec=spec,
+            rank=slot.rank,
+            backend=self._backend,
+            bind_address=self._bind_address,
+            rendezvous_timeout_s=deadline_s,
+            progress_path=rank_dir / "progress.jsonl",
+            result_path=rank_dir / "result.json",
+            # Absolute: the worker runs in the job directory, where relative entries would not resolve.
+            sys_path=tuple(os.path.abspath(p) for p in sys.path if p),
+            fault=fault,
+        )
+        config_path = rank_dir / "config.json"
+        config.dump(config_path)
+        stderr_path = rank_dir / "stderr.log"
+        with stderr_path.open("wb") as stderr:
+            process = subprocess.Popen(
+                [self._python, "-E", "-s", "-c", _BOOTSTRAP, str(config_path)],
+                env=dict(env),
+                cwd=job_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=stderr,
+                stderr=stderr,
+                start_new_session=True,
+                close_fds=True,
+            )
+        logger.info("job %s: started rank %d (pid %d)", spec.job_id, slot.rank, process.pid)
+        return _Worker(
+            slot, process, os.pidfd_open(process.pid), config.progress_path, config.result_path, stderr_path
+        )
+
+    def _wait(self, workers: Sequence[_Worker], deadline: float) -> bool:
+        """Wait until every worker exited (False) or the deadline passed (True)."""
+        poller = select.poll()
+        by_fd = {w.pidfd: w for w in workers}
+        for fd in by_fd:
+            poller.register(fd, select.POLLIN)
+        running = len(workers)
+        while running:
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                return True
+            for fd, _ in poller.poll(max(1, int(remaining * 1000))):
+                w = by_fd[fd]
+                poller.unregister(fd)
+                w.returncode = w.process.wait()
+                running -= 1
+                if w.returncode != 0:
+                    # The others would only wait for this rank until the deadline.
+                    for other in workers:
+                        if other.returncode is None:
+                            self._kill(other)
+        return False
+
+    def _kill(self, w: _Worker) -> None:
+        if w.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):  # it may have exited in the meantime
+            os.killpg(w.process.pid, signal.SIGKILL)
+        w.killed = True
+        w.returncode = w.process.wait()
+
+    def _collect(self, workers: Sequence[_Worker], timed_out: bool) -> JobOutcome:
+        results = []
+        statuses = []
+        for w in workers:
+            last, joined = _last_progress(w.progress_path)
+            phase = str(last.get("phase", "not_started"))
+            waiting_for = tuple(int(r) for r in last.get("waiting_for", ()))
+            if w.returncode == 0 and w.result_path.exists():
+                results.append(RankResult.from_json(json.loads(w.result_path.read_text())))
+                outcome, message = RankOutcome.FINISHED, ""
+            elif w.killed and timed_out:
+                outcome = RankOutcome.HUNG
+                message = f"killed at the deadline in phase {phase!r}"
+                if waiting_for:
+                    message += f", waiting for ranks {list(waiting_for)} to join"
+            elif w.killed:
+                outcome, message = RankOutcome.FAILED, "killed because another local rank failed"
+            else:
+                outcome = RankOutcome.FAILED
+                message = str(last.get("error") or _tail(w.stderr_path) or f"exit code {w.returncode}")
+            statuses.append(
+                RankStatus(
+                    rank=w.slot.rank,
+                    outcome=outcome,
+                    phase=phase,
+                    joined=joined,
+                    exit_code=w.returncode,
+                    message=message,
+                    waiting_for=waiting_for,
+                )
+            )
+        return JobOutcome(results=tuple(results), statuses=tuple(statuses), timed_out=timed_out)

@@ -1,0 +1,284 @@
+"""One benchmark rank: ``python -m topo_tune.agent.bench.worker CONFIG.json``.
+
+Started by ``launcher`` in its own session with exactly the job's environment. It
+
+1. reports ``started``; connects to the job's TCPStore rendezvous (rank 0 hosts it), marks
+   itself arrived and waits for every rank, reporting which ranks it is still waiting for;
+2. initialises torch.distributed (``nccl`` on its GPU, or ``gloo`` bound to the node's address)
+   and reports ``joined``;
+3. for every size and placement: a warm-up, one synchronising call, the timed loop (mean time per
+   iteration, like nccl-tests' ``time``) and the per-iteration samples (p50/p99/CV), then the
+   data check; the timed loop is timed with CUDA events on GPUs and ``perf_counter`` on CPUs.
+   On GPUs the per-iteration samples come from a second loop with an event after every call,
+   so that the events' launch cost never inflates the reported mean;
+4. writes its result atomically and reports ``finished``.
+
+Exit codes: 0 finished, 3 bad configuration, 4 a benchmark error (message on stderr and in the
+progress file).
+
+Non-goals: deadlines and killing (the launcher owns them), protobuf (results are JSON).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import itertools
+import json
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed import PrefixStore, ProcessGroupGloo, TCPStore  # type: ignore[attr-defined]
+
+from topo_tune.agent.bench.collective_ops import (
+    fill_inputs,
+    make_buffers,
+    op_for,
+    placement_supported,
+    wrong_elements,
+)
+from topo_tune.agent.bench.worker_config import WorkerConfig
+from topo_tune.benchmark.collectives import bandwidth, shape
+from topo_tune.benchmark.iteration_stats import IterationStats
+from topo_tune.benchmark.job_spec import BenchmarkSpec
+from topo_tune.benchmark.results import RankResult, SizeMeasurement
+
+__all__ = ["main"]
+
+logger = logging.getLogger(__name__)
+
+EXIT_BAD_CONFIG = 3
+EXIT_BENCHMARK_ERROR = 4
+GLOO_BACKEND_NAME = "topo_tune_gloo"
+_RENDEZVOUS_POLL = datetime.timedelta(seconds=1)
+_ARRIVED_PREFIX = "topo_tune/arrived/"
+
+
+class Progress:
+    """Appends one JSON line per phase change and flushes it, so a killed rank leaves a trail."""
+
+    def __init__(self, path: Path) -> None:
+        self._file = path.open("a", encoding="utf-8")
+
+    def report(self, phase: str, **extra: Any) -> None:
+        self._file.write(json.dumps({"phase": phase, **extra}) + "\n")
+        self._file.flush()
+
+
+def _register_gloo(bind_address: str) -> None:
+    """Register a gloo backend whose sockets bind to ``bind_address`` (this node's address)."""
+
+    def create(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> Any:
+        # The private options type is the only way to hand gloo a device bound to one address.
+        options = ProcessGroupGloo._Options()  # type: ignore[attr-defined]
+        options._timeout = timeout
+        options._devices = [ProcessGroupGloo.create_device(hostname=bind_address)]
+        return ProcessGroupGloo(store, rank, size, options)
+
+    dist.Backend.register_backend(GLOO_BACKEND_NAME, create, devices=["cpu"])
+
+
+def _rendezvous(config: WorkerConfig, progress: Progress) -> TCPStore:
+    spec = config.spec
+    timeout = datetime.timedelta(seconds=config.rendezvous_timeout_s)
+    progress.report("rendezvous", host=spec.rendezvous_host, port=spec.rendezvous_port)
+    store = TCPStore(
+        spec.rendezvous_host,
+        spec.rendezvous_port,
+        spec.world_size,
+        is_master=config.rank == 0,
+        timeout=timeout,
+        wait_for_workers=False,
+    )
+    store.set(f"{_ARRIVED_PREFIX}{config.rank}", "1")
+    keys = [f"{_ARRIVED_PREFIX}{r}" for r in range(spec.world_size)]
+    while True:
+        try:
+            store.wait(keys, _RENDEZVOUS_POLL)
+            return store
+        except (RuntimeError, dist.DistStoreError):
+            missing = [r for r, key in enumerate(keys) if not store.check([key])]
+            progress.report("rendezvous", waiting_for=missing)
+
+
+def _timed_loop(op: Callable[[], None], iters: int, *, cuda: bool) -> tuple[float, list[float]]:
+    """Mean seconds per call over ``iters`` calls, plus per-call samples (CPU only)."""
+    if cuda:
+        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        start.record()
+        for _ in range(iters):
+            op()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / iters, []
+    stamps = [0.0] * (iters + 1)
+    stamps[0] = time.perf_counter()
+    for i in range(iters):
+        op()
+        stamps[i + 1] = time.perf_counter()
+    samples = [b - a for a, b in itertools.pairwise(stamps)]
+    return (stamps[-1] - stamps[0]) / iters, samples
+
+
+def _cuda_samples(op: Callable[[], None], iters: int) -> list[float]:
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]  # type: ignore[no-untyped-call]
+    events[0].record()
+    for i in range(iters):
+        op()
+        events[i + 1].record()
+    events[-1].synchronize()
+    return [a.elapsed_time(b) / 1e3 for a, b in itertools.pairwise(events)]
+
+
+def _measure(
+    spec: BenchmarkSpec, *, size: int, in_place: bool, rank: int, device: torch.device, corrupt: bool
+) -> SizeMeasurement:
+    cuda = device.type == "cuda"
+    torch_dtype = getattr(torch, spec.dtype.name)
+    shp = shape(spec.collective, size_bytes=size, element_size=spec.dtype.size, nranks=spec.world_size)
+    buffers = make_buffers(
+        spec.collective, shape=shp, in_place=in_place, rank=rank, dtype=torch_dtype, device=device
+    )
+    op = op_for(spec.collective, buffers, rank=rank, world_size=spec.world_size)
+    for _ in range(spec.warmup_iters):
+        op()
+    # One call that every rank must enter before anyone starts its clock (nccl-tests' Barrier).
+    op()
+    if cuda:
+        torch.cuda.synchronize(device)
+    seconds, samples = _timed_loop(op, spec.iters, cuda=cuda)
+    if cuda:
+        samples = _cuda_samples(op, spec.iters)
+    stats = IterationStats.from_samples([s * 1e6 for s in samples])
+    wrong = 0
+    if spec.check:
+        fill_inputs(spec.collective, buffers, rank=rank)
+        if cuda:
+            torch.cuda.synchronize(device)
+        op()
+        if cuda:
+            torch.cuda.synchronize(device)
+        if corrupt and buffers.recv.numel():
+            buffers.recv.view(-1)[0] += 1
+        wrong = wrong_elements(
+            spec.collective, buffers, shape=shp, rank=rank, world_size=spec.world_size, dtype=spec.dtype
+        )
+    algbw, busbw = bandwidth(spec.collective, shape=shp, seconds=seconds, nranks=spec.world_size)
+    return SizeMeasurement(
+        bytes=shp.reported_bytes,
+        count=shp.param_count,
+        in_place=in_place,
+        time_us=seconds * 1e6,
+        algbw_gbps=algbw,
+        busbw_gbps=busbw,
+        wrong=wrong,
+        checked=spec.check,
+        p50_us=stats.p50_us,
+        p99_us=stats.p99_us,
+        cv=stats.cv,
+    )
+
+
+def _placements(spec: BenchmarkSpec) -> tuple[bool, ...]:
+    runnable = tuple(p for p in spec.placements if placement_supported(spec.collective, p))
+    if runnable or len(spec.placements) > 1:
+        return runnable
+    # A single placement the backend cannot run falls back to the one it can (see collective_ops).
+    return (not spec.placements[0],)
+
+
+def _effective_env(spec: BenchmarkSpec, backend: str) -> dict[str, str]:
+    """The job's variables and any NCCL ones as this process saw them, plus versions."""
+    env = {k: v for k, v in os.environ.items() if k in spec.env or k.startswith(("NCCL_", "TORCH_NCCL_"))}
+    env["topo_tune.backend"] = backend
+    env["topo_tune.torch_version"] = torch.__version__
+    if backend == "nccl":
+        env["topo_tune.nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())  # type: ignore[no-untyped-call]
+    return env
+
+
+def run(config: WorkerConfig, progress: Progress) -> RankResult:
+    spec = config.spec
+    slot = next(s for s in spec.ranks if s.rank == config.rank)
+    if config.fault.hang_before_join_rank == config.rank:
+        progress.report("started", fault="hang_before_join")
+        threading.Event().wait()  # test-only fault: never returns; the launcher kills us
+    store = _rendezvous(config, progress)
+    timeout = datetime.timedelta(seconds=config.rendezvous_timeout_s)
+    pg_store = PrefixStore(f"topo_tune/{spec.job_id}/pg", store)
+    if config.backend == "nccl":
+        device = torch.device("cuda", slot.device)
+        torch.cuda.set_device(device)
+        dist.init_process_group(
+            "nccl",
+            store=pg_store,
+            rank=config.rank,
+            world_size=spec.world_size,
+            timeout=timeout,
+            device_id=device,
+        )
+    else:
+        device = torch.device("cpu")
+        _register_gloo(config.bind_address)
+        dist.init_process_group(
+            GLOO_BACKEND_NAME, store=pg_store, rank=config.rank, world_size=spec.world_size, timeout=timeout
+        )
+    progress.report("joined")
+    sizes = []
+    corrupt = config.fault.corrupt_rank == config.rank
+    for size in spec.sweep.sizes():
+        for in_place in _placements(spec):
+            progress.report("running", bytes=size, in_place=in_place)
+            sizes.append(
+                _measure(spec, size=size, in_place=in_place, rank=config.rank, device=device, corrupt=corrupt)
+            )
+    dist.barrier()
+    result = RankResult(
+        job_id=spec.job_id,
+        rank=config.rank,
+        sizes=tuple(sizes),
+        effective_env=_effective_env(spec, config.backend),
+    )
+    tmp = config.result_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result.to_json()))
+    os.replace(tmp, config.result_path)
+    progress.report("finished")
+    dist.destroy_process_group()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m topo_tune.agent.bench.worker CONFIG.json", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    try:
+        config = WorkerConfig.load(Path(args[0]))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"bad worker config {args[0]}: {exc}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    progress = Progress(config.progress_path)
+    # Keys and a digest (not values) of the environment, so isolation can be audited per rank.
+    env_digest = hashlib.sha256(json.dumps(sorted(os.environ.items())).encode()).hexdigest()
+    progress.report("started", pid=os.getpid(), env_keys=sorted(os.environ), env_digest=env_digest)
+    try:
+        run(config, progress)
+    except Exception as exc:
+        traceback.print_exc()
+        progress.report("failed", error=f"{type(exc).__name__}: {exc}")
+        return EXIT_BENCHMARK_ERROR
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

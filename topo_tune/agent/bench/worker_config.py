@@ -1,0 +1,81 @@
+"""What the launcher tells one worker process, as a JSON file next to its other files.
+
+The worker's command line carries only the path of this file; its environment carries only the
+job's variables (see ``launcher``). The file also names where the worker writes its progress
+(JSON lines, appended and flushed, so the launcher can say where a killed rank was) and its
+result (written atomically at the end).
+
+``WorkerFault`` is a test-only fault hook. It exists only in this file, which the agent writes
+itself; no wire message can set it, so a controller cannot trigger it.
+
+Non-goals: torch (the launcher imports this module, workers import it before torch).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from topo_tune.benchmark.job_spec import BenchmarkSpec
+
+__all__ = ["WorkerConfig", "WorkerFault"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerFault:
+    """Faults a test may inject into one rank of a job (never set from the wire)."""
+
+    hang_before_join_rank: int | None = None
+    """This rank blocks forever before it contacts the rendezvous."""
+    corrupt_rank: int | None = None
+    """This rank alters one element of its output before the data check."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    spec: BenchmarkSpec
+    rank: int
+    backend: str
+    """``nccl`` or ``gloo``."""
+    bind_address: str
+    """Address gloo binds its sockets to (this node's address)."""
+    rendezvous_timeout_s: float
+    progress_path: Path
+    result_path: Path
+    sys_path: tuple[str, ...]
+    """The agent's ``sys.path``, so the worker imports the same packages as the agent."""
+    fault: WorkerFault = WorkerFault()
+
+    def dump(self, path: Path) -> None:
+        data: dict[str, Any] = {
+            "spec": self.spec.to_json(),
+            "rank": self.rank,
+            "backend": self.backend,
+            "bind_address": self.bind_address,
+            "rendezvous_timeout_s": self.rendezvous_timeout_s,
+            "progress_path": str(self.progress_path),
+            "result_path": str(self.result_path),
+            "sys_path": list(self.sys_path),
+            "fault": {
+                "hang_before_join_rank": self.fault.hang_before_join_rank,
+                "corrupt_rank": self.fault.corrupt_rank,
+            },
+        }
+        path.write_text(json.dumps(data))
+
+    @classmethod
+    def load(cls, path: Path) -> WorkerConfig:
+        data = json.loads(path.read_text())
+        return cls(
+            spec=BenchmarkSpec.from_json(data["spec"]),
+            rank=data["rank"],
+            backend=data["backend"],
+            bind_address=data["bind_address"],
+            rendezvous_timeout_s=data["rendezvous_timeout_s"],
+            progress_path=Path(data["progress_path"]),
+            result_path=Path(data["result_path"]),
+            sys_path=tuple(data["sys_path"]),
+            fault=WorkerFault(**data["fault"]),
+        )

@@ -1,0 +1,128 @@
+"""One benchmark job as every backend sees it: what to run, on which ranks, with which env.
+
+``BenchmarkSpec`` is the validated, typed form of the wire message ``RunBenchmark`` (see
+``wire`` for the conversion); the agent builds it once at the edge and passes it down. It
+serialises to plain JSON so that worker processes need neither gRPC nor protobuf.
+
+Non-goals: the environment policy (``env_policy``), running (``topo_tune.agent.bench``),
+planning rank maps (``topo_tune.controller.benchmark_jobs``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from topo_tune.benchmark.collectives import Collective
+from topo_tune.benchmark.dtypes import DType, dtype_named
+from topo_tune.benchmark.sweep import SizeSweep
+
+__all__ = ["MAX_ITERS", "BenchmarkSpec", "RankSlot", "SpecError"]
+
+MAX_ITERS = 10_000
+_JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class SpecError(ValueError):
+    """A benchmark job that cannot be run as given; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankSlot:
+    """One rank of the job placed on a node (``RankPlacement`` on the wire)."""
+
+    rank: int
+    node_name: str
+    local_rank: int
+    device: int
+    """GPU index for nccl; -1 on CPU backends."""
+
+
+@dataclass(frozen=True, slots=True)
+class BenchmarkSpec:
+    job_id: str
+    collective: Collective
+    sweep: SizeSweep
+    dtype: DType
+    warmup_iters: int
+    iters: int
+    placements: tuple[bool, ...]
+    """In-place flags to run for every size, in order (nccl-tests runs (False, True))."""
+    check: bool
+    env: Mapping[str, str]
+    world_size: int
+    ranks: tuple[RankSlot, ...]
+    rendezvous_host: str
+    rendezvous_port: int
+
+    def __post_init__(self) -> None:
+        if not _JOB_ID_RE.match(self.job_id):
+            raise SpecError(f"job_id {self.job_id!r} must be 1-128 of [A-Za-z0-9._-], starting alphanumeric")
+        if not 1 <= self.iters <= MAX_ITERS:
+            raise SpecError(f"iters must be 1..{MAX_ITERS}, got {self.iters}")
+        if not 0 <= self.warmup_iters <= MAX_ITERS:
+            raise SpecError(f"warmup_iters must be 0..{MAX_ITERS}, got {self.warmup_iters}")
+        if not self.placements or len(set(self.placements)) != len(self.placements):
+            raise SpecError(f"placements must be one or both of out-of-place/in-place, got {self.placements}")
+        if self.world_size < 1:
+            raise SpecError(f"world_size must be >= 1, got {self.world_size}")
+        if len(self.ranks) != self.world_size:
+            raise SpecError(f"ranks lists {len(self.ranks)} placements but world_size is {self.world_size}")
+        if sorted(r.rank for r in self.ranks) != list(range(self.world_size)):
+            raise SpecError(f"ranks must hold each rank 0..{self.world_size - 1} exactly once")
+        seen: set[tuple[str, int]] = set()
+        for slot in self.ranks:
+            if not slot.node_name:
+                raise SpecError(f"ranks[{slot.rank}].node_name is empty")
+            key = (slot.node_name, slot.local_rank)
+            if key in seen:
+                raise SpecError(
+                    f"ranks: local_rank {slot.local_rank} appears twice on node {slot.node_name!r}"
+                )
+            seen.add(key)
+        if not self.rendezvous_host:
+            raise SpecError("rendezvous_host is empty")
+        if not 1 <= self.rendezvous_port <= 65535:
+            raise SpecError(f"rendezvous_port must be 1..65535, got {self.rendezvous_port}")
+
+    def local_slots(self, node_name: str) -> tuple[RankSlot, ...]:
+        """This node's ranks, by local rank."""
+        return tuple(sorted((s for s in self.ranks if s.node_name == node_name), key=lambda s: s.local_rank))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "collective": self.collective.value,
+            "sweep": [self.sweep.min_bytes, self.sweep.max_bytes, self.sweep.step_factor],
+            "dtype": self.dtype.name,
+            "warmup_iters": self.warmup_iters,
+            "iters": self.iters,
+            "placements": list(self.placements),
+            "check": self.check,
+            "env": dict(self.env),
+            "world_size": self.world_size,
+            "ranks": [[s.rank, s.node_name, s.local_rank, s.device] for s in self.ranks],
+            "rendezvous_host": self.rendezvous_host,
+            "rendezvous_port": self.rendezvous_port,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> BenchmarkSpec:
+        lo, hi, factor = data["sweep"]
+        return cls(
+            job_id=data["job_id"],
+            collective=Collective(data["collective"]),
+            sweep=SizeSweep(lo, hi, factor),
+            dtype=dtype_named(data["dtype"]),
+            warmup_iters=data["warmup_iters"],
+            iters=data["iters"],
+            placements=tuple(data["placements"]),
+            check=data["check"],
+            env=dict(data["env"]),
+            world_size=data["world_size"],
+            ranks=tuple(RankSlot(r, n, lr, d) for r, n, lr, d in data["ranks"]),
+            rendezvous_host=data["rendezvous_host"],
+            rendezvous_port=data["rendezvous_port"],
+        )

@@ -1,0 +1,158 @@
+"""Conversions between the benchmark domain types and the ``topo_tune.v1`` wire messages.
+
+The only place that knows both; everything else works on ``BenchmarkSpec``, ``RankResult`` and
+``RankStatus``. Bad wire input raises ``SpecError``/``SweepError`` naming the field.
+
+Non-goals: gRPC (no ``grpc`` import; these are plain protobuf messages).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+from topo_tune.benchmark.collectives import Collective
+from topo_tune.benchmark.dtypes import dtype_named
+from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot, SpecError
+from topo_tune.benchmark.results import RankOutcome, RankResult, RankStatus, SizeMeasurement
+from topo_tune.benchmark.sweep import SizeSweep
+from topo_tune.v1 import agent_pb2
+
+__all__ = [
+    "COLLECTIVE_FROM_PROTO",
+    "COLLECTIVE_TO_PROTO",
+    "node_result_to_proto",
+    "rank_result_from_proto",
+    "rank_result_to_proto",
+    "rank_status_to_proto",
+    "spec_from_proto",
+    "spec_to_proto",
+]
+
+COLLECTIVE_TO_PROTO: dict[Collective, agent_pb2.Collective.ValueType] = {
+    Collective.ALL_REDUCE: agent_pb2.COLLECTIVE_ALL_REDUCE,
+    Collective.ALL_GATHER: agent_pb2.COLLECTIVE_ALL_GATHER,
+    Collective.REDUCE_SCATTER: agent_pb2.COLLECTIVE_REDUCE_SCATTER,
+    Collective.BROADCAST: agent_pb2.COLLECTIVE_BROADCAST,
+    Collective.REDUCE: agent_pb2.COLLECTIVE_REDUCE,
+    Collective.ALLTOALL: agent_pb2.COLLECTIVE_ALLTOALL,
+    Collective.SENDRECV: agent_pb2.COLLECTIVE_SENDRECV,
+}
+COLLECTIVE_FROM_PROTO = {v: k for k, v in COLLECTIVE_TO_PROTO.items()}
+
+_OUTCOME_TO_PROTO = {
+    RankOutcome.FINISHED: agent_pb2.RANK_OUTCOME_FINISHED,
+    RankOutcome.FAILED: agent_pb2.RANK_OUTCOME_FAILED,
+    RankOutcome.HUNG: agent_pb2.RANK_OUTCOME_HUNG,
+    RankOutcome.NOT_STARTED: agent_pb2.RANK_OUTCOME_NOT_STARTED,
+}
+
+
+def spec_from_proto(run: agent_pb2.RunBenchmark) -> BenchmarkSpec:
+    """Validate a ``RunBenchmark``; raises ``ValueError`` subclasses naming the field."""
+    collective = COLLECTIVE_FROM_PROTO.get(run.collective)
+    if collective is None:
+        raise SpecError(f"collective {run.collective} is not a benchmarkable collective")
+    try:
+        dtype = dtype_named(run.dtype or "float32")
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    placements = (False, True) if run.both_placements else (run.in_place,)
+    return BenchmarkSpec(
+        job_id=run.job_id,
+        collective=collective,
+        sweep=SizeSweep(run.sizes.min_bytes, run.sizes.max_bytes, run.sizes.step_factor),
+        dtype=dtype,
+        warmup_iters=run.warmup_iters,
+        iters=run.iters,
+        placements=placements,
+        check=run.check,
+        env=dict(run.env),
+        world_size=run.world_size,
+        ranks=tuple(RankSlot(p.rank, p.node_name, p.local_rank, p.device) for p in run.ranks),
+        rendezvous_host=run.rendezvous_host,
+        rendezvous_port=run.rendezvous_port,
+    )
+
+
+def spec_to_proto(spec: BenchmarkSpec) -> agent_pb2.RunBenchmark:
+    both = spec.placements == (False, True)
+    return agent_pb2.RunBenchmark(
+        job_id=spec.job_id,
+        collective=COLLECTIVE_TO_PROTO[spec.collective],
+        sizes=agent_pb2.SizeSweep(
+            min_bytes=spec.sweep.min_bytes, max_bytes=spec.sweep.max_bytes, step_factor=spec.sweep.step_factor
+        ),
+        dtype=spec.dtype.name,
+        warmup_iters=spec.warmup_iters,
+        iters=spec.iters,
+        in_place=False if both else spec.placements[0],
+        both_placements=both,
+        check=spec.check,
+        env=dict(spec.env),
+        world_size=spec.world_size,
+        ranks=[
+            agent_pb2.RankPlacement(
+                rank=s.rank, node_name=s.node_name, local_rank=s.local_rank, device=s.device
+            )
+            for s in spec.ranks
+        ],
+        rendezvous_host=spec.rendezvous_host,
+        rendezvous_port=spec.rendezvous_port,
+    )
+
+
+_SIZE_FIELDS = tuple(f.name for f in dataclasses.fields(SizeMeasurement))
+
+
+def _size_to_proto(m: SizeMeasurement) -> agent_pb2.SizeResult:
+    return agent_pb2.SizeResult(**dataclasses.asdict(m))
+
+
+def _size_from_proto(s: agent_pb2.SizeResult) -> SizeMeasurement:
+    return SizeMeasurement(**{name: getattr(s, name) for name in _SIZE_FIELDS})
+
+
+def rank_result_to_proto(result: RankResult) -> agent_pb2.BenchmarkResult:
+    return agent_pb2.BenchmarkResult(
+        job_id=result.job_id,
+        rank=result.rank,
+        sizes=[_size_to_proto(m) for m in result.sizes],
+        effective_env=dict(result.effective_env),
+        simulated=result.simulated,
+    )
+
+
+def rank_result_from_proto(msg: agent_pb2.BenchmarkResult) -> RankResult:
+    return RankResult(
+        job_id=msg.job_id,
+        rank=msg.rank,
+        sizes=tuple(_size_from_proto(s) for s in msg.sizes),
+        effective_env=dict(msg.effective_env),
+        simulated=msg.simulated,
+    )
+
+
+def rank_status_to_proto(status: RankStatus) -> agent_pb2.RankStatus:
+    return agent_pb2.RankStatus(
+        rank=status.rank,
+        outcome=_OUTCOME_TO_PROTO[status.outcome],
+        phase=status.phase,
+        joined=status.joined,
+        exit_code=status.exit_code if status.exit_code is not None else 0,
+        message=status.message,
+        waiting_for=list(status.waiting_for),
+    )
+
+
+def node_result_to_proto(
+    *, job_id: str, node_name: str, results: Iterable[RankResult], statuses: Iterable[RankStatus]
+) -> agent_pb2.NodeBenchmarkResult:
+    results = list(results)
+    return agent_pb2.NodeBenchmarkResult(
+        job_id=job_id,
+        node_name=node_name,
+        ranks=[rank_result_to_proto(r) for r in results],
+        rank_status=[rank_status_to_proto(s) for s in statuses],
+        simulated=any(r.simulated for r in results),
+    )

@@ -1,0 +1,179 @@
+"""Benchmark jobs from the controller's side: plan a rank map, aggregate results, pair probes.
+
+Pure planning (no gRPC, no I/O), so it is tested and timed without agents:
+
+- ``plan_job`` places ranks node by node in the job's node order, contiguous per node and the
+  same number on every node (NCCL orders its inter-node ring by the nodes' first ranks, and
+  uneven ranks per node have deadlocked NCCL's bootstrap, NCCL_FACTS §2.5); the rendezvous is
+  rank 0's node at a port the caller found free; every rank gets the same environment;
+- ``aggregate`` folds per-rank results into one figure per size and placement: the slowest
+  rank's time (a collective finishes when its last rank does), bandwidths recomputed from it,
+  wrong elements summed;
+- ``probe_rounds`` pairs n nodes into rounds of disjoint pairs (the circle method of a
+  round-robin tournament): n-1 rounds for even n (n for odd), each pair exactly once, so a
+  full probe matrix takes O(n) rounds of parallel probes instead of n(n-1)/2 serial ones.
+
+Non-goals: sending commands, persistence, choosing ports (the caller owns sockets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from topo_tune.benchmark.collectives import Collective, bandwidth, shape
+from topo_tune.benchmark.dtypes import DType
+from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot, SpecError
+from topo_tune.benchmark.results import RankResult, SizeMeasurement
+from topo_tune.benchmark.sweep import SizeSweep
+
+__all__ = ["JobNode", "aggregate", "missing_ranks", "plan_job", "probe_rounds"]
+
+
+@dataclass(frozen=True, slots=True)
+class JobNode:
+    """A node taking part in a job, in rank order."""
+
+    name: str
+    address: str
+    """Where other nodes reach it (the rendezvous host when it holds rank 0)."""
+    slots: int
+    """GPUs for nccl; worker processes it may run for gloo."""
+
+
+def plan_job(
+    *,
+    job_id: str,
+    collective: Collective,
+    sweep: SizeSweep,
+    dtype: DType,
+    nodes: Sequence[JobNode],
+    rendezvous_port: int,
+    env: Mapping[str, str],
+    gpu_devices: bool,
+    ranks_per_node: int | None = None,
+    warmup_iters: int = 5,
+    iters: int = 20,
+    placements: tuple[bool, ...] = (False, True),
+    check: bool = True,
+) -> BenchmarkSpec:
+    """The job's spec; ``SpecError`` names the argument when the nodes cannot hold it."""
+    if not nodes:
+        raise SpecError("nodes is empty")
+    names = [n.name for n in nodes]
+    if len(set(names)) != len(names):
+        raise SpecError(f"nodes lists a node twice: {names}")
+    per_node = min(n.slots for n in nodes) if ranks_per_node is None else ranks_per_node
+    if per_node < 1:
+        raise SpecError(f"ranks_per_node must be >= 1, got {per_node}")
+    short = [n.name for n in nodes if n.slots < per_node]
+    if short:
+        raise SpecError(f"ranks_per_node={per_node} but nodes {short} have fewer slots")
+    ranks = tuple(
+        RankSlot(
+            rank=i * per_node + local,
+            node_name=node.name,
+            local_rank=local,
+            device=local if gpu_devices else -1,
+        )
+        for i, node in enumerate(nodes)
+        for local in range(per_node)
+    )
+    return BenchmarkSpec(
+        job_id=job_id,
+        collective=collective,
+        sweep=sweep,
+        dtype=dtype,
+        warmup_iters=warmup_iters,
+        iters=iters,
+        placements=placements,
+        check=check,
+        env=dict(env),
+        world_size=len(ranks),
+        ranks=ranks,
+        rendezvous_host=nodes[0].address,
+        rendezvous_port=rendezvous_port,
+    )
+
+
+def missing_ranks(spec: BenchmarkSpec, results: Iterable[RankResult]) -> tuple[int, ...]:
+    """Ranks of the job with no result."""
+    have = {r.rank for r in results}
+    return tuple(r for r in range(spec.world_size) if r not in have)
+
+
+def aggregate(spec: BenchmarkSpec, results: Iterable[RankResult]) -> tuple[SizeMeasurement, ...]:
+    """One measurement per (size, placement) over all ranks: the slowest rank's time."""
+    results = list(results)
+    missing = missing_ranks(spec, results)
+    if missing:
+        raise ValueError(f"job {spec.job_id}: no result from ranks {list(missing)}")
+    grouped: dict[tuple[int, bool], list[SizeMeasurement]] = {}
+    for result in results:
+        for m in result.sizes:
+            grouped.setdefault((m.bytes, m.in_place), []).append(m)
+    out = []
+    for (size, in_place), rows in sorted(grouped.items()):
+        if len(rows) != spec.world_size:
+            raise ValueError(
+                f"job {spec.job_id}: size {size} in_place={in_place} has {len(rows)} "
+                f"of {spec.world_size} ranks"
+            )
+        slowest = max(rows, key=lambda m: m.time_us)
+        shp = shape(
+            spec.collective,
+            size_bytes=_requested_size(spec, size),
+            element_size=spec.dtype.size,
+            nranks=spec.world_size,
+        )
+        algbw, busbw = bandwidth(
+            spec.collective, shape=shp, seconds=slowest.time_us / 1e6, nranks=spec.world_size
+        )
+        out.append(
+            SizeMeasurement(
+                bytes=size,
+                count=slowest.count,
+                in_place=in_place,
+                time_us=slowest.time_us,
+                algbw_gbps=algbw,
+                busbw_gbps=busbw,
+                wrong=sum(m.wrong for m in rows),
+                checked=all(m.checked for m in rows),
+                p50_us=max(m.p50_us for m in rows),
+                p99_us=max(m.p99_us for m in rows),
+                cv=max(m.cv for m in rows),
+            )
+        )
+    return tuple(out)
+
+
+def _requested_size(spec: BenchmarkSpec, reported_bytes: int) -> int:
+    """The sweep size whose nccl-tests shape reports ``reported_bytes``."""
+    for size in spec.sweep.sizes():
+        shp = shape(spec.collective, size_bytes=size, element_size=spec.dtype.size, nranks=spec.world_size)
+        if shp.reported_bytes == reported_bytes:
+            return size
+    raise ValueError(f"job {spec.job_id}: size {reported_bytes} is not in the job's sweep")
+
+
+def probe_rounds(nodes: Sequence[str]) -> tuple[tuple[tuple[str, str], ...], ...]:
+    """Rounds of disjoint node pairs covering every pair exactly once (circle method)."""
+    if len(set(nodes)) != len(nodes):
+        raise ValueError("nodes lists a node twice")
+    ring: list[str | None] = list(nodes)
+    if len(ring) < 2:
+        return ()
+    if len(ring) % 2:
+        ring.append(None)  # a bye: whoever meets it rests this round
+    n = len(ring)
+    rounds = []
+    for _ in range(n - 1):
+        pairs = []
+        for i in range(n // 2):
+            a, b = ring[i], ring[n - 1 - i]
+            if a is not None and b is not None:
+                pairs.append((a, b))
+        rounds.append(tuple(pairs))
+        # Keep the first seat fixed and rotate the rest by one.
+        ring = [ring[0], ring[-1], *ring[1:-1]]
+    return tuple(rounds)
