@@ -153,7 +153,7 @@ def main() -> None:
         f"({os.cpu_count()} CPUs, load average {load[0]:.1f} at start)",
         "",
     ]
-    out += interleaved(sizes, ranks=args.ranks, iters=1, blocks=args.blocks)
+    out += interleaved(sizes, ranks=args.ranks, iters=2, blocks=args.blocks)
     out += end_to_end(sizes, ranks=args.ranks, iters=args.iters, rounds=args.rounds)
     print("\n".join(out))
 
