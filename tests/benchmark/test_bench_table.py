@@ -95,9 +95,7 @@ def test_rows_and_headers_line_up_with_nccl_tests_printf() -> None:
 
 
 def test_missing_and_unchecked_halves_keep_the_columns() -> None:
-    ctx = TableContext(
-        Collective.ALLTOALL, dtype_named("bfloat16"), 2, 1024, 1024, 2, 1, 5, False, simulated=True
-    )
+    ctx = TableContext(Collective.ALLTOALL, dtype_named("bfloat16"), 2, 1024, 1024, 2, 1, 5, False, simulated=True)
     text = render_table(ctx, [_m(1024, 256, in_place=False, time_us=10.0, checked=False)])
     row = next(line for line in text.splitlines() if not line.startswith("#"))
     header = next(line for line in text.splitlines() if "#wrong" in line)

@@ -94,18 +94,12 @@ def test_bad_wire_values_name_the_field() -> None:
 def test_executor_rejects_what_it_cannot_run_without_starting_anything(tmp_path: Path) -> None:
     executor = BenchmarkExecutor(policy=EnvPolicy())
     run = spec_to_proto(_spec())
-    sim = executor.execute(
-        run, node_name="a", backend=agent_pb2.BACKEND_SIM, deadline_s=10, work_dir=tmp_path
-    )
+    sim = executor.execute(run, node_name="a", backend=agent_pb2.BACKEND_SIM, deadline_s=10, work_dir=tmp_path)
     assert sim.status == agent_pb2.COMMAND_STATUS_REJECTED and "not run by this executor" in sim.message
-    stranger = executor.execute(
-        run, node_name="z", backend=agent_pb2.BACKEND_GLOO, deadline_s=10, work_dir=tmp_path
-    )
+    stranger = executor.execute(run, node_name="z", backend=agent_pb2.BACKEND_GLOO, deadline_s=10, work_dir=tmp_path)
     assert stranger.status == agent_pb2.COMMAND_STATUS_REJECTED and "no rank on node z" in stranger.message
     run.iters = 0
-    bad = executor.execute(
-        run, node_name="a", backend=agent_pb2.BACKEND_GLOO, deadline_s=10, work_dir=tmp_path
-    )
+    bad = executor.execute(run, node_name="a", backend=agent_pb2.BACKEND_GLOO, deadline_s=10, work_dir=tmp_path)
     assert bad.status == agent_pb2.COMMAND_STATUS_REJECTED and "iters" in bad.message
     assert bad.HasField("finished_at")
     assert list(tmp_path.iterdir()) == []

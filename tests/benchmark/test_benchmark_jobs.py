@@ -58,9 +58,7 @@ def test_cpu_jobs_place_no_devices_and_bad_plans_name_the_argument() -> None:
 
 
 def _size(time_us: float, *, wrong: int = 0, size: int = 1 << 20) -> SizeMeasurement:
-    return SizeMeasurement(
-        size, size // 4, True, time_us, 0.0, 0.0, wrong, True, time_us, time_us * 1.1, 0.02
-    )
+    return SizeMeasurement(size, size // 4, True, time_us, 0.0, 0.0, wrong, True, time_us, time_us * 1.1, 0.02)
 
 
 def test_aggregate_takes_the_slowest_rank_and_sums_wrong_elements() -> None:

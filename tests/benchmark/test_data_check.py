@@ -40,9 +40,7 @@ def _simulate(collective: Collective, inputs: list[torch.Tensor], rank: int) -> 
 
 @pytest.mark.parametrize("collective", list(Collective))
 @pytest.mark.parametrize("dtype_name", ["float32", "bfloat16", "int8"])
-def test_check_accepts_the_right_result_and_counts_a_wrong_element(
-    collective: Collective, dtype_name: str
-) -> None:
+def test_check_accepts_the_right_result_and_counts_a_wrong_element(collective: Collective, dtype_name: str) -> None:
     dtype = dtype_named(dtype_name)
     in_place = not placement_supported(collective, False)
     shp = shape(collective, size_bytes=4096, element_size=dtype.size, nranks=WORLD)
@@ -74,7 +72,5 @@ def test_a_nan_is_wrong() -> None:
 
 def test_placements_torch_can_run() -> None:
     assert not placement_supported(Collective.ALL_REDUCE, False)
-    assert placement_supported(Collective.ALL_GATHER, True) and placement_supported(
-        Collective.ALL_GATHER, False
-    )
+    assert placement_supported(Collective.ALL_GATHER, True) and placement_supported(Collective.ALL_GATHER, False)
     assert not placement_supported(Collective.ALLTOALL, True)

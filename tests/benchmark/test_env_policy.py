@@ -62,9 +62,7 @@ def test_gpu_placement_cannot_come_from_the_environment(policy: EnvPolicy) -> No
     assert "rank map" in _refused(policy, {"CUDA_VISIBLE_DEVICES": "1"})["CUDA_VISIBLE_DEVICES"]
 
 
-@pytest.mark.parametrize(
-    "key", ["NCCL_TUNER_PLUGIN", "NCCL_NET_PLUGIN", "NCCL_PROFILER_PLUGIN", "NCCL_ENV_PLUGIN"]
-)
+@pytest.mark.parametrize("key", ["NCCL_TUNER_PLUGIN", "NCCL_NET_PLUGIN", "NCCL_PROFILER_PLUGIN", "NCCL_ENV_PLUGIN"])
 def test_plugins_outside_the_plugin_dirs_are_refused(policy: EnvPolicy, tmp_path: Path, key: str) -> None:
     assert "outside" in _refused(policy, {key: "/usr/lib/libevil.so"})[key]
     assert "absolute path" in _refused(policy, {key: "libevil.so"})[key]
@@ -107,9 +105,7 @@ def test_graph_file_needs_expert_mode(policy: EnvPolicy, tmp_path: Path) -> None
         ("NCCL_SOCKET_NTHREADS", "16", "<= 64"),
     ],
 )
-def test_dangerous_knobs_are_refused_with_the_reason(
-    policy: EnvPolicy, key: str, value: str, why: str
-) -> None:
+def test_dangerous_knobs_are_refused_with_the_reason(policy: EnvPolicy, key: str, value: str, why: str) -> None:
     env = {key: value}
     if key == "NCCL_SOCKET_NTHREADS":
         env["NCCL_NSOCKS_PERTHREAD"] = "8"

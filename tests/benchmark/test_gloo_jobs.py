@@ -146,9 +146,7 @@ def test_a_forced_wrong_result_fails_the_job(executors: dict[str, BenchmarkExecu
     assert results["n1"].status == agent_pb2.COMMAND_STATUS_FAILED
     assert "wrong elements" in results["n1"].message
     assert results["n0"].status == agent_pb2.COMMAND_STATUS_SUCCEEDED
-    rows = aggregate(
-        spec, [rank_result_from_proto(r) for res in results.values() for r in res.node_benchmark.ranks]
-    )
+    rows = aggregate(spec, [rank_result_from_proto(r) for res in results.values() for r in res.node_benchmark.ranks])
     assert all(m.wrong == 1 for m in rows)  # one altered element per size and placement
 
 
@@ -212,3 +210,21 @@ def test_probe_measures_latency_and_bandwidth_between_two_agents(
         assert result.status == agent_pb2.COMMAND_STATUS_SUCCEEDED, result.message
         assert (result.probe.node_name, result.probe.peer) == (node, peer)
         assert result.probe.bandwidth_gbps > 0 and result.probe.latency_us > 0
+
+
+def test_a_node_runs_one_job_at_a_time(tmp_path: Path) -> None:
+    executor = BenchmarkExecutor(policy=EnvPolicy())
+    # Rank 1 lives on a node that never runs it, so rank 0 waits at the rendezvous until the deadline.
+    runs = [spec_to_proto(_spec(f"alone-{i}", nodes=("n0", "ghost"))) for i in range(2)]
+    results = _on_nodes(
+        ("0", "1"),
+        lambda i: executor.execute(
+            runs[int(i)], node_name="n0", backend=agent_pb2.BACKEND_GLOO, deadline_s=5.0, work_dir=tmp_path
+        ),
+    )
+    statuses = sorted(r.status for r in results.values())
+    assert statuses == [agent_pb2.COMMAND_STATUS_TIMED_OUT, agent_pb2.COMMAND_STATUS_REJECTED]
+    (busy,) = [r for r in results.values() if r.status == agent_pb2.COMMAND_STATUS_REJECTED]
+    assert "already running" in busy.message
+    (waited,) = [r for r in results.values() if r.status == agent_pb2.COMMAND_STATUS_TIMED_OUT]
+    assert list(waited.node_benchmark.rank_status[0].waiting_for) == [1]
