@@ -36,11 +36,7 @@ def main() -> None:
     for size in sizes:
         a = torch.ones(size // 4, device=device)
         b = torch.empty_like(a)
-        op = (
-            functools.partial(dist.all_reduce, a)
-            if collective == "all_reduce"
-            else functools.partial(gather, b, a)
-        )
+        op = functools.partial(dist.all_reduce, a) if collective == "all_reduce" else functools.partial(gather, b, a)
         for _ in range(warmup + 1):
             op()
         if not cuda:

@@ -77,9 +77,7 @@ def interleaved(sizes: list[int], *, ranks: int, iters: int, blocks: int) -> lis
     ]
     for size in sizes:
         blocks_ = data[str(size)]
-        paired = statistics.median(
-            b / h - 1 for h, b in zip(blocks_["harness"], blocks_["bare"], strict=True)
-        )
+        paired = statistics.median(b / h - 1 for h, b in zip(blocks_["harness"], blocks_["bare"], strict=True))
         verdict = "ok" if size < 1 << 20 or paired <= TARGET else "MISSED"
         bare_med, harness_med = statistics.median(blocks_["bare"]), statistics.median(blocks_["harness"])
         lines.append(f"| {size} | {bare_med:.4f} | {harness_med:.4f} | {paired * 100:+.1f}% | {verdict} |")

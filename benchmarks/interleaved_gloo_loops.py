@@ -23,9 +23,7 @@ from topo_tune.benchmark.collectives import Collective, bandwidth, shape
 def main() -> None:
     rank, world, port, iters, blocks = (int(x) for x in sys.argv[1:6])
     sizes = [int(x) for x in sys.argv[6:]]
-    store = dist.TCPStore(
-        "127.0.0.1", port, world, is_master=rank == 0, timeout=datetime.timedelta(seconds=60)
-    )
+    store = dist.TCPStore("127.0.0.1", port, world, is_master=rank == 0, timeout=datetime.timedelta(seconds=60))
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
     out = {}
     for size in sizes:

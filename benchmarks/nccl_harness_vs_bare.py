@@ -175,9 +175,7 @@ def compare(
         first = first or by_size
         for m in rows:
             wrong[m.bytes] = wrong.get(m.bytes, 0) + m.wrong
-        harness_runs.append(
-            {size: by_size[_reported(collective, size, gpus)].time_us for size in sweep.sizes()}
-        )
+        harness_runs.append({size: by_size[_reported(collective, size, gpus)].time_us for size in sweep.sizes()})
         bare_runs.append(bare(collective, sweep, iters=iters, warmup=warmup))
     best_h = {s: min(run[s] for run in harness_runs) for s in sweep.sizes()}
     best_b = {s: min(run[s] for run in bare_runs) for s in sweep.sizes()}
@@ -215,15 +213,12 @@ def compare(
         "Bare torch.distributed loop (own process, CUDA events around the loop; best of the rounds):",
         "",
         "```",
-        render_table(
-            dataclasses.replace(ctx, check=False), _rows(collective, sweep, best_b, in_place=in_place)
-        ),
+        render_table(dataclasses.replace(ctx, check=False), _rows(collective, sweep, best_b, in_place=in_place)),
         "```",
         "",
     ]
     out += [
-        "| bytes | bare best (us) | harness best (us) | harness/bare "
-        "| bare rounds (us) | harness rounds (us) |",
+        "| bytes | bare best (us) | harness best (us) | harness/bare | bare rounds (us) | harness rounds (us) |",
         "|---|---|---|---|---|---|",
     ]
     worst = 0.0
@@ -289,12 +284,8 @@ def main() -> None:
     for coll in Collective:
         if coll is Collective.SENDRECV and BACKEND == "gloo" and args.gpus == 1:
             continue  # gloo cannot send to itself; NCCL can
-        _, rows, _, eff = harness(
-            coll, others, gpus=args.gpus, iters=20, warmup=2, job_id=f"h200-all-{coll.value}"
-        )
-        cctx = TableContext(
-            coll, dtype_named("float32"), args.gpus, others.min_bytes, others.max_bytes, 8, 2, 20, True
-        )
+        _, rows, _, eff = harness(coll, others, gpus=args.gpus, iters=20, warmup=2, job_id=f"h200-all-{coll.value}")
+        cctx = TableContext(coll, dtype_named("float32"), args.gpus, others.min_bytes, others.max_bytes, 8, 2, 20, True)
         out += [f"{coll.value}:", "", "```", render_table(cctx, rows), "```", ""]
     out += [f"Worker effective env (last job): {dict(sorted(eff.items()))}", ""]
     text = "\n".join(out)

@@ -125,9 +125,7 @@ def bus_factor(collective: Collective, nranks: int) -> float:
     return 1.0
 
 
-def bandwidth(
-    collective: Collective, *, shape: CollectiveShape, seconds: float, nranks: int
-) -> tuple[float, float]:
+def bandwidth(collective: Collective, *, shape: CollectiveShape, seconds: float, nranks: int) -> tuple[float, float]:
     """``(algbw, busbw)`` in GB/s (1e9 bytes) for one iteration time, as nccl-tests prints them."""
     if seconds <= 0:
         return 0.0, 0.0

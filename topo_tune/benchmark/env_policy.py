@@ -42,9 +42,7 @@ __all__ = ["EnvPolicy", "EnvPolicyError", "EnvViolation"]
 _KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _MAX_VALUE_LEN = 1023  # NCCL truncates keys and values at 1023 characters
 
-_ALLOWED_EXACT = frozenset(
-    {"TORCH_DISTRIBUTED_DEBUG", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"}
-)
+_ALLOWED_EXACT = frozenset({"TORCH_DISTRIBUTED_DEBUG", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"})
 _ALLOWED_PREFIXES = ("NCCL_", "TORCH_NCCL_")
 
 _LOADER_INTERPRETER_EXACT = frozenset(
@@ -122,9 +120,7 @@ def _proto_violation(value: str) -> str | None:
         if excluded and "LL128" not in tokens:
             return "an NCCL_PROTO exclusion list that keeps LL128 forces LL128 on, which can corrupt data"
         if not excluded and "LL128" in tokens:
-            return (
-                "listing LL128 in NCCL_PROTO forces it on, bypassing NCCL's safety checks (data corruption)"
-            )
+            return "listing LL128 in NCCL_PROTO forces it on, bypassing NCCL's safety checks (data corruption)"
     return None
 
 
@@ -168,9 +164,7 @@ class EnvPolicy:
         if key in _PLACEMENT_KEYS:
             return "GPU placement comes from the job's rank map, not from the environment"
         if not (key in _ALLOWED_EXACT or key.startswith(_ALLOWED_PREFIXES)):
-            return (
-                "not allow-listed (accepted: NCCL_*, TORCH_NCCL_*, " + ", ".join(sorted(_ALLOWED_EXACT)) + ")"
-            )
+            return "not allow-listed (accepted: NCCL_*, TORCH_NCCL_*, " + ", ".join(sorted(_ALLOWED_EXACT)) + ")"
         return self._nccl_reason(key, value, env)
 
     def _nccl_reason(self, key: str, value: str, env: Mapping[str, str]) -> str | None:

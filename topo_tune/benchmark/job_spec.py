@@ -78,9 +78,7 @@ class BenchmarkSpec:
                 raise SpecError(f"ranks[{slot.rank}].node_name is empty")
             key = (slot.node_name, slot.local_rank)
             if key in seen:
-                raise SpecError(
-                    f"ranks: local_rank {slot.local_rank} appears twice on node {slot.node_name!r}"
-                )
+                raise SpecError(f"ranks: local_rank {slot.local_rank} appears twice on node {slot.node_name!r}")
             seen.add(key)
         if not self.rendezvous_host:
             raise SpecError("rendezvous_host is empty")

@@ -35,15 +35,11 @@ class SizeSweep:
         if self.min_bytes < 1:
             raise SweepError(f"sizes.min_bytes must be >= 1, got {self.min_bytes}")
         if self.max_bytes < self.min_bytes:
-            raise SweepError(
-                f"sizes.max_bytes ({self.max_bytes}) is below sizes.min_bytes ({self.min_bytes})"
-            )
+            raise SweepError(f"sizes.max_bytes ({self.max_bytes}) is below sizes.min_bytes ({self.min_bytes})")
         if self.max_bytes > MAX_BYTES_LIMIT:
             raise SweepError(f"sizes.max_bytes must be <= {MAX_BYTES_LIMIT}, got {self.max_bytes}")
         if self.step_factor < 2 and self.max_bytes != self.min_bytes:
-            raise SweepError(
-                f"sizes.step_factor must be >= 2 when min_bytes < max_bytes, got {self.step_factor}"
-            )
+            raise SweepError(f"sizes.step_factor must be >= 2 when min_bytes < max_bytes, got {self.step_factor}")
 
     def sizes(self) -> tuple[int, ...]:
         """Requested sizes in bytes, smallest first."""

@@ -92,9 +92,7 @@ def spec_to_proto(spec: BenchmarkSpec) -> agent_pb2.RunBenchmark:
         env=dict(spec.env),
         world_size=spec.world_size,
         ranks=[
-            agent_pb2.RankPlacement(
-                rank=s.rank, node_name=s.node_name, local_rank=s.local_rank, device=s.device
-            )
+            agent_pb2.RankPlacement(rank=s.rank, node_name=s.node_name, local_rank=s.local_rank, device=s.device)
             for s in spec.ranks
         ],
         rendezvous_host=spec.rendezvous_host,

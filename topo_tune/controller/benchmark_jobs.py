@@ -116,8 +116,7 @@ def aggregate(spec: BenchmarkSpec, results: Iterable[RankResult]) -> tuple[SizeM
     for (size, in_place), rows in sorted(grouped.items()):
         if len(rows) != spec.world_size:
             raise ValueError(
-                f"job {spec.job_id}: size {size} in_place={in_place} has {len(rows)} "
-                f"of {spec.world_size} ranks"
+                f"job {spec.job_id}: size {size} in_place={in_place} has {len(rows)} of {spec.world_size} ranks"
             )
         slowest = max(rows, key=lambda m: m.time_us)
         shp = shape(
@@ -126,9 +125,7 @@ def aggregate(spec: BenchmarkSpec, results: Iterable[RankResult]) -> tuple[SizeM
             element_size=spec.dtype.size,
             nranks=spec.world_size,
         )
-        algbw, busbw = bandwidth(
-            spec.collective, shape=shp, seconds=slowest.time_us / 1e6, nranks=spec.world_size
-        )
+        algbw, busbw = bandwidth(spec.collective, shape=shp, seconds=slowest.time_us / 1e6, nranks=spec.world_size)
         out.append(
             SizeMeasurement(
                 bytes=size,

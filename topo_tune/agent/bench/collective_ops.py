@@ -161,9 +161,7 @@ def wrong_elements(
     dtype: DType,
 ) -> int:
     """Elements of this rank's output that differ from the expected result."""
-    expected = _expected(
-        collective, shape=shape, rank=rank, world_size=world_size, device=buffers.recv.device
-    )
+    expected = _expected(collective, shape=shape, rank=rank, world_size=world_size, device=buffers.recv.device)
     if expected is None:
         return 0
     got = buffers.recv
@@ -173,9 +171,7 @@ def wrong_elements(
     diff = (got.to(torch.float64) - want).abs()
     largest = _PATTERN_PERIOD * world_size
     tolerance = (
-        0.0
-        if largest <= dtype.exact_integer_limit
-        else math.ceil(math.log2(world_size)) / dtype.exact_integer_limit
+        0.0 if largest <= dtype.exact_integer_limit else math.ceil(math.log2(world_size)) / dtype.exact_integer_limit
     )
     # `~(diff <= tol)` also counts NaN as wrong.
     return int((~(diff <= want.abs() * tolerance)).sum().item())

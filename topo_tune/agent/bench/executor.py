@@ -82,9 +82,7 @@ class BenchmarkExecutor:
         """The launcher and the validated spec, or the ``REJECTED`` result saying why not."""
         launcher = self._launcher(backend)
         if launcher is None:
-            return self._result(
-                agent_pb2.COMMAND_STATUS_REJECTED, f"backend {backend} is not run by this executor"
-            )
+            return self._result(agent_pb2.COMMAND_STATUS_REJECTED, f"backend {backend} is not run by this executor")
         try:
             spec = build()
             self._policy.check(spec.env)
@@ -107,9 +105,7 @@ class BenchmarkExecutor:
         if isinstance(prepared, agent_pb2.CommandResult):
             return prepared
         launcher, spec = prepared
-        return self._run(
-            launcher, spec, node_name=node_name, deadline_s=deadline_s, work_dir=work_dir, fault=fault
-        )
+        return self._run(launcher, spec, node_name=node_name, deadline_s=deadline_s, work_dir=work_dir, fault=fault)
 
     def _run(
         self,
@@ -122,13 +118,9 @@ class BenchmarkExecutor:
         fault: WorkerFault | None,
     ) -> agent_pb2.CommandResult:
         if not spec.local_slots(node_name):
-            return self._result(
-                agent_pb2.COMMAND_STATUS_REJECTED, f"job {spec.job_id} has no rank on node {node_name}"
-            )
+            return self._result(agent_pb2.COMMAND_STATUS_REJECTED, f"job {spec.job_id} has no rank on node {node_name}")
         try:
-            outcome = launcher.run(
-                spec, node_name=node_name, deadline_s=deadline_s, work_dir=work_dir, fault=fault
-            )
+            outcome = launcher.run(spec, node_name=node_name, deadline_s=deadline_s, work_dir=work_dir, fault=fault)
         except LauncherBusy as exc:
             return self._result(agent_pb2.COMMAND_STATUS_REJECTED, str(exc))
         status, message = _status_of(spec, outcome)
@@ -155,9 +147,7 @@ class BenchmarkExecutor:
         if isinstance(prepared, agent_pb2.CommandResult):
             return prepared
         launcher, spec = prepared
-        result = self._run(
-            launcher, spec, node_name=node_name, deadline_s=deadline_s, work_dir=work_dir, fault=None
-        )
+        result = self._run(launcher, spec, node_name=node_name, deadline_s=deadline_s, work_dir=work_dir, fault=None)
         if result.status != agent_pb2.COMMAND_STATUS_SUCCEEDED:
             return result
         sizes = result.node_benchmark.ranks[0].sizes
@@ -216,8 +206,7 @@ def _status_of(spec: BenchmarkSpec, outcome: JobOutcome) -> tuple[agent_pb2.Comm
             | {s.rank for s in outcome.statuses if s.phase in ("started", "not_started")}
         )
         return agent_pb2.COMMAND_STATUS_TIMED_OUT, (
-            f"job {spec.job_id} timed out: ranks {hung} killed at the deadline; "
-            f"missing at the rendezvous: {missing}"
+            f"job {spec.job_id} timed out: ranks {hung} killed at the deadline; missing at the rendezvous: {missing}"
         )
     failed = [s for s in outcome.statuses if s.outcome is not RankOutcome.FINISHED]
     if failed:

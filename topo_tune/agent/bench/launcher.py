@@ -244,9 +244,7 @@ class Launcher:
                 close_fds=True,
             )
         logger.info("job %s: started rank %d (pid %d)", spec.job_id, slot.rank, process.pid)
-        return _Worker(
-            slot, process, os.pidfd_open(process.pid), config.progress_path, config.result_path, stderr_path
-        )
+        return _Worker(slot, process, os.pidfd_open(process.pid), config.progress_path, config.result_path, stderr_path)
 
     def _wait(self, workers: Sequence[_Worker], deadline: float) -> bool:
         """Wait until every worker exited (False) or the deadline passed (True)."""

@@ -146,9 +146,7 @@ def _measure(
     cuda = device.type == "cuda"
     torch_dtype = getattr(torch, spec.dtype.name)
     shp = shape(spec.collective, size_bytes=size, element_size=spec.dtype.size, nranks=spec.world_size)
-    buffers = make_buffers(
-        spec.collective, shape=shp, in_place=in_place, rank=rank, dtype=torch_dtype, device=device
-    )
+    buffers = make_buffers(spec.collective, shape=shp, in_place=in_place, rank=rank, dtype=torch_dtype, device=device)
     op = op_for(spec.collective, buffers, rank=rank, world_size=spec.world_size)
     for _ in range(spec.warmup_iters):
         op()
@@ -239,9 +237,7 @@ def run(config: WorkerConfig, progress: Progress) -> RankResult:
     for size in spec.sweep.sizes():
         for in_place in _placements(spec):
             progress.report("running", bytes=size, in_place=in_place)
-            sizes.append(
-                _measure(spec, size=size, in_place=in_place, rank=config.rank, device=device, corrupt=corrupt)
-            )
+            sizes.append(_measure(spec, size=size, in_place=in_place, rank=config.rank, device=device, corrupt=corrupt))
     dist.barrier()
     result = RankResult(
         job_id=spec.job_id,
