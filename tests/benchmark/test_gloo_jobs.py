@@ -228,3 +228,14 @@ def test_a_node_runs_one_job_at_a_time(tmp_path: Path) -> None:
     assert "already running" in busy.message
     (waited,) = [r for r in results.values() if r.status == agent_pb2.COMMAND_STATUS_TIMED_OUT]
     assert list(waited.node_benchmark.rank_status[0].waiting_for) == [1]
+
+
+def test_ranks_pin_themselves_to_their_devices_cpus(tmp_path: Path) -> None:
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    executor = BenchmarkExecutor(policy=EnvPolicy(), cpus_for_device={-1: [cpu]})
+    spec = _spec("pinned-1", collective=Collective.ALL_REDUCE, nodes=("n0",), ranks_per_node=2)
+    result = executor.execute(
+        spec_to_proto(spec), node_name="n0", backend=agent_pb2.BACKEND_GLOO, deadline_s=60, work_dir=tmp_path
+    )
+    assert result.status == agent_pb2.COMMAND_STATUS_SUCCEEDED, result.message
+    assert [rec["cpus"] for rec in _started_records(tmp_path, spec)] == [[cpu], [cpu]]

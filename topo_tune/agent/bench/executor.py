@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -59,11 +59,18 @@ class BenchmarkExecutor:
         passthrough: Mapping[str, str] | None = None,
         wall_clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        cpus_for_device: Mapping[int, Sequence[int]] | None = None,
     ) -> None:
         self._policy = policy
         self._wall_clock = wall_clock
         self._launchers = {
-            name: Launcher(backend=name, bind_address=bind_address, passthrough=passthrough, clock=monotonic)
+            name: Launcher(
+                backend=name,
+                bind_address=bind_address,
+                passthrough=passthrough,
+                clock=monotonic,
+                cpus_for_device=cpus_for_device,
+            )
             for name in _BACKEND_NAMES.values()
         }
 

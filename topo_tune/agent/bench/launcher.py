@@ -15,6 +15,10 @@ fixed base, and nothing else from the agent's environment:
 The worker imports the same packages as the agent: the agent's ``sys.path`` travels in the
 worker's config file, not in ``PYTHONPATH``.
 
+CPU placement: given ``cpus_for_device`` (GPU index -> its NUMA-local CPUs, from the node's
+topology), each rank pins itself to its GPU's CPUs, as nccl-tests runs under ``mpirun --bind-to``;
+on the H200 record, pinning was what made launch-bound timings comparable between processes.
+
 Each worker runs in its own session (``start_new_session``), so killing its process group
 kills everything it started. The launcher waits on pidfds for the first exit or the deadline;
 if a rank fails, the other local ranks are killed at once (they would only wait for it). At the
@@ -132,6 +136,7 @@ class Launcher:
         passthrough: Mapping[str, str] | None = None,
         python: str = sys.executable,
         clock: Callable[[], float] = time.monotonic,
+        cpus_for_device: Mapping[int, Sequence[int]] | None = None,
     ) -> None:
         if backend not in ("nccl", "gloo"):
             raise ValueError(f"backend must be 'nccl' or 'gloo', got {backend!r}")
@@ -140,6 +145,8 @@ class Launcher:
         self._passthrough = dict(passthrough or {})
         self._python = python
         self._clock = clock
+        # GPU index -> its NUMA-local CPUs (from the node's topology); ranks launch from there.
+        self._cpus_for_device = {k: tuple(v) for k, v in (cpus_for_device or {}).items()}
         self._lock = threading.Lock()
 
     def worker_env(self, spec: BenchmarkSpec, work_dir: Path) -> dict[str, str]:
@@ -227,6 +234,7 @@ class Launcher:
             result_path=rank_dir / "result.json",
             # Absolute: the worker runs in the job directory, where relative entries would not resolve.
             sys_path=tuple(os.path.abspath(p) for p in sys.path if p),
+            cpus=self._cpus_for_device.get(slot.device, ()),
             fault=fault,
         )
         config_path = rank_dir / "config.json"

@@ -264,9 +264,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bad worker config {args[0]}: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
     progress = Progress(config.progress_path)
+    if config.cpus:
+        os.sched_setaffinity(0, config.cpus)
     # Keys and a digest (not values) of the environment, so isolation can be audited per rank.
     env_digest = hashlib.sha256(json.dumps(sorted(os.environ.items())).encode()).hexdigest()
-    progress.report("started", pid=os.getpid(), env_keys=sorted(os.environ), env_digest=env_digest)
+    progress.report(
+        "started",
+        pid=os.getpid(),
+        env_keys=sorted(os.environ),
+        env_digest=env_digest,
+        cpus=sorted(os.sched_getaffinity(0)),
+    )
     try:
         run(config, progress)
     except Exception as exc:

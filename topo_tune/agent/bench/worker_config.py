@@ -46,6 +46,8 @@ class WorkerConfig:
     result_path: Path
     sys_path: tuple[str, ...]
     """The agent's ``sys.path``, so the worker imports the same packages as the agent."""
+    cpus: tuple[int, ...] = ()
+    """CPUs the worker pins itself to (those near its GPU); empty: inherit the agent's."""
     fault: WorkerFault = WorkerFault()
 
     def dump(self, path: Path) -> None:
@@ -58,6 +60,7 @@ class WorkerConfig:
             "progress_path": str(self.progress_path),
             "result_path": str(self.result_path),
             "sys_path": list(self.sys_path),
+            "cpus": list(self.cpus),
             "fault": {
                 "hang_before_join_rank": self.fault.hang_before_join_rank,
                 "corrupt_rank": self.fault.corrupt_rank,
@@ -77,5 +80,6 @@ class WorkerConfig:
             progress_path=Path(data["progress_path"]),
             result_path=Path(data["result_path"]),
             sys_path=tuple(data["sys_path"]),
+            cpus=tuple(data["cpus"]),
             fault=WorkerFault(**data["fault"]),
         )
