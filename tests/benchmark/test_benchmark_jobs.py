@@ -13,7 +13,17 @@ from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.job_spec import SpecError
 from topo_tune.benchmark.results import RankResult, SizeMeasurement
 from topo_tune.benchmark.sweep import SizeSweep
-from topo_tune.controller.benchmark_jobs import JobNode, aggregate, missing_ranks, plan_job, probe_rounds
+from topo_tune.benchmark.wire import rank_result_to_proto
+from topo_tune.controller.benchmark_jobs import (
+    JobNode,
+    JobStatus,
+    aggregate,
+    missing_ranks,
+    plan_job,
+    probe_rounds,
+    summarize,
+)
+from topo_tune.v1 import agent_pb2
 
 NODES = (JobNode("b", "10.0.0.2", 8), JobNode("a", "10.0.0.1", 8), JobNode("c", "10.0.0.3", 4))
 
@@ -88,3 +98,51 @@ def test_probe_rounds_cover_every_pair_once_in_linear_rounds(n: int) -> None:
         busy = [x for p in r for x in p]
         assert len(busy) == len(set(busy))
     assert len(rounds) == (0 if n < 2 else n - 1 if n % 2 == 0 else n)
+
+
+def _node_result(
+    status: int, ranks: list[RankResult], statuses: list[agent_pb2.RankStatus], message: str = ""
+) -> agent_pb2.CommandResult:
+    result = agent_pb2.CommandResult(status=status, message=message)  # type: ignore[arg-type]
+    result.node_benchmark.ranks.extend(rank_result_to_proto(r) for r in ranks)
+    result.node_benchmark.rank_status.extend(statuses)
+    return result
+
+
+def _two_node_spec() -> object:
+    return _plan(nodes=(JobNode("a", "h", 1), JobNode("b", "h2", 1)), sweep=SizeSweep(1 << 20, 1 << 20, 0))
+
+
+def test_summarize_a_job_whose_nodes_all_succeeded() -> None:
+    spec = _two_node_spec()
+    finished = agent_pb2.RankStatus(outcome=agent_pb2.RANK_OUTCOME_FINISHED, phase="finished", joined=True)
+    results = {
+        "a": _node_result(agent_pb2.COMMAND_STATUS_SUCCEEDED, [RankResult("job-1", 0, (_size(100.0),))], [finished]),
+        "b": _node_result(agent_pb2.COMMAND_STATUS_SUCCEEDED, [RankResult("job-1", 1, (_size(120.0),))], [finished]),
+    }
+    summary = summarize(spec, results)  # type: ignore[arg-type]
+    assert summary.status is JobStatus.SUCCEEDED
+    assert [m.time_us for m in summary.rows] == [120.0]
+    assert summary.missing_ranks == summary.hung_ranks == ()
+
+
+def test_summarize_names_hung_and_missing_ranks() -> None:
+    spec = _two_node_spec()
+    waiting = agent_pb2.RankStatus(rank=0, outcome=agent_pb2.RANK_OUTCOME_HUNG, phase="rendezvous", waiting_for=[1])
+    summary = summarize(spec, {"a": _node_result(agent_pb2.COMMAND_STATUS_TIMED_OUT, [], [waiting], "timed out")})  # type: ignore[arg-type]
+    assert summary.status is JobStatus.TIMED_OUT
+    assert (summary.hung_ranks, summary.missing_ranks) == ((0,), (1,))
+    assert "b: no result" in summary.message and summary.rows == ()
+
+
+def test_summarize_fails_a_job_with_a_wrong_element() -> None:
+    spec = _two_node_spec()
+    finished = agent_pb2.RankStatus(outcome=agent_pb2.RANK_OUTCOME_FINISHED, phase="finished", joined=True)
+    results = {
+        "a": _node_result(agent_pb2.COMMAND_STATUS_SUCCEEDED, [RankResult("job-1", 0, (_size(100.0),))], [finished]),
+        "b": _node_result(
+            agent_pb2.COMMAND_STATUS_FAILED, [RankResult("job-1", 1, (_size(100.0, wrong=3),))], [finished], "wrong"
+        ),
+    }
+    summary = summarize(spec, results)  # type: ignore[arg-type]
+    assert (summary.status, summary.wrong) == (JobStatus.FAILED, 3)

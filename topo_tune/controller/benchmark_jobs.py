@@ -1,6 +1,6 @@
-"""Benchmark jobs from the controller's side: plan a rank map, aggregate results, pair probes.
+r"""Benchmark jobs from the controller's side: plan a rank map, aggregate results, pair probes.
 
-Pure planning (no gRPC, no I/O), so it is tested and timed without agents:
+Pure planning (no gRPC, no I/O; protobuf messages in, plain values out), so it is tested and timed without agents:
 
 - ``plan_job`` places ranks node by node in the job's node order, contiguous per node and the
   same number on every node (NCCL orders its inter-node ring by the nodes' first ranks, and
@@ -9,6 +9,9 @@ Pure planning (no gRPC, no I/O), so it is tested and timed without agents:
 - ``aggregate`` folds per-rank results into one figure per size and placement: the slowest
   rank's time (a collective finishes when its last rank does), bandwidths recomputed from it,
   wrong elements summed;
+- ``summarize`` folds the nodes' ``CommandResult``\s of one job into its outcome: timed out
+  (with the ranks that hung and the ranks the rendezvous still waited for), failed (a failed
+  rank or a wrong element anywhere) or succeeded, with the aggregated rows;
 - ``probe_rounds`` pairs n nodes into rounds of disjoint pairs (the circle method of a
   round-robin tournament): n-1 rounds for even n (n for odd), each pair exactly once, so a
   full probe matrix takes O(n) rounds of parallel probes instead of n(n-1)/2 serial ones.
@@ -18,6 +21,7 @@ Non-goals: sending commands, persistence, choosing ports (the caller owns socket
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -26,8 +30,19 @@ from topo_tune.benchmark.dtypes import DType
 from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot, SpecError
 from topo_tune.benchmark.results import RankResult, SizeMeasurement
 from topo_tune.benchmark.sweep import SizeSweep
+from topo_tune.benchmark.wire import rank_result_from_proto
+from topo_tune.v1 import agent_pb2
 
-__all__ = ["JobNode", "aggregate", "missing_ranks", "plan_job", "probe_rounds"]
+__all__ = [
+    "JobNode",
+    "JobStatus",
+    "JobSummary",
+    "aggregate",
+    "missing_ranks",
+    "plan_job",
+    "probe_rounds",
+    "summarize",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,3 +189,70 @@ def probe_rounds(nodes: Sequence[str]) -> tuple[tuple[tuple[str, str], ...], ...
         # Keep the first seat fixed and rotate the rest by one.
         ring = [ring[0], ring[-1], *ring[1:-1]]
     return tuple(rounds)
+
+
+class JobStatus(enum.StrEnum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    """A rank failed, or the data check found wrong elements."""
+    TIMED_OUT = "timed_out"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSummary:
+    """One job's outcome over all its nodes' command results."""
+
+    status: JobStatus
+    message: str
+    rows: tuple[SizeMeasurement, ...]
+    """Aggregated measurements (empty unless every rank reported)."""
+    missing_ranks: tuple[int, ...]
+    """Ranks that never reached the rendezvous, or whose node sent no result."""
+    hung_ranks: tuple[int, ...]
+    wrong: int
+
+
+def summarize(spec: BenchmarkSpec, results: Mapping[str, agent_pb2.CommandResult]) -> JobSummary:
+    """Fold every node's ``CommandResult`` of one job into its outcome.
+
+    ``results`` maps node name to that node's result, for the nodes that answered by the job's
+    deadline; a node that did not answer has all its ranks counted missing.
+    """
+    ranks_by_node: dict[str, list[int]] = {}
+    for slot in spec.ranks:
+        ranks_by_node.setdefault(slot.node_name, []).append(slot.rank)
+    missing: set[int] = set()
+    hung: set[int] = set()
+    failures: list[str] = []
+    rank_results: list[RankResult] = []
+    for node, ranks in sorted(ranks_by_node.items()):
+        result = results.get(node)
+        if result is None:
+            missing.update(ranks)
+            failures.append(f"{node}: no result")
+            continue
+        statuses = result.node_benchmark.rank_status
+        hung.update(s.rank for s in statuses if s.outcome == agent_pb2.RANK_OUTCOME_HUNG)
+        missing.update(r for s in statuses for r in s.waiting_for)
+        missing.update(s.rank for s in statuses if s.phase in ("started", "not_started"))
+        rank_results.extend(rank_result_from_proto(r) for r in result.node_benchmark.ranks)
+        if result.status != agent_pb2.COMMAND_STATUS_SUCCEEDED:
+            failures.append(f"{node}: {result.message}")
+    wrong = sum(r.wrong for r in rank_results)
+    rows = aggregate(spec, rank_results) if not missing_ranks(spec, rank_results) else ()
+    silent = [n for n in ranks_by_node if n not in results]
+    if hung or silent:
+        status = JobStatus.TIMED_OUT
+    elif failures or wrong or not rows:
+        status = JobStatus.FAILED
+    else:
+        status = JobStatus.SUCCEEDED
+    detail = "; ".join(failures) if failures else f"{spec.world_size} ranks finished"
+    return JobSummary(
+        status=status,
+        message=f"job {spec.job_id} {status.value}: {detail}",
+        rows=rows,
+        missing_ranks=tuple(sorted(missing)),
+        hung_ranks=tuple(sorted(hung)),
+        wrong=wrong,
+    )
