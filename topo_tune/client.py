@@ -90,6 +90,15 @@ class AdminClient:
     def cluster_topology(self) -> admin_pb2.ClusterTopologyView:
         return self._call(self._stub.GetClusterTopology, admin_pb2.GetClusterTopologyRequest())
 
+    def start_benchmark(self, request: admin_pb2.StartBenchmarkRequest) -> admin_pb2.BenchmarkJob:
+        return self._call(self._stub.StartBenchmark, request)
+
+    def get_benchmark(self, job_id: str) -> admin_pb2.BenchmarkJob:
+        return self._call(self._stub.GetBenchmark, admin_pb2.GetBenchmarkRequest(job_id=job_id))
+
+    def list_benchmarks(self, *, limit: int = 0) -> list[admin_pb2.BenchmarkJob]:
+        return list(self._call(self._stub.ListBenchmarks, admin_pb2.ListBenchmarksRequest(limit=limit)).jobs)
+
     def list_commands(self, *, node_name: str = "", limit: int = 0) -> list[admin_pb2.CommandInfo]:
         request = admin_pb2.ListCommandsRequest(node_name=node_name, limit=limit)
         return list(self._call(self._stub.ListCommands, request).commands)

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from importlib import resources
 
 import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 
 from topo_tune.controller.commands import CommandBook, CommandStatus
 from topo_tune.controller.db.database import Database
@@ -78,8 +80,17 @@ def test_migrations_match_the_models(db: Database) -> None:
 
 def test_migrate_is_idempotent(db: Database) -> None:
     db.migrate()
+    script = ScriptDirectory(str(resources.files("topo_tune.controller.db") / "migrations"))
     with db.engine.connect() as connection:
-        assert connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == "0001"
+        assert (
+            connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
+            == script.get_current_head()
+        )
+
+
+def test_one_linear_history_of_migrations() -> None:
+    script = ScriptDirectory(str(resources.files("topo_tune.controller.db") / "migrations"))
+    assert len(script.get_heads()) == 1, "two migrations claim the same parent: renumber one"
 
 
 async def test_register_then_lost_then_ready(db: Database, clock: FakeClock) -> None:

@@ -27,6 +27,7 @@ from topo_tune.agent.executor import Executor
 from topo_tune.agent.journal import Entry, Journal
 from topo_tune.agent.settings import AgentSettings
 from topo_tune.auth import bearer_metadata, open_channel
+from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.v1 import agent_pb2, agent_pb2_grpc, topology_pb2
 
 logger = logging.getLogger(__name__)
@@ -56,7 +57,16 @@ class Agent:
         self.settings = settings
         self.instance_id = uuid.uuid4().hex
         self.journal = Journal(settings.state_dir / "journal.sqlite3")
-        self.executor = Executor(journal=self.journal, discover=discover)
+        self.executor = Executor(
+            journal=self.journal,
+            node_name=settings.node_name,
+            backend=settings.backend,
+            work_dir=settings.state_dir / "bench",
+            policy=EnvPolicy(config_dirs=(settings.config_dir,), plugin_dirs=settings.plugin_dirs),
+            bind_address=settings.address or "127.0.0.1",
+            default_deadline_s=settings.benchmark_deadline_s,
+            discover=discover,
+        )
         self._discover = discover
         self._rng = rng or random.Random()
         self._backoff = Backoff(settings.backoff_initial_s, settings.backoff_max_s, self._rng)
@@ -135,6 +145,7 @@ class Agent:
                 backend=BACKENDS[self.settings.backend],
                 instance_id=self.instance_id,
                 drained=self.executor.drained,
+                address=self.settings.address,
             )
         )
 
@@ -148,6 +159,9 @@ class Agent:
                 raise SessionRefused("the controller did not answer with Registered")
             interval_s = (first.registered.heartbeat_interval_ms / 1000) or self.settings.default_heartbeat_interval_s
             self.sessions += 1
+            if not self.settings.address and first.registered.address != self.executor.bind_address:
+                # Gloo must bind the address peers use; without --address, take the one the controller saw.
+                self.executor.rebind(first.registered.address)
             self.registered.set()
             logger.info(
                 "registered with controller %s",

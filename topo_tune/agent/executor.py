@@ -1,41 +1,96 @@
 """Runs one command on this node and turns the outcome into a ``CommandResult``.
 
-Each command kind has one handler. Handlers run in a worker thread (discovery and benchmarks block), never
-raise (a failure becomes a ``failed`` result carrying the reason), and a drained node rejects benchmark
-work. Kinds this agent cannot carry out are ``rejected`` with the reason, never silently dropped.
+Each command kind has one handler. Handlers run in a worker thread where they block (discovery,
+benchmarks), never raise (a failure becomes a ``failed`` result carrying the reason), and a drained node
+rejects benchmark work. Kinds this agent cannot carry out are ``rejected`` with the reason, never silently
+dropped. Benchmarks run on the agent's backend: real workers for ``nccl``/``gloo``
+(``topo_tune.agent.bench``), the analytic model for ``sim`` (``sim_backend``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 
 from topo_tune.agent import discovery
+from topo_tune.agent.bench.executor import BenchmarkExecutor
 from topo_tune.agent.journal import Journal
+from topo_tune.agent.sim_backend import run_simulated
+from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.v1 import agent_pb2, topology_pb2
 
 logger = logging.getLogger(__name__)
 
 DRAINED_KEY = "drained"
+BACKENDS = {"nccl": agent_pb2.BACKEND_NCCL, "gloo": agent_pb2.BACKEND_GLOO, "sim": agent_pb2.BACKEND_SIM}
 
 
 @dataclass
 class Executor:
     journal: Journal
+    node_name: str = "localhost"
+    backend: str = "gloo"
+    work_dir: Path = Path("/var/lib/topo-tune/bench")
+    policy: EnvPolicy = field(default_factory=EnvPolicy)
+    bind_address: str = "127.0.0.1"
+    default_deadline_s: float = 600.0
     discover: Callable[[], topology_pb2.NodeTopology] = discovery.discover
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
-    _benchmark_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _bench: BenchmarkExecutor | None = field(default=None, init=False)
 
     @property
     def drained(self) -> bool:
         return self.journal.get_state(DRAINED_KEY) == "1"
 
+    def _benchmarks(self) -> BenchmarkExecutor:
+        if self._bench is None:
+            self._bench = BenchmarkExecutor(policy=self.policy, bind_address=self.bind_address)
+        return self._bench
+
+    def rebind(self, address: str) -> None:
+        """Use ``address`` for the next benchmark job (the current one, if any, keeps its sockets)."""
+        if address:
+            self.bind_address = address
+            self._bench = None
+
+    def _deadline(self, command: agent_pb2.Command) -> float:
+        return float(command.deadline_s) if command.deadline_s else self.default_deadline_s
+
+    def _benchmark(self, command: agent_pb2.Command) -> agent_pb2.CommandResult:
+        if self.backend == "sim":
+            return run_simulated(
+                command.run_benchmark, node_name=self.node_name, policy=self.policy, now_ns=time.time_ns()
+            )
+        return self._benchmarks().execute(
+            command.run_benchmark,
+            node_name=self.node_name,
+            backend=BACKENDS[self.backend],
+            deadline_s=self._deadline(command),
+            work_dir=self.work_dir,
+        )
+
+    def _probe(self, command: agent_pb2.Command) -> agent_pb2.CommandResult:
+        if self.backend == "sim":
+            return agent_pb2.CommandResult(
+                status=agent_pb2.COMMAND_STATUS_REJECTED,
+                message="a sim agent has no network to probe; the model's node-pair figures stand in",
+            )
+        return self._benchmarks().probe(
+            command.probe,
+            node_name=self.node_name,
+            backend=BACKENDS[self.backend],
+            deadline_s=self._deadline(command),
+            work_dir=self.work_dir,
+        )
+
     async def run(self, command: agent_pb2.Command) -> agent_pb2.CommandResult:
         kind = command.WhichOneof("body")
-        result = agent_pb2.CommandResult(command_id=command.command_id)
+        result = agent_pb2.CommandResult()
         try:
             if kind == "rediscover":
                 topology = await asyncio.to_thread(self.discover)
@@ -49,12 +104,18 @@ class Executor:
             elif kind in ("run_benchmark", "probe") and self.drained:
                 result.status = agent_pb2.COMMAND_STATUS_REJECTED
                 result.message = "node is drained: it takes no benchmark work"
+            elif kind == "run_benchmark":
+                result = await asyncio.to_thread(self._benchmark, command)
+            elif kind == "probe":
+                result = await asyncio.to_thread(self._probe, command)
             else:
                 result.status = agent_pb2.COMMAND_STATUS_REJECTED
                 result.message = f"this agent cannot run {kind or 'an empty'} command"
         except Exception as error:
             logger.exception("command failed", extra={"command": command.command_id})
-            result.status = agent_pb2.COMMAND_STATUS_FAILED
+            result = agent_pb2.CommandResult(status=agent_pb2.COMMAND_STATUS_FAILED)
             result.message = f"{error.__class__.__name__}: {error}"
-        result.finished_at.FromDatetime(self.clock())
+        result.command_id = command.command_id
+        if not result.HasField("finished_at"):
+            result.finished_at.FromDatetime(self.clock())
         return result

@@ -22,6 +22,15 @@ class AgentSettings:
     state_dir: Path = Path("/var/lib/topo-tune")
     """The agent's journal of commands and results lives here; it survives agent restarts."""
     config_dir: Path = Path("/etc/nccl/topo-tune")
+    address: str = ""
+    """Where peers reach this node for benchmarks (gloo binds here); empty: what the controller sees."""
+    plugin_dirs: tuple[Path, ...] = (Path("/opt/topo-tune/lib"),)
+    """The only directories whose NCCL plugins a benchmark job may load."""
+    sim_profile: str = "h100-nvswitch"
+    """For ``backend == "sim"``: the simulated node this agent stands for."""
+    sim_gpus: int = 8
+    benchmark_deadline_s: float = 600.0
+    """Deadline of a benchmark job whose command gives none."""
     tls: TlsFiles | None = None
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 30.0

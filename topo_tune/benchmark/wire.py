@@ -25,6 +25,8 @@ __all__ = [
     "rank_result_from_proto",
     "rank_result_to_proto",
     "rank_status_to_proto",
+    "size_from_proto",
+    "size_to_proto",
     "spec_from_proto",
     "spec_to_proto",
 ]
@@ -103,11 +105,11 @@ def spec_to_proto(spec: BenchmarkSpec) -> agent_pb2.RunBenchmark:
 _SIZE_FIELDS = tuple(f.name for f in dataclasses.fields(SizeMeasurement))
 
 
-def _size_to_proto(m: SizeMeasurement) -> agent_pb2.SizeResult:
+def size_to_proto(m: SizeMeasurement) -> agent_pb2.SizeResult:
     return agent_pb2.SizeResult(**dataclasses.asdict(m))
 
 
-def _size_from_proto(s: agent_pb2.SizeResult) -> SizeMeasurement:
+def size_from_proto(s: agent_pb2.SizeResult) -> SizeMeasurement:
     return SizeMeasurement(**{name: getattr(s, name) for name in _SIZE_FIELDS})
 
 
@@ -115,7 +117,7 @@ def rank_result_to_proto(result: RankResult) -> agent_pb2.BenchmarkResult:
     return agent_pb2.BenchmarkResult(
         job_id=result.job_id,
         rank=result.rank,
-        sizes=[_size_to_proto(m) for m in result.sizes],
+        sizes=[size_to_proto(m) for m in result.sizes],
         effective_env=dict(result.effective_env),
         simulated=result.simulated,
     )
@@ -125,7 +127,7 @@ def rank_result_from_proto(msg: agent_pb2.BenchmarkResult) -> RankResult:
     return RankResult(
         job_id=msg.job_id,
         rank=msg.rank,
-        sizes=tuple(_size_from_proto(s) for s in msg.sizes),
+        sizes=tuple(size_from_proto(s) for s in msg.sizes),
         effective_env=dict(msg.effective_env),
         simulated=msg.simulated,
     )

@@ -11,6 +11,7 @@ import click
 
 from topo_tune.agent.settings import AgentSettings
 from topo_tune.cli.connection import client_tls, client_tls_options, resolve_token, token_options
+from topo_tune.v1 import topology_pb2
 
 _DIR = click.Path(path_type=Path, file_okay=False)
 
@@ -58,6 +59,22 @@ def agent() -> None:
     help="Benchmark backend: nccl (GPUs), gloo (CPUs over TCP), sim (analytic model, labelled simulated).",
 )
 @click.option(
+    "--address",
+    envvar="TOPO_TUNE_ADDRESS",
+    default="",
+    help="Address peers reach this node at for benchmarks [$TOPO_TUNE_ADDRESS, else the one the controller sees].",
+)
+@click.option(
+    "--sim-profile",
+    type=click.Choice(["h100-nvswitch", "h200-nvswitch", "pcie"]),
+    default="h100-nvswitch",
+    show_default=True,
+    help="With --backend sim: the simulated node this agent stands for.",
+)
+@click.option(
+    "--sim-gpus", type=click.IntRange(1, 64), default=8, show_default=True, help="With --backend sim: its GPU count."
+)
+@click.option(
     "--state-dir",
     type=_DIR,
     default=Path("/var/lib/topo-tune"),
@@ -79,6 +96,9 @@ def run(
     rack: str,
     labels: dict[str, str],
     backend: str,
+    address: str,
+    sim_profile: str,
+    sim_gpus: int,
     state_dir: Path,
     config_dir: Path,
     token_file: Path | None,
@@ -99,6 +119,9 @@ def run(
         rack=rack,
         labels=labels,
         backend=backend,
+        address=address,
+        sim_profile=sim_profile,
+        sim_gpus=sim_gpus,
         state_dir=state_dir,
         config_dir=config_dir,
         tls=client_tls(tls_ca, tls_cert, tls_key),
@@ -113,4 +136,12 @@ async def _run(settings: AgentSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await Agent(settings).run(stop)
+    if settings.backend == "sim":
+        from topo_tune.sim.node_topology import simulated_node_topology  # noqa: PLC0415
+
+        def simulated() -> topology_pb2.NodeTopology:
+            return simulated_node_topology(settings.node_name, profile=settings.sim_profile, gpus=settings.sim_gpus)
+
+        await Agent(settings, discover=simulated).run(stop)
+    else:
+        await Agent(settings).run(stop)

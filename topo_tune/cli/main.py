@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from topo_tune import __version__
+from topo_tune.cli import bench as _bench  # noqa: F401 - registers `admin bench`
 from topo_tune.cli import logs
 from topo_tune.cli.admin import admin
 from topo_tune.cli.agent import agent

@@ -10,6 +10,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from topo_tune.controller import validation
 from topo_tune.controller.commands import STATUS_TO_WIRE, CommandBook, CommandRecord
+from topo_tune.controller.jobs import BenchmarkJobs
 from topo_tune.controller.nodes import NodeRegistry, NodeState, NodeView
 from topo_tune.controller.sessions import SessionHub
 from topo_tune.controller.status_codes import maps_errors
@@ -49,6 +50,7 @@ def node_message(view: NodeView, *, with_topology: bool) -> admin_pb2.Node:
         activity=ACTIVITIES.get(view.activity, agent_pb2.AGENT_ACTIVITY_UNSPECIFIED),
         applied_config_version=view.applied_config_version,
         registrations=view.registrations,
+        address=view.address,
     )
     if with_topology and view.topology:
         node.topology.CopyFrom(topology_pb2.NodeTopology.FromString(view.topology))
@@ -78,12 +80,14 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         registry: NodeRegistry,
         commands: CommandBook,
         hub: SessionHub,
+        jobs: BenchmarkJobs,
         spine_oversubscription: float | None = None,
         spine_bandwidth_gbps: float | None = None,
     ) -> None:
         self._registry = registry
         self._commands = commands
         self._hub = hub
+        self._jobs = jobs
         self._spine = (spine_oversubscription, spine_bandwidth_gbps)
 
     @maps_errors
@@ -144,3 +148,20 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         if bandwidth is not None:
             view.spine_bandwidth_gbps = bandwidth
         return view
+
+    @maps_errors
+    async def StartBenchmark(self, request: admin_pb2.StartBenchmarkRequest, context: Ctx) -> admin_pb2.BenchmarkJob:
+        return await self._jobs.start(request)
+
+    @maps_errors
+    async def GetBenchmark(self, request: admin_pb2.GetBenchmarkRequest, context: Ctx) -> admin_pb2.BenchmarkJob:
+        validation.command_id(request.job_id, "job_id")
+        return await self._jobs.get(request.job_id)
+
+    @maps_errors
+    async def ListBenchmarks(
+        self, request: admin_pb2.ListBenchmarksRequest, context: Ctx
+    ) -> admin_pb2.ListBenchmarksResponse:
+        if request.limit > 10_000:
+            raise ValidationError("limit", "at most 10000")
+        return admin_pb2.ListBenchmarksResponse(jobs=await self._jobs.list(limit=request.limit or 50))

@@ -40,7 +40,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             self._hub.metrics.rejected_messages.inc()
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "register: the first message must register")
         try:
-            session, registered = await self._hub.open(first.register)
+            session, registered = await self._hub.open(first.register, peer_host=peer_host(context.peer()))
         except TopoTuneError as error:
             if isinstance(error, ValidationError):
                 self._hub.metrics.rejected_messages.inc()
@@ -85,3 +85,13 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         except Exception:
             logger.exception("unexpected error handling an agent message", extra={"node": session.node_name})
             session.close("internal error")
+
+
+def peer_host(peer: str) -> str:
+    """The host of a gRPC peer string: ``ipv4:10.0.0.5:4242`` → ``10.0.0.5``, ``ipv6:[::1]:4242`` → ``::1``."""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    if kind == "ipv6":
+        return rest.rpartition(":")[0].strip("[]")
+    return ""

@@ -114,39 +114,54 @@ class CommandBook:
         wall = self.wall_clock()
 
         def write(session: Session) -> CommandRecord:
-            if session.get(NodeRow, node_name) is None:
-                raise NotFoundError(f"no node named {node_name!r}")
-            body = agent_pb2.Command()
-            body.CopyFrom(command)
-            body.command_id = wanted_id
-            existing = session.get(CommandRow, wanted_id)
-            if existing is not None:
-                stored = agent_pb2.Command.FromString(existing.body)
-                if (
-                    existing.node_name != node_name
-                    or stored.WhichOneof("body") != kind
-                    or (getattr(stored, kind) != getattr(body, kind))
-                ):
-                    raise ConflictError(f"command id {wanted_id!r} already names a different command")
-                return _record(existing)
-            body.created_at.CopyFrom(_timestamp(wall))
-            row = CommandRow(
-                id=wanted_id,
-                node_name=node_name,
-                kind=kind,
-                body=body.SerializeToString(),
-                status=CommandStatus.PENDING,
-                deliveries=0,
-                message="",
-                created_at=wall,
-            )
-            session.add(row)
-            session.flush()
-            return _record(row)
+            return self.add(session, node_name, command, command_id=wanted_id, now=wall)
 
         record = await self.db.run(write)
         logger.info("command stored", extra={"node": node_name, "command": record.id, "kind": kind})
         return record
+
+    def add(
+        self,
+        session: Session,
+        node_name: str,
+        command: agent_pb2.Command,
+        *,
+        command_id: str,
+        now: datetime,
+        job_id: str | None = None,
+    ) -> CommandRecord:
+        """Inside a caller's transaction: store a ``pending`` command, or return the same existing one."""
+        kind = command.WhichOneof("body") or ""
+        if session.get(NodeRow, node_name) is None:
+            raise NotFoundError(f"no node named {node_name!r}")
+        body = agent_pb2.Command()
+        body.CopyFrom(command)
+        body.command_id = command_id
+        existing = session.get(CommandRow, command_id)
+        if existing is not None:
+            stored = agent_pb2.Command.FromString(existing.body)
+            if (
+                existing.node_name != node_name
+                or stored.WhichOneof("body") != kind
+                or getattr(stored, kind) != getattr(body, kind)
+            ):
+                raise ConflictError(f"command id {command_id!r} already names a different command")
+            return _record(existing)
+        body.created_at.CopyFrom(_timestamp(now))
+        row = CommandRow(
+            id=command_id,
+            node_name=node_name,
+            kind=kind,
+            job_id=job_id,
+            body=body.SerializeToString(),
+            status=CommandStatus.PENDING,
+            deliveries=0,
+            message="",
+            created_at=now,
+        )
+        session.add(row)
+        session.flush()
+        return _record(row)
 
     async def outstanding(self, node_name: str) -> list[CommandRecord]:
         """Commands of a node that are not final, oldest first."""

@@ -46,6 +46,8 @@ class Registration:
     instance_id: str
     applied_config_version: str
     drained: bool
+    address: str = ""
+    """Where peers reach the node: what the agent advertised, else the address its session came from."""
 
 
 @dataclass
@@ -72,6 +74,7 @@ class NodeView:
     backend: str
     applied_config_version: str
     topology: bytes
+    address: str
     registrations: int
     registered_at: datetime
     last_heartbeat_at: datetime
@@ -124,6 +127,7 @@ class NodeRegistry:
             row.instance_id = registration.instance_id
             row.applied_config_version = registration.applied_config_version
             row.drained = registration.drained
+            row.address = registration.address
             row.activity = "drained" if registration.drained else "idle"
             row.registrations = (row.registrations or 0) + 1
             row.registered_at = wall
@@ -249,6 +253,7 @@ def _view(row: NodeRow, live: _Liveness | None) -> NodeView:
         backend=row.backend,
         applied_config_version=live.applied_config_version if live else row.applied_config_version,
         topology=row.topology,
+        address=row.address,
         registrations=row.registrations,
         registered_at=row.registered_at,
         last_heartbeat_at=max(row.last_heartbeat_at, live.last_seen_at) if live else row.last_heartbeat_at,

@@ -30,6 +30,7 @@ from topo_tune.controller.admin_service import AdminServicer
 from topo_tune.controller.agent_service import AgentServicer
 from topo_tune.controller.commands import CommandBook
 from topo_tune.controller.db.database import Database
+from topo_tune.controller.jobs import BenchmarkJobs, JobSettings
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.sessions import SessionHub
@@ -74,6 +75,18 @@ class Controller:
             heartbeat_interval_ms=int(settings.heartbeat_interval_s * 1000),
             controller_id=self.controller_id,
         )
+        self.jobs = BenchmarkJobs(
+            db=self.db,
+            registry=self.registry,
+            commands=self.commands,
+            deliver=self.hub.deliver_new,
+            wall_clock=_wall_clock,
+            settings=JobSettings(
+                spine_oversubscription=settings.spine_oversubscription,
+                result_grace_s=settings.benchmark_result_grace_s,
+            ),
+        )
+        self.hub.result_listeners.append(self.jobs.on_result)
         self.health = health.aio.HealthServicer()
         self.port = 0
         self.health_port = 0
@@ -101,6 +114,7 @@ class Controller:
                 registry=self.registry,
                 commands=self.commands,
                 hub=self.hub,
+                jobs=self.jobs,
                 spine_oversubscription=self.settings.spine_oversubscription,
                 spine_bandwidth_gbps=self.settings.spine_bandwidth_gbps,
             ),
@@ -166,6 +180,7 @@ class Controller:
     async def sweep(self) -> None:
         with self.metrics.db_seconds.time():
             await self.registry.sweep()
+            await self.jobs.sweep()
         for state, count in self.registry.counts().items():
             self.metrics.nodes.labels(state=state.value).set(count)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from topo_tune.controller import validation
@@ -63,14 +64,21 @@ class SessionHub:
     metrics: ControllerMetrics
     heartbeat_interval_ms: int
     controller_id: str
+    result_listeners: list[Callable[[str, agent_pb2.CommandResult], Awaitable[None]]] = field(default_factory=list)
+    """Called with (node, result) after a result is committed for the first time."""
     _sessions: dict[str, AgentSession] = field(default_factory=dict, init=False)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict, init=False)
 
     def _lock(self, node_name: str) -> asyncio.Lock:
         return self._locks.setdefault(node_name, asyncio.Lock())
 
-    async def open(self, register: agent_pb2.Register) -> tuple[AgentSession, agent_pb2.ControllerMessage]:
-        """Register the node and open its session; returns the session and the ``Registered`` reply."""
+    async def open(
+        self, register: agent_pb2.Register, *, peer_host: str = ""
+    ) -> tuple[AgentSession, agent_pb2.ControllerMessage]:
+        """Register the node and open its session; returns the session and the ``Registered`` reply.
+
+        ``peer_host`` is the address the session came from: the node's benchmark address unless the agent
+        advertised one."""
         validation.register(register)
         registration = Registration(
             node_name=register.node_name,
@@ -82,6 +90,7 @@ class SessionHub:
             instance_id=register.instance_id,
             applied_config_version=register.applied_config_version,
             drained=register.drained,
+            address=register.address or peer_host,
         )
         view = await self.registry.register(registration)
         session = AgentSession(register.node_name, register.instance_id)
@@ -97,6 +106,7 @@ class SessionHub:
                 rack=view.rack,
                 heartbeat_interval_ms=self.heartbeat_interval_ms,
                 controller_id=self.controller_id,
+                address=view.address,
             )
         )
         return session, reply
@@ -154,6 +164,9 @@ class SessionHub:
                 )
             # Acknowledge even unknown results: the agent would otherwise re-send them forever.
             session.send(agent_pb2.ControllerMessage(result_ack=agent_pb2.ResultAck(command_id=result.command_id)))
+            if finished.recorded:
+                for listener in self.result_listeners:
+                    await listener(session.node_name, result)
         elif kind == "event":
             event = validation.event(message.event)
             logger.info("agent event %s: %s", event.kind, event.message, extra={"node": session.node_name})

@@ -43,6 +43,31 @@ NODE_STATE_LOST: NodeState.ValueType  # 2
 """missed its heartbeats past the expiry"""
 Global___NodeState: _TypeAlias = NodeState  # noqa: Y015
 
+class _BenchmarkJobStatus:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _BenchmarkJobStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_BenchmarkJobStatus.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    BENCHMARK_JOB_STATUS_UNSPECIFIED: _BenchmarkJobStatus.ValueType  # 0
+    BENCHMARK_JOB_STATUS_RUNNING: _BenchmarkJobStatus.ValueType  # 1
+    BENCHMARK_JOB_STATUS_SUCCEEDED: _BenchmarkJobStatus.ValueType  # 2
+    BENCHMARK_JOB_STATUS_FAILED: _BenchmarkJobStatus.ValueType  # 3
+    """a rank failed or a result was wrong"""
+    BENCHMARK_JOB_STATUS_TIMED_OUT: _BenchmarkJobStatus.ValueType  # 4
+    """the deadline passed; missing/hung ranks say which"""
+
+class BenchmarkJobStatus(_BenchmarkJobStatus, metaclass=_BenchmarkJobStatusEnumTypeWrapper): ...
+
+BENCHMARK_JOB_STATUS_UNSPECIFIED: BenchmarkJobStatus.ValueType  # 0
+BENCHMARK_JOB_STATUS_RUNNING: BenchmarkJobStatus.ValueType  # 1
+BENCHMARK_JOB_STATUS_SUCCEEDED: BenchmarkJobStatus.ValueType  # 2
+BENCHMARK_JOB_STATUS_FAILED: BenchmarkJobStatus.ValueType  # 3
+"""a rank failed or a result was wrong"""
+BENCHMARK_JOB_STATUS_TIMED_OUT: BenchmarkJobStatus.ValueType  # 4
+"""the deadline passed; missing/hung ranks say which"""
+Global___BenchmarkJobStatus: _TypeAlias = BenchmarkJobStatus  # noqa: Y015
+
 @_typing.final
 class Node(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -80,6 +105,7 @@ class Node(_message.Message):
     APPLIED_CONFIG_VERSION_FIELD_NUMBER: _builtins.int
     TOPOLOGY_FIELD_NUMBER: _builtins.int
     REGISTRATIONS_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     rack: _builtins.str
     state: Global___NodeState.ValueType
@@ -90,6 +116,8 @@ class Node(_message.Message):
     applied_config_version: _builtins.str
     registrations: _builtins.int
     """how many times this node has registered"""
+    address: _builtins.str
+    """where peers reach it for benchmarks"""
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
@@ -114,10 +142,11 @@ class Node(_message.Message):
         applied_config_version: _builtins.str = ...,
         topology: _topology_pb2.NodeTopology | None = ...,
         registrations: _builtins.int = ...,
+        address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["last_heartbeat_at", b"last_heartbeat_at", "registered_at", b"registered_at", "topology", b"topology"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity", b"activity", "agent_version", b"agent_version", "applied_config_version", b"applied_config_version", "backend", b"backend", "drained", b"drained", "labels", b"labels", "last_heartbeat_at", b"last_heartbeat_at", "name", b"name", "rack", b"rack", "registered_at", b"registered_at", "registrations", b"registrations", "state", b"state", "topology", b"topology"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity", b"activity", "address", b"address", "agent_version", b"agent_version", "applied_config_version", b"applied_config_version", "backend", b"backend", "drained", b"drained", "labels", b"labels", "last_heartbeat_at", b"last_heartbeat_at", "name", b"name", "rack", b"rack", "registered_at", b"registered_at", "registrations", b"registrations", "state", b"state", "topology", b"topology"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -375,3 +404,245 @@ class ClusterTopologyView(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__spine_oversubscription) -> _WhichOneofReturnType__spine_oversubscription | None: ...
 
 Global___ClusterTopologyView: _TypeAlias = ClusterTopologyView  # noqa: Y015
+
+@_typing.final
+class StartBenchmarkRequest(_message.Message):
+    """A benchmark job across nodes: the nodes in rank order, the sweep, and the environment every rank gets."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class EnvEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    COLLECTIVE_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    SIZES_FIELD_NUMBER: _builtins.int
+    DTYPE_FIELD_NUMBER: _builtins.int
+    WARMUP_ITERS_FIELD_NUMBER: _builtins.int
+    ITERS_FIELD_NUMBER: _builtins.int
+    ENV_FIELD_NUMBER: _builtins.int
+    RANKS_PER_NODE_FIELD_NUMBER: _builtins.int
+    DEADLINE_S_FIELD_NUMBER: _builtins.int
+    BOTH_PLACEMENTS_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    collective: _agent_pb2.Collective.ValueType
+    dtype: _builtins.str
+    """empty: float32"""
+    warmup_iters: _builtins.int
+    """0: 5"""
+    iters: _builtins.int
+    """0: 20"""
+    ranks_per_node: _builtins.int
+    """0: every GPU of the node (nccl), 1 (gloo, sim: the node's GPUs)"""
+    deadline_s: _builtins.int
+    """0: 600"""
+    both_placements: _builtins.bool
+    """out-of-place and in-place, like nccl-tests"""
+    job_id: _builtins.str
+    """client-chosen for idempotent retries; empty: the controller picks"""
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """rank order: ranks are contiguous per node, node by node"""
+
+    @_builtins.property
+    def sizes(self) -> _agent_pb2.SizeSweep: ...
+    @_builtins.property
+    def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        collective: _agent_pb2.Collective.ValueType = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+        sizes: _agent_pb2.SizeSweep | None = ...,
+        dtype: _builtins.str = ...,
+        warmup_iters: _builtins.int = ...,
+        iters: _builtins.int = ...,
+        env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        ranks_per_node: _builtins.int = ...,
+        deadline_s: _builtins.int = ...,
+        both_placements: _builtins.bool = ...,
+        job_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["sizes", b"sizes"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["both_placements", b"both_placements", "collective", b"collective", "deadline_s", b"deadline_s", "dtype", b"dtype", "env", b"env", "iters", b"iters", "job_id", b"job_id", "nodes", b"nodes", "ranks_per_node", b"ranks_per_node", "sizes", b"sizes", "warmup_iters", b"warmup_iters"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartBenchmarkRequest: _TypeAlias = StartBenchmarkRequest  # noqa: Y015
+
+@_typing.final
+class BenchmarkJob(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class EnvEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    COLLECTIVE_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    WORLD_SIZE_FIELD_NUMBER: _builtins.int
+    DTYPE_FIELD_NUMBER: _builtins.int
+    ENV_FIELD_NUMBER: _builtins.int
+    SIZES_FIELD_NUMBER: _builtins.int
+    MISSING_RANKS_FIELD_NUMBER: _builtins.int
+    HUNG_RANKS_FIELD_NUMBER: _builtins.int
+    SIMULATED_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    FINISHED_AT_FIELD_NUMBER: _builtins.int
+    BACKEND_FIELD_NUMBER: _builtins.int
+    SIZES_REQUESTED_FIELD_NUMBER: _builtins.int
+    ITERS_FIELD_NUMBER: _builtins.int
+    WARMUP_ITERS_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    status: Global___BenchmarkJobStatus.ValueType
+    message: _builtins.str
+    collective: _agent_pb2.Collective.ValueType
+    world_size: _builtins.int
+    dtype: _builtins.str
+    simulated: _builtins.bool
+    backend: _agent_pb2.Backend.ValueType
+    iters: _builtins.int
+    warmup_iters: _builtins.int
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def sizes(self) -> _containers.RepeatedCompositeFieldContainer[_agent_pb2.SizeResult]:
+        """aggregated: the slowest rank's time per size and placement"""
+
+    @_builtins.property
+    def missing_ranks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def hung_ranks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def finished_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def sizes_requested(self) -> _agent_pb2.SizeSweep: ...
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        status: Global___BenchmarkJobStatus.ValueType = ...,
+        message: _builtins.str = ...,
+        collective: _agent_pb2.Collective.ValueType = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+        world_size: _builtins.int = ...,
+        dtype: _builtins.str = ...,
+        env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        sizes: _abc.Iterable[_agent_pb2.SizeResult] | None = ...,
+        missing_ranks: _abc.Iterable[_builtins.int] | None = ...,
+        hung_ranks: _abc.Iterable[_builtins.int] | None = ...,
+        simulated: _builtins.bool = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        finished_at: _timestamp_pb2.Timestamp | None = ...,
+        backend: _agent_pb2.Backend.ValueType = ...,
+        sizes_requested: _agent_pb2.SizeSweep | None = ...,
+        iters: _builtins.int = ...,
+        warmup_iters: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "sizes_requested", b"sizes_requested"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend", b"backend", "collective", b"collective", "created_at", b"created_at", "dtype", b"dtype", "env", b"env", "finished_at", b"finished_at", "hung_ranks", b"hung_ranks", "iters", b"iters", "job_id", b"job_id", "message", b"message", "missing_ranks", b"missing_ranks", "nodes", b"nodes", "simulated", b"simulated", "sizes", b"sizes", "sizes_requested", b"sizes_requested", "status", b"status", "warmup_iters", b"warmup_iters", "world_size", b"world_size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BenchmarkJob: _TypeAlias = BenchmarkJob  # noqa: Y015
+
+@_typing.final
+class GetBenchmarkRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetBenchmarkRequest: _TypeAlias = GetBenchmarkRequest  # noqa: Y015
+
+@_typing.final
+class ListBenchmarksRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LIMIT_FIELD_NUMBER: _builtins.int
+    limit: _builtins.int
+    """0: 50"""
+    def __init__(
+        self,
+        *,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListBenchmarksRequest: _TypeAlias = ListBenchmarksRequest  # noqa: Y015
+
+@_typing.final
+class ListBenchmarksResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOBS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___BenchmarkJob]: ...
+    def __init__(
+        self,
+        *,
+        jobs: _abc.Iterable[Global___BenchmarkJob] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListBenchmarksResponse: _TypeAlias = ListBenchmarksResponse  # noqa: Y015

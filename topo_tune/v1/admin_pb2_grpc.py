@@ -64,6 +64,21 @@ class AdminServiceStub:
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.GetClusterTopologyRequest.SerializeToString,
                 response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ClusterTopologyView.FromString,
                 _registered_method=True)
+        self.StartBenchmark = channel.unary_unary(
+                '/topo_tune.v1.AdminService/StartBenchmark',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.StartBenchmarkRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.BenchmarkJob.FromString,
+                _registered_method=True)
+        self.GetBenchmark = channel.unary_unary(
+                '/topo_tune.v1.AdminService/GetBenchmark',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.GetBenchmarkRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.BenchmarkJob.FromString,
+                _registered_method=True)
+        self.ListBenchmarks = channel.unary_unary(
+                '/topo_tune.v1.AdminService/ListBenchmarks',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.ListBenchmarksRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListBenchmarksResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -105,6 +120,24 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StartBenchmark(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetBenchmark(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListBenchmarks(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -137,6 +170,21 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetClusterTopology,
                     request_deserializer=topo__tune_dot_v1_dot_admin__pb2.GetClusterTopologyRequest.FromString,
                     response_serializer=topo__tune_dot_v1_dot_admin__pb2.ClusterTopologyView.SerializeToString,
+            ),
+            'StartBenchmark': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartBenchmark,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.StartBenchmarkRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.BenchmarkJob.SerializeToString,
+            ),
+            'GetBenchmark': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBenchmark,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.GetBenchmarkRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.BenchmarkJob.SerializeToString,
+            ),
+            'ListBenchmarks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListBenchmarks,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListBenchmarksRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.ListBenchmarksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -301,6 +349,87 @@ class AdminService:
             '/topo_tune.v1.AdminService/GetClusterTopology',
             topo__tune_dot_v1_dot_admin__pb2.GetClusterTopologyRequest.SerializeToString,
             topo__tune_dot_v1_dot_admin__pb2.ClusterTopologyView.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartBenchmark(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/StartBenchmark',
+            topo__tune_dot_v1_dot_admin__pb2.StartBenchmarkRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.BenchmarkJob.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBenchmark(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/GetBenchmark',
+            topo__tune_dot_v1_dot_admin__pb2.GetBenchmarkRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.BenchmarkJob.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListBenchmarks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/ListBenchmarks',
+            topo__tune_dot_v1_dot_admin__pb2.ListBenchmarksRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.ListBenchmarksResponse.FromString,
             options,
             channel_credentials,
             insecure,

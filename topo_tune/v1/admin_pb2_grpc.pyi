@@ -37,6 +37,9 @@ class AdminServiceStub:
     GetCommand: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetCommandRequest, _admin_pb2.CommandInfo]
     ListCommands: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListCommandsRequest, _admin_pb2.ListCommandsResponse]
     GetClusterTopology: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetClusterTopologyRequest, _admin_pb2.ClusterTopologyView]
+    StartBenchmark: _grpc.UnaryUnaryMultiCallable[_admin_pb2.StartBenchmarkRequest, _admin_pb2.BenchmarkJob]
+    GetBenchmark: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetBenchmarkRequest, _admin_pb2.BenchmarkJob]
+    ListBenchmarks: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListBenchmarksRequest, _admin_pb2.ListBenchmarksResponse]
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -47,6 +50,9 @@ class AdminServiceAsyncStub(AdminServiceStub):
     GetCommand: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetCommandRequest, _admin_pb2.CommandInfo]  # type: ignore[assignment]
     ListCommands: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListCommandsRequest, _admin_pb2.ListCommandsResponse]  # type: ignore[assignment]
     GetClusterTopology: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetClusterTopologyRequest, _admin_pb2.ClusterTopologyView]  # type: ignore[assignment]
+    StartBenchmark: _aio.UnaryUnaryMultiCallable[_admin_pb2.StartBenchmarkRequest, _admin_pb2.BenchmarkJob]  # type: ignore[assignment]
+    GetBenchmark: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetBenchmarkRequest, _admin_pb2.BenchmarkJob]  # type: ignore[assignment]
+    ListBenchmarks: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListBenchmarksRequest, _admin_pb2.ListBenchmarksResponse]  # type: ignore[assignment]
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -90,5 +96,26 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.GetClusterTopologyRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ClusterTopologyView, _abc.Awaitable[_admin_pb2.ClusterTopologyView]]: ...
+
+    @_abc_1.abstractmethod
+    def StartBenchmark(
+        self,
+        request: _admin_pb2.StartBenchmarkRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.BenchmarkJob, _abc.Awaitable[_admin_pb2.BenchmarkJob]]: ...
+
+    @_abc_1.abstractmethod
+    def GetBenchmark(
+        self,
+        request: _admin_pb2.GetBenchmarkRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.BenchmarkJob, _abc.Awaitable[_admin_pb2.BenchmarkJob]]: ...
+
+    @_abc_1.abstractmethod
+    def ListBenchmarks(
+        self,
+        request: _admin_pb2.ListBenchmarksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListBenchmarksResponse, _abc.Awaitable[_admin_pb2.ListBenchmarksResponse]]: ...
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

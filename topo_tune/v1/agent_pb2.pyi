@@ -269,6 +269,7 @@ class Register(_message.Message):
     INSTANCE_ID_FIELD_NUMBER: _builtins.int
     APPLIED_CONFIG_VERSION_FIELD_NUMBER: _builtins.int
     DRAINED_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
     node_name: _builtins.str
     rack: _builtins.str
     """empty: the controller decides (cluster.yaml)"""
@@ -278,6 +279,8 @@ class Register(_message.Message):
     """new on every agent process start"""
     applied_config_version: _builtins.str
     drained: _builtins.bool
+    address: _builtins.str
+    """where peers reach this node for benchmarks; empty: the address"""
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
@@ -294,10 +297,11 @@ class Register(_message.Message):
         instance_id: _builtins.str = ...,
         applied_config_version: _builtins.str = ...,
         drained: _builtins.bool = ...,
+        address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["topology", b"topology"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_version", b"agent_version", "applied_config_version", b"applied_config_version", "backend", b"backend", "drained", b"drained", "instance_id", b"instance_id", "labels", b"labels", "node_name", b"node_name", "rack", b"rack", "topology", b"topology"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "agent_version", b"agent_version", "applied_config_version", b"applied_config_version", "backend", b"backend", "drained", b"drained", "instance_id", b"instance_id", "labels", b"labels", "node_name", b"node_name", "rack", b"rack", "topology", b"topology"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -311,10 +315,13 @@ class Registered(_message.Message):
     RACK_FIELD_NUMBER: _builtins.int
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     CONTROLLER_ID_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
     node_name: _builtins.str
     rack: _builtins.str
     heartbeat_interval_ms: _builtins.int
     controller_id: _builtins.str
+    address: _builtins.str
+    """the address the controller records for this node's benchmarks"""
     def __init__(
         self,
         *,
@@ -322,10 +329,11 @@ class Registered(_message.Message):
         rack: _builtins.str = ...,
         heartbeat_interval_ms: _builtins.int = ...,
         controller_id: _builtins.str = ...,
+        address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["controller_id", b"controller_id", "heartbeat_interval_ms", b"heartbeat_interval_ms", "node_name", b"node_name", "rack", b"rack"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "controller_id", b"controller_id", "heartbeat_interval_ms", b"heartbeat_interval_ms", "node_name", b"node_name", "rack", b"rack"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -632,6 +640,7 @@ class RunBenchmark(_message.Message):
     RENDEZVOUS_HOST_FIELD_NUMBER: _builtins.int
     RENDEZVOUS_PORT_FIELD_NUMBER: _builtins.int
     BOTH_PLACEMENTS_FIELD_NUMBER: _builtins.int
+    SIM_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     collective: Global___Collective.ValueType
     dtype: _builtins.str
@@ -658,6 +667,10 @@ class RunBenchmark(_message.Message):
     def ranks(self) -> _containers.RepeatedCompositeFieldContainer[Global___RankPlacement]:
         """the whole job's rank map"""
 
+    @_builtins.property
+    def sim(self) -> Global___SimContext:
+        """sim backend only: the simulated cluster the job runs on"""
+
     def __init__(
         self,
         *,
@@ -675,14 +688,71 @@ class RunBenchmark(_message.Message):
         rendezvous_host: _builtins.str = ...,
         rendezvous_port: _builtins.int = ...,
         both_placements: _builtins.bool = ...,
+        sim: Global___SimContext | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["sizes", b"sizes"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["sim", b"sim", "sizes", b"sizes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["both_placements", b"both_placements", "check", b"check", "collective", b"collective", "dtype", b"dtype", "env", b"env", "in_place", b"in_place", "iters", b"iters", "job_id", b"job_id", "ranks", b"ranks", "rendezvous_host", b"rendezvous_host", "rendezvous_port", b"rendezvous_port", "sizes", b"sizes", "warmup_iters", b"warmup_iters", "world_size", b"world_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["both_placements", b"both_placements", "check", b"check", "collective", b"collective", "dtype", b"dtype", "env", b"env", "in_place", b"in_place", "iters", b"iters", "job_id", b"job_id", "ranks", b"ranks", "rendezvous_host", b"rendezvous_host", "rendezvous_port", b"rendezvous_port", "sim", b"sim", "sizes", b"sizes", "warmup_iters", b"warmup_iters", "world_size", b"world_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RunBenchmark: _TypeAlias = RunBenchmark  # noqa: Y015
+
+@_typing.final
+class SimContext(_message.Message):
+    """What a `sim` agent needs to simulate a job: every node's (simulated) topology, racks and spine.
+    The controller fills it from the registrations; every figure computed from it is labelled simulated.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class RackOfEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NODES_FIELD_NUMBER: _builtins.int
+    RACK_OF_FIELD_NUMBER: _builtins.int
+    SPINE_OVERSUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    SEED_FIELD_NUMBER: _builtins.int
+    spine_oversubscription: _builtins.float
+    seed: _builtins.int
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[_topology_pb2.NodeTopology]: ...
+    @_builtins.property
+    def rack_of(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        nodes: _abc.Iterable[_topology_pb2.NodeTopology] | None = ...,
+        rack_of: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        spine_oversubscription: _builtins.float | None = ...,
+        seed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_spine_oversubscription", b"_spine_oversubscription", "spine_oversubscription", b"spine_oversubscription"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_spine_oversubscription", b"_spine_oversubscription", "nodes", b"nodes", "rack_of", b"rack_of", "seed", b"seed", "spine_oversubscription", b"spine_oversubscription"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__spine_oversubscription: _TypeAlias = _typing.Literal["spine_oversubscription"]  # noqa: Y015
+    _WhichOneofArgType__spine_oversubscription: _TypeAlias = _typing.Literal["_spine_oversubscription", b"_spine_oversubscription"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__spine_oversubscription) -> _WhichOneofReturnType__spine_oversubscription | None: ...
+
+Global___SimContext: _TypeAlias = SimContext  # noqa: Y015
 
 @_typing.final
 class ApplyConfig(_message.Message):

@@ -51,6 +51,7 @@ class NodeRow(Base):
     instance_id: Mapped[str] = mapped_column(String(64), default="")
     applied_config_version: Mapped[str] = mapped_column(String(128), default="")
     topology: Mapped[bytes] = mapped_column(LargeBinary, default=b"")
+    address: Mapped[str] = mapped_column(String(255), default="", server_default="")
     registrations: Mapped[int] = mapped_column(Integer, default=0)
     registered_at: Mapped[datetime]
     last_heartbeat_at: Mapped[datetime]
@@ -64,6 +65,7 @@ class CommandRow(Base):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     node_name: Mapped[str] = mapped_column(ForeignKey("nodes.name"))
     kind: Mapped[str] = mapped_column(String(32))
+    job_id: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
     body: Mapped[bytes] = mapped_column(LargeBinary)
     status: Mapped[str] = mapped_column(String(16))
     deliveries: Mapped[int] = mapped_column(Integer, default=0)
@@ -85,3 +87,21 @@ class EventRow(Base):
     message: Mapped[str] = mapped_column(Text, default="")
     command_id: Mapped[str] = mapped_column(String(64), default="")
     at: Mapped[datetime]
+
+
+class BenchmarkJobRow(Base):
+    """A benchmark job across nodes; its per-node work are the commands whose ``job_id`` is its id."""
+
+    __tablename__ = "benchmark_jobs"
+    __table_args__ = (Index("ix_benchmark_jobs_status", "status"),)
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16))
+    message: Mapped[str] = mapped_column(Text, default="")
+    backend: Mapped[str] = mapped_column(String(16))
+    nodes: Mapped[list[str]] = mapped_column(JSON)
+    spec: Mapped[bytes] = mapped_column(LargeBinary)  # the RunBenchmark every node was sent
+    result: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)  # aggregated BenchmarkJob
+    created_at: Mapped[datetime]
+    deadline_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]

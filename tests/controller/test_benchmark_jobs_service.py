@@ -1,0 +1,185 @@
+"""Benchmark jobs through the controller: real agents, real gloo workers, the sim backend, deadlines."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.agent.test_daemon import RunningAgent, agent_settings
+from tests.conftest import controller_settings
+from tests.support.processes import TOKEN
+from tests.support.waiting import async_wait_until
+from topo_tune.agent.daemon import Agent
+from topo_tune.cli.main import cli
+from topo_tune.controller.server import Controller
+from topo_tune.errors import ConflictError, NotFoundError, ValidationError
+from topo_tune.sim.node_topology import simulated_node_topology
+from topo_tune.v1 import admin_pb2, agent_pb2
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+async def jobs_controller(sqlite_url: str) -> AsyncIterator[Controller]:
+    server = Controller(controller_settings(sqlite_url, benchmark_result_grace_s=0.5, heartbeat_expiry_s=30))
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def agents(tmp_path: Path, jobs_controller: Controller) -> AsyncIterator[Callable[..., RunningAgent]]:
+    """In-process agents (their benchmark workers are real processes); all stopped afterwards."""
+    running: list[RunningAgent] = []
+
+    def start(name: str, backend: str) -> RunningAgent:
+        settings = agent_settings(f"127.0.0.1:{jobs_controller.port}", tmp_path / name, name)
+        settings = replace(settings, backend=backend)
+        if backend == "sim":
+            agent = Agent(settings, rng=random.Random(0), discover=lambda: simulated_node_topology(name, gpus=4))
+        else:
+            agent = Agent(settings, rng=random.Random(0))
+        stop = asyncio.Event()
+        running.append(RunningAgent(agent, stop, asyncio.create_task(agent.run(stop))))
+        return running[-1]
+
+    yield start
+    for each in running:
+        each.stop.set()
+    await asyncio.gather(*(each.task for each in running), return_exceptions=True)
+
+
+async def registered(*started: RunningAgent) -> None:
+    await asyncio.gather(*(asyncio.wait_for(each.agent.registered.wait(), 20) for each in started))
+
+
+def request(nodes: list[str], **fields: object) -> admin_pb2.StartBenchmarkRequest:
+    values: dict[str, object] = {
+        "collective": agent_pb2.COLLECTIVE_ALL_REDUCE,
+        "nodes": nodes,
+        "sizes": agent_pb2.SizeSweep(min_bytes=1024, max_bytes=65536, step_factor=8),
+        "iters": 5,
+        "warmup_iters": 1,
+        "deadline_s": 60,
+    }
+    values.update(fields)
+    return admin_pb2.StartBenchmarkRequest(**values)  # type: ignore[arg-type]
+
+
+async def finished(controller: Controller, job_id: str) -> admin_pb2.BenchmarkJob:
+    async def done() -> admin_pb2.BenchmarkJob | None:
+        job = await controller.jobs.get(job_id)
+        return job if job.status != admin_pb2.BENCHMARK_JOB_STATUS_RUNNING else None
+
+    return await async_wait_until(done, timeout=90, what=f"job {job_id}")
+
+
+async def test_gloo_job_over_three_agents(jobs_controller: Controller, agents: Callable[..., Agent]) -> None:
+    await registered(*(agents(name, "gloo") for name in ("a", "b", "c")))
+    job = await jobs_controller.jobs.start(request(["a", "b", "c"]))
+    assert job.status == admin_pb2.BENCHMARK_JOB_STATUS_RUNNING
+    done = await finished(jobs_controller, job.job_id)
+    assert done.status == admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED, done.message
+    assert done.world_size == 3 and not done.simulated
+    assert [s.bytes for s in done.sizes] == [1024, 8192, 65536]
+    assert all(s.wrong == 0 and s.checked and s.time_us > 0 and s.busbw_gbps > 0 for s in done.sizes)
+    commands = await jobs_controller.commands.list()
+    assert sorted(c.id for c in commands) == [f"{job.job_id}-{i}" for i in range(3)]
+    # Every node was sent the identical job.
+    bodies = {c.body.run_benchmark.SerializeToString(deterministic=True) for c in commands}
+    assert len(bodies) == 1
+
+
+async def test_sim_job_is_labelled_simulated(jobs_controller: Controller, agents: Callable[..., Agent]) -> None:
+    await registered(*(agents(name, "sim") for name in ("s1", "s2")))
+    job = await jobs_controller.jobs.start(
+        request(["s1", "s2"], sizes=agent_pb2.SizeSweep(min_bytes=1 << 20, max_bytes=1 << 28, step_factor=16))
+    )
+    done = await finished(jobs_controller, job.job_id)
+    assert done.status == admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED, done.message
+    assert done.simulated
+    assert done.world_size == 8, "every simulated GPU is a rank"
+    busbw = [s.busbw_gbps for s in done.sizes]
+    assert busbw == sorted(busbw) and busbw[-1] > 10
+
+
+async def test_a_silent_node_times_the_job_out_and_the_next_job_runs(
+    jobs_controller: Controller, agents: Callable[..., Agent]
+) -> None:
+    ghost = agents("ghost", "gloo")
+    await registered(agents("a", "gloo"), agents("b", "gloo"), ghost)
+    # The ghost's agent goes away; the node stays `ready` until its expiry, so it is given a share.
+    await ghost.shutdown()
+    await async_wait_until(lambda: _disconnected(jobs_controller, "ghost"), what="ghost disconnected")
+
+    job = await jobs_controller.jobs.start(request(["a", "b", "ghost"], deadline_s=4))
+    with pytest.raises(ConflictError, match="node a is running benchmark job"):
+        await jobs_controller.jobs.start(request(["a"]))
+    done = await finished(jobs_controller, job.job_id)
+    assert done.status == admin_pb2.BENCHMARK_JOB_STATUS_TIMED_OUT
+    assert list(done.missing_ranks) == [2], done.message
+    assert "ghost" in done.message
+
+    again = await jobs_controller.jobs.start(request(["a", "b"]))
+    assert (await finished(jobs_controller, again.job_id)).status == admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED
+
+
+async def _disconnected(controller: Controller, name: str) -> bool:
+    return not controller.hub.connected(name)
+
+
+async def test_bad_requests_name_their_field(jobs_controller: Controller, agents: Callable[..., Agent]) -> None:
+    await registered(agents("a", "gloo"), agents("s1", "sim"))
+    with pytest.raises(NotFoundError, match="ghost"):
+        await jobs_controller.jobs.start(request(["ghost"]))
+    with pytest.raises(ValidationError, match="collective"):
+        await jobs_controller.jobs.start(request(["a"], collective=0))
+    with pytest.raises(ValidationError, match="nodes"):
+        await jobs_controller.jobs.start(request(["a", "a"]))
+    with pytest.raises(ValidationError, match="different backends"):
+        await jobs_controller.jobs.start(request(["a", "s1"]))
+    with pytest.raises(ValidationError, match="max_bytes"):
+        await jobs_controller.jobs.start(request(["a"], sizes=agent_pb2.SizeSweep(min_bytes=64, max_bytes=8)))
+    drain = await jobs_controller.commands.submit("a", agent_pb2.Command(drain=agent_pb2.Drain(drained=True)))
+    await jobs_controller.hub.deliver_new(drain)
+    await async_wait_until(lambda: _drained(jobs_controller, "a"), what="drain")
+    with pytest.raises(ConflictError, match="drained"):
+        await jobs_controller.jobs.start(request(["a"]))
+    assert await jobs_controller.jobs.list() == []
+
+
+async def _drained(controller: Controller, name: str) -> bool:
+    return (await controller.registry.get(name)).drained
+
+
+async def test_admin_rpc_and_cli_print_an_nccl_tests_table(
+    jobs_controller: Controller, agents: Callable[..., Agent]
+) -> None:
+    await registered(*(agents(name, "sim") for name in ("s1", "s2")))
+    address = f"127.0.0.1:{jobs_controller.port}"
+    result = await asyncio.to_thread(
+        CliRunner().invoke,
+        cli,
+        ["admin", "bench", "run", "--nodes", "s1,s2", "-b", "1K", "-e", "1M", "-f", "32", "--controller", address],
+        env={"TOPO_TUNE_TOKEN": TOKEN},
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "# SIMULATED: figures from topo-tune's analytic model, not a measurement" in lines
+    assert "# nRanks 8 minBytes 1024 maxBytes 1048576 step: 32(factor) warmup iters: 5 iters: 20 validation: 0" in lines
+    data_rows = [line for line in lines if line and not line.startswith("#")]
+    assert [int(r.split()[0]) for r in data_rows] == [1024, 32768, 1048576]
+    refused = await asyncio.to_thread(
+        CliRunner().invoke,
+        cli,
+        ["admin", "bench", "run", "--nodes", "s1", "--env", "NCCL_PROTO=LL128", "--controller", address],
+        env={"TOPO_TUNE_TOKEN": TOKEN},
+    )
+    assert refused.exit_code == 1
+    assert "forces it on" in refused.output

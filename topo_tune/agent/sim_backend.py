@@ -1,0 +1,83 @@
+"""The agent's ``sim`` backend: a benchmark job answered by the analytic model instead of GPUs.
+
+The controller sends the simulated cluster with the job (``RunBenchmark.sim``), so every node of the job
+computes the same figures from the same inputs and seed; this node reports them for its own ranks. The
+job's environment goes through the same policy as on real hardware (a refused knob is refused here too),
+and every result is labelled simulated.
+"""
+
+from __future__ import annotations
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from topo_tune.benchmark.collectives import shape
+from topo_tune.benchmark.env_policy import EnvPolicy
+from topo_tune.benchmark.wire import spec_from_proto
+from topo_tune.errors import SimInputError
+from topo_tune.sim import Spine, simulate
+from topo_tune.sim.topology_import import cluster_from_topologies
+from topo_tune.v1 import agent_pb2
+
+
+def run_simulated(
+    run: agent_pb2.RunBenchmark, *, node_name: str, policy: EnvPolicy, now_ns: int
+) -> agent_pb2.CommandResult:
+    finished = Timestamp()
+    finished.FromNanoseconds(now_ns)
+
+    def refused(message: str) -> agent_pb2.CommandResult:
+        return agent_pb2.CommandResult(status=agent_pb2.COMMAND_STATUS_REJECTED, message=message, finished_at=finished)
+
+    try:
+        spec = spec_from_proto(run)
+        policy.check(spec.env)
+    except ValueError as error:
+        return refused(str(error))
+    local = spec.local_slots(node_name)
+    if not local:
+        return refused(f"job {spec.job_id} has no rank on node {node_name}")
+    if not run.HasField("sim") or not run.sim.nodes:
+        return refused("a sim job needs the simulated cluster (RunBenchmark.sim)")
+    order = list(dict.fromkeys(slot.node_name for slot in spec.ranks))
+    spine = (
+        Spine(oversubscription=run.sim.spine_oversubscription) if run.sim.HasField("spine_oversubscription") else None
+    )
+    try:
+        cluster = cluster_from_topologies(list(run.sim.nodes), racks=dict(run.sim.rack_of), spine=spine)
+        result = simulate(
+            cluster,
+            collective=spec.collective.value,
+            sizes=list(spec.sweep.sizes()),
+            env=dict(spec.env),
+            rank_order=order,
+            seed=run.sim.seed,
+            dtype=spec.dtype.name,
+        )
+    except SimInputError as error:
+        return refused(f"cannot simulate this job: {error}")
+    node_result = agent_pb2.NodeBenchmarkResult(job_id=spec.job_id, node_name=node_name, simulated=True)
+    for slot in local:
+        rank = node_result.ranks.add(job_id=spec.job_id, rank=slot.rank, simulated=True, effective_env=dict(spec.env))
+        for requested, size in zip(spec.sweep.sizes(), result.sizes, strict=True):
+            shp = shape(spec.collective, size_bytes=requested, element_size=spec.dtype.size, nranks=spec.world_size)
+            rank.sizes.add(
+                bytes=shp.reported_bytes,
+                count=max(shp.send_count, shp.recv_count),
+                time_us=size.time_us,
+                algbw_gbps=size.algbw_gbs,
+                busbw_gbps=size.busbw_gbs,
+                p50_us=size.p50_us,
+                p99_us=size.p99_us,
+                cv=size.cv,
+                in_place=False,
+                checked=False,
+            )
+        node_result.rank_status.add(
+            rank=slot.rank, outcome=agent_pb2.RANK_OUTCOME_FINISHED, phase="finished", joined=True
+        )
+    return agent_pb2.CommandResult(
+        status=agent_pb2.COMMAND_STATUS_SUCCEEDED,
+        message=f"simulated {len(result.sizes)} sizes for {len(local)} ranks",
+        finished_at=finished,
+        node_benchmark=node_result,
+    )

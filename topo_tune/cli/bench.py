@@ -1,0 +1,177 @@
+"""``topo-tune admin bench``: run a collective micro-benchmark across nodes and show it like nccl-tests."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import click
+
+from topo_tune.benchmark.collectives import Collective
+from topo_tune.benchmark.dtypes import dtype_named
+from topo_tune.benchmark.table import TableContext, render_table
+from topo_tune.benchmark.wire import COLLECTIVE_FROM_PROTO, COLLECTIVE_TO_PROTO, size_from_proto
+from topo_tune.cli.admin import admin, connected
+from topo_tune.cli.output import emit_data, emit_table, to_data
+from topo_tune.client import AdminClient
+from topo_tune.errors import ControllerError
+from topo_tune.v1 import admin_pb2, agent_pb2
+
+_SIZE = re.compile(r"^(\d+)([KMG]?)B?$", re.IGNORECASE)
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+STATUS_NAMES = {v: k.removeprefix("BENCHMARK_JOB_STATUS_").lower() for k, v in admin_pb2.BenchmarkJobStatus.items()}
+
+
+class ByteSize(click.ParamType):  # type: ignore[type-arg]
+    """``8``, ``64K``, ``1M``, ``4G`` (powers of 1024, like nccl-tests' -b/-e)."""
+
+    name = "size"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        match = _SIZE.match(str(value).strip())
+        if match is None:
+            self.fail(f"{value!r} is not a size like 8, 64K, 1M or 4G", param, ctx)
+        return int(match.group(1)) * _UNITS[match.group(2).upper()]
+
+
+def _table(job: admin_pb2.BenchmarkJob) -> str:
+    collective = Collective(COLLECTIVE_FROM_PROTO[job.collective])
+    rows = [size_from_proto(s) for s in job.sizes]
+    sizes = sorted(r.bytes for r in rows) or [0]
+    context = TableContext(
+        collective=collective,
+        dtype=dtype_named(job.dtype or "float32"),
+        nranks=job.world_size,
+        min_bytes=job.sizes_requested.min_bytes or sizes[0],
+        max_bytes=job.sizes_requested.max_bytes or sizes[-1],
+        step_factor=job.sizes_requested.step_factor or 2,
+        warmup_iters=job.warmup_iters,
+        iters=job.iters,
+        check=any(r.checked for r in rows),
+        simulated=job.simulated,
+    )
+    return render_table(context, rows)
+
+
+def _print_job(job: admin_pb2.BenchmarkJob, fmt: str) -> None:
+    if fmt != "table":
+        emit_data(to_data(job), fmt)
+        return
+    click.echo(f"# job {job.job_id} on {', '.join(job.nodes)}: {STATUS_NAMES.get(job.status, '?')}")
+    if job.message:
+        click.echo(f"# {job.message}")
+    if job.missing_ranks:
+        click.echo(f"# missing ranks: {', '.join(map(str, job.missing_ranks))}")
+    if job.hung_ranks:
+        click.echo(f"# hung ranks (killed at the deadline): {', '.join(map(str, job.hung_ranks))}")
+    if job.sizes:
+        click.echo(_table(job), nl=False)
+
+
+@admin.group()
+def bench() -> None:
+    """Collective micro-benchmarks across nodes, printed like NVIDIA's nccl-tests."""
+
+
+@bench.command("run")
+@click.option("--collective", type=click.Choice([c.value for c in Collective]), default="all_reduce", show_default=True)
+@click.option("--nodes", required=True, help="Comma-separated node names, in rank order.")
+@click.option(
+    "--min-bytes", "-b", type=ByteSize(), default="8", show_default=True, help="Smallest size (nccl-tests -b)."
+)
+@click.option("--max-bytes", "-e", type=ByteSize(), default="64M", show_default=True, help="Largest size (-e).")
+@click.option(
+    "--step-factor", "-f", type=click.IntRange(1, 1024), default=2, show_default=True, help="Multiplier (-f)."
+)
+@click.option("--dtype", default="float32", show_default=True)
+@click.option("--iters", "-n", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@click.option("--warmup-iters", "-w", type=click.IntRange(0, 10_000), default=5, show_default=True)
+@click.option("--ranks-per-node", type=click.IntRange(0, 1024), default=0, help="0: every GPU (nccl), 1 (gloo).")
+@click.option("--env", "env_pairs", multiple=True, help="NCCL_KEY=VALUE for every rank; repeatable.")
+@click.option("--in-place/--out-of-place-only", default=False, help="Also run in-place, like nccl-tests.")
+@click.option("--deadline", type=click.IntRange(1, 86_400), default=600, show_default=True, help="Seconds.")
+@click.option("--wait/--no-wait", default=True, show_default=True, help="Wait for the result and print it.")
+@connected
+def run(
+    client: AdminClient,
+    fmt: str,
+    collective: str,
+    nodes: str,
+    min_bytes: int,
+    max_bytes: int,
+    step_factor: int,
+    dtype: str,
+    iters: int,
+    warmup_iters: int,
+    ranks_per_node: int,
+    env_pairs: tuple[str, ...],
+    in_place: bool,
+    deadline: int,
+    wait: bool,
+) -> None:
+    """Run one collective over a size sweep on NODES and print the nccl-tests-style table.
+
+    \b
+    Example:
+      topo-tune admin bench run --collective all_reduce --nodes gpu-a1,gpu-a2 -b 8 -e 1G -f 4
+    """
+    env: dict[str, str] = {}
+    for pair in env_pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="--env")
+        env[key] = value
+    sizes = agent_pb2.SizeSweep(min_bytes=min_bytes, max_bytes=max_bytes, step_factor=step_factor)
+    request = admin_pb2.StartBenchmarkRequest(
+        collective=COLLECTIVE_TO_PROTO[Collective(collective)],
+        nodes=[n.strip() for n in nodes.split(",") if n.strip()],
+        sizes=sizes,
+        dtype=dtype,
+        iters=iters,
+        warmup_iters=warmup_iters,
+        ranks_per_node=ranks_per_node,
+        env=env,
+        deadline_s=deadline,
+        both_placements=in_place,
+    )
+    job = client.start_benchmark(request)
+    if wait:
+        click.echo(f"# job {job.job_id} running on {len(job.nodes)} nodes ...", err=True)
+        while job.status == admin_pb2.BENCHMARK_JOB_STATUS_RUNNING:
+            time.sleep(0.5)
+            job = client.get_benchmark(job.job_id)
+    _print_job(job, fmt)
+    if job.status not in (admin_pb2.BENCHMARK_JOB_STATUS_RUNNING, admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED):
+        raise ControllerError(job.message or f"benchmark job {job.job_id} {STATUS_NAMES.get(job.status)}")
+
+
+@bench.command()
+@click.argument("job_id", metavar="ID")
+@connected
+def show(client: AdminClient, fmt: str, job_id: str) -> None:
+    """Show a benchmark job and its nccl-tests-style table."""
+    _print_job(client.get_benchmark(job_id), fmt)
+
+
+@bench.command("list")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@connected
+def list_jobs(client: AdminClient, fmt: str, limit: int) -> None:
+    """List recent benchmark jobs, newest first."""
+    jobs = client.list_benchmarks(limit=limit)
+    if fmt != "table":
+        emit_data([to_data(j) for j in jobs], fmt)
+        return
+    rows = [
+        (
+            j.job_id,
+            COLLECTIVE_FROM_PROTO.get(j.collective, "?"),
+            STATUS_NAMES.get(j.status, "?") + (" (simulated)" if j.simulated else ""),
+            str(j.world_size),
+            ",".join(j.nodes),
+        )
+        for j in jobs
+    ]
+    emit_table(f"{len(jobs)} benchmark jobs", ("ID", "COLLECTIVE", "STATUS", "RANKS", "NODES"), rows)

@@ -1,0 +1,321 @@
+"""Benchmark jobs across nodes: plan, persist, dispatch, collect, time out.
+
+A job is planned (``benchmark_jobs.plan_job``: ranks contiguous per node in the requested node order,
+rendezvous on rank 0's node), then stored together with one ``run_benchmark`` command per node in a single
+transaction — all of it or nothing — and only then sent. Every node gets the identical ``RunBenchmark``.
+When the last node's result arrives the job is summarised (slowest rank per size; wrong elements fail it)
+and finished. A job still running past its deadline (plus a grace period for results in flight) ends
+``timed_out`` with the ranks that never reported; the agents kill their own workers at the same deadline.
+
+A node takes one benchmark job at a time, and a drained or lost node takes none. For ``sim`` nodes the
+job carries the simulated cluster (the nodes' registered topologies, racks and spine) so every node
+computes the same figures; such jobs are labelled simulated.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import uuid
+import zlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+from google.protobuf.timestamp_pb2 import Timestamp
+from sqlalchemy.orm import Session
+
+from topo_tune.benchmark.collectives import Collective
+from topo_tune.benchmark.dtypes import dtype_named
+from topo_tune.benchmark.job_spec import SpecError
+from topo_tune.benchmark.sweep import SizeSweep, SweepError
+from topo_tune.benchmark.wire import COLLECTIVE_FROM_PROTO, size_to_proto, spec_from_proto, spec_to_proto
+from topo_tune.controller import validation
+from topo_tune.controller.benchmark_jobs import JobNode, JobStatus, plan_job, summarize
+from topo_tune.controller.commands import CommandBook, CommandRecord, CommandStatus
+from topo_tune.controller.db.database import Database
+from topo_tune.controller.db.models import BenchmarkJobRow, CommandRow
+from topo_tune.controller.nodes import NodeRegistry, NodeState, NodeView
+from topo_tune.errors import ConflictError, NotFoundError, ValidationError
+from topo_tune.v1 import admin_pb2, agent_pb2, topology_pb2
+
+logger = logging.getLogger(__name__)
+
+RUNNING = "running"
+STATUS_TO_WIRE = {
+    RUNNING: admin_pb2.BENCHMARK_JOB_STATUS_RUNNING,
+    JobStatus.SUCCEEDED.value: admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED,
+    JobStatus.FAILED.value: admin_pb2.BENCHMARK_JOB_STATUS_FAILED,
+    JobStatus.TIMED_OUT.value: admin_pb2.BENCHMARK_JOB_STATUS_TIMED_OUT,
+}
+BACKEND_TO_WIRE = {"nccl": agent_pb2.BACKEND_NCCL, "gloo": agent_pb2.BACKEND_GLOO, "sim": agent_pb2.BACKEND_SIM}
+MAX_DEADLINE_S = 24 * 3600
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    default_deadline_s: float = 600.0
+    result_grace_s: float = 15.0
+    """After the deadline, how long results already on their way may still arrive."""
+    port_range: tuple[int, int] = (20000, 29999)
+    """Rendezvous ports are drawn from here (rank 0 binds it on its node)."""
+    spine_oversubscription: float | None = None
+
+
+@dataclass
+class BenchmarkJobs:
+    db: Database
+    registry: NodeRegistry
+    commands: CommandBook
+    deliver: Callable[[CommandRecord], Awaitable[bool]]
+    wall_clock: Callable[[], datetime]
+    settings: JobSettings = field(default_factory=JobSettings)
+    rng: random.Random = field(default_factory=random.Random)
+    new_id: Callable[[], str] = lambda: "bj-" + uuid.uuid4().hex[:12]
+
+    async def start(self, request: admin_pb2.StartBenchmarkRequest) -> admin_pb2.BenchmarkJob:
+        """Plan, store and dispatch a job; returns it ``running`` (or the existing one for a known id)."""
+        job_id = request.job_id or self.new_id()
+        if request.job_id:
+            validation.command_id(request.job_id, "job_id")
+            existing = await self._find(job_id)
+            if existing is not None:
+                return existing
+        run, backend, nodes = await self._plan(request, job_id)
+        deadline_s = float(request.deadline_s or self.settings.default_deadline_s)
+        now = self.wall_clock()
+
+        def write(session: Session) -> list[CommandRecord]:
+            busy = _busy(session, nodes)
+            if busy:
+                raise ConflictError(f"node {busy[0]} is running benchmark job {busy[1]}: one job per node at a time")
+            session.add(
+                BenchmarkJobRow(
+                    id=job_id,
+                    status=RUNNING,
+                    message="",
+                    backend=backend,
+                    nodes=nodes,
+                    spec=run.SerializeToString(),
+                    created_at=now,
+                    deadline_at=now + timedelta(seconds=deadline_s),
+                )
+            )
+            command = agent_pb2.Command(run_benchmark=run, deadline_s=int(deadline_s))
+            return [
+                self.commands.add(session, node, command, command_id=f"{job_id}-{i}", now=now, job_id=job_id)
+                for i, node in enumerate(nodes)
+            ]
+
+        records = await self.db.run(write)  # persist the job and all its commands, then send
+        for record in records:
+            await self.deliver(record)
+        logger.info("benchmark job started", extra={"job": job_id, "nodes": len(nodes), "backend": backend})
+        return await self.get(job_id)
+
+    async def _plan(
+        self, request: admin_pb2.StartBenchmarkRequest, job_id: str
+    ) -> tuple[agent_pb2.RunBenchmark, str, list[str]]:
+        collective = COLLECTIVE_FROM_PROTO.get(request.collective)
+        if collective is None:
+            raise ValidationError(
+                "collective",
+                "one of all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv is required",
+            )
+        if not request.nodes:
+            raise ValidationError("nodes", "at least one node is required")
+        if len(set(request.nodes)) != len(request.nodes):
+            raise ValidationError("nodes", "a node is listed twice")
+        if request.deadline_s > MAX_DEADLINE_S:
+            raise ValidationError("deadline_s", f"at most {MAX_DEADLINE_S}")
+        views: list[NodeView] = []
+        for i, name in enumerate(request.nodes):
+            validation.node_name(name, f"nodes[{i}]")
+            if self.registry.state_of(name) is None:
+                raise NotFoundError(f"no node named {name!r}")
+            view = await self.registry.get(name)
+            if view.state is not NodeState.READY:
+                raise ConflictError(f"node {name} is {view.state.value}: it takes no benchmark job")
+            if view.drained:
+                raise ConflictError(f"node {name} is drained: it takes no benchmark job")
+            views.append(view)
+        backends = {v.backend for v in views}
+        if len(backends) != 1:
+            raise ValidationError("nodes", f"the nodes run different backends ({', '.join(sorted(backends))})")
+        backend = backends.pop()
+        topologies = {v.name: topology_pb2.NodeTopology.FromString(v.topology) for v in views}
+        try:
+            sweep = SizeSweep(
+                min_bytes=request.sizes.min_bytes,
+                max_bytes=request.sizes.max_bytes,
+                step_factor=request.sizes.step_factor or 2,
+            )
+            dtype = dtype_named(request.dtype or "float32")
+            job_nodes = [
+                JobNode(name=v.name, address=v.address or v.name, slots=self._slots(v, topologies[v.name], request))
+                for v in views
+            ]
+            spec = plan_job(
+                job_id=job_id,
+                collective=Collective(collective),
+                sweep=sweep,
+                dtype=dtype,
+                nodes=job_nodes,
+                rendezvous_port=self.rng.randint(*self.settings.port_range),
+                env=dict(request.env),
+                gpu_devices=backend == "nccl",
+                ranks_per_node=request.ranks_per_node or None,
+                warmup_iters=request.warmup_iters or 5,
+                iters=request.iters or 20,
+                placements=(False, True) if request.both_placements else (False,),
+            )
+        except (SpecError, SweepError) as error:
+            field_name, _, reason = str(error).partition(" ")
+            raise ValidationError(field_name, reason) from None
+        except ValueError as error:
+            raise ValidationError("", str(error)) from None
+        run = spec_to_proto(spec)
+        if backend == "sim":
+            run.sim.nodes.extend(topologies[name] for name in request.nodes)
+            run.sim.rack_of.update({v.name: v.rack or "default" for v in views})
+            if self.settings.spine_oversubscription is not None:
+                run.sim.spine_oversubscription = self.settings.spine_oversubscription
+            run.sim.seed = zlib.crc32(job_id.encode())
+        return run, backend, list(request.nodes)
+
+    @staticmethod
+    def _slots(view: NodeView, topology: topology_pb2.NodeTopology, request: admin_pb2.StartBenchmarkRequest) -> int:
+        if view.backend in ("nccl", "sim"):
+            return len(topology.gpus)
+        return request.ranks_per_node or 1
+
+    async def on_result(self, node_name: str, result: agent_pb2.CommandResult) -> None:
+        """A command finished: if it was a job's last, finish the job."""
+
+        def job_of(session: Session) -> str | None:
+            row = session.get(CommandRow, result.command_id)
+            return row.job_id if row is not None else None
+
+        job_id = await self.db.run(job_of)
+        if job_id:
+            await self._finish_if_complete(job_id, timed_out=False)
+
+    async def sweep(self) -> list[str]:
+        """Finish every job past its deadline and grace period as ``timed_out``; returns their ids."""
+        limit = self.wall_clock() - timedelta(seconds=self.settings.result_grace_s)
+
+        def overdue(session: Session) -> list[str]:
+            query = sa.select(BenchmarkJobRow.id).where(
+                BenchmarkJobRow.status == RUNNING, BenchmarkJobRow.deadline_at < limit
+            )
+            return list(session.scalars(query))
+
+        ids = await self.db.run(overdue)
+        for job_id in ids:
+            await self._finish_if_complete(job_id, timed_out=True)
+        return ids
+
+    async def _finish_if_complete(self, job_id: str, *, timed_out: bool) -> None:
+        now = self.wall_clock()
+
+        def finish(session: Session) -> str | None:
+            job = session.get(BenchmarkJobRow, job_id, with_for_update=True)
+            if job is None or job.status != RUNNING:
+                return None
+            rows = list(session.scalars(sa.select(CommandRow).where(CommandRow.job_id == job_id)))
+            final = [r for r in rows if CommandStatus(r.status).final and r.result is not None]
+            if len(final) < len(rows) and not timed_out:
+                return None
+            run = agent_pb2.RunBenchmark.FromString(job.spec)
+            results = {r.node_name: agent_pb2.CommandResult.FromString(r.result or b"") for r in final}
+            summary = summarize(spec_from_proto(run), results)
+            status = JobStatus.TIMED_OUT if timed_out and len(final) < len(rows) else summary.status
+            view = _job_message(job, run)
+            view.status = STATUS_TO_WIRE[status.value]
+            view.message = (
+                summary.message
+                if status is summary.status
+                else (
+                    f"job {job_id} timed_out: no result from "
+                    f"{', '.join(sorted(r.node_name for r in rows if r not in final))} by the deadline"
+                )
+            )
+            view.sizes.extend(size_to_proto(m) for m in summary.rows)
+            view.missing_ranks.extend(summary.missing_ranks)
+            view.hung_ranks.extend(summary.hung_ranks)
+            view.simulated = any(r.node_benchmark.simulated for r in results.values()) or job.backend == "sim"
+            view.finished_at.FromDatetime(now)
+            job.status = status.value
+            job.message = view.message
+            job.result = view.SerializeToString()
+            job.finished_at = now
+            for row in rows:
+                if not CommandStatus(row.status).final:
+                    row.status = CommandStatus.TIMED_OUT
+                    row.message = "the benchmark job's deadline passed"
+                    row.finished_at = now
+            return status.value
+
+        status = await self.db.run(finish)
+        if status is not None:
+            logger.info("benchmark job finished: %s", status, extra={"job": job_id})
+
+    async def _find(self, job_id: str) -> admin_pb2.BenchmarkJob | None:
+        try:
+            return await self.get(job_id)
+        except NotFoundError:
+            return None
+
+    async def get(self, job_id: str) -> admin_pb2.BenchmarkJob:
+        job = await self.db.run(lambda session: session.get(BenchmarkJobRow, job_id))
+        if job is None:
+            raise NotFoundError(f"no benchmark job with id {job_id!r}")
+        return _view(job)
+
+    async def list(self, *, limit: int = 50) -> list[admin_pb2.BenchmarkJob]:
+        def read(session: Session) -> list[BenchmarkJobRow]:
+            query = sa.select(BenchmarkJobRow).order_by(BenchmarkJobRow.created_at.desc()).limit(limit)
+            return list(session.scalars(query))
+
+        return [_view(job) for job in await self.db.run(read)]
+
+
+def _busy(session: Session, nodes: list[str]) -> tuple[str, str] | None:
+    """A (node, job) pair if one of ``nodes`` is in a running job."""
+    for job in session.scalars(sa.select(BenchmarkJobRow).where(BenchmarkJobRow.status == RUNNING)):
+        overlap = sorted(set(job.nodes) & set(nodes))
+        if overlap:
+            return overlap[0], job.id
+    return None
+
+
+def _stamp(at: datetime) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromDatetime(at)
+    return stamp
+
+
+def _job_message(job: BenchmarkJobRow, run: agent_pb2.RunBenchmark) -> admin_pb2.BenchmarkJob:
+    return admin_pb2.BenchmarkJob(
+        job_id=job.id,
+        status=STATUS_TO_WIRE[job.status],
+        message=job.message,
+        collective=run.collective,
+        nodes=list(job.nodes),
+        world_size=run.world_size,
+        dtype=run.dtype,
+        env=dict(run.env),
+        simulated=job.backend == "sim",
+        created_at=_stamp(job.created_at),
+        backend=BACKEND_TO_WIRE.get(job.backend, agent_pb2.BACKEND_UNSPECIFIED),
+        sizes_requested=run.sizes,
+        iters=run.iters,
+        warmup_iters=run.warmup_iters,
+    )
+
+
+def _view(job: BenchmarkJobRow) -> admin_pb2.BenchmarkJob:
+    if job.result is not None:
+        return admin_pb2.BenchmarkJob.FromString(job.result)
+    return _job_message(job, agent_pb2.RunBenchmark.FromString(job.spec))
