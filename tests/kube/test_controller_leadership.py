@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import grpc
 import grpc.aio
@@ -184,3 +185,25 @@ async def test_the_idleness_check_is_injectable(sqlite_url: str) -> None:
 
 async def _async(value: bool) -> bool:
     return value
+
+
+async def test_a_leader_that_cannot_start_its_work_gives_up_and_reports_unhealthy(
+    tmp_path: Path, kube_env: KubeEnvFactory, apiserver: FakeApiServer
+) -> None:
+    garbage = tmp_path / "db.sqlite"
+    garbage.write_bytes(b"not a database" * 100)  # migrating it fails at once (not a transient error)
+    broken = f"sqlite:///{garbage}"
+    controller = Controller(controller_settings(broken, kubernetes=kube_env("a"), leader_election=election("a")))
+    await controller.start()
+    try:
+        await async_wait_until(lambda: _health_is(controller, "", NOT_SERVING), timeout=10, what="liveness to fail")
+        assert not controller.leading
+        lease = apiserver.lease("topo-tune", "topo-tune-controller")
+        assert lease is not None
+        assert lease["spec"].get("holderIdentity") is None, "released for a replica that can lead"
+    finally:
+        await controller.stop()
+
+
+async def _health_is(controller: Controller, service: str, status: int) -> bool:
+    return (await health(controller))[service] == status

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -34,12 +35,16 @@ class Candidate:
 
 
 class MakeCandidate(Protocol):
-    def __call__(self, identity: str, *, api: LeaseApi | None = None, fail_start: bool = False) -> Candidate: ...
+    def __call__(
+        self, identity: str, *, api: LeaseApi | None = None, fail_start: bool = False, hold_start: bool = False
+    ) -> Candidate: ...
 
 
 @pytest.fixture
 def candidate(kube_env: KubeEnvFactory) -> MakeCandidate:
-    def make(identity: str, *, api: LeaseApi | None = None, fail_start: bool = False) -> Candidate:
+    def make(
+        identity: str, *, api: LeaseApi | None = None, fail_start: bool = False, hold_start: bool = False
+    ) -> Candidate:
         clock = Clock()
         events: list[str] = []
 
@@ -47,6 +52,12 @@ def candidate(kube_env: KubeEnvFactory) -> MakeCandidate:
             events.append(f"started {term.term} epoch {term.transitions}")
             if fail_start:
                 raise RuntimeError("database unreachable")
+            if hold_start:  # e.g. a database that takes its time to come up
+                try:
+                    await asyncio.Event().wait()
+                except asyncio.CancelledError:
+                    events.append("start cancelled")
+                    raise
 
         async def stopped(term: LeadershipTerm) -> None:
             events.append(f"stopped {term.term}")
@@ -230,3 +241,19 @@ def test_settings_that_could_give_two_leaders_are_refused(values: dict[str, obje
     with pytest.raises(ConfigError) as caught:
         LeaderElectionSettings(**{**base, **values})  # type: ignore[arg-type]
     assert caught.value.field == flag
+
+
+async def test_renewals_go_on_while_leader_work_is_starting(candidate: MakeCandidate, apiserver: FakeApiServer) -> None:
+    a = candidate("a", hold_start=True)
+    await a.elector.step()
+    first = apiserver.lease(NS, NAME)["spec"]["renewTime"]  # type: ignore[index]
+    for _ in range(8):  # 16 s of virtual time: longer than the lease
+        a.clock.now += 2
+        await a.elector.step()
+    assert apiserver.lease(NS, NAME)["spec"]["renewTime"] > first  # type: ignore[index]
+    assert a.elector.holds(a.elector.term)
+
+    apiserver.unreachable.add("a")  # the term ends before the slow start finished: the start is cancelled
+    a.clock.now += 10
+    await a.elector.step()
+    assert a.events == ["started 1 epoch 0", "start cancelled", "stopped 1"]

@@ -28,10 +28,10 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from topo_tune.errors import ConfigError, KubernetesError
 from topo_tune.kube.objects import Lease
@@ -95,7 +95,7 @@ class LeaseApi(Protocol):
     def replace_lease(self, namespace: str, name: str, lease: Lease) -> Lease: ...
 
 
-OnStarted = Callable[[LeadershipTerm], Awaitable[None]]
+OnStarted = Callable[[LeadershipTerm], Coroutine[Any, Any, None]]
 OnStopped = Callable[[LeadershipTerm], Awaitable[None]]
 
 
@@ -124,6 +124,7 @@ class LeaderElector:
         self._observed_at = 0.0
         self._last_renewed = 0.0
         self._term: LeadershipTerm | None = None
+        self._starting: asyncio.Task[None] | None = None
         self._terms = 0
         self._last_error = ""
 
@@ -152,8 +153,10 @@ class LeaderElector:
     async def run(self, stop: asyncio.Event) -> None:
         """Campaign until ``stop`` is set; then stop leading and release the Lease if held.
 
-        An exception from ``on_started_leading`` ends the term (``on_stopped_leading``, release) and is
-        raised from here: the caller decides whether the process can go on.
+        ``on_started_leading`` runs as a task beside the renewals (loading state may take longer than the
+        renew deadline); a term that ends first cancels it. An exception from it ends the term
+        (``on_stopped_leading``, release) and is raised from here: the caller decides whether the process
+        can go on.
         """
         try:
             while not stop.is_set():
@@ -188,6 +191,7 @@ class LeaderElector:
                 await self._begin_term()
         elif self._term is not None and self._clock() - self._last_renewed >= self.settings.renew_deadline_s:
             await self._end_term(self._term, f"no renewal for {self.settings.renew_deadline_s:g} s")
+        await self._check_start()
 
     async def _begin_term(self) -> None:
         self._terms += 1
@@ -200,17 +204,30 @@ class LeaderElector:
             self.settings.lease_name,
             transitions,
         )
+        self._starting = asyncio.create_task(self._on_started(term), name="leader-work-start")
+        await asyncio.sleep(0)  # let it begin now
+
+    async def _check_start(self) -> None:
+        task = self._starting
+        if task is None or not task.done():
+            return
+        self._starting = None
+        error = None if task.cancelled() else task.exception()
+        term = self._term
+        if error is None or term is None:
+            return
+        logger.error("starting leader work failed; giving up the lease", exc_info=error)
         try:
-            await self._on_started(term)
-        except BaseException:
-            logger.exception("starting leader work failed; giving up the lease")
-            try:
-                await self._end_term(term, "leader work failed to start")
-            finally:
-                await self.release()
-            raise
+            await self._end_term(term, "leader work failed to start")
+        finally:
+            await self.release()
+        raise error
 
     async def _end_term(self, term: LeadershipTerm, why: str) -> None:
+        starting, self._starting = self._starting, None
+        if starting is not None and not starting.done():
+            starting.cancel()
+            await asyncio.wait([starting])  # never raises: its outcome no longer matters
         if why == "stopping":
             logger.info("stopped leading")
         else:
