@@ -7,7 +7,7 @@ import pytest
 from tests.kube.conftest import KubeEnvFactory
 from tests.kube.fake_apiserver import FakeApiServer
 from topo_tune.kube.api import KubeApi
-from topo_tune.kube.idleness import AssumeIdle, IdlenessPolicy, KubernetesNodeIdleness
+from topo_tune.kube.idleness import AssumeIdle, IdlenessPolicy, KubernetesNodeIdleness, busy_nodes
 
 
 @pytest.fixture
@@ -86,3 +86,16 @@ async def test_outside_kubernetes_every_node_counts_as_idle() -> None:
     verdict = await AssumeIdle().check("n1")
     assert verdict.idle
     assert "not checked" in verdict.reason
+
+
+async def test_a_jobs_busy_nodes_are_named_with_their_reasons(
+    apiserver: FakeApiServer, idleness: KubernetesNodeIdleness
+) -> None:
+    apiserver.add_node("gpu-2", unschedulable=True)
+    apiserver.add_node("gpu-3")
+    apiserver.add_pod("team-a", "train-0", node="gpu-3", limits={"nvidia.com/gpu": "8"})
+    busy = await busy_nodes(idleness, ["gpu-1", "gpu-2", "gpu-3", "gpu-4"])
+    assert [(v.node_name, v.reason) for v in busy] == [
+        ("gpu-3", "GPU pods on the node: team-a/train-0"),
+        ("gpu-4", 'unknown, so not idle: reading node gpu-4: 404 Not Found: nodes "gpu-4" not found'),
+    ]

@@ -81,6 +81,12 @@ def judge(node: NodeInfo, pods: Sequence[PodInfo], policy: IdlenessPolicy) -> Id
     return IdleVerdict(node.name, idle=True, reason="no pod requests GPUs")
 
 
+async def busy_nodes(idleness: NodeIdleness, node_names: Sequence[str]) -> list[IdleVerdict]:
+    """The verdicts of the nodes among ``node_names`` that are not idle (checked concurrently, in order)."""
+    verdicts = await asyncio.gather(*(idleness.check(name) for name in node_names))
+    return [verdict for verdict in verdicts if not verdict.idle]
+
+
 class KubernetesNodeIdleness:
     """``NodeIdleness`` from the API: the node's ``spec.unschedulable`` and the pods bound to it."""
 
