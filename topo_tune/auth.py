@@ -56,11 +56,14 @@ def token_matches(expected: str, metadata: tuple[tuple[str, str | bytes], ...] |
     return hmac.compare_digest(presented, expected.encode())
 
 
-class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
-    """Refuses every call but health checks unless it carries the cluster's token."""
+class GuardInterceptor(grpc.aio.ServerInterceptor):
+    """Answers every call but health checks with ``code`` unless ``admits`` lets it through."""
 
-    def __init__(self, token: str) -> None:
-        self._token = token
+    code = grpc.StatusCode.UNAUTHENTICATED
+    details = _REFUSED
+
+    def admits(self, handler_call_details: grpc.HandlerCallDetails) -> bool:
+        raise NotImplementedError
 
     async def intercept_service(
         self,
@@ -69,16 +72,28 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         method: str = handler_call_details.method
-        if method.startswith(HEALTH_PREFIX) or handler is None:
+        if method.startswith(HEALTH_PREFIX) or handler is None or self.admits(handler_call_details):
             return handler
-        if token_matches(self._token, handler_call_details.invocation_metadata):
-            return handler
-        return _refusing_handler(handler)
+        return refusing_handler(handler, self.code, self.details)
 
 
-def _refusing_handler(like: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
+class BearerTokenInterceptor(GuardInterceptor):
+    """Refuses every call but health checks unless it carries the cluster's token."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token
+
+    def admits(self, handler_call_details: grpc.HandlerCallDetails) -> bool:
+        return token_matches(self._token, handler_call_details.invocation_metadata)
+
+
+def refusing_handler(
+    like: grpc.RpcMethodHandler[Any, Any], code: grpc.StatusCode, details: str
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """A handler of ``like``'s shape that answers every call with ``code`` and ``details`` (interceptors)."""
+
     async def refuse(_request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, _REFUSED)
+        await context.abort(code, details)
 
     # The replacement must have the original's streaming shape, or the server would wait for a
     # request message that a streaming client may never send. grpc.aio accepts a coroutine for a

@@ -8,6 +8,7 @@
     ├── ConflictError             the request contradicts current state (e.g. same command id, other body)
     ├── StorageError              the database failed after retries
     ├── PluginBuildError          the NCCL tuner plugin could not be compiled (no compiler, failed compile)
+    ├── KubernetesError           the Kubernetes API refused a request or could not be reached; carries the status
     └── ControllerError           talking to the controller failed (client side)
         ├── ControllerUnavailable the controller cannot be reached
         └── Unauthenticated       the controller refused the token
@@ -58,6 +59,14 @@ class StorageError(TopoTuneError):
 
 class PluginBuildError(TopoTuneError):
     """The NCCL tuner plugin could not be built; the message says why and what to do."""
+
+
+class KubernetesError(TopoTuneError):
+    """A Kubernetes API request failed; ``status`` is the HTTP status, or None when there was no answer."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)
 
 
 class ControllerError(TopoTuneError):

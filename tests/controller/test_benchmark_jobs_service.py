@@ -183,3 +183,22 @@ async def test_admin_rpc_and_cli_print_an_nccl_tests_table(
     )
     assert refused.exit_code == 1
     assert "forces it on" in refused.output
+
+
+async def test_nodes_with_gpu_pods_take_no_benchmark(
+    jobs_controller: Controller, agents: Callable[..., RunningAgent]
+) -> None:
+    from topo_tune.kube.idleness import IdleVerdict
+
+    class TrainingOnS2:
+        async def check(self, node_name: str) -> IdleVerdict:
+            if node_name == "s2":
+                return IdleVerdict(node_name, idle=False, reason="GPU pods on the node: team/train-0")
+            return IdleVerdict(node_name, idle=True, reason="no GPU pods")
+
+    jobs_controller.idleness = TrainingOnS2()
+    await registered(agents("s1", "sim"), agents("s2", "sim"))
+    with pytest.raises(ConflictError, match="s2: GPU pods on the node: team/train-0"):
+        await jobs_controller.jobs.start(request(["s1", "s2"]))
+    job = await jobs_controller.jobs.start(request(["s1"]))
+    assert (await finished(jobs_controller, job.job_id)).status == admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED

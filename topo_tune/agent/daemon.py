@@ -28,6 +28,7 @@ from topo_tune.agent.journal import Entry, Journal
 from topo_tune.agent.settings import AgentSettings
 from topo_tune.auth import bearer_metadata, open_channel
 from topo_tune.benchmark.env_policy import EnvPolicy
+from topo_tune.kube.rack import NodeRackReader
 from topo_tune.v1 import agent_pb2, agent_pb2_grpc, topology_pb2
 
 logger = logging.getLogger(__name__)
@@ -53,10 +54,19 @@ class Agent:
         *,
         discover: Callable[[], topology_pb2.NodeTopology] = discovery.discover,
         rng: random.Random | None = None,
+        rack_source: Callable[[], str] | None = None,
     ) -> None:
         self.settings = settings
         self.instance_id = uuid.uuid4().hex
         self.journal = Journal(settings.state_dir / "journal.sqlite3")
+        self.rack = settings.rack
+        """Sent at every registration: ``--rack``, else (in Kubernetes) the node's rack label."""
+        if rack_source is None and not settings.rack and settings.kubernetes is not None and settings.rack_label:
+            rack_source = NodeRackReader(
+                environment=settings.kubernetes, node_name=settings.node_name, label=settings.rack_label
+            )
+        self._rack_source = rack_source
+        self._discover = discover
         self.executor = Executor(
             journal=self.journal,
             node_name=settings.node_name,
@@ -65,9 +75,8 @@ class Agent:
             policy=EnvPolicy(config_dirs=(settings.config_dir,), plugin_dirs=settings.plugin_dirs),
             bind_address=settings.address or "127.0.0.1",
             default_deadline_s=settings.benchmark_deadline_s,
-            discover=discover,
+            discover=self._discover_node,
         )
-        self._discover = discover
         self._rng = rng or random.Random()
         self._backoff = Backoff(settings.backoff_initial_s, settings.backoff_max_s, self._rng)
         self._outgoing: asyncio.Queue[agent_pb2.AgentMessage] | None = None
@@ -81,7 +90,7 @@ class Agent:
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set."""
         await self._finish_interrupted()
-        topology = await asyncio.to_thread(self._discover)
+        topology = await asyncio.to_thread(self._discover_node)
         try:
             while not stop.is_set():
                 reached = await self._session_guarded(topology, stop)
@@ -98,6 +107,16 @@ class Agent:
                 task.cancel()
             await asyncio.gather(*self._running.values(), return_exceptions=True)
             self.journal.close()
+
+    def _discover_node(self) -> topology_pb2.NodeTopology:
+        """Discovery, at start-up and on ``rediscover``; also re-reads the rack label (next registration)."""
+        topology = self._discover()
+        if self._rack_source is not None:
+            rack = self._rack_source()
+            if rack != self.rack:
+                logger.info("rack is now %r", rack, extra={"node": self.settings.node_name, "rack": rack})
+                self.rack = rack
+        return topology
 
     async def _finish_interrupted(self) -> None:
         for command_id in await asyncio.to_thread(self.journal.interrupted):
@@ -138,7 +157,7 @@ class Agent:
         return agent_pb2.AgentMessage(
             register=agent_pb2.Register(
                 node_name=self.settings.node_name,
-                rack=self.settings.rack,
+                rack=self.rack,
                 labels=dict(self.settings.labels),
                 topology=topology,
                 agent_version=__version__,

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from topo_tune.auth import TlsFiles
+from topo_tune.kube.environment import KubeEnvironment
+from topo_tune.kube.rack import DEFAULT_RACK_LABEL
 
 
 @dataclass(frozen=True)
@@ -37,3 +39,7 @@ class AgentSettings:
     """Reconnect delays grow from ``backoff_initial_s`` to this cap, with full jitter."""
     default_heartbeat_interval_s: float = 10.0
     """Used until the controller says otherwise in ``Registered``."""
+    kubernetes: KubeEnvironment | None = None
+    """The Kubernetes API when the agent runs in a pod: without ``rack``, the rack comes from a node label."""
+    rack_label: str = DEFAULT_RACK_LABEL
+    """Node label that names the rack (cluster.yaml's ``rackLabel``)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import socket
 from pathlib import Path
@@ -11,6 +12,8 @@ import click
 
 from topo_tune.agent.settings import AgentSettings
 from topo_tune.cli.connection import client_tls, client_tls_options, resolve_token, token_options
+from topo_tune.kube.environment import detect_in_cluster
+from topo_tune.kube.rack import DEFAULT_RACK_LABEL
 from topo_tune.v1 import topology_pb2
 
 _DIR = click.Path(path_type=Path, file_okay=False)
@@ -49,6 +52,13 @@ def agent() -> None:
     envvar="TOPO_TUNE_RACK",
     default="",
     help="Rack, when cluster.yaml does not say [$TOPO_TUNE_RACK].",
+)
+@click.option(
+    "--rack-label",
+    envvar="TOPO_TUNE_RACK_LABEL",
+    default=DEFAULT_RACK_LABEL,
+    show_default=True,
+    help="In a Kubernetes pod without --rack: the node label that names the rack [$TOPO_TUNE_RACK_LABEL].",
 )
 @click.option("--label", "labels", multiple=True, callback=_labels, help="KEY=VALUE label; repeatable.")
 @click.option(
@@ -94,6 +104,7 @@ def run(
     controller_address: str,
     node_name: str | None,
     rack: str,
+    rack_label: str,
     labels: dict[str, str],
     backend: str,
     address: str,
@@ -125,6 +136,8 @@ def run(
         state_dir=state_dir,
         config_dir=config_dir,
         tls=client_tls(tls_ca, tls_cert, tls_key),
+        kubernetes=detect_in_cluster(os.environ),
+        rack_label=rack_label,
     )
     asyncio.run(_run(settings))
 

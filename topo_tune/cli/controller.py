@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import socket
+import uuid
 from pathlib import Path
 
 import click
@@ -13,6 +16,8 @@ from topo_tune.cli.connection import resolve_token, token_options
 from topo_tune.cluster_config import ClusterConfig, load_cluster_config, parse_cluster_config
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.errors import ConfigError
+from topo_tune.kube.environment import KubeEnvironment, detect_in_cluster
+from topo_tune.kube.leader_election import LeaderElectionSettings
 
 _PATH = click.Path(path_type=Path, dir_okay=False)
 
@@ -38,6 +43,31 @@ def controller() -> None:
 @click.option("--tls-cert", type=_PATH, help="Server certificate (enables TLS).")
 @click.option("--tls-key", type=_PATH, help="Server key.")
 @click.option("--tls-client-ca", type=_PATH, help="CA for client certificates (enables mTLS).")
+@click.option(
+    "--leader-election/--no-leader-election",
+    envvar="TOPO_TUNE_LEADER_ELECTION",
+    default=False,
+    help="Several replicas in Kubernetes: only the holder of a Lease acts [$TOPO_TUNE_LEADER_ELECTION].",
+)
+@click.option(
+    "--lease-namespace",
+    envvar="TOPO_TUNE_LEASE_NAMESPACE",
+    help="Namespace of the Lease [$TOPO_TUNE_LEASE_NAMESPACE, else the pod's own].",
+)
+@click.option(
+    "--lease-name",
+    envvar="TOPO_TUNE_LEASE_NAME",
+    default="topo-tune-controller",
+    show_default=True,
+    help="Name of the Lease [$TOPO_TUNE_LEASE_NAME].",
+)
+@click.option(
+    "--lease-duration", type=click.IntRange(min=1), default=15, show_default=True, help="Seconds before takeover."
+)
+@click.option(
+    "--renew-deadline", type=float, default=10.0, show_default=True, help="Seconds a leader may fail to renew."
+)
+@click.option("--retry-period", type=float, default=2.0, show_default=True, help="Seconds between election rounds.")
 def serve(
     config_file: Path | None,
     listen: str | None,
@@ -51,6 +81,12 @@ def serve(
     tls_cert: Path | None,
     tls_key: Path | None,
     tls_client_ca: Path | None,
+    leader_election: bool,
+    lease_namespace: str | None,
+    lease_name: str,
+    lease_duration: int,
+    renew_deadline: float,
+    retry_period: float,
 ) -> None:
     """Serve the agent and admin gRPC services until SIGTERM or Ctrl-C.
 
@@ -61,6 +97,10 @@ def serve(
     Example:
       TOPO_TUNE_TOKEN=$(cat token) topo-tune controller serve --config cluster.yaml \\
           --listen 0.0.0.0:50051 --metrics-listen 0.0.0.0:9464
+
+    In a Kubernetes pod the controller uses the API (service account) to tell idle GPU nodes from busy
+    ones; with --leader-election only the Lease holder serves agents and admins and runs the periodic jobs,
+    and the others report NOT_SERVING for those services.
     """
     cluster: ClusterConfig = (
         load_cluster_config(config_file) if config_file else parse_cluster_config({"apiVersion": "topo-tune/v1"})
@@ -79,6 +119,7 @@ def serve(
     expiry = heartbeat_expiry or section.heartbeat_expiry
     if expiry <= interval:
         raise ConfigError("--heartbeat-expiry", f"{expiry:g} s must be longer than the interval {interval:g} s")
+    kubernetes = detect_in_cluster(os.environ)
     settings = ControllerSettings(
         listen=listen or section.listen,
         database_url=database or section.database,
@@ -91,8 +132,43 @@ def serve(
         rack_of=cluster.rack_of(),
         spine_oversubscription=cluster.spine.oversubscription if cluster.spine else None,
         spine_bandwidth_gbps=cluster.spine.bandwidth_gbps if cluster.spine else None,
+        kubernetes=kubernetes,
+        leader_election=_leader_election(
+            kubernetes,
+            enabled=leader_election,
+            namespace=lease_namespace,
+            lease_name=lease_name,
+            lease_duration=lease_duration,
+            renew_deadline=renew_deadline,
+            retry_period=retry_period,
+        ),
     )
     asyncio.run(_serve(settings))
+
+
+def _leader_election(
+    kubernetes: KubeEnvironment | None,
+    *,
+    enabled: bool,
+    namespace: str | None,
+    lease_name: str,
+    lease_duration: int,
+    renew_deadline: float,
+    retry_period: float,
+) -> LeaderElectionSettings | None:
+    if not enabled:
+        return None
+    if kubernetes is None:
+        raise ConfigError("--leader-election", "needs the Kubernetes API: run the controller in a pod")
+    return LeaderElectionSettings(
+        namespace=namespace or kubernetes.namespace,
+        lease_name=lease_name,
+        # As client-go: the pod name (= host name) for operators, plus a suffix unique to this process.
+        identity=f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
+        lease_duration_s=lease_duration,
+        renew_deadline_s=renew_deadline,
+        retry_period_s=retry_period,
+    )
 
 
 async def _serve(settings: ControllerSettings) -> None:

@@ -71,6 +71,8 @@ class BenchmarkJobs:
     deliver: Callable[[CommandRecord], Awaitable[bool]]
     wall_clock: Callable[[], datetime]
     settings: JobSettings = field(default_factory=JobSettings)
+    busy_reasons: Callable[[list[str]], Awaitable[list[str]]] | None = None
+    """Why nodes may not take benchmark work now (in Kubernetes: GPU pods on them); empty: all idle."""
     rng: random.Random = field(default_factory=random.Random)
     new_id: Callable[[], str] = lambda: "bj-" + uuid.uuid4().hex[:12]
 
@@ -83,6 +85,10 @@ class BenchmarkJobs:
             if existing is not None:
                 return existing
         run, backend, nodes = await self._plan(request, job_id)
+        if self.busy_reasons is not None:
+            reasons = await self.busy_reasons(nodes)
+            if reasons:
+                raise ConflictError(f"nodes not idle for benchmarks: {'; '.join(reasons)}")
         deadline_s = float(request.deadline_s or self.settings.default_deadline_s)
         now = self.wall_clock()
 

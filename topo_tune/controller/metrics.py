@@ -21,6 +21,7 @@ class ControllerMetrics:
         self.rejected_messages = Counter(
             "topo_tune_rejected_messages", "Agent messages refused as malformed", registry=r
         )
+        self.leader = Gauge("topo_tune_controller_leader", "1 while this controller leads and acts", registry=r)
         self.db_seconds = Histogram(
             "topo_tune_sweep_duration_seconds", "Time of one expiry sweep and heartbeat flush", registry=r
         )

@@ -8,6 +8,14 @@ period, the last heartbeats are flushed, the database is closed.
 
 Periodic jobs run in APScheduler 3.x (in-memory job store; the schedules come from settings, so they are
 simply registered again at each start-up).
+
+Leader-only work — migrating and loading the database, the periodic jobs, agent sessions and admin calls —
+runs while this controller leads. Alone (the default) it leads from start-up to shutdown. With leader
+election (Kubernetes, several replicas) it leads while it holds the Lease: on gaining it the state is
+reloaded from the database (level-triggered: the previous leader changed it), on losing it the jobs stop,
+sessions close and the agent/admin health goes ``NOT_SERVING`` at once; every periodic job checks the
+leadership term (the fence) before it writes, because Lease-based election cannot promise that a paused
+ex-leader notices in time.
 """
 
 from __future__ import annotations
@@ -31,11 +39,14 @@ from topo_tune.controller.agent_service import AgentServicer
 from topo_tune.controller.commands import CommandBook
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.jobs import BenchmarkJobs, JobSettings
+from topo_tune.controller.leadership import LeaderOnlyInterceptor
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.sessions import SessionHub
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.errors import ConfigError
+from topo_tune.kube.idleness import AssumeIdle, NodeIdleness, busy_nodes
+from topo_tune.kube.leader_election import LeaderElector, LeadershipTerm
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2, agent_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -53,7 +64,7 @@ def _wall_clock() -> datetime:
 class Controller:
     """One controller process's services and state."""
 
-    def __init__(self, settings: ControllerSettings) -> None:
+    def __init__(self, settings: ControllerSettings, *, idleness: NodeIdleness | None = None) -> None:
         if not settings.token:
             raise ConfigError("--token-file", "the controller needs a token: --token-file FILE or TOPO_TUNE_TOKEN")
         self.settings = settings
@@ -87,6 +98,7 @@ class Controller:
             ),
         )
         self.hub.result_listeners.append(self.jobs.on_result)
+        self.jobs.busy_reasons = self._busy_reasons
         self.health = health.aio.HealthServicer()
         self.port = 0
         self.health_port = 0
@@ -95,11 +107,38 @@ class Controller:
         self._health_server: grpc.aio.Server | None = None
         self._metrics_server: Any = None
         self._scheduler: AsyncIOScheduler | None = None
+        self.idleness: NodeIdleness = idleness or AssumeIdle()
+        """Ask before sending benchmark work to a node (Kubernetes: cordoned, or no GPU pods)."""
+        self._idleness_injected = idleness is not None
+        self._elector: LeaderElector | None = None
+        self._election: asyncio.Task[None] | None = None
+        self._election_stop = asyncio.Event()
+        self._term: LeadershipTerm | None = None
+
+    async def _busy_reasons(self, nodes: list[str]) -> list[str]:
+        return [f"{verdict.node_name}: {verdict.reason}" for verdict in await busy_nodes(self.idleness, nodes)]
+
+    @property
+    def leading(self) -> bool:
+        """True while this controller may do leader-only work (always, without leader election)."""
+        return self._holds(self._term)
+
+    def _holds(self, term: LeadershipTerm | None) -> bool:
+        if term is None or term is not self._term:
+            return False
+        return self._elector is None or self._elector.holds(term)
+
+    def job_ids(self) -> list[str]:
+        """The periodic jobs scheduled now (none on a standby)."""
+        return sorted(job.id for job in self._scheduler.get_jobs()) if self._scheduler else []
 
     async def start(self) -> None:
-        await asyncio.to_thread(self.db.migrate)
-        known = await self.registry.load()
-        logger.info("database ready", extra={"nodes": known, "url": self.db.url.render_as_string()})
+        if self.settings.kubernetes is not None:
+            self._connect_kubernetes()
+        elif self.settings.leader_election is not None:
+            raise ConfigError("--leader-election", "needs the Kubernetes API: run the controller in a pod")
+        if self._elector is None:
+            await self._load_state()  # before binding: a bad database fails start-up before anyone connects
         options = [
             ("grpc.max_receive_message_length", self.settings.max_message_bytes),
             ("grpc.max_send_message_length", self.settings.max_message_bytes),
@@ -107,7 +146,8 @@ class Controller:
             ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
             ("grpc.keepalive_permit_without_calls", 1),
         ]
-        server = grpc.aio.server(interceptors=[BearerTokenInterceptor(self.settings.token)], options=options)
+        interceptors = [BearerTokenInterceptor(self.settings.token), LeaderOnlyInterceptor(lambda: self.leading)]
+        server = grpc.aio.server(interceptors=interceptors, options=options)
         agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(self.hub), server)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminServicer(
@@ -129,16 +169,82 @@ class Controller:
             await self._health_server.start()
         await server.start()
         self._server = server
-        for name in (*SERVICE_NAMES, ""):
-            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        # "" is the process (liveness); the services are SERVING only while this controller leads (readiness).
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        for name in SERVICE_NAMES:
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         if self.settings.metrics_listen:
             host, _, port = self.settings.metrics_listen.rpartition(":")
             self._metrics_server, _thread = start_http_server(
                 int(port), addr=host.strip("[]"), registry=self.metrics.registry
             )
             self.metrics_port = self._metrics_server.server_port
-        self._start_jobs()
+        if self._elector is None:
+            await self._begin_leader_work(LeadershipTerm(self.controller_id, term=1, transitions=0))
+        else:
+            self._election_stop = asyncio.Event()
+            self._election = asyncio.create_task(self._campaign(self._elector), name="leader-election")
         logger.info("controller serving", extra={"port": self.port, "controller": self.controller_id})
+
+    def _connect_kubernetes(self) -> None:
+        # Imported here: only Kubernetes mode loads the kubernetes client.
+        from topo_tune.kube.api import KubeApi  # noqa: PLC0415
+        from topo_tune.kube.idleness import KubernetesNodeIdleness  # noqa: PLC0415
+
+        assert self.settings.kubernetes is not None
+        api = KubeApi.connect(self.settings.kubernetes)
+        if not self._idleness_injected:
+            self.idleness = KubernetesNodeIdleness(api)
+        if self.settings.leader_election is not None:
+            self._elector = LeaderElector(
+                api=api,
+                settings=self.settings.leader_election,
+                on_started_leading=self._start_leading,
+                on_stopped_leading=self._stop_leading,
+            )
+
+    async def _campaign(self, elector: LeaderElector) -> None:
+        try:
+            await elector.run(self._election_stop)
+        except Exception:
+            # Leader work could not start (e.g. the database is unreachable): report the process unhealthy
+            # so that kubelet restarts it, rather than idling as a standby that can never lead.
+            logger.exception("leader election ended with an error", extra={"controller": self.controller_id})
+            await self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    async def _load_state(self) -> None:
+        await asyncio.to_thread(self.db.migrate)
+        known = await self.registry.load()
+        logger.info("database ready", extra={"nodes": known, "url": self.db.url.render_as_string()})
+
+    async def _start_leading(self, term: LeadershipTerm) -> None:
+        """On gaining the Lease: reload the state the previous leader left, then begin leader-only work."""
+        await self._load_state()
+        await self._begin_leader_work(term)
+
+    async def _begin_leader_work(self, term: LeadershipTerm) -> None:
+        """Schedule the jobs, accept agents and admins."""
+        self._term = term
+        self._start_jobs()
+        for name in SERVICE_NAMES:
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self.metrics.leader.set(1)
+        logger.info("leading", extra={"controller": self.controller_id, "term": term.term})
+
+    async def _stop_leading(self, term: LeadershipTerm) -> None:
+        """End leader-only work at once. Pending heartbeats are written only if the term still holds."""
+        still_holds = self._holds(term)
+        self._term = None  # the fence: from here on no job and no call does leader-only work
+        self.metrics.leader.set(0)
+        for name in SERVICE_NAMES:
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
+            self._scheduler = None
+        self.hub.close_all("this controller is no longer the leader")
+        if still_holds:
+            await self.registry.flush()
+        logger.info("no longer leading", extra={"controller": self.controller_id, "term": term.term})
 
     def _bind(self, server: grpc.aio.Server, address: str, *, secure: bool) -> int:
         try:
@@ -166,7 +272,7 @@ class Controller:
             coalesce=True,
         )
         scheduler.add_job(
-            self.registry.flush,
+            self.flush,
             "interval",
             seconds=flush_every,
             id="heartbeat-flush",
@@ -178,32 +284,43 @@ class Controller:
         self._scheduler = scheduler
 
     async def sweep(self) -> None:
+        if not self.leading:
+            logger.warning("expiry sweep skipped: not the leader", extra={"controller": self.controller_id})
+            return
         with self.metrics.db_seconds.time():
             await self.registry.sweep()
             await self.jobs.sweep()
         for state, count in self.registry.counts().items():
             self.metrics.nodes.labels(state=state.value).set(count)
 
+    async def flush(self) -> None:
+        if not self.leading:
+            logger.warning("heartbeat flush skipped: not the leader", extra={"controller": self.controller_id})
+            return
+        await self.registry.flush()
+
     async def stop(self) -> None:
-        """Graceful shutdown: NOT_SERVING, close sessions, drain RPCs, flush, close the database."""
+        """Graceful shutdown: NOT_SERVING, close sessions, drain RPCs, stop leading (flush, release), close."""
         await self.health.enter_graceful_shutdown()
-        if self._scheduler is not None:
-            self._scheduler.shutdown(wait=False)
-            self._scheduler = None
         self.hub.close_all("controller shutting down")
         if self._server is not None:
             await self._server.stop(self.settings.shutdown_grace_s)
             self._server = None
-        if self._health_server is not None:
-            await self._health_server.stop(0)
-            self._health_server = None
-        if self._metrics_server is not None:
-            self._metrics_server.shutdown()
-            self._metrics_server.server_close()
-            self._metrics_server = None
         try:
-            await self.registry.flush()
+            if self._election is not None:
+                self._election_stop.set()  # the elector stops leading, then releases the Lease
+                await self._election
+                self._election = None
+            elif self._term is not None:
+                await self._stop_leading(self._term)
         finally:
+            if self._health_server is not None:
+                await self._health_server.stop(0)
+                self._health_server = None
+            if self._metrics_server is not None:
+                self._metrics_server.shutdown()
+                self._metrics_server.server_close()
+                self._metrics_server = None
             await asyncio.to_thread(self.db.close)
         logger.info("controller stopped", extra={"controller": self.controller_id})
 

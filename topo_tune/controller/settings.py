@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from topo_tune.auth import TlsFiles
+from topo_tune.kube.environment import KubeEnvironment
+from topo_tune.kube.leader_election import LeaderElectionSettings
 
 
 @dataclass(frozen=True)
@@ -35,3 +37,7 @@ class ControllerSettings:
     """How long in-flight RPCs may finish after SIGTERM."""
     max_message_bytes: int = 16 * 1024 * 1024
     controller_id: str = ""
+    kubernetes: KubeEnvironment | None = None
+    """The Kubernetes API (in-cluster): node idleness checks, and leader election when enabled."""
+    leader_election: LeaderElectionSettings | None = None
+    """None: this controller is the only one and always leads. Set: only the Lease holder acts."""

@@ -1,0 +1,261 @@
+"""A small in-process Kubernetes API server: just the endpoints topo-tune calls, with the real semantics.
+
+Served over HTTP on 127.0.0.1 (port 0) by a thread, so that the real ``kubernetes`` client talks to it over
+a socket. Implemented: GET a node; list pods across namespaces by ``fieldSelector=spec.nodeName=…``; Lease
+GET/POST/PUT with ``resourceVersion`` optimistic concurrency (409 Conflict on a stale write, 409
+AlreadyExists on a second create), MicroTime fields checked with the API server's own format (six
+fractional digits), bearer tokens checked (401), and errors as ``Status`` objects.
+
+For fault injection a token can be made *unreachable* (every request with it gets 503, as through a broken
+network path or an overloaded API server) or *stalled* (requests hang until released), so one candidate of a
+leader election can stop renewing while the others carry on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import threading
+import urllib.parse
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)$")
+LEASE_PATH = re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/([^/]+)/leases(?:/([^/]+))?$")
+NODE_PATH = re.compile(r"^/api/v1/nodes/([^/]+)$")
+
+
+class _Refused(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+
+@dataclass
+class FakeApiServer:
+    tokens: set[str] = field(default_factory=set)
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    leases: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    unreachable: set[str] = field(default_factory=set)
+    stalled: set[str] = field(default_factory=set)
+    requests: list[tuple[str, str, str]] = field(default_factory=list)
+    """(method, path with query, token) of every request, in order."""
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _versions: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
+    _release: threading.Event = field(default_factory=threading.Event)
+    _server: ThreadingHTTPServer | None = None
+
+    # -- set-up helpers -------------------------------------------------------------------------------------
+
+    def add_node(self, name: str, *, labels: dict[str, str] | None = None, unschedulable: bool = False) -> None:
+        spec = {"unschedulable": True} if unschedulable else {}
+        self.nodes[name] = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": labels or {}, "resourceVersion": self._next_version()},
+            "spec": spec,
+        }
+
+    def add_pod(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        node: str,
+        phase: str = "Running",
+        labels: dict[str, str] | None = None,
+        requests: dict[str, str] | None = None,
+        limits: dict[str, str] | None = None,
+        init_limits: dict[str, str] | None = None,
+    ) -> None:
+        def container(cname: str, requests: dict[str, str] | None, limits: dict[str, str] | None) -> dict[str, Any]:
+            resources: dict[str, Any] = {}
+            if requests:
+                resources["requests"] = requests
+            if limits:
+                resources["limits"] = limits
+            return {"name": cname, "image": "busybox", "resources": resources}
+
+        spec: dict[str, Any] = {"nodeName": node, "containers": [container("main", requests, limits)]}
+        if init_limits:
+            spec["initContainers"] = [container("init", None, init_limits)]
+        self.pods.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+                "spec": spec,
+                "status": {"phase": phase},
+            }
+        )
+
+    def lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            stored = self.leases.get((namespace, name))
+            return json.loads(json.dumps(stored)) if stored else None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+
+    def start(self) -> FakeApiServer:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                fake._handle(self, "GET")
+
+            def do_POST(self) -> None:
+                fake._handle(self, "POST")
+
+            def do_PUT(self) -> None:
+                fake._handle(self, "PUT")
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-apiserver", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._release.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def release_stalled(self) -> None:
+        self._release.set()
+
+    # -- request handling -----------------------------------------------------------------------------------
+
+    def _next_version(self) -> str:
+        return str(next(self._versions))
+
+    def _handle(self, request: BaseHTTPRequestHandler, method: str) -> None:
+        auth = request.headers.get("Authorization", "")
+        token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else ""
+        with self._lock:
+            self.requests.append((method, request.path, token))
+        if token in self.stalled:
+            self._release.wait(60)
+        try:
+            if token in self.unreachable:
+                raise _Refused(503, "ServiceUnavailable", "the server is currently unable to handle the request")
+            if token not in self.tokens:
+                raise _Refused(401, "Unauthorized", "Unauthorized")
+            length = int(request.headers.get("Content-Length") or 0)
+            body = json.loads(request.rfile.read(length)) if length else None
+            code, payload = self._route(method, request.path, body)
+        except _Refused as refused:
+            code, payload = refused.code, _status(refused)
+        data = json.dumps(payload).encode()
+        request.send_response(code)
+        request.send_header("Content-Type", "application/json")
+        request.send_header("Content-Length", str(len(data)))
+        request.end_headers()
+        request.wfile.write(data)
+
+    def _route(self, method: str, raw_path: str, body: Any) -> tuple[int, dict[str, Any]]:
+        url = urllib.parse.urlsplit(raw_path)
+        query = urllib.parse.parse_qs(url.query)
+        with self._lock:
+            if method == "GET" and (match := NODE_PATH.match(url.path)):
+                node = self.nodes.get(match[1])
+                if node is None:
+                    raise _Refused(404, "NotFound", f'nodes "{match[1]}" not found')
+                return 200, node
+            if method == "GET" and url.path == "/api/v1/pods":
+                return 200, self._list_pods(query)
+            if match := LEASE_PATH.match(url.path):
+                return self._lease_call(method, match[1], match[2], body)
+        raise _Refused(404, "NotFound", f"the server could not find the requested resource ({method} {url.path})")
+
+    def _list_pods(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        selectors = query.get("fieldSelector", [])
+        if len(selectors) != 1 or not selectors[0].startswith("spec.nodeName="):
+            raise _Refused(400, "BadRequest", f"this fake supports only fieldSelector=spec.nodeName=…, got {selectors}")
+        node = selectors[0].removeprefix("spec.nodeName=")
+        items = [pod for pod in self.pods if pod["spec"].get("nodeName") == node]
+        return {"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": items}
+
+    def _lease_call(self, method: str, namespace: str, name: str | None, body: Any) -> tuple[int, dict[str, Any]]:
+        if method == "GET" and name:
+            stored = self.leases.get((namespace, name))
+            if stored is None:
+                raise _Refused(404, "NotFound", f'leases.coordination.k8s.io "{name}" not found')
+            return 200, stored
+        if method == "POST" and not name:
+            lease = _valid_lease(body, namespace)
+            key = (namespace, lease["metadata"]["name"])
+            if key in self.leases:
+                raise _Refused(409, "AlreadyExists", f'leases.coordination.k8s.io "{key[1]}" already exists')
+            lease["metadata"].update(resourceVersion=self._next_version(), uid=f"uid-{key[1]}")
+            self.leases[key] = lease
+            return 201, lease
+        if method == "PUT" and name:
+            lease = _valid_lease(body, namespace)
+            if lease["metadata"]["name"] != name:
+                raise _Refused(400, "BadRequest", "the name of the object does not match the name on the URL")
+            stored = self.leases.get((namespace, name))
+            if stored is None:
+                raise _Refused(404, "NotFound", f'leases.coordination.k8s.io "{name}" not found')
+            if lease["metadata"].get("resourceVersion") != stored["metadata"]["resourceVersion"]:
+                raise _Refused(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on leases.coordination.k8s.io "{name}": the object has been '
+                    "modified; please apply your changes to the latest version and try again",
+                )
+            lease["metadata"].update(resourceVersion=self._next_version(), uid=stored["metadata"]["uid"])
+            self.leases[(namespace, name)] = lease
+            return 200, lease
+        raise _Refused(405, "MethodNotAllowed", f"{method} is not supported here")
+
+
+def _valid_lease(body: Any, namespace: str) -> dict[str, Any]:
+    if not isinstance(body, dict) or body.get("kind", "Lease") != "Lease":
+        raise _Refused(400, "BadRequest", "expected a Lease")
+    metadata = body.get("metadata") or {}
+    if not metadata.get("name"):
+        raise _Refused(422, "Invalid", "metadata.name: Required value")
+    if metadata.get("namespace", namespace) != namespace:
+        raise _Refused(400, "BadRequest", "the namespace of the provided object does not match the namespace sent")
+    spec = body.get("spec") or {}
+    for key in ("acquireTime", "renewTime"):
+        value = spec.get(key)
+        if value is not None and not (isinstance(value, str) and MICRO_TIME.match(value)):
+            raise _Refused(400, "BadRequest", f"spec.{key}: parsing time {value!r} as RFC3339 with microseconds")
+    duration = spec.get("leaseDurationSeconds")
+    if duration is not None and (not isinstance(duration, int) or duration <= 0):
+        raise _Refused(422, "Invalid", "spec.leaseDurationSeconds: must be greater than 0")
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": metadata["name"],
+            "namespace": namespace,
+            "resourceVersion": metadata.get("resourceVersion"),
+        },
+        "spec": spec,
+    }
+
+
+def _status(refused: _Refused) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": refused.message,
+        "reason": refused.reason,
+        "code": refused.code,
+    }

@@ -1,0 +1,209 @@
+"""Two controllers electing on the same Lease: one leads, the other stands by; failover and fencing.
+
+Real controllers (gRPC on loopback, one SQLite database shared as a PostgreSQL one would be), the real
+kubernetes client, and the fake API server. Timings are short (3 s lease, 1 s renew deadline, 0.1 s retry
+period), so a failover takes about 3 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import grpc.aio
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests.conftest import controller_settings
+from tests.kube.conftest import KubeEnvFactory
+from tests.kube.fake_apiserver import FakeApiServer
+from tests.support.processes import TOKEN
+from tests.support.waiting import async_wait_until
+from topo_tune.auth import bearer_metadata
+from topo_tune.controller.leadership import NOT_LEADER
+from topo_tune.controller.server import Controller
+from topo_tune.errors import ConfigError
+from topo_tune.kube.idleness import IdleVerdict
+from topo_tune.kube.leader_election import LeaderElectionSettings
+from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2, agent_pb2_grpc
+
+AGENT_SERVICE = "topo_tune.v1.AgentService"
+ADMIN_SERVICE = "topo_tune.v1.AdminService"
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+LEASE_DURATION_S = 3
+
+
+def election(identity: str) -> LeaderElectionSettings:
+    return LeaderElectionSettings(
+        namespace="topo-tune",
+        identity=identity,
+        lease_duration_s=LEASE_DURATION_S,
+        renew_deadline_s=1.0,
+        retry_period_s=0.1,
+    )
+
+
+@pytest.fixture
+async def pair(sqlite_url: str, kube_env: KubeEnvFactory) -> AsyncIterator[dict[str, Controller]]:
+    controllers = {
+        name: Controller(
+            controller_settings(
+                sqlite_url, kubernetes=kube_env(name), leader_election=election(name), controller_id=name
+            )
+        )
+        for name in ("a", "b")
+    }
+    for controller in controllers.values():
+        await controller.start()
+    try:
+        yield controllers
+    finally:
+        for controller in controllers.values():
+            await controller.stop()
+
+
+async def health(controller: Controller) -> dict[str, int]:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{controller.port}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        return {
+            service: (await stub.Check(health_pb2.HealthCheckRequest(service=service))).status
+            for service in ("", AGENT_SERVICE, ADMIN_SERVICE)
+        }
+
+
+async def list_nodes(controller: Controller) -> admin_pb2.ListNodesResponse:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{controller.port}") as channel:
+        stub = admin_pb2_grpc.AdminServiceStub(channel)
+        return await stub.ListNodes(admin_pb2.ListNodesRequest(), metadata=bearer_metadata(TOKEN), timeout=5)
+
+
+async def the_leader(pair: dict[str, Controller], *, never_two: list[str]) -> Controller:
+    """Wait for exactly one leader, checking at every look that there are never two."""
+
+    async def one() -> Controller | None:
+        leading = [c for c in pair.values() if c.leading]
+        if len(leading) > 1:
+            never_two.append(f"both leading at {time.monotonic():.3f}")
+        return leading[0] if len(leading) == 1 else None
+
+    return await async_wait_until(one, timeout=15, interval=0.01, what="exactly one leader")
+
+
+async def test_one_leads_and_the_other_stands_by(pair: dict[str, Controller]) -> None:
+    problems: list[str] = []
+    leader = await the_leader(pair, never_two=problems)
+    standby = next(c for c in pair.values() if c is not leader)
+    await asyncio.sleep(0.5)  # several election rounds: the standby must stay a standby
+    assert not problems
+    assert not standby.leading
+
+    assert leader.job_ids() == ["expiry-sweep", "heartbeat-flush"]
+    assert standby.job_ids() == []
+    assert await health(leader) == {"": SERVING, AGENT_SERVICE: SERVING, ADMIN_SERVICE: SERVING}
+    assert await health(standby) == {"": SERVING, AGENT_SERVICE: NOT_SERVING, ADMIN_SERVICE: NOT_SERVING}
+
+    await list_nodes(leader)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await list_nodes(standby)
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert caught.value.details() == NOT_LEADER
+
+
+@pytest.mark.parametrize("fault", ["unreachable", "stalled"])
+async def test_a_leader_that_stops_renewing_is_fenced_off_and_replaced(
+    pair: dict[str, Controller], apiserver: FakeApiServer, caplog: pytest.LogCaptureFixture, fault: str
+) -> None:
+    """``unreachable``: the API answers 503. ``stalled``: it never answers (requests time out after 2 s,
+    longer than the 1 s renew deadline, so the leader must stop on its deadline, not on the timeout)."""
+    problems: list[str] = []
+    old = await the_leader(pair, never_two=problems)
+    new = next(c for c in pair.values() if c is not old)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{old.port}") as channel:
+        call = agent_pb2_grpc.AgentServiceStub(channel).Session(metadata=bearer_metadata(TOKEN))
+        register = agent_pb2.Register(node_name="n1", backend=agent_pb2.BACKEND_SIM, instance_id="i-1")
+        await call.write(agent_pb2.AgentMessage(register=register))
+        assert (await call.read()).WhichOneof("kind") == "registered"
+
+        getattr(apiserver, fault).add(old.controller_id)  # the old leader can no longer reach the API server
+        cut_at = time.monotonic()
+        await async_wait_until(lambda: _async(not old.leading), timeout=5, interval=0.01, what="the old leader to stop")
+        stopped_after = time.monotonic() - cut_at
+        assert stopped_after < 2.0, f"the renew deadline is 1 s; the old leader stopped after {stopped_after:.2f} s"
+
+        with pytest.raises(grpc.aio.AioRpcError) as closed:
+            while True:
+                await asyncio.wait_for(call.read(), 5)
+        assert closed.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "no longer the leader" in (closed.value.details() or "")
+
+    assert old.job_ids() == []
+    assert (await health(old))[AGENT_SERVICE] == NOT_SERVING
+    with caplog.at_level(logging.WARNING):
+        await old.sweep()  # a job that was already running when leadership was lost
+    assert "expiry sweep skipped: not the leader" in caplog.text
+
+    assert await the_leader(pair, never_two=problems) is new
+    assert not problems, problems
+    assert time.monotonic() - cut_at >= LEASE_DURATION_S - 0.5, "the new leader waited for the lease to run out"
+    assert (await health(new))[ADMIN_SERVICE] == SERVING
+    assert [n.name for n in (await list_nodes(new)).nodes] == ["n1"], "the new leader reloaded the registry"
+    assert apiserver.lease("topo-tune", "topo-tune-controller")["spec"]["leaseTransitions"] == 1  # type: ignore[index]
+
+
+async def test_a_leader_that_shuts_down_hands_over_without_waiting(pair: dict[str, Controller]) -> None:
+    problems: list[str] = []
+    old = await the_leader(pair, never_two=problems)
+    await old.stop()
+    stopped_at = time.monotonic()
+    new = await the_leader(pair, never_two=problems)
+    assert new is not old
+    assert time.monotonic() - stopped_at < LEASE_DURATION_S / 2, "the released lease is taken at once"
+    del pair[old.controller_id]  # stopped already
+
+
+async def test_leader_election_needs_the_kubernetes_api(sqlite_url: str) -> None:
+    controller = Controller(controller_settings(sqlite_url, leader_election=election("a")))
+    with pytest.raises(ConfigError, match="--leader-election: needs the Kubernetes API"):
+        await controller.start()
+
+
+async def test_the_idleness_check_is_injectable(sqlite_url: str) -> None:
+    class Busy:
+        async def check(self, node_name: str) -> IdleVerdict:
+            return IdleVerdict(node_name, idle=False, reason="test")
+
+    controller = Controller(controller_settings(sqlite_url), idleness=Busy())
+    assert not (await controller.idleness.check("n1")).idle
+    plain = Controller(controller_settings(sqlite_url))
+    assert (await plain.idleness.check("n1")).reason == "not running in Kubernetes: not checked"
+
+
+async def _async(value: bool) -> bool:
+    return value
+
+
+async def test_a_leader_that_cannot_start_its_work_gives_up_and_reports_unhealthy(
+    tmp_path: Path, kube_env: KubeEnvFactory, apiserver: FakeApiServer
+) -> None:
+    garbage = tmp_path / "db.sqlite"
+    garbage.write_bytes(b"not a database" * 100)  # migrating it fails at once (not a transient error)
+    broken = f"sqlite:///{garbage}"
+    controller = Controller(controller_settings(broken, kubernetes=kube_env("a"), leader_election=election("a")))
+    await controller.start()
+    try:
+        await async_wait_until(lambda: _health_is(controller, "", NOT_SERVING), timeout=10, what="liveness to fail")
+        assert not controller.leading
+        lease = apiserver.lease("topo-tune", "topo-tune-controller")
+        assert lease is not None
+        assert lease["spec"].get("holderIdentity") is None, "released for a replica that can lead"
+    finally:
+        await controller.stop()
+
+
+async def _health_is(controller: Controller, service: str, status: int) -> bool:
+    return (await health(controller))[service] == status
