@@ -99,6 +99,15 @@ class AdminClient:
     def list_benchmarks(self, *, limit: int = 0) -> list[admin_pb2.BenchmarkJob]:
         return list(self._call(self._stub.ListBenchmarks, admin_pb2.ListBenchmarksRequest(limit=limit)).jobs)
 
+    def start_probe_round(self, request: admin_pb2.StartProbeRoundRequest) -> admin_pb2.ProbeRound:
+        return self._call(self._stub.StartProbeRound, request)
+
+    def get_probe_round(self, round_id: str) -> admin_pb2.ProbeRound:
+        return self._call(self._stub.GetProbeRound, admin_pb2.GetProbeRoundRequest(round_id=round_id))
+
+    def measured_pairs(self) -> admin_pb2.MeasuredPairs:
+        return self._call(self._stub.GetMeasuredPairs, admin_pb2.GetMeasuredPairsRequest())
+
     def list_commands(self, *, node_name: str = "", limit: int = 0) -> list[admin_pb2.CommandInfo]:
         request = admin_pb2.ListCommandsRequest(node_name=node_name, limit=limit)
         return list(self._call(self._stub.ListCommands, request).commands)

@@ -202,3 +202,31 @@ async def test_nodes_with_gpu_pods_take_no_benchmark(
         await jobs_controller.jobs.start(request(["s1", "s2"]))
     job = await jobs_controller.jobs.start(request(["s1"]))
     assert (await finished(jobs_controller, job.job_id)).status == admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED
+
+
+async def test_a_probe_round_measures_every_pair_once(
+    jobs_controller: Controller, agents: Callable[..., RunningAgent]
+) -> None:
+    await registered(*(agents(name, "gloo") for name in ("a", "b", "c", "d")))
+    started = await jobs_controller.probes.start(
+        admin_pb2.StartProbeRoundRequest(message_bytes=1 << 16, pair_deadline_s=60)
+    )
+    assert (started.pairs_total, started.rounds) == (6, 3), "4 nodes: 6 pairs in 3 rounds of 2 parallel pairs"
+
+    async def done() -> admin_pb2.ProbeRound | None:
+        found = await jobs_controller.probes.get(started.round_id)
+        return found if found.status != admin_pb2.PROBE_ROUND_STATUS_RUNNING else None
+
+    finished_round = await async_wait_until(done, timeout=120, what="the probe round")
+    assert finished_round.status == admin_pb2.PROBE_ROUND_STATUS_SUCCEEDED, finished_round.message
+    pairs = {tuple(sorted((m.node_a, m.node_b))) for m in finished_round.measurements}
+    assert pairs == {("a", "b"), ("a", "c"), ("a", "d"), ("b", "c"), ("b", "d"), ("c", "d")}
+    assert all(m.bandwidth_gbps > 0 and m.latency_us > 0 for m in finished_round.measurements)
+    measured = await jobs_controller.probes.measured_pairs()
+    assert len(measured.pairs) == 6
+
+
+async def test_sim_nodes_are_not_probed(jobs_controller: Controller, agents: Callable[..., RunningAgent]) -> None:
+    await registered(agents("s1", "sim"), agents("s2", "sim"))
+    with pytest.raises(ValidationError, match="sim nodes have no network to probe"):
+        await jobs_controller.probes.start(admin_pb2.StartProbeRoundRequest())

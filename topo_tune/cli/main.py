@@ -7,6 +7,7 @@ import click
 from topo_tune import __version__
 from topo_tune.cli import bench as _bench  # noqa: F401 - registers `admin bench`
 from topo_tune.cli import logs
+from topo_tune.cli import probe as _probe  # noqa: F401 - registers `admin probe`
 from topo_tune.cli.admin import admin
 from topo_tune.cli.agent import agent
 from topo_tune.cli.config import config

@@ -12,6 +12,7 @@ from topo_tune.controller import validation
 from topo_tune.controller.commands import STATUS_TO_WIRE, CommandBook, CommandRecord
 from topo_tune.controller.jobs import BenchmarkJobs
 from topo_tune.controller.nodes import NodeRegistry, NodeState, NodeView
+from topo_tune.controller.probes import Probes
 from topo_tune.controller.sessions import SessionHub
 from topo_tune.controller.status_codes import maps_errors
 from topo_tune.errors import ValidationError
@@ -81,6 +82,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         commands: CommandBook,
         hub: SessionHub,
         jobs: BenchmarkJobs,
+        probes: Probes,
         spine_oversubscription: float | None = None,
         spine_bandwidth_gbps: float | None = None,
     ) -> None:
@@ -88,6 +90,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self._commands = commands
         self._hub = hub
         self._jobs = jobs
+        self._probes = probes
         self._spine = (spine_oversubscription, spine_bandwidth_gbps)
 
     @maps_errors
@@ -165,3 +168,18 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         if request.limit > 10_000:
             raise ValidationError("limit", "at most 10000")
         return admin_pb2.ListBenchmarksResponse(jobs=await self._jobs.list(limit=request.limit or 50))
+
+    @maps_errors
+    async def StartProbeRound(self, request: admin_pb2.StartProbeRoundRequest, context: Ctx) -> admin_pb2.ProbeRound:
+        return await self._probes.start(request)
+
+    @maps_errors
+    async def GetProbeRound(self, request: admin_pb2.GetProbeRoundRequest, context: Ctx) -> admin_pb2.ProbeRound:
+        validation.command_id(request.round_id, "round_id")
+        return await self._probes.get(request.round_id)
+
+    @maps_errors
+    async def GetMeasuredPairs(
+        self, request: admin_pb2.GetMeasuredPairsRequest, context: Ctx
+    ) -> admin_pb2.MeasuredPairs:
+        return await self._probes.measured_pairs()

@@ -42,6 +42,7 @@ from topo_tune.controller.jobs import BenchmarkJobs, JobSettings
 from topo_tune.controller.leadership import LeaderOnlyInterceptor
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import NodeRegistry
+from topo_tune.controller.probes import Probes
 from topo_tune.controller.sessions import SessionHub
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.errors import ConfigError
@@ -98,6 +99,14 @@ class Controller:
             ),
         )
         self.hub.result_listeners.append(self.jobs.on_result)
+        self.probes = Probes(
+            db=self.db,
+            registry=self.registry,
+            commands=self.commands,
+            deliver=self.hub.deliver_new,
+            wall_clock=_wall_clock,
+        )
+        self.hub.result_listeners.append(self.probes.on_result)
         self.jobs.busy_reasons = self._busy_reasons
         self.health = health.aio.HealthServicer()
         self.port = 0
@@ -155,6 +164,7 @@ class Controller:
                 commands=self.commands,
                 hub=self.hub,
                 jobs=self.jobs,
+                probes=self.probes,
                 spine_oversubscription=self.settings.spine_oversubscription,
                 spine_bandwidth_gbps=self.settings.spine_bandwidth_gbps,
             ),
@@ -215,6 +225,7 @@ class Controller:
     async def _load_state(self) -> None:
         await asyncio.to_thread(self.db.migrate)
         known = await self.registry.load()
+        await self.probes.recover()
         logger.info("database ready", extra={"nodes": known, "url": self.db.url.render_as_string()})
 
     async def _start_leading(self, term: LeadershipTerm) -> None:
@@ -303,6 +314,7 @@ class Controller:
         """Graceful shutdown: NOT_SERVING, close sessions, drain RPCs, stop leading (flush, release), close."""
         await self.health.enter_graceful_shutdown()
         self.hub.close_all("controller shutting down")
+        await self.probes.close()
         if self._server is not None:
             await self._server.stop(self.settings.shutdown_grace_s)
             self._server = None

@@ -68,6 +68,29 @@ BENCHMARK_JOB_STATUS_TIMED_OUT: BenchmarkJobStatus.ValueType  # 4
 """the deadline passed; missing/hung ranks say which"""
 Global___BenchmarkJobStatus: _TypeAlias = BenchmarkJobStatus  # noqa: Y015
 
+class _ProbeRoundStatus:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ProbeRoundStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ProbeRoundStatus.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PROBE_ROUND_STATUS_UNSPECIFIED: _ProbeRoundStatus.ValueType  # 0
+    PROBE_ROUND_STATUS_RUNNING: _ProbeRoundStatus.ValueType  # 1
+    PROBE_ROUND_STATUS_SUCCEEDED: _ProbeRoundStatus.ValueType  # 2
+    """every pair measured"""
+    PROBE_ROUND_STATUS_FAILED: _ProbeRoundStatus.ValueType  # 3
+    """some pairs could not be measured; the message says which"""
+
+class ProbeRoundStatus(_ProbeRoundStatus, metaclass=_ProbeRoundStatusEnumTypeWrapper): ...
+
+PROBE_ROUND_STATUS_UNSPECIFIED: ProbeRoundStatus.ValueType  # 0
+PROBE_ROUND_STATUS_RUNNING: ProbeRoundStatus.ValueType  # 1
+PROBE_ROUND_STATUS_SUCCEEDED: ProbeRoundStatus.ValueType  # 2
+"""every pair measured"""
+PROBE_ROUND_STATUS_FAILED: ProbeRoundStatus.ValueType  # 3
+"""some pairs could not be measured; the message says which"""
+Global___ProbeRoundStatus: _TypeAlias = ProbeRoundStatus  # noqa: Y015
+
 @_typing.final
 class Node(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -646,3 +669,168 @@ class ListBenchmarksResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListBenchmarksResponse: _TypeAlias = ListBenchmarksResponse  # noqa: Y015
+
+@_typing.final
+class StartProbeRoundRequest(_message.Message):
+    """Measure every node pair once: rounds of disjoint pairs run in parallel, so n nodes take about n rounds."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODES_FIELD_NUMBER: _builtins.int
+    MESSAGE_BYTES_FIELD_NUMBER: _builtins.int
+    PAIR_DEADLINE_S_FIELD_NUMBER: _builtins.int
+    message_bytes: _builtins.int
+    """bandwidth size; 0: 16 MiB"""
+    pair_deadline_s: _builtins.int
+    """0: 120"""
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """empty: every ready, undrained node"""
+
+    def __init__(
+        self,
+        *,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+        message_bytes: _builtins.int = ...,
+        pair_deadline_s: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_bytes", b"message_bytes", "nodes", b"nodes", "pair_deadline_s", b"pair_deadline_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartProbeRoundRequest: _TypeAlias = StartProbeRoundRequest  # noqa: Y015
+
+@_typing.final
+class PairMeasurement(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_A_FIELD_NUMBER: _builtins.int
+    NODE_B_FIELD_NUMBER: _builtins.int
+    BANDWIDTH_GBPS_FIELD_NUMBER: _builtins.int
+    LATENCY_US_FIELD_NUMBER: _builtins.int
+    METHOD_FIELD_NUMBER: _builtins.int
+    MEASURED_AT_FIELD_NUMBER: _builtins.int
+    node_a: _builtins.str
+    node_b: _builtins.str
+    bandwidth_gbps: _builtins.float
+    """GB/s: sendrecv algbw at the round's message size"""
+    latency_us: _builtins.float
+    """sendrecv time of a small message"""
+    method: _builtins.str
+    @_builtins.property
+    def measured_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        node_a: _builtins.str = ...,
+        node_b: _builtins.str = ...,
+        bandwidth_gbps: _builtins.float = ...,
+        latency_us: _builtins.float = ...,
+        method: _builtins.str = ...,
+        measured_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["measured_at", b"measured_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bandwidth_gbps", b"bandwidth_gbps", "latency_us", b"latency_us", "measured_at", b"measured_at", "method", b"method", "node_a", b"node_a", "node_b", b"node_b"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PairMeasurement: _TypeAlias = PairMeasurement  # noqa: Y015
+
+@_typing.final
+class ProbeRound(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROUND_ID_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    ROUNDS_FIELD_NUMBER: _builtins.int
+    PAIRS_TOTAL_FIELD_NUMBER: _builtins.int
+    MEASUREMENTS_FIELD_NUMBER: _builtins.int
+    round_id: _builtins.str
+    status: Global___ProbeRoundStatus.ValueType
+    message: _builtins.str
+    rounds: _builtins.int
+    """rounds of disjoint pairs"""
+    pairs_total: _builtins.int
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def measurements(self) -> _containers.RepeatedCompositeFieldContainer[Global___PairMeasurement]: ...
+    def __init__(
+        self,
+        *,
+        round_id: _builtins.str = ...,
+        status: Global___ProbeRoundStatus.ValueType = ...,
+        message: _builtins.str = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+        rounds: _builtins.int = ...,
+        pairs_total: _builtins.int = ...,
+        measurements: _abc.Iterable[Global___PairMeasurement] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["measurements", b"measurements", "message", b"message", "nodes", b"nodes", "pairs_total", b"pairs_total", "round_id", b"round_id", "rounds", b"rounds", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProbeRound: _TypeAlias = ProbeRound  # noqa: Y015
+
+@_typing.final
+class GetProbeRoundRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROUND_ID_FIELD_NUMBER: _builtins.int
+    round_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        round_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["round_id", b"round_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetProbeRoundRequest: _TypeAlias = GetProbeRoundRequest  # noqa: Y015
+
+@_typing.final
+class GetMeasuredPairsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetMeasuredPairsRequest: _TypeAlias = GetMeasuredPairsRequest  # noqa: Y015
+
+@_typing.final
+class MeasuredPairs(_message.Message):
+    """The newest measurement of every pair ever probed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAIRS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def pairs(self) -> _containers.RepeatedCompositeFieldContainer[Global___PairMeasurement]: ...
+    def __init__(
+        self,
+        *,
+        pairs: _abc.Iterable[Global___PairMeasurement] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pairs", b"pairs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MeasuredPairs: _TypeAlias = MeasuredPairs  # noqa: Y015

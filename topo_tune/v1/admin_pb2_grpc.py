@@ -79,6 +79,21 @@ class AdminServiceStub:
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.ListBenchmarksRequest.SerializeToString,
                 response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListBenchmarksResponse.FromString,
                 _registered_method=True)
+        self.StartProbeRound = channel.unary_unary(
+                '/topo_tune.v1.AdminService/StartProbeRound',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.StartProbeRoundRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ProbeRound.FromString,
+                _registered_method=True)
+        self.GetProbeRound = channel.unary_unary(
+                '/topo_tune.v1.AdminService/GetProbeRound',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.GetProbeRoundRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ProbeRound.FromString,
+                _registered_method=True)
+        self.GetMeasuredPairs = channel.unary_unary(
+                '/topo_tune.v1.AdminService/GetMeasuredPairs',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.GetMeasuredPairsRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.MeasuredPairs.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -138,6 +153,24 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StartProbeRound(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetProbeRound(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMeasuredPairs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -185,6 +218,21 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListBenchmarks,
                     request_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListBenchmarksRequest.FromString,
                     response_serializer=topo__tune_dot_v1_dot_admin__pb2.ListBenchmarksResponse.SerializeToString,
+            ),
+            'StartProbeRound': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartProbeRound,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.StartProbeRoundRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.ProbeRound.SerializeToString,
+            ),
+            'GetProbeRound': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetProbeRound,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.GetProbeRoundRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.ProbeRound.SerializeToString,
+            ),
+            'GetMeasuredPairs': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMeasuredPairs,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.GetMeasuredPairsRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.MeasuredPairs.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -430,6 +478,87 @@ class AdminService:
             '/topo_tune.v1.AdminService/ListBenchmarks',
             topo__tune_dot_v1_dot_admin__pb2.ListBenchmarksRequest.SerializeToString,
             topo__tune_dot_v1_dot_admin__pb2.ListBenchmarksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartProbeRound(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/StartProbeRound',
+            topo__tune_dot_v1_dot_admin__pb2.StartProbeRoundRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.ProbeRound.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetProbeRound(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/GetProbeRound',
+            topo__tune_dot_v1_dot_admin__pb2.GetProbeRoundRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.ProbeRound.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMeasuredPairs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/GetMeasuredPairs',
+            topo__tune_dot_v1_dot_admin__pb2.GetMeasuredPairsRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.MeasuredPairs.FromString,
             options,
             channel_credentials,
             insecure,

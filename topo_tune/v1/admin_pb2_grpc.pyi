@@ -40,6 +40,9 @@ class AdminServiceStub:
     StartBenchmark: _grpc.UnaryUnaryMultiCallable[_admin_pb2.StartBenchmarkRequest, _admin_pb2.BenchmarkJob]
     GetBenchmark: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetBenchmarkRequest, _admin_pb2.BenchmarkJob]
     ListBenchmarks: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListBenchmarksRequest, _admin_pb2.ListBenchmarksResponse]
+    StartProbeRound: _grpc.UnaryUnaryMultiCallable[_admin_pb2.StartProbeRoundRequest, _admin_pb2.ProbeRound]
+    GetProbeRound: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetProbeRoundRequest, _admin_pb2.ProbeRound]
+    GetMeasuredPairs: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetMeasuredPairsRequest, _admin_pb2.MeasuredPairs]
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -53,6 +56,9 @@ class AdminServiceAsyncStub(AdminServiceStub):
     StartBenchmark: _aio.UnaryUnaryMultiCallable[_admin_pb2.StartBenchmarkRequest, _admin_pb2.BenchmarkJob]  # type: ignore[assignment]
     GetBenchmark: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetBenchmarkRequest, _admin_pb2.BenchmarkJob]  # type: ignore[assignment]
     ListBenchmarks: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListBenchmarksRequest, _admin_pb2.ListBenchmarksResponse]  # type: ignore[assignment]
+    StartProbeRound: _aio.UnaryUnaryMultiCallable[_admin_pb2.StartProbeRoundRequest, _admin_pb2.ProbeRound]  # type: ignore[assignment]
+    GetProbeRound: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetProbeRoundRequest, _admin_pb2.ProbeRound]  # type: ignore[assignment]
+    GetMeasuredPairs: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetMeasuredPairsRequest, _admin_pb2.MeasuredPairs]  # type: ignore[assignment]
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -117,5 +123,26 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.ListBenchmarksRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ListBenchmarksResponse, _abc.Awaitable[_admin_pb2.ListBenchmarksResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def StartProbeRound(
+        self,
+        request: _admin_pb2.StartProbeRoundRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ProbeRound, _abc.Awaitable[_admin_pb2.ProbeRound]]: ...
+
+    @_abc_1.abstractmethod
+    def GetProbeRound(
+        self,
+        request: _admin_pb2.GetProbeRoundRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ProbeRound, _abc.Awaitable[_admin_pb2.ProbeRound]]: ...
+
+    @_abc_1.abstractmethod
+    def GetMeasuredPairs(
+        self,
+        request: _admin_pb2.GetMeasuredPairsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.MeasuredPairs, _abc.Awaitable[_admin_pb2.MeasuredPairs]]: ...
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

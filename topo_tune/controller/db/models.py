@@ -105,3 +105,34 @@ class BenchmarkJobRow(Base):
     created_at: Mapped[datetime]
     deadline_at: Mapped[datetime]
     finished_at: Mapped[datetime | None]
+
+
+class ProbeRoundRow(Base):
+    """One round of pairwise node-to-node probes (every pair once, in rounds of disjoint pairs)."""
+
+    __tablename__ = "probe_rounds"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16))  # running, succeeded, failed
+    message: Mapped[str] = mapped_column(Text, default="")
+    nodes: Mapped[list[str]] = mapped_column(JSON)
+    message_bytes: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+
+
+class PairMeasurementRow(Base):
+    """A measured node pair: it replaces the modelled figure, with its time and method."""
+
+    __tablename__ = "pair_measurements"
+    __table_args__ = (Index("ix_pair_measurements_pair", "node_a", "node_b", "measured_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    round_id: Mapped[str] = mapped_column(ForeignKey("probe_rounds.id"))
+    node_a: Mapped[str] = mapped_column(String(253))
+    node_b: Mapped[str] = mapped_column(String(253))
+    bandwidth_gbps: Mapped[float]
+    """GB/s, sendrecv algbw at the round's message size."""
+    latency_us: Mapped[float]
+    method: Mapped[str] = mapped_column(String(128))
+    measured_at: Mapped[datetime]

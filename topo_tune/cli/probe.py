@@ -1,0 +1,83 @@
+"""``topo-tune admin probe``: measure node-to-node bandwidth and latency for every pair."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from topo_tune.cli.admin import admin, connected
+from topo_tune.cli.bench import ByteSize
+from topo_tune.cli.output import emit_data, emit_table, to_data
+from topo_tune.client import AdminClient
+from topo_tune.errors import ControllerError
+from topo_tune.v1 import admin_pb2
+
+STATUS_NAMES = {v: k.removeprefix("PROBE_ROUND_STATUS_").lower() for k, v in admin_pb2.ProbeRoundStatus.items()}
+
+
+def _pairs_table(title: str, pairs: list[admin_pb2.PairMeasurement]) -> None:
+    rows = [(p.node_a, p.node_b, f"{p.bandwidth_gbps:.3f}", f"{p.latency_us:.1f}", p.method) for p in pairs]
+    emit_table(title, ("NODE A", "NODE B", "BANDWIDTH (GB/s)", "LATENCY (us)", "METHOD"), rows)
+
+
+def _print_round(found: admin_pb2.ProbeRound, fmt: str) -> None:
+    if fmt != "table":
+        emit_data(to_data(found), fmt)
+        return
+    status = STATUS_NAMES.get(found.status, "?")
+    _pairs_table(
+        f"probe round {found.round_id}: {status}, {len(found.measurements)}/{found.pairs_total} pairs in "
+        f"{found.rounds} rounds",
+        list(found.measurements),
+    )
+    if found.message:
+        click.echo(f"# {found.message}")
+
+
+@admin.group()
+def probe() -> None:
+    """Pairwise node-to-node probes; measured pairs replace modelled ones in the topology model."""
+
+
+@probe.command("run")
+@click.option("--nodes", default="", help="Comma-separated node names [every ready node].")
+@click.option("--size", "message_bytes", type=ByteSize(), default="16M", show_default=True, help="Bandwidth size.")
+@click.option("--pair-deadline", type=click.IntRange(1, 3600), default=120, show_default=True, help="Seconds.")
+@click.option("--wait/--no-wait", default=True, show_default=True)
+@connected
+def run(client: AdminClient, fmt: str, nodes: str, message_bytes: int, pair_deadline: int, wait: bool) -> None:
+    """Probe every pair of NODES, in rounds of disjoint pairs (n nodes: about n rounds)."""
+    request = admin_pb2.StartProbeRoundRequest(
+        nodes=[n.strip() for n in nodes.split(",") if n.strip()],
+        message_bytes=message_bytes,
+        pair_deadline_s=pair_deadline,
+    )
+    found = client.start_probe_round(request)
+    if wait:
+        click.echo(f"# probe round {found.round_id}: {found.pairs_total} pairs in {found.rounds} rounds ...", err=True)
+        while found.status == admin_pb2.PROBE_ROUND_STATUS_RUNNING:
+            time.sleep(0.5)
+            found = client.get_probe_round(found.round_id)
+    _print_round(found, fmt)
+    if found.status == admin_pb2.PROBE_ROUND_STATUS_FAILED:
+        raise ControllerError(f"probe round {found.round_id} failed: {found.message}")
+
+
+@probe.command()
+@click.argument("round_id", metavar="ID")
+@connected
+def show(client: AdminClient, fmt: str, round_id: str) -> None:
+    """Show a probe round and what it measured."""
+    _print_round(client.get_probe_round(round_id), fmt)
+
+
+@probe.command()
+@connected
+def pairs(client: AdminClient, fmt: str) -> None:
+    """The newest measurement of every pair ever probed."""
+    found = list(client.measured_pairs().pairs)
+    if fmt != "table":
+        emit_data([to_data(p) for p in found], fmt)
+        return
+    _pairs_table(f"{len(found)} measured pairs", found)

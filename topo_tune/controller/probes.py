@@ -1,0 +1,251 @@
+"""Probe rounds: measure node-to-node bandwidth and latency for every pair, in parallel rounds.
+
+A round over n nodes is split into about n rounds of disjoint pairs (``benchmark_jobs.probe_rounds``), so
+it takes O(n) steps of parallel probes, not n(n-1)/2 serial ones. Each probe is a two-rank sendrecv (a
+small size for latency, a large one for bandwidth) run by the pair's agents, rank 0 on the first node.
+Every measured pair is stored with its time and method; ``measured_pairs`` gives the newest figure of every
+pair, which replaces the modelled one in the topology model and the ring-order optimizer.
+
+A round is a background task of the controller. Its state is persisted; a round that was running when the
+controller stopped is marked failed at the next start (its stored measurements stay valid).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import sqlalchemy as sa
+from google.protobuf.timestamp_pb2 import Timestamp
+from sqlalchemy.orm import Session
+
+from topo_tune.controller import validation
+from topo_tune.controller.benchmark_jobs import probe_rounds
+from topo_tune.controller.commands import CommandBook, CommandRecord
+from topo_tune.controller.db.database import Database
+from topo_tune.controller.db.models import PairMeasurementRow, ProbeRoundRow
+from topo_tune.controller.nodes import NodeRegistry, NodeState
+from topo_tune.errors import ConflictError, NotFoundError, ValidationError
+from topo_tune.v1 import admin_pb2, agent_pb2
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MESSAGE_BYTES = 16 << 20
+LATENCY_BYTES = 8
+STATUS_TO_WIRE = {
+    "running": admin_pb2.PROBE_ROUND_STATUS_RUNNING,
+    "succeeded": admin_pb2.PROBE_ROUND_STATUS_SUCCEEDED,
+    "failed": admin_pb2.PROBE_ROUND_STATUS_FAILED,
+}
+
+
+def _stamp(at: datetime) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromDatetime(at)
+    return stamp
+
+
+def _measurement(row: PairMeasurementRow) -> admin_pb2.PairMeasurement:
+    return admin_pb2.PairMeasurement(
+        node_a=row.node_a,
+        node_b=row.node_b,
+        bandwidth_gbps=row.bandwidth_gbps,
+        latency_us=row.latency_us,
+        method=row.method,
+        measured_at=_stamp(row.measured_at),
+    )
+
+
+@dataclass
+class Probes:
+    db: Database
+    registry: NodeRegistry
+    commands: CommandBook
+    deliver: Callable[[CommandRecord], Awaitable[bool]]
+    wall_clock: Callable[[], datetime]
+    rng: random.Random = field(default_factory=random.Random)
+    port_range: tuple[int, int] = (20000, 29999)
+    _waiters: dict[str, asyncio.Future[agent_pb2.CommandResult]] = field(default_factory=dict, init=False)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+
+    async def recover(self) -> int:
+        """At start-up: rounds left running by a previous controller process are failed."""
+        now = self.wall_clock()
+
+        def write(session: Session) -> int:
+            rows = list(session.scalars(sa.select(ProbeRoundRow).where(ProbeRoundRow.status == "running")))
+            for row in rows:
+                row.status, row.finished_at = "failed", now
+                row.message = "the controller restarted during the round; its measured pairs are kept"
+            return len(rows)
+
+        return await self.db.run(write)
+
+    async def start(self, request: admin_pb2.StartProbeRoundRequest) -> admin_pb2.ProbeRound:
+        nodes = list(request.nodes) or [v.name for v in await self.registry.list() if v.state is NodeState.READY]
+        if len(nodes) < 2:
+            raise ValidationError("nodes", "a probe round needs at least two ready nodes")
+        if len(set(nodes)) != len(nodes):
+            raise ValidationError("nodes", "a node is listed twice")
+        backends = set()
+        for i, name in enumerate(nodes):
+            validation.node_name(name, f"nodes[{i}]")
+            if self.registry.state_of(name) is None:
+                raise NotFoundError(f"no node named {name!r}")
+            view = await self.registry.get(name)
+            if view.state is not NodeState.READY or view.drained:
+                raise ConflictError(
+                    f"node {name} is {'drained' if view.drained else view.state.value}: it takes no probe"
+                )
+            backends.add(view.backend)
+        if "sim" in backends:
+            raise ValidationError("nodes", "sim nodes have no network to probe; the model's figures stand in")
+        message_bytes = request.message_bytes or DEFAULT_MESSAGE_BYTES
+        if message_bytes % LATENCY_BYTES or message_bytes < 2 * LATENCY_BYTES or message_bytes > (4 << 30):
+            raise ValidationError("message_bytes", "a multiple of 8 between 16 bytes and 4 GiB")
+        round_id = "pr-" + uuid.uuid4().hex[:12]
+        now = self.wall_clock()
+
+        def write(session: Session) -> None:
+            session.add(
+                ProbeRoundRow(
+                    id=round_id, status="running", message="", nodes=nodes, message_bytes=message_bytes, created_at=now
+                )
+            )
+
+        await self.db.run(write)
+        task = asyncio.create_task(self._run(round_id, nodes, message_bytes, float(request.pair_deadline_s or 120)))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return await self.get(round_id)
+
+    async def _run(self, round_id: str, nodes: list[str], message_bytes: int, deadline_s: float) -> None:
+        failures: list[str] = []
+        try:
+            for number, pairs in enumerate(probe_rounds(nodes)):
+                outcomes = await asyncio.gather(
+                    *(
+                        self._probe(round_id, f"{number}-{i}", a, b, message_bytes=message_bytes, deadline_s=deadline_s)
+                        for i, (a, b) in enumerate(pairs)
+                    )
+                )
+                failures.extend(f for f in outcomes if f)
+        except Exception as error:
+            logger.exception("probe round failed", extra={"round": round_id})
+            failures.append(f"{error.__class__.__name__}: {error}")
+        now = self.wall_clock()
+
+        def finish(session: Session) -> None:
+            row = session.get(ProbeRoundRow, round_id)
+            if row is not None:
+                row.status = "failed" if failures else "succeeded"
+                row.message = "; ".join(failures)[:4000]
+                row.finished_at = now
+
+        await self.db.run(finish)
+        logger.info("probe round finished", extra={"round": round_id, "failures": len(failures)})
+
+    async def _probe(
+        self, round_id: str, pair_id: str, a: str, b: str, *, message_bytes: int, deadline_s: float
+    ) -> str:
+        """Probe one pair; returns '' on success or a reason."""
+        address = (await self.registry.get(a)).address or a
+        probe = agent_pb2.Probe(
+            probe_id=f"{round_id}-{pair_id}",
+            peers=[a, b],
+            message_bytes=message_bytes,
+            latency_bytes=LATENCY_BYTES,
+            rendezvous_host=address,
+            rendezvous_port=self.rng.randint(*self.port_range),
+        )
+        command = agent_pb2.Command(probe=probe, deadline_s=int(deadline_s))
+        now = self.wall_clock()
+        ids = [f"{probe.probe_id}-{rank}" for rank in (0, 1)]
+
+        def write(session: Session) -> list[CommandRecord]:
+            return [
+                self.commands.add(session, node, command, command_id=cid, now=now)
+                for node, cid in zip((a, b), ids, strict=True)
+            ]
+
+        loop = asyncio.get_running_loop()
+        for cid in ids:
+            self._waiters[cid] = loop.create_future()
+        try:
+            for record in await self.db.run(write):
+                await self.deliver(record)
+            done, _ = await asyncio.wait([self._waiters[cid] for cid in ids], timeout=deadline_s + 10)
+            results = [self._waiters[cid].result() if self._waiters[cid] in done else None for cid in ids]
+        finally:
+            for cid in ids:
+                self._waiters.pop(cid, None)
+        first = results[0]
+        if first is None or first.status != agent_pb2.COMMAND_STATUS_SUCCEEDED or not first.HasField("probe"):
+            return f"{a}-{b}: {first.message if first is not None else 'no result by the deadline'}"
+        measured = first.probe
+        at = self.wall_clock()
+
+        def store(session: Session) -> None:
+            session.add(
+                PairMeasurementRow(
+                    round_id=round_id,
+                    node_a=a,
+                    node_b=b,
+                    bandwidth_gbps=measured.bandwidth_gbps,
+                    latency_us=measured.latency_us,
+                    method=f"sendrecv algbw @ {message_bytes} B, latency @ {LATENCY_BYTES} B",
+                    measured_at=at,
+                )
+            )
+
+        await self.db.run(store)
+        return ""
+
+    async def on_result(self, node_name: str, result: agent_pb2.CommandResult) -> None:
+        waiter = self._waiters.get(result.command_id)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(result)
+
+    async def get(self, round_id: str) -> admin_pb2.ProbeRound:
+        def read(session: Session) -> admin_pb2.ProbeRound:
+            row = session.get(ProbeRoundRow, round_id)
+            if row is None:
+                raise NotFoundError(f"no probe round with id {round_id!r}")
+            rows = session.scalars(
+                sa.select(PairMeasurementRow)
+                .where(PairMeasurementRow.round_id == round_id)
+                .order_by(PairMeasurementRow.id)
+            )
+            n = len(row.nodes)
+            return admin_pb2.ProbeRound(
+                round_id=row.id,
+                status=STATUS_TO_WIRE[row.status],
+                message=row.message,
+                nodes=list(row.nodes),
+                rounds=len(probe_rounds(list(row.nodes))),
+                pairs_total=n * (n - 1) // 2,
+                measurements=[_measurement(m) for m in rows],
+            )
+
+        return await self.db.run(read)
+
+    async def measured_pairs(self) -> admin_pb2.MeasuredPairs:
+        """The newest measurement of every pair."""
+
+        def read(session: Session) -> admin_pb2.MeasuredPairs:
+            newest: dict[tuple[str, str], PairMeasurementRow] = {}
+            for row in session.scalars(sa.select(PairMeasurementRow).order_by(PairMeasurementRow.measured_at)):
+                newest[tuple(sorted((row.node_a, row.node_b)))] = row  # type: ignore[index]
+            return admin_pb2.MeasuredPairs(pairs=[_measurement(r) for _, r in sorted(newest.items())])
+
+        return await self.db.run(read)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
