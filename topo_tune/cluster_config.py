@@ -74,6 +74,35 @@ NodeName = Annotated[
 
 Backend = Literal["nccl", "gloo", "sim"]
 
+_BYTES = re.compile(r"^\s*(\d+)\s*([KMG]?)i?B?\s*$", re.IGNORECASE)
+_BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_bytes(value: object) -> object:
+    """Bytes from ``4096``, ``"64K"``, ``"16M"``, ``"1G"`` (powers of 1024, like nccl-tests)."""
+    if isinstance(value, str):
+        match = _BYTES.match(value)
+        if match is None:
+            raise ValueError(f"expected a size such as 256, 64K, 16M or 1G, got {value!r}")
+        return int(match.group(1)) * _BYTE_UNITS[match.group(2).upper()]
+    return value
+
+
+ByteSize = Annotated[
+    int,
+    pydantic.BeforeValidator(parse_bytes),
+    Field(ge=1, le=16 << 30),
+    pydantic.WithJsonSchema(
+        {
+            "oneOf": [
+                {"type": "integer", "minimum": 1},
+                {"type": "string", "pattern": r"^\d+[KMGkmg]?(i?B)?$"},
+            ],
+            "description": "bytes, or a size with a unit: 64K, 16M, 1G",
+        }
+    ),
+]
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(
@@ -137,6 +166,41 @@ class SpineConfig(_Section):
     oversubscription: float | None = Field(default=None, ge=1, description="e.g. 4 for a 4:1 spine")
 
 
+class WorkloadConfig(_Section):
+    """What the cluster's jobs spend their communication on: relative weights."""
+
+    collectives: dict[str, float] = Field(
+        default_factory=lambda: {"all_reduce": 1.0},
+        description="collective -> weight, e.g. {all_reduce: 3, all_gather: 1}",
+    )
+    buckets: dict[str, float] = Field(default_factory=dict, description="size bucket -> weight (default 1 each)")
+
+
+class SearchConfig(_Section):
+    """How `topo-tune init` searches and proves."""
+
+    budget: int = Field(default=60, ge=1, le=100_000, description="trials, the baseline included")
+    sampler: Literal["tpe", "random", "cmaes", "coordinate"] = "tpe"
+    seed: int = Field(default=0, ge=0)
+    min_bytes: ByteSize = 256
+    max_bytes: ByteSize = 1 << 30
+    step_factor: int = Field(default=4, ge=2, le=1024, description="the size ladder's multiplier")
+    knobs: list[str] | None = Field(default=None, description="search only these knobs; unset: every safe knob")
+    finalists: int = Field(default=3, ge=0, le=20)
+    proof_pairs: int = Field(default=10, ge=2, le=1000, description="interleaved baseline/candidate pairs")
+    min_effect: float = Field(default=0.03, ge=0, lt=1, description="smallest gain worth promoting")
+    nccl_version: str | None = Field(default=None, description="unset: what the agents report")
+    iters: int = Field(default=20, ge=1, le=10_000)
+    warmup_iters: int = Field(default=5, ge=0, le=10_000)
+    job_deadline: Duration = Field(default=600.0, description="deadline of each benchmark job")
+
+    @model_validator(mode="after")
+    def _ladder(self) -> SearchConfig:
+        if self.max_bytes < self.min_bytes:
+            raise ValueError("maxBytes must not be below minBytes")
+        return self
+
+
 class Metadata(_Section):
     name: NodeName = "topo-tune"
 
@@ -154,6 +218,13 @@ class ClusterConfig(_Section):
     )
     racks: list[RackConfig] = Field(default_factory=list)
     spine: SpineConfig | None = None
+    workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)
+    site_fixed: dict[str, str] = Field(
+        default_factory=dict,
+        description="NCCL settings fixed by the site (IB HCA, GID index, traffic class, socket interface); "
+        "passed unchanged into every trial and output",
+    )
 
     @model_validator(mode="after")
     def _unique_names(self) -> ClusterConfig:

@@ -1,0 +1,298 @@
+"""One pass of ``topo-tune init``: discover → probe → tune → prove → write.
+
+The pass talks to a controller only through the admin API (embedded or remote, it makes no difference):
+it waits for the nodes of ``cluster.yaml`` to be ready, probes every node pair on real backends, builds the
+topology model and the ring-order candidates, runs the study (each trial is a set of benchmark jobs
+dispatched to the agents), proves the finalists against NCCL's defaults, and writes the outputs and the
+config version. The study lives in the controller's database, so running the same command again after a
+crash or Ctrl-C resumes it: no trial is lost or counted twice.
+
+Non-goals: rollouts (``admin rollout``), and measuring anything itself — every figure comes from agents.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC
+from pathlib import Path
+
+from topo_tune.benchmark.collectives import Collective
+from topo_tune.benchmark.wire import COLLECTIVE_TO_PROTO
+from topo_tune.client import AdminClient
+from topo_tune.cluster_config import ClusterConfig
+from topo_tune.errors import ConfigError, TopoTuneError
+from topo_tune.topology import Measurement, PairMatrix, Spine, build_cluster
+from topo_tune.tuner.objective import Measurements, Objective, SizeSample, WorkloadProfile
+from topo_tune.tuner.outputs import ClusterShape, WrittenOutputs, write_outputs
+from topo_tune.tuner.rank_map import plan_rank_map
+from topo_tune.tuner.space import NATURAL_ORDER, Fabric, RankOrder, SearchSpace, TrialConfig
+from topo_tune.tuner.study import (
+    Candidate,
+    MeasurementRequest,
+    StudyOutcome,
+    StudyProgress,
+    StudySettings,
+    TrialFailed,
+    run_study,
+)
+from topo_tune.tuner.timeout_advice import advise, latencies_of
+from topo_tune.v1 import admin_pb2, agent_pb2, topology_pb2
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_NCCL_VERSION = "2.28.9"
+"""The search space's NCCL version when no agent reports one (sim and gloo nodes run no NCCL)."""
+
+
+class PassError(TopoTuneError):
+    """The pass cannot go on; the message says which node or step."""
+
+
+@dataclass(frozen=True)
+class PassResult:
+    outcome: StudyOutcome
+    written: WrittenOutputs
+    nodes: tuple[str, ...]
+    measured_pairs: int
+
+
+@dataclass
+class JobEvaluator:
+    """Measures a trial with benchmark jobs through the admin API: one job per collective."""
+
+    client: AdminClient
+    deadline_s: float
+    iters: int
+    warmup_iters: int
+    poll_s: float = 0.05
+    sleep: Callable[[float], None] = time.sleep
+
+    def __call__(self, config: TrialConfig, request: MeasurementRequest) -> Measurements:
+        samples: list[SizeSample] = []
+        simulated = False
+        for collective in request.collectives:
+            for sweep in _sweeps(request.sizes):
+                job = self._run(collective, sweep, config)
+                simulated = simulated or job.simulated
+                samples.extend(_samples(collective, sweep, job))
+        return Measurements(tuple(samples), simulated=simulated)
+
+    def _run(self, collective: str, sweep: agent_pb2.SizeSweep, config: TrialConfig) -> admin_pb2.BenchmarkJob:
+        job = self.client.start_benchmark(
+            admin_pb2.StartBenchmarkRequest(
+                collective=COLLECTIVE_TO_PROTO[Collective(collective)],
+                nodes=list(config.rank_order.nodes),
+                sizes=sweep,
+                env=dict(config.env),
+                iters=self.iters,
+                warmup_iters=self.warmup_iters,
+                deadline_s=int(self.deadline_s),
+            )
+        )
+        while job.status == admin_pb2.BENCHMARK_JOB_STATUS_RUNNING:
+            self.sleep(self.poll_s)
+            job = self.client.get_benchmark(job.job_id)
+        if job.status == admin_pb2.BENCHMARK_JOB_STATUS_TIMED_OUT:
+            raise TrialFailed(job.message, kind="timeout")
+        if job.status != admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED:
+            wrong = any(s.wrong for s in job.sizes)
+            raise TrialFailed(job.message, kind="wrong_result" if wrong else "failed")
+        return job
+
+
+def _sweeps(sizes: Sequence[int]) -> list[agent_pb2.SizeSweep]:
+    """As few nccl-tests sweeps as cover ``sizes`` exactly: one when they form a geometric ladder."""
+    ordered = sorted(set(sizes))
+    if len(ordered) > 1:
+        factor = ordered[1] // ordered[0]
+        if factor >= 2 and all(b == a * factor for a, b in zip(ordered, ordered[1:], strict=False)):
+            return [agent_pb2.SizeSweep(min_bytes=ordered[0], max_bytes=ordered[-1], step_factor=factor)]
+    return [agent_pb2.SizeSweep(min_bytes=s, max_bytes=s, step_factor=1) for s in ordered]
+
+
+def _samples(collective: str, sweep: agent_pb2.SizeSweep, job: admin_pb2.BenchmarkJob) -> list[SizeSample]:
+    """One sample per requested size: the out-of-place row when there is one (torch runs some collectives
+    in place only). Rows come back in size order, matched to the requested sizes in that order."""
+    rows: dict[int, agent_pb2.SizeResult] = {}
+    for row in job.sizes:
+        if row.bytes not in rows or not row.in_place:
+            rows[row.bytes] = row
+    requested = []
+    size = sweep.min_bytes
+    while size <= sweep.max_bytes:
+        requested.append(size)
+        if sweep.step_factor < 2:
+            break
+        size *= sweep.step_factor
+    measured = [rows[b] for b in sorted(rows)]
+    if len(measured) != len(requested):
+        raise TrialFailed(f"job {job.job_id} measured {len(measured)} sizes, {len(requested)} were asked", kind="failed")
+    return [
+        SizeSample(collective, size, row.time_us, row.busbw_gbps, "", "", 0)
+        for size, row in zip(requested, measured, strict=True)
+    ]
+
+
+def _ladder(cluster: ClusterConfig) -> tuple[int, ...]:
+    search = cluster.search
+    ladder = []
+    size = search.min_bytes
+    while size <= search.max_bytes:
+        ladder.append(size)
+        size *= search.step_factor
+    return tuple(ladder)
+
+
+def wait_for_nodes(
+    client: AdminClient,
+    names: Sequence[str],
+    *,
+    timeout_s: float,
+    on_wait: Callable[[list[str]], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[admin_pb2.Node]:
+    """The nodes, once every one is ``ready``. ``PassError`` naming the missing ones after the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = {n.name: n for n in client.list_nodes()}
+        missing = [n for n in names if n not in found or found[n].state != admin_pb2.NODE_STATE_READY]
+        if not missing:
+            return [found[n] for n in names]
+        if time.monotonic() > deadline:
+            raise PassError(
+                f"nodes not ready after {timeout_s:g} s: {', '.join(missing)} "
+                "(start their agents: topo-tune agent run --controller …)"
+            )
+        if on_wait is not None:
+            on_wait(missing)
+        sleep(0.2)
+
+
+def measure_pairs(client: AdminClient, names: Sequence[str], *, sleep: Callable[[float], None] = time.sleep) -> int:
+    """Probe every pair of the nodes; returns how many pairs were measured."""
+    found = client.start_probe_round(admin_pb2.StartProbeRoundRequest(nodes=list(names), message_bytes=1 << 20))
+    while found.status == admin_pb2.PROBE_ROUND_STATUS_RUNNING:
+        sleep(0.2)
+        found = client.get_probe_round(found.round_id)
+    if found.status != admin_pb2.PROBE_ROUND_STATUS_SUCCEEDED:
+        raise PassError(f"probe round {found.round_id} failed: {found.message}")
+    return len(found.measurements)
+
+
+def _pair_matrix(client: AdminClient, cluster: ClusterConfig, nodes: Sequence[str]) -> tuple[PairMatrix, dict[str, topology_pb2.NodeTopology], str]:
+    view = client.cluster_topology()
+    topologies = {n.name: n.topology for n in view.nodes if n.name in nodes}
+    spine = None
+    if cluster.spine is not None:
+        spine = Spine(oversubscription=cluster.spine.oversubscription or 1.0, bandwidth_gbps=cluster.spine.bandwidth_gbps)
+    model = build_cluster(topologies, {n: r for n, r in cluster.rack_of().items() if n in topologies}, spine=spine)
+    pairs = model.node_pairs()
+    for measured in client.measured_pairs().pairs:
+        if measured.node_a in topologies and measured.node_b in topologies:
+            pairs = pairs.with_measurement(
+                measured.node_a,
+                measured.node_b,
+                Measurement(
+                    bandwidth_gbps=measured.bandwidth_gbps,
+                    latency_us=measured.latency_us,
+                    measured_at=measured.measured_at.ToDatetime(UTC),
+                    method=measured.method,
+                ),
+            )
+    return pairs, topologies, model.fingerprint
+
+
+def _nccl_version(cluster: ClusterConfig, topologies: dict[str, topology_pb2.NodeTopology]) -> str:
+    if cluster.search.nccl_version:
+        return cluster.search.nccl_version
+    versions = {t.versions.nccl for t in topologies.values() if t.versions.nccl and t.versions.nccl[0].isdigit()}
+    if len(versions) > 1:
+        raise PassError(f"the nodes run different NCCL versions ({', '.join(sorted(versions))}): one study per version")
+    return versions.pop() if versions else DEFAULT_NCCL_VERSION
+
+
+def _fabric(cluster: ClusterConfig, topologies: dict[str, topology_pb2.NodeTopology]) -> Fabric:
+    rdma = (topology_pb2.NIC_LINK_LAYER_INFINIBAND, topology_pb2.NIC_LINK_LAYER_ROCE)
+    ib = all(any(nic.link_layer in rdma for nic in t.nics) for t in topologies.values())
+    nvswitch = all(any(link.via_nvswitch for link in t.gpu_links) for t in topologies.values())
+    return Fabric(nodes=len(topologies), ib=ib, socket=not ib, nvls=nvswitch and cluster.backend != "gloo")
+
+
+def run_pass(
+    cluster: ClusterConfig,
+    client: AdminClient,
+    *,
+    output: Path,
+    storage: str,
+    node_timeout_s: float = 120.0,
+    on_status: Callable[[str], None] = lambda _: None,
+    on_progress: Callable[[StudyProgress], None] | None = None,
+) -> PassResult:
+    """The whole pass against the controller ``client`` talks to."""
+    names = [node.name for rack in cluster.racks for node in rack.nodes]
+    if not names:
+        raise ConfigError("racks", "cluster.yaml lists no node to tune")
+    on_status(f"waiting for {len(names)} nodes to be ready")
+    nodes = wait_for_nodes(client, names, timeout_s=node_timeout_s)
+    measured = 0
+    if cluster.backend != "sim" and len(names) > 1:
+        on_status(f"probing {len(names) * (len(names) - 1) // 2} node pairs")
+        measured = measure_pairs(client, names)
+    pairs, topologies, fingerprint = _pair_matrix(client, cluster, names)
+    slots = {n.name: max(1, len(n.topology.gpus)) if cluster.backend != "gloo" else 1 for n in nodes}
+    # NCCL's natural order is the launcher's: hostfiles list sorted host names. The candidates are the
+    # ring-order optimizer's order and cluster.yaml's own listing (rack by rack), when they differ.
+    natural = tuple(sorted(names))
+    planned = plan_rank_map(pairs, slots=slots, naive_order=natural, rack_of=cluster.rack_of())
+    orders = [RankOrder(NATURAL_ORDER, natural)]
+    for name, order in (("optimized", tuple(planned.planned.order)), ("racks", tuple(names))):
+        if order not in {o.nodes for o in orders}:
+            orders.append(RankOrder(name, order))
+    nccl_version = _nccl_version(cluster, topologies)
+    collectives = [c for c, w in cluster.workload.collectives.items() if w > 0]
+    space = SearchSpace.build(
+        nccl_version=nccl_version,
+        fabric=_fabric(cluster, topologies),
+        collectives=collectives,
+        rank_orders=orders,
+        site_fixed=cluster.site_fixed,
+        knobs=cluster.search.knobs,
+    )
+    objective = Objective(WorkloadProfile(dict(cluster.workload.collectives), dict(cluster.workload.buckets)))
+    search = cluster.search
+    settings = StudySettings(
+        name=f"init/{cluster.metadata.name}/{nccl_version}/{fingerprint}/{cluster.backend}/{len(names)}",
+        storage=storage,
+        budget=search.budget,
+        sampler=search.sampler,
+        seed=search.seed,
+        ladder=_ladder(cluster),
+        finalists=search.finalists,
+        proof_pairs=search.proof_pairs,
+        min_effect=search.min_effect,
+        worker_id="topo-tune-init",
+        heartbeat_interval_s=5.0,
+        stale_after_s=max(60.0, 2 * search.job_deadline),
+        poll_interval_s=0.2,
+    )
+    candidates = [Candidate(o.name, space.params_for(rank_order=o.name)) for o in orders[1:]]
+    on_status(f"searching: {search.budget} trials ({search.sampler}), then proving {search.finalists} finalists")
+    evaluator = JobEvaluator(client, deadline_s=search.job_deadline, iters=search.iters, warmup_iters=search.warmup_iters)
+    started = time.monotonic()
+    outcome = run_study(
+        settings, space=space, objective=objective, evaluate=evaluator, candidates=candidates, on_progress=on_progress
+    )
+    logger.info("study finished in %.1f s", time.monotonic() - started, extra={"study": settings.name})
+    latencies = latencies_of(outcome)
+    written = write_outputs(
+        outcome,
+        output,
+        shape=ClusterShape(slots=slots, pairs=pairs),
+        nccl_version=nccl_version,
+        topology_fingerprint=fingerprint,
+        advice=advise(latencies) if latencies else None,
+    )
+    return PassResult(outcome=outcome, written=written, nodes=tuple(names), measured_pairs=measured)
