@@ -17,6 +17,7 @@ import pytest
 from tests.deploy.chart_render import Manifest, Rendered, ci_values, containers, env_of, render
 from topo_tune.cli.main import cli
 from topo_tune.cluster_config import loads_cluster_config
+from topo_tune.controller.server import SERVICE_NAMES
 from topo_tune.errors import ConfigError
 
 OPTION_SETS = {"default": {}, **ci_values(), "fixed-rack": {"agent": {"rack": "rack-07"}}}
@@ -88,6 +89,13 @@ def test_controller_args_and_env_are_topo_tunes(rendered: Rendered) -> None:
     if several:
         assert context.params["lease_name"] == rendered.controller["metadata"]["name"]
         assert context.params["lease_namespace"] == FROM_CLUSTER
+
+
+def test_controller_probes_ask_for_health_services_the_controller_reports(rendered: Rendered) -> None:
+    (container,) = containers(rendered.controller)
+    # Liveness: the process, SERVING on a standby too. Readiness: a service that only the leader serves.
+    assert container["livenessProbe"]["grpc"].get("service", "") == ""
+    assert container["readinessProbe"]["grpc"]["service"] in SERVICE_NAMES
 
 
 def test_agent_args_and_env_are_topo_tunes(rendered: Rendered) -> None:
