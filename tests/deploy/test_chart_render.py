@@ -308,6 +308,14 @@ def test_several_replicas_elect_a_leader_on_the_releases_lease(option_sets: dict
     assert f"get lease {CONTROLLER}" in rendered.notes
 
 
+def test_with_mtls_the_leader_only_readiness_uses_the_plaintext_health_port() -> None:
+    values = {**ci_values()["external-postgres"], **ci_values()["mtls"]}
+    (controller,) = containers(render(values).controller)
+    assert controller["readinessProbe"]["grpc"] == {"port": 50052, "service": READINESS_SERVICE}
+    assert controller["livenessProbe"]["grpc"] == {"port": 50052}
+    assert env_of(controller)["TOPO_TUNE_LEADER_ELECTION"]["value"] == "true"
+
+
 def test_two_releases_in_one_namespace_never_share_a_lease() -> None:
     values = ci_values()["external-postgres"]
     leases = {}
