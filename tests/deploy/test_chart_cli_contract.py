@@ -7,19 +7,24 @@ read, and the rendered cluster.yaml passes the real cluster.yaml loader.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+from unittest import mock
+
 import click
 import pytest
 
 from tests.deploy.chart_render import Manifest, Rendered, ci_values, containers, env_of, render
 from topo_tune.cli.main import cli
 from topo_tune.cluster_config import loads_cluster_config
+from topo_tune.controller.server import SERVICE_NAMES
 from topo_tune.errors import ConfigError
 
 OPTION_SETS = {"default": {}, **ci_values(), "fixed-rack": {"agent": {"rack": "rack-07"}}}
 # Read by the NVIDIA container runtime, not by topo-tune.
 RUNTIME_ENV = {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}
-# The agent's Kubernetes mode reads the rack from this label of its Node; the CLI has no flag for it.
-KUBERNETES_MODE_ENV = {"TOPO_TUNE_RACK_LABEL"}
+# What an env entry with valueFrom (Secret, downward API) resolves to while the args are parsed here.
+FROM_CLUSTER = "<valueFrom>"
 
 
 @pytest.fixture(scope="module", params=sorted(OPTION_SETS))
@@ -27,19 +32,27 @@ def rendered(request: pytest.FixtureRequest) -> Rendered:
     return render(OPTION_SETS[request.param])
 
 
-def _command_context(args: list[str]) -> click.Context:
-    """Parse `topo-tune ARGS` down to the leaf command, as click does before running it (nothing runs)."""
+def _command_context(args: list[str], env: Mapping[str, str] | None = None) -> click.Context:
+    """Parse `topo-tune ARGS` down to the leaf command, as click does before running it (nothing runs).
+
+    ``env`` is the container's environment: options read their environment variables from it, and from
+    nothing else (the test process's own TOPO_TUNE_* variables are hidden).
+    """
     command: click.Command = cli
     name, parent, remaining = "topo-tune", None, list(args)
-    while True:
-        context = command.context_class(command, info_name=name, parent=parent, **command.context_settings)
-        # The base class's parse_args: a group's own would stash the sub-command in private fields.
-        remaining = click.Command.parse_args(command, context, remaining)
-        if not isinstance(command, click.Group):
-            return context
-        sub_name, sub, remaining = command.resolve_command(context, remaining)
-        assert sub is not None and sub_name is not None
-        command, name, parent = sub, sub_name, context
+    with mock.patch.dict(os.environ):
+        for key in [key for key in os.environ if key.startswith("TOPO_TUNE_")]:
+            del os.environ[key]
+        os.environ.update(env or {})
+        while True:
+            context = command.context_class(command, info_name=name, parent=parent, **command.context_settings)
+            # The base class's parse_args: a group's own would stash the sub-command in private fields.
+            remaining = click.Command.parse_args(command, context, remaining)
+            if not isinstance(command, click.Group):
+                return context
+            sub_name, sub, remaining = command.resolve_command(context, remaining)
+            assert sub is not None and sub_name is not None
+            command, name, parent = sub, sub_name, context
 
 
 def _envvars(context: click.Context | None) -> set[str]:
@@ -48,19 +61,19 @@ def _envvars(context: click.Context | None) -> set[str]:
     while context is not None:
         for param in context.command.params:
             envvar = getattr(param, "envvar", None)
-            if isinstance(envvar, str):
-                names.add(envvar)
+            names |= {envvar} if isinstance(envvar, str) else set(envvar or ())
         context = context.parent
     return names
 
 
 def _check_container(container: Manifest) -> click.Context:
+    env = {name: entry.get("value", FROM_CLUSTER) for name, entry in env_of(container).items()}
     try:
-        context = _command_context(container["args"])
+        context = _command_context(container["args"], env)
     except click.UsageError as error:
-        pytest.fail(f"topo-tune rejects the chart's args {container['args']}: {error.format_message()}")
-    topo_tune_env = {name for name in env_of(container) if name not in RUNTIME_ENV | KUBERNETES_MODE_ENV}
-    unread = topo_tune_env - _envvars(context)
+        pytest.fail(f"topo-tune rejects the chart's args {container['args']} with env {env}: {error.format_message()}")
+    # Every variable the chart sets is read by the command it starts, except the container runtime's.
+    unread = set(env) - RUNTIME_ENV - _envvars(context)
     assert unread == set(), f"{context.command_path} does not read {sorted(unread)}"
     return context
 
@@ -70,6 +83,19 @@ def test_controller_args_and_env_are_topo_tunes(rendered: Rendered) -> None:
     context = _check_container(container)
     assert context.command_path == "topo-tune controller serve"
     assert context.params["config_file"] is not None
+    # Several replicas elect a leader on a Lease of their own release, in the pod's namespace.
+    several = rendered.controller["spec"]["replicas"] > 1
+    assert context.params["leader_election"] is several
+    if several:
+        assert context.params["lease_name"] == rendered.controller["metadata"]["name"]
+        assert context.params["lease_namespace"] == FROM_CLUSTER
+
+
+def test_controller_probes_ask_for_health_services_the_controller_reports(rendered: Rendered) -> None:
+    (container,) = containers(rendered.controller)
+    # Liveness: the process, SERVING on a standby too. Readiness: a service that only the leader serves.
+    assert container["livenessProbe"]["grpc"].get("service", "") == ""
+    assert container["readinessProbe"]["grpc"]["service"] in SERVICE_NAMES
 
 
 def test_agent_args_and_env_are_topo_tunes(rendered: Rendered) -> None:
@@ -77,6 +103,12 @@ def test_agent_args_and_env_are_topo_tunes(rendered: Rendered) -> None:
     context = _check_container(container)
     assert context.command_path == "topo-tune agent run"
     assert context.params["backend"] == "nccl"
+    assert context.params["node_name"] == FROM_CLUSTER  # the downward API's spec.nodeName
+    # The rack: a fixed value, else the named label of the agent's Node.
+    env = env_of(container)
+    assert context.params["rack"] == env.get("TOPO_TUNE_RACK", {}).get("value", "")
+    if "TOPO_TUNE_RACK_LABEL" in env:
+        assert context.params["rack_label"] == env["TOPO_TUNE_RACK_LABEL"]["value"]
 
 
 def test_helm_test_args_and_env_are_topo_tunes(rendered: Rendered) -> None:

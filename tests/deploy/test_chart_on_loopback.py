@@ -3,38 +3,64 @@
 The rendered controller Deployment, agent DaemonSet and helm-test Pod are run as real `topo-tune` processes:
 their args and env as rendered, their ConfigMap/Secret volumes written to temporary directories at the
 mounted paths' stand-ins, Service addresses and container ports mapped to free loopback ports. Kubelet's
-gRPC readiness probe is replayed against the probe port, and the helm test must see the agent `ready`.
-What this cannot show (scheduling, RBAC enforcement, the NVIDIA runtime) is covered by the render tests.
+gRPC liveness and readiness probes are replayed against the probe port, and the helm test must see the agent
+`ready`. With two replicas the rendered controller is parsed by the real CLI and run in-process against a fake
+Kubernetes API server (a pod's service account cannot be faked for a subprocess): one replica leads and is
+Ready, the other is alive but not Ready, the standby takes over when the leader stops, and every Lease request
+they make is one the chart's Role allows. What this cannot show (scheduling, the NVIDIA runtime) is covered by
+the render tests.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime
+import functools
 import ipaddress
 import json
 import os
 import re
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import grpc
+import grpc.aio
 import pytest
+from click.testing import CliRunner
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.deploy.chart_render import NAMESPACE, RELEASE, Manifest, Rendered, containers, pod_spec, render
+from tests.deploy.chart_render import (
+    NAMESPACE,
+    RELEASE,
+    Manifest,
+    Rendered,
+    ci_values,
+    containers,
+    pod_spec,
+    render,
+)
+from tests.kube.fake_apiserver import LEASE_PATH, FakeApiServer
 from tests.support.processes import Daemon, free_port, run_cli
-from tests.support.waiting import wait_until
+from tests.support.waiting import async_wait_until, wait_until
+from topo_tune.cli import controller as controller_cli
+from topo_tune.cli.main import cli
+from topo_tune.controller.server import Controller
+from topo_tune.controller.settings import ControllerSettings
+from topo_tune.kube.environment import KubeEnvironment
 
 NODE = "gpu-node-1"
-SERVICE_HOST = f"{RELEASE}-topo-tune-controller.{NAMESPACE}.svc"
+CONTROLLER = f"{RELEASE}-topo-tune-controller"
+SERVICE_HOST = f"{CONTROLLER}.{NAMESPACE}.svc"
 
 
 @dataclass
@@ -95,8 +121,7 @@ class Loopback:
             return str(entry["value"])
         source = entry["valueFrom"]
         if "fieldRef" in source:
-            assert source["fieldRef"]["fieldPath"] == "spec.nodeName"
-            return NODE
+            return {"spec.nodeName": NODE, "metadata.namespace": NAMESPACE}[source["fieldRef"]["fieldPath"]]
         ref = source["secretKeyRef"]
         return self.secrets[ref["name"]][ref["key"]].decode()
 
@@ -105,10 +130,19 @@ class Loopback:
         return Daemon(args, self.root / f"{workload['metadata']['name']}.log", env=env).start()
 
 
-def _probe(port: int) -> bool:
-    """Kubelet's gRPC probe: grpc.health.v1 Check for the server ("") over plaintext."""
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
+def _probe(loopback: Loopback, probe: Manifest) -> bool:
+    """Kubelet's gRPC probe: grpc.health.v1 Check for the probe's service ("" when unset) over plaintext."""
+    request = health_pb2.HealthCheckRequest(service=probe["grpc"].get("service", ""))
+    with grpc.insecure_channel(f"127.0.0.1:{loopback.port(probe['grpc']['port'])}") as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(request, timeout=2)
+    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+async def _probe_async(loopback: Loopback, probe: Manifest) -> bool:
+    """``_probe`` for a controller that runs on this event loop."""
+    request = health_pb2.HealthCheckRequest(service=probe["grpc"].get("service", ""))
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{loopback.port(probe['grpc']['port'])}") as channel:
+        reply = await health_pb2_grpc.HealthStub(channel).Check(request, timeout=2)
     return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
 
@@ -208,8 +242,9 @@ def test_install_then_helm_test_on_loopback(values: dict[str, Any], tmp_path: Pa
     controller = loopback.start(rendered.controller)
     daemons.append(controller)
     (controller_container,) = containers(rendered.controller)
-    probe_port = loopback.port(controller_container["readinessProbe"]["grpc"]["port"])
-    _wait(lambda: _probe(probe_port), what="the readiness probe to pass", daemons=daemons)
+    for probe in ("livenessProbe", "readinessProbe"):
+        check = functools.partial(_probe, loopback, controller_container[probe])
+        _wait(check, what=f"the {probe} to pass", daemons=daemons)
     daemons.append(loopback.start(rendered.agent))
 
     test_args, test_env = loopback.command(rendered.test_pod)
@@ -232,3 +267,134 @@ def test_install_then_helm_test_on_loopback(values: dict[str, Any], tmp_path: Pa
         # The gRPC port really requires TLS: the same call without the client TLS flags fails.
         plain = [arg for arg in test_args if not arg.startswith("--tls") and not arg.endswith((".crt", ".key"))]
         assert run_cli(*plain, env=test_env, timeout=30).returncode != 0
+
+
+HA_VALUES: dict[str, Any] = {**BASE_VALUES, **ci_values()["external-postgres"]}  # two replicas
+LEASE_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One controller pod of the Deployment: its settings as the real CLI parsed them, and its port map."""
+
+    settings: ControllerSettings
+    loopback: Loopback
+
+
+def _replica(rendered: Rendered, root: Path, *, kube: KubeEnvironment, database_url: str) -> Replica:
+    """Parse the rendered controller's args and env with `topo-tune controller serve` (which then runs nothing).
+
+    The pod's in-cluster API (service account, KUBERNETES_SERVICE_*) is the fake API server.
+    """
+    loopback = Loopback(rendered, root)
+    loopback.secrets["topo-tune-db"] = {"url": database_url.encode()}
+    args, env = loopback.command(rendered.controller)
+    parsed: list[ControllerSettings] = []
+
+    async def serve(settings: ControllerSettings) -> None:
+        parsed.append(settings)
+
+    hidden: dict[str, str | None] = {key: None for key in os.environ if key.startswith("TOPO_TUNE_")}
+    container_env = {key: value for key, value in env.items() if key.startswith("TOPO_TUNE_")}
+    with (
+        mock.patch.object(controller_cli, "_serve", serve),
+        mock.patch.object(controller_cli, "detect_in_cluster", lambda environ: kube),
+    ):
+        result = CliRunner().invoke(cli, args, env={**hidden, **container_env})
+    assert result.exit_code == 0, result.output
+    (settings,) = parsed
+    return Replica(settings, loopback)
+
+
+def _lease_request_allowed(rendered: Rendered, method: str, path: str) -> bool:
+    """Whether the release's RBAC lets the controller's ServiceAccount make this Lease request."""
+    match = LEASE_PATH.match(urllib.parse.urlsplit(path).path)
+    assert match, f"the controller called {method} {path}, which the chart's Role is not about"
+    namespace, name = match.groups()
+    verb = LEASE_VERBS[method] if name or method != "GET" else "list"
+    bound = {
+        binding["roleRef"]["name"]
+        for binding in rendered.all("RoleBinding")
+        if {"kind": "ServiceAccount", "name": CONTROLLER, "namespace": NAMESPACE} in binding["subjects"]
+    }
+    return any(
+        role["metadata"]["namespace"] == namespace
+        and "coordination.k8s.io" in rule["apiGroups"]
+        and "leases" in rule["resources"]
+        and verb in rule["verbs"]
+        # A rule with resourceNames never authorizes a request without a name (create, list).
+        and ("resourceNames" not in rule or name in rule["resourceNames"])
+        for role in rendered.all("Role")
+        if role["metadata"]["name"] in bound
+        for rule in role["rules"]
+    )
+
+
+def test_replicas_elect_one_ready_leader_and_fail_over(tmp_path: Path) -> None:
+    """The rendered two-replica Deployment, parsed by the real CLI, against a fake Kubernetes API server."""
+    rendered = render(HA_VALUES)
+    (container,) = containers(rendered.controller)
+    apiserver = FakeApiServer().start()
+    try:
+        replicas = []
+        for index in range(2):
+            token = f"controller-{index}"
+            apiserver.tokens.add(token)
+            (tmp_path / token).mkdir()
+            (tmp_path / token / "sa-token").write_text(token)
+            kube = KubeEnvironment(api_url=apiserver.url, token_file=tmp_path / token / "sa-token", namespace="default")
+            replicas.append(
+                _replica(rendered, tmp_path / token, kube=kube, database_url=f"sqlite:///{tmp_path / 'shared.db'}")
+            )
+        asyncio.run(_elect_and_fail_over(replicas, container))
+        lease = apiserver.lease(NAMESPACE, CONTROLLER)
+        requests = list(apiserver.requests)
+    finally:
+        apiserver.stop()
+    # The Lease of this release, in the pod's namespace (not the service account's "default").
+    assert lease is not None and lease["spec"]["leaseTransitions"] >= 1
+    assert {method for method, _, _ in requests} >= {"GET", "POST", "PUT"}
+    refused = sorted({(m, p) for m, p, _ in requests if not _lease_request_allowed(rendered, m, p)})
+    assert refused == [], "the chart's Role would refuse these requests"
+
+
+async def _elect_and_fail_over(replicas: list[Replica], container: Manifest) -> None:
+    async def states() -> list[tuple[bool, bool]]:
+        """(live, ready) of each replica, as kubelet's probes would see them."""
+        return [
+            (
+                await _probe_async(replica.loopback, container["livenessProbe"]),
+                await _probe_async(replica.loopback, container["readinessProbe"]),
+            )
+            for replica in replicas
+        ]
+
+    async def one_ready() -> list[tuple[bool, bool]] | None:
+        seen = await states()
+        return seen if [ready for _, ready in seen].count(True) == 1 else None
+
+    controllers = [Controller(replica.settings) for replica in replicas]
+    running = list(controllers)
+    try:
+        for controller in controllers:
+            await controller.start()
+        seen = await async_wait_until(one_ready, timeout=15, what="exactly one controller Ready")
+        assert seen is not None
+        assert all(live for live, _ in seen), "a standby must stay alive (liveness), only not Ready"
+        leader = controllers[[ready for _, ready in seen].index(True)]
+        assert leader.leading and sum(c.leading for c in controllers) == 1
+
+        # The leader stops (SIGTERM: drain, Recreate, eviction): it releases the Lease, the standby takes over.
+        await leader.stop()
+        running.remove(leader)
+        (standby,) = running
+        standby_replica = replicas[controllers.index(standby)]
+        await async_wait_until(
+            lambda: _probe_async(standby_replica.loopback, container["readinessProbe"]),
+            timeout=15,
+            what="the standby to become Ready after the leader stopped",
+        )
+        assert standby.leading
+    finally:
+        for controller in running:
+            await controller.stop()

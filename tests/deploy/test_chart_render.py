@@ -7,6 +7,7 @@ scheduling onto GPU nodes, security contexts, mounts, flags and environment.
 from __future__ import annotations
 
 import base64
+import math
 from typing import Any
 
 import helm_python
@@ -30,6 +31,8 @@ from tests.deploy.chart_render import (
 CONTROLLER = f"{RELEASE}-topo-tune-controller"
 AGENT = f"{RELEASE}-topo-tune-agent"
 CONTROLLER_ADDRESS = f"{CONTROLLER}.{NAMESPACE}.svc:50051"
+# The health service that only the leading controller serves (topo_tune.controller.server.SERVICE_NAMES).
+READINESS_SERVICE = "topo_tune.v1.AgentService"
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +60,6 @@ def test_default_render_has_the_whole_install(default: Rendered) -> None:
             "PersistentVolumeClaim",
             "PodDisruptionBudget",
             "Pod",
-            "Role",
-            "RoleBinding",
             "Secret",
             "Service",
             "ServiceAccount",
@@ -197,7 +198,7 @@ def test_controller_probes_and_ports_without_tls(default: Rendered) -> None:
     (controller,) = containers(default.controller)
     assert {p["name"]: p["containerPort"] for p in controller["ports"]} == {"grpc": 50051, "metrics": 9464}
     assert controller["livenessProbe"]["grpc"] == {"port": 50051}
-    assert controller["readinessProbe"]["grpc"] == {"port": 50051}
+    assert controller["readinessProbe"]["grpc"] == {"port": 50051, "service": READINESS_SERVICE}
     service = default.one("Service", CONTROLLER)
     assert {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {
         "grpc": (50051, "grpc"),
@@ -252,8 +253,8 @@ def test_rbac_is_read_only_by_default(default: Rendered) -> None:
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": AGENT, "namespace": NAMESPACE}]
     assert pod_spec(default.agent)["serviceAccountName"] == AGENT
     assert pod_spec(default.controller)["serviceAccountName"] == CONTROLLER
-    lease_role = default.one("Role", f"{CONTROLLER}-leader-election")
-    assert lease_role["rules"][0]["apiGroups"] == ["coordination.k8s.io"]
+    # One replica leads alone: no Lease, no permission on Leases.
+    assert default.all("Role") == [] and default.all("RoleBinding") == []
     assert default.find("ClusterRole", f"{CONTROLLER}-cordon") is None
 
 
@@ -277,8 +278,90 @@ def test_external_postgres_from_a_secret(option_sets: dict[str, Rendered]) -> No
     assert rendered.all("PersistentVolumeClaim") == []
     assert volumes_of(rendered.controller)["data"] == {"name": "data", "emptyDir": {}}
     assert rendered.controller["spec"]["replicas"] == 2
-    assert rendered.controller["spec"]["strategy"]["type"] == "RollingUpdate"
     assert "external, URL from Secret topo-tune-db" in rendered.notes
+
+
+def test_several_replicas_elect_a_leader_on_the_releases_lease(option_sets: dict[str, Rendered]) -> None:
+    rendered = option_sets["external-postgres"]  # two replicas on PostgreSQL
+    (controller,) = containers(rendered.controller)
+    env = env_of(controller)
+    assert env["TOPO_TUNE_LEADER_ELECTION"]["value"] == "true"
+    assert env["TOPO_TUNE_LEASE_NAME"]["value"] == CONTROLLER
+    assert env["TOPO_TUNE_LEASE_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    # Only the leader serves the agent service, so only it is Ready and behind the Service; a standby is alive.
+    assert controller["readinessProbe"]["grpc"] == {"port": 50051, "service": READINESS_SERVICE}
+    assert controller["livenessProbe"]["grpc"] == {"port": 50051}
+    # A rolling update would wait forever for a standby of the new version to become Ready.
+    assert rendered.controller["spec"]["strategy"] == {"type": "Recreate"}
+    assert rendered.all("PodDisruptionBudget") == []
+
+    role = rendered.one("Role", f"{CONTROLLER}-leader-election")
+    lease = {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"]}
+    assert role["rules"] == [
+        {**lease, "verbs": ["create"]},
+        {**lease, "resourceNames": [CONTROLLER], "verbs": ["get", "update"]},
+    ]
+    binding = rendered.one("RoleBinding", f"{CONTROLLER}-leader-election")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": NAMESPACE}]
+    assert "READY 1/2" in rendered.notes
+    assert f"get lease {CONTROLLER}" in rendered.notes
+
+
+def test_with_mtls_the_leader_only_readiness_uses_the_plaintext_health_port() -> None:
+    values = {**ci_values()["external-postgres"], **ci_values()["mtls"]}
+    (controller,) = containers(render(values).controller)
+    assert controller["readinessProbe"]["grpc"] == {"port": 50052, "service": READINESS_SERVICE}
+    assert controller["livenessProbe"]["grpc"] == {"port": 50052}
+    assert env_of(controller)["TOPO_TUNE_LEADER_ELECTION"]["value"] == "true"
+
+
+def test_two_releases_in_one_namespace_never_share_a_lease() -> None:
+    values = ci_values()["external-postgres"]
+    leases = {}
+    for release in ("tt", "tt-canary"):
+        rendered = render(values, release=release)
+        name = env_of(containers(rendered.controller)[0])["TOPO_TUNE_LEASE_NAME"]["value"]
+        (role,) = rendered.all("Role")
+        assert role["rules"][1]["resourceNames"] == [name], "each release may renew its own Lease only"
+        leases[release] = name
+    assert leases == {"tt": "tt-topo-tune-controller", "tt-canary": "tt-canary-topo-tune-controller"}
+
+
+def test_one_replica_on_postgres_leads_alone_and_never_overlaps() -> None:
+    rendered = render({"database": {"external": {"enabled": True, "existingSecret": "db"}}})
+    (controller,) = containers(rendered.controller)
+    assert not {"TOPO_TUNE_LEADER_ELECTION", "TOPO_TUNE_LEASE_NAME"} & env_of(controller).keys()
+    assert rendered.all("Role") == []
+    # Without election a surge pod would act beside the old one on the same database, unfenced.
+    assert rendered.controller["spec"]["strategy"] == {"type": "Recreate"}
+    assert rendered.one("PodDisruptionBudget", CONTROLLER)["spec"]["maxUnavailable"] == 1
+
+
+def _disruptions_allowed(budget: dict[str, Any], *, expected: int, healthy: int) -> int:
+    """Kubernetes' disruption controller: evictions allowed = healthy pods - desired healthy pods."""
+
+    def count(value: int | str) -> int:
+        return math.ceil(int(value.rstrip("%")) * expected / 100) if isinstance(value, str) else value
+
+    spec = budget["spec"]
+    desired = expected - count(spec["maxUnavailable"]) if "maxUnavailable" in spec else count(spec["minAvailable"])
+    return max(0, healthy - max(0, desired))
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 3])
+def test_no_budget_blocks_draining_the_leaders_node(replicas: int) -> None:
+    values = {"database": {"external": {"enabled": True, "existingSecret": "db"}}, "controller": {"replicas": replicas}}
+    rendered = render(values)
+    selector = rendered.controller["spec"]["selector"]["matchLabels"]
+    budgets = [b for b in rendered.all("PodDisruptionBudget") if b["spec"]["selector"]["matchLabels"] == selector]
+    # Only the leader is Ready (with one replica, the one pod): `kubectl drain` of its node must be able to evict it.
+    for budget in budgets:
+        assert _disruptions_allowed(budget, expected=replicas, healthy=1) >= 1
+    # What the chart avoids: the default budget on several replicas would pin the leader to its node.
+    pinned = {"spec": {"maxUnavailable": 1}}
+    assert _disruptions_allowed(pinned, expected=replicas, healthy=1) == (1 if replicas == 1 else 0)
+    assert len(budgets) == (1 if replicas == 1 else 0)
 
 
 def test_mtls_with_plaintext_health_port(option_sets: dict[str, Rendered]) -> None:
@@ -291,7 +374,7 @@ def test_mtls_with_plaintext_health_port(option_sets: dict[str, Rendered]) -> No
     assert flags["--health-listen"] == "0.0.0.0:50052"
     # kubelet's gRPC probes cannot present a client certificate: they must use the plaintext port.
     assert controller["livenessProbe"]["grpc"] == {"port": 50052}
-    assert controller["readinessProbe"]["grpc"] == {"port": 50052}
+    assert controller["readinessProbe"]["grpc"] == {"port": 50052, "service": READINESS_SERVICE}
     assert {p["name"]: p["containerPort"] for p in controller["ports"]}["health"] == 50052
     assert volumes_of(rendered.controller)["tls"]["secret"]["secretName"] == "topo-tune-controller-tls"
     assert mounts_of(controller)["/etc/topo-tune/tls"]["readOnly"] is True

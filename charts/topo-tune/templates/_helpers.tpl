@@ -132,3 +132,18 @@ Environment every topo-tune process of the release gets (read by the `topo-tune`
 - name: TOPO_TUNE_LOG_FORMAT
   value: {{ .Values.logging.format | quote }}
 {{- end }}
+
+{{/*
+Leader election: on with more than one controller replica ("true"), else "". With it, only the holder of
+the Lease (named after the release's controller, so two releases in one namespace never share one) serves
+agents and admins and reports Ready.
+*/}}
+{{- define "topo-tune.leaderElection" -}}
+{{- if gt (int .Values.controller.replicas) 1 }}true{{ end }}
+{{- end }}
+
+{{/*
+gRPC health service the controller's readiness probe asks for: SERVING only while this replica leads
+(always, with one replica). Liveness asks for "" (the process), which a standby also serves.
+*/}}
+{{- define "topo-tune.readinessService" -}}topo_tune.v1.AgentService{{- end }}
