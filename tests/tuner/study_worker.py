@@ -10,8 +10,8 @@ import sys
 import threading
 from pathlib import Path
 
-from tests.tuner.test_study import study_settings, synthetic_objective
 from tests.tuner.landscape import Landscape, synthetic_space
+from tests.tuner.test_study import study_settings, synthetic_objective
 from topo_tune.tuner.objective import Measurements
 from topo_tune.tuner.space import TrialConfig
 from topo_tune.tuner.study import MeasurementRequest, run_study
