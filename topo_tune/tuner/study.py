@@ -33,6 +33,7 @@ import contextlib
 import json
 import logging
 import math
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -40,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import optuna
+import sqlalchemy
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
@@ -334,7 +336,7 @@ class TunerStudy:
 
     def open(self) -> optuna.Study:
         """Create the study, or load it when it exists (then it must have been made for the same space)."""
-        storage = optuna.storages.RDBStorage(self.settings.storage)
+        storage = optuna.storages.RDBStorage(self.settings.storage, engine_kwargs=_engine_kwargs(self.settings.storage))
         study = optuna.create_study(
             study_name=self.settings.name,
             storage=storage,
@@ -420,9 +422,7 @@ class TunerStudy:
         trial_id = trial._trial_id
         self._active.add(trial.number)
         try:
-            if A_ROLE not in trial.user_attrs:
-                trial.set_user_attr(A_ROLE, "sampled")
-                trial.set_user_attr(A_ATTEMPT, 1)
+            # A sampled trial carries no role/attempt attributes: readers default them (one commit less each).
             trial.set_user_attr(A_WORKER, self.settings.worker_id)
             trial.set_user_attr(A_HEARTBEAT, self._clock())
             is_baseline = trial.user_attrs.get(A_ROLE) == "baseline"
@@ -473,14 +473,16 @@ class TunerStudy:
                     trial.set_user_attr(A_REASON, failure.reason)
                     return TrialState.FAIL, None
                 measured = got if measured is None else measured.merged(got)
-                trial.set_user_attr(A_MEASUREMENTS, measured.to_json())
-                trial.set_user_attr(A_HEARTBEAT, self._clock())
                 if baseline is not None:
                     value = self.objective.value(measured, baseline)
                 trial.report(value, step)
                 if baseline is not None and step < len(self._rungs) - 1 and self._hopeless(trial, step, value):
                     logger.info("trial %d pruned at rung %d (partial speedup %.3f)", trial.number, step, value)
+                    trial.set_user_attr(A_MEASUREMENTS, measured.to_json())
                     return TrialState.PRUNED, None
+        # Stored once, at the end: a trial killed mid-way is measured again from scratch by its retry.
+        if measured is not None:
+            trial.set_user_attr(A_MEASUREMENTS, measured.to_json())
         return TrialState.COMPLETE, value
 
     def _hopeless(self, trial: optuna.Trial, step: int, value: float) -> bool:
@@ -708,6 +710,27 @@ def run_study(
         sleep=sleep,
         on_progress=on_progress,
     ).run()
+
+
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    """For embedded SQLite: WAL and synchronous=NORMAL on every connection.
+
+    Optuna commits every attribute separately; with SQLite's default rollback journal each commit is a few
+    fsyncs. WAL with NORMAL survives a crash of the process (what resuming needs) and only risks the last
+    commits on power loss (sqlite.org/wal.html). PostgreSQL URLs are left to SQLAlchemy's defaults.
+    """
+    parsed = sqlalchemy.engine.make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return {}
+    path = parsed.database
+
+    def connect() -> sqlite3.Connection:
+        connection = sqlite3.connect(path, timeout=30.0, check_same_thread=False)
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")
+        return connection
+
+    return {"creator": connect}
 
 
 def _superseded(trials: Sequence[FrozenTrial]) -> set[int]:
