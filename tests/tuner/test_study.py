@@ -31,6 +31,7 @@ from topo_tune.tuner.study import (
     distributions,
     from_optuna,
     run_study,
+    to_optuna,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,11 +63,11 @@ def database(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'study.db'}"
 
 
-def test_the_baseline_runs_first_then_candidates_and_a_proven_winner_is_chosen(database: str) -> None:
+def test_the_baseline_runs_first_then_candidates_and_a_proven_winner_is_chosen(database_url: str) -> None:
     space = synthetic_space()
     landscape = Landscape()
     outcome = run_study(
-        study_settings(database),
+        study_settings(database_url),
         space=space,
         objective=synthetic_objective(),
         evaluate=landscape,
@@ -164,26 +165,25 @@ def test_a_stored_study_refuses_a_different_search_space(database: str) -> None:
 def _orphan(database: str, *, worker: str, heartbeat: float) -> int:
     """A trial another worker asked for and then went silent on."""
     space = synthetic_space()
-    study = TunerStudy(
-        study_settings(database), space=space, objective=synthetic_objective(), evaluate=Landscape()
-    ).open()
-    trial = study.ask(distributions(space))
-    trial.set_user_attr(A_WORKER, worker)
-    trial.set_user_attr(A_HEARTBEAT, heartbeat)
-    trial.set_user_attr("role", "sampled")
-    trial.set_user_attr("attempt", 1)
-    return int(trial.number)
+    runner = TunerStudy(study_settings(database), space=space, objective=synthetic_objective(), evaluate=Landscape())
+    try:
+        trial = runner.open().ask(distributions(space))
+        trial.set_user_attr(A_WORKER, worker)
+        trial.set_user_attr(A_HEARTBEAT, heartbeat)
+        return int(trial.number)
+    finally:
+        runner.close()
 
 
-def test_another_workers_trial_is_waited_for_then_failed_as_stale_and_retried_once(database: str) -> None:
+def test_another_workers_trial_is_waited_for_then_failed_as_stale_and_retried_once(database_url: str) -> None:
     now = [1000.0]
-    orphan = _orphan(database, worker="controller-0", heartbeat=now[0])
+    orphan = _orphan(database_url, worker="controller-0", heartbeat=now[0])
 
     def sleep(seconds: float) -> None:
         now[0] += seconds
 
     outcome = run_study(
-        study_settings(database, budget=8, finalists=0, stale_after_s=30.0, poll_interval_s=5.0),
+        study_settings(database_url, budget=8, finalists=0, stale_after_s=30.0, poll_interval_s=5.0),
         space=synthetic_space(),
         objective=synthetic_objective(),
         evaluate=Landscape(),
@@ -207,16 +207,19 @@ def test_a_fresh_heartbeat_of_another_worker_is_left_alone(database: str) -> Non
         evaluate=Landscape(),
         clock=lambda: 1010.0,
     )
-    opened = study.open()
-    study._reclaim_stale(opened)
-    assert opened.trials[orphan].state == optuna.trial.TrialState.RUNNING
+    try:
+        opened = study.open()
+        study._reclaim_stale(opened)
+        assert opened.trials[orphan].state == optuna.trial.TrialState.RUNNING
+    finally:
+        study.close()
 
 
-def test_a_study_killed_mid_trial_resumes_with_every_trial_counted_once(database: str, tmp_path: Path) -> None:
+def test_a_study_killed_mid_trial_resumes_with_every_trial_counted_once(database_url: str, tmp_path: Path) -> None:
     marker = tmp_path / "hung-in-trial"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.tuner.study_worker", database, str(marker), "14"], cwd=ROOT, env=env
+        [sys.executable, "-m", "tests.tuner.study_worker", database_url, str(marker), "14"], cwd=ROOT, env=env
     )
     try:
         hung = int(wait_until(lambda: marker.exists() and marker.read_text(), timeout=60, what="the child to hang"))
@@ -225,7 +228,7 @@ def test_a_study_killed_mid_trial_resumes_with_every_trial_counted_once(database
         child.wait()
     landscape = Landscape()
     outcome = run_study(
-        study_settings(database), space=synthetic_space(), objective=synthetic_objective(), evaluate=landscape
+        study_settings(database_url), space=synthetic_space(), objective=synthetic_objective(), evaluate=landscape
     )
     counted = [t for t in outcome.trials if not t.superseded]
     assert len(counted) == 24, "no lost and no extra trial"
@@ -314,7 +317,9 @@ def test_on_the_sim_cluster_where_defaults_are_optimal_nothing_is_promoted(datab
     assert outcome.chosen is None, [(p.trial, p.speedup) for p in outcome.proofs]
 
 
-def test_exhaustive_optimum_of_the_synthetic_landscape_is_reachable() -> None:
+def test_the_synthetic_landscape_rewards_tuning_and_params_map_both_ways() -> None:
     space = synthetic_space(knobs=["channels", "ib_qps"])
     assert exhaustive_optimum(space, synthetic_objective(), Landscape(), LADDER) > 1.1
-    assert from_optuna(space, {"channels": 0, "ib_qps": 0, "rank_order": "natural"}) == space.baseline_params()
+    baseline = space.baseline_params()
+    assert from_optuna(space, to_optuna(space, baseline)) == baseline
+    assert to_optuna(space, baseline)["channels"] == space.values_of("channels").index("default") > 0

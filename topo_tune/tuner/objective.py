@@ -1,9 +1,9 @@
 """The objective: how good one trial's measurements are, relative to the baseline's.
 
-Purpose: per (collective, size bucket) a score — bus bandwidth for bandwidth-bound buckets, time for
-latency-bound ones (NCCL_FACTS §0.5: never nccl-tests' "Avg bus bandwidth") — and the study objective, the
-workload-weighted geometric mean of the per-bucket speedups over the baseline. Partial values over the
-sizes measured so far are the intermediate values a pruner sees along the size ladder.
+Purpose: per (collective, size bucket) a score — bus bandwidth for bandwidth-bound buckets, time for latency-
+bound ones (never nccl-tests' "Avg bus bandwidth", a mean over every size of a sweep) — and the study
+objective, the workload-weighted geometric mean of the per-bucket speedups over the baseline. Partial values
+over the sizes measured so far are the intermediate values a pruner sees along the size ladder.
 
 A speedup of one size is the baseline's time over the trial's time (equal to the ratio of bus bandwidths at
 that size); a bucket's speedup is the geometric mean over its sizes, so no single size dominates.

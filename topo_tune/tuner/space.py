@@ -1,15 +1,15 @@
 """The search space: which NCCL knobs a study may change, to which values, for one NCCL version and fabric.
 
-Purpose: a declarative catalogue of the knobs NCCL_FACTS §1.3 calls safe to search (performance only, given
-identical values on every rank), each with a bounded set of values and the NCCL version that introduced it,
-plus the rank order as a categorical dimension over named candidate orders the caller supplies. Every
-dimension has a "leave it unset" value, and the baseline is every dimension unset with NCCL's natural order.
-Knobs that can hang a job or corrupt data are refused by name with the reason; site-fixed settings (IB HCA,
-GID index, traffic class, socket interface …) pass unchanged into every trial.
+Purpose: a declarative catalogue of the knobs that only affect performance (safe to search, given identical
+values on every rank; NCCL's env.rst and performance-tuning guide), each with a bounded set of values and the
+NCCL version that introduced it, plus the rank order as a categorical dimension over named candidate orders
+the caller supplies. Every dimension has a "leave it unset" value, and the baseline is every dimension unset
+with NCCL's natural order. Knobs that can hang a job or corrupt data are refused by name with the reason;
+site-fixed settings (IB HCA, GID index, traffic class, socket interface …) pass unchanged into every trial.
 
 Non-goals: sampling (the study does it) and measuring anything. The space is plain data: the same inputs give
-the same dimensions, and :meth:`SearchSpace.fingerprint` changes when anything that shapes a trial changes,
-so a resumed study can refuse a space it was not started with.
+the same dimensions, and :meth:`SearchSpace.fingerprint` changes when anything that shapes a trial changes, so
+a resumed study can refuse a space it was not started with.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ FORBIDDEN: Mapping[str, str] = MappingProxyType(
     {
         "NCCL_PROTO": (
             "any NCCL_PROTO list that does not exclude LL128 forces LL128 on, bypassing NCCL's safety gate, and "
-            "can corrupt data silently (NCCL_FACTS §1.2); protocols are chosen per size through the tuner plugin"
+            "can corrupt data silently (NCCL env.rst, src/graph/tuning.cc); protocols are chosen per size "
+            "through the tuner plugin"
         ),
         "NCCL_ALGO": (
             "forcing an algorithm fails or hangs collectives that lack it (NVLSTree reduce_scatter hung, NVIDIA/nccl "
@@ -200,10 +201,15 @@ def _catalogue(version: tuple[int, int, int], fabric: Fabric, collectives: froze
     # Channels: MIN=MAX forces the count (the docs' advice when benchmarking); 64 CTAs since 2.25, 32 before.
     if version >= (2, 17, 0):
         top = 64 if version >= (2, 25, 0) else 32
-        counts = [c for c in (1, 2, 4, 8, 12, 16, 24, 32, 48, 64) if c <= top]
+        # Unset sits where NCCL's own choice usually lands on this scale (nccl-tests on 2xH200 over NVLink:
+        # NCCL 2.28 ran 24 channels), so samplers that model order see it between its neighbours in effect.
+        counts: list[int | None] = [c for c in (1, 2, 4, 8, 12, 16, None, 24, 32, 48, 64) if c is None or c <= top]
         dims["channels"] = _dimension(
             "channels",
-            [(UNSET, {})] + [(str(c), {"NCCL_MIN_CTAS": str(c), "NCCL_MAX_CTAS": str(c)}) for c in counts],
+            [
+                (UNSET, {}) if c is None else (str(c), {"NCCL_MIN_CTAS": str(c), "NCCL_MAX_CTAS": str(c)})
+                for c in counts
+            ],
             ordered=True,
             reason="NCCL_MIN_CTAS=NCCL_MAX_CTAS forces the channel count",
         )

@@ -324,6 +324,7 @@ class TunerStudy:
         self._distributions = distributions(space)
         self._rungs = objective.rungs(settings.ladder, settings.rungs)
         self._active: set[int] = set()
+        self._storages: list[optuna.storages.RDBStorage] = []
         self._started = clock()
         self._finished_here = 0
         names = [c.name for c in self._candidates]
@@ -337,6 +338,7 @@ class TunerStudy:
     def open(self) -> optuna.Study:
         """Create the study, or load it when it exists (then it must have been made for the same space)."""
         storage = optuna.storages.RDBStorage(self.settings.storage, engine_kwargs=_engine_kwargs(self.settings.storage))
+        self._storages.append(storage)
         study = optuna.create_study(
             study_name=self.settings.name,
             storage=storage,
@@ -354,9 +356,20 @@ class TunerStudy:
             )
         return study
 
+    def close(self) -> None:
+        """Close the database connections the study opened."""
+        for storage in self._storages:
+            storage.engine.dispose()
+        self._storages.clear()
+
     def run(self) -> StudyOutcome:
         """Search, prove, and return the outcome. Safe to call again after a crash: it resumes."""
-        study = self.open()
+        try:
+            return self._run(self.open())
+        finally:
+            self.close()
+
+    def _run(self, study: optuna.Study) -> StudyOutcome:
         self._reclaim_stale(study)
         baseline = self._ensure_baseline(study)
         self._enqueue_candidates(study)

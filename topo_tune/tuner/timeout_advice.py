@@ -1,6 +1,6 @@
 """Timeout advice: a process-group timeout and PyTorch watchdog settings fitted to measured latencies.
 
-Purpose: there is no ``NCCL_TIMEOUT`` (NCCL_FACTS §1.2); collective timeouts belong to the framework
+Purpose: there is no ``NCCL_TIMEOUT`` (not in NCCL's source or env.rst); collective timeouts belong to the framework
 (``init_process_group(timeout=…)``, 10 min by default for NCCL) and to PyTorch's ``TORCH_NCCL_*`` watchdog.
 From the measured per-collective times (many trials and proof repeats) this fits a Gamma distribution per
 collective, takes its 99.5th percentile, scales it by a safety multiplier (jobs run larger collectives and
