@@ -8,7 +8,8 @@ configuration. Each study runs as the product runs it (noisy simulated measureme
 baseline first); a trial counts as reaching the optimum when it completed and its noise-free objective is
 within 2% of the optimum. Two tables: the samplers alone, and after the topology-derived candidates the
 controller enqueues (the ring-order optimizer's order, with and without more IB QPs), the same for every
-sampler. Trial counts include the baseline and the candidates.
+sampler. Trial counts include the baseline and the candidates. A second, tighter tolerance (0.5%) shows
+the samplers apart where 2% is reached by chance alone.
 
 Usage: python -m benchmarks.search_efficiency [--seeds 10] [--budget 150]
 Prints one row per sampler: mean trials to reach (a study that never reached counts as the budget; the row
@@ -35,7 +36,7 @@ from topo_tune.tuner.space import SearchSpace, TrialConfig
 from topo_tune.tuner.study import Candidate, MeasurementRequest, StudySettings, run_study
 
 SAMPLERS = ("tpe", "random", "coordinate")
-TOLERANCE = 1.02
+TOLERANCES = (0.02, 0.005)
 
 
 class _Reached(Exception):
@@ -50,21 +51,22 @@ class _Probe:
         inner: SimEvaluator,
         space: SearchSpace,
         values: dict[tuple[str, ...], float],
-        target: float,
+        targets: tuple[float, ...],
         objective: Objective,
     ) -> None:
-        self.inner, self.space, self.values, self.target = inner, space, values, target
+        self.inner, self.space, self.values, self.targets = inner, space, values, targets
         self.last_rung = objective.rungs(DEFAULT_LADDER, 3)[-1]
-        self.reached_at: int | None = None
+        self.reached_at: dict[float, int] = {}
 
     def __call__(self, config: TrialConfig, request: MeasurementRequest) -> Measurements:
-        if self.reached_at is not None:
+        if len(self.reached_at) == len(self.targets):
             raise _Reached  # the reaching trial has been told; stop before the next one
         result = self.inner(config, request)
-        # The last rung completes the trial (pruning never happens there).
-        key = tuple(config.params[n] for n in self.space.names)
-        if request.sizes == self.last_rung and self.values[key] >= self.target:
-            self.reached_at = request.trial + 1
+        if request.sizes == self.last_rung:  # the last rung completes the trial: pruning never happens there
+            value = self.values[tuple(config.params[n] for n in self.space.names)]
+            for target in self.targets:
+                if value >= target and target not in self.reached_at:
+                    self.reached_at[target] = request.trial + 1
         return result
 
 
@@ -97,25 +99,24 @@ def main() -> None:
     started = time.monotonic()
     values = true_values(space, objective, SimEvaluator(cluster, noise=False))
     optimum = max(values.values())
-    near = sum(v >= optimum / TOLERANCE for v in values.values())
+    near = [sum(v >= optimum / (1 + t) for v in values.values()) for t in TOLERANCES]
     print(
         f"sim demo cluster (SIMULATED): {space.size()} configurations, exhaustive optimum {optimum:.4f}x over "
-        f"NCCL's defaults, {near} within 2% ({time.monotonic() - started:.0f} s to sweep)"
+        f"NCCL's defaults; {near[0]} within 2%, {near[1]} within 0.5% ({time.monotonic() - started:.0f} s to sweep)"
     )
-    candidates = [
-        Candidate("ring-order", space.params_for(rank_order="optimized")),
-        Candidate("ring-order-4qps", space.params_for(env={"NCCL_IB_QPS_PER_CONNECTION": "4"}, rank_order="optimized")),
-    ]
-    for title, seeded in (("samplers alone", ()), ("after the topology-derived candidates", candidates)):
+    targets = tuple(optimum / (1 + t) for t in TOLERANCES)
+    candidates = [Candidate("ring-order", space.params_for(rank_order="optimized"))]
+    for title, seeded in (("samplers alone", ()), ("after the topology-derived candidate", candidates)):
         print()
-        print(f"{title} (candidates enqueued after the baseline: {', '.join(c.name for c in seeded) or 'none'}):")
+        print(f"{title} (enqueued after the baseline: {', '.join(c.name for c in seeded) or 'nothing'}):")
         print()
-        print(f"| sampler | mean trials to within 2% | median | reached (of {args.seeds}) |")
-        print("|---|---|---|---|")
+        heads = " | ".join(f"mean trials to within {t:.1%} (median, reached of {args.seeds})" for t in TOLERANCES)
+        print(f"| sampler | {heads} |")
+        print("|---|" + "---|" * len(TOLERANCES))
         for sampler in SAMPLERS:
-            reached: list[int] = []
+            reached: dict[float, list[int]] = {t: [] for t in targets}
             for seed in range(args.seeds):
-                probe = _Probe(SimEvaluator(cluster, seed=seed), space, values, optimum / TOLERANCE, objective)
+                probe = _Probe(SimEvaluator(cluster, seed=seed), space, values, targets, objective)
                 with tempfile.TemporaryDirectory() as tmp:
                     settings = StudySettings(
                         name=f"{sampler}-{seed}",
@@ -127,9 +128,13 @@ def main() -> None:
                     )
                     with contextlib.suppress(_Reached):
                         run_study(settings, space=space, objective=objective, evaluate=probe, candidates=seeded)
-                reached.append(probe.reached_at if probe.reached_at is not None else args.budget)
-            hits = sum(r < args.budget for r in reached)
-            print(f"| {sampler} | {statistics.mean(reached):.1f} | {statistics.median(reached):.0f} | {hits} |")
+                for target in targets:
+                    reached[target].append(probe.reached_at.get(target, args.budget))
+            cells = " | ".join(
+                f"{statistics.mean(r):.1f} ({statistics.median(r):.0f}, {sum(x < args.budget for x in r)})"
+                for r in reached.values()
+            )
+            print(f"| {sampler} | {cells} |")
 
 
 if __name__ == "__main__":
