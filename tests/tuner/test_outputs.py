@@ -14,6 +14,7 @@ from tests.tuner.test_study import study_settings, synthetic_objective
 from topo_tune.config_version import ConfigVersion, parse_nccl_conf
 from topo_tune.plugin import build_plugin
 from topo_tune.sim import demo_cluster
+from topo_tune.topology.distance import PairMatrix
 from topo_tune.tuner.objective import Objective, WorkloadProfile
 from topo_tune.tuner.outputs import ClusterShape, write_outputs
 from topo_tune.tuner.sim_evaluator import SimEvaluator, sim_space
@@ -43,7 +44,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[StudyOutcome, Cluste
         tuple(0.0 if a == b else (50.0 if cluster.node(a).rack == cluster.node(b).rack else 15.0) for b in names)
         for a in names
     )
-    return outcome, ClusterShape({n: 8 for n in names}, names, bandwidth)
+    return outcome, ClusterShape({n: 8 for n in names}, PairMatrix.from_matrices(names, bandwidth, method="test"))
 
 
 def test_a_promoted_result_writes_every_file_as_its_reader_reads_it(
@@ -72,10 +73,14 @@ def test_a_promoted_result_writes_every_file_as_its_reader_reads_it(
     settings = parse_nccl_conf((tmp_path / "nccl.conf").read_text(), strict=True)
     assert settings == dict(outcome.chosen.config.env)
     rank_map = json.loads((tmp_path / "rankmap.json").read_text())
-    assert rank_map["node_order"] == list(outcome.chosen.config.rank_order.nodes) and rank_map["world_size"] == 64
+    chosen_nodes = list(outcome.chosen.config.rank_order.nodes)
+    assert rank_map["planned"]["node_order"] == chosen_nodes and rank_map["world_size"] == 64
     assert [r["rank"] for r in rank_map["ranks"]] == list(range(64))
-    hosts = (tmp_path / "hostfile").read_text().splitlines()
-    assert hosts == [f"{n} slots=8" for n in outcome.chosen.config.rank_order.nodes]
+    assert [r["node"] for r in rank_map["ranks"]][::8] == chosen_nodes, "ranks contiguous per node, in order"
+    # The rack-grouped order crosses the slow spine twice, NCCL's natural one at every hop.
+    assert rank_map["planned"]["ring_bottleneck_gbps"] == 15.0 and rank_map["naive"]["ring_bottleneck_gbps"] == 15.0
+    hosts = [line for line in (tmp_path / "hostfile").read_text().splitlines() if not line.startswith("#")]
+    assert hosts == [f"{n} slots=8" for n in chosen_nodes]
     ET.fromstring((tmp_path / "topology.xml").read_text())  # re-imports
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["simulated"] is True and summary["result"] == "promote"
@@ -149,7 +154,10 @@ def test_keeping_the_defaults_writes_only_the_site_settings(tmp_path: Path) -> N
     written = write_outputs(
         outcome,
         tmp_path / "out",
-        shape=ClusterShape({n: 4 for n in NODES}),
+        shape=ClusterShape(
+            {n: 4 for n in NODES},
+            PairMatrix.from_matrices(NODES, [[0.0 if a == b else 40.0 for b in NODES] for a in NODES], method="test"),
+        ),
         nccl_version="2.28.3",
         topology_fingerprint="fp",
         plots=False,
@@ -158,4 +166,4 @@ def test_keeping_the_defaults_writes_only_the_site_settings(tmp_path: Path) -> N
     assert set(written.config_version.files) == {"nccl.conf"}, "no table, no rank map: NCCL's own choices stand"
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["result"] == "keep NCCL's defaults" and summary["chosen"] is None
-    assert json.loads((tmp_path / "out" / "rankmap.json").read_text())["node_order"] == list(NODES)
+    assert json.loads((tmp_path / "out" / "rankmap.json").read_text())["planned"]["node_order"] == list(NODES)

@@ -7,7 +7,8 @@ Purpose: from a :class:`~topo_tune.tuner.study.StudyOutcome`, write into one dir
 * ``nccl_tuner.conf`` — the tuner plugin's table (``docs/tuner-plugin.md``): for each promoted
   (collective, bucket) of a collective the plugin handles, the algorithm/protocol/channels the proven
   configuration ran, when the benchmark reported them (the sim backend and NCCL's TUNING log do);
-* ``hostfile`` (Open MPI, ``slots=``) and ``rankmap.json`` — the chosen rank order;
+* ``hostfile`` (Open MPI, ``slots=``) and ``rankmap.json`` — the chosen rank order, with its ring predicted
+  from the node-pair matrix next to NCCL's natural order (``rank_map``);
 * ``topology.xml`` — when the caller has an ``NCCL_TOPO_FILE`` to ship;
 * ``summary.json`` — baseline, best, per-bucket speedups with CI and p-values, trials, the simulated flag;
 * ``report.html`` with PNG plots (busbw vs size per collective, optimisation history, node-pair heatmap).
@@ -34,7 +35,10 @@ import matplotlib.pyplot as plt
 
 from topo_tune.config_version import NCCL_CONF, RANK_MAP, TOPO_FILE, TUNER_TABLE, ConfigVersion, render_nccl_conf
 from topo_tune.errors import ConfigError
+from topo_tune.topology.distance import PairMatrix
 from topo_tune.tuner.objective import Measurements
+from topo_tune.tuner.rank_map import RankMap, RingPrediction
+from topo_tune.tuner.ring_order import ring_metrics
 from topo_tune.tuner.space import NATURAL_ORDER
 from topo_tune.tuner.statistics import Decision
 from topo_tune.tuner.study import FinalistProof, StudyOutcome
@@ -72,11 +76,10 @@ PLUGIN_PROTOCOLS = {"ll": "ll", "ll128": "ll128", "simple": "simple"}
 
 @dataclass(frozen=True)
 class ClusterShape:
-    """The job shape the outputs are for: node slots (GPUs per node) and, optionally, the pair matrix."""
+    """The job shape the outputs are for: GPUs per node, and the node-pair matrix (probed or modelled)."""
 
     slots: Mapping[str, int]
-    pair_names: tuple[str, ...] = ()
-    pair_bandwidth_gbps: tuple[tuple[float, ...], ...] = ()
+    pairs: PairMatrix
 
     @property
     def nodes(self) -> int:
@@ -133,20 +136,27 @@ def tuner_table(outcome: StudyOutcome, shape: ClusterShape) -> str:
     return "\n".join(lines) + "\n"
 
 
-def rank_map_json(nodes: Sequence[str], slots: Mapping[str, int], *, order_name: str) -> str:
-    ranks = []
-    rank = 0
-    for node in nodes:
-        for local in range(slots[node]):
-            ranks.append({"rank": rank, "node": node, "local_rank": local})
-            rank += 1
-    payload = {"version": 1, "order": order_name, "node_order": list(nodes), "world_size": rank, "ranks": ranks}
-    return json.dumps(payload, indent=2) + "\n"
+def rank_map(outcome: StudyOutcome, shape: ClusterShape) -> RankMap:
+    """The chosen order (NCCL's natural one when the defaults are kept) with its ring predicted from the
+    pair matrix, next to the natural order's."""
+    natural = outcome.natural_order
+    order = outcome.chosen.config.rank_order if outcome.chosen is not None else natural
+    missing = [n for n in order.nodes if n not in shape.slots or n not in shape.pairs.names]
+    if missing:
+        raise ConfigError("shape", f"no GPU count or pair-matrix row for node(s) {', '.join(missing)}")
+    index = {n: i for i, n in enumerate(shape.pairs.names)}
+    bandwidth, latency = shape.pairs.bandwidth(), shape.pairs.latency()
 
+    def predict(nodes: Sequence[str]) -> RingPrediction:
+        bottleneck, total = ring_metrics([index[n] for n in nodes], bandwidth, latency)
+        return RingPrediction(tuple(nodes), bottleneck, total)
 
-def hostfile(nodes: Sequence[str], slots: Mapping[str, int]) -> str:
-    """Open MPI hostfile; with the default by-slot mapping ranks stay contiguous per host, in this order."""
-    return "".join(f"{node} slots={slots[node]}\n" for node in nodes)
+    return RankMap(
+        planned=predict(order.nodes),
+        naive=predict(natural.nodes),
+        slots={n: shape.slots[n] for n in order.nodes},
+        method=f"study order {order.name!r}",
+    )
 
 
 def _bucket_rows(proof: FinalistProof | None) -> list[dict[str, object]]:
@@ -274,10 +284,8 @@ def write_outputs(
     plots: bool = True,
 ) -> WrittenOutputs:
     """Write every output into ``directory`` (created if needed) and return the ConfigVersion of the result."""
-    order_name, nodes = _order(outcome, shape)
-    missing = [n for n in nodes if n not in shape.slots]
-    if missing:
-        raise ConfigError("shape.slots", f"no GPU count for node(s) {', '.join(missing)}")
+    ranks = rank_map(outcome, shape)
+    order_name = outcome.chosen.config.rank_order.name if outcome.chosen is not None else NATURAL_ORDER
     env = dict(outcome.site_fixed)
     if outcome.chosen is not None:
         env.update(outcome.chosen.config.tuned_env(outcome.site_fixed))
@@ -286,7 +294,7 @@ def write_outputs(
     if table.count("\n") > 1:
         files[TUNER_TABLE] = table
     if order_name != NATURAL_ORDER:
-        files[RANK_MAP] = rank_map_json(nodes, shape.slots, order_name=order_name)
+        files[RANK_MAP] = ranks.to_json()
     if topology_xml is not None:
         files[TOPO_FILE] = topology_xml
     version = ConfigVersion(
@@ -305,8 +313,8 @@ def write_outputs(
     written = {
         NCCL_CONF: files[NCCL_CONF],
         TUNER_TABLE: table,
-        RANK_MAP: rank_map_json(nodes, shape.slots, order_name=order_name),
-        HOSTFILE: hostfile(nodes, shape.slots),
+        RANK_MAP: ranks.to_json(),
+        HOSTFILE: ranks.hostfile("mpi"),
         SUMMARY: json.dumps(
             summary(
                 outcome,
@@ -327,12 +335,6 @@ def write_outputs(
     (directory / REPORT).write_text(_report_html(outcome, images, version.id))
     names = sorted([*written, REPORT, *(f"{PLOTS}/{p}" for p in images)])
     return WrittenOutputs(directory, tuple(names), version)
-
-
-def _order(outcome: StudyOutcome, shape: ClusterShape) -> tuple[str, tuple[str, ...]]:
-    if outcome.chosen is not None:
-        return outcome.chosen.config.rank_order.name, outcome.chosen.config.rank_order.nodes
-    return NATURAL_ORDER, tuple(shape.slots)
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -389,11 +391,14 @@ def _plots(outcome: StudyOutcome, shape: ClusterShape, directory: Path) -> list[
     fig.savefig(directory / "history.png", dpi=80)
     plt.close(fig)
     names.append("history.png")
-    if shape.pair_names and shape.pair_bandwidth_gbps:
+    if len(shape.pairs.names) > 1:
         fig, ax = plt.subplots(figsize=(6, 5))
-        image = ax.imshow([list(r) for r in shape.pair_bandwidth_gbps], cmap="viridis")
-        ax.set_xticks(range(len(shape.pair_names)), shape.pair_names, rotation=90, fontsize=7)
-        ax.set_yticks(range(len(shape.pair_names)), shape.pair_names, fontsize=7)
+        # The diagonal (a node with itself) is infinite in the matrix; leave it blank.
+        grid = [[v if math.isfinite(v) else math.nan for v in row] for row in shape.pairs.bandwidth()]
+        image = ax.imshow(grid, cmap="viridis")
+        nodes = shape.pairs.names
+        ax.set_xticks(range(len(nodes)), nodes, rotation=90, fontsize=7)
+        ax.set_yticks(range(len(nodes)), nodes, fontsize=7)
         fig.colorbar(image, ax=ax, label="GB/s")
         ax.set_title(f"node-pair bandwidth{label}")
         fig.tight_layout()

@@ -49,7 +49,7 @@ from topo_tune.errors import ConfigError, TopoTuneError
 from topo_tune.tuner import statistics
 from topo_tune.tuner.coordinate_descent import CoordinateDescentSampler
 from topo_tune.tuner.objective import DEFAULT_LADDER, BucketScore, Measurements, Objective, SizeBucket
-from topo_tune.tuner.space import SearchSpace, TrialConfig
+from topo_tune.tuner.space import RankOrder, SearchSpace, TrialConfig
 
 logger = logging.getLogger(__name__)
 
@@ -224,6 +224,7 @@ class StudyOutcome:
     proofs: tuple[FinalistProof, ...]
     chosen: FinalistProof | None
     simulated: bool
+    natural_order: RankOrder
     site_fixed: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -651,6 +652,7 @@ class TunerStudy:
             proofs=tuple(proofs),
             chosen=chosen,
             simulated=simulated,
+            natural_order=self.space.rank_orders[0],
             site_fixed=dict(self.space.site_fixed),
         )
 
