@@ -19,7 +19,7 @@ from topo_tune.tuner.objective import Objective, WorkloadProfile
 from topo_tune.tuner.outputs import ClusterShape, write_outputs
 from topo_tune.tuner.sim_evaluator import SimEvaluator, sim_space
 from topo_tune.tuner.study import StudyOutcome, run_study
-from topo_tune.tuner.timeout_advice import advise
+from topo_tune.tuner.timeout_advice import advise, latencies_of
 
 TOPO_XML = '<system version="1"><cpu numaid="0"><pci busid="0000:01:00.0" class="0x030200"/></cpu></system>\n'
 
@@ -52,15 +52,8 @@ def test_a_promoted_result_writes_every_file_as_its_reader_reads_it(
 ) -> None:
     outcome, shape = demo
     assert outcome.chosen is not None
-    latencies = {
-        "all_reduce": [
-            s.time_us
-            for t in outcome.trials
-            if t.measurements
-            for s in t.measurements.samples
-            if s.collective == "all_reduce" and s.bytes == 1 << 28
-        ]
-    }
+    latencies = latencies_of(outcome)
+    assert set(latencies) == {"all_reduce", "all_gather"} and len(latencies["all_reduce"]) >= 10
     written = write_outputs(
         outcome,
         tmp_path,

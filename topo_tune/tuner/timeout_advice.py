@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from scipy import stats
 
 from topo_tune.errors import ConfigError
+from topo_tune.tuner.objective import Measurements
+from topo_tune.tuner.study import StudyOutcome
 
 DEFAULT_FLOOR_S = 300.0
 DEFAULT_MULTIPLIER = 1000.0
@@ -79,6 +81,21 @@ def fit_latency(collective: str, times_us: Sequence[float]) -> CollectiveLatency
     shape, _, scale = stats.gamma.fit(list(times_us), floc=0.0)
     p995 = float(stats.gamma.ppf(QUANTILE, shape, loc=0.0, scale=scale))
     return CollectiveLatency(collective, len(times_us), float(shape), float(scale), p995)
+
+
+def latencies_of(outcome: StudyOutcome) -> dict[str, list[float]]:
+    """Per collective, the times of its largest measured size in every complete trial and proof run."""
+    runs: list[Measurements] = [t.measurements for t in outcome.trials if t.state == "complete" and t.measurements]
+    for proof in outcome.proofs:
+        runs.extend(m for m in (proof.baseline, proof.candidate) if m is not None)
+    largest: dict[str, int] = {}
+    for run in runs:
+        for s in run.samples:
+            largest[s.collective] = max(largest.get(s.collective, 0), s.bytes)
+    return {
+        c: [sample.time_us for run in runs if (sample := run.get(c, size)) is not None]
+        for c, size in sorted(largest.items())
+    }
 
 
 def advise(
