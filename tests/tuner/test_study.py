@@ -25,6 +25,7 @@ from topo_tune.tuner.study import (
     Candidate,
     MeasurementRequest,
     StudyError,
+    StudyProgress,
     StudySettings,
     TrialFailed,
     TunerStudy,
@@ -323,3 +324,34 @@ def test_the_synthetic_landscape_rewards_tuning_and_params_map_both_ways() -> No
     baseline = space.baseline_params()
     assert from_optuna(space, to_optuna(space, baseline)) == baseline
     assert to_optuna(space, baseline)["channels"] == space.values_of("channels").index("default") > 0
+
+
+class _Crash(Exception):
+    """Stands for the controller dying mid-proof."""
+
+
+def test_a_proof_interrupted_midway_continues_where_it_stopped(database: str) -> None:
+    settings = study_settings(database, budget=12, finalists=1, proof_pairs=6)
+    landscape = Landscape()
+
+    def crashing(config: TrialConfig, request: MeasurementRequest) -> Measurements:
+        if request.purpose == "proof" and request.repeat == 3 and request.side == "candidate":
+            raise _Crash
+        return landscape(config, request)
+
+    with pytest.raises(_Crash):
+        run_study(settings, space=synthetic_space(), objective=synthetic_objective(), evaluate=crashing)
+    assert landscape.calls["proof"] == 3 * 2 + 1, "three pairs stored, the fourth's baseline side measured"
+    resumed = Landscape()
+    progress: list[StudyProgress] = []
+    outcome = run_study(
+        settings,
+        space=synthetic_space(),
+        objective=synthetic_objective(),
+        evaluate=resumed,
+        on_progress=progress.append,
+    )
+    assert resumed.calls == {"search": 0, "proof": 3 * 2}, "no trial and no stored pair is measured again"
+    assert outcome.proofs[0].buckets[0].comparison.pairs == 6
+    assert progress[-1].phase == "done" and progress[-1].done == 12 and progress[-1].best_value is not None
+    assert [p.done for p in progress if p.phase == "proof"] == [4, 5, 6]
