@@ -22,6 +22,8 @@ from optuna.samplers import BaseSampler, RandomSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
+__all__ = ["CoordinateDescentSampler"]
+
 _DIM_ATTR = "coordinate_descent_dimension"
 
 

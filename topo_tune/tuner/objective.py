@@ -21,6 +21,18 @@ from types import MappingProxyType
 
 from topo_tune.errors import ConfigError
 
+__all__ = [
+    "COLLECTIVES",
+    "DEFAULT_BUCKETS",
+    "DEFAULT_LADDER",
+    "BucketScore",
+    "Measurements",
+    "Objective",
+    "SizeBucket",
+    "SizeSample",
+    "WorkloadProfile",
+]
+
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv")
 """Collectives by their nccl-tests names, as the benchmark backends and the sim model spell them."""
 

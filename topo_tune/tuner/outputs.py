@@ -44,6 +44,19 @@ from topo_tune.tuner.statistics import Decision
 from topo_tune.tuner.study import FinalistProof, StudyOutcome
 from topo_tune.tuner.timeout_advice import TimeoutAdvice
 
+__all__ = [
+    "HOSTFILE",
+    "REPORT",
+    "SUMMARY",
+    "TUNER_HEADER",
+    "ClusterShape",
+    "WrittenOutputs",
+    "rank_map",
+    "summary",
+    "tuner_table",
+    "write_outputs",
+]
+
 HOSTFILE = "hostfile"
 SUMMARY = "summary.json"
 REPORT = "report.html"

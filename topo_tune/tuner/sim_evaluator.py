@@ -21,6 +21,8 @@ from topo_tune.tuner.objective import Measurements, SizeSample
 from topo_tune.tuner.space import NATURAL_ORDER, Fabric, RankOrder, SearchSpace, TrialConfig
 from topo_tune.tuner.study import MeasurementRequest
 
+__all__ = ["SimEvaluator", "sim_fabric", "sim_rank_orders", "sim_space"]
+
 
 @dataclass(frozen=True)
 class SimEvaluator:

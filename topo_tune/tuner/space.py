@@ -23,6 +23,22 @@ from types import MappingProxyType
 
 from topo_tune.errors import ConfigError
 
+__all__ = [
+    "FORBIDDEN",
+    "NATURAL_ORDER",
+    "RANK_ORDER",
+    "SITE_FIXED_KEYS",
+    "SPACE_VERSION",
+    "UNSET",
+    "Dimension",
+    "Fabric",
+    "RankOrder",
+    "SearchSpace",
+    "TrialConfig",
+    "UnsafeKnobError",
+    "parse_nccl_version",
+]
+
 SPACE_VERSION = 1
 """Bumped whenever the catalogue below changes meaning; part of every space's fingerprint."""
 

@@ -28,6 +28,17 @@ from scipy import stats
 
 from topo_tune.errors import ConfigError
 
+__all__ = [
+    "DEFAULT_ALPHA",
+    "DEFAULT_CONFIDENCE",
+    "DEFAULT_MIN_EFFECT",
+    "Comparison",
+    "Decision",
+    "compare",
+    "decide",
+    "holm",
+]
+
 DEFAULT_ALPHA = 0.01
 DEFAULT_MIN_EFFECT = 0.03
 DEFAULT_CONFIDENCE = 0.99

@@ -51,6 +51,25 @@ from topo_tune.tuner.coordinate_descent import CoordinateDescentSampler
 from topo_tune.tuner.objective import DEFAULT_LADDER, BucketScore, Measurements, Objective, SizeBucket
 from topo_tune.tuner.space import RankOrder, SearchSpace, TrialConfig
 
+__all__ = [
+    "SAMPLERS",
+    "BucketProof",
+    "Candidate",
+    "Evaluator",
+    "FailureKind",
+    "FinalistProof",
+    "MeasurementRequest",
+    "SamplerName",
+    "StudyError",
+    "StudyOutcome",
+    "StudyProgress",
+    "StudySettings",
+    "TrialFailed",
+    "TrialRecord",
+    "TunerStudy",
+    "run_study",
+]
+
 logger = logging.getLogger(__name__)
 
 FailureKind = Literal["failed", "wrong_result", "timeout"]

@@ -22,6 +22,8 @@ from topo_tune.errors import ConfigError
 from topo_tune.tuner.objective import Measurements
 from topo_tune.tuner.study import StudyOutcome
 
+__all__ = ["CollectiveLatency", "TimeoutAdvice", "advise", "fit_latency", "latencies_of"]
+
 DEFAULT_FLOOR_S = 300.0
 DEFAULT_MULTIPLIER = 1000.0
 QUANTILE = 0.995
