@@ -355,3 +355,24 @@ def test_a_proof_interrupted_midway_continues_where_it_stopped(database: str) ->
     assert outcome.proofs[0].buckets[0].comparison.pairs == 6
     assert progress[-1].phase == "done" and progress[-1].done == 12 and progress[-1].best_value is not None
     assert [p.done for p in progress if p.phase == "proof"] == [4, 5, 6]
+
+
+def test_a_benchmark_that_skips_a_size_fails_its_trial_and_extra_sizes_are_ignored(database: str) -> None:
+    landscape = Landscape()
+
+    def sloppy(config: TrialConfig, request: MeasurementRequest) -> Measurements:
+        wider = MeasurementRequest(request.collectives, (*request.sizes, 3), request.trial, request.purpose)
+        got = landscape(config, wider)  # one size too many: ignored
+        if config.params.get("nthreads") == "64" and request.purpose == "search":
+            return Measurements(got.samples[1:], simulated=True)  # one size missing: the trial fails
+        return got
+
+    outcome = run_study(
+        study_settings(database, budget=16, finalists=1),
+        space=synthetic_space(),
+        objective=synthetic_objective(),
+        evaluate=sloppy,
+    )
+    skipped = [t for t in outcome.trials if t.params.get("nthreads") == "64"]
+    assert skipped and all(t.state == "failed" and "no result" in (t.reason or "") for t in skipped)
+    assert all(3 not in {s.bytes for s in t.measurements.samples} for t in outcome.trials if t.measurements)
