@@ -1,0 +1,378 @@
+"""The study: baseline first, search, pruning, failures, our own heartbeats, kill-and-resume, the proof."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tests.support.waiting import wait_until
+from tests.tuner.landscape import Landscape, exhaustive_optimum, synthetic_space
+from topo_tune.sim import defaults_optimal_cluster, demo_cluster
+from topo_tune.tuner.objective import Measurements, Objective, WorkloadProfile
+from topo_tune.tuner.sim_evaluator import SimEvaluator, sim_space
+from topo_tune.tuner.space import TrialConfig
+from topo_tune.tuner.study import (
+    A_HEARTBEAT,
+    A_WORKER,
+    Candidate,
+    MeasurementRequest,
+    StudyError,
+    StudyProgress,
+    StudySettings,
+    TrialFailed,
+    TunerStudy,
+    distributions,
+    from_optuna,
+    run_study,
+    to_optuna,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+LADDER = (1024, 65536, 1 << 20, 1 << 24, 1 << 28)
+
+
+def synthetic_objective() -> Objective:
+    return Objective(WorkloadProfile({"all_reduce": 2, "all_gather": 1}))
+
+
+def study_settings(database: str, **overrides: object) -> StudySettings:
+    values: dict[str, object] = {
+        "name": "study",
+        "storage": database,
+        "budget": 24,
+        "ladder": LADDER,
+        "finalists": 2,
+        "proof_pairs": 6,
+        "heartbeat_interval_s": 0.5,
+        "stale_after_s": 30.0,
+        "worker_id": "controller-1",
+    }
+    values.update(overrides)
+    return StudySettings(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'study.db'}"
+
+
+def test_the_baseline_runs_first_then_candidates_and_a_proven_winner_is_chosen(database_url: str) -> None:
+    space = synthetic_space()
+    landscape = Landscape()
+    outcome = run_study(
+        study_settings(database_url),
+        space=space,
+        objective=synthetic_objective(),
+        evaluate=landscape,
+        candidates=[Candidate("ring-optimizer", space.params_for(rank_order="optimized"))],
+    )
+    first, second = outcome.trials[0], outcome.trials[1]
+    assert first.role == "baseline" and first.value == 1.0 and first.env == dict(space.site_fixed)
+    assert second.role == "candidate" and second.rank_order == "optimized"
+    assert len(outcome.trials) == 24 and outcome.simulated
+    assert outcome.chosen is not None and outcome.chosen.promoted
+    assert outcome.chosen.config.rank_order.name == "optimized", "the spine-avoiding order is the big win"
+    decisions = {(b.collective, b.bucket.name): b.decision.value for b in outcome.chosen.buckets}
+    assert decisions[("all_reduce", "16M-4G")] == "promote"
+    assert landscape.calls["proof"] == 2 * 6 * len(outcome.proofs)
+    for t in outcome.trials:  # site settings reach every trial unchanged
+        assert {k: t.env[k] for k in space.site_fixed} == dict(space.site_fixed)
+
+
+def test_on_a_flat_landscape_the_answer_is_keep_the_defaults(database: str) -> None:
+    outcome = run_study(
+        study_settings(database, budget=16),
+        space=synthetic_space(),
+        objective=synthetic_objective(),
+        evaluate=Landscape(flat=True, noise=0.03),
+    )
+    assert outcome.chosen is None
+    assert all(not p.promoted for p in outcome.proofs)
+
+
+def test_failed_wrong_and_timed_out_trials_are_recorded_and_never_chosen(database: str) -> None:
+    def fail(config: TrialConfig) -> str | None:
+        if config.params.get("rank_order") == "optimized":  # the best order: failing it must not hide a "win"
+            return "wrong_result"
+        if config.params.get("nthreads") == "64":
+            return "timeout"
+        if config.params.get("channels") == "1":
+            return "failed"
+        return None
+
+    space = synthetic_space()
+    outcome = run_study(
+        study_settings(database, budget=30),
+        space=space,
+        objective=synthetic_objective(),
+        evaluate=Landscape(fail=fail),  # type: ignore[arg-type]
+        candidates=[Candidate("ring-optimizer", space.params_for(rank_order="optimized"))],
+    )
+    states = Counter(t.state for t in outcome.trials)
+    assert states["wrong_result"] >= 1
+    failed = [t for t in outcome.trials if t.state in ("wrong_result", "timeout", "failed")]
+    assert all(t.reason and "synthetic" in t.reason for t in failed)
+    assert all(t.value is None for t in failed)
+    assert outcome.best is None or outcome.best.rank_order != "optimized"
+    assert outcome.chosen is None or outcome.chosen.config.rank_order.name != "optimized"
+
+
+def test_hopeless_trials_are_pruned_along_the_size_ladder(database: str) -> None:
+    landscape = Landscape()
+    outcome = run_study(
+        study_settings(database, budget=30, sampler="random", prune_ratio=0.9, prune_startup=3, finalists=0),
+        space=synthetic_space(),
+        objective=synthetic_objective(),
+        evaluate=landscape,
+    )
+    pruned = [t for t in outcome.trials if t.state == "pruned"]
+    assert pruned, "random sampling on this landscape always meets hopeless configurations"
+    assert all(len(t.intermediate) < 3 for t in pruned), "a pruned trial stops before the last rung"
+    assert landscape.calls["search"] < 30 * 3
+
+
+def test_a_failed_baseline_stops_the_study_with_the_reason(database: str) -> None:
+    def evaluate(config: TrialConfig, request: MeasurementRequest) -> Measurements:
+        raise TrialFailed("NCCL init failed on node-2", kind="failed")
+
+    with pytest.raises(StudyError, match="node-2"):
+        run_study(study_settings(database), space=synthetic_space(), objective=synthetic_objective(), evaluate=evaluate)
+
+
+def test_a_stored_study_refuses_a_different_search_space(database: str) -> None:
+    run_study(
+        study_settings(database, budget=3, finalists=0),
+        space=synthetic_space(),
+        objective=synthetic_objective(),
+        evaluate=Landscape(),
+    )
+    with pytest.raises(StudyError, match="different space"):
+        run_study(
+            study_settings(database, budget=3, finalists=0),
+            space=synthetic_space(nccl_version="2.24.3"),
+            objective=synthetic_objective(),
+            evaluate=Landscape(),
+        )
+
+
+def _orphan(database: str, *, worker: str, heartbeat: float) -> int:
+    """A trial another worker asked for and then went silent on."""
+    space = synthetic_space()
+    runner = TunerStudy(study_settings(database), space=space, objective=synthetic_objective(), evaluate=Landscape())
+    try:
+        trial = runner.open().ask(distributions(space))
+        trial.set_user_attr(A_WORKER, worker)
+        trial.set_user_attr(A_HEARTBEAT, heartbeat)
+        return int(trial.number)
+    finally:
+        runner.close()
+
+
+def test_another_workers_trial_is_waited_for_then_failed_as_stale_and_retried_once(database_url: str) -> None:
+    now = [1000.0]
+    orphan = _orphan(database_url, worker="controller-0", heartbeat=now[0])
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    outcome = run_study(
+        study_settings(database_url, budget=8, finalists=0, stale_after_s=30.0, poll_interval_s=5.0),
+        space=synthetic_space(),
+        objective=synthetic_objective(),
+        evaluate=Landscape(),
+        clock=lambda: now[0],
+        sleep=sleep,
+    )
+    stale = next(t for t in outcome.trials if t.number == orphan)
+    assert stale.state == "stale" and stale.superseded and "no heartbeat" in (stale.reason or "")
+    retry = [t for t in outcome.trials if t.attempt == 2]
+    assert len(retry) == 1 and retry[0].params == stale.params and retry[0].state == "complete"
+    assert len([t for t in outcome.trials if not t.superseded]) == 8
+    assert now[0] > 1030.0, "it waited for the heartbeat to lapse instead of stealing a live trial"
+
+
+def test_a_fresh_heartbeat_of_another_worker_is_left_alone(database: str) -> None:
+    orphan = _orphan(database, worker="controller-0", heartbeat=1000.0)
+    study = TunerStudy(
+        study_settings(database),
+        space=synthetic_space(),
+        objective=synthetic_objective(),
+        evaluate=Landscape(),
+        clock=lambda: 1010.0,
+    )
+    try:
+        opened = study.open()
+        study._reclaim_stale(opened)
+        assert opened.trials[orphan].state == optuna.trial.TrialState.RUNNING
+    finally:
+        study.close()
+
+
+def test_a_study_killed_mid_trial_resumes_with_every_trial_counted_once(database_url: str, tmp_path: Path) -> None:
+    marker = tmp_path / "hung-in-trial"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.tuner.study_worker", database_url, str(marker), "14"], cwd=ROOT, env=env
+    )
+    try:
+        hung = int(wait_until(lambda: marker.exists() and marker.read_text(), timeout=60, what="the child to hang"))
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    landscape = Landscape()
+    outcome = run_study(
+        study_settings(database_url), space=synthetic_space(), objective=synthetic_objective(), evaluate=landscape
+    )
+    counted = [t for t in outcome.trials if not t.superseded]
+    assert len(counted) == 24, "no lost and no extra trial"
+    assert not [t for t in outcome.trials if t.state in ("running", "waiting")]
+    killed = next(t for t in outcome.trials if t.number == hung)
+    assert killed.state == "stale" and "restarted" in (killed.reason or "")
+    retries = [t for t in outcome.trials if t.attempt == 2]
+    assert [t.params for t in retries] == [killed.params]
+    assert len([t for t in outcome.trials if t.role == "baseline"]) == 1
+    assert outcome.chosen is not None
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random", "cmaes", "coordinate"])
+def test_every_sampler_runs_a_study_reproducibly(database: str, tmp_path: Path, sampler: str) -> None:
+    def run(url: str) -> list[dict[str, str]]:
+        outcome = run_study(
+            study_settings(url, budget=14, sampler=sampler, finalists=0),
+            space=synthetic_space(),
+            objective=synthetic_objective(),
+            evaluate=Landscape(),
+        )
+        return [dict(t.params) for t in outcome.trials]
+
+    assert run(database) == run(f"sqlite:///{tmp_path / 'again.db'}"), "seeded: the same trials again"
+
+
+def test_coordinate_descent_moves_one_dimension_at_a_time_from_the_incumbent(database: str) -> None:
+    space = synthetic_space()
+    run_study(
+        study_settings(database, budget=20, sampler="coordinate", finalists=0),
+        space=space,
+        objective=synthetic_objective(),
+        evaluate=Landscape(),
+    )
+    study = optuna.load_study(study_name="study", storage=database)
+    trials = study.trials
+    for t in trials[1:]:
+        earlier = [p for p in trials[: t.number] if p.state == optuna.trial.TrialState.COMPLETE]
+        incumbent = max(earlier, key=lambda p: p.value)
+        changed = [n for n in space.names if t.params[n] != incumbent.params[n]]
+        assert len(changed) == 1, f"trial {t.number} changed {changed}"
+
+
+def test_on_the_sim_demo_cluster_tpe_finds_the_exhaustive_optimum(database: str) -> None:
+    cluster = demo_cluster()
+    names = cluster.node_names
+    grouped = [n for n in names if cluster.node(n).rack == "rack-a"] + [
+        n for n in names if cluster.node(n).rack == "rack-b"
+    ]
+    space = sim_space(
+        cluster,
+        nccl_version="2.28.3",
+        collectives=["all_reduce"],
+        optimized=grouped,
+        knobs=["channels", "ib_qps", "nthreads"],
+    )
+    objective = Objective(WorkloadProfile({"all_reduce": 1}))
+    quiet = SimEvaluator(cluster, noise=False)
+    request = MeasurementRequest(objective.collectives, LADDER, 0, "search")
+    baseline = quiet(space.config(space.baseline_params()), request)
+    best = max(
+        objective.value(quiet(space.config(dict(zip(space.names, v, strict=True))), request), baseline)
+        for v in itertools.product(*(space.values_of(n) for n in space.names))
+    )
+    outcome = run_study(
+        study_settings(database, budget=40, finalists=1),
+        space=space,
+        objective=objective,
+        evaluate=SimEvaluator(cluster),
+    )
+    assert outcome.best is not None
+    found = objective.value(quiet(space.config(outcome.best.params), request), baseline)
+    assert found >= best / 1.02
+    assert outcome.chosen is not None and outcome.simulated
+
+
+def test_on_the_sim_cluster_where_defaults_are_optimal_nothing_is_promoted(database: str) -> None:
+    cluster = defaults_optimal_cluster()
+    space = sim_space(cluster, nccl_version="2.28.3", collectives=["all_reduce", "all_gather"])
+    outcome = run_study(
+        study_settings(database, budget=20),
+        space=space,
+        objective=Objective(WorkloadProfile({"all_reduce": 1, "all_gather": 1})),
+        evaluate=SimEvaluator(cluster),
+    )
+    assert outcome.chosen is None, [(p.trial, p.speedup) for p in outcome.proofs]
+
+
+def test_the_synthetic_landscape_rewards_tuning_and_params_map_both_ways() -> None:
+    space = synthetic_space(knobs=["channels", "ib_qps"])
+    assert exhaustive_optimum(space, synthetic_objective(), Landscape(), LADDER) > 1.1
+    baseline = space.baseline_params()
+    assert from_optuna(space, to_optuna(space, baseline)) == baseline
+    assert to_optuna(space, baseline)["channels"] == space.values_of("channels").index("default") > 0
+
+
+class _Crash(Exception):
+    """Stands for the controller dying mid-proof."""
+
+
+def test_a_proof_interrupted_midway_continues_where_it_stopped(database: str) -> None:
+    settings = study_settings(database, budget=12, finalists=1, proof_pairs=6)
+    landscape = Landscape()
+
+    def crashing(config: TrialConfig, request: MeasurementRequest) -> Measurements:
+        if request.purpose == "proof" and request.repeat == 3 and request.side == "candidate":
+            raise _Crash
+        return landscape(config, request)
+
+    with pytest.raises(_Crash):
+        run_study(settings, space=synthetic_space(), objective=synthetic_objective(), evaluate=crashing)
+    assert landscape.calls["proof"] == 3 * 2 + 1, "three pairs stored, the fourth's baseline side measured"
+    resumed = Landscape()
+    progress: list[StudyProgress] = []
+    outcome = run_study(
+        settings,
+        space=synthetic_space(),
+        objective=synthetic_objective(),
+        evaluate=resumed,
+        on_progress=progress.append,
+    )
+    assert resumed.calls == {"search": 0, "proof": 3 * 2}, "no trial and no stored pair is measured again"
+    assert outcome.proofs[0].buckets[0].comparison.pairs == 6
+    assert progress[-1].phase == "done" and progress[-1].done == 12 and progress[-1].best_value is not None
+    assert [p.done for p in progress if p.phase == "proof"] == [4, 5, 6]
+
+
+def test_a_benchmark_that_skips_a_size_fails_its_trial_and_extra_sizes_are_ignored(database: str) -> None:
+    landscape = Landscape()
+
+    def sloppy(config: TrialConfig, request: MeasurementRequest) -> Measurements:
+        wider = MeasurementRequest(request.collectives, (*request.sizes, 3), request.trial, request.purpose)
+        got = landscape(config, wider)  # one size too many: ignored
+        if config.params.get("nthreads") == "64" and request.purpose == "search":
+            return Measurements(got.samples[1:], simulated=True)  # one size missing: the trial fails
+        return got
+
+    outcome = run_study(
+        study_settings(database, budget=16, finalists=1),
+        space=synthetic_space(),
+        objective=synthetic_objective(),
+        evaluate=sloppy,
+    )
+    skipped = [t for t in outcome.trials if t.params.get("nthreads") == "64"]
+    assert skipped and all(t.state == "failed" and "no result" in (t.reason or "") for t in skipped)
+    assert all(3 not in {s.bytes for s in t.measurements.samples} for t in outcome.trials if t.measurements)

@@ -1,0 +1,468 @@
+"""Outputs of a study: the files ``topo-tune init`` writes and the ConfigVersion built from them.
+
+Purpose: from a :class:`~topo_tune.tuner.study.StudyOutcome`, write into one directory
+
+* ``nccl.conf`` — the site-fixed settings plus, when a finalist was promoted, its tuned settings, exactly
+  as NCCL reads them (``config_version.render_nccl_conf``); with "keep NCCL's defaults" only the site ones;
+* ``nccl_tuner.conf`` — the tuner plugin's table (``docs/tuner-plugin.md``): for each promoted
+  (collective, bucket) of a collective the plugin handles, the algorithm/protocol/channels the proven
+  configuration ran, when the benchmark reported them (the sim backend and NCCL's TUNING log do);
+* ``hostfile`` (Open MPI, ``slots=``) and ``rankmap.json`` — the chosen rank order, with its ring predicted
+  from the node-pair matrix next to NCCL's natural order (``rank_map``);
+* ``topology.xml`` — when the caller has an ``NCCL_TOPO_FILE`` to ship;
+* ``summary.json`` — baseline, best, per-bucket speedups with CI and p-values, trials, the simulated flag;
+* ``report.html`` with PNG plots (busbw vs size per collective, optimisation history, node-pair heatmap).
+
+File contents carry nothing study-specific beyond the settings, so the same settings give the same
+ConfigVersion id; the provenance travels beside the files.
+
+Non-goals: persisting anything, and rendering a topology file (the caller passes its text).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: never a display; before pyplot is imported
+import matplotlib.pyplot as plt
+
+from topo_tune.config_version import NCCL_CONF, RANK_MAP, TOPO_FILE, TUNER_TABLE, ConfigVersion, render_nccl_conf
+from topo_tune.errors import ConfigError
+from topo_tune.topology.distance import PairMatrix
+from topo_tune.tuner.objective import Measurements
+from topo_tune.tuner.rank_map import RankMap, RingPrediction
+from topo_tune.tuner.ring_order import ring_metrics
+from topo_tune.tuner.space import NATURAL_ORDER
+from topo_tune.tuner.statistics import Decision
+from topo_tune.tuner.study import FinalistProof, StudyOutcome
+from topo_tune.tuner.timeout_advice import TimeoutAdvice
+
+__all__ = [
+    "HOSTFILE",
+    "REPORT",
+    "SUMMARY",
+    "TUNER_HEADER",
+    "ClusterShape",
+    "WrittenOutputs",
+    "rank_map",
+    "summary",
+    "tuner_table",
+    "write_outputs",
+]
+
+HOSTFILE = "hostfile"
+SUMMARY = "summary.json"
+REPORT = "report.html"
+PLOTS = "plots"
+SUMMARY_VERSION = 1
+
+TUNER_HEADER = "collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff"
+# nccl-tests names → the tuner plugin's; point-to-point collectives never reach a tuner.
+PLUGIN_COLLECTIVES = {
+    "all_reduce": "allreduce",
+    "all_gather": "allgather",
+    "reduce_scatter": "reducescatter",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+}
+PLUGIN_ALGORITHMS = {
+    "ring": "ring",
+    "tree": "tree",
+    "nvls": "nvls",
+    "nvlstree": "nvls_tree",
+    "nvls_tree": "nvls_tree",
+    "collnetdirect": "collnet_direct",
+    "collnet_direct": "collnet_direct",
+    "collnetchain": "collnet_chain",
+    "collnet_chain": "collnet_chain",
+    "pat": "pat",
+}
+PLUGIN_PROTOCOLS = {"ll": "ll", "ll128": "ll128", "simple": "simple"}
+
+
+@dataclass(frozen=True)
+class ClusterShape:
+    """The job shape the outputs are for: GPUs per node, and the node-pair matrix (probed or modelled)."""
+
+    slots: Mapping[str, int]
+    pairs: PairMatrix
+
+    @property
+    def nodes(self) -> int:
+        return len(self.slots)
+
+    @property
+    def ranks(self) -> int:
+        return sum(self.slots.values())
+
+
+@dataclass(frozen=True)
+class WrittenOutputs:
+    directory: Path
+    files: tuple[str, ...]
+    config_version: ConfigVersion
+
+
+def tuner_table(outcome: StudyOutcome, shape: ClusterShape) -> str:
+    """The plugin CSV: one row per promoted bucket whose algorithm/protocol the benchmark reported."""
+    lines = [f"# {TUNER_HEADER}"]
+    chosen = outcome.chosen
+    if chosen is not None and chosen.candidate is not None:
+        for proof in chosen.buckets:
+            if proof.decision is not Decision.PROMOTE or proof.collective not in PLUGIN_COLLECTIVES:
+                continue
+            samples = [
+                s for s in chosen.candidate.samples if s.collective == proof.collective and proof.bucket.holds(s.bytes)
+            ]
+            algos = {(s.algorithm or "").lower() for s in samples}
+            protos = {(s.protocol or "").lower() for s in samples}
+            channels = {s.channels for s in samples}
+            if len(algos) != 1 or len(protos) != 1:
+                continue  # unknown, or NCCL switched within the bucket: leave the choice to NCCL
+            algo, proto = PLUGIN_ALGORITHMS.get(algos.pop()), PLUGIN_PROTOCOLS.get(protos.pop())
+            if algo is None or proto is None:
+                continue
+            channel = channels.pop() if len(channels) == 1 else None
+            lines.append(
+                ",".join(
+                    [
+                        PLUGIN_COLLECTIVES[proof.collective],
+                        str(proof.bucket.min_bytes),
+                        str(proof.bucket.max_bytes),
+                        algo,
+                        proto,
+                        str(channel if channel is not None and channel > 0 else -1),
+                        str(shape.nodes),
+                        str(shape.ranks),
+                        "-1",
+                        "-1",
+                    ]
+                )
+            )
+    return "\n".join(lines) + "\n"
+
+
+def rank_map(outcome: StudyOutcome, shape: ClusterShape) -> RankMap:
+    """The chosen order (NCCL's natural one when the defaults are kept) with its ring predicted from the
+    pair matrix, next to the natural order's."""
+    natural = outcome.natural_order
+    order = outcome.chosen.config.rank_order if outcome.chosen is not None else natural
+    missing = [n for n in order.nodes if n not in shape.slots or n not in shape.pairs.names]
+    if missing:
+        raise ConfigError("shape", f"no GPU count or pair-matrix row for node(s) {', '.join(missing)}")
+    index = {n: i for i, n in enumerate(shape.pairs.names)}
+    bandwidth, latency = shape.pairs.bandwidth(), shape.pairs.latency()
+
+    def predict(nodes: Sequence[str]) -> RingPrediction:
+        bottleneck, total = ring_metrics([index[n] for n in nodes], bandwidth, latency)
+        return RingPrediction(tuple(nodes), bottleneck, total)
+
+    return RankMap(
+        planned=predict(order.nodes),
+        naive=predict(natural.nodes),
+        slots={n: shape.slots[n] for n in order.nodes},
+        method=f"study order {order.name!r}",
+    )
+
+
+def _bucket_rows(proof: FinalistProof | None) -> list[dict[str, object]]:
+    if proof is None:
+        return []
+    return [
+        {
+            "collective": b.collective,
+            "bucket": b.bucket.name,
+            "min_bytes": b.bucket.min_bytes,
+            "max_bytes": b.bucket.max_bytes,
+            "scored_by": "time" if b.bucket.latency_bound else "busbw",
+            "decision": b.decision.value,
+            "speedup": b.comparison.speedup,
+            "ci_low": b.comparison.ci_low,
+            "ci_high": b.comparison.ci_high,
+            "confidence": b.comparison.confidence,
+            "p_value": b.comparison.p_value,
+            "p_value_min_effect": b.comparison.p_margin,
+            "cv_baseline": b.comparison.cv_baseline,
+            "cv_tuned": b.comparison.cv_candidate,
+            "pairs": b.comparison.pairs,
+        }
+        for b in proof.buckets
+    ]
+
+
+def _profile(m: Measurements | None) -> list[dict[str, object]]:
+    if m is None:
+        return []
+    return [
+        {"collective": s.collective, "bytes": s.bytes, "time_us": s.time_us, "busbw_gbs": s.busbw_gbs}
+        for s in sorted(m.samples, key=lambda s: (s.collective, s.bytes))
+    ]
+
+
+def summary(
+    outcome: StudyOutcome,
+    *,
+    nccl_version: str,
+    topology_fingerprint: str,
+    config_version_id: str,
+    advice: TimeoutAdvice | None,
+) -> dict[str, object]:
+    """The machine-readable summary (``summary.json``)."""
+    chosen = outcome.chosen
+    shown = chosen or max(outcome.proofs, key=lambda p: p.speedup, default=None)
+    site = dict(outcome.site_fixed)
+    best = outcome.best
+    return {
+        "version": SUMMARY_VERSION,
+        "simulated": outcome.simulated,
+        "study": {
+            "name": outcome.name,
+            "sampler": outcome.sampler,
+            "seed": outcome.seed,
+            "space_fingerprint": outcome.space_fingerprint,
+        },
+        "nccl_version": nccl_version,
+        "topology_fingerprint": topology_fingerprint,
+        "result": "promote" if chosen is not None else "keep NCCL's defaults",
+        "config_version": config_version_id,
+        "baseline": {
+            "trial": outcome.baseline.number,
+            "env": site,
+            "rank_order": outcome.baseline.rank_order,
+            "sizes": _profile(outcome.baseline.measurements),
+        },
+        "best": None
+        if best is None
+        else {
+            "trial": best.number,
+            "value": best.value,
+            "env": {k: v for k, v in best.env.items() if k not in site},
+            "rank_order": best.rank_order,
+        },
+        "chosen": None
+        if chosen is None
+        else {
+            "trial": chosen.trial,
+            "speedup": chosen.speedup,
+            "env": chosen.config.tuned_env(site),
+            "rank_order": chosen.config.rank_order.name,
+            "node_order": list(chosen.config.rank_order.nodes),
+        },
+        "proven_trial": None if shown is None else shown.trial,
+        "buckets": _bucket_rows(shown),
+        "finalists": [
+            {
+                "trial": p.trial,
+                "search_value": p.search_value,
+                "proven_speedup": p.speedup,
+                "promoted": p.promoted,
+                "failure": p.failure,
+            }
+            for p in outcome.proofs
+        ],
+        "trials": [
+            {
+                "number": t.number,
+                "state": t.state,
+                "role": t.role,
+                "value": t.value,
+                "env": {k: v for k, v in t.env.items() if k not in site},
+                "rank_order": t.rank_order,
+                "attempt": t.attempt,
+                "superseded": t.superseded,
+                "reason": t.reason,
+            }
+            for t in outcome.trials
+        ],
+        "timeout_advice": None if advice is None else advice.to_json(),
+    }
+
+
+def write_outputs(
+    outcome: StudyOutcome,
+    directory: Path,
+    *,
+    shape: ClusterShape,
+    nccl_version: str,
+    topology_fingerprint: str,
+    topology_xml: str | None = None,
+    advice: TimeoutAdvice | None = None,
+    plots: bool = True,
+) -> WrittenOutputs:
+    """Write every output into ``directory`` (created if needed) and return the ConfigVersion of the result."""
+    ranks = rank_map(outcome, shape)
+    order_name = outcome.chosen.config.rank_order.name if outcome.chosen is not None else NATURAL_ORDER
+    env = dict(outcome.site_fixed)
+    if outcome.chosen is not None:
+        env.update(outcome.chosen.config.tuned_env(outcome.site_fixed))
+    files: dict[str, str] = {NCCL_CONF: render_nccl_conf(env) if env else ""}
+    table = tuner_table(outcome, shape)
+    if table.count("\n") > 1:
+        files[TUNER_TABLE] = table
+    if order_name != NATURAL_ORDER:
+        files[RANK_MAP] = ranks.to_json()
+    if topology_xml is not None:
+        files[TOPO_FILE] = topology_xml
+    version = ConfigVersion(
+        files=files,
+        provenance={
+            "study": outcome.name,
+            "trials": str(len(outcome.trials)),
+            "chosen_trial": str(outcome.chosen.trial) if outcome.chosen else "",
+            "nccl_version": nccl_version,
+            "topology_fingerprint": topology_fingerprint,
+            "space_fingerprint": outcome.space_fingerprint,
+            "simulated": "true" if outcome.simulated else "false",
+        },
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    written = {
+        NCCL_CONF: files[NCCL_CONF],
+        TUNER_TABLE: table,
+        RANK_MAP: ranks.to_json(),
+        HOSTFILE: ranks.hostfile("mpi"),
+        SUMMARY: json.dumps(
+            summary(
+                outcome,
+                nccl_version=nccl_version,
+                topology_fingerprint=topology_fingerprint,
+                config_version_id=version.id,
+                advice=advice,
+            ),
+            indent=2,
+        )
+        + "\n",
+    }
+    if topology_xml is not None:
+        written[TOPO_FILE] = topology_xml
+    for name, text in written.items():
+        (directory / name).write_text(text)
+    images = _plots(outcome, shape, directory / PLOTS) if plots else []
+    (directory / REPORT).write_text(_report_html(outcome, images, version.id))
+    names = sorted([*written, REPORT, *(f"{PLOTS}/{p}" for p in images)])
+    return WrittenOutputs(directory, tuple(names), version)
+
+
+# ---------------------------------------------------------------------------------------------- report
+
+
+def _plots(outcome: StudyOutcome, shape: ClusterShape, directory: Path) -> list[str]:
+    directory.mkdir(parents=True, exist_ok=True)
+    label = " (SIMULATED)" if outcome.simulated else ""
+    names: list[str] = []
+    proof = outcome.chosen or max(outcome.proofs, key=lambda p: p.speedup, default=None)
+    base = proof.baseline if proof is not None and proof.baseline is not None else outcome.baseline.measurements
+    tuned = proof.candidate if proof is not None else (outcome.best.measurements if outcome.best else None)
+    if base is not None:
+        for collective in sorted({s.collective for s in base.samples}):
+            fig, ax = plt.subplots(figsize=(7, 4))
+            for m, name, style in ((base, "NCCL defaults", "o-"), (tuned, "tuned", "s-")):
+                if m is None:
+                    continue
+                pts = sorted((s.bytes, s.busbw_gbs) for s in m.samples if s.collective == collective)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=name)
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("message size (bytes)")
+            ax.set_ylabel("bus bandwidth (GB/s)")
+            ax.set_title(f"{collective}: busbw vs size{label}")
+            ax.legend()
+            ax.grid(True, alpha=0.3)
+            name = f"busbw-{collective}.png"
+            fig.tight_layout()
+            fig.savefig(directory / name, dpi=80)
+            plt.close(fig)
+            names.append(name)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    best = -math.inf
+    xs, ys, bx, by = [], [], [], []
+    for t in sorted(outcome.trials, key=lambda t: t.number):
+        if t.value is not None:
+            xs.append(t.number)
+            ys.append(t.value)
+            best = max(best, t.value)
+        if best > -math.inf:
+            bx.append(t.number)
+            by.append(best)
+    failed = [t.number for t in outcome.trials if t.state not in ("complete", "pruned", "running", "waiting")]
+    ax.plot(xs, ys, "o", label="trial value", alpha=0.6)
+    ax.plot(bx, by, "-", label="best so far")
+    if failed:
+        ax.plot(failed, [1.0] * len(failed), "x", color="red", label="failed")
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_xlabel("trial")
+    ax.set_ylabel("speedup over NCCL defaults")
+    ax.set_title(f"optimisation history{label}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(directory / "history.png", dpi=80)
+    plt.close(fig)
+    names.append("history.png")
+    if len(shape.pairs.names) > 1:
+        fig, ax = plt.subplots(figsize=(6, 5))
+        # The diagonal (a node with itself) is infinite in the matrix; leave it blank.
+        grid = [[v if math.isfinite(v) else math.nan for v in row] for row in shape.pairs.bandwidth()]
+        image = ax.imshow(grid, cmap="viridis")
+        nodes = shape.pairs.names
+        ax.set_xticks(range(len(nodes)), nodes, rotation=90, fontsize=7)
+        ax.set_yticks(range(len(nodes)), nodes, fontsize=7)
+        fig.colorbar(image, ax=ax, label="GB/s")
+        ax.set_title(f"node-pair bandwidth{label}")
+        fig.tight_layout()
+        fig.savefig(directory / "topology.png", dpi=80)
+        plt.close(fig)
+        names.append("topology.png")
+    return names
+
+
+def _report_html(outcome: StudyOutcome, images: Sequence[str], version_id: str) -> str:
+    e = html.escape
+    verdict = (
+        f"Promoted trial {outcome.chosen.trial}: speedup {outcome.chosen.speedup:.3f}x over NCCL's defaults"
+        if outcome.chosen is not None
+        else "Keep NCCL's defaults: no configuration beat them beyond noise"
+    )
+    rows = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{e(str(v))}</td>"
+            for v in (
+                r["collective"],
+                r["bucket"],
+                r["decision"],
+                f"{r['speedup']:.3f}",
+                f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]",
+                f"{r['p_value']:.2g}",
+                f"{r['cv_baseline']:.3f}",
+                f"{r['cv_tuned']:.3f}",
+            )
+        )
+        + "</tr>"
+        for r in _bucket_rows(outcome.chosen or max(outcome.proofs, key=lambda p: p.speedup, default=None))
+    )
+    banner = (
+        "<p class='sim'><b>SIMULATED</b>: every figure below comes from the sim model.</p>" if outcome.simulated else ""
+    )
+    states: dict[str, int] = {}
+    for t in outcome.trials:
+        states[t.state] = states.get(t.state, 0) + 1
+    pictures = "".join(f"<figure><img src='{PLOTS}/{e(p)}' alt='{e(p)}'></figure>" for p in images)
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>topo-tune report: {e(outcome.name)}</title>
+<style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:2px 8px;border-bottom:1px solid #ddd}}
+.sim{{background:#fee;padding:.5em}}</style></head><body>
+<h1>topo-tune study {e(outcome.name)}</h1>{banner}
+<p>{e(verdict)}. Config version <code>{e(version_id)}</code>. Sampler {e(outcome.sampler)}, seed {outcome.seed}.
+Trials: {e(", ".join(f"{k} {v}" for k, v in sorted(states.items())))}.</p>
+<h2>Per collective and size bucket</h2>
+<table><tr><th>collective</th><th>bucket</th><th>decision</th><th>speedup</th><th>99% CI</th><th>p</th>
+<th>CV defaults</th><th>CV tuned</th></tr>{rows}</table>
+<h2>Plots</h2>{pictures}
+</body></html>
+"""

@@ -1,0 +1,827 @@
+"""A tuning study: Optuna ask/tell over the search space, persisted in RDB storage, then the proof.
+
+Purpose: run one study end to end, resumable at any point.
+
+1. The **baseline** (every knob unset, NCCL's natural order) is measured first; its value is 1.0 by
+   definition. Only then are the caller's topology-derived **candidates** enqueued, then the sampler (TPE,
+   seeded, by default) proposes the rest of the budget.
+2. Each trial is measured rung by rung along the size ladder (small sizes first); after each rung the
+   partial objective is reported as an intermediate value, and a trial whose partial speedup is hopeless
+   next to the best completed trials at that rung is **pruned**, saving its large sizes.
+3. A measurement that fails, returns a wrong result or times out raises :class:`TrialFailed`; the trial is
+   recorded as failed with the kind and reason in its user attributes, and never chosen.
+4. **Our own heartbeats** (Optuna's do not cover ask/tell): every running trial carries the time of its last
+   heartbeat and its worker's id. A running trial whose worker is this one (a restarted controller reusing
+   its id) but that this process is not running, or whose heartbeat is older than ``stale_after_s``, is
+   failed as ``stale`` and enqueued again once. A study killed at any point and run again with the same
+   settings finishes with every trial counted once: waiting trials are picked up, stale ones retried once,
+   and the enqueueing steps are idempotent.
+5. The **proof**: the best finalists are re-measured interleaved with the baseline (A B A B …); the pairs
+   are stored in the study as they are measured, so a resumed proof continues where it stopped. Per
+   (collective, bucket) ``statistics`` decides promote / keep NCCL's defaults / regression; a finalist with
+   at least one promotion and no regression can be chosen, the best such by weighted speedup.
+
+The measurement is injected (:class:`Evaluator`), as are the clock and the sleep used while waiting for
+another worker's trial, so the controller plugs in real benchmark jobs and tests a model.
+
+Non-goals: dispatching benchmark jobs, writing output files (``outputs``), keying results by cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import optuna
+import sqlalchemy
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from topo_tune.errors import ConfigError, TopoTuneError
+from topo_tune.tuner import statistics
+from topo_tune.tuner.coordinate_descent import CoordinateDescentSampler
+from topo_tune.tuner.objective import DEFAULT_LADDER, BucketScore, Measurements, Objective, SizeBucket
+from topo_tune.tuner.space import RankOrder, SearchSpace, TrialConfig
+
+__all__ = [
+    "SAMPLERS",
+    "BucketProof",
+    "Candidate",
+    "Evaluator",
+    "FailureKind",
+    "FinalistProof",
+    "MeasurementRequest",
+    "SamplerName",
+    "StudyError",
+    "StudyOutcome",
+    "StudyProgress",
+    "StudySettings",
+    "TrialFailed",
+    "TrialRecord",
+    "TunerStudy",
+    "run_study",
+]
+
+logger = logging.getLogger(__name__)
+
+FailureKind = Literal["failed", "wrong_result", "timeout"]
+SamplerName = Literal["tpe", "random", "cmaes", "coordinate"]
+SAMPLERS: tuple[SamplerName, ...] = ("tpe", "random", "cmaes", "coordinate")
+_FAILURE_KINDS = ("failed", "wrong_result", "timeout")
+_MAX_ATTEMPTS = 2  # a stale trial is retried once
+
+# Trial user attributes (the persisted record of each trial besides Optuna's own columns).
+A_ROLE = "role"  # baseline | candidate | sampled
+A_CANDIDATE = "candidate"
+A_ATTEMPT = "attempt"
+A_RETRY_OF = "retry_of"
+A_WORKER = "worker"
+A_HEARTBEAT = "heartbeat"
+A_FAILURE = "failure_kind"  # failed | wrong_result | timeout | stale
+A_REASON = "failure_reason"
+A_MEASUREMENTS = "measurements"
+S_FINGERPRINT = "space_fingerprint"
+S_PROOF = "proof"
+
+
+class TrialFailed(TopoTuneError):
+    """Raised by an evaluator when a trial's benchmark failed, returned a wrong result or timed out."""
+
+    def __init__(self, reason: str, *, kind: FailureKind = "failed") -> None:
+        if kind not in _FAILURE_KINDS:
+            raise ValueError(f"kind must be one of {_FAILURE_KINDS}, got {kind!r}")
+        self.reason = reason
+        self.kind: FailureKind = kind
+        super().__init__(f"{kind}: {reason}")
+
+
+class StudyError(TopoTuneError):
+    """The study cannot go on (the baseline failed, or the stored study belongs to another space)."""
+
+
+@dataclass(frozen=True)
+class MeasurementRequest:
+    """What to measure for one call: collectives × sizes, for which trial and why."""
+
+    collectives: tuple[str, ...]
+    sizes: tuple[int, ...]
+    trial: int  # the Optuna trial number the call measures (for a proof, the finalist's)
+    purpose: Literal["search", "proof"]
+    repeat: int = 0  # the pair index in a proof
+    side: Literal["baseline", "candidate"] = "candidate"
+
+
+class Evaluator(Protocol):
+    """Measures one configuration. Raises :class:`TrialFailed` (never anything else on purpose)."""
+
+    def __call__(self, config: TrialConfig, request: MeasurementRequest) -> Measurements: ...
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A configuration to try early, e.g. the ring-order optimizer's order with NCCL's defaults."""
+
+    name: str
+    params: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """How a study runs. ``worker_id`` must be unique among live processes; a restart may reuse it."""
+
+    name: str
+    storage: str  # SQLAlchemy URL: sqlite:///… embedded, postgresql+psycopg://… in production
+    budget: int = 60
+    sampler: SamplerName = "tpe"
+    seed: int = 0
+    ladder: tuple[int, ...] = DEFAULT_LADDER
+    rungs: int = 3
+    prune_ratio: float = 0.8  # prune below this fraction of the best completed value at a rung; 0: never
+    prune_startup: int = 5  # completed trials needed before pruning starts
+    tpe_startup: int = 10
+    finalists: int = 3
+    proof_pairs: int = 10
+    alpha: float = statistics.DEFAULT_ALPHA
+    min_effect: float = statistics.DEFAULT_MIN_EFFECT
+    worker_id: str = "topo-tune"
+    heartbeat_interval_s: float = 10.0
+    stale_after_s: float = 60.0
+    poll_interval_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        checks: list[tuple[str, bool, str]] = [
+            ("name", bool(self.name), "must not be empty"),
+            ("storage", "://" in self.storage, f"expected a SQLAlchemy URL, got {self.storage!r}"),
+            ("budget", self.budget >= 1, f"must be at least 1, got {self.budget}"),
+            ("sampler", self.sampler in SAMPLERS, f"must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}"),
+            ("rungs", self.rungs >= 1, f"must be at least 1, got {self.rungs}"),
+            ("prune_ratio", 0 <= self.prune_ratio < 1, f"must be within [0, 1), got {self.prune_ratio}"),
+            ("finalists", self.finalists >= 0, f"must be >= 0, got {self.finalists}"),
+            ("proof_pairs", self.proof_pairs >= 2, f"must be at least 2, got {self.proof_pairs}"),
+            ("heartbeat_interval_s", self.heartbeat_interval_s > 0, "must be > 0"),
+            (
+                "stale_after_s",
+                self.stale_after_s > self.heartbeat_interval_s,
+                "must be longer than heartbeat_interval_s",
+            ),
+        ]
+        for name, ok, reason in checks:
+            if not ok:
+                raise ConfigError(f"study.{name}", reason)
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial as stored: what it ran and what came of it."""
+
+    number: int
+    state: str  # complete | pruned | failed | wrong_result | timeout | stale | running | waiting
+    role: str
+    params: Mapping[str, str]
+    env: Mapping[str, str]
+    rank_order: str
+    value: float | None
+    reason: str | None
+    intermediate: tuple[tuple[int, float], ...]
+    measurements: Measurements | None
+    attempt: int
+    superseded: bool  # a stale trial whose retry is another record
+
+
+@dataclass(frozen=True)
+class BucketProof:
+    """The proof of one (collective, bucket) for one finalist."""
+
+    collective: str
+    bucket: SizeBucket
+    comparison: statistics.Comparison
+    decision: statistics.Decision
+
+
+@dataclass(frozen=True)
+class FinalistProof:
+    """A finalist re-measured against the baseline, pair by pair."""
+
+    trial: int
+    config: TrialConfig
+    search_value: float
+    buckets: tuple[BucketProof, ...]
+    speedup: float  # weighted geometric mean of the per-bucket point speedups
+    baseline: Measurements | None  # per size, geometric mean over the pairs (for plots and tables)
+    candidate: Measurements | None
+    failure: str | None = None
+
+    @property
+    def promoted(self) -> bool:
+        decisions = [b.decision for b in self.buckets]
+        return (
+            self.failure is None
+            and statistics.Decision.PROMOTE in decisions
+            and statistics.Decision.REGRESSION not in decisions
+        )
+
+
+@dataclass(frozen=True)
+class StudyOutcome:
+    """Everything a study found; ``chosen`` is None when the answer is "keep NCCL's defaults"."""
+
+    name: str
+    sampler: str
+    seed: int
+    space_fingerprint: str
+    baseline: TrialRecord
+    best: TrialRecord | None
+    trials: tuple[TrialRecord, ...]
+    proofs: tuple[FinalistProof, ...]
+    chosen: FinalistProof | None
+    simulated: bool
+    natural_order: RankOrder
+    site_fixed: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StudyProgress:
+    phase: Literal["search", "proof", "done"]
+    done: int
+    total: int
+    best_value: float | None
+    eta_s: float | None
+
+
+def distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
+    """Optuna distributions of the space: ordered dimensions as value indices, the rest categorical."""
+    out: dict[str, BaseDistribution] = {}
+    for name in space.names:
+        values = space.values_of(name)
+        if space.is_ordered(name):
+            out[name] = IntDistribution(0, len(values) - 1)
+        else:
+            out[name] = CategoricalDistribution(list(values))
+    return out
+
+
+def to_optuna(space: SearchSpace, params: Mapping[str, str]) -> dict[str, Any]:
+    return {n: space.values_of(n).index(params[n]) if space.is_ordered(n) else params[n] for n in space.names}
+
+
+def from_optuna(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, str]:
+    return {n: space.values_of(n)[int(params[n])] if space.is_ordered(n) else str(params[n]) for n in space.names}
+
+
+def make_sampler(settings: StudySettings, space: SearchSpace) -> optuna.samplers.BaseSampler:
+    if settings.sampler == "tpe":
+        return optuna.samplers.TPESampler(
+            seed=settings.seed, n_startup_trials=settings.tpe_startup, multivariate=True, group=False
+        )
+    if settings.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=settings.seed)
+    if settings.sampler == "cmaes":
+        # CMA-ES models the ordered (integer) dimensions; categorical ones fall back to random sampling.
+        return optuna.samplers.CmaEsSampler(
+            seed=settings.seed, n_startup_trials=settings.tpe_startup, warn_independent_sampling=False
+        )
+    return CoordinateDescentSampler(distributions(space), seed=settings.seed)
+
+
+class _Heartbeat:
+    """Writes the trial's heartbeat every ``interval`` seconds from a thread until stopped."""
+
+    def __init__(self, storage: Any, trial_id: int, *, interval: float, clock: Callable[[], float]) -> None:
+        self._storage = storage
+        self._trial_id = trial_id
+        self._interval = interval
+        self._clock = clock
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{trial_id}", daemon=True)
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self._storage.set_trial_user_attr(self._trial_id, A_HEARTBEAT, self._clock())
+            except Exception:  # a lost heartbeat only makes the trial look stale sooner; never kill the trial
+                logger.warning("heartbeat of trial id %s not written", self._trial_id, exc_info=True)
+
+
+class TunerStudy:
+    """One study over ``space``, scored by ``objective``, measured by ``evaluate``."""
+
+    def __init__(
+        self,
+        settings: StudySettings,
+        *,
+        space: SearchSpace,
+        objective: Objective,
+        evaluate: Evaluator,
+        candidates: Sequence[Candidate] = (),
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        on_progress: Callable[[StudyProgress], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.space = space
+        self.objective = objective
+        self._evaluate = evaluate
+        self._candidates = list(candidates)
+        self._clock = clock
+        self._sleep = sleep
+        self._on_progress = on_progress
+        self._distributions = distributions(space)
+        self._rungs = objective.rungs(settings.ladder, settings.rungs)
+        self._active: set[int] = set()
+        self._storages: list[optuna.storages.RDBStorage] = []
+        self._started = clock()
+        self._finished_here = 0
+        names = [c.name for c in self._candidates]
+        if len(set(names)) != len(names):
+            raise ConfigError("candidates", f"names must be unique, got {names}")
+        for c in self._candidates:
+            space.config(c.params)  # refuses values outside the space, naming the dimension
+
+    # ---------------------------------------------------------------- study lifecycle
+
+    def open(self) -> optuna.Study:
+        """Create the study, or load it when it exists (then it must have been made for the same space)."""
+        storage = optuna.storages.RDBStorage(self.settings.storage, engine_kwargs=_engine_kwargs(self.settings.storage))
+        self._storages.append(storage)
+        study = optuna.create_study(
+            study_name=self.settings.name,
+            storage=storage,
+            sampler=make_sampler(self.settings, self.space),
+            direction="maximize",
+            load_if_exists=True,
+        )
+        stored = study.user_attrs.get(S_FINGERPRINT)
+        if stored is None:
+            study.set_user_attr(S_FINGERPRINT, self.space.fingerprint())
+        elif stored != self.space.fingerprint():
+            raise StudyError(
+                f"study {self.settings.name!r} was started with search space {stored}, not "
+                f"{self.space.fingerprint()}; start a new study to search a different space"
+            )
+        return study
+
+    def close(self) -> None:
+        """Close the database connections the study opened."""
+        for storage in self._storages:
+            storage.engine.dispose()
+        self._storages.clear()
+
+    def run(self) -> StudyOutcome:
+        """Search, prove, and return the outcome. Safe to call again after a crash: it resumes."""
+        try:
+            return self._run(self.open())
+        finally:
+            self.close()
+
+    def _run(self, study: optuna.Study) -> StudyOutcome:
+        self._reclaim_stale(study)
+        baseline = self._ensure_baseline(study)
+        self._enqueue_candidates(study)
+        while True:
+            self._reclaim_stale(study)
+            trials = study.get_trials(deepcopy=False)
+            logical = _logical(trials)
+            waiting = any(t.state == TrialState.WAITING for t in trials)
+            if len(logical) >= self.settings.budget and not waiting:
+                if any(t.state == TrialState.RUNNING for t in trials):
+                    self._sleep(self.settings.poll_interval_s)  # another worker's trial: wait for it or its staleness
+                    continue
+                break
+            self._run_trial(study, study.ask(self._distributions), baseline)
+        proofs = self._prove(study, baseline)
+        outcome = self.outcome(study, proofs)
+        self._progress("done", study)
+        return outcome
+
+    # ---------------------------------------------------------------- search
+
+    def _ensure_baseline(self, study: optuna.Study) -> Measurements:
+        while True:
+            trials = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(A_ROLE) == "baseline"]
+            for t in trials:
+                if t.state == TrialState.COMPLETE:
+                    return Measurements.from_json(t.user_attrs[A_MEASUREMENTS])
+            if not trials:
+                study.enqueue_trial(
+                    to_optuna(self.space, self.space.baseline_params()), user_attrs={A_ROLE: "baseline", A_ATTEMPT: 1}
+                )
+                continue
+            if any(t.state == TrialState.WAITING for t in trials):
+                self._run_trial(study, study.ask(self._distributions), None)
+                continue
+            if any(t.state == TrialState.RUNNING for t in trials):
+                self._sleep(self.settings.poll_interval_s)
+                self._reclaim_stale(study)
+                continue
+            last = max(trials, key=lambda t: t.number)
+            raise StudyError(
+                f"the baseline (NCCL's defaults) could not be measured: "
+                f"{last.user_attrs.get(A_FAILURE, 'failed')}: {last.user_attrs.get(A_REASON, 'no reason recorded')}"
+            )
+
+    def _enqueue_candidates(self, study: optuna.Study) -> None:
+        room = max(self.settings.budget - 1, 0)
+        if len(self._candidates) > room:
+            logger.warning(
+                "study %s: %d candidates, budget leaves room for %d", self.settings.name, len(self._candidates), room
+            )
+        existing = {t.user_attrs.get(A_CANDIDATE) for t in study.get_trials(deepcopy=False)}
+        for candidate in self._candidates[:room]:
+            if candidate.name in existing:
+                continue
+            study.enqueue_trial(
+                to_optuna(self.space, candidate.params),
+                user_attrs={A_ROLE: "candidate", A_CANDIDATE: candidate.name, A_ATTEMPT: 1},
+            )
+
+    def _run_trial(self, study: optuna.Study, trial: optuna.Trial, baseline: Measurements | None) -> None:
+        storage = study._storage
+        trial_id = trial._trial_id
+        self._active.add(trial.number)
+        try:
+            # A sampled trial carries no role/attempt attributes: readers default them (one commit less each).
+            trial.set_user_attr(A_WORKER, self.settings.worker_id)
+            trial.set_user_attr(A_HEARTBEAT, self._clock())
+            is_baseline = trial.user_attrs.get(A_ROLE) == "baseline"
+            if not is_baseline and baseline is None:
+                raise StudyError("internal: a trial before the baseline")  # _ensure_baseline orders them
+            params = from_optuna(self.space, trial.params)
+            config = self.space.config(params)
+            logger.info(
+                "trial %d (%s): %s, order %s",
+                trial.number,
+                trial.user_attrs.get(A_ROLE),
+                config.tuned_env(self.space.site_fixed) or "defaults",
+                config.rank_order.name,
+            )
+            state, value = self._measure(trial, config, baseline, storage=storage, trial_id=trial_id)
+            if state == TrialState.COMPLETE:
+                study.tell(trial, value)
+            else:
+                study.tell(trial, state=state)
+            self._finished_here += 1
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # Another worker declared this trial stale while it ran; its retry counts instead.
+            logger.warning("trial %d was failed as stale by another worker; its result is dropped", trial.number)
+        finally:
+            self._active.discard(trial.number)
+        self._progress("search", study)
+
+    def _measure(
+        self,
+        trial: optuna.Trial,
+        config: TrialConfig,
+        baseline: Measurements | None,
+        *,
+        storage: Any,
+        trial_id: int,
+    ) -> tuple[TrialState, float | None]:
+        measured: Measurements | None = None
+        value = 1.0
+        with _Heartbeat(storage, trial_id, interval=self.settings.heartbeat_interval_s, clock=self._clock):
+            for step, sizes in enumerate(self._rungs):
+                request = MeasurementRequest(self.objective.collectives, sizes, trial.number, "search")
+                try:
+                    got = _requested(self._evaluate(config, request), request)
+                except TrialFailed as failure:
+                    logger.warning("trial %d %s: %s", trial.number, failure.kind, failure.reason)
+                    trial.set_user_attr(A_FAILURE, failure.kind)
+                    trial.set_user_attr(A_REASON, failure.reason)
+                    return TrialState.FAIL, None
+                measured = got if measured is None else measured.merged(got)
+                if baseline is not None:
+                    value = self.objective.value(measured, baseline)
+                trial.report(value, step)
+                if baseline is not None and step < len(self._rungs) - 1 and self._hopeless(trial, step, value):
+                    logger.info("trial %d pruned at rung %d (partial speedup %.3f)", trial.number, step, value)
+                    trial.set_user_attr(A_MEASUREMENTS, measured.to_json())
+                    return TrialState.PRUNED, None
+        # Stored once, at the end: a trial killed mid-way is measured again from scratch by its retry.
+        if measured is not None:
+            trial.set_user_attr(A_MEASUREMENTS, measured.to_json())
+        return TrialState.COMPLETE, value
+
+    def _hopeless(self, trial: optuna.Trial, step: int, value: float) -> bool:
+        if self.settings.prune_ratio <= 0:
+            return False
+        peers = [
+            t.intermediate_values[step]
+            for t in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if step in t.intermediate_values
+        ]
+        if len(peers) < self.settings.prune_startup:
+            return False
+        return value < self.settings.prune_ratio * max(peers)
+
+    def _reclaim_stale(self, study: optuna.Study) -> None:
+        """Fail running trials whose worker is gone, and enqueue each once more (idempotently)."""
+        now = self._clock()
+        trials = study.get_trials(deepcopy=False)
+        retried = {t.user_attrs.get(A_RETRY_OF) for t in trials}
+        storage = study._storage
+        for t in trials:
+            if t.state != TrialState.RUNNING or t.number in self._active:
+                continue
+            beat = t.user_attrs.get(A_HEARTBEAT)
+            if beat is None:
+                beat = t.datetime_start.timestamp() if t.datetime_start is not None else now
+            mine = t.user_attrs.get(A_WORKER) == self.settings.worker_id
+            if not mine and now - float(beat) <= self.settings.stale_after_s:
+                continue
+            reason = (
+                "its worker restarted while it ran"
+                if mine
+                else f"no heartbeat for {now - float(beat):.0f} s (worker {t.user_attrs.get(A_WORKER, 'unknown')})"
+            )
+            logger.warning("trial %d is stale: %s", t.number, reason)
+            storage.set_trial_user_attr(t._trial_id, A_FAILURE, "stale")
+            storage.set_trial_user_attr(t._trial_id, A_REASON, reason)
+            attempt = int(t.user_attrs.get(A_ATTEMPT, 1))
+            if attempt < _MAX_ATTEMPTS and t.number not in retried and t.params:
+                attrs = {k: v for k, v in t.user_attrs.items() if k in (A_ROLE, A_CANDIDATE)}
+                attrs.update({A_ATTEMPT: attempt + 1, A_RETRY_OF: t.number})
+                study.enqueue_trial(dict(t.params), user_attrs=attrs)
+            # If it finished meanwhile its result stands; the retry, if any, just measures it again.
+            with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+                storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+
+    # ---------------------------------------------------------------- proof
+
+    def _finalists(self, study: optuna.Study) -> list[FrozenTrial]:
+        seen: set[tuple[tuple[str, Any], ...]] = set()
+        baseline_key = tuple(sorted(to_optuna(self.space, self.space.baseline_params()).items()))
+        out = []
+        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        for t in sorted(complete, key=lambda t: (-(t.value or 0.0), t.number)):
+            key = tuple(sorted(t.params.items()))
+            if t.user_attrs.get(A_ROLE) == "baseline" or key == baseline_key or key in seen:
+                continue
+            if t.value is None or t.value <= 1.0:
+                break
+            seen.add(key)
+            out.append(t)
+            if len(out) >= self.settings.finalists:
+                break
+        return out
+
+    def _prove(self, study: optuna.Study, baseline: Measurements) -> list[FinalistProof]:
+        finalists = self._finalists(study)
+        base_config = self.space.config(self.space.baseline_params())
+        collectives = self.objective.collectives
+        total = len(finalists) * self.settings.proof_pairs
+        for f_index, finalist in enumerate(finalists):
+            config = self.space.config(from_optuna(self.space, finalist.params))
+            for pair in range(self.settings.proof_pairs):
+                key = f"{S_PROOF}:{finalist.number}:{pair}"
+                attrs = study.user_attrs
+                if key in attrs or f"{S_PROOF}:{finalist.number}:failed" in attrs:
+                    continue
+                sides: dict[str, str] = {}
+                plan: tuple[tuple[Literal["baseline", "candidate"], TrialConfig], ...] = (
+                    ("baseline", base_config),
+                    ("candidate", config),
+                )
+                try:
+                    for side, cfg in plan:
+                        request = MeasurementRequest(
+                            collectives, tuple(sorted(set(self.settings.ladder))), finalist.number, "proof", pair, side
+                        )
+                        got = _requested(self._evaluate(cfg, request), request)
+                        sides[side] = got.to_json()
+                except TrialFailed as failure:
+                    study.set_user_attr(f"{S_PROOF}:{finalist.number}:failed", f"{failure.kind}: {failure.reason}")
+                    break
+                study.set_user_attr(key, json.dumps(sides))
+                self._progress("proof", study, done=f_index * self.settings.proof_pairs + pair + 1, total=total)
+        proofs = [self._proof_of(study, f) for f in finalists]
+        return _decide(proofs, self.objective, alpha=self.settings.alpha)
+
+    def _proof_of(self, study: optuna.Study, finalist: FrozenTrial) -> FinalistProof:
+        attrs = study.user_attrs
+        config = self.space.config(from_optuna(self.space, finalist.params))
+        failure = attrs.get(f"{S_PROOF}:{finalist.number}:failed")
+        pairs = []
+        for pair in range(self.settings.proof_pairs):
+            raw = attrs.get(f"{S_PROOF}:{finalist.number}:{pair}")
+            if raw is not None:
+                sides = json.loads(raw)
+                pairs.append((Measurements.from_json(sides["baseline"]), Measurements.from_json(sides["candidate"])))
+        if failure is not None or len(pairs) < 2:
+            return FinalistProof(
+                finalist.number, config, finalist.value or 0.0, (), 0.0, None, None, failure or "too few pairs"
+            )
+        buckets = []
+        for collective in self.objective.collectives:
+            for bucket in self.objective.buckets:
+                sizes = [s for s in sorted(set(self.settings.ladder)) if bucket.holds(s)]
+                if not sizes:
+                    continue
+                a = [_geomean_time(m, collective, sizes) for m, _ in pairs]
+                b = [_geomean_time(m, collective, sizes) for _, m in pairs]
+                comparison = statistics.compare(a, b, min_effect=self.settings.min_effect)
+                buckets.append(BucketProof(collective, bucket, comparison, statistics.Decision.KEEP_DEFAULTS))
+        return FinalistProof(
+            finalist.number,
+            config,
+            finalist.value or 0.0,
+            tuple(buckets),
+            0.0,
+            _mean_profile([a for a, _ in pairs]),
+            _mean_profile([b for _, b in pairs]),
+        )
+
+    # ---------------------------------------------------------------- reporting
+
+    def outcome(self, study: optuna.Study, proofs: Sequence[FinalistProof]) -> StudyOutcome:
+        trials = study.get_trials(deepcopy=False)
+        superseded = _superseded(trials)
+        records = tuple(self._record(t, t.number in superseded) for t in trials)
+        baseline = next(r for r in records if r.role == "baseline" and r.state == "complete")
+        searched = [r for r in records if r.state == "complete" and r.role != "baseline" and r.value is not None]
+        best = max(searched, key=lambda r: (r.value or 0.0, -r.number), default=None)
+        promoted = [p for p in proofs if p.promoted]
+        chosen = max(promoted, key=lambda p: (p.speedup, -p.trial), default=None)
+        simulated = any(r.measurements is not None and r.measurements.simulated for r in records)
+        return StudyOutcome(
+            name=self.settings.name,
+            sampler=self.settings.sampler,
+            seed=self.settings.seed,
+            space_fingerprint=self.space.fingerprint(),
+            baseline=baseline,
+            best=best,
+            trials=records,
+            proofs=tuple(proofs),
+            chosen=chosen,
+            simulated=simulated,
+            natural_order=self.space.rank_orders[0],
+            site_fixed=dict(self.space.site_fixed),
+        )
+
+    def _record(self, t: FrozenTrial, superseded: bool) -> TrialRecord:
+        params = from_optuna(self.space, t.params) if t.params else {}
+        config = self.space.config(params) if params else None
+        state = {
+            TrialState.COMPLETE: "complete",
+            TrialState.PRUNED: "pruned",
+            TrialState.RUNNING: "running",
+            TrialState.WAITING: "waiting",
+        }.get(t.state, str(t.user_attrs.get(A_FAILURE, "failed")))
+        raw = t.user_attrs.get(A_MEASUREMENTS)
+        return TrialRecord(
+            number=t.number,
+            state=state,
+            role=str(t.user_attrs.get(A_ROLE, "sampled")),
+            params=params,
+            env=dict(config.env) if config else {},
+            rank_order=config.rank_order.name if config else "",
+            value=t.value if t.state == TrialState.COMPLETE else None,
+            reason=t.user_attrs.get(A_REASON),
+            intermediate=tuple(sorted(t.intermediate_values.items())),
+            measurements=Measurements.from_json(raw) if raw else None,
+            attempt=int(t.user_attrs.get(A_ATTEMPT, 1)),
+            superseded=superseded,
+        )
+
+    def _progress(
+        self,
+        phase: Literal["search", "proof", "done"],
+        study: optuna.Study,
+        *,
+        done: int | None = None,
+        total: int | None = None,
+    ) -> None:
+        if self._on_progress is None:
+            return
+        trials = study.get_trials(deepcopy=False)
+        finished = [t for t in _logical(trials) if t.state.is_finished()]
+        values = [t.value for t in finished if t.state == TrialState.COMPLETE and t.value is not None]
+        if done is None:
+            done, total = len(finished), self.settings.budget
+        assert total is not None
+        elapsed = self._clock() - self._started
+        rate = elapsed / self._finished_here if self._finished_here else None
+        eta = rate * max(total - done, 0) if rate is not None and phase == "search" else None
+        self._on_progress(StudyProgress(phase, done, total, max(values) if values else None, eta))
+
+
+def run_study(
+    settings: StudySettings,
+    *,
+    space: SearchSpace,
+    objective: Objective,
+    evaluate: Evaluator,
+    candidates: Sequence[Candidate] = (),
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+    on_progress: Callable[[StudyProgress], None] | None = None,
+) -> StudyOutcome:
+    """Run (or resume) a study to its outcome. The one call the controller and ``init`` need."""
+    return TunerStudy(
+        settings,
+        space=space,
+        objective=objective,
+        evaluate=evaluate,
+        candidates=candidates,
+        clock=clock,
+        sleep=sleep,
+        on_progress=on_progress,
+    ).run()
+
+
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    """For embedded SQLite: WAL and synchronous=NORMAL on every connection.
+
+    Optuna commits every attribute separately; with SQLite's default rollback journal each commit is a few
+    fsyncs. WAL with NORMAL survives a crash of the process (what resuming needs) and only risks the last
+    commits on power loss (sqlite.org/wal.html). PostgreSQL URLs are left to SQLAlchemy's defaults.
+    """
+    parsed = sqlalchemy.engine.make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return {}
+    path = parsed.database
+
+    def connect() -> sqlite3.Connection:
+        connection = sqlite3.connect(path, timeout=30.0, check_same_thread=False)
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")
+        return connection
+
+    return {"creator": connect}
+
+
+def _superseded(trials: Sequence[FrozenTrial]) -> set[int]:
+    retried = {t.user_attrs.get(A_RETRY_OF) for t in trials if A_RETRY_OF in t.user_attrs}
+    return {t.number for t in trials if t.number in retried and t.state == TrialState.FAIL}
+
+
+def _logical(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+    """Trials counted against the budget: a stale trial that was retried counts through its retry."""
+    gone = _superseded(trials)
+    return [t for t in trials if t.number not in gone]
+
+
+def _requested(got: Measurements, request: MeasurementRequest) -> Measurements:
+    """The samples the request asked for; a missing one fails the trial (a benchmark that skipped sizes)."""
+    missing = [(c, s) for c in request.collectives for s in request.sizes if got.get(c, s) is None]
+    if missing:
+        c, s = missing[0]
+        raise TrialFailed(f"the benchmark reported no result for {c} at {s} bytes ({len(missing)} missing)")
+    wanted = {(c, s) for c in request.collectives for s in request.sizes}
+    return Measurements(tuple(s for s in got.samples if (s.collective, s.bytes) in wanted), simulated=got.simulated)
+
+
+def _geomean_time(m: Measurements, collective: str, sizes: Sequence[int]) -> float:
+    logs = []
+    for size in sizes:
+        sample = m.get(collective, size)
+        assert sample is not None  # _requested kept exactly the requested sizes of every stored proof run
+        logs.append(math.log(sample.time_us))
+    return math.exp(sum(logs) / len(logs))
+
+
+def _mean_profile(runs: Sequence[Measurements]) -> Measurements:
+    """Per (collective, size): the geometric mean time over the runs, busbw recomputed to match."""
+    first = runs[0]
+    samples = []
+    for s in first.samples:
+        others = [m.get(s.collective, s.bytes) for m in runs]
+        times = [o.time_us for o in others if o is not None]
+        t = math.exp(sum(math.log(x) for x in times) / len(times))
+        samples.append(
+            type(s)(s.collective, s.bytes, t, s.busbw_gbs * s.time_us / t, s.algorithm, s.protocol, s.channels)
+        )
+    return Measurements(tuple(samples), simulated=any(m.simulated for m in runs))
+
+
+def _decide(proofs: Sequence[FinalistProof], objective: Objective, *, alpha: float) -> list[FinalistProof]:
+    """Holm-corrected decisions over every bucket of every finalist, and each finalist's weighted speedup."""
+    flat = [b.comparison for p in proofs for b in p.buckets]
+    decisions = iter(statistics.decide(flat, alpha=alpha)) if flat else iter(())
+    out = []
+    for p in proofs:
+        buckets = tuple(BucketProof(b.collective, b.bucket, b.comparison, next(decisions)) for b in p.buckets)
+        speedup = (
+            objective.combine(BucketScore(b.collective, b.bucket, b.comparison.speedup, 0.0, 0.0, ()) for b in buckets)
+            if buckets
+            else 0.0
+        )
+        out.append(
+            FinalistProof(p.trial, p.config, p.search_value, buckets, speedup, p.baseline, p.candidate, p.failure)
+        )
+    return out
