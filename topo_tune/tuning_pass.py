@@ -12,6 +12,7 @@ Non-goals: rollouts (``admin rollout``), and measuring anything itself — every
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -108,7 +109,7 @@ def _sweeps(sizes: Sequence[int]) -> list[agent_pb2.SizeSweep]:
     ordered = sorted(set(sizes))
     if len(ordered) > 1:
         factor = ordered[1] // ordered[0]
-        if factor >= 2 and all(b == a * factor for a, b in zip(ordered, ordered[1:], strict=False)):
+        if factor >= 2 and all(b == a * factor for a, b in itertools.pairwise(ordered)):
             return [agent_pb2.SizeSweep(min_bytes=ordered[0], max_bytes=ordered[-1], step_factor=factor)]
     return [agent_pb2.SizeSweep(min_bytes=s, max_bytes=s, step_factor=1) for s in ordered]
 
@@ -129,7 +130,9 @@ def _samples(collective: str, sweep: agent_pb2.SizeSweep, job: admin_pb2.Benchma
         size *= sweep.step_factor
     measured = [rows[b] for b in sorted(rows)]
     if len(measured) != len(requested):
-        raise TrialFailed(f"job {job.job_id} measured {len(measured)} sizes, {len(requested)} were asked", kind="failed")
+        raise TrialFailed(
+            f"job {job.job_id} measured {len(measured)} sizes, {len(requested)} were asked", kind="failed"
+        )
     return [
         SizeSample(collective, size, row.time_us, row.busbw_gbps, "", "", 0)
         for size, row in zip(requested, measured, strict=True)
@@ -182,12 +185,16 @@ def measure_pairs(client: AdminClient, names: Sequence[str], *, sleep: Callable[
     return len(found.measurements)
 
 
-def _pair_matrix(client: AdminClient, cluster: ClusterConfig, nodes: Sequence[str]) -> tuple[PairMatrix, dict[str, topology_pb2.NodeTopology], str]:
+def _pair_matrix(
+    client: AdminClient, cluster: ClusterConfig, nodes: Sequence[str]
+) -> tuple[PairMatrix, dict[str, topology_pb2.NodeTopology], str]:
     view = client.cluster_topology()
     topologies = {n.name: n.topology for n in view.nodes if n.name in nodes}
     spine = None
     if cluster.spine is not None:
-        spine = Spine(oversubscription=cluster.spine.oversubscription or 1.0, bandwidth_gbps=cluster.spine.bandwidth_gbps)
+        spine = Spine(
+            oversubscription=cluster.spine.oversubscription or 1.0, bandwidth_gbps=cluster.spine.bandwidth_gbps
+        )
     model = build_cluster(topologies, {n: r for n, r in cluster.rack_of().items() if n in topologies}, spine=spine)
     pairs = model.node_pairs()
     for measured in client.measured_pairs().pairs:
@@ -236,13 +243,14 @@ def run_pass(
     if not names:
         raise ConfigError("racks", "cluster.yaml lists no node to tune")
     on_status(f"waiting for {len(names)} nodes to be ready")
-    nodes = wait_for_nodes(client, names, timeout_s=node_timeout_s)
+    wait_for_nodes(client, names, timeout_s=node_timeout_s)
     measured = 0
     if cluster.backend != "sim" and len(names) > 1:
         on_status(f"probing {len(names) * (len(names) - 1) // 2} node pairs")
         measured = measure_pairs(client, names)
     pairs, topologies, fingerprint = _pair_matrix(client, cluster, names)
-    slots = {n.name: max(1, len(n.topology.gpus)) if cluster.backend != "gloo" else 1 for n in nodes}
+    # Ranks per node as the benchmark jobs place them: every GPU (nccl, sim), one process (gloo).
+    slots = {name: max(1, len(topologies[name].gpus)) if cluster.backend != "gloo" else 1 for name in names}
     # NCCL's natural order is the launcher's: hostfiles list sorted host names. The candidates are the
     # ring-order optimizer's order and cluster.yaml's own listing (rack by rack), when they differ.
     natural = tuple(sorted(names))
@@ -280,7 +288,9 @@ def run_pass(
     )
     candidates = [Candidate(o.name, space.params_for(rank_order=o.name)) for o in orders[1:]]
     on_status(f"searching: {search.budget} trials ({search.sampler}), then proving {search.finalists} finalists")
-    evaluator = JobEvaluator(client, deadline_s=search.job_deadline, iters=search.iters, warmup_iters=search.warmup_iters)
+    evaluator = JobEvaluator(
+        client, deadline_s=search.job_deadline, iters=search.iters, warmup_iters=search.warmup_iters
+    )
     started = time.monotonic()
     outcome = run_study(
         settings, space=space, objective=objective, evaluate=evaluator, candidates=candidates, on_progress=on_progress

@@ -18,7 +18,7 @@ from alembic.script import ScriptDirectory
 
 from topo_tune.controller.commands import CommandBook, CommandStatus
 from topo_tune.controller.db.database import Database
-from topo_tune.controller.db.models import Base, CommandRow, EventRow, NodeRow
+from topo_tune.controller.db.models import VERSION_TABLE, Base, CommandRow, EventRow, NodeRow
 from topo_tune.controller.nodes import NodeRegistry, NodeState, Registration
 from topo_tune.errors import ConflictError, NotFoundError, StorageError
 from topo_tune.v1 import agent_pb2
@@ -74,7 +74,8 @@ def registration(name: str, **overrides: object) -> Registration:
 
 def test_migrations_match_the_models(db: Database) -> None:
     with db.engine.connect() as connection:
-        diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+        diff = compare_metadata(context, Base.metadata)
     assert diff == [], f"models and migrations disagree: {diff}"
 
 
@@ -83,7 +84,7 @@ def test_migrate_is_idempotent(db: Database) -> None:
     script = ScriptDirectory(str(resources.files("topo_tune.controller.db") / "migrations"))
     with db.engine.connect() as connection:
         assert (
-            connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
+            connection.execute(sa.text("SELECT version_num FROM topo_tune_schema_version")).scalar_one()
             == script.get_current_head()
         )
 

@@ -44,7 +44,9 @@ def _controller(
 ) -> Iterator[tuple[AdminClient, str]]:
     """An admin client to the remote controller of cluster.yaml, or to an embedded one (with local agents)."""
     if cluster.controller.address:
-        resolved = resolve_token(token_file or (Path(cluster.controller.token_file) if cluster.controller.token_file else None), token)
+        resolved = resolve_token(
+            token_file or (Path(cluster.controller.token_file) if cluster.controller.token_file else None), token
+        )
         with AdminClient(cluster.controller.address, token=resolved, tls=tls, timeout_s=60) as client:  # type: ignore[arg-type]
             yield client, f"sqlite:///{output / 'study.db'}"
         return
@@ -72,8 +74,13 @@ def _controller(
     show_default=True,
     help="Where nccl.conf, nccl_tuner.conf, hostfile, rankmap.json, summary.json and report.html go.",
 )
-@click.option("--node-timeout", type=click.FloatRange(1, 3600), default=120, show_default=True,
-              help="Seconds to wait for every node of cluster.yaml to be ready.")
+@click.option(
+    "--node-timeout",
+    type=click.FloatRange(1, 3600),
+    default=120,
+    show_default=True,
+    help="Seconds to wait for every node of cluster.yaml to be ready.",
+)
 @token_options
 @client_tls_options
 def init(

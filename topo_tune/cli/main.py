@@ -12,6 +12,7 @@ from topo_tune.cli.admin import admin
 from topo_tune.cli.agent import agent
 from topo_tune.cli.config import config
 from topo_tune.cli.controller import controller
+from topo_tune.cli.init import init
 from topo_tune.cli.plugin import plugin
 from topo_tune.cli.topology import topology
 from topo_tune.errors import TopoTuneError
@@ -55,6 +56,7 @@ def cli(log_level: str, log_format: str) -> None:
     logs.configure(level=log_level, fmt=log_format)
 
 
+cli.add_command(init)
 cli.add_command(controller)
 cli.add_command(agent)
 cli.add_command(admin)

@@ -13,6 +13,9 @@ from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, LargeBinary, 
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+VERSION_TABLE = "topo_tune_schema_version"
+"""Alembic's version table for topo-tune's schema (Optuna's studies use ``alembic_version`` in the same database)."""
+
 
 class UtcDateTime(TypeDecorator[datetime]):
     """Timezone-aware UTC datetimes on every backend (SQLite stores naive values)."""
