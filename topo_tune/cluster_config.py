@@ -186,6 +186,7 @@ class SearchConfig(_Section):
     max_bytes: ByteSize = 1 << 30
     step_factor: int = Field(default=4, ge=2, le=1024, description="the size ladder's multiplier")
     knobs: list[str] | None = Field(default=None, description="search only these knobs; unset: every safe knob")
+    rungs: int = Field(default=3, ge=1, le=16, description="steps of the size ladder at which weak trials are pruned")
     finalists: int = Field(default=3, ge=0, le=20)
     proof_pairs: int = Field(default=10, ge=2, le=1000, description="interleaved baseline/candidate pairs")
     min_effect: float = Field(default=0.03, ge=0, lt=1, description="smallest gain worth promoting")

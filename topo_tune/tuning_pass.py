@@ -278,6 +278,7 @@ def run_pass(
         sampler=search.sampler,
         seed=search.seed,
         ladder=_ladder(cluster),
+        rungs=min(search.rungs, len(_ladder(cluster))),
         finalists=search.finalists,
         proof_pairs=search.proof_pairs,
         min_effect=search.min_effect,

@@ -1,0 +1,119 @@
+"""`topo-tune init` end to end through the real CLI: real gloo collectives, and a resume after SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy as sa
+import yaml
+
+from tests.support.processes import cli_env, run_cli
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+OUTPUTS = ("nccl.conf", "nccl_tuner.conf", "hostfile", "rankmap.json", "summary.json", "report.html")
+
+
+def study_of(output: Path, summary: dict[str, object]) -> optuna.Study:
+    name = summary["study"]["name"]  # type: ignore[index]
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{output / '.topo-tune' / 'topo-tune.db'}")
+
+
+def test_gloo_init_runs_real_collectives_and_writes_every_output(tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    result = run_cli(
+        "--log-level",
+        "error",
+        "init",
+        "--cluster-config",
+        str(ROOT / "examples" / "local-gloo.yaml"),
+        "--output",
+        str(output),
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in OUTPUTS:
+        assert (output / name).is_file(), name
+    assert list((output / "plots").glob("*.png"))
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["simulated"] is False
+    assert summary["result"] in ("keep NCCL's defaults", "promoted")
+    # The numbers in summary.json are the ones stored in the database.
+    study = study_of(output, summary)
+    stored = {t.number: t for t in study.trials}
+    assert len(summary["trials"]) == 6
+    for trial in summary["trials"]:
+        if trial["value"] is not None:
+            assert stored[trial["number"]].value == pytest.approx(trial["value"])
+    engine = sa.create_engine(f"sqlite:///{output / '.topo-tune' / 'topo-tune.db'}")
+    with engine.connect() as connection:
+        jobs = connection.execute(sa.text("SELECT backend, status FROM benchmark_jobs")).all()
+        pairs = connection.execute(sa.text("SELECT count(*) FROM pair_measurements")).scalar_one()
+    engine.dispose()
+    assert jobs and {backend for backend, _ in jobs} == {"gloo"}
+    assert pairs == 3, "three nodes: three probed pairs"
+    # stdout carries one JSON line for scripts.
+    assert json.loads(result.stdout.strip().splitlines()[-1])["output"] == str(output)
+
+
+def test_init_resumes_after_sigkill_with_every_trial_counted_once(tmp_path: Path) -> None:
+    config = yaml.safe_load((ROOT / "examples" / "demo-cluster.yaml").read_text())
+    config["racks"] = [
+        {"name": "rack-a", "nodes": [{"name": "node-01", "gpus": 8}, {"name": "node-03", "gpus": 8}]},
+        {"name": "rack-b", "nodes": [{"name": "node-02", "gpus": 8}, {"name": "node-04", "gpus": 8}]},
+    ]
+    config["search"].update({"budget": 14, "rungs": 1, "finalists": 1, "proofPairs": 2})
+    cluster_file = tmp_path / "cluster.yaml"
+    cluster_file.write_text(yaml.safe_dump(config))
+    output = tmp_path / "out"
+    command = [
+        sys.executable,
+        "-m",
+        "topo_tune",
+        "--log-level",
+        "error",
+        "init",
+        "--cluster-config",
+        str(cluster_file),
+        "--output",
+        str(output),
+    ]
+    first = subprocess.Popen(command, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    database = output / ".topo-tune" / "topo-tune.db"
+
+    def completed_trials() -> int:
+        if not database.exists() or first.poll() is not None:
+            return 0 if first.poll() is None else 99
+        engine = sa.create_engine(f"sqlite:///{database}")
+        try:
+            with engine.connect() as connection:
+                return int(
+                    connection.execute(sa.text("SELECT count(*) FROM trials WHERE state = 'COMPLETE'")).scalar_one()
+                )
+        except sa.exc.OperationalError:
+            return 0
+        finally:
+            engine.dispose()
+
+    wait_until(lambda: completed_trials() >= 4, timeout=240, what="four finished trials")
+    assert first.poll() is None, "the first run must still be running when it is killed"
+    first.send_signal(signal.SIGKILL)
+    first.wait(30)
+    time.sleep(0.1)
+
+    second = subprocess.run(command, env=cli_env(), capture_output=True, text=True, timeout=600, check=False)
+    assert second.returncode == 0, second.stderr[-3000:]
+    summary = json.loads((output / "summary.json").read_text())
+    counted = [t for t in summary["trials"] if not t["superseded"]]
+    assert len(counted) == 14, "every trial of the budget counted once, none lost"
+    assert len({t["number"] for t in summary["trials"]}) == len(summary["trials"]), "no trial number twice"
+    assert summary["simulated"] is True
