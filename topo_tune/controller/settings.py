@@ -41,3 +41,7 @@ class ControllerSettings:
     """The Kubernetes API (in-cluster): node idleness checks, and leader election when enabled."""
     leader_election: LeaderElectionSettings | None = None
     """None: this controller is the only one and always leads. Set: only the Lease holder acts."""
+    rollout_interval_s: float = 1.0
+    """How often the active rollout is reconciled with what the agents report."""
+    job_pin_retention_days: float = 30.0
+    """Job pins older than this are forgotten (a job asking again after that gets a fresh answer)."""
