@@ -253,7 +253,13 @@ class ConfigStore:
         os.chmod(staging, 0o755)
         _fsync_dir(staging)
         self._step("staged")
-        os.rename(staging, final)
+        try:
+            os.rename(staging, final)
+        except OSError as error:
+            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+            self.read(version)  # another process staged the same version meanwhile: fine if it is intact
+            shutil.rmtree(staging, ignore_errors=True)
         _fsync_dir(self.versions)
         self._step("renamed")
 

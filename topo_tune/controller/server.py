@@ -44,9 +44,10 @@ from topo_tune.controller.leadership import LeaderOnlyInterceptor
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.probes import Probes
-from topo_tune.controller.rollout.engine import NoVerifier, RolloutEngine
+from topo_tune.controller.rollout.engine import RolloutEngine
 from topo_tune.controller.rollout.job_pins import JobResolver
 from topo_tune.controller.rollout.store import RolloutStore
+from topo_tune.controller.rollout.verification import BenchmarkVerifier
 from topo_tune.controller.sessions import SessionHub
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.errors import ConfigError
@@ -113,14 +114,16 @@ class Controller:
         self.hub.result_listeners.append(self.probes.on_result)
         self.jobs.busy_reasons = self._busy_reasons
         self.rollout_store = RolloutStore(db=self.db, wall_clock=_wall_clock)
-        # No verification benchmark is wired to rollouts yet: every gate pauses for an operator to promote.
         self.rollouts = RolloutEngine(
             store=self.rollout_store,
             registry=self.registry,
             commands=self.commands,
             hub=self.hub,
-            verifier=NoVerifier(),
+            verifier=BenchmarkVerifier(
+                jobs=self.jobs, config_dir=settings.agent_config_dir, repeats=settings.gate_repeats
+            ),
             wall_clock=_wall_clock,
+            background_gates=True,
         )
         self.job_configs = JobResolver(self.rollout_store)
         self.health = health.aio.HealthServicer()
@@ -269,6 +272,7 @@ class Controller:
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
+        await self.rollouts.close()  # a gate still measuring is rerun by the next leader
         self.hub.close_all("this controller is no longer the leader")
         if still_holds:
             await self.registry.flush()

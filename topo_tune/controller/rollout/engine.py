@@ -13,8 +13,9 @@ rollout's), so nodes that join later, drift, or were left on an aborted rollout'
 every job is given.
 
 The gate's measurements come from a :class:`Verifier` (the A/B verification benchmark on the wave's nodes).
-:class:`NoVerifier` stands in where no benchmark backend is wired: it gives no samples, so every gate is
-inconclusive and the rollout pauses for an operator to promote, which is the honest answer.
+The controller uses ``verification.BenchmarkVerifier`` (benchmark jobs through the controller's job book);
+:class:`NoVerifier` gives no samples, so every gate is inconclusive and pauses for an operator. A gate whose
+benchmark cannot run (its nodes are not idle, say) is inconclusive too, with the reason.
 
 Non-goals: the transition rules (``state.py``), persistence (``store.py``), scheduling the passes (the
 controller's job scheduler calls :meth:`RolloutEngine.reconcile`).
@@ -23,6 +24,7 @@ controller's job scheduler calls :meth:`RolloutEngine.reconcile`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import uuid
@@ -39,7 +41,7 @@ from topo_tune.controller.rollout.gates import GateThresholds, Sample, judge
 from topo_tune.controller.rollout.plan import PlanPolicy, build_plan
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.sessions import SessionHub
-from topo_tune.errors import ConflictError, NotFoundError
+from topo_tune.errors import ConflictError, NotFoundError, TopoTuneError
 from topo_tune.v1 import agent_pb2
 
 logger = logging.getLogger(__name__)
@@ -82,7 +84,11 @@ class RolloutEngine:
     retry_after_s: float = 30.0
     """Wait between a failed ApplyConfig (e.g. refused while a job runs on the node) and the next attempt."""
     max_steps_per_pass: int = 10_000
+    background_gates: bool = False
+    """Run gates as tasks of their own (the controller: a gate takes minutes, a scheduled pass must not)."""
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    _gates_running: set[tuple[str, int, int]] = field(default_factory=set, init=False)
+    _gate_tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
     async def create(
         self,
@@ -111,26 +117,63 @@ class RolloutEngine:
         return snapshot
 
     async def reconcile(self) -> state.Snapshot | None:
-        """Drive the active rollout as far as it can go now; returns where it stands (None: no rollout)."""
-        async with self._lock:
-            snapshot = None
-            for _ in range(self.max_steps_per_pass):
-                snapshot = await self.store.active()
-                if snapshot is None:
-                    await self._hold_stable()
-                    return None
-                observed = await self._observe(snapshot)
-                gate = state.pending_gate(snapshot)
-                verdict = None
-                if gate is not None:
-                    verdict = await self.store.gate(snapshot.rollout.id, wave=gate[0], attempt=gate[1])
-                step = state.reconcile(snapshot, observed, verdict, self.wall_clock())
-                if step is not None:
-                    await self._commit(snapshot, step)
-                    continue
-                if not await self._act(snapshot, observed):
-                    return snapshot
+        """Drive the active rollout as far as it can go now; returns where it stands (None: no rollout).
+
+        A gate's benchmarks run outside the engine's lock (they take minutes; operators' verbs must not
+        wait for them), and only one pass runs a given gate at a time.
+        """
+        while True:
+            async with self._lock:
+                snapshot, gate = await self._advance()
+            if snapshot is None or gate is None:
+                return snapshot
+            if not self.background_gates:
+                await self._run_gate(snapshot, *gate)
+                continue
+            self._gates_running.add((snapshot.rollout.id, *gate))  # before the task starts: no second one
+            task = asyncio.get_running_loop().create_task(self._gate_then_reconcile(snapshot, *gate))
+            self._gate_tasks.add(task)
+            task.add_done_callback(self._gate_done)
             return snapshot
+
+    async def _gate_then_reconcile(self, snapshot: state.Snapshot, wave_index: int, attempt: int) -> None:
+        await self._run_gate(snapshot, wave_index, attempt)
+        await self.reconcile()  # act on the verdict now rather than at the next tick
+
+    def _gate_done(self, task: asyncio.Task[None]) -> None:
+        self._gate_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("a gate run failed; the next pass runs it again: %r", task.exception())
+
+    async def close(self) -> None:
+        """Cancel gates still measuring (their verdicts were not stored; a restarted controller reruns them)."""
+        for task in list(self._gate_tasks):
+            task.cancel()
+        await asyncio.gather(*self._gate_tasks, return_exceptions=True)
+
+    async def _advance(self) -> tuple[state.Snapshot | None, tuple[int, int] | None]:
+        """Commit steps and send commands until the rollout waits; returns the gate to run, if that is next."""
+        snapshot = None
+        for _ in range(self.max_steps_per_pass):
+            snapshot = await self.store.active()
+            if snapshot is None:
+                await self._hold_stable()
+                return None, None
+            observed = await self._observe(snapshot)
+            gate = state.pending_gate(snapshot)
+            verdict = None
+            if gate is not None:
+                verdict = await self.store.gate(snapshot.rollout.id, wave=gate[0], attempt=gate[1])
+            step = state.reconcile(snapshot, observed, verdict, self.wall_clock())
+            if step is not None:
+                await self._commit(snapshot, step)
+                continue
+            if await self._act(snapshot, observed):
+                continue
+            if gate is not None and verdict is None and (snapshot.rollout.id, *gate) not in self._gates_running:
+                return snapshot, gate
+            return snapshot, None
+        return snapshot, None
 
     async def _commit(self, snapshot: state.Snapshot, step: state.Step) -> state.Snapshot:
         after = await self.store.commit(snapshot, step)
@@ -167,7 +210,7 @@ class RolloutEngine:
         return observed
 
     async def _act(self, snapshot: state.Snapshot, observed: Mapping[str, state.Observed]) -> bool:
-        """Send what is missing or run the gate. True when something changed that needs another pass."""
+        """Send what is missing. True when something changed that needs another pass."""
         rollout = snapshot.rollout
         for node, version in state.desired_versions(snapshot).items():
             attempt = snapshot.nodes[node].attempt
@@ -195,22 +238,35 @@ class RolloutEngine:
                 else:
                     await self._commit(snapshot, state.retry_node(snapshot, node, record.message))
                 return True
-        gate = state.pending_gate(snapshot)
-        if gate is None:
-            return False
-        wave_index, attempt = gate
-        wave = snapshot.waves[wave_index]
-        samples = await self.verifier.verify(
-            rollout_id=rollout.id,
-            wave=wave_index,
-            attempt=attempt,
-            nodes=wave.nodes,
-            new=rollout.config_version,
-            previous=rollout.previous_version,
-        )
-        lost = [n for n in wave.nodes if n not in observed or observed[n].lost]
-        verdict = judge(samples, rollout.thresholds, lost_nodes=lost)
-        await self.store.save_gate(rollout.id, wave=wave_index, attempt=attempt, verdict=verdict, samples=samples)
+        return False
+
+    async def _run_gate(self, snapshot: state.Snapshot, wave_index: int, attempt: int) -> None:
+        """Measure the wave, judge it and store the verdict (the next pass acts on it)."""
+        rollout = snapshot.rollout
+        key = (rollout.id, wave_index, attempt)
+        self._gates_running.add(key)
+        try:
+            wave = snapshot.waves[wave_index]
+            failure = ""
+            try:
+                samples = await self.verifier.verify(
+                    rollout_id=rollout.id,
+                    wave=wave_index,
+                    attempt=attempt,
+                    nodes=wave.nodes,
+                    new=rollout.config_version,
+                    previous=rollout.previous_version,
+                )
+            except TopoTuneError as error:  # e.g. the wave's nodes are not idle: Argo's "error" is inconclusive
+                samples, failure = (), f"the verification benchmark could not run: {error}"
+            reports = self.registry.live_reports()
+            lost = [n for n in wave.nodes if n not in reports or reports[n].state is NodeState.LOST]
+            verdict = judge(samples, rollout.thresholds, lost_nodes=lost)
+            if failure:
+                verdict = dataclasses.replace(verdict, reasons=(failure, *verdict.reasons))
+            await self.store.save_gate(rollout.id, wave=wave_index, attempt=attempt, verdict=verdict, samples=samples)
+        finally:
+            self._gates_running.discard(key)
         logger.info(
             "wave %d gate %s: %s",
             wave_index,
@@ -218,7 +274,6 @@ class RolloutEngine:
             "; ".join(verdict.reasons),
             extra={"rollout": rollout.id},
         )
-        return True
 
     async def _hold_stable(self) -> None:
         """No rollout is active: every reachable node must run the stable version.
