@@ -111,3 +111,28 @@ class AdminClient:
     def list_commands(self, *, node_name: str = "", limit: int = 0) -> list[admin_pb2.CommandInfo]:
         request = admin_pb2.ListCommandsRequest(node_name=node_name, limit=limit)
         return list(self._call(self._stub.ListCommands, request).commands)
+
+    # -- rollouts and job configs ---------------------------------------------------------------------------
+
+    def create_rollout(self, request: admin_pb2.CreateRolloutRequest) -> admin_pb2.RolloutInfo:
+        return self._call(self._stub.CreateRollout, request)
+
+    def get_rollout(self, rollout_id: str = "") -> admin_pb2.RolloutInfo:
+        return self._call(self._stub.GetRollout, admin_pb2.GetRolloutRequest(rollout_id=rollout_id))
+
+    def list_rollouts(self, *, limit: int = 0) -> list[admin_pb2.RolloutInfo]:
+        return list(self._call(self._stub.ListRollouts, admin_pb2.ListRolloutsRequest(limit=limit)).rollouts)
+
+    def change_rollout(
+        self, rollout_id: str, action: admin_pb2.RolloutAction.ValueType, *, reason: str = "", actor: str = ""
+    ) -> admin_pb2.RolloutInfo:
+        request = admin_pb2.ChangeRolloutRequest(rollout_id=rollout_id, action=action, reason=reason, actor=actor)
+        return self._call(self._stub.ChangeRollout, request)
+
+    def rollout_history(self, rollout_id: str) -> list[admin_pb2.RolloutTransition]:
+        request = admin_pb2.GetRolloutHistoryRequest(rollout_id=rollout_id)
+        return list(self._call(self._stub.GetRolloutHistory, request).transitions)
+
+    def resolve_job_config(self, job_id: str, nodes: list[str]) -> admin_pb2.JobConfig:
+        request = admin_pb2.ResolveJobConfigRequest(job_id=job_id, nodes=nodes)
+        return self._call(self._stub.ResolveJobConfig, request)

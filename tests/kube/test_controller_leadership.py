@@ -102,7 +102,7 @@ async def test_one_leads_and_the_other_stands_by(pair: dict[str, Controller]) ->
     assert not problems
     assert not standby.leading
 
-    assert leader.job_ids() == ["expiry-sweep", "heartbeat-flush"]
+    assert leader.job_ids() == ["expiry-sweep", "heartbeat-flush", "job-pin-retention", "rollout-reconcile"]
     assert standby.job_ids() == []
     assert await health(leader) == {"": SERVING, AGENT_SERVICE: SERVING, ADMIN_SERVICE: SERVING}
     assert await health(standby) == {"": SERVING, AGENT_SERVICE: NOT_SERVING, ADMIN_SERVICE: NOT_SERVING}

@@ -23,6 +23,7 @@ import grpc.aio
 from topo_tune import __version__
 from topo_tune.agent import discovery
 from topo_tune.agent.backoff import Backoff
+from topo_tune.agent.config_store import ConfigStore
 from topo_tune.agent.executor import Executor
 from topo_tune.agent.journal import Entry, Journal
 from topo_tune.agent.settings import AgentSettings
@@ -67,8 +68,10 @@ class Agent:
             )
         self._rack_source = rack_source
         self._discover = discover
+        self.config_store = ConfigStore(settings.config_dir)
         self.executor = Executor(
             journal=self.journal,
+            config_store=self.config_store,
             node_name=settings.node_name,
             backend=settings.backend,
             work_dir=settings.state_dir / "bench",
@@ -90,6 +93,16 @@ class Agent:
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set."""
         await self._finish_interrupted()
+        try:
+            await asyncio.to_thread(self.config_store.recover)  # an apply cut short leaves old or new; tidy up
+        except OSError as error:
+            # Not fatal: the agent still discovers and benchmarks; every ApplyConfig will fail with this reason.
+            logger.error(
+                "config directory %s is unusable: %s",
+                self.settings.config_dir,
+                error,
+                extra={"node": self.settings.node_name},
+            )
         topology = await asyncio.to_thread(self._discover_node)
         try:
             while not stop.is_set():
@@ -165,6 +178,7 @@ class Agent:
                 instance_id=self.instance_id,
                 drained=self.executor.drained,
                 address=self.settings.address,
+                applied_config_version=self.executor.applied_config_version(),
             )
         )
 
@@ -220,16 +234,20 @@ class Agent:
 
     async def _heartbeat_loop(self, interval_s: float) -> None:
         while True:
-            self._seq += 1
-            heartbeat = agent_pb2.Heartbeat(
-                seq=self._seq,
-                activity=self._activity(),
-                running_command_ids=sorted(self._running),
-            )
-            heartbeat.sent_at.FromDatetime(datetime.now(UTC))
-            self._send(agent_pb2.AgentMessage(heartbeat=heartbeat))
+            self._send_heartbeat()
             # ±10% jitter keeps a fleet that started together from heartbeating in lockstep.
             await asyncio.sleep(interval_s * self._rng.uniform(0.9, 1.1))
+
+    def _send_heartbeat(self) -> None:
+        self._seq += 1
+        heartbeat = agent_pb2.Heartbeat(
+            seq=self._seq,
+            activity=self._activity(),
+            running_command_ids=sorted(self._running),
+            applied_config_version=self.executor.applied_config_version(),
+        )
+        heartbeat.sent_at.FromDatetime(datetime.now(UTC))
+        self._send(agent_pb2.AgentMessage(heartbeat=heartbeat))
 
     def _activity(self) -> agent_pb2.AgentActivity.ValueType:
         if self._running:
@@ -277,3 +295,5 @@ class Agent:
             self._send(agent_pb2.AgentMessage(result=result))
         finally:
             self._running.pop(command.command_id, None)
+        if command.WhichOneof("body") == "apply_config":
+            self._send_heartbeat()  # the controller reconciles on the reported version: tell it now, not later

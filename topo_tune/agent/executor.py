@@ -5,6 +5,11 @@ benchmarks), never raise (a failure becomes a ``failed`` result carrying the rea
 rejects benchmark work. Kinds this agent cannot carry out are ``rejected`` with the reason, never silently
 dropped. Benchmarks run on the agent's backend: real workers for ``nccl``/``gloo``
 (``topo_tune.agent.bench``), the analytic model for ``sim`` (``sim_backend``).
+
+``apply_config`` stages and activates a config version in the node's config store: a version that breaks
+the contract (a path outside the directory, a variable the env policy refuses, an id that is not the files'
+hash) is ``rejected`` before anything is written; a node busy with a benchmark or a job ``fails`` it with
+the reason, and the controller tries again later. Applies run one at a time, in the order they arrived.
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ from pathlib import Path
 
 from topo_tune.agent import discovery
 from topo_tune.agent.bench.executor import BenchmarkExecutor
+from topo_tune.agent.config_store import ConfigStore, StoreBusy
 from topo_tune.agent.journal import Journal
 from topo_tune.agent.sim_backend import run_simulated
 from topo_tune.benchmark.env_policy import EnvPolicy
+from topo_tune.errors import ConflictError, ValidationError
 from topo_tune.v1 import agent_pb2, topology_pb2
 
 logger = logging.getLogger(__name__)
@@ -41,7 +48,10 @@ class Executor:
     default_deadline_s: float = 600.0
     discover: Callable[[], topology_pb2.NodeTopology] = discovery.discover
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    config_store: ConfigStore | None = None
     _bench: BenchmarkExecutor | None = field(default=None, init=False)
+    _benchmarks_running: int = field(default=0, init=False)
+    _config_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
 
     @property
     def drained(self) -> bool:
@@ -104,10 +114,15 @@ class Executor:
             elif kind in ("run_benchmark", "probe") and self.drained:
                 result.status = agent_pb2.COMMAND_STATUS_REJECTED
                 result.message = "node is drained: it takes no benchmark work"
+            elif kind == "apply_config" and self.config_store is not None:
+                await self._apply_config(self.config_store, command.apply_config, result)
+            elif kind in ("run_benchmark", "probe") and self._config_lock.locked():
+                result.status = agent_pb2.COMMAND_STATUS_REJECTED
+                result.message = "the node's config version is changing; try again"
             elif kind == "run_benchmark":
-                result = await asyncio.to_thread(self._benchmark, command)
+                result = await self._counted(self._benchmark, command)
             elif kind == "probe":
-                result = await asyncio.to_thread(self._probe, command)
+                result = await self._counted(self._probe, command)
             else:
                 result.status = agent_pb2.COMMAND_STATUS_REJECTED
                 result.message = f"this agent cannot run {kind or 'an empty'} command"
@@ -119,3 +134,43 @@ class Executor:
         if not result.HasField("finished_at"):
             result.finished_at.FromDatetime(self.clock())
         return result
+
+    async def _counted(
+        self, work: Callable[[agent_pb2.Command], agent_pb2.CommandResult], command: agent_pb2.Command
+    ) -> agent_pb2.CommandResult:
+        self._benchmarks_running += 1  # while it is non-zero the node's config version does not change
+        try:
+            return await asyncio.to_thread(work, command)
+        finally:
+            self._benchmarks_running -= 1
+
+    def _busy(self) -> str | None:
+        return f"{self._benchmarks_running} benchmark job(s) running" if self._benchmarks_running else None
+
+    async def _apply_config(
+        self, store: ConfigStore, request: agent_pb2.ApplyConfig, result: agent_pb2.CommandResult
+    ) -> None:
+        async with self._config_lock:
+            try:
+                applied = await asyncio.to_thread(store.apply, request.version, dict(request.files), busy=self._busy)
+            except ValidationError as error:
+                result.status = agent_pb2.COMMAND_STATUS_REJECTED
+                result.message = str(error)
+                return
+            except StoreBusy as error:
+                result.status = agent_pb2.COMMAND_STATUS_FAILED
+                result.message = str(error)
+                return
+        result.status = agent_pb2.COMMAND_STATUS_SUCCEEDED
+        name, was = applied.version or "NCCL defaults", applied.previous or "NCCL defaults"
+        result.message = f"{name} active (was {was})" if applied.changed else f"{name} already active"
+
+    def applied_config_version(self) -> str:
+        """The active version, for Register and Heartbeat ("" for NCCL's defaults or an untrusted pointer)."""
+        if self.config_store is None:
+            return ""
+        try:
+            return self.config_store.active_version()
+        except ConflictError as error:
+            logger.error("config store: %s", error)
+            return ""

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from topo_tune.auth import TlsFiles
+from topo_tune.config_layout import DEFAULT_CONFIG_DIR
 from topo_tune.kube.environment import KubeEnvironment
 from topo_tune.kube.rack import DEFAULT_RACK_LABEL
 
@@ -23,7 +24,7 @@ class AgentSettings:
     """nccl | gloo | sim."""
     state_dir: Path = Path("/var/lib/topo-tune")
     """The agent's journal of commands and results lives here; it survives agent restarts."""
-    config_dir: Path = Path("/etc/nccl/topo-tune")
+    config_dir: Path = DEFAULT_CONFIG_DIR
     address: str = ""
     """Where peers reach this node for benchmarks (gloo binds here); empty: what the controller sees."""
     plugin_dirs: tuple[Path, ...] = (Path("/opt/topo-tune/lib"),)

@@ -3,20 +3,38 @@
 The controller sends the simulated cluster with the job (``RunBenchmark.sim``), so every node of the job
 computes the same figures from the same inputs and seed; this node reports them for its own ranks. The
 job's environment goes through the same policy as on real hardware (a refused knob is refused here too),
-and every result is labelled simulated.
+the file ``NCCL_CONF_FILE`` names is read as NCCL reads it (so a rollout's A/B gate compares versions here
+too), and every result is labelled simulated.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from topo_tune.benchmark.collectives import shape
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.benchmark.wire import spec_from_proto
+from topo_tune.config_version import parse_nccl_conf
 from topo_tune.errors import SimInputError
 from topo_tune.sim import Spine, simulate
 from topo_tune.sim.topology_import import cluster_from_topologies
 from topo_tune.v1 import agent_pb2
+
+
+def _with_conf_file(env: Mapping[str, str]) -> dict[str, str]:
+    """The settings the simulated NCCL sees: as NCCL does, ``NCCL_CONF_FILE``'s values under the environment's."""
+    merged = dict(env)
+    if env.get("NCCL_CONF_FILE"):
+        try:
+            text = Path(env["NCCL_CONF_FILE"]).read_text()
+        except (OSError, UnicodeDecodeError):
+            text = ""  # NCCL skips a file it cannot read
+        for key, value in parse_nccl_conf(text).items():
+            merged.setdefault(key, value)  # setenv(..., overwrite=0): the environment wins
+    return merged
 
 
 def run_simulated(
@@ -48,7 +66,7 @@ def run_simulated(
             cluster,
             collective=spec.collective.value,
             sizes=list(spec.sweep.sizes()),
-            env=dict(spec.env),
+            env=_with_conf_file(spec.env),
             rank_order=order,
             seed=run.sim.seed,
             dtype=spec.dtype.name,

@@ -13,7 +13,9 @@ from topo_tune.cli.agent import agent
 from topo_tune.cli.config import config
 from topo_tune.cli.controller import controller
 from topo_tune.cli.init import init
+from topo_tune.cli.job import env, exec_
 from topo_tune.cli.plugin import plugin
+from topo_tune.cli.rollout import rollout
 from topo_tune.cli.topology import topology
 from topo_tune.errors import TopoTuneError
 
@@ -52,6 +54,8 @@ def cli(log_level: str, log_format: str) -> None:
     Daemons:    topo-tune controller serve --config cluster.yaml
                 topo-tune agent run --controller HOST:PORT
     Operators:  topo-tune admin nodes
+                topo-tune admin rollout create VERSION
+    Jobs:       topo-tune exec --nodes HOSTS -- CMD ...
     """
     logs.configure(level=log_level, fmt=log_format)
 
@@ -63,6 +67,9 @@ cli.add_command(admin)
 cli.add_command(config)
 cli.add_command(plugin)
 cli.add_command(topology)
+cli.add_command(env)
+cli.add_command(exec_)
+admin.add_command(rollout)
 
 
 def main() -> None:

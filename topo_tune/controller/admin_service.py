@@ -1,4 +1,7 @@
-"""The admin-facing servicer: requests → registry and command book, domain records → messages."""
+"""The admin-facing servicer: requests → registry and command book, domain records → messages.
+
+The rollout and job-config RPCs come from ``rollout/service.py`` (a mixin), next to the logic they front.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +16,9 @@ from topo_tune.controller.commands import STATUS_TO_WIRE, CommandBook, CommandRe
 from topo_tune.controller.jobs import BenchmarkJobs
 from topo_tune.controller.nodes import NodeRegistry, NodeState, NodeView
 from topo_tune.controller.probes import Probes
+from topo_tune.controller.rollout.engine import RolloutEngine
+from topo_tune.controller.rollout.job_pins import JobResolver
+from topo_tune.controller.rollout.service import RolloutServicerMixin
 from topo_tune.controller.sessions import SessionHub
 from topo_tune.controller.status_codes import maps_errors
 from topo_tune.errors import ValidationError
@@ -74,7 +80,7 @@ def command_message(record: CommandRecord) -> admin_pb2.CommandInfo:
     return info
 
 
-class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
+class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
     def __init__(
         self,
         *,
@@ -85,6 +91,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         probes: Probes,
         spine_oversubscription: float | None = None,
         spine_bandwidth_gbps: float | None = None,
+        rollouts: RolloutEngine,
+        job_configs: JobResolver,
     ) -> None:
         self._registry = registry
         self._commands = commands
@@ -92,6 +100,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self._jobs = jobs
         self._probes = probes
         self._spine = (spine_oversubscription, spine_bandwidth_gbps)
+        self._rollouts = rollouts
+        self._job_configs = job_configs
 
     @maps_errors
     async def ListNodes(self, request: admin_pb2.ListNodesRequest, context: Ctx) -> admin_pb2.ListNodesResponse:

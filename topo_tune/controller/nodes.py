@@ -61,6 +61,15 @@ class _Liveness:
 
 
 @dataclass(frozen=True)
+class LiveReport:
+    """What a node's agent last said, from memory: for loops that run every second over the whole fleet."""
+
+    state: NodeState
+    applied_config_version: str
+    last_seen_at: datetime
+
+
+@dataclass(frozen=True)
 class NodeView:
     """A node as admins see it: the stored row overlaid with live heartbeat data."""
 
@@ -215,6 +224,13 @@ class NodeRegistry:
     def state_of(self, name: str) -> NodeState | None:
         live = self._live.get(name)
         return live.state if live else None
+
+    def live_reports(self) -> dict[str, LiveReport]:
+        """Every known node's state, reported config version and last heartbeat, without a database read."""
+        return {
+            name: LiveReport(live.state, live.applied_config_version, live.last_seen_at)
+            for name, live in self._live.items()
+        }
 
     def counts(self) -> dict[NodeState, int]:
         out = dict.fromkeys(NodeState, 0)

@@ -6,6 +6,7 @@ health port and the Prometheus endpoint. Shutdown (SIGTERM): health goes ``NOT_S
 balancers stop sending, sessions are closed so agents reconnect elsewhere, in-flight RPCs get a grace
 period, the last heartbeats are flushed, the database is closed.
 
+A rollout is driven by a periodic reconcile pass (and one right after each admin change).
 Periodic jobs run in APScheduler 3.x (in-memory job store; the schedules come from settings, so they are
 simply registered again at each start-up).
 
@@ -24,7 +25,7 @@ import asyncio
 import logging
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import grpc
@@ -43,6 +44,10 @@ from topo_tune.controller.leadership import LeaderOnlyInterceptor
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.probes import Probes
+from topo_tune.controller.rollout.engine import RolloutEngine
+from topo_tune.controller.rollout.job_pins import JobResolver
+from topo_tune.controller.rollout.store import RolloutStore
+from topo_tune.controller.rollout.verification import BenchmarkVerifier
 from topo_tune.controller.sessions import SessionHub
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.errors import ConfigError
@@ -108,6 +113,19 @@ class Controller:
         )
         self.hub.result_listeners.append(self.probes.on_result)
         self.jobs.busy_reasons = self._busy_reasons
+        self.rollout_store = RolloutStore(db=self.db, wall_clock=_wall_clock)
+        self.rollouts = RolloutEngine(
+            store=self.rollout_store,
+            registry=self.registry,
+            commands=self.commands,
+            hub=self.hub,
+            verifier=BenchmarkVerifier(
+                jobs=self.jobs, config_dir=settings.agent_config_dir, repeats=settings.gate_repeats
+            ),
+            wall_clock=_wall_clock,
+            background_gates=True,
+        )
+        self.job_configs = JobResolver(self.rollout_store)
         self.health = health.aio.HealthServicer()
         self.port = 0
         self.health_port = 0
@@ -167,6 +185,8 @@ class Controller:
                 probes=self.probes,
                 spine_oversubscription=self.settings.spine_oversubscription,
                 spine_bandwidth_gbps=self.settings.spine_bandwidth_gbps,
+                rollouts=self.rollouts,
+                job_configs=self.job_configs,
             ),
             server,
         )
@@ -252,6 +272,7 @@ class Controller:
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
+        await self.rollouts.close()  # a gate still measuring is rerun by the next leader
         self.hub.close_all("this controller is no longer the leader")
         if still_holds:
             await self.registry.flush()
@@ -291,8 +312,44 @@ class Controller:
             max_instances=1,
             coalesce=True,
         )
+        scheduler.add_job(
+            self.reconcile_rollouts,
+            "interval",
+            seconds=self.settings.rollout_interval_s,
+            id="rollout-reconcile",
+            replace_existing=True,
+            max_instances=1,
+            coalesce=True,
+        )
+        scheduler.add_job(
+            self.prune_job_pins,
+            "interval",
+            hours=1,
+            id="job-pin-retention",
+            replace_existing=True,
+            max_instances=1,
+            coalesce=True,
+        )
         scheduler.start()
         self._scheduler = scheduler
+
+    async def prune_job_pins(self) -> int:
+        if not self.leading:
+            return 0
+        cutoff = _wall_clock() - timedelta(days=self.settings.job_pin_retention_days)
+        pruned = await self.rollout_store.prune_pins(older_than=cutoff)
+        if pruned:
+            logger.info("forgot %d job pins older than %s", pruned, cutoff.isoformat())
+        return pruned
+
+    async def reconcile_rollouts(self) -> None:
+        """One level-triggered pass over the active rollout; an error is logged and retried next tick."""
+        if not self.leading:
+            return
+        try:
+            await self.rollouts.reconcile()
+        except Exception:
+            logger.exception("rollout reconcile pass failed; retrying at the next tick")
 
     async def sweep(self) -> None:
         if not self.leading:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from topo_tune.auth import TlsFiles
+from topo_tune.config_layout import DEFAULT_CONFIG_DIR
 from topo_tune.kube.environment import KubeEnvironment
 from topo_tune.kube.leader_election import LeaderElectionSettings
 
@@ -41,3 +43,11 @@ class ControllerSettings:
     """The Kubernetes API (in-cluster): node idleness checks, and leader election when enabled."""
     leader_election: LeaderElectionSettings | None = None
     """None: this controller is the only one and always leads. Set: only the Lease holder acts."""
+    agent_config_dir: Path = DEFAULT_CONFIG_DIR
+    """Where the agents stage config versions (the same path on every node): gate benchmarks point there."""
+    gate_repeats: int = 8
+    """A/B repeats of a wave's verification benchmark (each runs one job per version)."""
+    rollout_interval_s: float = 1.0
+    """How often the active rollout is reconciled with what the agents report."""
+    job_pin_retention_days: float = 30.0
+    """Job pins older than this are forgotten (a job asking again after that gets a fresh answer)."""

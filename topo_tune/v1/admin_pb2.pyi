@@ -91,6 +91,29 @@ PROBE_ROUND_STATUS_FAILED: ProbeRoundStatus.ValueType  # 3
 """some pairs could not be measured; the message says which"""
 Global___ProbeRoundStatus: _TypeAlias = ProbeRoundStatus  # noqa: Y015
 
+class _RolloutAction:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RolloutActionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RolloutAction.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ROLLOUT_ACTION_UNSPECIFIED: _RolloutAction.ValueType  # 0
+    ROLLOUT_ACTION_PAUSE: _RolloutAction.ValueType  # 1
+    ROLLOUT_ACTION_RESUME: _RolloutAction.ValueType  # 2
+    ROLLOUT_ACTION_PROMOTE: _RolloutAction.ValueType  # 3
+    ROLLOUT_ACTION_ABORT: _RolloutAction.ValueType  # 4
+    ROLLOUT_ACTION_ROLLBACK: _RolloutAction.ValueType  # 5
+
+class RolloutAction(_RolloutAction, metaclass=_RolloutActionEnumTypeWrapper): ...
+
+ROLLOUT_ACTION_UNSPECIFIED: RolloutAction.ValueType  # 0
+ROLLOUT_ACTION_PAUSE: RolloutAction.ValueType  # 1
+ROLLOUT_ACTION_RESUME: RolloutAction.ValueType  # 2
+ROLLOUT_ACTION_PROMOTE: RolloutAction.ValueType  # 3
+ROLLOUT_ACTION_ABORT: RolloutAction.ValueType  # 4
+ROLLOUT_ACTION_ROLLBACK: RolloutAction.ValueType  # 5
+Global___RolloutAction: _TypeAlias = RolloutAction  # noqa: Y015
+
 @_typing.final
 class Node(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -834,3 +857,492 @@ class MeasuredPairs(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___MeasuredPairs: _TypeAlias = MeasuredPairs  # noqa: Y015
+
+@_typing.final
+class CreateRolloutRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class FilesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class ThresholdsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    CONFIG_VERSION_FIELD_NUMBER: _builtins.int
+    FILES_FIELD_NUMBER: _builtins.int
+    CANARY_NODES_FIELD_NUMBER: _builtins.int
+    CANARY_RACK_FIELD_NUMBER: _builtins.int
+    MAX_PARALLEL_RACKS_FIELD_NUMBER: _builtins.int
+    PAUSE_BETWEEN_S_FIELD_NUMBER: _builtins.int
+    REQUIRE_APPROVAL_FIELD_NUMBER: _builtins.int
+    THRESHOLDS_FIELD_NUMBER: _builtins.int
+    ROLLOUT_ID_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    ACTOR_FIELD_NUMBER: _builtins.int
+    NO_CANARY_FIELD_NUMBER: _builtins.int
+    config_version: _builtins.str
+    """the version's id; must be the hash of files when both are given"""
+    canary_nodes: _builtins.int
+    canary_rack: _builtins.str
+    """a whole rack as the canary (instead of canary_nodes)"""
+    max_parallel_racks: _builtins.int
+    """0: 1"""
+    pause_between_s: _builtins.float
+    require_approval: _builtins.bool
+    rollout_id: _builtins.str
+    """client-chosen; empty: the controller picks"""
+    dry_run: _builtins.bool
+    """plan only: nothing is stored"""
+    actor: _builtins.str
+    """who asks (for the audit log)"""
+    no_canary: _builtins.bool
+    """canary_nodes = 0 means "default" on the wire; this means none"""
+    @_builtins.property
+    def files(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """the version's files (nccl.conf, ...); empty: a version the controller has"""
+
+    @_builtins.property
+    def thresholds(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """min_gain, alpha, max_regression, max_p99_regression, max_cv"""
+
+    def __init__(
+        self,
+        *,
+        config_version: _builtins.str = ...,
+        files: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        canary_nodes: _builtins.int = ...,
+        canary_rack: _builtins.str = ...,
+        max_parallel_racks: _builtins.int = ...,
+        pause_between_s: _builtins.float = ...,
+        require_approval: _builtins.bool = ...,
+        thresholds: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        rollout_id: _builtins.str = ...,
+        dry_run: _builtins.bool = ...,
+        actor: _builtins.str = ...,
+        no_canary: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "canary_nodes", b"canary_nodes", "canary_rack", b"canary_rack", "config_version", b"config_version", "dry_run", b"dry_run", "files", b"files", "max_parallel_racks", b"max_parallel_racks", "no_canary", b"no_canary", "pause_between_s", b"pause_between_s", "require_approval", b"require_approval", "rollout_id", b"rollout_id", "thresholds", b"thresholds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateRolloutRequest: _TypeAlias = CreateRolloutRequest  # noqa: Y015
+
+@_typing.final
+class ChangeRolloutRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROLLOUT_ID_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    ACTOR_FIELD_NUMBER: _builtins.int
+    rollout_id: _builtins.str
+    action: Global___RolloutAction.ValueType
+    reason: _builtins.str
+    actor: _builtins.str
+    def __init__(
+        self,
+        *,
+        rollout_id: _builtins.str = ...,
+        action: Global___RolloutAction.ValueType = ...,
+        reason: _builtins.str = ...,
+        actor: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "actor", b"actor", "reason", b"reason", "rollout_id", b"rollout_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChangeRolloutRequest: _TypeAlias = ChangeRolloutRequest  # noqa: Y015
+
+@_typing.final
+class GetRolloutRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROLLOUT_ID_FIELD_NUMBER: _builtins.int
+    rollout_id: _builtins.str
+    """empty: the active rollout, else the latest"""
+    def __init__(
+        self,
+        *,
+        rollout_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rollout_id", b"rollout_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetRolloutRequest: _TypeAlias = GetRolloutRequest  # noqa: Y015
+
+@_typing.final
+class ListRolloutsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LIMIT_FIELD_NUMBER: _builtins.int
+    limit: _builtins.int
+    """0: 50"""
+    def __init__(
+        self,
+        *,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRolloutsRequest: _TypeAlias = ListRolloutsRequest  # noqa: Y015
+
+@_typing.final
+class ListRolloutsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROLLOUTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def rollouts(self) -> _containers.RepeatedCompositeFieldContainer[Global___RolloutInfo]: ...
+    def __init__(
+        self,
+        *,
+        rollouts: _abc.Iterable[Global___RolloutInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rollouts", b"rollouts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRolloutsResponse: _TypeAlias = ListRolloutsResponse  # noqa: Y015
+
+@_typing.final
+class RolloutWave(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    RACKS_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    kind: _builtins.str
+    """canary | racks"""
+    phase: _builtins.str
+    @_builtins.property
+    def racks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        kind: _builtins.str = ...,
+        racks: _abc.Iterable[_builtins.str] | None = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+        phase: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "kind", b"kind", "nodes", b"nodes", "phase", b"phase", "racks", b"racks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RolloutWave: _TypeAlias = RolloutWave  # noqa: Y015
+
+@_typing.final
+class GateResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WAVE_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    REASONS_FIELD_NUMBER: _builtins.int
+    TIME_CHANGE_FIELD_NUMBER: _builtins.int
+    P_GAIN_FIELD_NUMBER: _builtins.int
+    P99_CHANGE_FIELD_NUMBER: _builtins.int
+    CV_NEW_FIELD_NUMBER: _builtins.int
+    PAIRS_FIELD_NUMBER: _builtins.int
+    MEASURED_AT_FIELD_NUMBER: _builtins.int
+    wave: _builtins.int
+    attempt: _builtins.int
+    outcome: _builtins.str
+    """successful | failed | inconclusive"""
+    time_change: _builtins.float
+    p_gain: _builtins.float
+    p99_change: _builtins.float
+    cv_new: _builtins.float
+    pairs: _builtins.int
+    @_builtins.property
+    def reasons(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def measured_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        wave: _builtins.int = ...,
+        attempt: _builtins.int = ...,
+        outcome: _builtins.str = ...,
+        reasons: _abc.Iterable[_builtins.str] | None = ...,
+        time_change: _builtins.float = ...,
+        p_gain: _builtins.float = ...,
+        p99_change: _builtins.float = ...,
+        cv_new: _builtins.float = ...,
+        pairs: _builtins.int = ...,
+        measured_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["measured_at", b"measured_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "cv_new", b"cv_new", "measured_at", b"measured_at", "outcome", b"outcome", "p99_change", b"p99_change", "p_gain", b"p_gain", "pairs", b"pairs", "reasons", b"reasons", "time_change", b"time_change", "wave", b"wave"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GateResult: _TypeAlias = GateResult  # noqa: Y015
+
+@_typing.final
+class RolloutInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class NodePhasesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ID_FIELD_NUMBER: _builtins.int
+    CONFIG_VERSION_FIELD_NUMBER: _builtins.int
+    PREVIOUS_VERSION_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    WAVE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    CREATED_BY_FIELD_NUMBER: _builtins.int
+    WAVES_FIELD_NUMBER: _builtins.int
+    GATES_FIELD_NUMBER: _builtins.int
+    PLAN_FIELD_NUMBER: _builtins.int
+    NODE_PHASES_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    config_version: _builtins.str
+    previous_version: _builtins.str
+    phase: _builtins.str
+    """pending | applying | verifying | paused | rolling_back | completed | rolled_back | aborted"""
+    wave: _builtins.int
+    reason: _builtins.str
+    created_by: _builtins.str
+    plan: _builtins.str
+    """the plan rendered as a table"""
+    dry_run: _builtins.bool
+    @_builtins.property
+    def waves(self) -> _containers.RepeatedCompositeFieldContainer[Global___RolloutWave]: ...
+    @_builtins.property
+    def gates(self) -> _containers.RepeatedCompositeFieldContainer[Global___GateResult]: ...
+    @_builtins.property
+    def node_phases(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        config_version: _builtins.str = ...,
+        previous_version: _builtins.str = ...,
+        phase: _builtins.str = ...,
+        wave: _builtins.int = ...,
+        reason: _builtins.str = ...,
+        created_by: _builtins.str = ...,
+        waves: _abc.Iterable[Global___RolloutWave] | None = ...,
+        gates: _abc.Iterable[Global___GateResult] | None = ...,
+        plan: _builtins.str = ...,
+        node_phases: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        dry_run: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "created_by", b"created_by", "dry_run", b"dry_run", "gates", b"gates", "id", b"id", "node_phases", b"node_phases", "phase", b"phase", "plan", b"plan", "previous_version", b"previous_version", "reason", b"reason", "wave", b"wave", "waves", b"waves"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RolloutInfo: _TypeAlias = RolloutInfo  # noqa: Y015
+
+@_typing.final
+class GetRolloutHistoryRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROLLOUT_ID_FIELD_NUMBER: _builtins.int
+    rollout_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        rollout_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rollout_id", b"rollout_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetRolloutHistoryRequest: _TypeAlias = GetRolloutHistoryRequest  # noqa: Y015
+
+@_typing.final
+class RolloutTransition(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AT_FIELD_NUMBER: _builtins.int
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    BEFORE_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    ACTOR_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    subject: _builtins.str
+    """rollout | wave N | node NAME"""
+    before: _builtins.str
+    after: _builtins.str
+    actor: _builtins.str
+    message: _builtins.str
+    @_builtins.property
+    def at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        at: _timestamp_pb2.Timestamp | None = ...,
+        subject: _builtins.str = ...,
+        before: _builtins.str = ...,
+        after: _builtins.str = ...,
+        actor: _builtins.str = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "after", b"after", "at", b"at", "before", b"before", "message", b"message", "subject", b"subject"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RolloutTransition: _TypeAlias = RolloutTransition  # noqa: Y015
+
+@_typing.final
+class RolloutHistory(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSITIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def transitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___RolloutTransition]: ...
+    def __init__(
+        self,
+        *,
+        transitions: _abc.Iterable[Global___RolloutTransition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["transitions", b"transitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RolloutHistory: _TypeAlias = RolloutHistory  # noqa: Y015
+
+@_typing.final
+class ResolveJobConfigRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "nodes", b"nodes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResolveJobConfigRequest: _TypeAlias = ResolveJobConfigRequest  # noqa: Y015
+
+@_typing.final
+class JobConfig(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    CONFIG_VERSION_FIELD_NUMBER: _builtins.int
+    FILES_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    ROLLOUT_ID_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    config_version: _builtins.str
+    """empty: NCCL's defaults"""
+    rollout_id: _builtins.str
+    @_builtins.property
+    def files(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the file names the version holds"""
+
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the nodes the pin covers"""
+
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        config_version: _builtins.str = ...,
+        files: _abc.Iterable[_builtins.str] | None = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+        rollout_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "files", b"files", "job_id", b"job_id", "nodes", b"nodes", "rollout_id", b"rollout_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobConfig: _TypeAlias = JobConfig  # noqa: Y015

@@ -94,6 +94,36 @@ class AdminServiceStub:
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.GetMeasuredPairsRequest.SerializeToString,
                 response_deserializer=topo__tune_dot_v1_dot_admin__pb2.MeasuredPairs.FromString,
                 _registered_method=True)
+        self.CreateRollout = channel.unary_unary(
+                '/topo_tune.v1.AdminService/CreateRollout',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.CreateRolloutRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.RolloutInfo.FromString,
+                _registered_method=True)
+        self.GetRollout = channel.unary_unary(
+                '/topo_tune.v1.AdminService/GetRollout',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.GetRolloutRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.RolloutInfo.FromString,
+                _registered_method=True)
+        self.ListRollouts = channel.unary_unary(
+                '/topo_tune.v1.AdminService/ListRollouts',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.ListRolloutsRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListRolloutsResponse.FromString,
+                _registered_method=True)
+        self.ChangeRollout = channel.unary_unary(
+                '/topo_tune.v1.AdminService/ChangeRollout',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.ChangeRolloutRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.RolloutInfo.FromString,
+                _registered_method=True)
+        self.GetRolloutHistory = channel.unary_unary(
+                '/topo_tune.v1.AdminService/GetRolloutHistory',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.GetRolloutHistoryRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.RolloutHistory.FromString,
+                _registered_method=True)
+        self.ResolveJobConfig = channel.unary_unary(
+                '/topo_tune.v1.AdminService/ResolveJobConfig',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.ResolveJobConfigRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.JobConfig.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -171,6 +201,44 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateRollout(self, request, context):
+        """Rollouts: a config version applied wave by wave (canary, then racks) with A/B gates.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRollout(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRollouts(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ChangeRollout(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRolloutHistory(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResolveJobConfig(self, request, context):
+        """Job side: the one config version for a job's nodes, pinned for the job's lifetime.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -233,6 +301,36 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetMeasuredPairs,
                     request_deserializer=topo__tune_dot_v1_dot_admin__pb2.GetMeasuredPairsRequest.FromString,
                     response_serializer=topo__tune_dot_v1_dot_admin__pb2.MeasuredPairs.SerializeToString,
+            ),
+            'CreateRollout': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateRollout,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.CreateRolloutRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.RolloutInfo.SerializeToString,
+            ),
+            'GetRollout': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRollout,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.GetRolloutRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.RolloutInfo.SerializeToString,
+            ),
+            'ListRollouts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRollouts,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListRolloutsRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.ListRolloutsResponse.SerializeToString,
+            ),
+            'ChangeRollout': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChangeRollout,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.ChangeRolloutRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.RolloutInfo.SerializeToString,
+            ),
+            'GetRolloutHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRolloutHistory,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.GetRolloutHistoryRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.RolloutHistory.SerializeToString,
+            ),
+            'ResolveJobConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResolveJobConfig,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.ResolveJobConfigRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.JobConfig.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -559,6 +657,168 @@ class AdminService:
             '/topo_tune.v1.AdminService/GetMeasuredPairs',
             topo__tune_dot_v1_dot_admin__pb2.GetMeasuredPairsRequest.SerializeToString,
             topo__tune_dot_v1_dot_admin__pb2.MeasuredPairs.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateRollout(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/CreateRollout',
+            topo__tune_dot_v1_dot_admin__pb2.CreateRolloutRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.RolloutInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRollout(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/GetRollout',
+            topo__tune_dot_v1_dot_admin__pb2.GetRolloutRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.RolloutInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRollouts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/ListRollouts',
+            topo__tune_dot_v1_dot_admin__pb2.ListRolloutsRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.ListRolloutsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChangeRollout(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/ChangeRollout',
+            topo__tune_dot_v1_dot_admin__pb2.ChangeRolloutRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.RolloutInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRolloutHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/GetRolloutHistory',
+            topo__tune_dot_v1_dot_admin__pb2.GetRolloutHistoryRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.RolloutHistory.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResolveJobConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/ResolveJobConfig',
+            topo__tune_dot_v1_dot_admin__pb2.ResolveJobConfigRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.JobConfig.FromString,
             options,
             channel_credentials,
             insecure,

@@ -43,6 +43,14 @@ class AdminServiceStub:
     StartProbeRound: _grpc.UnaryUnaryMultiCallable[_admin_pb2.StartProbeRoundRequest, _admin_pb2.ProbeRound]
     GetProbeRound: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetProbeRoundRequest, _admin_pb2.ProbeRound]
     GetMeasuredPairs: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetMeasuredPairsRequest, _admin_pb2.MeasuredPairs]
+    CreateRollout: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateRolloutRequest, _admin_pb2.RolloutInfo]
+    """Rollouts: a config version applied wave by wave (canary, then racks) with A/B gates."""
+    GetRollout: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetRolloutRequest, _admin_pb2.RolloutInfo]
+    ListRollouts: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListRolloutsRequest, _admin_pb2.ListRolloutsResponse]
+    ChangeRollout: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ChangeRolloutRequest, _admin_pb2.RolloutInfo]
+    GetRolloutHistory: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetRolloutHistoryRequest, _admin_pb2.RolloutHistory]
+    ResolveJobConfig: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ResolveJobConfigRequest, _admin_pb2.JobConfig]
+    """Job side: the one config version for a job's nodes, pinned for the job's lifetime."""
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -59,6 +67,14 @@ class AdminServiceAsyncStub(AdminServiceStub):
     StartProbeRound: _aio.UnaryUnaryMultiCallable[_admin_pb2.StartProbeRoundRequest, _admin_pb2.ProbeRound]  # type: ignore[assignment]
     GetProbeRound: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetProbeRoundRequest, _admin_pb2.ProbeRound]  # type: ignore[assignment]
     GetMeasuredPairs: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetMeasuredPairsRequest, _admin_pb2.MeasuredPairs]  # type: ignore[assignment]
+    CreateRollout: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateRolloutRequest, _admin_pb2.RolloutInfo]  # type: ignore[assignment]
+    """Rollouts: a config version applied wave by wave (canary, then racks) with A/B gates."""
+    GetRollout: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetRolloutRequest, _admin_pb2.RolloutInfo]  # type: ignore[assignment]
+    ListRollouts: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListRolloutsRequest, _admin_pb2.ListRolloutsResponse]  # type: ignore[assignment]
+    ChangeRollout: _aio.UnaryUnaryMultiCallable[_admin_pb2.ChangeRolloutRequest, _admin_pb2.RolloutInfo]  # type: ignore[assignment]
+    GetRolloutHistory: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetRolloutHistoryRequest, _admin_pb2.RolloutHistory]  # type: ignore[assignment]
+    ResolveJobConfig: _aio.UnaryUnaryMultiCallable[_admin_pb2.ResolveJobConfigRequest, _admin_pb2.JobConfig]  # type: ignore[assignment]
+    """Job side: the one config version for a job's nodes, pinned for the job's lifetime."""
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -144,5 +160,49 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.GetMeasuredPairsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.MeasuredPairs, _abc.Awaitable[_admin_pb2.MeasuredPairs]]: ...
+
+    @_abc_1.abstractmethod
+    def CreateRollout(
+        self,
+        request: _admin_pb2.CreateRolloutRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.RolloutInfo, _abc.Awaitable[_admin_pb2.RolloutInfo]]:
+        """Rollouts: a config version applied wave by wave (canary, then racks) with A/B gates."""
+
+    @_abc_1.abstractmethod
+    def GetRollout(
+        self,
+        request: _admin_pb2.GetRolloutRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.RolloutInfo, _abc.Awaitable[_admin_pb2.RolloutInfo]]: ...
+
+    @_abc_1.abstractmethod
+    def ListRollouts(
+        self,
+        request: _admin_pb2.ListRolloutsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListRolloutsResponse, _abc.Awaitable[_admin_pb2.ListRolloutsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ChangeRollout(
+        self,
+        request: _admin_pb2.ChangeRolloutRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.RolloutInfo, _abc.Awaitable[_admin_pb2.RolloutInfo]]: ...
+
+    @_abc_1.abstractmethod
+    def GetRolloutHistory(
+        self,
+        request: _admin_pb2.GetRolloutHistoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.RolloutHistory, _abc.Awaitable[_admin_pb2.RolloutHistory]]: ...
+
+    @_abc_1.abstractmethod
+    def ResolveJobConfig(
+        self,
+        request: _admin_pb2.ResolveJobConfigRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.JobConfig, _abc.Awaitable[_admin_pb2.JobConfig]]:
+        """Job side: the one config version for a job's nodes, pinned for the job's lifetime."""
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

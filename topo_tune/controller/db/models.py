@@ -139,3 +139,100 @@ class PairMeasurementRow(Base):
     latency_us: Mapped[float]
     method: Mapped[str] = mapped_column(String(128))
     measured_at: Mapped[datetime]
+
+
+class ConfigVersionRow(Base):
+    """An immutable, content-addressed config version (``config_version.ConfigVersion``)."""
+
+    __tablename__ = "config_versions"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    files: Mapped[dict[str, str]] = mapped_column()
+    provenance: Mapped[dict[str, str]] = mapped_column(default=dict)
+    created_at: Mapped[datetime]
+
+
+class RolloutRow(Base):
+    __tablename__ = "rollouts"
+    __table_args__ = (Index("ix_rollouts_phase", "phase"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    config_version: Mapped[str] = mapped_column(ForeignKey("config_versions.id"))
+    previous_version: Mapped[str] = mapped_column(String(32), default="")
+    phase: Mapped[str] = mapped_column(String(16))
+    wave: Mapped[int] = mapped_column(Integer, default=0)
+    gate_attempt: Mapped[int] = mapped_column(Integer, default=1)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    paused_from: Mapped[str] = mapped_column(String(16), default="")
+    resume_at: Mapped[datetime | None]
+    policy: Mapped[dict[str, Any]] = mapped_column(JSON)
+    thresholds: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_by: Mapped[str] = mapped_column(String(253), default="")
+    revision: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class RolloutWaveRow(Base):
+    __tablename__ = "rollout_waves"
+
+    rollout_id: Mapped[str] = mapped_column(ForeignKey("rollouts.id"), primary_key=True)
+    index: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    kind: Mapped[str] = mapped_column(String(16))
+    racks: Mapped[list[str]] = mapped_column(JSON)
+    phase: Mapped[str] = mapped_column(String(16))
+
+
+class RolloutNodeRow(Base):
+    __tablename__ = "rollout_nodes"
+
+    rollout_id: Mapped[str] = mapped_column(ForeignKey("rollouts.id"), primary_key=True)
+    node_name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    wave: Mapped[int] = mapped_column(Integer)
+    position: Mapped[int] = mapped_column(Integer)
+    """The node's place in the plan, so a reloaded wave lists its nodes in the planned order."""
+    phase: Mapped[str] = mapped_column(String(16))
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+
+
+class GateResultRow(Base):
+    """A wave gate's verdict with the raw A/B samples it was judged on."""
+
+    __tablename__ = "gate_results"
+
+    rollout_id: Mapped[str] = mapped_column(ForeignKey("rollouts.id"), primary_key=True)
+    wave: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    outcome: Mapped[str] = mapped_column(String(16))
+    verdict: Mapped[dict[str, Any]] = mapped_column(JSON)
+    samples: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    measured_at: Mapped[datetime]
+
+
+class RolloutAuditRow(Base):
+    """One transition of a rollout, a wave or a node, and who or what caused it."""
+
+    __tablename__ = "rollout_audit"
+    __table_args__ = (Index("ix_rollout_audit_rollout", "rollout_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    rollout_id: Mapped[str] = mapped_column(ForeignKey("rollouts.id"))
+    revision: Mapped[int] = mapped_column(Integer)
+    subject: Mapped[str] = mapped_column(String(300))
+    before: Mapped[str] = mapped_column(String(16))
+    after: Mapped[str] = mapped_column(String(16))
+    actor: Mapped[str] = mapped_column(String(253))
+    message: Mapped[str] = mapped_column(Text, default="")
+    at: Mapped[datetime]
+
+
+class JobPinRow(Base):
+    """The config version a job was given, so all its ranks get the same one for its whole life."""
+
+    __tablename__ = "job_pins"
+
+    job_id: Mapped[str] = mapped_column(String(253), primary_key=True)
+    config_version: Mapped[str] = mapped_column(String(32))
+    nodes: Mapped[list[str]] = mapped_column(JSON)
+    rollout_id: Mapped[str] = mapped_column(String(64), default="")
+    created_at: Mapped[datetime]

@@ -1,0 +1,107 @@
+"""Gates measured by real benchmark jobs: the controller's verifier runs A/B jobs on a ``sim`` agent.
+
+The sim backend reads the version's ``nccl.conf`` through ``NCCL_CONF_FILE`` as NCCL would, so a version
+that turns NVLS off and caps NCCL at one CTA is measurably slower: its gate fails and the rollout rolls back
+by itself; a version without a performance effect shows no gain, so its gate is inconclusive and the
+rollout waits for a human.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import controller_settings
+from tests.support.processes import TOKEN
+from tests.support.waiting import async_wait_until
+from topo_tune.agent.daemon import Agent
+from topo_tune.agent.settings import AgentSettings
+from topo_tune.config_version import ConfigVersion, render_nccl_conf
+from topo_tune.controller.rollout.gates import GateThresholds, Outcome
+from topo_tune.controller.rollout.plan import PlanPolicy
+from topo_tune.controller.rollout.state import RolloutPhase, Snapshot
+from topo_tune.controller.rollout.verification import BenchmarkVerifier
+from topo_tune.controller.server import Controller
+from topo_tune.sim.node_topology import simulated_node_topology
+
+pytestmark = pytest.mark.slow
+
+SLOW = ConfigVersion({"nccl.conf": render_nccl_conf({"NCCL_NVLS_ENABLE": "0", "NCCL_MAX_CTAS": "1"})})
+NEUTRAL = ConfigVersion({"nccl.conf": render_nccl_conf({"NCCL_DEBUG": "WARN"})})
+
+
+@pytest.fixture
+async def one_sim_node(sqlite_url: str, tmp_path: Path) -> AsyncIterator[tuple[Controller, Agent]]:
+    config_dir = tmp_path / "config"
+    controller = Controller(
+        controller_settings(
+            sqlite_url,
+            rollout_interval_s=0.05,
+            heartbeat_expiry_s=30,
+            benchmark_result_grace_s=0.5,
+            agent_config_dir=config_dir,
+            gate_repeats=7,
+        )
+    )
+    await controller.start()
+    assert isinstance(controller.rollouts.verifier, BenchmarkVerifier)
+    controller.rollouts.verifier.poll_s = 0.05
+    settings = AgentSettings(
+        controller=f"127.0.0.1:{controller.port}",
+        node_name="gpu1",
+        token=TOKEN,
+        rack="rack-1",
+        backend="sim",
+        state_dir=tmp_path / "state",
+        config_dir=config_dir,
+        backoff_initial_s=0.05,
+        backoff_max_s=0.2,
+    )
+    agent = Agent(settings, rng=random.Random(0), discover=lambda: simulated_node_topology("gpu1", gpus=8))
+    stop = asyncio.Event()
+    task = asyncio.create_task(agent.run(stop))
+    await asyncio.wait_for(agent.registered.wait(), 20)
+    try:
+        yield controller, agent
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+        await controller.stop()
+
+
+async def settled(controller: Controller, rollout_id: str, *phases: RolloutPhase) -> Snapshot:
+    async def reached() -> Snapshot | None:
+        snapshot = await controller.rollout_store.load(rollout_id)
+        return snapshot if snapshot.rollout.phase in phases else None
+
+    return await async_wait_until(reached, timeout=60, what=f"rollout {rollout_id} to reach {phases}")
+
+
+async def test_gates_measured_by_benchmark_jobs_roll_back_a_slow_version_and_pause_on_no_gain(
+    one_sim_node: tuple[Controller, Agent], tmp_path: Path
+) -> None:
+    controller, agent = one_sim_node
+    policy = PlanPolicy(canary_nodes=0)
+    slow = await controller.rollouts.create(SLOW, policy=policy, thresholds=GateThresholds(), actor="t")
+    final = await settled(controller, slow.rollout.id, RolloutPhase.ROLLED_BACK)
+    [gate] = await controller.rollout_store.gates(slow.rollout.id)
+    assert gate.verdict.outcome is Outcome.FAILED, gate.verdict.reasons
+    assert gate.verdict.pairs == 7 and gate.verdict.time_change > 0.03
+    assert "wave 0 gate failed" in final.rollout.reason
+    assert agent.config_store.active_version() == "", "back on NCCL's defaults"
+    jobs = await controller.jobs.list(limit=100)
+    conf_files = {job.env.get("NCCL_CONF_FILE", "defaults") for job in jobs}
+    assert conf_files == {str(tmp_path / "config" / "versions" / SLOW.id / "nccl.conf"), "defaults"}
+    assert all(job.simulated for job in jobs) and len(jobs) == 14, "7 interleaved A/B repeats"
+
+    neutral = await controller.rollouts.create(NEUTRAL, policy=policy, thresholds=GateThresholds(), actor="t")
+    paused = await settled(controller, neutral.rollout.id, RolloutPhase.PAUSED)
+    assert "gain of 3% not shown" in paused.rollout.reason
+    await controller.rollouts.promote(neutral.rollout.id, actor="operator")
+    done = await settled(controller, neutral.rollout.id, RolloutPhase.COMPLETED)
+    assert done.rollout.phase is RolloutPhase.COMPLETED
+    assert agent.config_store.active_version() == NEUTRAL.id

@@ -1,0 +1,96 @@
+"""Gate verdicts on A/B samples: Argo semantics, thresholds, and the statistics behind them."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from topo_tune.controller.rollout.gates import GateThresholds, Outcome, Sample, judge, sign_flip_p
+from topo_tune.errors import ValidationError
+
+
+def ab(
+    *, change: float, pairs: int = 10, noise: float = 0.005, p99_change: float | None = None, busbw_cv: float = 0.01
+) -> list[Sample]:
+    """Interleaved samples whose new arm is ``change`` slower (negative: faster) than the previous one."""
+    rng = random.Random(42)
+    out: list[Sample] = []
+    p99 = change if p99_change is None else p99_change
+    for repeat in range(pairs):
+        base = 100.0 * (1 + rng.gauss(0, 0.02))  # drift between repeats, shared by both arms
+        out.append(Sample(repeat, "previous", base * (1 + rng.gauss(0, noise)), 2 * base, 50.0))
+        new_time = base * (1 + change) * (1 + rng.gauss(0, noise))
+        out.append(Sample(repeat, "new", new_time, 2 * base * (1 + p99), 50.0 * (1 + rng.gauss(0, busbw_cv))))
+    return out
+
+
+def test_a_clear_gain_passes() -> None:
+    verdict = judge(ab(change=-0.08), GateThresholds())
+    assert verdict.outcome is Outcome.SUCCESSFUL, verdict.reasons
+    assert verdict.time_change == pytest.approx(-0.08, abs=0.01)
+    assert verdict.p_gain < 0.01
+
+
+def test_a_gain_below_the_required_one_pauses() -> None:
+    verdict = judge(ab(change=-0.01), GateThresholds())
+    assert verdict.outcome is Outcome.INCONCLUSIVE
+    assert "gain of 3% not shown" in verdict.reasons[0]
+    assert judge(ab(change=-0.01), GateThresholds(min_gain=0.0)).outcome is Outcome.SUCCESSFUL, "configurable"
+
+
+def test_a_slowdown_beyond_three_percent_fails() -> None:
+    verdict = judge(ab(change=0.06), GateThresholds())
+    assert verdict.outcome is Outcome.FAILED
+    assert "communication time +6" in verdict.reasons[0]
+
+
+def test_a_p99_increase_fails_even_when_the_mean_time_improves() -> None:
+    verdict = judge(ab(change=-0.08, p99_change=0.2), GateThresholds())
+    assert verdict.outcome is Outcome.FAILED
+    assert "p99 latency +20" in verdict.reasons[0]
+
+
+def test_unstable_throughput_pauses() -> None:
+    verdict = judge(ab(change=-0.08, busbw_cv=0.2), GateThresholds())
+    assert verdict.outcome is Outcome.INCONCLUSIVE
+    assert any("throughput unstable" in r for r in verdict.reasons)
+
+
+def test_a_lost_node_pauses_and_never_passes() -> None:
+    verdict = judge(ab(change=-0.08), GateThresholds(), lost_nodes=["r1-n2"])
+    assert verdict.outcome is Outcome.INCONCLUSIVE
+    assert verdict.reasons == ("lost nodes: r1-n2",)
+    assert judge(ab(change=0.1), GateThresholds(), lost_nodes=["x"]).outcome is Outcome.FAILED, "rollback wins"
+
+
+def test_too_few_pairs_can_never_pass() -> None:
+    verdict = judge(ab(change=-0.5, pairs=6), GateThresholds())
+    assert verdict.outcome is Outcome.INCONCLUSIVE
+    assert "at least 7" in verdict.reasons[0]
+
+
+def test_the_sign_flip_test_is_exact_and_calibrated() -> None:
+    assert sign_flip_p([1.0] * 7) == pytest.approx(1 / 128)
+    assert sign_flip_p([1.0] * 6) == pytest.approx(1 / 64)
+    assert sign_flip_p([-1.0] * 5) == 1.0
+    # Under the null, p < 0.05 about 5% of the time (both the exact and the sampled path).
+    rng = random.Random(3)
+    for n in (10, 20):
+        hits = sum(sign_flip_p([rng.gauss(0, 1) for _ in range(n)], seed=i) < 0.05 for i in range(300))
+        assert 5 <= hits <= 30, (n, hits)
+
+
+def test_thresholds_from_a_mapping_name_unknown_or_bad_keys() -> None:
+    assert GateThresholds.from_mapping({"min_gain": "0.05"}).min_gain == 0.05
+    with pytest.raises(ValidationError, match=r"thresholds\.gain"):
+        GateThresholds.from_mapping({"gain": 0.05})
+    with pytest.raises(ValidationError, match=r"thresholds\.max_cv"):
+        GateThresholds(max_cv=1.5)
+
+
+def test_malformed_samples_name_the_field() -> None:
+    with pytest.raises(ValidationError, match=r"samples\.arm"):
+        judge([Sample(0, "canary", 1, 1, 1)], GateThresholds())
+    with pytest.raises(ValidationError, match=r"samples\.repeat"):
+        judge([Sample(0, "new", 1, 1, 1), Sample(0, "new", 1, 1, 1)], GateThresholds())

@@ -1,0 +1,160 @@
+"""``topo-tune env`` / ``topo-tune exec``: give a job the one config version its nodes allow, pinned for its life.
+
+``env`` prints ``export KEY=VALUE`` lines (``eval "$(topo-tune env ...)"``); ``exec`` runs the command with
+them, after checking that the version's files are staged on this node (a rank that silently fell back to
+NCCL's defaults would disagree with the job's other ranks). ``exec`` replaces itself with the command while
+holding a shared lock on this node's ``jobs.lock`` (inherited by the command and its children), so the agent
+never changes this node's config under the job.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from topo_tune.agent.config_store import jobs_lock_shared
+from topo_tune.cli.admin import connected
+from topo_tune.cli.output import emit_data
+from topo_tune.client import AdminClient
+from topo_tune.config_layout import DEFAULT_CONFIG_DIR
+from topo_tune.job_config import expand_hostlist, job_environment, job_id_from_env, nodes_from_env
+from topo_tune.v1 import admin_pb2
+
+
+def _job_options(function: Any) -> Any:
+    function = click.option(
+        "--nodes",
+        "node_args",
+        multiple=True,
+        metavar="HOSTS",
+        help="The job's nodes: repeat, comma-separate or Slurm ranges (gpu[01-04]). "
+        "Default: $TOPO_TUNE_NODES, then $SLURM_JOB_NODELIST.",
+    )(function)
+    function = click.option(
+        "--job-id",
+        default="",
+        help="Default: $TOPO_TUNE_JOB_ID, $SLURM_JOB_ID, $TORCHELASTIC_RUN_ID, $PMIX_NAMESPACE.",
+    )(function)
+    function = click.option(
+        "--config-dir",
+        type=click.Path(path_type=Path, file_okay=False),
+        envvar="TOPO_TUNE_CONFIG_DIR",
+        default=DEFAULT_CONFIG_DIR,
+        show_default=True,
+        help="Where the agents stage config versions [$TOPO_TUNE_CONFIG_DIR].",
+    )(function)
+    return click.option(
+        "--tuner-plugin",
+        type=click.Path(path_type=Path, dir_okay=False),
+        envvar="TOPO_TUNE_TUNER_PLUGIN",
+        help="The tuner plugin library; loaded when the version has a tuner table [$TOPO_TUNE_TUNER_PLUGIN].",
+    )(function)
+
+
+def _nodes(node_args: tuple[str, ...], environ: Mapping[str, str]) -> list[str]:
+    nodes = [host for arg in node_args for host in expand_hostlist(arg)]
+    if not nodes:
+        nodes = nodes_from_env(environ)
+    if not nodes:
+        raise click.UsageError("no nodes: pass --nodes HOSTS (torchrun and mpirun do not export a node list)")
+    return nodes
+
+
+def _resolve(
+    client: AdminClient,
+    *,
+    node_args: tuple[str, ...],
+    job_id: str,
+    config_dir: Path,
+    tuner_plugin: Path | None,
+) -> tuple[admin_pb2.JobConfig, dict[str, str]]:
+    environ = os.environ
+    job_id = job_id or job_id_from_env(environ)
+    if not job_id:
+        raise click.UsageError("no job id: pass --job-id or run under Slurm, torchrun or MPI")
+    config = client.resolve_job_config(job_id, _nodes(node_args, environ))
+    if "nccl_tuner.conf" in config.files and tuner_plugin is None:
+        click.echo("topo-tune: warning: the version has a tuner table but no --tuner-plugin was given", err=True)
+    if tuner_plugin is not None:
+        tuner_plugin = tuner_plugin.absolute()
+    env = job_environment(
+        config.config_version,
+        config_dir=config_dir.absolute(),
+        files=list(config.files),
+        tuner_plugin=tuner_plugin,
+        job_id=job_id,
+    )
+    return config, env
+
+
+@click.command()
+@_job_options
+@connected
+def env(
+    client: AdminClient,
+    fmt: str,
+    node_args: tuple[str, ...],
+    job_id: str,
+    config_dir: Path,
+    tuner_plugin: Path | None,
+) -> None:
+    """Print the environment of a job on these nodes: eval "$(topo-tune env --nodes ...)".
+
+    \b
+    Every rank of the job gets the same config version: the rollout's new one only if all the job's
+    nodes are in completed waves, otherwise the previous stable one; the answer is pinned to the job id.
+    """
+    config, variables = _resolve(
+        client, node_args=node_args, job_id=job_id, config_dir=config_dir, tuner_plugin=tuner_plugin
+    )
+    if fmt != "table":
+        emit_data({"job_id": config.job_id, "config_version": config.config_version, "env": variables}, fmt)
+        return
+    for key, value in variables.items():
+        click.echo(f"export {key}={shlex.quote(value)}")
+
+
+@click.command(name="exec", context_settings={"ignore_unknown_options": True})
+@_job_options
+@connected
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_(
+    client: AdminClient,
+    fmt: str,
+    node_args: tuple[str, ...],
+    job_id: str,
+    config_dir: Path,
+    tuner_plugin: Path | None,
+    command: tuple[str, ...],
+) -> None:
+    """Run COMMAND with the job's pinned config: topo-tune exec [--nodes ...] -- CMD ARGS...
+
+    \b
+    torchrun:  topo-tune exec --nodes "$NODES" -- torchrun --nnodes 4 ... train.py
+    Slurm:     srun topo-tune exec -- python train.py     (nodes and job id from Slurm)
+    Kubernetes: set TOPO_TUNE_JOB_ID from the Job's uid (downward API) and TOPO_TUNE_NODES.
+    """
+    config, variables = _resolve(
+        client, node_args=node_args, job_id=job_id, config_dir=config_dir, tuner_plugin=tuner_plugin
+    )
+    lock = jobs_lock_shared(config_dir)
+    if lock is not None:
+        os.set_inheritable(lock, True)  # the command and its children keep the node's config from changing
+    conf = variables["NCCL_CONF_FILE"]
+    if not os.path.exists(conf):
+        # NCCL would silently run on its defaults here while the job's other ranks use the version: a hang.
+        raise click.ClickException(
+            f"{config.config_version} is not staged on this node ({conf} is missing); not starting a rank "
+            "whose NCCL config would differ from the others'"
+        )
+    sys.stdout.flush()
+    try:
+        os.execvpe(command[0], list(command), {**os.environ, **variables})
+    except OSError as error:
+        raise click.ClickException(f"cannot run {command[0]!r}: {error.strerror}") from None

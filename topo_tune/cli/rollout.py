@@ -1,0 +1,223 @@
+"""``topo-tune admin rollout``: create, watch and steer rollouts (Argo Rollouts' verbs)."""
+
+from __future__ import annotations
+
+import getpass
+import re
+import socket
+from pathlib import Path
+
+import click
+
+from topo_tune.cli.admin import connected
+from topo_tune.cli.output import emit_data, emit_table, to_data
+from topo_tune.client import AdminClient
+from topo_tune.config_version import FILE_NAMES
+from topo_tune.v1 import admin_pb2
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)?$")
+
+
+def actor() -> str:
+    return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+def parse_duration(value: str) -> float:
+    match = _DURATION.match(value.strip())
+    if not match:
+        raise click.BadParameter(f"{value!r}: a duration like 90, 30s, 5m or 1h", param_hint="--pause-between")
+    return float(match.group(1)) * {"s": 1, "m": 60, "h": 3600}[match.group(2) or "s"]
+
+
+def _key_values(values: tuple[str, ...], option: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint=option)
+        out[key] = value
+    return out
+
+
+def show(info: admin_pb2.RolloutInfo, fmt: str) -> None:
+    if fmt != "table":
+        emit_data(to_data(info), fmt)
+        return
+    if info.dry_run:
+        click.echo(f"plan for {info.config_version}:\n{info.plan}")
+        return
+    click.echo(f"rollout {info.id}: {info.previous_version or 'defaults'} → {info.config_version}  [{info.phase}]")
+    if info.reason:
+        click.echo(f"reason: {info.reason}")
+    gates = {g.wave: g for g in info.gates}  # the latest attempt of each wave
+    rows = []
+    for wave in info.waves:
+        gate = gates.get(wave.index)
+        verdict = f"{gate.outcome} ({gate.time_change:+.1%}, p={gate.p_gain:.3g})" if gate else "-"
+        marker = "▶" if wave.index == info.wave and info.phase not in ("completed", "rolled_back") else ""
+        rows.append(
+            (
+                f"{marker}{wave.index}",
+                wave.kind,
+                ", ".join(wave.racks) or "-",
+                str(len(wave.nodes)),
+                wave.phase,
+                verdict,
+            )
+        )
+    emit_table("waves", ("WAVE", "KIND", "RACKS", "NODES", "PHASE", "GATE"), rows)
+
+
+@click.group()
+def rollout() -> None:
+    """Roll a config version out wave by wave: a canary, then rack by rack, each wave gated by an A/B check.
+
+    \b
+    A failed gate rolls every applied wave back (last first); an inconclusive gate or a lost node pauses
+    the rollout for you: resume (runs the gate again), promote (accept and go on), abort or rollback.
+    """
+
+
+@rollout.command()
+@click.argument("config_version", required=False, default="")
+@click.option(
+    "--file",
+    "files",
+    multiple=True,
+    metavar="NAME=PATH",
+    help=f"A file of the version ({', '.join(sorted(FILE_NAMES))}).",
+)
+@click.option("--canary", "canary_nodes", type=click.IntRange(min=1), help="Canary wave of N nodes (default 1).")
+@click.option("--canary-rack", default="", help="A whole rack as the canary wave.")
+@click.option("--no-canary", is_flag=True, help="Start directly rack by rack.")
+@click.option("--max-parallel-racks", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--pause-between", default="0", help="Wait after each passed gate (90, 30s, 5m, 1h).")
+@click.option("--require-approval", is_flag=True, help="Pause after every wave until promoted.")
+@click.option(
+    "--threshold", "thresholds", multiple=True, metavar="KEY=VALUE", help="Gate threshold, e.g. min_gain=0.05."
+)
+@click.option("--id", "rollout_id", default="", help="Your own rollout id.")
+@click.option("--dry-run", is_flag=True, help="Show the plan only.")
+@click.option("--yes", "-y", is_flag=True, help="Start without asking after showing the plan.")
+@connected
+def create(
+    client: AdminClient,
+    fmt: str,
+    config_version: str,
+    files: tuple[str, ...],
+    canary_nodes: int | None,
+    canary_rack: str,
+    no_canary: bool,
+    max_parallel_racks: int,
+    pause_between: str,
+    require_approval: bool,
+    thresholds: tuple[str, ...],
+    rollout_id: str,
+    dry_run: bool,
+    yes: bool,
+) -> None:
+    """Plan a rollout of CONFIG_VERSION (or of the version made of --file ...), show it, and start it."""
+    contents: dict[str, str] = {}
+    for name, path in _key_values(files, "--file").items():
+        try:
+            contents[name] = Path(path).read_text()
+        except OSError as error:
+            raise click.BadParameter(f"{name}={path}: {error.strerror}", param_hint="--file") from None
+    try:
+        limits = {k: float(v) for k, v in _key_values(thresholds, "--threshold").items()}
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--threshold") from None
+    if canary_rack and (canary_nodes or no_canary):
+        raise click.UsageError("--canary-rack excludes --canary and --no-canary")
+    request = admin_pb2.CreateRolloutRequest(
+        config_version=config_version,
+        files=contents,
+        canary_nodes=canary_nodes or 0,
+        canary_rack=canary_rack,
+        no_canary=no_canary,
+        max_parallel_racks=max_parallel_racks,
+        pause_between_s=parse_duration(pause_between),
+        require_approval=require_approval,
+        thresholds=limits,
+        rollout_id=rollout_id,
+        actor=actor(),
+        dry_run=True,
+    )
+    plan = client.create_rollout(request)
+    if dry_run or fmt == "table":
+        show(plan, fmt)
+    if dry_run:
+        return
+    if not yes:
+        click.confirm("Start this rollout?", abort=True, err=True)
+    request.dry_run = False
+    show(client.create_rollout(request), fmt)
+
+
+@rollout.command()
+@click.argument("rollout_id", required=False, default="")
+@connected
+def status(client: AdminClient, fmt: str, rollout_id: str) -> None:
+    """Show a rollout (default: the active one, else the latest) with its waves and gate verdicts."""
+    show(client.get_rollout(rollout_id), fmt)
+
+
+@rollout.command(name="list")
+@connected
+def list_rollouts(client: AdminClient, fmt: str) -> None:
+    """List recent rollouts, newest first."""
+    found = client.list_rollouts()
+    if fmt != "table":
+        emit_data([to_data(r) for r in found], fmt)
+        return
+    rows = [
+        (r.id, r.config_version, r.previous_version or "defaults", r.phase, r.created_by, r.reason or "-")
+        for r in found
+    ]
+    emit_table(f"{len(found)} rollouts", ("ID", "VERSION", "PREVIOUS", "PHASE", "BY", "REASON"), rows)
+
+
+@rollout.command()
+@click.argument("rollout_id")
+@connected
+def history(client: AdminClient, fmt: str, rollout_id: str) -> None:
+    """Every transition of a rollout, its waves and nodes, and who or what caused it."""
+    found = client.rollout_history(rollout_id)
+    if fmt != "table":
+        emit_data([to_data(t) for t in found], fmt)
+        return
+    rows = [
+        (
+            t.at.ToDatetime().strftime("%Y-%m-%d %H:%M:%S"),
+            t.subject,
+            f"{t.before or '-'} → {t.after}",
+            t.actor,
+            t.message,
+        )
+        for t in found
+    ]
+    emit_table(f"rollout {rollout_id}", ("AT (UTC)", "SUBJECT", "CHANGE", "BY", "MESSAGE"), rows)
+
+
+def _verb(name: str, action: admin_pb2.RolloutAction.ValueType, summary: str) -> None:
+    @click.argument("rollout_id")
+    @click.option("--reason", default="", help="Recorded in the history.")
+    @connected
+    def command(client: AdminClient, fmt: str, rollout_id: str, reason: str) -> None:
+        show(client.change_rollout(rollout_id, action, reason=reason, actor=actor()), fmt)
+
+    command.__doc__ = summary
+    rollout.command(name=name)(command)
+
+
+_verb("pause", admin_pb2.ROLLOUT_ACTION_PAUSE, "Pause a running rollout.")
+_verb("resume", admin_pb2.ROLLOUT_ACTION_RESUME, "Resume a paused rollout (an inconclusive gate runs again).")
+_verb(
+    "promote",
+    admin_pb2.ROLLOUT_ACTION_PROMOTE,
+    "Skip a pause: accept the paused wave's gate, or start the waiting wave.",
+)
+_verb("abort", admin_pb2.ROLLOUT_ACTION_ABORT, "Stop a rollout now; its nodes then return to the stable version.")
+_verb(
+    "rollback", admin_pb2.ROLLOUT_ACTION_ROLLBACK, "Return every applied wave to the previous version, last wave first."
+)

@@ -1,0 +1,192 @@
+"""Wave gates: judge a wave on interleaved A/B samples of the new and the previous version.
+
+Argo Rollouts' analysis semantics: ``successful`` lets the rollout continue, ``failed`` rolls it back,
+``inconclusive`` pauses it for a human. The measures are the ones a study promotes on:
+
+* communication time: the paired ratio new/previous per A/B repeat. Promotion needs a gain of at least
+  ``min_gain`` (default 3 %) shown at ``p < alpha`` (default 0.01); a slowdown beyond ``max_regression``
+  (default 3 %) that is itself significant fails the wave;
+* p99 latency: a significant increase beyond ``max_p99_regression`` fails the wave;
+* throughput stability: a coefficient of variation of the new version's bus bandwidth above ``max_cv``
+  (default 0.09) means the measurement cannot be trusted: inconclusive;
+* node health: a node of the wave that is lost makes the gate inconclusive, so the rollout pauses and never
+  proceeds past it (a failure still rolls back: that is the safe direction).
+
+The test is an exact sign-flip (paired permutation) test on log ratios, which assumes no distribution
+beyond symmetry under the null; above 16 pairs it samples 20,000 sign patterns with a fixed seed, so the
+same samples always give the same verdict. Fewer than ``ceil(log2(1/alpha))`` pairs can never reach
+``alpha`` and are inconclusive by construction.
+
+Non-goals: running the benchmark (the engine's verifier does) and storing the verdict (``store.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+from topo_tune.errors import ValidationError
+
+_EXACT_MAX_PAIRS = 16
+_SAMPLED_PATTERNS = 20_000
+
+
+class Outcome(StrEnum):
+    SUCCESSFUL = "successful"
+    FAILED = "failed"
+    INCONCLUSIVE = "inconclusive"
+
+
+@dataclass(frozen=True)
+class GateThresholds:
+    min_gain: float = 0.03
+    alpha: float = 0.01
+    max_regression: float = 0.03
+    max_p99_regression: float = 0.05
+    max_cv: float = 0.09
+
+    def __post_init__(self) -> None:
+        for name in ("min_gain", "max_regression", "max_p99_regression", "max_cv"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValidationError(f"thresholds.{name}", "must be in [0, 1)")
+        if not 0 < self.alpha < 0.5:
+            raise ValidationError("thresholds.alpha", "must be in (0, 0.5)")
+
+    @property
+    def min_pairs(self) -> int:
+        return math.ceil(math.log2(1 / self.alpha))
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> GateThresholds:
+        unknown = set(values) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValidationError(f"thresholds.{sorted(unknown)[0]}", "unknown threshold")
+        return cls(**{k: float(v) for k, v in values.items()})
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measurement of one arm in one A/B repeat."""
+
+    repeat: int
+    arm: str
+    """``new`` or ``previous``."""
+    time_us: float
+    p99_us: float
+    busbw_gbps: float
+
+
+ARMS = ("new", "previous")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    outcome: Outcome
+    reasons: tuple[str, ...]
+    pairs: int = 0
+    time_change: float = 0.0
+    """Geometric-mean ratio new/previous - 1: negative is faster."""
+    p_gain: float = 1.0
+    p_regression: float = 1.0
+    p99_change: float = 0.0
+    p_p99_regression: float = 1.0
+    cv_new: float = 0.0
+    lost_nodes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "outcome": self.outcome.value, "reasons": list(self.reasons)}
+
+
+def sign_flip_p(differences: Sequence[float], *, seed: int = 0) -> float:
+    """One-sided p-value that the mean of ``differences`` is > 0 (exact up to 16 values)."""
+    d = np.asarray(differences, dtype=float)
+    n = len(d)
+    if n == 0:
+        return 1.0
+    observed = d.sum()
+    if n <= _EXACT_MAX_PAIRS:
+        patterns = ((np.arange(2**n)[:, None] >> np.arange(n)) & 1) * 2 - 1
+        totals = patterns @ np.abs(d)
+        return float(np.mean(totals >= observed - 1e-12))
+    rng = np.random.default_rng(seed)
+    signs = rng.choice((-1.0, 1.0), size=(_SAMPLED_PATTERNS, n))
+    totals = signs @ np.abs(d)
+    return float((np.sum(totals >= observed - 1e-12) + 1) / (_SAMPLED_PATTERNS + 1))
+
+
+def _pairs(samples: Sequence[Sample]) -> list[tuple[Sample, Sample]]:
+    by_repeat: dict[int, dict[str, Sample]] = {}
+    for sample in samples:
+        if sample.arm not in ARMS:
+            raise ValidationError("samples.arm", f"{sample.arm!r} is neither 'new' nor 'previous'")
+        if sample.time_us <= 0 or sample.p99_us <= 0:
+            raise ValidationError("samples.time_us", f"repeat {sample.repeat}: times must be positive")
+        if sample.arm in by_repeat.setdefault(sample.repeat, {}):
+            raise ValidationError("samples.repeat", f"repeat {sample.repeat} has two {sample.arm!r} samples")
+        by_repeat[sample.repeat][sample.arm] = sample
+    return [(arms["new"], arms["previous"]) for _, arms in sorted(by_repeat.items()) if len(arms) == 2]
+
+
+def judge(samples: Sequence[Sample], thresholds: GateThresholds, *, lost_nodes: Sequence[str] = ()) -> Verdict:
+    """The gate's verdict on A/B samples and the health of the wave's nodes."""
+    pairs = _pairs(samples)
+    lost = tuple(sorted(lost_nodes))
+    if len(pairs) < thresholds.min_pairs:
+        reasons = [
+            f"{len(pairs)} A/B pairs; at least {thresholds.min_pairs} are needed to reach p < {thresholds.alpha}"
+        ]
+        if lost:
+            reasons.append(f"lost nodes: {', '.join(lost)}")
+        return Verdict(Outcome.INCONCLUSIVE, tuple(reasons), pairs=len(pairs), lost_nodes=lost)
+    log_ratio = [math.log(new.time_us / prev.time_us) for new, prev in pairs]
+    p99_ratio = [math.log(new.p99_us / prev.p99_us) for new, prev in pairs]
+    time_change = math.exp(float(np.mean(log_ratio))) - 1
+    p99_change = math.exp(float(np.mean(p99_ratio))) - 1
+    shift = math.log(1 + thresholds.min_gain)
+    p_gain = sign_flip_p([-r - shift for r in log_ratio])
+    p_regression = sign_flip_p(log_ratio)
+    p_p99 = sign_flip_p(p99_ratio)
+    busbw = np.asarray([new.busbw_gbps for new, _ in pairs])
+    cv_new = float(busbw.std(ddof=1) / busbw.mean()) if busbw.mean() > 0 else math.inf
+
+    failures: list[str] = []
+    if time_change > thresholds.max_regression and p_regression < thresholds.alpha:
+        failures.append(
+            f"communication time {time_change:+.1%} (p = {p_regression:.4f}), beyond the allowed "
+            f"{thresholds.max_regression:.0%} slowdown"
+        )
+    if p99_change > thresholds.max_p99_regression and p_p99 < thresholds.alpha:
+        failures.append(
+            f"p99 latency {p99_change:+.1%} (p = {p_p99:.4f}), beyond the allowed {thresholds.max_p99_regression:.0%}"
+        )
+    pending: list[str] = []
+    if lost:
+        pending.append(f"lost nodes: {', '.join(lost)}")
+    if cv_new > thresholds.max_cv:
+        pending.append(f"throughput unstable: CV {cv_new:.3f} > {thresholds.max_cv}")
+    if p_gain >= thresholds.alpha:
+        pending.append(f"gain of {thresholds.min_gain:.0%} not shown: time {time_change:+.1%} (p = {p_gain:.4f})")
+    if failures:
+        outcome, reasons = Outcome.FAILED, failures + pending
+    elif pending:
+        outcome, reasons = Outcome.INCONCLUSIVE, pending
+    else:
+        outcome = Outcome.SUCCESSFUL
+        reasons = [f"communication time {time_change:+.1%} (p = {p_gain:.4f}), p99 {p99_change:+.1%}, CV {cv_new:.3f}"]
+    return Verdict(
+        outcome,
+        tuple(reasons),
+        pairs=len(pairs),
+        time_change=time_change,
+        p_gain=p_gain,
+        p_regression=p_regression,
+        p99_change=p99_change,
+        p_p99_regression=p_p99,
+        cv_new=cv_new,
+        lost_nodes=lost,
+    )

@@ -1,0 +1,111 @@
+"""A rollout's plan: the waves, built from the cluster's racks before anything is applied.
+
+The first wave is a canary (``canary_nodes`` nodes of the first rack, or the whole rack ``canary_rack``);
+then the remaining nodes go rack by rack in natural rack order (``rack-2`` before ``rack-10``),
+``max_parallel_racks`` racks per wave. A node that is not in any rack forms the rack ``""``, planned last.
+The plan is deterministic (same nodes and policy, same waves), so a restarted controller that rebuilds it
+gets the same answer, and it is rendered as a table for the operator to read before it starts.
+
+Non-goals: applying anything (``engine.py``) and judging a wave (``gates.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from topo_tune.errors import ValidationError
+
+
+class WaveKind(StrEnum):
+    CANARY = "canary"
+    RACKS = "racks"
+
+
+@dataclass(frozen=True)
+class PlanPolicy:
+    canary_nodes: int = 1
+    """Nodes in the canary wave (taken from the first rack); 0 with no ``canary_rack`` means no canary."""
+    canary_rack: str = ""
+    """A whole rack as the canary wave (instead of ``canary_nodes``)."""
+    max_parallel_racks: int = 1
+    pause_between_s: float = 0.0
+    """Wait this long after a wave's gate passes before the next wave starts."""
+    require_approval: bool = False
+    """Pause after every successful wave until an operator promotes."""
+
+    def __post_init__(self) -> None:
+        if self.canary_nodes < 0:
+            raise ValidationError("canary_nodes", "must be 0 or more")
+        if self.max_parallel_racks < 1:
+            raise ValidationError("max_parallel_racks", "must be at least 1")
+        if self.pause_between_s < 0:
+            raise ValidationError("pause_between_s", "must be 0 or more")
+
+
+@dataclass(frozen=True)
+class Wave:
+    index: int
+    kind: WaveKind
+    racks: tuple[str, ...]
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    waves: tuple[Wave, ...]
+
+    def wave_of(self) -> dict[str, int]:
+        """Node name → index of its wave."""
+        return {node: wave.index for wave in self.waves for node in wave.nodes}
+
+    def render(self) -> str:
+        """A table for the operator: one line per wave."""
+        lines = [f"{'wave':>4}  {'kind':<6}  {'nodes':>5}  racks"]
+        for wave in self.waves:
+            racks = ", ".join(r or "(no rack)" for r in wave.racks)
+            lines.append(f"{wave.index:>4}  {wave.kind.value:<6}  {len(wave.nodes):>5}  {racks}")
+        total = sum(len(w.nodes) for w in self.waves)
+        lines.append(f"{len(self.waves)} waves, {total} nodes")
+        return "\n".join(lines)
+
+
+def natural_key(rack: str) -> tuple[int, tuple[tuple[int, str], ...]]:
+    """Natural order (``r2`` < ``r10``); the empty rack sorts last."""
+    parts = tuple((0, p) if not p.isdigit() else (1, f"{int(p):020d}") for p in re.split(r"(\d+)", rack) if p)
+    return (1 if rack == "" else 0, parts)
+
+
+def build_plan(rack_of: Mapping[str, str], policy: PlanPolicy) -> Plan:
+    """Waves for the nodes ``rack_of`` names (node → rack). Raises ``ValidationError`` naming the option."""
+    if not rack_of:
+        raise ValidationError("nodes", "the cluster has no nodes to roll out to")
+    by_rack: dict[str, list[str]] = {}
+    for node, rack in rack_of.items():
+        by_rack.setdefault(rack, []).append(node)
+    racks = sorted(by_rack, key=natural_key)
+    for rack in racks:
+        by_rack[rack].sort(key=natural_key)
+    waves: list[Wave] = []
+    if policy.canary_rack:
+        if policy.canary_rack not in by_rack:
+            raise ValidationError("canary_rack", f"no rack named {policy.canary_rack!r}; racks: {', '.join(racks)}")
+        waves.append(Wave(0, WaveKind.CANARY, (policy.canary_rack,), tuple(by_rack.pop(policy.canary_rack))))
+        racks.remove(policy.canary_rack)
+    elif policy.canary_nodes:
+        first = racks[0]
+        if policy.canary_nodes >= len(by_rack[first]) and len(racks) > 1:
+            waves.append(Wave(0, WaveKind.CANARY, (first,), tuple(by_rack.pop(first))))
+            racks.remove(first)
+        else:
+            canary, by_rack[first] = by_rack[first][: policy.canary_nodes], by_rack[first][policy.canary_nodes :]
+            waves.append(Wave(0, WaveKind.CANARY, (first,), tuple(canary)))
+            if not by_rack[first]:
+                racks.remove(first)
+    for start in range(0, len(racks), policy.max_parallel_racks):
+        group = tuple(racks[start : start + policy.max_parallel_racks])
+        nodes = tuple(node for rack in group for node in by_rack[rack])
+        waves.append(Wave(len(waves), WaveKind.RACKS, group, nodes))
+    return Plan(tuple(waves))

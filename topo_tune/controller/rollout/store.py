@@ -1,0 +1,385 @@
+"""Persistence of rollouts: snapshots, steps with their audit entries, gate results, config versions, job pins.
+
+A step is committed in one transaction together with its audit entries, and only if the rollout's
+``revision`` is still the one the step was computed from (optimistic concurrency): an operator's verb and
+the engine's reconcile pass can never both win from the same snapshot. At most one rollout is active
+(not ``completed``, ``rolled_back`` or ``aborted``) at a time.
+
+Non-goals: deciding transitions (``state.py``) and acting on them (``engine.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from topo_tune.config_version import ConfigVersion
+from topo_tune.controller.db.database import Database
+from topo_tune.controller.db.models import (
+    ConfigVersionRow,
+    GateResultRow,
+    JobPinRow,
+    RolloutAuditRow,
+    RolloutNodeRow,
+    RolloutRow,
+    RolloutWaveRow,
+)
+from topo_tune.controller.rollout.gates import GateThresholds, Outcome, Sample, Verdict
+from topo_tune.controller.rollout.plan import PlanPolicy, WaveKind
+from topo_tune.controller.rollout.state import (
+    NodePhase,
+    NodeRollout,
+    Rollout,
+    RolloutPhase,
+    Snapshot,
+    Step,
+    WavePhase,
+    WaveState,
+)
+from topo_tune.errors import ConflictError, NotFoundError, StorageError
+from topo_tune.job_config import JobPin
+
+ACTIVE_PHASES = [p.value for p in RolloutPhase if not p.final]
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    revision: int
+    at: datetime
+    subject: str
+    before: str
+    after: str
+    actor: str
+    message: str
+
+
+@dataclass(frozen=True)
+class GateRecord:
+    wave: int
+    attempt: int
+    verdict: Verdict
+    samples: tuple[Sample, ...]
+    measured_at: datetime
+
+
+def _rollout_from_row(row: RolloutRow) -> Rollout:
+    return Rollout(
+        id=row.id,
+        config_version=row.config_version,
+        previous_version=row.previous_version,
+        phase=RolloutPhase(row.phase),
+        policy=PlanPolicy(**row.policy),
+        thresholds=GateThresholds(**row.thresholds),
+        created_by=row.created_by,
+        wave=row.wave,
+        gate_attempt=row.gate_attempt,
+        reason=row.reason,
+        paused_from=RolloutPhase(row.paused_from) if row.paused_from else None,
+        resume_at=row.resume_at,
+        revision=row.revision,
+    )
+
+
+def _write_rollout(row: RolloutRow, rollout: Rollout, at: datetime) -> None:
+    row.phase = rollout.phase.value
+    row.wave = rollout.wave
+    row.gate_attempt = rollout.gate_attempt
+    row.reason = rollout.reason
+    row.paused_from = rollout.paused_from.value if rollout.paused_from else ""
+    row.resume_at = rollout.resume_at
+    row.revision = rollout.revision
+    row.updated_at = at
+
+
+def _verdict_from_json(data: dict[str, object]) -> Verdict:
+    fields = {f.name for f in dataclasses.fields(Verdict)}
+    values = {k: v for k, v in data.items() if k in fields}
+    values["outcome"] = Outcome(str(values["outcome"]))
+    values["reasons"] = tuple(values.get("reasons", ()))  # type: ignore[arg-type]
+    values["lost_nodes"] = tuple(values.get("lost_nodes", ()))  # type: ignore[arg-type]
+    return Verdict(**values)  # type: ignore[arg-type]
+
+
+def _load(session: Session, row: RolloutRow) -> Snapshot:
+    waves = session.scalars(
+        sa.select(RolloutWaveRow).where(RolloutWaveRow.rollout_id == row.id).order_by(RolloutWaveRow.index)
+    ).all()
+    node_rows = session.scalars(sa.select(RolloutNodeRow).where(RolloutNodeRow.rollout_id == row.id)).all()
+    members: dict[int, list[str]] = {}
+    for node in sorted(node_rows, key=lambda n: n.position):
+        members.setdefault(node.wave, []).append(node.node_name)
+    return Snapshot(
+        rollout=_rollout_from_row(row),
+        waves=tuple(
+            WaveState(
+                w.index,
+                WaveKind(w.kind),
+                tuple(w.racks),
+                tuple(members.get(w.index, [])),
+                WavePhase(w.phase),
+            )
+            for w in waves
+        ),
+        nodes={n.node_name: NodeRollout(n.wave, NodePhase(n.phase), n.attempt) for n in node_rows},
+    )
+
+
+@dataclass
+class RolloutStore:
+    db: Database
+    wall_clock: Callable[[], datetime]
+
+    async def put_version(self, version: ConfigVersion) -> None:
+        """Store a config version (idempotent: the id is the content)."""
+        at = self.wall_clock()
+
+        def write(session: Session) -> None:
+            if session.get(ConfigVersionRow, version.id) is None:
+                session.add(
+                    ConfigVersionRow(
+                        id=version.id, files=dict(version.files), provenance=dict(version.provenance), created_at=at
+                    )
+                )
+
+        await self.db.run(write)
+
+    async def version_files(self, version_id: str) -> dict[str, str]:
+        row = await self.db.run(lambda session: session.get(ConfigVersionRow, version_id))
+        if row is None:
+            raise NotFoundError(f"no config version {version_id!r}")
+        return dict(row.files)
+
+    async def create(self, step: Step) -> Snapshot:
+        """Store a new rollout; ``ConflictError`` while another rollout is active."""
+        snapshot, at = step.snapshot, self.wall_clock()
+        rollout = snapshot.rollout
+
+        def write(session: Session) -> None:
+            active = session.scalars(sa.select(RolloutRow.id).where(RolloutRow.phase.in_(ACTIVE_PHASES))).first()
+            if active is not None:
+                raise ConflictError(f"rollout {active} is still active; finish, abort or roll it back first")
+            if session.get(RolloutRow, rollout.id) is not None:
+                raise ConflictError(f"a rollout named {rollout.id!r} exists already")
+            if session.get(ConfigVersionRow, rollout.config_version) is None:
+                raise NotFoundError(f"no config version {rollout.config_version!r}")
+            position = {n: i for i, n in enumerate(n for w in snapshot.waves for n in w.nodes)}
+            row = RolloutRow(
+                id=rollout.id,
+                config_version=rollout.config_version,
+                previous_version=rollout.previous_version,
+                policy=dataclasses.asdict(rollout.policy),
+                thresholds=dataclasses.asdict(rollout.thresholds),
+                created_by=rollout.created_by,
+                created_at=at,
+            )
+            _write_rollout(row, rollout, at)
+            session.add(row)
+            session.flush()
+            session.add_all(
+                RolloutWaveRow(
+                    rollout_id=rollout.id, index=w.index, kind=w.kind.value, racks=list(w.racks), phase=w.phase
+                )
+                for w in snapshot.waves
+            )
+            session.add_all(
+                RolloutNodeRow(
+                    rollout_id=rollout.id,
+                    node_name=name,
+                    wave=n.wave,
+                    position=position[name],
+                    phase=n.phase,
+                    attempt=n.attempt,
+                )
+                for name, n in snapshot.nodes.items()
+            )
+            self._audit(session, rollout.id, rollout.revision, step, at)
+
+        await self.db.run(write)
+        return snapshot
+
+    @staticmethod
+    def _audit(session: Session, rollout_id: str, revision: int, step: Step, at: datetime) -> None:
+        session.add_all(
+            RolloutAuditRow(
+                rollout_id=rollout_id,
+                revision=revision,
+                subject=e.subject,
+                before=e.before,
+                after=e.after,
+                actor=e.actor,
+                message=e.message,
+                at=at,
+            )
+            for e in step.audit
+        )
+
+    async def commit(self, before: Snapshot, step: Step) -> Snapshot:
+        """Persist ``step`` if the rollout is still at ``before``'s revision; ``ConflictError`` otherwise."""
+        after, at = step.snapshot, self.wall_clock()
+        rollout_id = before.rollout.id
+
+        def write(session: Session) -> None:
+            row = session.get(RolloutRow, rollout_id, with_for_update=True)
+            if row is None:
+                raise NotFoundError(f"no rollout {rollout_id!r}")
+            if row.revision != before.rollout.revision:
+                raise ConflictError(f"rollout {rollout_id} changed meanwhile (revision {row.revision}); try again")
+            _write_rollout(row, after.rollout, at)
+            for old, new in zip(before.waves, after.waves, strict=True):
+                if old.phase != new.phase:
+                    session.execute(
+                        sa.update(RolloutWaveRow)
+                        .where(RolloutWaveRow.rollout_id == rollout_id, RolloutWaveRow.index == new.index)
+                        .values(phase=new.phase.value)
+                    )
+            changed = [(name, n) for name, n in after.nodes.items() if before.nodes[name] != n]
+            for name, node in changed:
+                session.execute(
+                    sa.update(RolloutNodeRow)
+                    .where(RolloutNodeRow.rollout_id == rollout_id, RolloutNodeRow.node_name == name)
+                    .values(phase=node.phase.value, attempt=node.attempt)
+                )
+            self._audit(session, rollout_id, after.rollout.revision, step, at)
+
+        await self.db.run(write)
+        return after
+
+    async def load(self, rollout_id: str) -> Snapshot:
+        def read(session: Session) -> Snapshot:
+            row = session.get(RolloutRow, rollout_id)
+            if row is None:
+                raise NotFoundError(f"no rollout {rollout_id!r}")
+            return _load(session, row)
+
+        return await self.db.run(read)
+
+    async def active(self) -> Snapshot | None:
+        def read(session: Session) -> Snapshot | None:
+            row = session.scalars(sa.select(RolloutRow).where(RolloutRow.phase.in_(ACTIVE_PHASES))).first()
+            return _load(session, row) if row is not None else None
+
+        return await self.db.run(read)
+
+    async def recent(self, *, limit: int = 50) -> list[Rollout]:
+        def read(session: Session) -> list[Rollout]:
+            rows = session.scalars(sa.select(RolloutRow).order_by(RolloutRow.created_at.desc()).limit(limit))
+            return [_rollout_from_row(r) for r in rows]
+
+        return await self.db.run(read)
+
+    async def stable_version(self) -> str:
+        """The version the fleet runs when no rollout is active: the last completed rollout's ("" if none)."""
+
+        def read(session: Session) -> str:
+            version = session.scalars(
+                sa.select(RolloutRow.config_version)
+                .where(RolloutRow.phase == RolloutPhase.COMPLETED.value)
+                .order_by(RolloutRow.updated_at.desc())
+            ).first()
+            return version or ""
+
+        return await self.db.run(read)
+
+    async def save_gate(
+        self, rollout_id: str, *, wave: int, attempt: int, verdict: Verdict, samples: Sequence[Sample]
+    ) -> Verdict:
+        """Store a gate result; if one exists for this wave and attempt, that one stands and is returned."""
+        at = self.wall_clock()
+
+        def write(session: Session) -> Verdict:
+            existing = session.get(GateResultRow, (rollout_id, wave, attempt))
+            if existing is not None:
+                return _verdict_from_json(existing.verdict)
+            session.add(
+                GateResultRow(
+                    rollout_id=rollout_id,
+                    wave=wave,
+                    attempt=attempt,
+                    outcome=verdict.outcome.value,
+                    verdict=verdict.to_json(),
+                    samples=[dataclasses.asdict(s) for s in samples],
+                    measured_at=at,
+                )
+            )
+            return verdict
+
+        return await self.db.run(write)
+
+    async def gate(self, rollout_id: str, *, wave: int, attempt: int) -> Verdict | None:
+        row = await self.db.run(lambda session: session.get(GateResultRow, (rollout_id, wave, attempt)))
+        return _verdict_from_json(row.verdict) if row is not None else None
+
+    async def gates(self, rollout_id: str) -> list[GateRecord]:
+        def read(session: Session) -> list[GateRecord]:
+            rows = session.scalars(
+                sa.select(GateResultRow)
+                .where(GateResultRow.rollout_id == rollout_id)
+                .order_by(GateResultRow.wave, GateResultRow.attempt)
+            )
+            return [
+                GateRecord(
+                    r.wave,
+                    r.attempt,
+                    _verdict_from_json(r.verdict),
+                    tuple(Sample(**s) for s in r.samples),
+                    r.measured_at,
+                )
+                for r in rows
+            ]
+
+        return await self.db.run(read)
+
+    async def history(self, rollout_id: str) -> list[AuditRecord]:
+        def read(session: Session) -> list[AuditRecord]:
+            if session.get(RolloutRow, rollout_id) is None:
+                raise NotFoundError(f"no rollout {rollout_id!r}")
+            rows = session.scalars(
+                sa.select(RolloutAuditRow).where(RolloutAuditRow.rollout_id == rollout_id).order_by(RolloutAuditRow.id)
+            )
+            return [AuditRecord(r.revision, r.at, r.subject, r.before, r.after, r.actor, r.message) for r in rows]
+
+        return await self.db.run(read)
+
+    async def prune_pins(self, *, older_than: datetime) -> int:
+        """Forget pins made before ``older_than`` (jobs that old have ended); returns how many."""
+
+        def write(session: Session) -> int:
+            result = session.execute(sa.delete(JobPinRow).where(JobPinRow.created_at < older_than))
+            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+        return await self.db.run(write)
+
+    async def get_pin(self, job_id: str) -> JobPin | None:
+        row = await self.db.run(lambda session: session.get(JobPinRow, job_id))
+        return JobPin(row.job_id, row.config_version, tuple(row.nodes)) if row is not None else None
+
+    async def pin(self, pin: JobPin, *, rollout_id: str) -> JobPin:
+        """Store ``pin`` unless the job is pinned already; returns the pin that stands."""
+        at = self.wall_clock()
+
+        def write(session: Session) -> None:
+            if session.get(JobPinRow, pin.job_id) is None:
+                session.add(
+                    JobPinRow(
+                        job_id=pin.job_id,
+                        config_version=pin.version,
+                        nodes=list(pin.nodes),
+                        rollout_id=rollout_id,
+                        created_at=at,
+                    )
+                )
+
+        try:
+            await self.db.run(write)
+        except StorageError as error:
+            if not isinstance(error.__cause__, sa.exc.IntegrityError):
+                raise
+            # Another rank of the same job pinned it a moment ago: that pin stands.
+        stored = await self.get_pin(pin.job_id)
+        assert stored is not None
+        return stored

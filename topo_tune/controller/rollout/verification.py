@@ -1,0 +1,117 @@
+"""A wave's A/B verification: benchmark jobs on the wave's nodes, the new and the previous version interleaved.
+
+Each repeat runs two benchmark jobs over all of the wave's nodes, one per version, and alternates which goes
+first (ABBA...), so drift in the fabric hits both arms alike. A job selects its version through
+``NCCL_CONF_FILE`` pointing at that version's staged ``nccl.conf`` (unset for NCCL's defaults: the agents'
+env policy admits files inside their config directory only), the same file a pinned job reads; every agent
+keeps the previous version staged next to the active one. A repeat becomes one A/B pair of samples: the
+sweep's total time, its worst p99 and the bus bandwidth at its largest size. A repeat in which either job
+failed gives no pair (fewer pairs make the gate inconclusive, never successful).
+
+Non-goals: judging (``gates.py``) and dispatching jobs (``controller/jobs.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from topo_tune.config_layout import DEFAULT_CONFIG_DIR, staged_path
+from topo_tune.config_version import NCCL_CONF
+from topo_tune.controller.rollout.gates import Sample
+from topo_tune.v1 import admin_pb2, agent_pb2
+
+logger = logging.getLogger(__name__)
+
+_FINAL = (
+    admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED,
+    admin_pb2.BENCHMARK_JOB_STATUS_FAILED,
+    admin_pb2.BENCHMARK_JOB_STATUS_TIMED_OUT,
+)
+
+
+class JobRunner(Protocol):
+    """What the verifier needs of the controller's benchmark jobs."""
+
+    async def start(self, request: admin_pb2.StartBenchmarkRequest) -> admin_pb2.BenchmarkJob: ...
+
+    async def get(self, job_id: str) -> admin_pb2.BenchmarkJob: ...
+
+
+@dataclass
+class BenchmarkVerifier:
+    jobs: JobRunner
+    config_dir: Path = DEFAULT_CONFIG_DIR
+    """The agents' config directory (the same on every node)."""
+    repeats: int = 8
+    collective: agent_pb2.Collective.ValueType = agent_pb2.COLLECTIVE_ALL_REDUCE
+    sizes: agent_pb2.SizeSweep = field(
+        default_factory=lambda: agent_pb2.SizeSweep(min_bytes=1 << 20, max_bytes=1 << 28, step_factor=4)
+    )
+    deadline_s: int = 600
+    poll_s: float = 0.5
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+
+    def env_for(self, version: str) -> dict[str, str]:
+        """The job environment that selects ``version``; NCCL's defaults: no file of ours at all."""
+        return {"NCCL_CONF_FILE": str(staged_path(self.config_dir, version, NCCL_CONF))} if version else {}
+
+    async def verify(
+        self, *, rollout_id: str, wave: int, attempt: int, nodes: Sequence[str], new: str, previous: str
+    ) -> Sequence[Sample]:
+        samples: list[Sample] = []
+        for repeat in range(self.repeats):
+            arms = ("new", "previous") if repeat % 2 == 0 else ("previous", "new")
+            measured: dict[str, Sample] = {}
+            for arm in arms:
+                version = new if arm == "new" else previous
+                job = await self._run(f"{rollout_id}/{wave}/{attempt}/{repeat}/{arm}", nodes, version)
+                sample = _sample(job, repeat=repeat, arm=arm)
+                if sample is None:
+                    logger.warning(
+                        "gate job %s gave no usable result: %s",
+                        job.job_id,
+                        job.message,
+                        extra={"rollout": rollout_id, "wave": wave},
+                    )
+                    break
+                measured[arm] = sample
+            if len(measured) == 2:
+                samples.extend(measured[arm] for arm in arms)
+        return samples
+
+    async def _run(self, key: str, nodes: Sequence[str], version: str) -> admin_pb2.BenchmarkJob:
+        # A stable id per (rollout, wave, attempt, repeat, arm): a controller that resumes mid-gate finds the job.
+        job_id = "gate-" + hashlib.sha256(key.encode()).hexdigest()[:32]
+        request = admin_pb2.StartBenchmarkRequest(
+            collective=self.collective,
+            nodes=list(nodes),
+            sizes=self.sizes,
+            env=self.env_for(version),
+            deadline_s=self.deadline_s,
+            job_id=job_id,
+        )
+        job = await self.jobs.start(request)
+        while job.status not in _FINAL:
+            await self.sleep(self.poll_s)
+            job = await self.jobs.get(job_id)
+        return job
+
+
+def _sample(job: admin_pb2.BenchmarkJob, *, repeat: int, arm: str) -> Sample | None:
+    rows = [r for r in job.sizes if not r.in_place]
+    if job.status != admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED or not rows:
+        return None
+    largest = max(rows, key=lambda r: r.bytes)
+    return Sample(
+        repeat=repeat,
+        arm=arm,
+        time_us=sum(r.time_us for r in rows),
+        p99_us=max(r.p99_us or r.time_us for r in rows),
+        busbw_gbps=largest.busbw_gbps,
+    )

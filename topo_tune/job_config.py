@@ -1,0 +1,178 @@
+"""One config per job: which config version a job gets, pinned for its whole life, and the environment for it.
+
+NCCL's ranks must agree on every tuned value (a job whose ranks disagree hangs or corrupts data), so the
+version is chosen per job, never per node: the rollout's new version only if every node of the job is in a
+completed wave, otherwise the previous stable one. The first answer for a job id is pinned: every rank of
+the job, and the job asking again after another wave completed, gets the same version. The environment
+points ``NCCL_CONF_FILE`` at the pinned version's staged file (``versions/<id>/nccl.conf``), which never
+changes while the job runs; for NCCL's defaults it points at ``/dev/null`` so no ``~/.nccl.conf`` leaks in.
+
+Everything here is pure: the rollout state comes in as data (:class:`RolloutView`), pins as a mapping, the
+process environment as a mapping. Non-goals: storing pins (the controller does) and running the job (the CLI).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from topo_tune.config_layout import staged_path
+from topo_tune.config_version import NCCL_CONF, TOPO_FILE, TUNER_TABLE
+from topo_tune.errors import ConfigError, ConflictError
+from topo_tune.plugin.job_env import plugin_env
+
+DEFAULTS_FILE = "/dev/null"
+"""NCCL_CONF_FILE for a job on NCCL's defaults: an empty file, so ``~/.nccl.conf`` is not read either."""
+
+JOB_ID_VARIABLES = (
+    "TOPO_TUNE_JOB_ID",
+    "SLURM_JOB_ID",
+    "TORCHELASTIC_RUN_ID",
+    "PMIX_NAMESPACE",
+    "OMPI_MCA_ess_base_jobid",
+)
+"""Where a job's id comes from, first match wins. On Kubernetes, set TOPO_TUNE_JOB_ID from the Job's uid
+(downward API ``metadata.labels['batch.kubernetes.io/controller-uid']``)."""
+
+
+@dataclass(frozen=True)
+class RolloutView:
+    """What job resolution needs to know about the rollout state."""
+
+    stable_version: str
+    """The version every node has (the previous stable one while a rollout runs; "" = NCCL's defaults)."""
+    new_version: str = ""
+    """The version being rolled out ("" when none is, or while it rolls back)."""
+    migrated_nodes: frozenset[str] = frozenset()
+    """Nodes in completed waves of that rollout."""
+    rollout_id: str = ""
+
+
+@dataclass(frozen=True)
+class JobPin:
+    job_id: str
+    version: str
+    nodes: tuple[str, ...]
+
+
+def choose_version(nodes: Sequence[str], view: RolloutView) -> str:
+    """The new version only if every node of the job is migrated, else the stable one."""
+    if not nodes:
+        raise ConfigError("--nodes", "a job needs at least one node")
+    if view.new_version and all(node in view.migrated_nodes for node in nodes):
+        return view.new_version
+    return view.stable_version
+
+
+def resolve(job_id: str, nodes: Sequence[str], view: RolloutView, pins: Mapping[str, JobPin]) -> JobPin:
+    """The job's pin: the existing one, or a new one from :func:`choose_version`.
+
+    A pinned job that names nodes outside its pin is refused: its version may not be staged there, and a rank
+    on such a node would read a different config from the others.
+    """
+    if not job_id:
+        raise ConfigError("--job-id", f"no job id: pass --job-id or set one of {', '.join(JOB_ID_VARIABLES)}")
+    pinned = pins.get(job_id)
+    if pinned is not None:
+        outside = sorted(set(nodes) - set(pinned.nodes))
+        if outside and pinned.version != view.stable_version:
+            raise ConflictError(
+                f"job {job_id} is pinned to {pinned.version} on {len(pinned.nodes)} nodes; "
+                f"{', '.join(outside)} may not have it: start the job under a new id"
+            )
+        return pinned
+    return JobPin(job_id, choose_version(nodes, view), tuple(sorted(set(nodes))))
+
+
+def job_environment(
+    version: str,
+    *,
+    config_dir: Path,
+    files: Sequence[str] = (NCCL_CONF,),
+    tuner_plugin: Path | None = None,
+    job_id: str = "",
+) -> dict[str, str]:
+    """The variables a job on ``version`` needs; ``files`` are the names the version holds."""
+    env = {"TOPO_TUNE_CONFIG_VERSION": version}
+    if job_id:
+        env["TOPO_TUNE_JOB_ID"] = job_id
+    if not version:
+        env["NCCL_CONF_FILE"] = DEFAULTS_FILE
+        return env
+    env["NCCL_CONF_FILE"] = str(staged_path(config_dir, version, NCCL_CONF)) if NCCL_CONF in files else DEFAULTS_FILE
+    if TOPO_FILE in files:
+        # Not in nccl.conf: a file can name its own version's path only from outside (the id hashes the files).
+        env["NCCL_TOPO_FILE"] = str(staged_path(config_dir, version, TOPO_FILE))
+    if TUNER_TABLE in files and tuner_plugin is not None:
+        env.update(plugin_env(staged_path(config_dir, version, TUNER_TABLE), tuner_plugin))
+    return env
+
+
+def job_id_from_env(environ: Mapping[str, str]) -> str:
+    for name in JOB_ID_VARIABLES:
+        if environ.get(name):
+            return environ[name]
+    return ""
+
+
+def nodes_from_env(environ: Mapping[str, str]) -> list[str]:
+    """The job's nodes from ``TOPO_TUNE_NODES`` (comma-separated) or Slurm's node list; [] when neither is set.
+
+    torchrun and mpirun export no node list; pass ``--nodes`` (or ``TOPO_TUNE_NODES``) there, e.g. from the
+    hostfile the launcher was given.
+    """
+    if environ.get("TOPO_TUNE_NODES"):
+        return [n for n in (part.strip() for part in environ["TOPO_TUNE_NODES"].split(",")) if n]
+    for name in ("SLURM_JOB_NODELIST", "SLURM_NODELIST"):
+        if environ.get(name):
+            return expand_hostlist(environ[name])
+    return []
+
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def expand_hostlist(hostlist: str) -> list[str]:
+    """Expand Slurm's compressed host list: ``gpu[01-03,07],login1`` → gpu01, gpu02, gpu03, gpu07, login1."""
+    hosts: list[str] = []
+    for item in _split_top_level(hostlist):
+        hosts.extend(_expand_one(item, hostlist))
+    return hosts
+
+
+def _split_top_level(text: str) -> list[str]:
+    items, depth, current = [], 0, ""
+    for char in text:
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+        if char == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += char
+    items.append(current)
+    return [i for i in (item.strip() for item in items) if i]
+
+
+def _expand_one(item: str, whole: str) -> list[str]:
+    start = item.find("[")
+    if start < 0:
+        return [item]
+    end = item.find("]", start)
+    if end < 0:
+        raise ConfigError("SLURM_JOB_NODELIST", f"unbalanced '[' in {whole!r}")
+    prefix, ranges, rest = item[:start], item[start + 1 : end], item[end + 1 :]
+    out: list[str] = []
+    for part in ranges.split(","):
+        match = _RANGE.match(part.strip())
+        if not match:
+            raise ConfigError("SLURM_JOB_NODELIST", f"bad range {part!r} in {whole!r}")
+        low, high = match.group(1), match.group(2) or match.group(1)
+        width = len(low)
+        for number in range(int(low), int(high) + 1):
+            out.extend(f"{prefix}{number:0{width}d}{tail}" for tail in _expand_one(rest, whole) or [""])
+    return out
