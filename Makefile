@@ -1,4 +1,4 @@
-# The two commands a fresh machine needs:  make demo  (run topo-tune on a local demo cluster)
+# The two commands a fresh machine needs:  make demo  (topo-tune init on the embedded demo cluster)
 #                                          make test  (lint, type-check and run every test)
 # Both create the virtual environment and install everything on first use.
 
@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 demo: install
-	$(BIN)/python tools/demo.py
+	$(BIN)/topo-tune init --cluster-config examples/demo-cluster.yaml --output topo-tune-output
 
 lint: install
 	$(BIN)/ruff check topo_tune tests tools benchmarks

@@ -58,9 +58,11 @@ def test_gloo_init_runs_real_collectives_and_writes_every_output(tmp_path: Path)
     with engine.connect() as connection:
         jobs = connection.execute(sa.text("SELECT backend, status FROM benchmark_jobs")).all()
         pairs = connection.execute(sa.text("SELECT count(*) FROM pair_measurements")).scalar_one()
+        versions = connection.execute(sa.text("SELECT id FROM config_versions")).scalars().all()
     engine.dispose()
     assert jobs and {backend for backend, _ in jobs} == {"gloo"}
     assert pairs == 3, "three nodes: three probed pairs"
+    assert summary["config_version"] in versions, "the result is stored as a config version"
     # stdout carries one JSON line for scripts.
     assert json.loads(result.stdout.strip().splitlines()[-1])["output"] == str(output)
 

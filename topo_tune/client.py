@@ -108,6 +108,19 @@ class AdminClient:
     def measured_pairs(self) -> admin_pb2.MeasuredPairs:
         return self._call(self._stub.GetMeasuredPairs, admin_pb2.GetMeasuredPairsRequest())
 
+    def put_config_version(
+        self, files: dict[str, str], provenance: dict[str, str], *, version_id: str = ""
+    ) -> admin_pb2.ConfigVersionInfo:
+        request = admin_pb2.PutConfigVersionRequest(files=files, provenance=provenance, id=version_id)
+        return self._call(self._stub.PutConfigVersion, request)
+
+    def get_config_version(self, version_id: str) -> admin_pb2.ConfigVersionInfo:
+        return self._call(self._stub.GetConfigVersion, admin_pb2.GetConfigVersionRequest(id=version_id))
+
+    def list_config_versions(self, *, limit: int = 0) -> list[admin_pb2.ConfigVersionInfo]:
+        request = admin_pb2.ListConfigVersionsRequest(limit=limit)
+        return list(self._call(self._stub.ListConfigVersions, request).versions)
+
     def list_commands(self, *, node_name: str = "", limit: int = 0) -> list[admin_pb2.CommandInfo]:
         request = admin_pb2.ListCommandsRequest(node_name=node_name, limit=limit)
         return list(self._call(self._stub.ListCommands, request).commands)

@@ -306,4 +306,6 @@ def run_pass(
         topology_fingerprint=fingerprint,
         advice=advise(latencies) if latencies else None,
     )
+    version = written.config_version
+    client.put_config_version(dict(version.files), dict(version.provenance), version_id=version.id)
     return PassResult(outcome=outcome, written=written, nodes=tuple(names), measured_pairs=measured)

@@ -13,6 +13,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from topo_tune.controller import validation
 from topo_tune.controller.commands import STATUS_TO_WIRE, CommandBook, CommandRecord
+from topo_tune.controller.config_versions import ConfigVersions
 from topo_tune.controller.jobs import BenchmarkJobs
 from topo_tune.controller.nodes import NodeRegistry, NodeState, NodeView
 from topo_tune.controller.probes import Probes
@@ -93,6 +94,7 @@ class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
         spine_bandwidth_gbps: float | None = None,
         rollouts: RolloutEngine,
         job_configs: JobResolver,
+        config_versions: ConfigVersions,
     ) -> None:
         self._registry = registry
         self._commands = commands
@@ -102,6 +104,7 @@ class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
         self._spine = (spine_oversubscription, spine_bandwidth_gbps)
         self._rollouts = rollouts
         self._job_configs = job_configs
+        self._config_versions = config_versions
 
     @maps_errors
     async def ListNodes(self, request: admin_pb2.ListNodesRequest, context: Ctx) -> admin_pb2.ListNodesResponse:
@@ -193,3 +196,26 @@ class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.GetMeasuredPairsRequest, context: Ctx
     ) -> admin_pb2.MeasuredPairs:
         return await self._probes.measured_pairs()
+
+    @maps_errors
+    async def PutConfigVersion(
+        self, request: admin_pb2.PutConfigVersionRequest, context: Ctx
+    ) -> admin_pb2.ConfigVersionInfo:
+        validation.labels(request.provenance, "provenance")
+        return await self._config_versions.put(request.files, request.provenance, claimed_id=request.id)
+
+    @maps_errors
+    async def GetConfigVersion(
+        self, request: admin_pb2.GetConfigVersionRequest, context: Ctx
+    ) -> admin_pb2.ConfigVersionInfo:
+        return await self._config_versions.get(request.id)
+
+    @maps_errors
+    async def ListConfigVersions(
+        self, request: admin_pb2.ListConfigVersionsRequest, context: Ctx
+    ) -> admin_pb2.ListConfigVersionsResponse:
+        if request.limit > 10_000:
+            raise ValidationError("limit", "at most 10000")
+        return admin_pb2.ListConfigVersionsResponse(
+            versions=await self._config_versions.list(limit=request.limit or 50)
+        )

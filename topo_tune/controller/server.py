@@ -38,6 +38,7 @@ from topo_tune.auth import BearerTokenInterceptor, server_credentials
 from topo_tune.controller.admin_service import AdminServicer
 from topo_tune.controller.agent_service import AgentServicer
 from topo_tune.controller.commands import CommandBook
+from topo_tune.controller.config_versions import ConfigVersions
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.jobs import BenchmarkJobs, JobSettings
 from topo_tune.controller.leadership import LeaderOnlyInterceptor
@@ -114,6 +115,7 @@ class Controller:
         self.hub.result_listeners.append(self.probes.on_result)
         self.jobs.busy_reasons = self._busy_reasons
         self.rollout_store = RolloutStore(db=self.db, wall_clock=_wall_clock)
+        self.config_versions = ConfigVersions(db=self.db, wall_clock=_wall_clock)
         self.rollouts = RolloutEngine(
             store=self.rollout_store,
             registry=self.registry,
@@ -186,6 +188,7 @@ class Controller:
                 spine_oversubscription=self.settings.spine_oversubscription,
                 spine_bandwidth_gbps=self.settings.spine_bandwidth_gbps,
                 rollouts=self.rollouts,
+                config_versions=self.config_versions,
                 job_configs=self.job_configs,
             ),
             server,

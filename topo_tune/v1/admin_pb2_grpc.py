@@ -94,6 +94,21 @@ class AdminServiceStub:
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.GetMeasuredPairsRequest.SerializeToString,
                 response_deserializer=topo__tune_dot_v1_dot_admin__pb2.MeasuredPairs.FromString,
                 _registered_method=True)
+        self.PutConfigVersion = channel.unary_unary(
+                '/topo_tune.v1.AdminService/PutConfigVersion',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.PutConfigVersionRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ConfigVersionInfo.FromString,
+                _registered_method=True)
+        self.GetConfigVersion = channel.unary_unary(
+                '/topo_tune.v1.AdminService/GetConfigVersion',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.GetConfigVersionRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ConfigVersionInfo.FromString,
+                _registered_method=True)
+        self.ListConfigVersions = channel.unary_unary(
+                '/topo_tune.v1.AdminService/ListConfigVersions',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.ListConfigVersionsRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListConfigVersionsResponse.FromString,
+                _registered_method=True)
         self.CreateRollout = channel.unary_unary(
                 '/topo_tune.v1.AdminService/CreateRollout',
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.CreateRolloutRequest.SerializeToString,
@@ -201,6 +216,24 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutConfigVersion(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetConfigVersion(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListConfigVersions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateRollout(self, request, context):
         """Rollouts: a config version applied wave by wave (canary, then racks) with A/B gates.
         """
@@ -301,6 +334,21 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetMeasuredPairs,
                     request_deserializer=topo__tune_dot_v1_dot_admin__pb2.GetMeasuredPairsRequest.FromString,
                     response_serializer=topo__tune_dot_v1_dot_admin__pb2.MeasuredPairs.SerializeToString,
+            ),
+            'PutConfigVersion': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutConfigVersion,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.PutConfigVersionRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.ConfigVersionInfo.SerializeToString,
+            ),
+            'GetConfigVersion': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetConfigVersion,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.GetConfigVersionRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.ConfigVersionInfo.SerializeToString,
+            ),
+            'ListConfigVersions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListConfigVersions,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListConfigVersionsRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.ListConfigVersionsResponse.SerializeToString,
             ),
             'CreateRollout': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateRollout,
@@ -657,6 +705,87 @@ class AdminService:
             '/topo_tune.v1.AdminService/GetMeasuredPairs',
             topo__tune_dot_v1_dot_admin__pb2.GetMeasuredPairsRequest.SerializeToString,
             topo__tune_dot_v1_dot_admin__pb2.MeasuredPairs.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutConfigVersion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/PutConfigVersion',
+            topo__tune_dot_v1_dot_admin__pb2.PutConfigVersionRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.ConfigVersionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetConfigVersion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/GetConfigVersion',
+            topo__tune_dot_v1_dot_admin__pb2.GetConfigVersionRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.ConfigVersionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListConfigVersions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/ListConfigVersions',
+            topo__tune_dot_v1_dot_admin__pb2.ListConfigVersionsRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.ListConfigVersionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

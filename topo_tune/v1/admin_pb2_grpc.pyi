@@ -43,6 +43,9 @@ class AdminServiceStub:
     StartProbeRound: _grpc.UnaryUnaryMultiCallable[_admin_pb2.StartProbeRoundRequest, _admin_pb2.ProbeRound]
     GetProbeRound: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetProbeRoundRequest, _admin_pb2.ProbeRound]
     GetMeasuredPairs: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetMeasuredPairsRequest, _admin_pb2.MeasuredPairs]
+    PutConfigVersion: _grpc.UnaryUnaryMultiCallable[_admin_pb2.PutConfigVersionRequest, _admin_pb2.ConfigVersionInfo]
+    GetConfigVersion: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetConfigVersionRequest, _admin_pb2.ConfigVersionInfo]
+    ListConfigVersions: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListConfigVersionsRequest, _admin_pb2.ListConfigVersionsResponse]
     CreateRollout: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateRolloutRequest, _admin_pb2.RolloutInfo]
     """Rollouts: a config version applied wave by wave (canary, then racks) with A/B gates."""
     GetRollout: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetRolloutRequest, _admin_pb2.RolloutInfo]
@@ -67,6 +70,9 @@ class AdminServiceAsyncStub(AdminServiceStub):
     StartProbeRound: _aio.UnaryUnaryMultiCallable[_admin_pb2.StartProbeRoundRequest, _admin_pb2.ProbeRound]  # type: ignore[assignment]
     GetProbeRound: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetProbeRoundRequest, _admin_pb2.ProbeRound]  # type: ignore[assignment]
     GetMeasuredPairs: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetMeasuredPairsRequest, _admin_pb2.MeasuredPairs]  # type: ignore[assignment]
+    PutConfigVersion: _aio.UnaryUnaryMultiCallable[_admin_pb2.PutConfigVersionRequest, _admin_pb2.ConfigVersionInfo]  # type: ignore[assignment]
+    GetConfigVersion: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetConfigVersionRequest, _admin_pb2.ConfigVersionInfo]  # type: ignore[assignment]
+    ListConfigVersions: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListConfigVersionsRequest, _admin_pb2.ListConfigVersionsResponse]  # type: ignore[assignment]
     CreateRollout: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateRolloutRequest, _admin_pb2.RolloutInfo]  # type: ignore[assignment]
     """Rollouts: a config version applied wave by wave (canary, then racks) with A/B gates."""
     GetRollout: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetRolloutRequest, _admin_pb2.RolloutInfo]  # type: ignore[assignment]
@@ -160,6 +166,27 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.GetMeasuredPairsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.MeasuredPairs, _abc.Awaitable[_admin_pb2.MeasuredPairs]]: ...
+
+    @_abc_1.abstractmethod
+    def PutConfigVersion(
+        self,
+        request: _admin_pb2.PutConfigVersionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ConfigVersionInfo, _abc.Awaitable[_admin_pb2.ConfigVersionInfo]]: ...
+
+    @_abc_1.abstractmethod
+    def GetConfigVersion(
+        self,
+        request: _admin_pb2.GetConfigVersionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ConfigVersionInfo, _abc.Awaitable[_admin_pb2.ConfigVersionInfo]]: ...
+
+    @_abc_1.abstractmethod
+    def ListConfigVersions(
+        self,
+        request: _admin_pb2.ListConfigVersionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListConfigVersionsResponse, _abc.Awaitable[_admin_pb2.ListConfigVersionsResponse]]: ...
 
     @_abc_1.abstractmethod
     def CreateRollout(

@@ -1,0 +1,73 @@
+"""Config versions as the controller keeps them: stored once, never changed, looked up by content id.
+
+``topo-tune init`` stores the version it produced; ``admin rollout create`` rolls a stored version out;
+``admin config list|show|diff|export`` reads them. Storing the same files again is a no-op (same id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from google.protobuf.timestamp_pb2 import Timestamp
+from sqlalchemy.orm import Session
+
+from topo_tune.config_version import ConfigVersion, is_version_id
+from topo_tune.controller.db.database import Database
+from topo_tune.controller.db.models import ConfigVersionRow
+from topo_tune.errors import NotFoundError, ValidationError
+from topo_tune.v1 import admin_pb2
+
+
+def _info(row: ConfigVersionRow, *, with_files: bool) -> admin_pb2.ConfigVersionInfo:
+    created = Timestamp()
+    created.FromDatetime(row.created_at)
+    return admin_pb2.ConfigVersionInfo(
+        id=row.id,
+        files=dict(row.files) if with_files else {},
+        provenance=dict(row.provenance),
+        created_at=created,
+    )
+
+
+@dataclass
+class ConfigVersions:
+    db: Database
+    wall_clock: Callable[[], datetime]
+
+    async def put(
+        self, files: Mapping[str, str], provenance: Mapping[str, str], *, claimed_id: str = ""
+    ) -> admin_pb2.ConfigVersionInfo:
+        version = ConfigVersion(files=files, provenance=provenance)  # validates names and nccl.conf
+        if claimed_id and claimed_id != version.id:
+            raise ValidationError("id", f"{claimed_id} is not the hash of these files ({version.id})")
+        now = self.wall_clock()
+
+        def write(session: Session) -> ConfigVersionRow:
+            row = session.get(ConfigVersionRow, version.id)
+            if row is None:
+                row = ConfigVersionRow(
+                    id=version.id, files=dict(version.files), provenance=dict(version.provenance), created_at=now
+                )
+                session.add(row)
+                session.flush()
+            return row
+
+        return _info(await self.db.run(write), with_files=True)
+
+    async def get(self, version_id: str) -> admin_pb2.ConfigVersionInfo:
+        if not is_version_id(version_id):
+            raise ValidationError("id", f"not a config version id (cv- and 16 hex digits): {version_id[:40]!r}")
+        row = await self.db.run(lambda session: session.get(ConfigVersionRow, version_id))
+        if row is None:
+            raise NotFoundError(f"no config version {version_id!r}")
+        return _info(row, with_files=True)
+
+    async def list(self, *, limit: int = 50) -> list[admin_pb2.ConfigVersionInfo]:
+        def read(session: Session) -> list[ConfigVersionRow]:
+            query = sa.select(ConfigVersionRow).order_by(ConfigVersionRow.created_at.desc()).limit(limit)
+            return list(session.scalars(query))
+
+        return [_info(row, with_files=False) for row in await self.db.run(read)]
