@@ -121,6 +121,21 @@ class AdminClient:
         request = admin_pb2.ListConfigVersionsRequest(limit=limit)
         return list(self._call(self._stub.ListConfigVersions, request).versions)
 
+    def start_study(self, request: admin_pb2.StartStudyRequest) -> admin_pb2.StudyInfo:
+        return self._call(self._stub.StartStudy, request)
+
+    def get_study(self, study_id: str) -> admin_pb2.StudyInfo:
+        return self._call(self._stub.GetStudy, admin_pb2.GetStudyRequest(study_id=study_id))
+
+    def list_studies(self, *, limit: int = 0) -> list[admin_pb2.StudyInfo]:
+        return list(self._call(self._stub.ListStudies, admin_pb2.ListStudiesRequest(limit=limit)).studies)
+
+    def study_trials(self, study_id: str) -> admin_pb2.StudyTrials:
+        return self._call(self._stub.ListStudyTrials, admin_pb2.GetStudyRequest(study_id=study_id))
+
+    def cancel_study(self, study_id: str) -> admin_pb2.StudyInfo:
+        return self._call(self._stub.CancelStudy, admin_pb2.GetStudyRequest(study_id=study_id))
+
     def list_commands(self, *, node_name: str = "", limit: int = 0) -> list[admin_pb2.CommandInfo]:
         request = admin_pb2.ListCommandsRequest(node_name=node_name, limit=limit)
         return list(self._call(self._stub.ListCommands, request).commands)

@@ -19,10 +19,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC
 from pathlib import Path
+from typing import Protocol
 
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.wire import COLLECTIVE_TO_PROTO
-from topo_tune.client import AdminClient
 from topo_tune.cluster_config import ClusterConfig
 from topo_tune.errors import ConfigError, TopoTuneError
 from topo_tune.topology import Measurement, PairMatrix, Spine, build_cluster
@@ -48,6 +48,21 @@ DEFAULT_NCCL_VERSION = "2.28.9"
 """The search space's NCCL version when no agent reports one (sim and gloo nodes run no NCCL)."""
 
 
+class AdminPort(Protocol):
+    """What the pass needs of a controller: the admin client, or the controller's own services in-process."""
+
+    def list_nodes(self, *, rack: str = "") -> list[admin_pb2.Node]: ...
+    def cluster_topology(self) -> admin_pb2.ClusterTopologyView: ...
+    def start_probe_round(self, request: admin_pb2.StartProbeRoundRequest) -> admin_pb2.ProbeRound: ...
+    def get_probe_round(self, round_id: str) -> admin_pb2.ProbeRound: ...
+    def measured_pairs(self) -> admin_pb2.MeasuredPairs: ...
+    def start_benchmark(self, request: admin_pb2.StartBenchmarkRequest) -> admin_pb2.BenchmarkJob: ...
+    def get_benchmark(self, job_id: str) -> admin_pb2.BenchmarkJob: ...
+    def put_config_version(
+        self, files: dict[str, str], provenance: dict[str, str], *, version_id: str = ""
+    ) -> admin_pb2.ConfigVersionInfo: ...
+
+
 class PassError(TopoTuneError):
     """The pass cannot go on; the message says which node or step."""
 
@@ -64,7 +79,7 @@ class PassResult:
 class JobEvaluator:
     """Measures a trial with benchmark jobs through the admin API: one job per collective."""
 
-    client: AdminClient
+    client: AdminPort
     deadline_s: float
     iters: int
     warmup_iters: int
@@ -150,7 +165,7 @@ def _ladder(cluster: ClusterConfig) -> tuple[int, ...]:
 
 
 def wait_for_nodes(
-    client: AdminClient,
+    client: AdminPort,
     names: Sequence[str],
     *,
     timeout_s: float,
@@ -174,7 +189,7 @@ def wait_for_nodes(
         sleep(0.2)
 
 
-def measure_pairs(client: AdminClient, names: Sequence[str], *, sleep: Callable[[float], None] = time.sleep) -> int:
+def measure_pairs(client: AdminPort, names: Sequence[str], *, sleep: Callable[[float], None] = time.sleep) -> int:
     """Probe every pair of the nodes; returns how many pairs were measured."""
     found = client.start_probe_round(admin_pb2.StartProbeRoundRequest(nodes=list(names), message_bytes=1 << 20))
     while found.status == admin_pb2.PROBE_ROUND_STATUS_RUNNING:
@@ -186,7 +201,7 @@ def measure_pairs(client: AdminClient, names: Sequence[str], *, sleep: Callable[
 
 
 def _pair_matrix(
-    client: AdminClient, cluster: ClusterConfig, nodes: Sequence[str]
+    client: AdminPort, cluster: ClusterConfig, nodes: Sequence[str]
 ) -> tuple[PairMatrix, dict[str, topology_pb2.NodeTopology], str]:
     view = client.cluster_topology()
     topologies = {n.name: n.topology for n in view.nodes if n.name in nodes}
@@ -230,7 +245,7 @@ def _fabric(cluster: ClusterConfig, topologies: dict[str, topology_pb2.NodeTopol
 
 def run_pass(
     cluster: ClusterConfig,
-    client: AdminClient,
+    client: AdminPort,
     *,
     output: Path,
     storage: str,

@@ -9,6 +9,7 @@ from topo_tune.cli import bench as _bench  # noqa: F401 - registers `admin bench
 from topo_tune.cli import config_admin as _config_admin  # noqa: F401 - registers `admin config`
 from topo_tune.cli import logs
 from topo_tune.cli import probe as _probe  # noqa: F401 - registers `admin probe`
+from topo_tune.cli import study as _study  # noqa: F401 - registers `admin study`
 from topo_tune.cli.admin import admin
 from topo_tune.cli.agent import agent
 from topo_tune.cli.config import config

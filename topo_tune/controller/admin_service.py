@@ -6,7 +6,7 @@ The rollout and job-config RPCs come from ``rollout/service.py`` (a mixin), next
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc.aio
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -14,6 +14,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from topo_tune.controller import validation
 from topo_tune.controller.commands import STATUS_TO_WIRE, CommandBook, CommandRecord
 from topo_tune.controller.config_versions import ConfigVersions
+
+if TYPE_CHECKING:
+    from topo_tune.controller.studies import Studies
 from topo_tune.controller.jobs import BenchmarkJobs
 from topo_tune.controller.nodes import NodeRegistry, NodeState, NodeView
 from topo_tune.controller.probes import Probes
@@ -22,7 +25,7 @@ from topo_tune.controller.rollout.job_pins import JobResolver
 from topo_tune.controller.rollout.service import RolloutServicerMixin
 from topo_tune.controller.sessions import SessionHub
 from topo_tune.controller.status_codes import maps_errors
-from topo_tune.errors import ValidationError
+from topo_tune.errors import ConflictError, ValidationError
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2, topology_pb2
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
@@ -95,6 +98,7 @@ class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
         rollouts: RolloutEngine,
         job_configs: JobResolver,
         config_versions: ConfigVersions,
+        studies: Studies | None = None,
     ) -> None:
         self._registry = registry
         self._commands = commands
@@ -105,6 +109,7 @@ class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
         self._rollouts = rollouts
         self._job_configs = job_configs
         self._config_versions = config_versions
+        self._studies = studies
 
     @maps_errors
     async def ListNodes(self, request: admin_pb2.ListNodesRequest, context: Ctx) -> admin_pb2.ListNodesResponse:
@@ -219,3 +224,33 @@ class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
         return admin_pb2.ListConfigVersionsResponse(
             versions=await self._config_versions.list(limit=request.limit or 50)
         )
+
+    def _study_runner(self) -> Studies:
+        if self._studies is None:  # pragma: no cover - the server always wires it
+            raise ConflictError("this controller runs no studies")
+        return self._studies
+
+    @maps_errors
+    async def StartStudy(self, request: admin_pb2.StartStudyRequest, context: Ctx) -> admin_pb2.StudyInfo:
+        return await self._study_runner().start(request)
+
+    @maps_errors
+    async def GetStudy(self, request: admin_pb2.GetStudyRequest, context: Ctx) -> admin_pb2.StudyInfo:
+        validation.node_name(request.study_id, "study_id")
+        return await self._study_runner().get(request.study_id)
+
+    @maps_errors
+    async def ListStudies(self, request: admin_pb2.ListStudiesRequest, context: Ctx) -> admin_pb2.ListStudiesResponse:
+        if request.limit > 10_000:
+            raise ValidationError("limit", "at most 10000")
+        return admin_pb2.ListStudiesResponse(studies=await self._study_runner().list(limit=request.limit or 50))
+
+    @maps_errors
+    async def ListStudyTrials(self, request: admin_pb2.GetStudyRequest, context: Ctx) -> admin_pb2.StudyTrials:
+        validation.node_name(request.study_id, "study_id")
+        return await self._study_runner().trials(request.study_id)
+
+    @maps_errors
+    async def CancelStudy(self, request: admin_pb2.GetStudyRequest, context: Ctx) -> admin_pb2.StudyInfo:
+        validation.node_name(request.study_id, "study_id")
+        return await self._study_runner().cancel(request.study_id)

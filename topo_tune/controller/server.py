@@ -51,6 +51,7 @@ from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.rollout.verification import BenchmarkVerifier
 from topo_tune.controller.sessions import SessionHub
 from topo_tune.controller.settings import ControllerSettings
+from topo_tune.controller.studies import Studies
 from topo_tune.errors import ConfigError
 from topo_tune.kube.idleness import AssumeIdle, NodeIdleness, busy_nodes
 from topo_tune.kube.leader_election import LeaderElector, LeadershipTerm
@@ -116,6 +117,17 @@ class Controller:
         self.jobs.busy_reasons = self._busy_reasons
         self.rollout_store = RolloutStore(db=self.db, wall_clock=_wall_clock)
         self.config_versions = ConfigVersions(db=self.db, wall_clock=_wall_clock)
+        self.studies = Studies(
+            db=self.db,
+            registry=self.registry,
+            jobs=self.jobs,
+            probes=self.probes,
+            config_versions=self.config_versions,
+            wall_clock=_wall_clock,
+            output_root=settings.studies_dir,
+            rack_of=dict(settings.rack_of),
+            spine=(settings.spine_oversubscription, settings.spine_bandwidth_gbps),
+        )
         self.rollouts = RolloutEngine(
             store=self.rollout_store,
             registry=self.registry,
@@ -189,6 +201,7 @@ class Controller:
                 spine_bandwidth_gbps=self.settings.spine_bandwidth_gbps,
                 rollouts=self.rollouts,
                 config_versions=self.config_versions,
+                studies=self.studies,
                 job_configs=self.job_configs,
             ),
             server,
@@ -249,6 +262,7 @@ class Controller:
         await asyncio.to_thread(self.db.migrate)
         known = await self.registry.load()
         await self.probes.recover()
+        await self.studies.recover()
         logger.info("database ready", extra={"nodes": known, "url": self.db.url.render_as_string()})
 
     async def _start_leading(self, term: LeadershipTerm) -> None:

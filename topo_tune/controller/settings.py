@@ -35,6 +35,8 @@ class ControllerSettings:
     """The links between racks, from cluster.yaml's ``spine``; shown by ``admin topology``."""
     benchmark_result_grace_s: float = 15.0
     """After a benchmark job's deadline, how long results already on their way may still arrive."""
+    studies_dir: Path = Path("topo-tune-studies")
+    """Where studies started with ``admin study start`` write their outputs (one directory per study)."""
     shutdown_grace_s: float = 5.0
     """How long in-flight RPCs may finish after SIGTERM."""
     max_message_bytes: int = 16 * 1024 * 1024

@@ -114,6 +114,31 @@ ROLLOUT_ACTION_ABORT: RolloutAction.ValueType  # 4
 ROLLOUT_ACTION_ROLLBACK: RolloutAction.ValueType  # 5
 Global___RolloutAction: _TypeAlias = RolloutAction  # noqa: Y015
 
+class _StudyStatus:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _StudyStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_StudyStatus.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    STUDY_STATUS_UNSPECIFIED: _StudyStatus.ValueType  # 0
+    STUDY_STATUS_RUNNING: _StudyStatus.ValueType  # 1
+    STUDY_STATUS_SUCCEEDED: _StudyStatus.ValueType  # 2
+    """finished: a config was promoted, or "keep NCCL's defaults" """
+    STUDY_STATUS_FAILED: _StudyStatus.ValueType  # 3
+    STUDY_STATUS_CANCELLED: _StudyStatus.ValueType  # 4
+    """stopped by `admin study cancel`; starting it again resumes"""
+
+class StudyStatus(_StudyStatus, metaclass=_StudyStatusEnumTypeWrapper): ...
+
+STUDY_STATUS_UNSPECIFIED: StudyStatus.ValueType  # 0
+STUDY_STATUS_RUNNING: StudyStatus.ValueType  # 1
+STUDY_STATUS_SUCCEEDED: StudyStatus.ValueType  # 2
+"""finished: a config was promoted, or "keep NCCL's defaults" """
+STUDY_STATUS_FAILED: StudyStatus.ValueType  # 3
+STUDY_STATUS_CANCELLED: StudyStatus.ValueType  # 4
+"""stopped by `admin study cancel`; starting it again resumes"""
+Global___StudyStatus: _TypeAlias = StudyStatus  # noqa: Y015
+
 @_typing.final
 class Node(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -1552,3 +1577,330 @@ class ListConfigVersionsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListConfigVersionsResponse: _TypeAlias = ListConfigVersionsResponse  # noqa: Y015
+
+@_typing.final
+class StartStudyRequest(_message.Message):
+    """A study run by the controller itself: the same pass as `topo-tune init`, over the nodes named."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class CollectivesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class SiteFixedEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    STUDY_ID_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    COLLECTIVES_FIELD_NUMBER: _builtins.int
+    BUDGET_FIELD_NUMBER: _builtins.int
+    SAMPLER_FIELD_NUMBER: _builtins.int
+    SEED_FIELD_NUMBER: _builtins.int
+    MIN_BYTES_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
+    STEP_FACTOR_FIELD_NUMBER: _builtins.int
+    SITE_FIXED_FIELD_NUMBER: _builtins.int
+    KNOBS_FIELD_NUMBER: _builtins.int
+    FINALISTS_FIELD_NUMBER: _builtins.int
+    PROOF_PAIRS_FIELD_NUMBER: _builtins.int
+    study_id: _builtins.str
+    """client-chosen for idempotent retries; empty: the controller picks"""
+    budget: _builtins.int
+    """0: 60"""
+    sampler: _builtins.str
+    """tpe (default), random, cmaes, coordinate"""
+    seed: _builtins.int
+    min_bytes: _builtins.int
+    """0: 256"""
+    max_bytes: _builtins.int
+    """0: 1 GiB"""
+    step_factor: _builtins.int
+    """0: 4"""
+    finalists: _builtins.int
+    """0: 3"""
+    proof_pairs: _builtins.int
+    """0: 10"""
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """empty: every ready, undrained node"""
+
+    @_builtins.property
+    def collectives(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """workload weights; empty: all_reduce"""
+
+    @_builtins.property
+    def site_fixed(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def knobs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """empty: every safe knob"""
+
+    def __init__(
+        self,
+        *,
+        study_id: _builtins.str = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+        collectives: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        budget: _builtins.int = ...,
+        sampler: _builtins.str = ...,
+        seed: _builtins.int = ...,
+        min_bytes: _builtins.int = ...,
+        max_bytes: _builtins.int = ...,
+        step_factor: _builtins.int = ...,
+        site_fixed: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        knobs: _abc.Iterable[_builtins.str] | None = ...,
+        finalists: _builtins.int = ...,
+        proof_pairs: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "collectives", b"collectives", "finalists", b"finalists", "knobs", b"knobs", "max_bytes", b"max_bytes", "min_bytes", b"min_bytes", "nodes", b"nodes", "proof_pairs", b"proof_pairs", "sampler", b"sampler", "seed", b"seed", "site_fixed", b"site_fixed", "step_factor", b"step_factor", "study_id", b"study_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartStudyRequest: _TypeAlias = StartStudyRequest  # noqa: Y015
+
+@_typing.final
+class StudyInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STUDY_ID_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    DONE_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    BEST_VALUE_FIELD_NUMBER: _builtins.int
+    CONFIG_VERSION_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    FINISHED_AT_FIELD_NUMBER: _builtins.int
+    SIMULATED_FIELD_NUMBER: _builtins.int
+    study_id: _builtins.str
+    status: Global___StudyStatus.ValueType
+    message: _builtins.str
+    phase: _builtins.str
+    """search, proof, done"""
+    done: _builtins.int
+    total: _builtins.int
+    best_value: _builtins.float
+    """weighted geometric-mean speedup over the defaults"""
+    config_version: _builtins.str
+    """the result's version (empty until done)"""
+    result: _builtins.str
+    """"promoted" or "keep NCCL's defaults" """
+    simulated: _builtins.bool
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def finished_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        study_id: _builtins.str = ...,
+        status: Global___StudyStatus.ValueType = ...,
+        message: _builtins.str = ...,
+        phase: _builtins.str = ...,
+        done: _builtins.int = ...,
+        total: _builtins.int = ...,
+        best_value: _builtins.float | None = ...,
+        config_version: _builtins.str = ...,
+        result: _builtins.str = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        finished_at: _timestamp_pb2.Timestamp | None = ...,
+        simulated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_best_value", b"_best_value", "best_value", b"best_value", "created_at", b"created_at", "finished_at", b"finished_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_best_value", b"_best_value", "best_value", b"best_value", "config_version", b"config_version", "created_at", b"created_at", "done", b"done", "finished_at", b"finished_at", "message", b"message", "nodes", b"nodes", "phase", b"phase", "result", b"result", "simulated", b"simulated", "status", b"status", "study_id", b"study_id", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__best_value: _TypeAlias = _typing.Literal["best_value"]  # noqa: Y015
+    _WhichOneofArgType__best_value: _TypeAlias = _typing.Literal["_best_value", b"_best_value"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__best_value) -> _WhichOneofReturnType__best_value | None: ...
+
+Global___StudyInfo: _TypeAlias = StudyInfo  # noqa: Y015
+
+@_typing.final
+class GetStudyRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STUDY_ID_FIELD_NUMBER: _builtins.int
+    study_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        study_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["study_id", b"study_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetStudyRequest: _TypeAlias = GetStudyRequest  # noqa: Y015
+
+@_typing.final
+class ListStudiesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LIMIT_FIELD_NUMBER: _builtins.int
+    limit: _builtins.int
+    """0: 50"""
+    def __init__(
+        self,
+        *,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListStudiesRequest: _TypeAlias = ListStudiesRequest  # noqa: Y015
+
+@_typing.final
+class ListStudiesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STUDIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def studies(self) -> _containers.RepeatedCompositeFieldContainer[Global___StudyInfo]: ...
+    def __init__(
+        self,
+        *,
+        studies: _abc.Iterable[Global___StudyInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["studies", b"studies"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListStudiesResponse: _TypeAlias = ListStudiesResponse  # noqa: Y015
+
+@_typing.final
+class StudyTrial(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class EnvEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NUMBER_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    RANK_ORDER_FIELD_NUMBER: _builtins.int
+    ENV_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    SUPERSEDED_FIELD_NUMBER: _builtins.int
+    number: _builtins.int
+    state: _builtins.str
+    """complete, pruned, failed, wrong_result, timeout, stale, running"""
+    value: _builtins.float
+    rank_order: _builtins.str
+    reason: _builtins.str
+    superseded: _builtins.bool
+    @_builtins.property
+    def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        number: _builtins.int = ...,
+        state: _builtins.str = ...,
+        value: _builtins.float | None = ...,
+        rank_order: _builtins.str = ...,
+        env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        reason: _builtins.str = ...,
+        superseded: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "value", b"value"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "env", b"env", "number", b"number", "rank_order", b"rank_order", "reason", b"reason", "state", b"state", "superseded", b"superseded", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__value: _TypeAlias = _typing.Literal["value"]  # noqa: Y015
+    _WhichOneofArgType__value: _TypeAlias = _typing.Literal["_value", b"_value"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__value) -> _WhichOneofReturnType__value | None: ...
+
+Global___StudyTrial: _TypeAlias = StudyTrial  # noqa: Y015
+
+@_typing.final
+class StudyTrials(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STUDY_ID_FIELD_NUMBER: _builtins.int
+    TRIALS_FIELD_NUMBER: _builtins.int
+    BEST_TRIAL_FIELD_NUMBER: _builtins.int
+    study_id: _builtins.str
+    best_trial: _builtins.int
+    @_builtins.property
+    def trials(self) -> _containers.RepeatedCompositeFieldContainer[Global___StudyTrial]: ...
+    def __init__(
+        self,
+        *,
+        study_id: _builtins.str = ...,
+        trials: _abc.Iterable[Global___StudyTrial] | None = ...,
+        best_trial: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_best_trial", b"_best_trial", "best_trial", b"best_trial"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_best_trial", b"_best_trial", "best_trial", b"best_trial", "study_id", b"study_id", "trials", b"trials"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__best_trial: _TypeAlias = _typing.Literal["best_trial"]  # noqa: Y015
+    _WhichOneofArgType__best_trial: _TypeAlias = _typing.Literal["_best_trial", b"_best_trial"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__best_trial) -> _WhichOneofReturnType__best_trial | None: ...
+
+Global___StudyTrials: _TypeAlias = StudyTrials  # noqa: Y015

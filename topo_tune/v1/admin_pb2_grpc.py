@@ -109,6 +109,31 @@ class AdminServiceStub:
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.ListConfigVersionsRequest.SerializeToString,
                 response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListConfigVersionsResponse.FromString,
                 _registered_method=True)
+        self.StartStudy = channel.unary_unary(
+                '/topo_tune.v1.AdminService/StartStudy',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.StartStudyRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.StudyInfo.FromString,
+                _registered_method=True)
+        self.GetStudy = channel.unary_unary(
+                '/topo_tune.v1.AdminService/GetStudy',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.GetStudyRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.StudyInfo.FromString,
+                _registered_method=True)
+        self.ListStudies = channel.unary_unary(
+                '/topo_tune.v1.AdminService/ListStudies',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.ListStudiesRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListStudiesResponse.FromString,
+                _registered_method=True)
+        self.ListStudyTrials = channel.unary_unary(
+                '/topo_tune.v1.AdminService/ListStudyTrials',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.GetStudyRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.StudyTrials.FromString,
+                _registered_method=True)
+        self.CancelStudy = channel.unary_unary(
+                '/topo_tune.v1.AdminService/CancelStudy',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.GetStudyRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.StudyInfo.FromString,
+                _registered_method=True)
         self.CreateRollout = channel.unary_unary(
                 '/topo_tune.v1.AdminService/CreateRollout',
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.CreateRolloutRequest.SerializeToString,
@@ -234,6 +259,36 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StartStudy(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetStudy(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListStudies(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListStudyTrials(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelStudy(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateRollout(self, request, context):
         """Rollouts: a config version applied wave by wave (canary, then racks) with A/B gates.
         """
@@ -349,6 +404,31 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListConfigVersions,
                     request_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListConfigVersionsRequest.FromString,
                     response_serializer=topo__tune_dot_v1_dot_admin__pb2.ListConfigVersionsResponse.SerializeToString,
+            ),
+            'StartStudy': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartStudy,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.StartStudyRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.StudyInfo.SerializeToString,
+            ),
+            'GetStudy': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStudy,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.GetStudyRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.StudyInfo.SerializeToString,
+            ),
+            'ListStudies': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListStudies,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListStudiesRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.ListStudiesResponse.SerializeToString,
+            ),
+            'ListStudyTrials': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListStudyTrials,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.GetStudyRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.StudyTrials.SerializeToString,
+            ),
+            'CancelStudy': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelStudy,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.GetStudyRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.StudyInfo.SerializeToString,
             ),
             'CreateRollout': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateRollout,
@@ -786,6 +866,141 @@ class AdminService:
             '/topo_tune.v1.AdminService/ListConfigVersions',
             topo__tune_dot_v1_dot_admin__pb2.ListConfigVersionsRequest.SerializeToString,
             topo__tune_dot_v1_dot_admin__pb2.ListConfigVersionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartStudy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/StartStudy',
+            topo__tune_dot_v1_dot_admin__pb2.StartStudyRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.StudyInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStudy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/GetStudy',
+            topo__tune_dot_v1_dot_admin__pb2.GetStudyRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.StudyInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListStudies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/ListStudies',
+            topo__tune_dot_v1_dot_admin__pb2.ListStudiesRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.ListStudiesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListStudyTrials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/ListStudyTrials',
+            topo__tune_dot_v1_dot_admin__pb2.GetStudyRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.StudyTrials.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelStudy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/CancelStudy',
+            topo__tune_dot_v1_dot_admin__pb2.GetStudyRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.StudyInfo.FromString,
             options,
             channel_credentials,
             insecure,

@@ -46,6 +46,11 @@ class AdminServiceStub:
     PutConfigVersion: _grpc.UnaryUnaryMultiCallable[_admin_pb2.PutConfigVersionRequest, _admin_pb2.ConfigVersionInfo]
     GetConfigVersion: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetConfigVersionRequest, _admin_pb2.ConfigVersionInfo]
     ListConfigVersions: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListConfigVersionsRequest, _admin_pb2.ListConfigVersionsResponse]
+    StartStudy: _grpc.UnaryUnaryMultiCallable[_admin_pb2.StartStudyRequest, _admin_pb2.StudyInfo]
+    GetStudy: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetStudyRequest, _admin_pb2.StudyInfo]
+    ListStudies: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListStudiesRequest, _admin_pb2.ListStudiesResponse]
+    ListStudyTrials: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetStudyRequest, _admin_pb2.StudyTrials]
+    CancelStudy: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetStudyRequest, _admin_pb2.StudyInfo]
     CreateRollout: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateRolloutRequest, _admin_pb2.RolloutInfo]
     """Rollouts: a config version applied wave by wave (canary, then racks) with A/B gates."""
     GetRollout: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetRolloutRequest, _admin_pb2.RolloutInfo]
@@ -73,6 +78,11 @@ class AdminServiceAsyncStub(AdminServiceStub):
     PutConfigVersion: _aio.UnaryUnaryMultiCallable[_admin_pb2.PutConfigVersionRequest, _admin_pb2.ConfigVersionInfo]  # type: ignore[assignment]
     GetConfigVersion: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetConfigVersionRequest, _admin_pb2.ConfigVersionInfo]  # type: ignore[assignment]
     ListConfigVersions: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListConfigVersionsRequest, _admin_pb2.ListConfigVersionsResponse]  # type: ignore[assignment]
+    StartStudy: _aio.UnaryUnaryMultiCallable[_admin_pb2.StartStudyRequest, _admin_pb2.StudyInfo]  # type: ignore[assignment]
+    GetStudy: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetStudyRequest, _admin_pb2.StudyInfo]  # type: ignore[assignment]
+    ListStudies: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListStudiesRequest, _admin_pb2.ListStudiesResponse]  # type: ignore[assignment]
+    ListStudyTrials: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetStudyRequest, _admin_pb2.StudyTrials]  # type: ignore[assignment]
+    CancelStudy: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetStudyRequest, _admin_pb2.StudyInfo]  # type: ignore[assignment]
     CreateRollout: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateRolloutRequest, _admin_pb2.RolloutInfo]  # type: ignore[assignment]
     """Rollouts: a config version applied wave by wave (canary, then racks) with A/B gates."""
     GetRollout: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetRolloutRequest, _admin_pb2.RolloutInfo]  # type: ignore[assignment]
@@ -187,6 +197,41 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.ListConfigVersionsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ListConfigVersionsResponse, _abc.Awaitable[_admin_pb2.ListConfigVersionsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def StartStudy(
+        self,
+        request: _admin_pb2.StartStudyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.StudyInfo, _abc.Awaitable[_admin_pb2.StudyInfo]]: ...
+
+    @_abc_1.abstractmethod
+    def GetStudy(
+        self,
+        request: _admin_pb2.GetStudyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.StudyInfo, _abc.Awaitable[_admin_pb2.StudyInfo]]: ...
+
+    @_abc_1.abstractmethod
+    def ListStudies(
+        self,
+        request: _admin_pb2.ListStudiesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListStudiesResponse, _abc.Awaitable[_admin_pb2.ListStudiesResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListStudyTrials(
+        self,
+        request: _admin_pb2.GetStudyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.StudyTrials, _abc.Awaitable[_admin_pb2.StudyTrials]]: ...
+
+    @_abc_1.abstractmethod
+    def CancelStudy(
+        self,
+        request: _admin_pb2.GetStudyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.StudyInfo, _abc.Awaitable[_admin_pb2.StudyInfo]]: ...
 
     @_abc_1.abstractmethod
     def CreateRollout(

@@ -236,3 +236,22 @@ class JobPinRow(Base):
     nodes: Mapped[list[str]] = mapped_column(JSON)
     rollout_id: Mapped[str] = mapped_column(String(64), default="")
     created_at: Mapped[datetime]
+
+
+class StudyRow(Base):
+    """A study the controller runs (``admin study start``); its trials live in Optuna's tables (which include
+    one called ``studies``, hence this table's name)."""
+
+    __tablename__ = "tuning_studies"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16))  # running, succeeded, failed, cancelled
+    message: Mapped[str] = mapped_column(Text, default="")
+    request: Mapped[bytes] = mapped_column(LargeBinary)  # the StartStudyRequest
+    nodes: Mapped[list[str]] = mapped_column(JSON)
+    optuna_name: Mapped[str] = mapped_column(String(512), default="")
+    result: Mapped[str] = mapped_column(String(64), default="")
+    config_version: Mapped[str] = mapped_column(String(32), default="")
+    simulated: Mapped[bool] = mapped_column(default=False)
+    created_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]

@@ -1,0 +1,115 @@
+"""Studies run by the controller: start, watch, list trials, cancel, resume with every trial counted once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.conftest import controller_settings
+from tests.controller.test_benchmark_jobs_service import RunningAgent, agents, registered  # noqa: F401
+from tests.support.processes import TOKEN
+from tests.support.waiting import async_wait_until
+from topo_tune.cli.main import cli
+from topo_tune.controller.server import Controller
+from topo_tune.errors import NotFoundError, ValidationError
+from topo_tune.v1 import admin_pb2
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+async def jobs_controller(sqlite_url: str, tmp_path: Path) -> AsyncIterator[Controller]:
+    server = Controller(
+        controller_settings(
+            sqlite_url,
+            heartbeat_expiry_s=30,
+            studies_dir=tmp_path / "studies",
+            rack_of={"s1": "rack-a", "s2": "rack-b", "s3": "rack-a", "s4": "rack-b"},
+        )
+    )
+    await server.start()
+    yield server
+    await server.stop()
+
+
+def study_request(**fields: object) -> admin_pb2.StartStudyRequest:
+    values: dict[str, object] = {
+        "collectives": {"all_gather": 1.0},
+        "budget": 8,
+        "min_bytes": 1 << 20,
+        "max_bytes": 1 << 28,
+        "step_factor": 16,
+        "finalists": 1,
+        "proof_pairs": 2,
+    }
+    values.update(fields)
+    return admin_pb2.StartStudyRequest(**values)  # type: ignore[arg-type]
+
+
+async def ended(controller: Controller, study_id: str) -> admin_pb2.StudyInfo:
+    async def done() -> admin_pb2.StudyInfo | None:
+        info = await controller.studies.get(study_id)
+        return info if info.status != admin_pb2.STUDY_STATUS_RUNNING else None
+
+    return await async_wait_until(done, timeout=240, what=f"study {study_id}")
+
+
+async def test_a_study_runs_on_known_nodes_and_stores_its_version(
+    jobs_controller: Controller,
+    agents: Callable[..., RunningAgent],  # noqa: F811
+) -> None:
+    await registered(*(agents(name, "sim") for name in ("s1", "s2", "s3", "s4")))
+    info = await jobs_controller.studies.start(study_request(study_id="st-first"))
+    assert info.status == admin_pb2.STUDY_STATUS_RUNNING
+    done = await ended(jobs_controller, "st-first")
+    assert done.status == admin_pb2.STUDY_STATUS_SUCCEEDED, done.message
+    assert done.simulated and done.result in ("promoted", "keep NCCL's defaults")
+    assert (await jobs_controller.config_versions.get(done.config_version)).id == done.config_version
+    trials = await jobs_controller.studies.trials("st-first")
+    assert len([t for t in trials.trials if t.state == "complete"]) >= 1
+    assert (Path(jobs_controller.settings.studies_dir) / "st-first" / "summary.json").is_file()
+
+    address = f"127.0.0.1:{jobs_controller.port}"
+    shown = await asyncio.to_thread(
+        CliRunner().invoke,
+        cli,
+        ["admin", "study", "best", "st-first", "--controller", address],
+        env={"TOPO_TUNE_TOKEN": TOKEN},
+    )
+    assert shown.exit_code == 0 and "best trial" in shown.stdout
+    with pytest.raises(NotFoundError):
+        await jobs_controller.studies.get("st-nothing")
+    with pytest.raises(NotFoundError, match="ghost"):
+        await jobs_controller.studies.start(study_request(nodes=["s1", "ghost"]))
+    with pytest.raises(ValidationError, match="study_id"):
+        await jobs_controller.studies.start(study_request(study_id="bad id!"))
+
+
+async def test_cancel_then_resume_counts_every_trial_once(
+    jobs_controller: Controller,
+    agents: Callable[..., RunningAgent],  # noqa: F811
+) -> None:
+    await registered(*(agents(name, "sim") for name in ("s1", "s2")))
+    request = study_request(study_id="st-resume", budget=14)
+    await jobs_controller.studies.start(request)
+
+    async def some_trials() -> bool:
+        info = await jobs_controller.studies.get("st-resume")
+        assert info.status == admin_pb2.STUDY_STATUS_RUNNING, info.message
+        return len((await jobs_controller.studies.trials("st-resume")).trials) >= 3
+
+    await async_wait_until(some_trials, timeout=120, what="three trials")
+    cancelled = await jobs_controller.studies.cancel("st-resume")
+    assert cancelled.status == admin_pb2.STUDY_STATUS_CANCELLED
+    await jobs_controller.studies.start(request)
+    done = await ended(jobs_controller, "st-resume")
+    assert done.status == admin_pb2.STUDY_STATUS_SUCCEEDED, done.message
+    trials = (await jobs_controller.studies.trials("st-resume")).trials
+    numbers = [t.number for t in trials]
+    assert len(numbers) == len(set(numbers))
+    finished = [t for t in trials if t.state in ("complete", "pruned")]
+    assert 14 <= len(trials) <= 15 and len(finished) >= 13, [(t.number, t.state) for t in trials]

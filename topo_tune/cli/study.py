@@ -1,0 +1,177 @@
+"""``topo-tune admin study``: studies run by the controller (the pass of `topo-tune init`, on known nodes)."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from topo_tune.cli.admin import admin, connected
+from topo_tune.cli.bench import ByteSize
+from topo_tune.cli.output import emit_data, emit_table, to_data
+from topo_tune.client import AdminClient
+from topo_tune.v1 import admin_pb2
+
+STATUS_NAMES = {v: k.removeprefix("STUDY_STATUS_").lower() for k, v in admin_pb2.StudyStatus.items()}
+
+
+def _weights(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for value in values:
+        key, sep, weight = value.partition("=")
+        try:
+            out[key] = float(weight) if sep else 1.0
+        except ValueError:
+            raise click.BadParameter(f"expected COLLECTIVE[=WEIGHT], got {value!r}") from None
+    return out
+
+
+def _pairs(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for value in values:
+        key, sep, setting = value.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {value!r}")
+        out[key] = setting
+    return out
+
+
+def _print(info: admin_pb2.StudyInfo, fmt: str) -> None:
+    if fmt != "table":
+        emit_data(to_data(info), fmt)
+        return
+    best = f"{info.best_value:.3f}x" if info.HasField("best_value") else "-"
+    rows = [
+        ("status", STATUS_NAMES.get(info.status, "?") + (" (SIMULATED)" if info.simulated else "")),
+        ("progress", f"{info.phase or '-'} {info.done}/{info.total}"),
+        ("best so far", best),
+        ("result", info.result or "-"),
+        ("config version", info.config_version or "-"),
+        ("nodes", ", ".join(info.nodes)),
+        ("message", info.message or "-"),
+    ]
+    emit_table(f"study {info.study_id}", ("FIELD", "VALUE"), rows)
+
+
+@admin.group()
+def study() -> None:
+    """Studies the controller runs: search NCCL settings and rank orders, prove the winner."""
+
+
+@study.command()
+@click.option("--id", "study_id", default="", help="Your own study id (starting it again resumes it).")
+@click.option("--nodes", default="", help="Comma-separated node names [every ready node].")
+@click.option("--collective", "collectives", multiple=True, callback=_weights, help="COLLECTIVE[=WEIGHT]; repeatable.")
+@click.option("--budget", type=click.IntRange(1, 100_000), default=60, show_default=True)
+@click.option(
+    "--sampler", type=click.Choice(["tpe", "random", "cmaes", "coordinate"]), default="tpe", show_default=True
+)
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
+@click.option("--min-bytes", type=ByteSize(), default="256", show_default=True)
+@click.option("--max-bytes", type=ByteSize(), default="1G", show_default=True)
+@click.option("--site", "site_fixed", multiple=True, callback=_pairs, help="Site-fixed NCCL_KEY=VALUE; repeatable.")
+@click.option("--wait/--no-wait", default=False, show_default=True, help="Wait until the study ends.")
+@connected
+def start(
+    client: AdminClient,
+    fmt: str,
+    study_id: str,
+    nodes: str,
+    collectives: dict[str, float],
+    budget: int,
+    sampler: str,
+    seed: int,
+    min_bytes: int,
+    max_bytes: int,
+    site_fixed: dict[str, str],
+    wait: bool,
+) -> None:
+    """Start a study on the controller (or resume one with the same --id)."""
+    info = client.start_study(
+        admin_pb2.StartStudyRequest(
+            study_id=study_id,
+            nodes=[n.strip() for n in nodes.split(",") if n.strip()],
+            collectives=collectives,
+            budget=budget,
+            sampler=sampler,
+            seed=seed,
+            min_bytes=min_bytes,
+            max_bytes=max_bytes,
+            site_fixed=site_fixed,
+        )
+    )
+    while wait and info.status == admin_pb2.STUDY_STATUS_RUNNING:
+        time.sleep(1.0)
+        info = client.get_study(info.study_id)
+    _print(info, fmt)
+
+
+@study.command()
+@click.argument("study_id", metavar="ID")
+@connected
+def status(client: AdminClient, fmt: str, study_id: str) -> None:
+    """Where a study stands: phase, trials done, best so far, result."""
+    _print(client.get_study(study_id), fmt)
+
+
+@study.command("list")
+@connected
+def list_studies(client: AdminClient, fmt: str) -> None:
+    """Recent studies, newest first."""
+    found = client.list_studies()
+    if fmt != "table":
+        emit_data([to_data(s) for s in found], fmt)
+        return
+    rows = [(s.study_id, STATUS_NAMES.get(s.status, "?"), s.result or "-", s.config_version or "-") for s in found]
+    emit_table(f"{len(found)} studies", ("ID", "STATUS", "RESULT", "CONFIG"), rows)
+
+
+@study.command()
+@click.argument("study_id", metavar="ID")
+@connected
+def trials(client: AdminClient, fmt: str, study_id: str) -> None:
+    """Every trial of a study, with its state, value and settings."""
+    found = client.study_trials(study_id)
+    if fmt != "table":
+        emit_data(to_data(found), fmt)
+        return
+    rows = [
+        (
+            str(t.number),
+            t.state,
+            f"{t.value:.4f}" if t.HasField("value") else "-",
+            " ".join(f"{k}={v}" for k, v in sorted(t.env.items())),
+            t.reason or "",
+        )
+        for t in found.trials
+    ]
+    emit_table(f"study {study_id}: {len(rows)} trials", ("#", "STATE", "VALUE", "PARAMS", "REASON"), rows)
+
+
+@study.command()
+@click.argument("study_id", metavar="ID")
+@connected
+def best(client: AdminClient, fmt: str, study_id: str) -> None:
+    """The best trial so far and, once proven, the result."""
+    found = client.study_trials(study_id)
+    info = client.get_study(study_id)
+    chosen = next((t for t in found.trials if found.HasField("best_trial") and t.number == found.best_trial), None)
+    if fmt != "table":
+        emit_data({"study": to_data(info), "best_trial": to_data(chosen) if chosen else None}, fmt)
+        return
+    if chosen is None:
+        click.echo(f"study {study_id}: no completed trial yet")
+    else:
+        params = " ".join(f"{k}={v}" for k, v in sorted(chosen.env.items()))
+        click.echo(f"study {study_id}: best trial {chosen.number}, {chosen.value:.4f}x the defaults: {params}")
+    click.echo(
+        f"result: {info.result or 'not proven yet'}" + (f" ({info.config_version})" if info.config_version else "")
+    )
+
+
+@study.command()
+@click.argument("study_id", metavar="ID")
+@connected
+def cancel(client: AdminClient, fmt: str, study_id: str) -> None:
+    """Stop a running study (its trials are kept; start it again with the same id to resume)."""
+    _print(client.cancel_study(study_id), fmt)

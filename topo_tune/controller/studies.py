@@ -1,0 +1,345 @@
+"""Studies the controller runs itself (``admin study start|status|trials|best|cancel``).
+
+A study is the same pass as ``topo-tune init`` (``tuning_pass.run_pass``), over nodes the controller already
+knows, run in a worker thread. The pass reaches the controller's services in-process through
+``InProcessPort`` (the same calls the admin API offers), so benchmark jobs, probes and config versions go
+through exactly the code the admin API uses. Trials live in Optuna's tables in the controller's database;
+the study row says where it stands. A cancelled study — or one a controller restart interrupted — resumes
+where it stopped when it is started again with the same id: no trial is lost or counted twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TypeVar
+
+import optuna
+import sqlalchemy as sa
+from google.protobuf.timestamp_pb2 import Timestamp
+from sqlalchemy.orm import Session
+
+from topo_tune.cluster_config import ClusterConfig, parse_cluster_config
+from topo_tune.controller import validation
+from topo_tune.controller.admin_service import node_message
+from topo_tune.controller.config_versions import ConfigVersions
+from topo_tune.controller.db.database import Database
+from topo_tune.controller.db.models import StudyRow
+from topo_tune.controller.jobs import BenchmarkJobs
+from topo_tune.controller.nodes import NodeRegistry, NodeState
+from topo_tune.controller.probes import Probes
+from topo_tune.errors import ConfigError, ConflictError, NotFoundError, TopoTuneError, ValidationError
+from topo_tune.tuner.study import A_FAILURE, A_REASON, StudyProgress
+from topo_tune.tuning_pass import run_pass
+from topo_tune.v1 import admin_pb2
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+STATUS_TO_WIRE = {
+    "running": admin_pb2.STUDY_STATUS_RUNNING,
+    "succeeded": admin_pb2.STUDY_STATUS_SUCCEEDED,
+    "failed": admin_pb2.STUDY_STATUS_FAILED,
+    "cancelled": admin_pb2.STUDY_STATUS_CANCELLED,
+}
+_OPTUNA_STATES = {"COMPLETE": "complete", "PRUNED": "pruned", "RUNNING": "running", "WAITING": "waiting"}
+
+
+class StudyCancelled(TopoTuneError):
+    """Raised inside a study's thread when ``admin study cancel`` stops it."""
+
+
+@dataclass
+class InProcessPort:
+    """The admin calls ``run_pass`` makes, answered by this controller's services from a worker thread."""
+
+    loop: asyncio.AbstractEventLoop
+    registry: NodeRegistry
+    jobs: BenchmarkJobs
+    probes: Probes
+    config_versions: ConfigVersions
+    spine: tuple[float | None, float | None]
+    cancelled: threading.Event
+
+    def _run(self, coroutine: Awaitable[T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()  # type: ignore[arg-type]
+
+    def list_nodes(self, *, rack: str = "") -> list[admin_pb2.Node]:
+        return [node_message(v, with_topology=False) for v in self._run(self.registry.list(rack=rack))]
+
+    def cluster_topology(self) -> admin_pb2.ClusterTopologyView:
+        view = admin_pb2.ClusterTopologyView(
+            nodes=[node_message(v, with_topology=True) for v in self._run(self.registry.list())]
+        )
+        if self.spine[0] is not None:
+            view.spine_oversubscription = self.spine[0]
+        if self.spine[1] is not None:
+            view.spine_bandwidth_gbps = self.spine[1]
+        return view
+
+    def start_probe_round(self, request: admin_pb2.StartProbeRoundRequest) -> admin_pb2.ProbeRound:
+        return self._run(self.probes.start(request))
+
+    def get_probe_round(self, round_id: str) -> admin_pb2.ProbeRound:
+        return self._run(self.probes.get(round_id))
+
+    def measured_pairs(self) -> admin_pb2.MeasuredPairs:
+        return self._run(self.probes.measured_pairs())
+
+    def start_benchmark(self, request: admin_pb2.StartBenchmarkRequest) -> admin_pb2.BenchmarkJob:
+        if self.cancelled.is_set():
+            raise StudyCancelled("cancelled by an admin")
+        return self._run(self.jobs.start(request))
+
+    def get_benchmark(self, job_id: str) -> admin_pb2.BenchmarkJob:
+        return self._run(self.jobs.get(job_id))
+
+    def put_config_version(
+        self, files: dict[str, str], provenance: dict[str, str], *, version_id: str = ""
+    ) -> admin_pb2.ConfigVersionInfo:
+        return self._run(self.config_versions.put(files, provenance, claimed_id=version_id))
+
+
+@dataclass
+class Studies:
+    db: Database
+    registry: NodeRegistry
+    jobs: BenchmarkJobs
+    probes: Probes
+    config_versions: ConfigVersions
+    wall_clock: Callable[[], datetime]
+    output_root: Path
+    rack_of: Mapping[str, str] = field(default_factory=dict)
+    spine: tuple[float | None, float | None] = (None, None)
+    _running: dict[str, tuple[threading.Thread, threading.Event]] = field(default_factory=dict, init=False)
+    _progress: dict[str, StudyProgress] = field(default_factory=dict, init=False)
+
+    async def recover(self) -> int:
+        """At start-up: studies a previous controller process was running are marked cancelled."""
+        now = self.wall_clock()
+
+        def write(session: Session) -> int:
+            rows = list(session.scalars(sa.select(StudyRow).where(StudyRow.status == "running")))
+            for row in rows:
+                row.status, row.finished_at = "cancelled", now
+                row.message = "the controller restarted during the study; start it again with this id to resume"
+            return len(rows)
+
+        return await self.db.run(write)
+
+    async def start(self, request: admin_pb2.StartStudyRequest) -> admin_pb2.StudyInfo:
+        study_id = request.study_id or "st-" + uuid.uuid4().hex[:12]
+        validation.node_name(study_id, "study_id")
+        if study_id in self._running:
+            return await self.get(study_id)
+        existing = await self.db.run(lambda session: session.get(StudyRow, study_id))
+        if existing is not None and existing.status == "succeeded":
+            return await self.get(study_id)
+        if existing is not None and existing.request != request.SerializeToString(deterministic=True):
+            raise ConflictError(f"study {study_id} exists with other settings; use another id")
+        cluster = await self._cluster(study_id, request)
+        nodes = [n.name for rack in cluster.racks for n in rack.nodes]
+        now = self.wall_clock()
+
+        def write(session: Session) -> None:
+            row = session.get(StudyRow, study_id)
+            if row is None:
+                session.add(
+                    StudyRow(
+                        id=study_id,
+                        status="running",
+                        message="",
+                        request=request.SerializeToString(deterministic=True),
+                        nodes=nodes,
+                        created_at=now,
+                        simulated=cluster.backend == "sim",
+                    )
+                )
+            else:
+                row.status, row.message, row.finished_at = "running", "resumed", None
+
+        await self.db.run(write)  # persist, then start the thread
+        cancelled = threading.Event()
+        port = InProcessPort(
+            loop=asyncio.get_running_loop(),
+            registry=self.registry,
+            jobs=self.jobs,
+            probes=self.probes,
+            config_versions=self.config_versions,
+            spine=self.spine,
+            cancelled=cancelled,
+        )
+        thread = threading.Thread(
+            target=self._run_study, args=(study_id, cluster, port), name=f"study-{study_id}", daemon=True
+        )
+        self._running[study_id] = (thread, cancelled)
+        thread.start()
+        logger.info("study started", extra={"study": study_id, "nodes": len(nodes)})
+        return await self.get(study_id)
+
+    async def _cluster(self, study_id: str, request: admin_pb2.StartStudyRequest) -> ClusterConfig:
+        views = [v for v in await self.registry.list() if v.state is NodeState.READY and not v.drained]
+        known = {v.name: v for v in await self.registry.list()}
+        names = list(request.nodes) or [v.name for v in views]
+        for i, name in enumerate(names):
+            validation.node_name(name, f"nodes[{i}]")
+            if name not in known:
+                raise NotFoundError(f"no node named {name!r}")
+        if len(names) < 1:
+            raise ValidationError("nodes", "no ready node to tune")
+        backends = {known[n].backend for n in names}
+        if len(backends) != 1:
+            raise ValidationError("nodes", f"the nodes run different backends ({', '.join(sorted(backends))})")
+        racks: dict[str, list[dict[str, object]]] = {}
+        for name in names:
+            rack = self.rack_of.get(name) or known[name].rack or "default"
+            racks.setdefault(rack, []).append({"name": name})
+        search: dict[str, object] = {
+            "budget": request.budget or 60,
+            "sampler": request.sampler or "tpe",
+            "seed": request.seed,
+            "minBytes": request.min_bytes or 256,
+            "maxBytes": request.max_bytes or (1 << 30),
+            "stepFactor": request.step_factor or 4,
+            "finalists": request.finalists or 3,
+            "proofPairs": request.proof_pairs or 10,
+        }
+        if request.knobs:
+            search["knobs"] = list(request.knobs)
+        document: dict[str, object] = {
+            "apiVersion": "topo-tune/v1",
+            "metadata": {"name": study_id},
+            "backend": backends.pop(),
+            "racks": [{"name": rack, "nodes": members} for rack, members in racks.items()],
+            "workload": {"collectives": dict(request.collectives) or {"all_reduce": 1.0}},
+            "search": search,
+            "siteFixed": dict(request.site_fixed),
+        }
+        if self.spine[0] is not None:
+            document["spine"] = {"oversubscription": self.spine[0]}
+        try:
+            return parse_cluster_config(document, source="study request")
+        except ConfigError as error:
+            raise ValidationError(error.field, error.reason) from None
+
+    def _run_study(self, study_id: str, cluster: ClusterConfig, port: InProcessPort) -> None:
+        status, message, result, version, name = "failed", "", "", "", ""
+        try:
+            outcome = run_pass(
+                cluster,
+                port,
+                output=self.output_root / study_id,
+                storage=self.db.url.render_as_string(hide_password=False),
+                on_progress=lambda update: self._progress.__setitem__(study_id, update),
+            )
+            status = "succeeded"
+            result = "promoted" if outcome.outcome.chosen is not None else "keep NCCL's defaults"
+            version, name = outcome.written.config_version.id, outcome.outcome.name
+            message = f"{len(outcome.outcome.trials)} trials; {result}"
+        except StudyCancelled:
+            status, message = "cancelled", "cancelled by an admin; start it again with this id to resume"
+        except TopoTuneError as error:
+            message = str(error)
+        except Exception as error:
+            logger.exception("study failed", extra={"study": study_id})
+            message = f"{error.__class__.__name__}: {error}"
+        now = self.wall_clock()
+
+        def finish(session: Session) -> None:
+            row = session.get(StudyRow, study_id)
+            if row is not None:
+                row.status, row.message, row.finished_at = status, message[:4000], now
+                row.result, row.config_version = result, version
+                row.optuna_name = name or row.optuna_name
+
+        try:
+            self.db.transact(finish)
+        finally:
+            self._running.pop(study_id, None)
+        logger.info("study finished: %s", status, extra={"study": study_id})
+
+    async def cancel(self, study_id: str) -> admin_pb2.StudyInfo:
+        running = self._running.get(study_id)
+        if running is None:
+            info = await self.get(study_id)
+            if info.status == admin_pb2.STUDY_STATUS_RUNNING:
+                raise ConflictError(f"study {study_id} is not running in this controller")
+            return info
+        running[1].set()
+        await asyncio.to_thread(running[0].join, 600)
+        return await self.get(study_id)
+
+    async def get(self, study_id: str) -> admin_pb2.StudyInfo:
+        row = await self.db.run(lambda session: session.get(StudyRow, study_id))
+        if row is None:
+            raise NotFoundError(f"no study with id {study_id!r}")
+        return self._info(row)
+
+    def _info(self, row: StudyRow) -> admin_pb2.StudyInfo:
+        info = admin_pb2.StudyInfo(
+            study_id=row.id,
+            status=STATUS_TO_WIRE[row.status],
+            message=row.message,
+            config_version=row.config_version,
+            result=row.result,
+            nodes=list(row.nodes),
+            simulated=row.simulated,
+            created_at=_stamp(row.created_at),
+        )
+        if row.finished_at is not None:
+            info.finished_at.CopyFrom(_stamp(row.finished_at))
+        progress = self._progress.get(row.id)
+        if progress is not None:
+            info.phase, info.done, info.total = progress.phase, progress.done, progress.total
+            if progress.best_value is not None:
+                info.best_value = progress.best_value
+        return info
+
+    async def list(self, *, limit: int = 50) -> list[admin_pb2.StudyInfo]:
+        def read(session: Session) -> list[StudyRow]:
+            return list(session.scalars(sa.select(StudyRow).order_by(StudyRow.created_at.desc()).limit(limit)))
+
+        return [self._info(row) for row in await self.db.run(read)]
+
+    async def trials(self, study_id: str) -> admin_pb2.StudyTrials:
+        await self.get(study_id)
+        prefix = f"init/{study_id}/"
+        storage = self.db.url.render_as_string(hide_password=False)
+
+        def read() -> admin_pb2.StudyTrials:
+            out = admin_pb2.StudyTrials(study_id=study_id)
+            # Opening Optuna's storage creates its tables; leave that to the study itself (two creators race).
+            if not sa.inspect(self.db.engine).has_table("trials"):
+                return out
+            names = [s.study_name for s in optuna.get_all_study_summaries(storage) if s.study_name.startswith(prefix)]
+            if not names:
+                return out
+            study = optuna.load_study(study_name=names[-1], storage=storage)
+            best: tuple[float, int] | None = None
+            for trial in study.get_trials(deepcopy=False):
+                state = _OPTUNA_STATES.get(trial.state.name, str(trial.user_attrs.get(A_FAILURE, "failed")))
+                entry = out.trials.add(
+                    number=trial.number, state=state, reason=str(trial.user_attrs.get(A_REASON) or "")
+                )
+                entry.env.update({k: str(v) for k, v in trial.params.items()})
+                if trial.value is not None and state == "complete":
+                    entry.value = trial.value
+                    if best is None or trial.value > best[0]:
+                        best = (trial.value, trial.number)
+            if best is not None:
+                out.best_trial = best[1]
+            return out
+
+        return await asyncio.to_thread(read)
+
+
+def _stamp(at: datetime) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromDatetime(at)
+    return stamp
