@@ -414,12 +414,17 @@ def _nic_affinities(topo: topology_pb2.NodeTopology) -> None:
 
 
 def _libnccl_version() -> str | None:
-    """Ask libnccl itself (ncclGetVersion), from the system or from the nvidia-nccl wheel; None if absent."""
-    candidates = ["libnccl.so.2"]
+    """Ask libnccl itself (ncclGetVersion): the nvidia-nccl wheel's first, then the system's; None if absent.
+
+    The wheel's library is the one torch (and so every benchmark worker) loads; a system libnccl2 package
+    beside it can be older, and results are keyed by the version that actually ran (seen on an H200 VM:
+    system 2.28.3, wheel 2.28.9)."""
+    candidates: list[str] = []
     spec = importlib.util.find_spec("nvidia.nccl") if importlib.util.find_spec("nvidia") else None
     if spec is not None and spec.submodule_search_locations:
         for location in spec.submodule_search_locations:
             candidates.append(str(Path(location) / "lib" / "libnccl.so.2"))
+    candidates.append("libnccl.so.2")
     for candidate in candidates:
         try:
             lib = ctypes.CDLL(candidate)
