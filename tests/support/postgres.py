@@ -99,6 +99,13 @@ class PostgresServer:
         finally:
             shutil.rmtree(self._data.parent, ignore_errors=True)
 
+    def unix_socket_url(self, url: str) -> str:
+        """``url`` (from ``new_database``) through the server's Unix socket instead of 127.0.0.1: a file
+        path, so a process in another network namespace reaches it too."""
+        if self._data is None:
+            raise RuntimeError("an external server (TOPO_TUNE_TEST_POSTGRES_URL) has no socket this test knows")
+        return f"{url.replace('@127.0.0.1:' + str(self._port), '@')}?host={self._data}&port={self._port}"
+
     def new_database(self) -> str:
         """A fresh, empty database; returns its SQLAlchemy URL."""
         name = f"t_{uuid.uuid4().hex[:12]}"

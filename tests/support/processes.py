@@ -47,12 +47,14 @@ class Daemon:
     args: list[str]
     log: Path
     env: dict[str, str] = field(default_factory=cli_env)
+    prefix: list[str] = field(default_factory=list)
+    """Put before the command, e.g. ``ip netns exec NS`` to run it in a network namespace."""
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Daemon:
         handle = self.log.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "topo_tune", *self.args],
+            [*self.prefix, sys.executable, "-m", "topo_tune", *self.args],
             env=self.env,
             stdout=handle,
             stderr=subprocess.STDOUT,
