@@ -277,6 +277,9 @@ _REASONS = {
 }
 
 
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
 def _format_path(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
@@ -284,6 +287,8 @@ def _format_path(loc: tuple[int | str, ...]) -> str:
             out += f"[{part}]"
         elif "[" in part or part.startswith("function-"):
             continue  # pydantic's validator tags, not fields
+        elif not _KEY.match(part):
+            out += f"[{json.dumps(part)}]"  # an odd key ("", a newline, spaces) stays visible and on one line
         else:
             out += f".{part}" if out else part
     return out
@@ -339,7 +344,7 @@ def loads_cluster_config(text: str, *, source: str = "cluster.yaml") -> ClusterC
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
-        problem = getattr(exc, "problem", None) or str(exc)
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())  # one line, as PyYAML's may not be
         raise ConfigError("", f"{where}: not valid YAML: {problem}") from None
     return parse_cluster_config(data, source=source)
 
