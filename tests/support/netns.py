@@ -68,8 +68,8 @@ class ClusterShape:
 
     def __post_init__(self) -> None:
         hosts = self.hosts
-        if len(hosts) < 2:
-            raise ValueError(f"racks: a cluster needs at least two hosts, got {hosts}")
+        if not hosts:
+            raise ValueError("racks: a cluster needs at least one host")
         if len(set(hosts)) != len(hosts):
             raise ValueError(f"racks: a host is listed twice: {hosts}")
         if len(hosts) > 250:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 import grpc.aio
+from google.protobuf.message import DecodeError
 
 from topo_tune.controller import status_codes
 from topo_tune.controller.sessions import AgentSession, SessionHub
@@ -18,6 +19,7 @@ from topo_tune.v1 import agent_pb2, agent_pb2_grpc
 logger = logging.getLogger(__name__)
 
 REGISTER_TIMEOUT_S = 30.0
+NOT_AN_AGENT_MESSAGE = "the bytes received are not an AgentMessage"
 
 
 class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
@@ -36,6 +38,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             return
         except TimeoutError:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "register: not sent within 30 s")
+        except DecodeError:
+            self._hub.metrics.rejected_messages.inc()
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"register: {NOT_AN_AGENT_MESSAGE}")
         if first.WhichOneof("kind") != "register":
             self._hub.metrics.rejected_messages.inc()
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "register: the first message must register")
@@ -78,6 +83,12 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             logger.warning("closing session: %s", error, extra={"node": session.node_name})
             failure.append(error)
             session.close(str(error))
+        except DecodeError:
+            # gRPC deserializes each frame as the stream is read; bytes of some other message are bad input.
+            self._hub.metrics.rejected_messages.inc()
+            logger.warning("closing session: %s", NOT_AN_AGENT_MESSAGE, extra={"node": session.node_name})
+            failure.append(ValidationError("message", NOT_AN_AGENT_MESSAGE))
+            session.close(NOT_AN_AGENT_MESSAGE)
         except grpc.aio.AioRpcError:
             session.close("agent closed the stream")
         except asyncio.CancelledError:
