@@ -33,6 +33,8 @@ def read_token(*, token_file: Path | None, token_env: str | None) -> str:
             token = token_file.read_text(encoding="utf-8").strip()
         except OSError as exc:
             raise ConfigError("--token-file", f"cannot read {token_file}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise ConfigError("--token-file", f"{token_file} is not UTF-8 text") from None
         if not token:
             raise ConfigError("--token-file", f"{token_file} is empty")
         return token
@@ -120,9 +122,13 @@ def _read(path: Path | None, flag: str) -> bytes | None:
     if path is None:
         return None
     try:
-        return path.read_bytes()
+        data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(flag, f"cannot read {path}: {exc.strerror or exc}") from None
+    if not data.strip():
+        # gRPC's core aborts the whole process on an empty key or certificate chain.
+        raise ConfigError(flag, f"{path} is empty")
+    return data
 
 
 def server_credentials(tls: TlsFiles) -> grpc.ServerCredentials:

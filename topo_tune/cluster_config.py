@@ -334,6 +334,8 @@ def load_cluster_config(path: Path) -> ClusterConfig:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError("", f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError("", f"{path}: not UTF-8 text (byte {exc.start})") from None
     return loads_cluster_config(text, source=str(path))
 
 

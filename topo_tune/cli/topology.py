@@ -86,7 +86,11 @@ def _bus_map(pairs: tuple[str, ...]) -> dict[str, str]:
 )
 def vm_file(host_xml: Path, pairs: tuple[str, ...]) -> None:
     """Print an NCCL_TOPO_FILE giving a VM the host's PCI tree under the VM's bus ids."""
-    host = read_nccl_topology(host_xml.read_text(), source=host_xml.name)
+    try:
+        text = host_xml.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise click.BadParameter(f"cannot read {host_xml}: {error}", param_hint="--host-xml") from error
+    host = read_nccl_topology(text, source=host_xml.name)
     try:
         click.echo(vm_topology_file(host, bus_ids=_bus_map(pairs)), nl=False)
     except ValueError as error:
