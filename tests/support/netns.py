@@ -386,6 +386,7 @@ class NetnsCluster:
                 "--node-name", host,
                 "--rack", self.shape.rack_of(host),
                 "--backend", "gloo",
+                "--address", self.address(host),  # gloo binds here and peers dial it
                 "--state-dir", str(self.workdir / f"state-{host}"),
                 "--config-dir", str(self.workdir / f"config-{host}"),
             ],
@@ -405,20 +406,20 @@ class NetnsCluster:
             interval=0.2,
         )
 
-    def admin(self, command: str, *args: str) -> subprocess.CompletedProcess[str]:
+    def admin(self, command: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """``topo-tune admin COMMAND`` from inside the controller's namespace, JSON output."""
-        argv = [sys.executable, "-m", "topo_tune", "admin", command, "--controller", self.controller_address]
+        argv = [sys.executable, "-m", "topo_tune", "admin", command, *args]
         return subprocess.run(
-            self.exec_argv("controller", [*argv, *args, "--output", "json"]),
+            self.exec_argv("controller", [*argv, "--controller", self.controller_address, "--output", "json"]),
             env=cli_env(),
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=timeout,
             check=False,
         )
 
-    def admin_json(self, command: str, *args: str) -> object:
-        done = self.admin(command, *args)
+    def admin_json(self, command: str, *args: str, timeout: float = 60) -> object:
+        done = self.admin(command, *args, timeout=timeout)
         assert done.returncode == 0, f"admin {command} {args} exited {done.returncode}: {done.stderr.strip()}"
         return json.loads(done.stdout)
 

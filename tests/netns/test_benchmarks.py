@@ -1,0 +1,165 @@
+"""Benchmarks and probes of real gloo agents over shaped links: what loopback cannot show.
+
+- probes recover the configured bandwidth matrix;
+- on two racks behind a slow shared spine, a rack-contiguous ring order beats the interleaved one by the
+  spine's sharing factor, and reaches the bound of its slowest link;
+- a link cut in the middle of a job ends it cleanly at its deadline and the agents take work again
+  once the link is back; an agent killed in the middle of a job fails that job, not the next one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from tests.netns.conftest import ClusterFactory
+from tests.support.netns import ClusterShape, NetnsCluster
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.netns
+
+TOLERANCE = 0.15
+SUCCEEDED = "BENCHMARK_JOB_STATUS_SUCCEEDED"
+RUNNING = "BENCHMARK_JOB_STATUS_RUNNING"
+
+
+def gbytes(mbit: float) -> float:
+    """Mbit/s (as tc counts) in GB/s (as the benchmarks report)."""
+    return mbit / 8 / 1000
+
+
+def bench(cluster: NetnsCluster, nodes: list[str], *args: str, timeout: float = 120) -> dict[str, Any]:
+    """``admin bench run`` of an all_reduce on ``nodes`` in that rank order; the job as JSON."""
+    done = cluster.admin("bench", "run", "--nodes", ",".join(nodes), "--ranks-per-node", "1", *args, timeout=timeout)
+    assert done.stdout, done.stderr
+    job: dict[str, Any] = json.loads(done.stdout)
+    return job
+
+
+def busbw(job: dict[str, Any]) -> float:
+    assert job["status"] == SUCCEEDED, job["message"]
+    return max(float(size["busbw_gbps"]) for size in job["sizes"])
+
+
+def started(cluster: NetnsCluster, nodes: list[str], *args: str) -> str:
+    """Start a job without waiting; its id once every rank is running."""
+    job = bench(cluster, nodes, "--no-wait", *args)
+    job_id = str(job["job_id"])
+    for host in nodes:  # each node's command acknowledged: its workers are up
+        wait_until(
+            lambda h=host: any(
+                c["status"] == "COMMAND_STATUS_ACKED" and c["kind"] == "run_benchmark"
+                for c in cluster.admin_json("commands", "--node", h)  # type: ignore[union-attr]
+            ),
+            what=f"{host} to run its part of {job_id}",
+            interval=0.2,
+        )
+    return job_id
+
+
+def job_status(cluster: NetnsCluster, job_id: str) -> dict[str, Any]:
+    job = cluster.admin_json("bench", "show", job_id)
+    assert isinstance(job, dict)
+    return job
+
+
+def test_probes_recover_the_shape_of_the_bandwidth_matrix(make_cluster: ClusterFactory, sqlite_url: str) -> None:
+    shape = ClusterShape(
+        racks={"r1": ["a", "b"], "r2": ["c"]},
+        rack_mbit=400,
+        cross_rack_mbit=200,
+        pair_mbit={frozenset(("a", "c")): 100},
+    )
+    cluster = make_cluster(shape)
+    cluster.start_controller(sqlite_url)
+    cluster.start_agents()
+    probed = cluster.admin("probe", "run", "--size", "1M", "--pair-deadline", "60", timeout=180)
+    assert probed.returncode == 0, probed.stderr
+    pairs = cluster.admin_json("probe", "pairs")
+    assert isinstance(pairs, list)
+    measured = {frozenset((p["node_a"], p["node_b"])): float(p["bandwidth_gbps"]) for p in pairs}
+    assert sorted(map(sorted, measured)) == [["a", "b"], ["a", "c"], ["b", "c"]]
+    # Each pair relative to the fastest, measured against configured. (In absolute terms a gloo probe
+    # reads about half its link: gloo's sendrecv over one pair moves one direction at a time.)
+    fastest_measured = max(measured.values())
+    fastest_configured = max(shape.path_mbit(*sorted(pair)) for pair in measured)
+    for pair, gbps in measured.items():
+        configured = shape.path_mbit(*sorted(pair)) / fastest_configured
+        relative = gbps / fastest_measured
+        assert abs(relative - configured) <= TOLERANCE * configured, (
+            f"{sorted(pair)}: {relative:.3f} vs {configured:.3f}"
+        )
+
+
+def test_a_rack_contiguous_ring_beats_an_interleaved_one_across_a_shared_spine(
+    make_cluster: ClusterFactory, sqlite_url: str
+) -> None:
+    shape = ClusterShape(racks={"r1": ["a", "b"], "r2": ["c", "d"]}, rack_mbit=400, spine_mbit=100)
+    cluster = make_cluster(shape)
+    cluster.start_controller(sqlite_url)
+    cluster.start_agents()
+    contiguous, interleaved = ["a", "b", "c", "d"], ["a", "c", "b", "d"]
+    assert crossings(shape, contiguous) == 2 and crossings(shape, interleaved) == 4
+
+    sweep = ("-b", "2M", "-e", "2M", "-n", "3", "-w", "1", "--out-of-place-only")
+    contiguous_busbw = busbw(bench(cluster, contiguous, *sweep))
+    interleaved_busbw = busbw(bench(cluster, interleaved, *sweep))
+    # Interleaved, two ring hops share the spine in each direction; contiguous, one does.
+    assert contiguous_busbw >= 1.5 * interleaved_busbw, (contiguous_busbw, interleaved_busbw)
+    bound = gbytes(shape.spine_mbit or 0)  # the contiguous ring's slowest link: the spine, once each way
+    assert contiguous_busbw >= (1 - TOLERANCE) * bound, f"{contiguous_busbw:.4f} GB/s, bound {bound:.4f} GB/s"
+
+
+def crossings(shape: ClusterShape, order: list[str]) -> int:
+    return sum(shape.rack_of(x) != shape.rack_of(y) for x, y in zip(order, order[1:] + order[:1], strict=True))
+
+
+def test_a_link_cut_mid_job_times_it_out_and_the_agents_recover(make_cluster: ClusterFactory, sqlite_url: str) -> None:
+    shape = ClusterShape(racks={"r1": ["a", "b"]}, rack_mbit=100)
+    cluster = make_cluster(shape)
+    cluster.start_controller(sqlite_url)
+    cluster.start_agents()
+    job_id = started(cluster, ["a", "b"], "-b", "8M", "-e", "8M", "-n", "200", "-w", "0", "--deadline", "8")
+
+    cluster.set_link("a", "b", up=False)
+    cut_at = time.monotonic()
+    job = wait_until(
+        lambda: (found := job_status(cluster, job_id))["status"] != RUNNING and found,
+        what="the job to end",
+        timeout=60,
+        interval=0.5,
+    )
+    assert job["status"] == "BENCHMARK_JOB_STATUS_TIMED_OUT", job
+    assert time.monotonic() - cut_at < 8 + 20, "ended near its deadline"
+    assert cluster.node_states() == {"a": "NODE_STATE_READY", "b": "NODE_STATE_READY"}
+    assert all(agent.alive() for agent in cluster.agents.values())
+
+    cluster.set_link("a", "b", up=True)
+    again = bench(cluster, ["a", "b"], "-b", "1M", "-e", "1M", "-n", "3", "-w", "1", "--out-of-place-only")
+    assert again["status"] == SUCCEEDED, again["message"]
+
+
+def test_an_agent_killed_mid_job_fails_that_job_and_not_the_next(make_cluster: ClusterFactory, sqlite_url: str) -> None:
+    shape = ClusterShape(racks={"r1": ["a", "b"]}, rack_mbit=100)
+    cluster = make_cluster(shape)
+    cluster.start_controller(sqlite_url)
+    cluster.start_agents()
+    job_id = started(cluster, ["a", "b"], "-b", "8M", "-e", "8M", "-n", "200", "-w", "0", "--deadline", "8")
+
+    cluster.agents["b"].kill()
+    job = wait_until(
+        lambda: (found := job_status(cluster, job_id))["status"] != RUNNING and found,
+        what="the job to end",
+        timeout=60,
+        interval=0.5,
+    )
+    assert job["status"] in ("BENCHMARK_JOB_STATUS_FAILED", "BENCHMARK_JOB_STATUS_TIMED_OUT"), job
+    assert job["message"], "the job says why it ended"
+
+    cluster.start_agent("b")
+    wait_until(lambda: cluster.nodes()["b"]["registrations"] == 2, what="b back", interval=0.3)
+    again = bench(cluster, ["a", "b"], "-b", "1M", "-e", "1M", "-n", "3", "-w", "1", "--out-of-place-only")
+    assert again["status"] == SUCCEEDED, again["message"]
