@@ -66,6 +66,16 @@ def job_status(cluster: NetnsCluster, job_id: str) -> dict[str, Any]:
     return job
 
 
+def ended(cluster: NetnsCluster, job_id: str) -> dict[str, Any]:
+    job: dict[str, Any] = wait_until(
+        lambda: (found := job_status(cluster, job_id))["status"] != RUNNING and found,
+        what=f"job {job_id} to end",
+        timeout=60,
+        interval=0.5,
+    )
+    return job
+
+
 def test_probes_recover_the_shape_of_the_bandwidth_matrix(make_cluster: ClusterFactory, sqlite_url: str) -> None:
     shape = ClusterShape(
         racks={"r1": ["a", "b"], "r2": ["c"]},
@@ -126,12 +136,7 @@ def test_a_link_cut_mid_job_times_it_out_and_the_agents_recover(make_cluster: Cl
 
     cluster.set_link("a", "b", up=False)
     cut_at = time.monotonic()
-    job = wait_until(
-        lambda: (found := job_status(cluster, job_id))["status"] != RUNNING and found,
-        what="the job to end",
-        timeout=60,
-        interval=0.5,
-    )
+    job = ended(cluster, job_id)
     assert job["status"] == "BENCHMARK_JOB_STATUS_TIMED_OUT", job
     assert time.monotonic() - cut_at < 8 + 20, "ended near its deadline"
     assert cluster.node_states() == {"a": "NODE_STATE_READY", "b": "NODE_STATE_READY"}
@@ -150,12 +155,7 @@ def test_an_agent_killed_mid_job_fails_that_job_and_not_the_next(make_cluster: C
     job_id = started(cluster, ["a", "b"], "-b", "8M", "-e", "8M", "-n", "200", "-w", "0", "--deadline", "8")
 
     cluster.agents["b"].kill()
-    job = wait_until(
-        lambda: (found := job_status(cluster, job_id))["status"] != RUNNING and found,
-        what="the job to end",
-        timeout=60,
-        interval=0.5,
-    )
+    job = ended(cluster, job_id)
     assert job["status"] in ("BENCHMARK_JOB_STATUS_FAILED", "BENCHMARK_JOB_STATUS_TIMED_OUT"), job
     assert job["message"], "the job says why it ended"
 
