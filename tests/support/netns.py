@@ -123,6 +123,10 @@ class _Link:
     mbit: float | None
     routes: tuple[tuple[str, tuple[str, ...]], ...]
 
+    @property
+    def ends(self) -> tuple[tuple[str, str], tuple[str, str]]:
+        return self.a, self.b
+
 
 def _run(argv: Sequence[str], *, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
@@ -349,6 +353,12 @@ class NetnsCluster:
             _run(["ip", "-n", namespace, "link", "set", interface, "up" if up else "down"])
         if up:
             self._add_routes(link)  # the kernel dropped them with the link
+
+    def sent_bytes(self, a: str, b: str) -> int:
+        """Bytes ``a`` has sent on its end of the link to ``b`` (traffic shows a job's ranks are running)."""
+        namespace, interface = next(end for end in self._link(a, b).ends if end[0] == self.namespace(a))
+        shown = json.loads(_run(["ip", "-n", namespace, "-j", "-s", "link", "show", "dev", interface]).stdout)
+        return int(shown[0]["stats64"]["tx"]["bytes"])
 
     def set_rate(self, a: str, b: str, mbit: float) -> None:
         """Change the rate of a shaped link, both directions, while traffic may be flowing."""
