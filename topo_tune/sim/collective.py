@@ -4,13 +4,16 @@ The factors follow NVIDIA nccl-tests (``doc/PERFORMANCE.md`` and each test's ``*
 ``S / t`` with ``S`` the size nccl-tests prints for that test, and busbw multiplies it by a factor that
 makes every test comparable to a link's bandwidth.
 
-Non-goal: being the harness's own arithmetic. The real benchmark backends compute the same numbers from
-measured times; keep the two in agreement (one shared helper once both exist).
+The busbw factors are the harness's own (``topo_tune.benchmark.collectives``), so simulated and measured
+figures can never disagree on them.
 """
 
 from __future__ import annotations
 
 import enum
+
+from topo_tune.benchmark.collectives import Collective as HarnessCollective
+from topo_tune.benchmark.collectives import bus_factor as harness_bus_factor
 
 
 class Collective(enum.Enum):
@@ -32,11 +35,7 @@ def bus_factor(collective: Collective, nranks: int) -> float:
     """nccl-tests' busbw / algbw ratio for ``collective`` over ``nranks`` ranks."""
     if nranks < 1:
         raise ValueError(f"nranks must be at least 1, got {nranks}")
-    if collective is Collective.ALL_REDUCE:
-        return 2.0 * (nranks - 1) / nranks
-    if collective in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALLTOALL):
-        return (nranks - 1) / nranks
-    return 1.0
+    return harness_bus_factor(HarnessCollective(collective.value), nranks)
 
 
 def algbw_gbs(size_bytes: int, time_us: float) -> float:
