@@ -11,6 +11,7 @@ Secret or a file.
 
 from __future__ import annotations
 
+import abc
 import hmac
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -64,8 +65,9 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
     code = grpc.StatusCode.UNAUTHENTICATED
     details = _REFUSED
 
+    @abc.abstractmethod
     def admits(self, handler_call_details: grpc.HandlerCallDetails) -> bool:
-        raise NotImplementedError
+        """Whether this call may go on to its handler."""
 
     async def intercept_service(
         self,

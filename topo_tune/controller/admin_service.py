@@ -68,6 +68,19 @@ def node_message(view: NodeView, *, with_topology: bool) -> admin_pb2.Node:
     return node
 
 
+def cluster_topology_view(
+    views: list[NodeView], spine: tuple[float | None, float | None]
+) -> admin_pb2.ClusterTopologyView:
+    """Every node with its topology, and the spine from cluster.yaml: what ``admin topology`` renders."""
+    view = admin_pb2.ClusterTopologyView(nodes=[node_message(v, with_topology=True) for v in views])
+    oversubscription, bandwidth = spine
+    if oversubscription is not None:
+        view.spine_oversubscription = oversubscription
+    if bandwidth is not None:
+        view.spine_bandwidth_gbps = bandwidth
+    return view
+
+
 def command_message(record: CommandRecord) -> admin_pb2.CommandInfo:
     info = admin_pb2.CommandInfo(
         command_id=record.id,
@@ -161,14 +174,7 @@ class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
     async def GetClusterTopology(
         self, request: admin_pb2.GetClusterTopologyRequest, context: Ctx
     ) -> admin_pb2.ClusterTopologyView:
-        views = await self._registry.list()
-        view = admin_pb2.ClusterTopologyView(nodes=[node_message(v, with_topology=True) for v in views])
-        oversubscription, bandwidth = self._spine
-        if oversubscription is not None:
-            view.spine_oversubscription = oversubscription
-        if bandwidth is not None:
-            view.spine_bandwidth_gbps = bandwidth
-        return view
+        return cluster_topology_view(await self._registry.list(), self._spine)
 
     @maps_errors
     async def StartBenchmark(self, request: admin_pb2.StartBenchmarkRequest, context: Ctx) -> admin_pb2.BenchmarkJob:

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from topo_tune.cluster_config import ClusterConfig, parse_cluster_config
 from topo_tune.controller import validation
-from topo_tune.controller.admin_service import node_message
+from topo_tune.controller.admin_service import cluster_topology_view, node_message
 from topo_tune.controller.config_versions import ConfigVersions
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import StudyRow
@@ -74,14 +74,7 @@ class InProcessPort:
         return [node_message(v, with_topology=False) for v in self._run(self.registry.list(rack=rack))]
 
     def cluster_topology(self) -> admin_pb2.ClusterTopologyView:
-        view = admin_pb2.ClusterTopologyView(
-            nodes=[node_message(v, with_topology=True) for v in self._run(self.registry.list())]
-        )
-        if self.spine[0] is not None:
-            view.spine_oversubscription = self.spine[0]
-        if self.spine[1] is not None:
-            view.spine_bandwidth_gbps = self.spine[1]
-        return view
+        return cluster_topology_view(self._run(self.registry.list()), self.spine)
 
     def start_probe_round(self, request: admin_pb2.StartProbeRoundRequest) -> admin_pb2.ProbeRound:
         return self._run(self.probes.start(request))
