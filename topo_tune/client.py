@@ -19,6 +19,7 @@ from topo_tune.errors import (
     ConflictError,
     ControllerError,
     ControllerUnavailable,
+    NodeBusy,
     NotFoundError,
     Unauthenticated,
     ValidationError,
@@ -44,6 +45,8 @@ def _mapped(address: str) -> Iterator[None]:
         if code == grpc.StatusCode.INVALID_ARGUMENT:
             field, _, reason = details.partition(": ")
             raise ValidationError(field, reason) if reason else ValidationError("", details) from None
+        if code == grpc.StatusCode.ABORTED:
+            raise NodeBusy(details) from None
         if code == grpc.StatusCode.ALREADY_EXISTS:
             raise ConflictError(details) from None
         raise ControllerError(f"controller {address}: {code.name}: {details}") from None

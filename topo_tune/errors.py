@@ -6,6 +6,7 @@
     ├── SimInputError             a cluster description, environment or argument the simulator cannot use
     ├── NotFoundError             a node, command or other object that does not exist
     ├── ConflictError             the request contradicts current state (e.g. same command id, other body)
+    │   └── NodeBusy              a node runs another benchmark job (ABORTED: retry later)
     ├── StorageError              the database failed after retries
     ├── PluginBuildError          the NCCL tuner plugin could not be compiled (no compiler, failed compile)
     ├── KubernetesError           the Kubernetes API refused a request or could not be reached; carries the status
@@ -51,6 +52,10 @@ class NotFoundError(TopoTuneError):
 
 class ConflictError(TopoTuneError):
     """The request contradicts the current state."""
+
+
+class NodeBusy(ConflictError):
+    """A node is running another benchmark job; the same request can succeed once it ends."""
 
 
 class StorageError(TopoTuneError):

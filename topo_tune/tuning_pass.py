@@ -24,7 +24,7 @@ from typing import Protocol
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.wire import COLLECTIVE_TO_PROTO
 from topo_tune.cluster_config import ClusterConfig
-from topo_tune.errors import ConfigError, TopoTuneError
+from topo_tune.errors import ConfigError, NodeBusy, TopoTuneError
 from topo_tune.topology import Measurement, PairMatrix, Spine, build_cluster
 from topo_tune.tuner.objective import Measurements, Objective, SizeSample, WorkloadProfile
 from topo_tune.tuner.outputs import ClusterShape, WrittenOutputs, write_outputs
@@ -97,17 +97,26 @@ class JobEvaluator:
         return Measurements(tuple(samples), simulated=simulated)
 
     def _run(self, collective: str, sweep: agent_pb2.SizeSweep, config: TrialConfig) -> admin_pb2.BenchmarkJob:
-        job = self.client.start_benchmark(
-            admin_pb2.StartBenchmarkRequest(
-                collective=COLLECTIVE_TO_PROTO[Collective(collective)],
-                nodes=list(config.rank_order.nodes),
-                sizes=sweep,
-                env=dict(config.env),
-                iters=self.iters,
-                warmup_iters=self.warmup_iters,
-                deadline_s=int(self.deadline_s),
-            )
+        request = admin_pb2.StartBenchmarkRequest(
+            collective=COLLECTIVE_TO_PROTO[Collective(collective)],
+            nodes=list(config.rank_order.nodes),
+            sizes=sweep,
+            env=dict(config.env),
+            iters=self.iters,
+            warmup_iters=self.warmup_iters,
+            deadline_s=int(self.deadline_s),
         )
+        # A node still busy with an earlier job (e.g. one left by a run that was killed and is being resumed)
+        # frees up when that job ends or reaches its deadline: wait for it rather than fail the trial.
+        waited_until = time.monotonic() + self.deadline_s
+        while True:
+            try:
+                job = self.client.start_benchmark(request)
+                break
+            except NodeBusy as busy:
+                if time.monotonic() > waited_until:
+                    raise TrialFailed(str(busy), kind="timeout") from None
+                self.sleep(0.5)
         while job.status == admin_pb2.BENCHMARK_JOB_STATUS_RUNNING:
             self.sleep(self.poll_s)
             job = self.client.get_benchmark(job.job_id)

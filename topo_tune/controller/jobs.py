@@ -37,7 +37,7 @@ from topo_tune.controller.commands import CommandBook, CommandRecord, CommandSta
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import BenchmarkJobRow, CommandRow
 from topo_tune.controller.nodes import NodeRegistry, NodeState, NodeView
-from topo_tune.errors import ConflictError, NotFoundError, ValidationError
+from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, ValidationError
 from topo_tune.v1 import admin_pb2, agent_pb2, topology_pb2
 
 logger = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ class BenchmarkJobs:
         def write(session: Session) -> list[CommandRecord]:
             busy = _busy(session, nodes)
             if busy:
-                raise ConflictError(f"node {busy[0]} is running benchmark job {busy[1]}: one job per node at a time")
+                raise NodeBusy(f"node {busy[0]} is running benchmark job {busy[1]}: one job per node at a time")
             session.add(
                 BenchmarkJobRow(
                     id=job_id,
@@ -205,6 +205,15 @@ class BenchmarkJobs:
 
         job_id = await self.db.run(job_of)
         if job_id:
+            await self._finish_if_complete(job_id, timed_out=False)
+
+    async def recover(self) -> None:
+        """At start-up: finish jobs whose every node had reported before the last controller stopped."""
+
+        def running(session: Session) -> list[str]:
+            return list(session.scalars(sa.select(BenchmarkJobRow.id).where(BenchmarkJobRow.status == RUNNING)))
+
+        for job_id in await self.db.run(running):
             await self._finish_if_complete(job_id, timed_out=False)
 
     async def sweep(self) -> list[str]:

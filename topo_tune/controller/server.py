@@ -262,6 +262,7 @@ class Controller:
         await asyncio.to_thread(self.db.migrate)
         known = await self.registry.load()
         await self.probes.recover()
+        await self.jobs.recover()
         await self.studies.recover()
         logger.info("database ready", extra={"nodes": known, "url": self.db.url.render_as_string()})
 
