@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.netns.conftest import ClusterFactory
-from tests.support.netns import ClusterShape
+from tests.support.netns import ClusterShape, NetnsCluster
 
 pytestmark = pytest.mark.netns
 
@@ -25,6 +25,7 @@ ITERS = 5
 WARMUP = 1
 AGREEMENT = 0.10
 BARE_PORT = 29555
+ROUNDS = 2
 
 
 def test_job_busbw_agrees_with_a_bare_loop_over_the_same_hosts(make_cluster: ClusterFactory, sqlite_url: str) -> None:
@@ -34,15 +35,34 @@ def test_job_busbw_agrees_with_a_bare_loop_over_the_same_hosts(make_cluster: Clu
     cluster.start_agents()
     hosts = list(shape.hosts)
 
+    harness_runs = []
+    bare_runs = []
+    for _ in range(ROUNDS):  # interleaved, so a burst of load on the host hits both sides alike
+        harness_runs.append(harness_times(cluster, hosts))
+        bare_runs.append(bare_times(cluster, hosts))
+    harness = {size: min(run[size] for run in harness_runs) for size in SIZES}
+    bare = {size: min(run[size] for run in bare_runs) for size in SIZES}
+
+    for size in SIZES:
+        ratio = harness[size] / bare[size]
+        assert abs(ratio - 1) <= AGREEMENT, f"{size} B: harness {harness[size]:.0f} us, bare {bare[size]:.0f} us"
+
+
+def harness_times(cluster: NetnsCluster, hosts: list[str]) -> dict[int, float]:
+    """Mean microseconds per in-place all_reduce, per size, from ``admin bench run`` (data check on)."""
     sweep = ["-b", str(SIZES[0]), "-e", str(SIZES[-1]), "-f", "4", "-n", str(ITERS), "-w", str(WARMUP), "--in-place"]
     done = cluster.admin("bench", "run", "--nodes", ",".join(hosts), "--ranks-per-node", "1", *sweep, timeout=120)
     assert done.returncode == 0, done.stderr
     job: dict[str, Any] = json.loads(done.stdout)
     assert job["status"] == "BENCHMARK_JOB_STATUS_SUCCEEDED", job["message"]
-    harness = {int(s["bytes"]): float(s["time_us"]) for s in job["sizes"] if s["in_place"]}
-    assert sorted(harness) == list(SIZES)
     assert all(int(s["wrong"]) == 0 and s["checked"] for s in job["sizes"]), "the data check ran on every size"
+    times = {int(s["bytes"]): float(s["time_us"]) for s in job["sizes"] if s["in_place"]}
+    assert sorted(times) == list(SIZES)
+    return times
 
+
+def bare_times(cluster: NetnsCluster, hosts: list[str]) -> dict[int, float]:
+    """The same sweep by ``tests.support.bare_loop``, one rank per host, run by hand in the namespaces."""
     master = f"{cluster.address(hosts[0])}:{BARE_PORT}"
 
     def bare_rank(rank: int) -> list[str]:
@@ -55,8 +75,4 @@ def test_job_busbw_agrees_with_a_bare_loop_over_the_same_hosts(make_cluster: Clu
     ranks = [cluster.popen_in(host, bare_rank(rank)) for rank, host in enumerate(hosts)]
     outputs = [rank.communicate(timeout=120) for rank in ranks]
     assert all(rank.returncode == 0 for rank in ranks), [err[-2000:] for _, err in outputs]
-    bare = {int(size): us for size, us in json.loads(outputs[0][0]).items()}
-
-    for size in SIZES:
-        ratio = harness[size] / bare[size]
-        assert abs(ratio - 1) <= AGREEMENT, f"{size} B: harness {harness[size]:.0f} us, bare {bare[size]:.0f} us"
+    return {int(size): us for size, us in json.loads(outputs[0][0]).items()}
