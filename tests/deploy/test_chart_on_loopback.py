@@ -5,10 +5,10 @@ their args and env as rendered, their ConfigMap/Secret volumes written to tempor
 mounted paths' stand-ins, Service addresses and container ports mapped to free loopback ports. Kubelet's
 gRPC liveness and readiness probes are replayed against the probe port, and the helm test must see the agent
 `ready`. With two replicas the rendered controller is parsed by the real CLI and run in-process against a fake
-Kubernetes API server (a pod's service account cannot be faked for a subprocess): one replica leads and is
-Ready, the other is alive but not Ready, the standby takes over when the leader stops, and every Lease request
-they make is one the chart's Role allows. What this cannot show (scheduling, the NVIDIA runtime) is covered by
-the render tests.
+Kubernetes API server (a pod's service account cannot be faked for a subprocess): both replicas are Ready, the
+Service's selector matches the leader's pod alone (its label), the standby takes over and the Service follows
+when the leader stops, and every Lease and pod request they make is one the chart's Role allows. What this
+cannot show (scheduling, the NVIDIA runtime) is covered by the render tests.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import os
 import re
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,7 @@ from tests.deploy.chart_render import (
     pod_spec,
     render,
 )
-from tests.kube.fake_apiserver import LEASE_PATH, FakeApiServer
+from tests.kube.fake_apiserver import LEASE_PATH, POD_PATH, FakeApiServer
 from tests.support.processes import Daemon, free_port, run_cli
 from tests.support.waiting import async_wait_until, wait_until
 from topo_tune.cli import controller as controller_cli
@@ -71,6 +71,7 @@ class Loopback:
     root: Path
     secrets: dict[str, dict[str, bytes]] = field(default_factory=dict)
     ports: dict[int, int] = field(default_factory=dict)
+    pod_name: str = f"{CONTROLLER}-0"
 
     def __post_init__(self) -> None:
         for secret in self.rendered.all("Secret"):
@@ -121,7 +122,8 @@ class Loopback:
             return str(entry["value"])
         source = entry["valueFrom"]
         if "fieldRef" in source:
-            return {"spec.nodeName": NODE, "metadata.namespace": NAMESPACE}[source["fieldRef"]["fieldPath"]]
+            fields = {"spec.nodeName": NODE, "metadata.namespace": NAMESPACE, "metadata.name": self.pod_name}
+            return fields[source["fieldRef"]["fieldPath"]]
         ref = source["secretKeyRef"]
         return self.secrets[ref["name"]][ref["key"]].decode()
 
@@ -139,10 +141,13 @@ def _probe(loopback: Loopback, probe: Manifest) -> bool:
 
 
 async def _probe_async(loopback: Loopback, probe: Manifest) -> bool:
-    """``_probe`` for a controller that runs on this event loop."""
+    """``_probe`` for a controller that runs on this event loop; as kubelet, no answer is a failed probe."""
     request = health_pb2.HealthCheckRequest(service=probe["grpc"].get("service", ""))
     async with grpc.aio.insecure_channel(f"127.0.0.1:{loopback.port(probe['grpc']['port'])}") as channel:
-        reply = await health_pb2_grpc.HealthStub(channel).Check(request, timeout=2)
+        try:
+            reply = await health_pb2_grpc.HealthStub(channel).Check(request, timeout=2)
+        except grpc.aio.AioRpcError:
+            return False
     return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
 
@@ -281,12 +286,12 @@ class Replica:
     loopback: Loopback
 
 
-def _replica(rendered: Rendered, root: Path, *, kube: KubeEnvironment, database_url: str) -> Replica:
+def _replica(rendered: Rendered, root: Path, *, kube: KubeEnvironment, database_url: str, pod_name: str) -> Replica:
     """Parse the rendered controller's args and env with `topo-tune controller serve` (which then runs nothing).
 
     The pod's in-cluster API (service account, KUBERNETES_SERVICE_*) is the fake API server.
     """
-    loopback = Loopback(rendered, root)
+    loopback = Loopback(rendered, root, pod_name=pod_name)
     loopback.secrets["topo-tune-db"] = {"url": database_url.encode()}
     args, env = loopback.command(rendered.controller)
     parsed: list[ControllerSettings] = []
@@ -306,10 +311,15 @@ def _replica(rendered: Rendered, root: Path, *, kube: KubeEnvironment, database_
     return Replica(settings, loopback)
 
 
-def _lease_request_allowed(rendered: Rendered, method: str, path: str) -> bool:
-    """Whether the release's RBAC lets the controller's ServiceAccount make this Lease request."""
-    match = LEASE_PATH.match(urllib.parse.urlsplit(path).path)
-    assert match, f"the controller called {method} {path}, which the chart's Role is not about"
+def _request_allowed(rendered: Rendered, method: str, path: str) -> bool:
+    """Whether the release's RBAC lets the controller's ServiceAccount make this Lease or pod request."""
+    url = urllib.parse.urlsplit(path).path
+    if match := LEASE_PATH.match(url):
+        group, resource = "coordination.k8s.io", "leases"
+    elif match := POD_PATH.match(url):
+        group, resource = "", "pods"
+    else:
+        raise AssertionError(f"the controller called {method} {path}, which the chart's Role is not about")
     namespace, name = match.groups()
     verb = LEASE_VERBS[method] if name or method != "GET" else "list"
     bound = {
@@ -319,8 +329,8 @@ def _lease_request_allowed(rendered: Rendered, method: str, path: str) -> bool:
     }
     return any(
         role["metadata"]["namespace"] == namespace
-        and "coordination.k8s.io" in rule["apiGroups"]
-        and "leases" in rule["resources"]
+        and group in rule["apiGroups"]
+        and resource in rule["resources"]
         and verb in rule["verbs"]
         # A rule with resourceNames never authorizes a request without a name (create, list).
         and ("resourceNames" not in rule or name in rule["resourceNames"])
@@ -343,10 +353,14 @@ def test_replicas_elect_one_ready_leader_and_fail_over(tmp_path: Path) -> None:
             (tmp_path / token).mkdir()
             (tmp_path / token / "sa-token").write_text(token)
             kube = KubeEnvironment(api_url=apiserver.url, token_file=tmp_path / token / "sa-token", namespace="default")
-            replicas.append(
-                _replica(rendered, tmp_path / token, kube=kube, database_url=f"sqlite:///{tmp_path / 'shared.db'}")
-            )
-        asyncio.run(_elect_and_fail_over(replicas, container))
+            pod_name = f"{CONTROLLER}-{index}"
+            template = rendered.controller["spec"]["template"]["metadata"]["labels"]
+            apiserver.add_pod(NAMESPACE, pod_name, node=NODE, labels=dict(template))
+            database_url = f"sqlite:///{tmp_path / 'shared.db'}"
+            root = tmp_path / token
+            replicas.append(_replica(rendered, root, kube=kube, database_url=database_url, pod_name=pod_name))
+        service = rendered.one("Service", CONTROLLER)
+        asyncio.run(_elect_and_fail_over(replicas, container, apiserver, service["spec"]["selector"]))
         lease = apiserver.lease(NAMESPACE, CONTROLLER)
         requests = list(apiserver.requests)
     finally:
@@ -354,11 +368,14 @@ def test_replicas_elect_one_ready_leader_and_fail_over(tmp_path: Path) -> None:
     # The Lease of this release, in the pod's namespace (not the service account's "default").
     assert lease is not None and lease["spec"]["leaseTransitions"] >= 1
     assert {method for method, _, _ in requests} >= {"GET", "POST", "PUT"}
-    refused = sorted({(m, p) for m, p, _ in requests if not _lease_request_allowed(rendered, m, p)})
+    assert ("PATCH", f"/api/v1/namespaces/{NAMESPACE}/pods/{CONTROLLER}-0") in {(m, p) for m, p, _ in requests}
+    refused = sorted({(m, p) for m, p, _ in requests if not _request_allowed(rendered, m, p)})
     assert refused == [], "the chart's Role would refuse these requests"
 
 
-async def _elect_and_fail_over(replicas: list[Replica], container: Manifest) -> None:
+async def _elect_and_fail_over(
+    replicas: list[Replica], container: Manifest, apiserver: FakeApiServer, selector: dict[str, str]
+) -> None:
     async def states() -> list[tuple[bool, bool]]:
         """(live, ready) of each replica, as kubelet's probes would see them."""
         return [
@@ -369,32 +386,44 @@ async def _elect_and_fail_over(replicas: list[Replica], container: Manifest) -> 
             for replica in replicas
         ]
 
-    async def one_ready() -> list[tuple[bool, bool]] | None:
-        seen = await states()
-        return seen if [ready for _, ready in seen].count(True) == 1 else None
+    def selected(index: int) -> bool:
+        pod = apiserver.pod(NAMESPACE, replicas[index].loopback.pod_name)
+        assert pod is not None
+        return all(pod["metadata"]["labels"].get(key) == value for key, value in selector.items())
+
+    async def endpoints() -> list[int]:
+        """The replicas behind the Service: Ready, and matching its selector."""
+        return [i for i, (_, ready) in enumerate(await states()) if ready and selected(i)]
+
+    async def one_endpoint() -> list[int] | None:
+        found = await endpoints()
+        return found if len(found) == 1 else None
 
     controllers = [Controller(replica.settings) for replica in replicas]
     running = list(controllers)
     try:
         for controller in controllers:
             await controller.start()
-        seen = await async_wait_until(one_ready, timeout=15, what="exactly one controller Ready")
-        assert seen is not None
-        assert all(live for live, _ in seen), "a standby must stay alive (liveness), only not Ready"
-        leader = controllers[[ready for _, ready in seen].index(True)]
+        (index,) = await async_wait_until(one_endpoint, timeout=15, what="the Service to select one controller")
+        leader = controllers[index]
         assert leader.leading and sum(c.leading for c in controllers) == 1
+        assert all(live and ready for live, ready in await states()), "every replica is alive and Ready"
 
-        # The leader stops (SIGTERM: drain, Recreate, eviction): it releases the Lease, the standby takes over.
+        # The leader stops (SIGTERM: drain, rolling update, eviction): it releases the Lease, the standby
+        # takes over and the Service follows the label.
         await leader.stop()
         running.remove(leader)
         (standby,) = running
-        standby_replica = replicas[controllers.index(standby)]
+        new_index = controllers.index(standby)
+        assert not selected(index), "the stopped leader took its label off"
         await async_wait_until(
-            lambda: _probe_async(standby_replica.loopback, container["readinessProbe"]),
-            timeout=15,
-            what="the standby to become Ready after the leader stopped",
+            lambda: _is(endpoints(), [new_index]), timeout=15, what="the Service to select the new leader"
         )
         assert standby.leading
     finally:
         for controller in running:
             await controller.stop()
+
+
+async def _is(found: Awaitable[list[int]], expected: list[int]) -> bool:
+    return await found == expected

@@ -27,6 +27,7 @@ from tests.deploy.chart_render import (
     render,
     volumes_of,
 )
+from topo_tune.kube.serving_label import LEADER_LABEL
 
 CONTROLLER = f"{RELEASE}-topo-tune-controller"
 AGENT = f"{RELEASE}-topo-tune-agent"
@@ -288,30 +289,37 @@ def test_several_replicas_elect_a_leader_on_the_releases_lease(option_sets: dict
     assert env["TOPO_TUNE_LEADER_ELECTION"]["value"] == "true"
     assert env["TOPO_TUNE_LEASE_NAME"]["value"] == CONTROLLER
     assert env["TOPO_TUNE_LEASE_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
-    # Only the leader serves the agent service, so only it is Ready and behind the Service; a standby is alive.
-    assert controller["readinessProbe"]["grpc"] == {"port": 50051, "service": READINESS_SERVICE}
+    assert env["TOPO_TUNE_POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    # Every replica is Ready (helm --wait, rollout status); the Service selects the leader's pod label.
+    assert controller["readinessProbe"]["grpc"] == {"port": 50051}
     assert controller["livenessProbe"]["grpc"] == {"port": 50051}
-    # A rolling update would wait forever for a standby of the new version to become Ready.
-    assert rendered.controller["spec"]["strategy"] == {"type": "Recreate"}
-    assert rendered.all("PodDisruptionBudget") == []
+    service = rendered.one("Service", CONTROLLER)
+    pods = rendered.controller["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["selector"] == {**pods, LEADER_LABEL: "true"}
+    # One pod at a time: a new pod stands by until the leader it replaces lets go; a drain keeps a standby.
+    assert rendered.controller["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+    }
+    assert rendered.one("PodDisruptionBudget", CONTROLLER)["spec"]["maxUnavailable"] == 1
 
     role = rendered.one("Role", f"{CONTROLLER}-leader-election")
     lease = {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"]}
     assert role["rules"] == [
         {**lease, "verbs": ["create"]},
         {**lease, "resourceNames": [CONTROLLER], "verbs": ["get", "update"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
     ]
     binding = rendered.one("RoleBinding", f"{CONTROLLER}-leader-election")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": NAMESPACE}]
-    assert "READY 1/2" in rendered.notes
-    assert f"get lease {CONTROLLER}" in rendered.notes
+    assert "-L topo-tune.io/leader" in rendered.notes
 
 
-def test_with_mtls_the_leader_only_readiness_uses_the_plaintext_health_port() -> None:
+def test_with_mtls_the_probes_use_the_plaintext_health_port() -> None:
     values = {**ci_values()["external-postgres"], **ci_values()["mtls"]}
     (controller,) = containers(render(values).controller)
-    assert controller["readinessProbe"]["grpc"] == {"port": 50052, "service": READINESS_SERVICE}
+    assert controller["readinessProbe"]["grpc"] == {"port": 50052}
     assert controller["livenessProbe"]["grpc"] == {"port": 50052}
     assert env_of(controller)["TOPO_TUNE_LEADER_ELECTION"]["value"] == "true"
 
@@ -350,18 +358,16 @@ def _disruptions_allowed(budget: dict[str, Any], *, expected: int, healthy: int)
 
 
 @pytest.mark.parametrize("replicas", [1, 2, 3])
-def test_no_budget_blocks_draining_the_leaders_node(replicas: int) -> None:
+def test_the_budget_lets_a_drain_evict_one_controller_at_a_time(replicas: int) -> None:
     values = {"database": {"external": {"enabled": True, "existingSecret": "db"}}, "controller": {"replicas": replicas}}
     rendered = render(values)
     selector = rendered.controller["spec"]["selector"]["matchLabels"]
-    budgets = [b for b in rendered.all("PodDisruptionBudget") if b["spec"]["selector"]["matchLabels"] == selector]
-    # Only the leader is Ready (with one replica, the one pod): `kubectl drain` of its node must be able to evict it.
-    for budget in budgets:
-        assert _disruptions_allowed(budget, expected=replicas, healthy=1) >= 1
-    # What the chart avoids: the default budget on several replicas would pin the leader to its node.
-    pinned = {"spec": {"maxUnavailable": 1}}
-    assert _disruptions_allowed(pinned, expected=replicas, healthy=1) == (1 if replicas == 1 else 0)
-    assert len(budgets) == (1 if replicas == 1 else 0)
+    (budget,) = [b for b in rendered.all("PodDisruptionBudget") if b["spec"]["selector"]["matchLabels"] == selector]
+    # Every replica is Ready: `kubectl drain` may evict one (the leader's node too), never all at once.
+    assert _disruptions_allowed(budget, expected=replicas, healthy=replicas) == 1
+    # With one of several already gone, the budget holds the rest until it is back.
+    if replicas > 1:
+        assert _disruptions_allowed(budget, expected=replicas, healthy=replicas - 1) == 0
 
 
 def test_mtls_with_plaintext_health_port(option_sets: dict[str, Rendered]) -> None:
@@ -374,7 +380,7 @@ def test_mtls_with_plaintext_health_port(option_sets: dict[str, Rendered]) -> No
     assert flags["--health-listen"] == "0.0.0.0:50052"
     # kubelet's gRPC probes cannot present a client certificate: they must use the plaintext port.
     assert controller["livenessProbe"]["grpc"] == {"port": 50052}
-    assert controller["readinessProbe"]["grpc"] == {"port": 50052, "service": READINESS_SERVICE}
+    assert controller["readinessProbe"]["grpc"] == {"port": 50052, "service": READINESS_SERVICE}  # one replica
     assert {p["name"]: p["containerPort"] for p in controller["ports"]}["health"] == 50052
     assert volumes_of(rendered.controller)["tls"]["secret"]["secretName"] == "topo-tune-controller-tls"
     assert mounts_of(controller)["/etc/topo-tune/tls"]["readOnly"] is True

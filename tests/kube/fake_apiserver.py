@@ -1,10 +1,10 @@
 """A small in-process Kubernetes API server: just the endpoints topo-tune calls, with the real semantics.
 
 Served over HTTP on 127.0.0.1 (port 0) by a thread, so that the real ``kubernetes`` client talks to it over
-a socket. Implemented: GET a node; list pods across namespaces by ``fieldSelector=spec.nodeName=…``; Lease
-GET/POST/PUT with ``resourceVersion`` optimistic concurrency (409 Conflict on a stale write, 409
-AlreadyExists on a second create), MicroTime fields checked with the API server's own format (six
-fractional digits), bearer tokens checked (401), and errors as ``Status`` objects.
+a socket. Implemented: GET a node; list pods across namespaces by ``fieldSelector=spec.nodeName=…``; a JSON
+merge patch of a pod's labels; Lease GET/POST/PUT with ``resourceVersion`` optimistic concurrency (409
+Conflict on a stale write, 409 AlreadyExists on a second create), MicroTime fields checked with the API
+server's own format (six fractional digits), bearer tokens checked (401), and errors as ``Status`` objects.
 
 For fault injection a token can be made *unreachable* (every request with it gets 503, as through a broken
 network path or an overloaded API server) or *stalled* (requests hang until released), so one candidate of a
@@ -25,6 +25,7 @@ from typing import Any
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)$")
 LEASE_PATH = re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/([^/]+)/leases(?:/([^/]+))?$")
 NODE_PATH = re.compile(r"^/api/v1/nodes/([^/]+)$")
+POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$")
 
 
 class _Refused(Exception):
@@ -118,6 +119,9 @@ class FakeApiServer:
             def do_PUT(self) -> None:
                 fake._handle(self, "PUT")
 
+            def do_PATCH(self) -> None:
+                fake._handle(self, "PATCH")
+
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
@@ -154,7 +158,8 @@ class FakeApiServer:
                 raise _Refused(401, "Unauthorized", "Unauthorized")
             length = int(request.headers.get("Content-Length") or 0)
             body = json.loads(request.rfile.read(length)) if length else None
-            code, payload = self._route(method, request.path, body)
+            content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
+            code, payload = self._route(method, request.path, body, content_type)
         except _Refused as refused:
             code, payload = refused.code, _status(refused)
         data = json.dumps(payload).encode()
@@ -164,7 +169,7 @@ class FakeApiServer:
         request.end_headers()
         request.wfile.write(data)
 
-    def _route(self, method: str, raw_path: str, body: Any) -> tuple[int, dict[str, Any]]:
+    def _route(self, method: str, raw_path: str, body: Any, request_type: str) -> tuple[int, dict[str, Any]]:
         url = urllib.parse.urlsplit(raw_path)
         query = urllib.parse.parse_qs(url.query)
         with self._lock:
@@ -175,9 +180,33 @@ class FakeApiServer:
                 return 200, node
             if method == "GET" and url.path == "/api/v1/pods":
                 return 200, self._list_pods(query)
+            if method == "PATCH" and (match := POD_PATH.match(url.path)):
+                return self._patch_pod(match[1], match[2], body, request_type)
             if match := LEASE_PATH.match(url.path):
                 return self._lease_call(method, match[1], match[2], body)
         raise _Refused(404, "NotFound", f"the server could not find the requested resource ({method} {url.path})")
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            found = [p for p in self.pods if p["metadata"]["name"] == name and p["metadata"]["namespace"] == namespace]
+            return json.loads(json.dumps(found[0])) if found else None
+
+    def _patch_pod(self, namespace: str, name: str, body: Any, content_type: str) -> tuple[int, dict[str, Any]]:
+        """A JSON merge patch of the pod's labels (``null`` removes one); anything else is refused."""
+        if content_type != "application/merge-patch+json":
+            raise _Refused(415, "UnsupportedMediaType", f"this fake takes merge patches only, got {content_type!r}")
+        if not isinstance(body, dict) or set(body) != {"metadata"} or set(body["metadata"]) != {"labels"}:
+            raise _Refused(422, "Invalid", f"this fake patches metadata.labels only, got {body!r}")
+        found = [p for p in self.pods if p["metadata"]["name"] == name and p["metadata"]["namespace"] == namespace]
+        if not found:
+            raise _Refused(404, "NotFound", f'pods "{name}" not found')
+        labels = found[0]["metadata"].setdefault("labels", {})
+        for key, value in body["metadata"]["labels"].items():
+            if value is None:
+                labels.pop(key, None)
+            else:
+                labels[key] = value
+        return 200, found[0]
 
     def _list_pods(self, query: dict[str, list[str]]) -> dict[str, Any]:
         selectors = query.get("fieldSelector", [])

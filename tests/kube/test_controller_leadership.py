@@ -29,6 +29,7 @@ from topo_tune.controller.server import Controller
 from topo_tune.errors import ConfigError
 from topo_tune.kube.idleness import IdleVerdict
 from topo_tune.kube.leader_election import LeaderElectionSettings
+from topo_tune.kube.serving_label import LEADER_LABEL
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2, agent_pb2_grpc
 
 AGENT_SERVICE = "topo_tune.v1.AgentService"
@@ -38,10 +39,11 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 LEASE_DURATION_S = 3
 
 
-def election(identity: str) -> LeaderElectionSettings:
+def election(identity: str, pod_name: str = "") -> LeaderElectionSettings:
     return LeaderElectionSettings(
         namespace="topo-tune",
         identity=identity,
+        pod_name=pod_name,
         lease_duration_s=LEASE_DURATION_S,
         renew_deadline_s=1.0,
         retry_period_s=0.1,
@@ -49,11 +51,16 @@ def election(identity: str) -> LeaderElectionSettings:
 
 
 @pytest.fixture
-async def pair(sqlite_url: str, kube_env: KubeEnvFactory) -> AsyncIterator[dict[str, Controller]]:
+async def pair(
+    sqlite_url: str, kube_env: KubeEnvFactory, apiserver: FakeApiServer
+) -> AsyncIterator[dict[str, Controller]]:
+    for name in ("a", "b"):
+        # b's pod still carries the label from a run that crashed while leading (same pod, restarted).
+        apiserver.add_pod("topo-tune", pod(name), node="n0", labels={LEADER_LABEL: "true"} if name == "b" else {})
     controllers = {
         name: Controller(
             controller_settings(
-                sqlite_url, kubernetes=kube_env(name), leader_election=election(name), controller_id=name
+                sqlite_url, kubernetes=kube_env(name), leader_election=election(name, pod(name)), controller_id=name
             )
         )
         for name in ("a", "b")
@@ -65,6 +72,16 @@ async def pair(sqlite_url: str, kube_env: KubeEnvFactory) -> AsyncIterator[dict[
     finally:
         for controller in controllers.values():
             await controller.stop()
+
+
+def pod(name: str) -> str:
+    return f"topo-tune-controller-{name}"
+
+
+def labelled(apiserver: FakeApiServer) -> list[str]:
+    """The controller pods that carry the leader label: those the Service routes to."""
+    pods = [apiserver.pod("topo-tune", pod(name)) for name in ("a", "b")]
+    return [p["metadata"]["name"] for p in pods if p and p["metadata"]["labels"].get(LEADER_LABEL) == "true"]
 
 
 async def health(controller: Controller) -> dict[str, int]:
@@ -94,13 +111,17 @@ async def the_leader(pair: dict[str, Controller], *, never_two: list[str]) -> Co
     return await async_wait_until(one, timeout=15, interval=0.01, what="exactly one leader")
 
 
-async def test_one_leads_and_the_other_stands_by(pair: dict[str, Controller]) -> None:
+async def test_one_leads_and_the_other_stands_by(pair: dict[str, Controller], apiserver: FakeApiServer) -> None:
     problems: list[str] = []
     leader = await the_leader(pair, never_two=problems)
     standby = next(c for c in pair.values() if c is not leader)
     await asyncio.sleep(0.5)  # several election rounds: the standby must stay a standby
     assert not problems
     assert not standby.leading
+    # The Service selects the label: only the leader's pod has it (a stale one from a crash is removed).
+    await async_wait_until(
+        lambda: _async(labelled(apiserver) == [pod(leader.controller_id)]), timeout=5, what="the leader label"
+    )
 
     assert leader.job_ids() == ["expiry-sweep", "heartbeat-flush", "job-pin-retention", "rollout-reconcile"]
     assert standby.job_ids() == []
@@ -149,16 +170,25 @@ async def test_a_leader_that_stops_renewing_is_fenced_off_and_replaced(
 
     assert await the_leader(pair, never_two=problems) is new
     assert not problems, problems
+    # A leader cut off from the API cannot take its label off: its calls are refused meanwhile (UNAVAILABLE,
+    # retried by clients); the new leader's pod is labelled within a round.
+    await async_wait_until(
+        lambda: _async(pod(new.controller_id) in labelled(apiserver)), timeout=5, what="the new leader's label"
+    )
     assert time.monotonic() - cut_at >= LEASE_DURATION_S - 0.5, "the new leader waited for the lease to run out"
     assert (await health(new))[ADMIN_SERVICE] == SERVING
     assert [n.name for n in (await list_nodes(new)).nodes] == ["n1"], "the new leader reloaded the registry"
     assert apiserver.lease("topo-tune", "topo-tune-controller")["spec"]["leaseTransitions"] == 1  # type: ignore[index]
 
 
-async def test_a_leader_that_shuts_down_hands_over_without_waiting(pair: dict[str, Controller]) -> None:
+async def test_a_leader_that_shuts_down_hands_over_without_waiting(
+    pair: dict[str, Controller], apiserver: FakeApiServer
+) -> None:
     problems: list[str] = []
     old = await the_leader(pair, never_two=problems)
+    await async_wait_until(lambda: _async(pod(old.controller_id) in labelled(apiserver)), timeout=5, what="label")
     await old.stop()
+    assert pod(old.controller_id) not in labelled(apiserver), "the label leaves with the process"
     stopped_at = time.monotonic()
     new = await the_leader(pair, never_two=problems)
     assert new is not old

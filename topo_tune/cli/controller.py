@@ -68,6 +68,13 @@ def controller() -> None:
     "--renew-deadline", type=float, default=10.0, show_default=True, help="Seconds a leader may fail to renew."
 )
 @click.option("--retry-period", type=float, default=2.0, show_default=True, help="Seconds between election rounds.")
+@click.option(
+    "--pod-name",
+    envvar="TOPO_TUNE_POD_NAME",
+    default="",
+    help="This controller's pod: labelled topo-tune.io/leader=true while it leads, for the Service to select "
+    "[$TOPO_TUNE_POD_NAME].",
+)
 def serve(
     config_file: Path | None,
     listen: str | None,
@@ -87,6 +94,7 @@ def serve(
     lease_duration: int,
     renew_deadline: float,
     retry_period: float,
+    pod_name: str,
 ) -> None:
     """Serve the agent and admin gRPC services until SIGTERM or Ctrl-C.
 
@@ -141,6 +149,7 @@ def serve(
             lease_duration=lease_duration,
             renew_deadline=renew_deadline,
             retry_period=retry_period,
+            pod_name=pod_name,
         ),
     )
     asyncio.run(_serve(settings))
@@ -155,6 +164,7 @@ def _leader_election(
     lease_duration: int,
     renew_deadline: float,
     retry_period: float,
+    pod_name: str,
 ) -> LeaderElectionSettings | None:
     if not enabled:
         return None
@@ -168,6 +178,7 @@ def _leader_election(
         lease_duration_s=lease_duration,
         renew_deadline_s=renew_deadline,
         retry_period_s=retry_period,
+        pod_name=pod_name,
     )
 
 

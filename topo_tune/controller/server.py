@@ -55,6 +55,7 @@ from topo_tune.controller.studies import Studies
 from topo_tune.errors import ConfigError
 from topo_tune.kube.idleness import AssumeIdle, NodeIdleness, busy_nodes
 from topo_tune.kube.leader_election import LeaderElector, LeadershipTerm
+from topo_tune.kube.serving_label import ServingLabel
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2, agent_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -155,6 +156,9 @@ class Controller:
         self._election: asyncio.Task[None] | None = None
         self._election_stop = asyncio.Event()
         self._term: LeadershipTerm | None = None
+        self._serving_label: ServingLabel | None = None
+        """With leader election in a pod: the label that routes the Service to the leader."""
+        self._labelling: asyncio.Task[None] | None = None
 
     async def _busy_reasons(self, nodes: list[str]) -> list[str]:
         return [f"{verdict.node_name}: {verdict.reason}" for verdict in await busy_nodes(self.idleness, nodes)]
@@ -230,6 +234,11 @@ class Controller:
         else:
             self._election_stop = asyncio.Event()
             self._election = asyncio.create_task(self._campaign(self._elector), name="leader-election")
+            if self._serving_label is not None:
+                period = self._elector.settings.retry_period_s
+                self._labelling = asyncio.create_task(
+                    self._serving_label.run(self._election_stop, period), name="leader-label"
+                )
         logger.info("controller serving", extra={"port": self.port, "controller": self.controller_id})
 
     def _connect_kubernetes(self) -> None:
@@ -241,13 +250,18 @@ class Controller:
         api = KubeApi.connect(self.settings.kubernetes)
         if not self._idleness_injected:
             self.idleness = KubernetesNodeIdleness(api)
-        if self.settings.leader_election is not None:
+        election = self.settings.leader_election
+        if election is not None:
             self._elector = LeaderElector(
                 api=api,
-                settings=self.settings.leader_election,
+                settings=election,
                 on_started_leading=self._start_leading,
                 on_stopped_leading=self._stop_leading,
             )
+            if election.pod_name:
+                self._serving_label = ServingLabel(
+                    api=api, namespace=election.namespace, pod_name=election.pod_name, leading=lambda: self.leading
+                )
 
     async def _campaign(self, elector: LeaderElector) -> None:
         try:
@@ -398,6 +412,7 @@ class Controller:
                 self._election_stop.set()  # the elector stops leading, then releases the Lease
                 await self._election
                 self._election = None
+                await self._unlabel()
             elif self._term is not None:
                 await self._stop_leading(self._term)
         finally:
@@ -410,6 +425,14 @@ class Controller:
                 self._metrics_server = None
             await asyncio.to_thread(self.db.close)
         logger.info("controller stopped", extra={"controller": self.controller_id})
+
+    async def _unlabel(self) -> None:
+        """After the last term ended: the label leaves this pod before the process does."""
+        if self._labelling is not None:
+            await self._labelling
+            self._labelling = None
+        if self._serving_label is not None:
+            await self._serving_label.reconcile()
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Start, run until ``stop`` is set, then shut down gracefully."""

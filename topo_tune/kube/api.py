@@ -110,6 +110,17 @@ class KubeApi:
             )
         return [_pod(pod) for pod in pods.items]
 
+    def label_pod(self, namespace: str, name: str, key: str, value: str | None) -> None:
+        """Set one label on a pod, or remove it (``None``): a JSON merge patch, so no other label is touched."""
+        with _translated(f"labelling pod {namespace}/{name}"):
+            self._core.patch_namespaced_pod(
+                name,
+                namespace,
+                {"metadata": {"labels": {key: value}}},
+                _content_type="application/merge-patch+json",
+                _request_timeout=self._timeout,
+            )
+
     def read_lease(self, namespace: str, name: str) -> Lease | None:
         """The Lease, or None when it does not exist (yet)."""
         try:

@@ -53,6 +53,8 @@ class LeaderElectionSettings:
     renew_deadline_s: float = 10.0
     """How long the leader keeps leading without a successful renewal."""
     retry_period_s: float = 2.0
+    pod_name: str = ""
+    """This candidate's pod: labelled ``topo-tune.io/leader=true`` while it leads ("" = no label)."""
 
     def __post_init__(self) -> None:
         if not self.namespace:

@@ -146,4 +146,6 @@ agents and admins and reports Ready.
 gRPC health service the controller's readiness probe asks for: SERVING only while this replica leads
 (always, with one replica). Liveness asks for "" (the process), which a standby also serves.
 */}}
-{{- define "topo-tune.readinessService" -}}topo_tune.v1.AgentService{{- end }}
+{{- define "topo-tune.readinessService" -}}
+{{- if not (include "topo-tune.leaderElection" .) }}topo_tune.v1.AgentService{{ end }}
+{{- end }}
