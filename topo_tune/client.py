@@ -133,6 +133,13 @@ class AdminClient:
     def list_studies(self, *, limit: int = 0) -> list[admin_pb2.StudyInfo]:
         return list(self._call(self._stub.ListStudies, admin_pb2.ListStudiesRequest(limit=limit)).studies)
 
+    def list_drift_checks(self, *, limit: int = 0, status: str = "") -> list[admin_pb2.DriftCheck]:
+        request = admin_pb2.ListDriftChecksRequest(limit=limit, status=status)
+        return list(self._call(self._stub.ListDriftChecks, request).checks)
+
+    def get_drift_check(self, check_id: str) -> admin_pb2.DriftCheck:
+        return self._call(self._stub.GetDriftCheck, admin_pb2.GetDriftCheckRequest(check_id=check_id))
+
     def study_trials(self, study_id: str) -> admin_pb2.StudyTrials:
         return self._call(self._stub.ListStudyTrials, admin_pb2.GetStudyRequest(study_id=study_id))
 

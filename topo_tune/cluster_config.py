@@ -26,17 +26,17 @@ from topo_tune.errors import ConfigError
 
 API_VERSION = "topo-tune/v1"
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
 def parse_duration(value: object) -> object:
-    """Seconds from ``10``, ``2.5``, ``"500ms"``, ``"10s"``, ``"2m"`` or ``"1h"``; anything else is left for
-    pydantic to reject with its own message."""
+    """Seconds from ``10``, ``2.5``, ``"500ms"``, ``"10s"``, ``"2m"``, ``"1h"`` or ``"30d"``; anything else is
+    left for pydantic to reject with its own message."""
     if isinstance(value, str):
         match = _DURATION.match(value)
         if match is None:
-            raise ValueError(f"expected a duration such as 10s, 500ms or 2m, got {value!r}")
+            raise ValueError(f"expected a duration such as 10s, 500ms, 2m or 30d, got {value!r}")
         return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
     return value
 
@@ -49,9 +49,9 @@ Duration = Annotated[
         {
             "oneOf": [
                 {"type": "number", "exclusiveMinimum": 0},
-                {"type": "string", "pattern": r"^\d+(\.\d+)?(ms|s|m|h)?$"},
+                {"type": "string", "pattern": r"^\d+(\.\d+)?(ms|s|m|h|d)?$"},
             ],
-            "description": "seconds, or a string with a unit: 500ms, 10s, 2m, 1h",
+            "description": "seconds, or a string with a unit: 500ms, 10s, 2m, 1h, 30d",
         }
     ),
 ]
@@ -118,6 +118,30 @@ class TlsConfig(_Section):
     client_ca_file: str | None = None
 
 
+class DriftConfig(_Section):
+    """The periodic drift check: the active config version re-measured on a few idle nodes of one wave."""
+
+    enabled: bool = True
+    interval: Duration = Field(default=6 * 3600.0, description="how often the active version is re-measured")
+    sample_nodes: int = Field(default=2, ge=1, le=1024, description="nodes measured per check, from one wave")
+    threshold: float = Field(
+        default=0.10, gt=0, lt=1, description="a bus-bandwidth drop beyond this fraction of the reference alerts"
+    )
+    open_study: bool = Field(default=False, description="open a study on a regression or a changed topology")
+
+
+class RetentionConfig(_Section):
+    """How long benchmark results, events and drift checks are kept (gate samples and chosen trials stay)."""
+
+    enabled: bool = True
+    max_age: Duration = Field(default=90 * 86400.0, description="older results, events and drift checks go")
+    interval: Duration = Field(default=3600.0, description="how often the retention pass runs")
+    batch_size: int = Field(default=500, ge=1, le=100_000, description="rows deleted per transaction")
+    ignored_results_per_node: int = Field(
+        default=100, ge=1, le=100_000, description="`result.ignored` events kept per node (the newest)"
+    )
+
+
 class ControllerConfig(_Section):
     """Where the controller runs and how it keeps its state."""
 
@@ -135,6 +159,8 @@ class ControllerConfig(_Section):
     tls: TlsConfig | None = None
     heartbeat_interval: Duration = Field(default=10.0, description="how often agents heartbeat")
     heartbeat_expiry: Duration = Field(default=30.0, description="silence after which a node is `lost`")
+    drift: DriftConfig = Field(default_factory=DriftConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
 
     @model_validator(mode="after")
     def _expiry_exceeds_interval(self) -> ControllerConfig:

@@ -123,7 +123,14 @@ async def test_one_leads_and_the_other_stands_by(pair: dict[str, Controller], ap
         lambda: _async(labelled(apiserver) == [pod(leader.controller_id)]), timeout=5, what="the leader label"
     )
 
-    assert leader.job_ids() == ["expiry-sweep", "heartbeat-flush", "job-pin-retention", "rollout-reconcile"]
+    assert leader.job_ids() == [
+        "drift-check",
+        "expiry-sweep",
+        "heartbeat-flush",
+        "job-pin-retention",
+        "retention",
+        "rollout-reconcile",
+    ]
     assert standby.job_ids() == []
     assert await health(leader) == {"": SERVING, AGENT_SERVICE: SERVING, ADMIN_SERVICE: SERVING}
     assert await health(standby) == {"": SERVING, AGENT_SERVICE: NOT_SERVING, ADMIN_SERVICE: NOT_SERVING}

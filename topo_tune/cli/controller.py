@@ -13,13 +13,34 @@ import click
 
 from topo_tune.auth import TlsFiles
 from topo_tune.cli.connection import resolve_token, token_options
-from topo_tune.cluster_config import ClusterConfig, load_cluster_config, parse_cluster_config
+from topo_tune.cluster_config import (
+    ClusterConfig,
+    DriftConfig,
+    RetentionConfig,
+    load_cluster_config,
+    parse_cluster_config,
+    parse_duration,
+)
+from topo_tune.controller.drift import DriftSettings
+from topo_tune.controller.retention import RetentionSettings
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.errors import ConfigError
 from topo_tune.kube.environment import KubeEnvironment, detect_in_cluster
 from topo_tune.kube.leader_election import LeaderElectionSettings
 
 _PATH = click.Path(path_type=Path, dir_okay=False)
+
+
+def _duration(context: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = parse_duration(value)
+    except ValueError:
+        seconds = None
+    if not isinstance(seconds, float) or seconds < 0:
+        raise click.BadParameter(f"{value!r}: a duration such as 0, 90s, 6h or 30d")
+    return seconds
 
 
 @click.group()
@@ -75,6 +96,29 @@ def controller() -> None:
     help="This controller's pod: labelled topo-tune.io/leader=true while it leads, for the Service to select "
     "[$TOPO_TUNE_POD_NAME].",
 )
+@click.option(
+    "--drift-interval",
+    metavar="DURATION",
+    callback=_duration,
+    help="How often the active config version is re-measured on idle nodes, e.g. 6h; 0: off [cluster.yaml, else 6h].",
+)
+@click.option(
+    "--drift-threshold",
+    type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),
+    help="Bus-bandwidth drop (fraction of the version's reference) that raises a drift event [0.10].",
+)
+@click.option("--drift-sample-nodes", type=click.IntRange(min=1), help="Nodes measured per drift check [2].")
+@click.option(
+    "--drift-open-study/--no-drift-open-study",
+    default=None,
+    help="Open a study when a drift check regresses or a node's topology changes [cluster.yaml, else no].",
+)
+@click.option(
+    "--retention-max-age",
+    metavar="DURATION",
+    callback=_duration,
+    help="Delete benchmark results, events and drift checks older than this, e.g. 30d; 0: keep all [90d].",
+)
 def serve(
     config_file: Path | None,
     listen: str | None,
@@ -95,6 +139,11 @@ def serve(
     renew_deadline: float,
     retry_period: float,
     pod_name: str,
+    drift_interval: float | None,
+    drift_threshold: float | None,
+    drift_sample_nodes: int | None,
+    drift_open_study: bool | None,
+    retention_max_age: float | None,
 ) -> None:
     """Serve the agent and admin gRPC services until SIGTERM or Ctrl-C.
 
@@ -109,6 +158,10 @@ def serve(
     In a Kubernetes pod the controller uses the API (service account) to tell idle GPU nodes from busy
     ones; with --leader-election only the Lease holder serves agents and admins and runs the periodic jobs,
     and the others report NOT_SERVING for those services.
+
+    The leader re-measures the active config version now and then (--drift-interval) on a few idle nodes
+    and records a drift event when its bus bandwidth fell (`topo-tune admin drift list`); it deletes
+    results older than --retention-max-age, keeping those rollouts and chosen study trials refer to.
     """
     cluster: ClusterConfig = (
         load_cluster_config(config_file) if config_file else parse_cluster_config({"apiVersion": "topo-tune/v1"})
@@ -140,6 +193,14 @@ def serve(
         rack_of=cluster.rack_of(),
         spine_oversubscription=cluster.spine.oversubscription if cluster.spine else None,
         spine_bandwidth_gbps=cluster.spine.bandwidth_gbps if cluster.spine else None,
+        drift=_drift_settings(
+            section.drift,
+            interval=drift_interval,
+            threshold=drift_threshold,
+            sample_nodes=drift_sample_nodes,
+            open_study=drift_open_study,
+        ),
+        retention=_retention_settings(section.retention, max_age=retention_max_age),
         kubernetes=kubernetes,
         leader_election=_leader_election(
             kubernetes,
@@ -153,6 +214,33 @@ def serve(
         ),
     )
     asyncio.run(_serve(settings))
+
+
+def _drift_settings(
+    section: DriftConfig,
+    *,
+    interval: float | None,
+    threshold: float | None,
+    sample_nodes: int | None,
+    open_study: bool | None,
+) -> DriftSettings:
+    """cluster.yaml's ``controller.drift`` with the flags over it (``--drift-interval 0`` turns it off)."""
+    return DriftSettings(
+        interval_s=interval if interval is not None else (section.interval if section.enabled else 0.0),
+        sample_nodes=sample_nodes or section.sample_nodes,
+        threshold=threshold or section.threshold,
+        open_study=section.open_study if open_study is None else open_study,
+    )
+
+
+def _retention_settings(section: RetentionConfig, *, max_age: float | None) -> RetentionSettings:
+    """cluster.yaml's ``controller.retention`` with the flag over it (``--retention-max-age 0`` keeps all)."""
+    return RetentionSettings(
+        max_age_s=max_age if max_age is not None else (section.max_age if section.enabled else 0.0),
+        interval_s=section.interval,
+        batch_size=section.batch_size,
+        ignored_results_per_node=section.ignored_results_per_node,
+    )
 
 
 def _leader_election(

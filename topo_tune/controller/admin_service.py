@@ -16,6 +16,7 @@ from topo_tune.controller.commands import STATUS_TO_WIRE, CommandBook, CommandRe
 from topo_tune.controller.config_versions import ConfigVersions
 
 if TYPE_CHECKING:
+    from topo_tune.controller.drift import DriftChecker
     from topo_tune.controller.studies import Studies
 from topo_tune.controller.jobs import BenchmarkJobs
 from topo_tune.controller.nodes import NodeRegistry, NodeState, NodeView
@@ -112,6 +113,7 @@ class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
         job_configs: JobResolver,
         config_versions: ConfigVersions,
         studies: Studies | None = None,
+        drift: DriftChecker | None = None,
     ) -> None:
         self._registry = registry
         self._commands = commands
@@ -123,6 +125,7 @@ class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
         self._job_configs = job_configs
         self._config_versions = config_versions
         self._studies = studies
+        self._drift = drift
 
     @maps_errors
     async def ListNodes(self, request: admin_pb2.ListNodesRequest, context: Ctx) -> admin_pb2.ListNodesResponse:
@@ -260,3 +263,22 @@ class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
     async def CancelStudy(self, request: admin_pb2.GetStudyRequest, context: Ctx) -> admin_pb2.StudyInfo:
         validation.node_name(request.study_id, "study_id")
         return await self._study_runner().cancel(request.study_id)
+
+    def _drift_checks(self) -> DriftChecker:
+        if self._drift is None:  # pragma: no cover - the server always wires it
+            raise ConflictError("this controller runs no drift checks")
+        return self._drift
+
+    @maps_errors
+    async def ListDriftChecks(
+        self, request: admin_pb2.ListDriftChecksRequest, context: Ctx
+    ) -> admin_pb2.ListDriftChecksResponse:
+        if request.limit > 10_000:
+            raise ValidationError("limit", "at most 10000")
+        checks = await self._drift_checks().list(limit=request.limit or 50, status=request.status)
+        return admin_pb2.ListDriftChecksResponse(checks=checks)
+
+    @maps_errors
+    async def GetDriftCheck(self, request: admin_pb2.GetDriftCheckRequest, context: Ctx) -> admin_pb2.DriftCheck:
+        validation.command_id(request.check_id, "check_id")
+        return await self._drift_checks().get(request.check_id)

@@ -106,6 +106,8 @@ class CommandBook:
     db: Database
     wall_clock: Callable[[], datetime]
     new_id: Callable[[], str] = lambda: uuid.uuid4().hex
+    ignored_results_kept: int = 100
+    """``result.ignored`` events kept per node: a misbehaving agent cannot fill the database with them."""
 
     async def submit(self, node_name: str, command: agent_pb2.Command, *, command_id: str = "") -> CommandRecord:
         """Store a new command for a node (status ``pending``), or return the same one if the id exists."""
@@ -230,6 +232,15 @@ class CommandBook:
                         at=wall,
                     )
                 )
+                session.flush()
+                stale = session.scalars(
+                    sa.select(EventRow.id)
+                    .where(EventRow.node_name == node_name, EventRow.kind == "result.ignored")
+                    .order_by(EventRow.id.desc())
+                    .offset(self.ignored_results_kept)
+                ).all()
+                if stale:  # only the newest ones tell an operator anything new
+                    session.execute(sa.delete(EventRow).where(EventRow.id.in_(stale)))
                 return Finished(known=False, recorded=False)
             if CommandStatus(row.status).final:
                 return Finished(known=True, recorded=False)

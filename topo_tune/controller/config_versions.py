@@ -1,7 +1,8 @@
 """Config versions as the controller keeps them: stored once, never changed, looked up by content id.
 
 ``topo-tune init`` stores the version it produced; ``admin rollout create`` rolls a stored version out;
-``admin config list|show|diff|export`` reads them. Storing the same files again is a no-op (same id).
+``admin config list|show|diff|export`` reads them. Storing the same files again is a no-op (same id). This is
+the one place that writes config versions: the rollout store reaches them through it.
 """
 
 from __future__ import annotations
@@ -40,9 +41,14 @@ class ConfigVersions:
     async def put(
         self, files: Mapping[str, str], provenance: Mapping[str, str], *, claimed_id: str = ""
     ) -> admin_pb2.ConfigVersionInfo:
+        """Validate and store files sent by an admin; ``claimed_id`` must be their hash when given."""
         version = ConfigVersion(files=files, provenance=provenance)  # validates names and nccl.conf
         if claimed_id and claimed_id != version.id:
             raise ValidationError("id", f"{claimed_id} is not the hash of these files ({version.id})")
+        return await self.store(version)
+
+    async def store(self, version: ConfigVersion) -> admin_pb2.ConfigVersionInfo:
+        """Store ``version`` unless it is stored already (the id is the content, so the first copy stands)."""
         now = self.wall_clock()
 
         def write(session: Session) -> ConfigVersionRow:
@@ -56,6 +62,13 @@ class ConfigVersions:
             return row
 
         return _info(await self.db.run(write), with_files=True)
+
+    async def files(self, version_id: str) -> dict[str, str]:
+        """The files of a stored version; ``NotFoundError`` names it when it is not stored."""
+        row = await self.db.run(lambda session: session.get(ConfigVersionRow, version_id))
+        if row is None:
+            raise NotFoundError(f"no config version {version_id!r}")
+        return dict(row.files)
 
     async def get(self, version_id: str) -> admin_pb2.ConfigVersionInfo:
         if not is_version_id(version_id):

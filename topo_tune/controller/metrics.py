@@ -25,3 +25,17 @@ class ControllerMetrics:
         self.db_seconds = Histogram(
             "topo_tune_sweep_duration_seconds", "Time of one expiry sweep and heartbeat flush", registry=r
         )
+        self.drift_checks = Counter(
+            "topo_tune_drift_checks", "Drift checks of the active config version, by outcome", ["status"], registry=r
+        )
+        self.drift_regressions = Counter(
+            "topo_tune_drift_regressions",
+            "Drift checks whose bus bandwidth fell beyond the threshold against the version's reference",
+            registry=r,
+        )
+        self.topology_changes = Counter(
+            "topo_tune_topology_changes", "Nodes that registered again with another topology fingerprint", registry=r
+        )
+        self.retention_deleted = Counter(
+            "topo_tune_retention_deleted", "Rows deleted by retention, by kind", ["kind"], registry=r
+        )

@@ -8,12 +8,15 @@ flush, not 500 commits per second.
 
 After a controller restart every known node gets a fresh expiry window: its agent needs time to notice
 and reconnect, and marking the whole fleet ``lost`` at start-up would be a lie.
+
+A node that registers again with another topology fingerprint (a GPU or a NIC gone, links degraded) gets a
+``node.topology_changed`` event in the same transaction, and the ``topology_listeners`` are told after it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -24,6 +27,8 @@ from sqlalchemy.orm import Session
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import EventRow, NodeRow
 from topo_tune.errors import NotFoundError
+from topo_tune.topology.fingerprint import topology_fingerprint
+from topo_tune.v1 import topology_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +53,20 @@ class Registration:
     drained: bool
     address: str = ""
     """Where peers reach the node: what the agent advertised, else the address its session came from."""
+
+
+@dataclass(frozen=True)
+class TopologyChange:
+    """A node registered again with another topology fingerprint."""
+
+    node_name: str
+    before: str
+    after: str
+    applied_config_version: str
+
+
+def _fingerprint(topology: bytes) -> str:
+    return topology_fingerprint(topology_pb2.NodeTopology.FromString(topology)) if topology else ""
 
 
 @dataclass
@@ -98,6 +117,8 @@ class NodeRegistry:
     clock: Callable[[], float]
     wall_clock: Callable[[], datetime]
     rack_of: Mapping[str, str] = field(default_factory=dict)
+    topology_listeners: list[Callable[[TopologyChange], Awaitable[None]]] = field(default_factory=list)
+    """Told, after the registration is committed, about a node whose topology fingerprint changed."""
     _live: dict[str, _Liveness] = field(default_factory=dict, init=False)
 
     async def load(self) -> int:
@@ -120,11 +141,18 @@ class NodeRegistry:
         now, wall = self.clock(), self.wall_clock()
         rack = self.rack_for(registration)
 
-        def upsert(session: Session) -> NodeView:
+        def upsert(session: Session) -> tuple[NodeView, TopologyChange | None]:
             row = session.get(NodeRow, registration.node_name)
+            change = None
             if row is None:
                 row = NodeRow(name=registration.node_name, registrations=0, registered_at=wall, state_changed_at=wall)
                 session.add(row)
+            elif row.topology and registration.topology and row.topology != registration.topology:
+                before, after = _fingerprint(row.topology), _fingerprint(registration.topology)
+                if before != after:  # the same hardware listed another way is no change
+                    change = TopologyChange(row.name, before, after, registration.applied_config_version)
+                    message = f"topology fingerprint {before} -> {after}"
+                    session.add(EventRow(node_name=row.name, kind="node.topology_changed", message=message, at=wall))
             if row.state != NodeState.READY:
                 row.state_changed_at = wall
             row.state = NodeState.READY
@@ -143,9 +171,9 @@ class NodeRegistry:
             row.last_heartbeat_at = wall
             session.add(EventRow(node_name=row.name, kind="node.registered", message=f"rack {rack!r}", at=wall))
             session.flush()
-            return _view(row, None)
+            return _view(row, None), change
 
-        view = await self.db.run(upsert)
+        view, change = await self.db.run(upsert)
         self._live[registration.node_name] = _Liveness(
             NodeState.READY,
             now,
@@ -154,6 +182,9 @@ class NodeRegistry:
             applied_config_version=registration.applied_config_version,
         )
         logger.info("node registered", extra={"node": registration.node_name, "rack": rack})
+        if change is not None:
+            for listener in self.topology_listeners:
+                await listener(change)
         return view
 
     def heartbeat(self, name: str, *, activity: str, applied_config_version: str) -> bool:

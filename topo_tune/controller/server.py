@@ -8,7 +8,8 @@ period, the last heartbeats are flushed, the database is closed.
 
 A rollout is driven by a periodic reconcile pass (and one right after each admin change).
 Periodic jobs run in APScheduler 3.x (in-memory job store; the schedules come from settings, so they are
-simply registered again at each start-up).
+simply registered again at each start-up): the expiry sweep, the heartbeat flush, the rollout reconcile
+pass, job-pin retention, the drift check (``drift.py``) and the retention of old results (``retention.py``).
 
 Leader-only work — migrating and loading the database, the periodic jobs, agent sessions and admin calls —
 runs while this controller leads. Alone (the default) it leads from start-up to shutdown. With leader
@@ -25,6 +26,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -38,13 +40,14 @@ from topo_tune.auth import BearerTokenInterceptor, server_credentials
 from topo_tune.controller.admin_service import AdminServicer
 from topo_tune.controller.agent_service import AgentServicer
 from topo_tune.controller.commands import CommandBook
-from topo_tune.controller.config_versions import ConfigVersions
 from topo_tune.controller.db.database import Database
+from topo_tune.controller.drift import DriftChecker
 from topo_tune.controller.jobs import BenchmarkJobs, JobSettings
 from topo_tune.controller.leadership import LeaderOnlyInterceptor
 from topo_tune.controller.metrics import ControllerMetrics
-from topo_tune.controller.nodes import NodeRegistry
+from topo_tune.controller.nodes import NodeRegistry, TopologyChange
 from topo_tune.controller.probes import Probes
+from topo_tune.controller.retention import Retention, RetentionReport
 from topo_tune.controller.rollout.engine import RolloutEngine
 from topo_tune.controller.rollout.job_pins import JobResolver
 from topo_tune.controller.rollout.store import RolloutStore
@@ -87,7 +90,11 @@ class Controller:
             wall_clock=_wall_clock,
             rack_of=dict(settings.rack_of),
         )
-        self.commands = CommandBook(db=self.db, wall_clock=_wall_clock)
+        self.commands = CommandBook(
+            db=self.db,
+            wall_clock=_wall_clock,
+            ignored_results_kept=settings.retention.ignored_results_per_node,
+        )
         self.hub = SessionHub(
             registry=self.registry,
             commands=self.commands,
@@ -117,7 +124,7 @@ class Controller:
         self.hub.result_listeners.append(self.probes.on_result)
         self.jobs.busy_reasons = self._busy_reasons
         self.rollout_store = RolloutStore(db=self.db, wall_clock=_wall_clock)
-        self.config_versions = ConfigVersions(db=self.db, wall_clock=_wall_clock)
+        self.config_versions = self.rollout_store.versions
         self.studies = Studies(
             db=self.db,
             registry=self.registry,
@@ -129,16 +136,32 @@ class Controller:
             rack_of=dict(settings.rack_of),
             spine=(settings.spine_oversubscription, settings.spine_bandwidth_gbps),
         )
+        verifier = BenchmarkVerifier(
+            jobs=self.jobs, config_dir=settings.agent_config_dir, repeats=settings.gate_repeats
+        )
         self.rollouts = RolloutEngine(
             store=self.rollout_store,
             registry=self.registry,
             commands=self.commands,
             hub=self.hub,
-            verifier=BenchmarkVerifier(
-                jobs=self.jobs, config_dir=settings.agent_config_dir, repeats=settings.gate_repeats
-            ),
+            verifier=verifier,
             wall_clock=_wall_clock,
             background_gates=True,
+        )
+        self.drift = DriftChecker(
+            db=self.db,
+            registry=self.registry,
+            rollouts=self.rollout_store,
+            verifier=verifier,
+            studies=self.studies,
+            metrics=self.metrics,
+            wall_clock=_wall_clock,
+            settings=settings.drift,
+            idle=self._idle_nodes,
+        )
+        self.registry.topology_listeners.append(self._on_topology_change)
+        self.retention = Retention(
+            db=self.db, wall_clock=_wall_clock, settings=settings.retention, metrics=self.metrics
         )
         self.job_configs = JobResolver(self.rollout_store)
         self.health = health.aio.HealthServicer()
@@ -162,6 +185,16 @@ class Controller:
 
     async def _busy_reasons(self, nodes: list[str]) -> list[str]:
         return [f"{verdict.node_name}: {verdict.reason}" for verdict in await busy_nodes(self.idleness, nodes)]
+
+    async def _idle_nodes(self, nodes: list[str]) -> list[str]:
+        busy = {verdict.node_name for verdict in await busy_nodes(self.idleness, nodes)}
+        return [n for n in nodes if n not in busy]
+
+    async def _on_topology_change(self, change: TopologyChange) -> None:
+        if self.leading:  # agents register only with the leader; the fence is checked before writing anyway
+            await self.drift.on_topology_change(
+                change.node_name, before=change.before, after=change.after, version=change.applied_config_version
+            )
 
     @property
     def leading(self) -> bool:
@@ -207,6 +240,7 @@ class Controller:
                 config_versions=self.config_versions,
                 studies=self.studies,
                 job_configs=self.job_configs,
+                drift=self.drift,
             ),
             server,
         )
@@ -278,6 +312,7 @@ class Controller:
         await self.probes.recover()
         await self.jobs.recover()
         await self.studies.recover()
+        await self.drift.recover()
         logger.info("database ready", extra={"nodes": known, "url": self.db.url.render_as_string()})
 
     async def _start_leading(self, term: LeadershipTerm) -> None:
@@ -305,6 +340,7 @@ class Controller:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
         await self.rollouts.close()  # a gate still measuring is rerun by the next leader
+        await self.drift.close()  # a drift check still measuring is marked failed by the next leader
         self.hub.close_all("this controller is no longer the leader")
         if still_holds:
             await self.registry.flush()
@@ -324,46 +360,39 @@ class Controller:
 
     def _start_jobs(self) -> None:
         scheduler = AsyncIOScheduler(timezone=UTC)
-        sweep_every = max(0.05, min(1.0, self.settings.heartbeat_expiry_s / 4))
-        flush_every = max(0.1, min(5.0, self.settings.heartbeat_interval_s))
-        scheduler.add_job(
-            self.sweep,
-            "interval",
-            seconds=sweep_every,
-            id="expiry-sweep",
-            replace_existing=True,
-            max_instances=1,
-            coalesce=True,
-        )
-        scheduler.add_job(
-            self.flush,
-            "interval",
-            seconds=flush_every,
-            id="heartbeat-flush",
-            replace_existing=True,
-            max_instances=1,
-            coalesce=True,
-        )
-        scheduler.add_job(
-            self.reconcile_rollouts,
-            "interval",
-            seconds=self.settings.rollout_interval_s,
-            id="rollout-reconcile",
-            replace_existing=True,
-            max_instances=1,
-            coalesce=True,
-        )
-        scheduler.add_job(
-            self.prune_job_pins,
-            "interval",
-            hours=1,
-            id="job-pin-retention",
-            replace_existing=True,
-            max_instances=1,
-            coalesce=True,
-        )
+
+        def every(seconds: float, job: Callable[[], Awaitable[object]], job_id: str) -> None:
+            # One run at a time; runs missed while one was busy collapse into one.
+            scheduler.add_job(
+                job, "interval", seconds=seconds, id=job_id, replace_existing=True, max_instances=1, coalesce=True
+            )
+
+        every(max(0.05, min(1.0, self.settings.heartbeat_expiry_s / 4)), self.sweep, "expiry-sweep")
+        every(max(0.1, min(5.0, self.settings.heartbeat_interval_s)), self.flush, "heartbeat-flush")
+        every(self.settings.rollout_interval_s, self.reconcile_rollouts, "rollout-reconcile")
+        every(3600.0, self.prune_job_pins, "job-pin-retention")
+        if self.settings.drift.interval_s > 0:
+            every(self.settings.drift.interval_s, self.drift_check, "drift-check")
+        if self.settings.retention.max_age_s > 0:
+            every(self.settings.retention.interval_s, self.retain, "retention")
         scheduler.start()
         self._scheduler = scheduler
+
+    async def drift_check(self) -> admin_pb2.DriftCheck | None:
+        """One drift check of the active config version (None on a standby); an error is logged, not raised."""
+        if not self.leading:
+            return None
+        try:
+            return await self.drift.check()
+        except Exception:
+            logger.exception("drift check failed; the next one runs at the next interval")
+            return None
+
+    async def retain(self) -> RetentionReport | None:
+        """One retention pass (None on a standby)."""
+        if not self.leading:
+            return None
+        return await self.retention.run()
 
     async def prune_job_pins(self) -> int:
         if not self.leading:

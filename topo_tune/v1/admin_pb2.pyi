@@ -1904,3 +1904,160 @@ class StudyTrials(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__best_trial) -> _WhichOneofReturnType__best_trial | None: ...
 
 Global___StudyTrials: _TypeAlias = StudyTrials  # noqa: Y015
+
+@_typing.final
+class DriftCheck(_message.Message):
+    """A drift check: the active config version re-measured on a sample of one wave's nodes against what the
+    gate of its rollout measured there (kind "benchmark"), or a node that registered again with another
+    topology fingerprint (kind "topology").
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECK_ID_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    CONFIG_VERSION_FIELD_NUMBER: _builtins.int
+    ROLLOUT_ID_FIELD_NUMBER: _builtins.int
+    WAVE_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    REFERENCE_BUSBW_GBPS_FIELD_NUMBER: _builtins.int
+    MEASURED_BUSBW_GBPS_FIELD_NUMBER: _builtins.int
+    THRESHOLD_FIELD_NUMBER: _builtins.int
+    JOB_IDS_FIELD_NUMBER: _builtins.int
+    STUDY_ID_FIELD_NUMBER: _builtins.int
+    SIMULATED_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    FINISHED_AT_FIELD_NUMBER: _builtins.int
+    check_id: _builtins.str
+    kind: _builtins.str
+    """benchmark, topology"""
+    status: _builtins.str
+    """running, ok, regressed, failed, skipped, changed"""
+    message: _builtins.str
+    config_version: _builtins.str
+    rollout_id: _builtins.str
+    """whose gate measured the reference"""
+    wave: _builtins.int
+    reference_busbw_gbps: _builtins.float
+    measured_busbw_gbps: _builtins.float
+    threshold: _builtins.float
+    """the drop (fraction of the reference) that counts as a regression"""
+    study_id: _builtins.str
+    """the study it opened, if any"""
+    simulated: _builtins.bool
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """its benchmark jobs (admin bench show ID)"""
+
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def finished_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        check_id: _builtins.str = ...,
+        kind: _builtins.str = ...,
+        status: _builtins.str = ...,
+        message: _builtins.str = ...,
+        config_version: _builtins.str = ...,
+        rollout_id: _builtins.str = ...,
+        wave: _builtins.int | None = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+        reference_busbw_gbps: _builtins.float | None = ...,
+        measured_busbw_gbps: _builtins.float | None = ...,
+        threshold: _builtins.float | None = ...,
+        job_ids: _abc.Iterable[_builtins.str] | None = ...,
+        study_id: _builtins.str = ...,
+        simulated: _builtins.bool = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        finished_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_measured_busbw_gbps", b"_measured_busbw_gbps", "_reference_busbw_gbps", b"_reference_busbw_gbps", "_threshold", b"_threshold", "_wave", b"_wave", "created_at", b"created_at", "finished_at", b"finished_at", "measured_busbw_gbps", b"measured_busbw_gbps", "reference_busbw_gbps", b"reference_busbw_gbps", "threshold", b"threshold", "wave", b"wave"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_measured_busbw_gbps", b"_measured_busbw_gbps", "_reference_busbw_gbps", b"_reference_busbw_gbps", "_threshold", b"_threshold", "_wave", b"_wave", "check_id", b"check_id", "config_version", b"config_version", "created_at", b"created_at", "finished_at", b"finished_at", "job_ids", b"job_ids", "kind", b"kind", "measured_busbw_gbps", b"measured_busbw_gbps", "message", b"message", "nodes", b"nodes", "reference_busbw_gbps", b"reference_busbw_gbps", "rollout_id", b"rollout_id", "simulated", b"simulated", "status", b"status", "study_id", b"study_id", "threshold", b"threshold", "wave", b"wave"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__measured_busbw_gbps: _TypeAlias = _typing.Literal["measured_busbw_gbps"]  # noqa: Y015
+    _WhichOneofArgType__measured_busbw_gbps: _TypeAlias = _typing.Literal["_measured_busbw_gbps", b"_measured_busbw_gbps"]  # noqa: Y015
+    _WhichOneofReturnType__reference_busbw_gbps: _TypeAlias = _typing.Literal["reference_busbw_gbps"]  # noqa: Y015
+    _WhichOneofArgType__reference_busbw_gbps: _TypeAlias = _typing.Literal["_reference_busbw_gbps", b"_reference_busbw_gbps"]  # noqa: Y015
+    _WhichOneofReturnType__threshold: _TypeAlias = _typing.Literal["threshold"]  # noqa: Y015
+    _WhichOneofArgType__threshold: _TypeAlias = _typing.Literal["_threshold", b"_threshold"]  # noqa: Y015
+    _WhichOneofReturnType__wave: _TypeAlias = _typing.Literal["wave"]  # noqa: Y015
+    _WhichOneofArgType__wave: _TypeAlias = _typing.Literal["_wave", b"_wave"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__measured_busbw_gbps) -> _WhichOneofReturnType__measured_busbw_gbps | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__reference_busbw_gbps) -> _WhichOneofReturnType__reference_busbw_gbps | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__threshold) -> _WhichOneofReturnType__threshold | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__wave) -> _WhichOneofReturnType__wave | None: ...
+
+Global___DriftCheck: _TypeAlias = DriftCheck  # noqa: Y015
+
+@_typing.final
+class ListDriftChecksRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LIMIT_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    limit: _builtins.int
+    status: _builtins.str
+    """only checks with this status; empty: all"""
+    def __init__(
+        self,
+        *,
+        limit: _builtins.int = ...,
+        status: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListDriftChecksRequest: _TypeAlias = ListDriftChecksRequest  # noqa: Y015
+
+@_typing.final
+class ListDriftChecksResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECKS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def checks(self) -> _containers.RepeatedCompositeFieldContainer[Global___DriftCheck]: ...
+    def __init__(
+        self,
+        *,
+        checks: _abc.Iterable[Global___DriftCheck] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checks", b"checks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListDriftChecksResponse: _TypeAlias = ListDriftChecksResponse  # noqa: Y015
+
+@_typing.final
+class GetDriftCheckRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECK_ID_FIELD_NUMBER: _builtins.int
+    check_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        check_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["check_id", b"check_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetDriftCheckRequest: _TypeAlias = GetDriftCheckRequest  # noqa: Y015

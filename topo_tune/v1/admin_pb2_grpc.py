@@ -164,6 +164,16 @@ class AdminServiceStub:
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.ResolveJobConfigRequest.SerializeToString,
                 response_deserializer=topo__tune_dot_v1_dot_admin__pb2.JobConfig.FromString,
                 _registered_method=True)
+        self.ListDriftChecks = channel.unary_unary(
+                '/topo_tune.v1.AdminService/ListDriftChecks',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.ListDriftChecksRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListDriftChecksResponse.FromString,
+                _registered_method=True)
+        self.GetDriftCheck = channel.unary_unary(
+                '/topo_tune.v1.AdminService/GetDriftCheck',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.GetDriftCheckRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.DriftCheck.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -327,6 +337,19 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListDriftChecks(self, request, context):
+        """Drift checks of the active config version, and nodes whose topology changed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetDriftCheck(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -459,6 +482,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ResolveJobConfig,
                     request_deserializer=topo__tune_dot_v1_dot_admin__pb2.ResolveJobConfigRequest.FromString,
                     response_serializer=topo__tune_dot_v1_dot_admin__pb2.JobConfig.SerializeToString,
+            ),
+            'ListDriftChecks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDriftChecks,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListDriftChecksRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.ListDriftChecksResponse.SerializeToString,
+            ),
+            'GetDriftCheck': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDriftCheck,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.GetDriftCheckRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.DriftCheck.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1163,6 +1196,60 @@ class AdminService:
             '/topo_tune.v1.AdminService/ResolveJobConfig',
             topo__tune_dot_v1_dot_admin__pb2.ResolveJobConfigRequest.SerializeToString,
             topo__tune_dot_v1_dot_admin__pb2.JobConfig.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDriftChecks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/ListDriftChecks',
+            topo__tune_dot_v1_dot_admin__pb2.ListDriftChecksRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.ListDriftChecksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDriftCheck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/GetDriftCheck',
+            topo__tune_dot_v1_dot_admin__pb2.GetDriftCheckRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.DriftCheck.FromString,
             options,
             channel_credentials,
             insecure,

@@ -59,6 +59,9 @@ class AdminServiceStub:
     GetRolloutHistory: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetRolloutHistoryRequest, _admin_pb2.RolloutHistory]
     ResolveJobConfig: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ResolveJobConfigRequest, _admin_pb2.JobConfig]
     """Job side: the one config version for a job's nodes, pinned for the job's lifetime."""
+    ListDriftChecks: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListDriftChecksRequest, _admin_pb2.ListDriftChecksResponse]
+    """Drift checks of the active config version, and nodes whose topology changed."""
+    GetDriftCheck: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetDriftCheckRequest, _admin_pb2.DriftCheck]
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -91,6 +94,9 @@ class AdminServiceAsyncStub(AdminServiceStub):
     GetRolloutHistory: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetRolloutHistoryRequest, _admin_pb2.RolloutHistory]  # type: ignore[assignment]
     ResolveJobConfig: _aio.UnaryUnaryMultiCallable[_admin_pb2.ResolveJobConfigRequest, _admin_pb2.JobConfig]  # type: ignore[assignment]
     """Job side: the one config version for a job's nodes, pinned for the job's lifetime."""
+    ListDriftChecks: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListDriftChecksRequest, _admin_pb2.ListDriftChecksResponse]  # type: ignore[assignment]
+    """Drift checks of the active config version, and nodes whose topology changed."""
+    GetDriftCheck: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetDriftCheckRequest, _admin_pb2.DriftCheck]  # type: ignore[assignment]
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -276,5 +282,20 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.JobConfig, _abc.Awaitable[_admin_pb2.JobConfig]]:
         """Job side: the one config version for a job's nodes, pinned for the job's lifetime."""
+
+    @_abc_1.abstractmethod
+    def ListDriftChecks(
+        self,
+        request: _admin_pb2.ListDriftChecksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListDriftChecksResponse, _abc.Awaitable[_admin_pb2.ListDriftChecksResponse]]:
+        """Drift checks of the active config version, and nodes whose topology changed."""
+
+    @_abc_1.abstractmethod
+    def GetDriftCheck(
+        self,
+        request: _admin_pb2.GetDriftCheckRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DriftCheck, _abc.Awaitable[_admin_pb2.DriftCheck]]: ...
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

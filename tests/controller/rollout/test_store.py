@@ -46,8 +46,8 @@ async def test_a_rollout_round_trips_and_a_stale_step_is_refused(db: Database) -
     store = RolloutStore(db=db, wall_clock=clock.wall)
     with pytest.raises(NotFoundError, match="config version"):
         await store.create(new_rollout())
-    await store.put_version(V2)
-    await store.put_version(V2)  # idempotent
+    await store.versions.store(V2)
+    await store.versions.store(V2)  # idempotent
     created = await store.create(new_rollout())
     loaded = await store.load("ro-1")
     assert loaded == created, "waves, node order, policy and thresholds survive the database"
@@ -71,7 +71,7 @@ async def test_a_rollout_round_trips_and_a_stale_step_is_refused(db: Database) -
 async def test_the_first_gate_result_and_the_first_job_pin_stand(db: Database) -> None:
     clock = Clock()
     store = RolloutStore(db=db, wall_clock=clock.wall)
-    await store.put_version(V2)
+    await store.versions.store(V2)
     await store.create(new_rollout())
     samples = [Sample(0, "new", 1.0, 2.0, 3.0), Sample(0, "previous", 1.1, 2.1, 3.1)]
     first = Verdict(Outcome.SUCCESSFUL, ("fine",), pairs=1, lost_nodes=("x",))

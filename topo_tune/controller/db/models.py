@@ -82,7 +82,7 @@ class CommandRow(Base):
 
 class EventRow(Base):
     __tablename__ = "events"
-    __table_args__ = (Index("ix_events_node_at", "node_name", "at"),)
+    __table_args__ = (Index("ix_events_node_at", "node_name", "at"), Index("ix_events_at", "at"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     node_name: Mapped[str] = mapped_column(String(253))
@@ -96,7 +96,10 @@ class BenchmarkJobRow(Base):
     """A benchmark job across nodes; its per-node work are the commands whose ``job_id`` is its id."""
 
     __tablename__ = "benchmark_jobs"
-    __table_args__ = (Index("ix_benchmark_jobs_status", "status"),)
+    __table_args__ = (
+        Index("ix_benchmark_jobs_status", "status"),
+        Index("ix_benchmark_jobs_created_at", "created_at"),  # retention walks the oldest first
+    )
 
     id: Mapped[str] = mapped_column(String(128), primary_key=True)
     status: Mapped[str] = mapped_column(String(16))
@@ -252,6 +255,32 @@ class StudyRow(Base):
     optuna_name: Mapped[str] = mapped_column(String(512), default="")
     result: Mapped[str] = mapped_column(String(64), default="")
     config_version: Mapped[str] = mapped_column(String(32), default="")
+    simulated: Mapped[bool] = mapped_column(default=False)
+    created_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+
+
+class DriftCheckRow(Base):
+    """A drift check: the active config version re-measured on a sample of nodes against its reference, or a
+    node whose topology fingerprint changed when it registered again."""
+
+    __tablename__ = "drift_checks"
+    __table_args__ = (Index("ix_drift_checks_created_at", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))  # benchmark, topology
+    status: Mapped[str] = mapped_column(String(16))  # running, ok, regressed, failed, skipped, changed
+    message: Mapped[str] = mapped_column(Text, default="")
+    config_version: Mapped[str] = mapped_column(String(32), default="")
+    rollout_id: Mapped[str] = mapped_column(String(64), default="")
+    """The completed rollout whose gate measured the reference."""
+    wave: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    nodes: Mapped[list[str]] = mapped_column(JSON)
+    reference_busbw_gbps: Mapped[float | None]
+    measured_busbw_gbps: Mapped[float | None]
+    threshold: Mapped[float | None]
+    job_ids: Mapped[list[str]] = mapped_column(JSON)
+    study_id: Mapped[str] = mapped_column(String(64), default="")
     simulated: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[datetime]
     finished_at: Mapped[datetime | None]

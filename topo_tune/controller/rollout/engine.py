@@ -102,7 +102,7 @@ class RolloutEngine:
         """Plan a rollout of ``version`` over the registered nodes and store it ``pending``."""
         nodes = await self.registry.list()
         plan = build_plan({n.name: n.rack for n in nodes}, policy)
-        await self.store.put_version(version)
+        await self.store.versions.store(version)
         step = state.new_snapshot(
             rollout_id=rollout_id or f"ro-{uuid.uuid4().hex[:12]}",
             config_version=version.id,
@@ -220,7 +220,7 @@ class RolloutEngine:
             except NotFoundError:
                 record = None
             if record is None:
-                files = await self.store.version_files(version) if version else {}
+                files = await self.store.versions.files(version) if version else {}
                 command = agent_pb2.Command(apply_config=agent_pb2.ApplyConfig(version=version, files=files))
                 record = await self.commands.submit(node, command, command_id=cid)
                 await self.hub.deliver_new(record)
@@ -307,7 +307,7 @@ class RolloutEngine:
                     continue  # applied; its report is on its way
                 if record.status in _FAILED and (now - finished).total_seconds() < self.retry_after_s:
                     continue
-            files = await self.store.version_files(stable) if stable else {}
+            files = await self.store.versions.files(stable) if stable else {}
             command = agent_pb2.Command(apply_config=agent_pb2.ApplyConfig(version=stable, files=files))
             cid = command_id("stable", name, stable, attempt + 1)
             await self.hub.deliver_new(await self.commands.submit(name, command, command_id=cid))

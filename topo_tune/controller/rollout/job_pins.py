@@ -50,5 +50,5 @@ class JobResolver:
         pin = resolve(job_id, nodes, view, {job_id: existing} if existing is not None else {})
         if existing is None:
             pin = await self.store.pin(pin, rollout_id=view.rollout_id)
-        files = tuple(sorted(await self.store.version_files(pin.version))) if pin.version else ()
+        files = tuple(sorted(await self.store.versions.files(pin.version))) if pin.version else ()
         return ResolvedJob(pin, files, view.rollout_id)

@@ -120,7 +120,7 @@ class RolloutServicerMixin:
             if request.config_version and request.config_version != version.id:
                 raise ValidationError("config_version", f"is not the hash of the files given ({version.id})")
         elif request.config_version:
-            files = await self._rollouts.store.version_files(request.config_version)
+            files = await self._rollouts.store.versions.files(request.config_version)
             version = ConfigVersion(files)
         else:
             raise ValidationError("config_version", "give a known version id or the version's files")

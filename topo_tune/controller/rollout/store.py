@@ -1,24 +1,25 @@
-"""Persistence of rollouts: snapshots, steps with their audit entries, gate results, config versions, job pins.
+"""Persistence of rollouts: snapshots, steps with their audit entries, gate results, job pins.
 
 A step is committed in one transaction together with its audit entries, and only if the rollout's
 ``revision`` is still the one the step was computed from (optimistic concurrency): an operator's verb and
 the engine's reconcile pass can never both win from the same snapshot. At most one rollout is active
 (not ``completed``, ``rolled_back`` or ``aborted``) at a time.
 
-Non-goals: deciding transitions (``state.py``) and acting on them (``engine.py``).
+Non-goals: deciding transitions (``state.py``), acting on them (``engine.py``), storing config versions
+(``controller/config_versions.py``; ``versions`` here is that store).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from topo_tune.config_version import ConfigVersion
+from topo_tune.controller.config_versions import ConfigVersions
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import (
     ConfigVersionRow,
@@ -133,26 +134,11 @@ def _load(session: Session, row: RolloutRow) -> Snapshot:
 class RolloutStore:
     db: Database
     wall_clock: Callable[[], datetime]
+    versions: ConfigVersions = field(init=False)
+    """The config versions rollouts refer to (stored through the same object as the admin config RPCs)."""
 
-    async def put_version(self, version: ConfigVersion) -> None:
-        """Store a config version (idempotent: the id is the content)."""
-        at = self.wall_clock()
-
-        def write(session: Session) -> None:
-            if session.get(ConfigVersionRow, version.id) is None:
-                session.add(
-                    ConfigVersionRow(
-                        id=version.id, files=dict(version.files), provenance=dict(version.provenance), created_at=at
-                    )
-                )
-
-        await self.db.run(write)
-
-    async def version_files(self, version_id: str) -> dict[str, str]:
-        row = await self.db.run(lambda session: session.get(ConfigVersionRow, version_id))
-        if row is None:
-            raise NotFoundError(f"no config version {version_id!r}")
-        return dict(row.files)
+    def __post_init__(self) -> None:
+        self.versions = ConfigVersions(db=self.db, wall_clock=self.wall_clock)
 
     async def create(self, step: Step) -> Snapshot:
         """Store a new rollout; ``ConflictError`` while another rollout is active."""
@@ -272,18 +258,23 @@ class RolloutStore:
 
         return await self.db.run(read)
 
-    async def stable_version(self) -> str:
-        """The version the fleet runs when no rollout is active: the last completed rollout's ("" if none)."""
+    async def stable(self) -> Rollout | None:
+        """The last completed rollout: its version is the one the fleet runs when no rollout is active."""
 
-        def read(session: Session) -> str:
-            version = session.scalars(
-                sa.select(RolloutRow.config_version)
+        def read(session: Session) -> Rollout | None:
+            row = session.scalars(
+                sa.select(RolloutRow)
                 .where(RolloutRow.phase == RolloutPhase.COMPLETED.value)
                 .order_by(RolloutRow.updated_at.desc())
             ).first()
-            return version or ""
+            return _rollout_from_row(row) if row is not None else None
 
         return await self.db.run(read)
+
+    async def stable_version(self) -> str:
+        """The version the fleet runs when no rollout is active: the last completed rollout's ("" if none)."""
+        stable = await self.stable()
+        return stable.config_version if stable is not None else ""
 
     async def save_gate(
         self, rollout_id: str, *, wave: int, attempt: int, verdict: Verdict, samples: Sequence[Sample]

@@ -70,8 +70,9 @@ class BenchmarkVerifier:
             measured: dict[str, Sample] = {}
             for arm in arms:
                 version = new if arm == "new" else previous
-                job = await self._run(f"{rollout_id}/{wave}/{attempt}/{repeat}/{arm}", nodes, version)
-                sample = _sample(job, repeat=repeat, arm=arm)
+                job_id = gate_job_id(rollout_id, wave=wave, attempt=attempt, repeat=repeat, arm=arm)
+                job = await self.run_job(job_id, nodes, version)
+                sample = job_sample(job, repeat=repeat, arm=arm)
                 if sample is None:
                     logger.warning(
                         "gate job %s gave no usable result: %s",
@@ -85,9 +86,11 @@ class BenchmarkVerifier:
                 samples.extend(measured[arm] for arm in arms)
         return samples
 
-    async def _run(self, key: str, nodes: Sequence[str], version: str) -> admin_pb2.BenchmarkJob:
-        # A stable id per (rollout, wave, attempt, repeat, arm): a controller that resumes mid-gate finds the job.
-        job_id = "gate-" + hashlib.sha256(key.encode()).hexdigest()[:32]
+    async def run_job(self, job_id: str, nodes: Sequence[str], version: str) -> admin_pb2.BenchmarkJob:
+        """Run the verification benchmark with ``version`` on ``nodes`` under ``job_id``; wait for its end.
+
+        A job id that exists already is not started again: its stored outcome is awaited instead.
+        """
         request = admin_pb2.StartBenchmarkRequest(
             collective=self.collective,
             nodes=list(nodes),
@@ -103,7 +106,18 @@ class BenchmarkVerifier:
         return job
 
 
-def _sample(job: admin_pb2.BenchmarkJob, *, repeat: int, arm: str) -> Sample | None:
+def gate_job_id(rollout_id: str, *, wave: int, attempt: int, repeat: int, arm: str) -> str:
+    """The benchmark job of one arm of one gate repeat.
+
+    Stable, so that a controller resuming mid-gate finds the job, and so that the jobs behind a stored gate
+    sample can be named (retention keeps them).
+    """
+    key = f"{rollout_id}/{wave}/{attempt}/{repeat}/{arm}"
+    return "gate-" + hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def job_sample(job: admin_pb2.BenchmarkJob, *, repeat: int, arm: str) -> Sample | None:
+    """One sample of a finished verification job (None when it failed or measured nothing out of place)."""
     rows = [r for r in job.sizes if not r.in_place]
     if job.status != admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED or not rows:
         return None

@@ -1,0 +1,95 @@
+"""``topo-tune admin drift``: drift checks of the active config version, and nodes whose topology changed."""
+
+from __future__ import annotations
+
+import click
+
+from topo_tune.cli.admin import admin, connected
+from topo_tune.cli.output import emit_data, emit_table, to_data
+from topo_tune.client import AdminClient
+from topo_tune.v1 import admin_pb2
+
+STATUSES = ("running", "ok", "regressed", "failed", "skipped", "changed")
+
+
+def _change(check: admin_pb2.DriftCheck) -> str:
+    if not (check.HasField("reference_busbw_gbps") and check.HasField("measured_busbw_gbps")):
+        return "-"
+    return f"{check.measured_busbw_gbps / check.reference_busbw_gbps - 1:+.1%}"
+
+
+@admin.group()
+def drift() -> None:
+    """Drift checks: is the active config version still as fast as its rollout measured it?
+
+    \b
+    The controller's leader re-measures the version the last completed rollout made every node run, on a
+    few idle nodes of one of its waves, with the benchmark its gate ran there, and compares the bus
+    bandwidth with what that gate measured. A drop beyond the threshold is `regressed` (an event per node,
+    the metric topo_tune_drift_regressions_total, and with openStudy a new study). A node that registered
+    again with another topology fingerprint is listed as `changed`. Settings: `controller.drift` in
+    cluster.yaml, or `topo-tune controller serve --drift-interval/--drift-threshold`.
+
+    \b
+    Examples:
+      topo-tune admin drift list                    # newest first
+      topo-tune admin drift list --status regressed
+      topo-tune admin drift show dc-0123456789ab    # the figures, nodes and benchmark jobs of one check
+    """
+
+
+@drift.command("list")
+@click.option("--status", type=click.Choice(STATUSES), help="Only checks with this outcome.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@connected
+def list_checks(client: AdminClient, fmt: str, status: str | None, limit: int) -> None:
+    """Recent drift checks and topology changes, newest first."""
+    found = client.list_drift_checks(limit=limit, status=status or "")
+    if fmt != "table":
+        emit_data([to_data(c) for c in found], fmt)
+        return
+    rows = [
+        (
+            c.check_id,
+            c.created_at.ToDatetime().strftime("%Y-%m-%d %H:%M"),
+            c.kind,
+            c.status + (" (SIMULATED)" if c.simulated else ""),
+            c.config_version or "-",
+            ",".join(c.nodes) or "-",
+            _change(c),
+        )
+        for c in found
+    ]
+    emit_table(
+        f"{len(rows)} drift checks", ("ID", "AT (UTC)", "KIND", "STATUS", "VERSION", "NODES", "BUSBW CHANGE"), rows
+    )
+
+
+@drift.command()
+@click.argument("check_id", metavar="ID")
+@connected
+def show(client: AdminClient, fmt: str, check_id: str) -> None:
+    """One drift check: reference and measured bus bandwidth, its nodes, jobs and why it ended as it did."""
+    check = client.get_drift_check(check_id)
+    if fmt != "table":
+        emit_data(to_data(check), fmt)
+        return
+    gbps = "{:.2f} GB/s".format
+    rows = [
+        ("kind", check.kind),
+        ("status", check.status + (" (SIMULATED)" if check.simulated else "")),
+        ("config version", check.config_version or "-"),
+        (
+            "reference",
+            f"rollout {check.rollout_id} wave {check.wave}" if check.HasField("wave") else "-",
+        ),
+        ("reference busbw", gbps(check.reference_busbw_gbps) if check.HasField("reference_busbw_gbps") else "-"),
+        ("measured busbw", gbps(check.measured_busbw_gbps) if check.HasField("measured_busbw_gbps") else "-"),
+        ("change", _change(check)),
+        ("threshold", f"-{check.threshold:.0%}" if check.HasField("threshold") else "-"),
+        ("nodes", ", ".join(check.nodes) or "-"),
+        ("benchmark jobs", ", ".join(check.job_ids) or "-"),
+        ("study", check.study_id or "-"),
+        ("message", check.message or "-"),
+    ]
+    emit_table(f"drift check {check.check_id}", ("FIELD", "VALUE"), rows)

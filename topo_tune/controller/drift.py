@@ -1,0 +1,420 @@
+"""Drift checks: is the fleet's config version still as fast as when its rollout verified it?
+
+A periodic check (leader only, scheduled by the controller) takes the stable version — the one the last
+completed rollout made every node run — and its **reference**: the bus bandwidth its rollout's gates measured
+for it, per wave (the mean of the gate's ``new``-arm samples, each the bandwidth at the sweep's largest size,
+the A/B samples every gate stores). It picks one wave at random (seeded), samples up to ``sample_nodes`` of
+that wave's nodes that are ready, not drained, idle (their agent runs nothing, and the idleness check —
+Kubernetes GPU pods — finds them free) and run the version, and re-runs the gate's benchmark on them with the
+version's staged ``nccl.conf``. When the bandwidth fell by more than ``threshold`` against the reference, the
+check ends ``regressed``: an event per node, a Prometheus counter, and — with ``open_study`` — a new study
+over the ready nodes (``admin study status drift-<id>``). A node that registers again with another topology
+fingerprint is recorded the same way (kind ``topology``, status ``changed``), with the same optional study.
+
+Each check is a row in ``drift_checks`` written ``running`` (with its nodes and job ids) before its jobs
+start, and finished with the figures; its benchmark jobs are stored like any other. ``admin drift
+list|show`` reads them.
+
+Nothing is measured while a rollout is active (every node belongs to one of its waves), while the version has
+no reference (it was promoted without gate samples), or while too few nodes are idle; such a check is stored
+``skipped`` with the reason, so an operator sees why nothing was measured.
+
+Non-goals: scheduling (the controller's scheduler calls :meth:`DriftChecker.check`), judging statistical
+significance (one threshold on the mean, like an alert rule: a regression is a signal to re-tune, not a
+gate), and deleting old checks (``retention.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from statistics import fmean
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from topo_tune.controller.db.database import Database
+from topo_tune.controller.db.models import DriftCheckRow, EventRow
+from topo_tune.controller.metrics import ControllerMetrics
+from topo_tune.controller.nodes import NodeRegistry, NodeState
+from topo_tune.controller.rollout.store import RolloutStore
+from topo_tune.controller.rollout.verification import BenchmarkVerifier, job_sample
+from topo_tune.errors import NotFoundError, TopoTuneError, ValidationError
+from topo_tune.v1 import admin_pb2
+
+logger = logging.getLogger(__name__)
+
+
+class DriftStatus(StrEnum):
+    RUNNING = "running"
+    OK = "ok"
+    REGRESSED = "regressed"
+    FAILED = "failed"
+    """The benchmark ran but gave no usable figure (every job failed or timed out)."""
+    SKIPPED = "skipped"
+    """Nothing was measured: a rollout is active, no reference, too few idle nodes."""
+    CHANGED = "changed"
+    """A node's topology fingerprint changed when it registered again."""
+
+
+class DriftKind(StrEnum):
+    BENCHMARK = "benchmark"
+    TOPOLOGY = "topology"
+
+
+@dataclass(frozen=True)
+class DriftSettings:
+    interval_s: float = 6 * 3600.0
+    """How often the active version is re-measured; 0 turns the periodic check off."""
+    sample_nodes: int = 2
+    """Nodes measured per check, all from one wave of the version's rollout (where its reference comes from)."""
+    threshold: float = 0.10
+    """A drop in bus bandwidth beyond this fraction of the reference is a regression."""
+    open_study: bool = False
+    """Open a study over the ready nodes on a regression or a changed topology."""
+    repeats: int = 3
+    """Benchmark jobs per check; the check's figure is their mean."""
+
+    def __post_init__(self) -> None:
+        if self.interval_s < 0:
+            raise ValidationError("drift.interval", f"must be >= 0 (0: off), got {self.interval_s:g}")
+        if self.sample_nodes < 1:
+            raise ValidationError("drift.sampleNodes", f"must be >= 1, got {self.sample_nodes}")
+        if not 0 < self.threshold < 1:
+            raise ValidationError("drift.threshold", f"a fraction between 0 and 1, got {self.threshold:g}")
+        if self.repeats < 1:
+            raise ValidationError("drift.repeats", f"must be >= 1, got {self.repeats}")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What a rollout's gate measured for its new version on one wave."""
+
+    rollout_id: str
+    wave: int
+    nodes: tuple[str, ...]
+    busbw_gbps: float
+
+
+class StudyStarter(Protocol):
+    """What drift checks need of the controller's studies."""
+
+    async def start(self, request: admin_pb2.StartStudyRequest) -> admin_pb2.StudyInfo: ...
+
+    async def list(self, *, limit: int = 50) -> list[admin_pb2.StudyInfo]: ...
+
+
+def drop_of(*, reference: float, measured: float) -> float:
+    """The fraction of the reference bandwidth lost (negative: faster than the reference)."""
+    return 1.0 - measured / reference
+
+
+@dataclass
+class DriftChecker:
+    db: Database
+    registry: NodeRegistry
+    rollouts: RolloutStore
+    verifier: BenchmarkVerifier
+    studies: StudyStarter
+    metrics: ControllerMetrics
+    wall_clock: Callable[[], datetime]
+    settings: DriftSettings = field(default_factory=DriftSettings)
+    idle: Callable[[list[str]], Awaitable[list[str]]] | None = None
+    """The idle subset of the given nodes (Kubernetes: no GPU pods, not cordoned); None: all are idle."""
+    rng: random.Random = field(default_factory=random.Random)
+    new_id: Callable[[], str] = lambda: "dc-" + uuid.uuid4().hex[:12]
+    _tasks: set[asyncio.Task[Any]] = field(default_factory=set, init=False)
+
+    async def check(self) -> admin_pb2.DriftCheck:
+        """Run one drift check now and return it stored (``skipped`` with the reason when nothing could run)."""
+        task = asyncio.current_task()
+        try:
+            if task is not None:
+                self._tasks.add(task)
+            check_id = self.new_id()
+            await self._check(check_id)
+            return await self.get(check_id)
+        finally:
+            if task is not None:
+                self._tasks.discard(task)
+
+    async def close(self) -> None:
+        """Cancel a check still measuring (a new leader marks it failed at start-up and checks again later)."""
+        current = asyncio.current_task()
+        tasks = [t for t in self._tasks if t is not current]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def recover(self) -> int:
+        """At start-up: checks a previous controller was running end ``failed`` (the next check measures again)."""
+        now = self.wall_clock()
+
+        def write(session: Session) -> int:
+            rows = list(session.scalars(sa.select(DriftCheckRow).where(DriftCheckRow.status == DriftStatus.RUNNING)))
+            for row in rows:
+                row.status, row.finished_at = DriftStatus.FAILED.value, now
+                row.message = "the controller stopped during the check"
+            return len(rows)
+
+        return await self.db.run(write)
+
+    async def _check(self, check_id: str) -> None:
+        version, skipped = "", ""
+        active = await self.rollouts.active()
+        stable = await self.rollouts.stable()
+        if active is not None:
+            skipped = f"rollout {active.rollout.id} is active: its waves' nodes are not measured until it ends"
+        elif stable is None:
+            skipped = "no config version is active yet (no completed rollout)"
+        else:
+            version = stable.config_version
+        if skipped or stable is None:
+            await self._store_skipped(check_id, version=version, reason=skipped)
+            return
+        references = await self.references(stable.id)
+        if not references:
+            reason = f"rollout {stable.id} stored no gate samples for {version}: there is no reference to compare with"
+            await self._store_skipped(check_id, version=version, reason=reason)
+            return
+        choice = await self._choose(references, version)
+        if isinstance(choice, str):
+            await self._store_skipped(check_id, version=version, reason=choice)
+            return
+        reference, nodes = choice
+        job_ids = [f"{check_id}-{repeat}" for repeat in range(self.settings.repeats)]
+        await self._store_running(check_id, version=version, reference=reference, nodes=nodes, job_ids=job_ids)
+        logger.info("drift check started on %s", ", ".join(nodes), extra={"check": check_id, "version": version})
+        measured: list[float] = []
+        simulated = False
+        failure = ""
+        for repeat, job_id in enumerate(job_ids):
+            try:
+                job = await self.verifier.run_job(job_id, nodes, version)
+            except TopoTuneError as error:  # e.g. a node became busy between the choice and the job
+                failure = f"the benchmark could not run: {error}"
+                break
+            simulated = simulated or job.simulated
+            sample = job_sample(job, repeat=repeat, arm="new")
+            if sample is None:
+                failure = f"job {job_id}: {job.message}"
+                continue
+            measured.append(sample.busbw_gbps)
+        await self._finish(check_id, reference=reference, measured=measured, failure=failure, simulated=simulated)
+
+    async def references(self, rollout_id: str) -> list[Reference]:
+        """Per wave of ``rollout_id``, the mean ``new``-arm bus bandwidth of its last gate attempt with samples."""
+        snapshot = await self.rollouts.load(rollout_id)
+        latest: dict[int, list[float]] = {}
+        for gate in await self.rollouts.gates(rollout_id):  # ordered by wave, then attempt
+            busbw = [s.busbw_gbps for s in gate.samples if s.arm == "new" and s.busbw_gbps > 0]
+            if busbw:
+                latest[gate.wave] = busbw
+        return [
+            Reference(rollout_id, wave, snapshot.waves[wave].nodes, fmean(busbw))
+            for wave, busbw in sorted(latest.items())
+            if wave < len(snapshot.waves) and snapshot.waves[wave].nodes
+        ]
+
+    async def _choose(self, references: Sequence[Reference], version: str) -> tuple[Reference, list[str]] | str:
+        """A wave and the nodes of it to measure, or why there are none."""
+        views = {v.name: v for v in await self.registry.list()}
+        eligible = [
+            name
+            for name, v in views.items()
+            if v.state is NodeState.READY
+            and not v.drained
+            and v.activity == "idle"
+            and v.applied_config_version == version
+        ]
+        if self.idle is not None and eligible:
+            eligible = await self.idle(eligible)
+        usable = set(eligible)
+        candidates = []
+        for reference in references:
+            wanted = min(self.settings.sample_nodes, len(reference.nodes))
+            free = [n for n in reference.nodes if n in usable]
+            if len(free) >= wanted:
+                candidates.append((reference, free, wanted))
+        if not candidates:
+            return (
+                f"too few idle nodes running {version} in any wave of its rollout "
+                f"(need {self.settings.sample_nodes} of one wave; idle: {len(usable)})"
+            )
+        reference, free, wanted = self.rng.choice(candidates)
+        chosen = set(self.rng.sample(free, wanted))
+        return reference, [n for n in reference.nodes if n in chosen]  # the wave's rank order
+
+    async def _store_skipped(self, check_id: str, *, version: str, reason: str) -> None:
+        now = self.wall_clock()
+        row = DriftCheckRow(
+            id=check_id,
+            kind=DriftKind.BENCHMARK.value,
+            status=DriftStatus.SKIPPED.value,
+            message=reason,
+            config_version=version,
+            nodes=[],
+            job_ids=[],
+            threshold=self.settings.threshold,
+            created_at=now,
+            finished_at=now,
+        )
+        await self.db.run(lambda session: session.add(row))
+        self.metrics.drift_checks.labels(status=DriftStatus.SKIPPED.value).inc()
+        logger.info("drift check skipped: %s", reason, extra={"check": check_id})
+
+    async def _store_running(
+        self, check_id: str, *, version: str, reference: Reference, nodes: list[str], job_ids: list[str]
+    ) -> None:
+        row = DriftCheckRow(
+            id=check_id,
+            kind=DriftKind.BENCHMARK.value,
+            status=DriftStatus.RUNNING.value,
+            message="",
+            config_version=version,
+            rollout_id=reference.rollout_id,
+            wave=reference.wave,
+            nodes=nodes,
+            reference_busbw_gbps=reference.busbw_gbps,
+            threshold=self.settings.threshold,
+            job_ids=job_ids,
+            created_at=self.wall_clock(),
+        )
+        await self.db.run(lambda session: session.add(row))  # persist, then start the jobs
+
+    async def _finish(
+        self, check_id: str, *, reference: Reference, measured: list[float], failure: str, simulated: bool
+    ) -> None:
+        now = self.wall_clock()
+        if measured:
+            busbw = fmean(measured)
+            drop = drop_of(reference=reference.busbw_gbps, measured=busbw)
+            status = DriftStatus.REGRESSED if drop > self.settings.threshold else DriftStatus.OK
+            message = (
+                f"bus bandwidth {busbw:.2f} GB/s vs {reference.busbw_gbps:.2f} GB/s at rollout "
+                f"{reference.rollout_id} wave {reference.wave}: {-drop:+.1%} (threshold -{self.settings.threshold:.0%})"
+            )
+            if failure:
+                message += f"; {len(measured)} of {self.settings.repeats} jobs usable ({failure})"
+        else:
+            busbw, status, message = None, DriftStatus.FAILED, failure or "no job gave a usable figure"
+        if simulated:
+            message += " [simulated]"
+
+        def write(session: Session) -> list[str]:
+            row = session.get(DriftCheckRow, check_id)
+            assert row is not None
+            row.status, row.message, row.finished_at = status.value, message, now
+            row.measured_busbw_gbps, row.simulated = busbw, simulated
+            if status is DriftStatus.REGRESSED:
+                session.add_all(
+                    EventRow(node_name=node, kind="drift.regressed", message=f"{check_id}: {message}", at=now)
+                    for node in row.nodes
+                )
+            return list(row.nodes)
+
+        nodes = await self.db.run(write)  # the verdict and its events in one transaction, then act
+        self.metrics.drift_checks.labels(status=status.value).inc()
+        if status is DriftStatus.REGRESSED:
+            self.metrics.drift_regressions.inc()
+            logger.warning("drift check regressed: %s", message, extra={"check": check_id, "nodes": nodes})
+            await self._open_study(check_id)
+        else:
+            logger.info("drift check %s: %s", status.value, message, extra={"check": check_id})
+
+    async def on_topology_change(self, node: str, *, before: str, after: str, version: str) -> None:
+        """A node registered again with another topology fingerprint: record it, count it, maybe re-tune."""
+        check_id = self.new_id()
+        now = self.wall_clock()
+        row = DriftCheckRow(
+            id=check_id,
+            kind=DriftKind.TOPOLOGY.value,
+            status=DriftStatus.CHANGED.value,
+            message=f"topology fingerprint {before} -> {after}",
+            config_version=version,
+            nodes=[node],
+            job_ids=[],
+            created_at=now,
+            finished_at=now,
+        )
+        await self.db.run(lambda session: session.add(row))
+        self.metrics.topology_changes.inc()
+        self.metrics.drift_checks.labels(status=DriftStatus.CHANGED.value).inc()
+        logger.warning("topology changed: %s -> %s", before, after, extra={"node": node, "check": check_id})
+        await self._open_study(check_id)
+
+    async def _open_study(self, check_id: str) -> None:
+        """With ``open_study``: start a study over the ready nodes unless one is running already."""
+        if not self.settings.open_study:
+            return
+        study_id, note = "", ""
+        running = [s.study_id for s in await self.studies.list() if s.status == admin_pb2.STUDY_STATUS_RUNNING]
+        if running:
+            note = f"no study opened: study {running[0]} is still running"
+        else:
+            try:
+                study = await self.studies.start(admin_pb2.StartStudyRequest(study_id=f"drift-{check_id}"))
+                study_id, note = study.study_id, f"study {study.study_id} opened"
+            except TopoTuneError as error:
+                note = f"no study opened: {error}"
+
+        def write(session: Session) -> None:
+            row = session.get(DriftCheckRow, check_id)
+            if row is not None:
+                row.study_id, row.message = study_id, f"{row.message}; {note}"
+
+        await self.db.run(write)
+        logger.info(note, extra={"check": check_id})
+
+    async def get(self, check_id: str) -> admin_pb2.DriftCheck:
+        row = await self.db.run(lambda session: session.get(DriftCheckRow, check_id))
+        if row is None:
+            raise NotFoundError(f"no drift check {check_id!r}")
+        return _message(row)
+
+    async def list(self, *, limit: int = 50, status: str = "") -> list[admin_pb2.DriftCheck]:
+        if status and status not in DriftStatus.__members__.values():
+            known = ", ".join(s.value for s in DriftStatus)
+            raise ValidationError("status", f"one of {known}, got {status!r}")
+
+        def read(session: Session) -> list[DriftCheckRow]:
+            query = sa.select(DriftCheckRow).order_by(DriftCheckRow.created_at.desc(), DriftCheckRow.id).limit(limit)
+            if status:
+                query = query.where(DriftCheckRow.status == status)
+            return list(session.scalars(query))
+
+        return [_message(row) for row in await self.db.run(read)]
+
+
+def _message(row: DriftCheckRow) -> admin_pb2.DriftCheck:
+    message = admin_pb2.DriftCheck(
+        check_id=row.id,
+        kind=row.kind,
+        status=row.status,
+        message=row.message,
+        config_version=row.config_version,
+        rollout_id=row.rollout_id,
+        nodes=list(row.nodes),
+        job_ids=list(row.job_ids),
+        study_id=row.study_id,
+        simulated=row.simulated,
+    )
+    message.created_at.FromDatetime(row.created_at)
+    if row.wave is not None:
+        message.wave = row.wave
+    if row.reference_busbw_gbps is not None:
+        message.reference_busbw_gbps = row.reference_busbw_gbps
+    if row.measured_busbw_gbps is not None:
+        message.measured_busbw_gbps = row.measured_busbw_gbps
+    if row.threshold is not None:
+        message.threshold = row.threshold
+    if row.finished_at is not None:
+        message.finished_at.FromDatetime(row.finished_at)
+    return message
