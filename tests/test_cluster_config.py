@@ -30,6 +30,14 @@ def test_example_parses_into_frozen_objects() -> None:
         cluster.backend = "sim"  # type: ignore[misc]
 
 
+def test_drift_and_retention_settings_take_durations() -> None:
+    text = "controller:\n  drift: {interval: 12h, sampleNodes: 4, openStudy: true}\n  retention: {maxAge: 30d}\n"
+    section = loads_cluster_config(HEAD + text).controller
+    assert (section.drift.interval, section.drift.sample_nodes, section.drift.open_study) == (43200.0, 4, True)
+    assert section.drift.threshold == 0.10 and section.drift.enabled
+    assert section.retention.max_age == 30 * 86400.0 and section.retention.ignored_results_per_node == 100
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -55,6 +63,9 @@ def test_example_parses_into_frozen_objects() -> None:
         ),
         ("controller: {listen: nowhere}\n", "controller.listen: string should match pattern"),
         ("racks: {name: r0}\n", "racks: expected a list"),
+        ("controller: {drift: {threshold: 1.5}}\n", "controller.drift.threshold: input should be less than 1"),
+        ("controller: {retention: {maxAge: forever}}\n", "controller.retention.maxAge: expected a duration"),
+        ("controller: {drift: {sampleNode: 2}}\n", "controller.drift.sampleNode: unknown key"),
     ],
 )
 def test_bad_values_name_their_field(text: str, message: str) -> None:

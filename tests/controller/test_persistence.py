@@ -12,7 +12,9 @@ from importlib import resources
 
 import pytest
 import sqlalchemy as sa
+from alembic import command as alembic_command
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config as AlembicConfig
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
@@ -92,6 +94,31 @@ def test_migrate_is_idempotent(db: Database) -> None:
 def test_one_linear_history_of_migrations() -> None:
     script = ScriptDirectory(str(resources.files("topo_tune.controller.db") / "migrations"))
     assert len(script.get_heads()) == 1, "two migrations claim the same parent: renumber one"
+
+
+def test_a_database_at_0005_keeps_its_rows_through_0006(database_url: str) -> None:
+    """Upgrading a controller's database: the drift table and retention's indexes arrive, nothing is lost."""
+    database = Database(database_url, retry_for_s=5)
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(resources.files("topo_tune.controller.db") / "migrations"))
+    config.attributes["connection_url"] = database.url
+    try:
+        with database.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            alembic_command.upgrade(config, "0005")
+            at = datetime(2026, 1, 1, tzinfo=UTC)
+            connection.execute(
+                sa.insert(EventRow.__table__).values(node_name="n1", kind="node.lost", message="", command_id="", at=at)
+            )
+        database.migrate()
+        inspector = sa.inspect(database.engine)
+        assert "drift_checks" in inspector.get_table_names()
+        assert "ix_events_at" in {i["name"] for i in inspector.get_indexes("events")}
+        assert "ix_benchmark_jobs_created_at" in {i["name"] for i in inspector.get_indexes("benchmark_jobs")}
+        with database.engine.connect() as connection:
+            assert connection.execute(sa.select(EventRow.kind)).scalars().all() == ["node.lost"]
+    finally:
+        database.close()
 
 
 async def test_register_then_lost_then_ready(db: Database, clock: FakeClock) -> None:

@@ -132,6 +132,7 @@ async def test_one_leads_and_the_other_stands_by(pair: dict[str, Controller], ap
         "rollout-reconcile",
     ]
     assert standby.job_ids() == []
+    assert await standby.drift_check() is None and await standby.retain() is None, "a standby measures, deletes nothing"
     assert await health(leader) == {"": SERVING, AGENT_SERVICE: SERVING, ADMIN_SERVICE: SERVING}
     assert await health(standby) == {"": SERVING, AGENT_SERVICE: NOT_SERVING, ADMIN_SERVICE: NOT_SERVING}
 

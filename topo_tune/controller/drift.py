@@ -45,7 +45,7 @@ from topo_tune.controller.db.models import DriftCheckRow, EventRow
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import NodeRegistry, NodeState
 from topo_tune.controller.rollout.store import RolloutStore
-from topo_tune.controller.rollout.verification import BenchmarkVerifier, job_sample
+from topo_tune.controller.rollout.verification import job_sample
 from topo_tune.errors import NotFoundError, TopoTuneError, ValidationError
 from topo_tune.v1 import admin_pb2
 
@@ -103,6 +103,12 @@ class Reference:
     busbw_gbps: float
 
 
+class VerificationJobs(Protocol):
+    """What drift checks need to run the gates' benchmark (``verification.BenchmarkVerifier``)."""
+
+    async def run_job(self, job_id: str, nodes: Sequence[str], version: str) -> admin_pb2.BenchmarkJob: ...
+
+
 class StudyStarter(Protocol):
     """What drift checks need of the controller's studies."""
 
@@ -121,7 +127,7 @@ class DriftChecker:
     db: Database
     registry: NodeRegistry
     rollouts: RolloutStore
-    verifier: BenchmarkVerifier
+    verifier: VerificationJobs
     studies: StudyStarter
     metrics: ControllerMetrics
     wall_clock: Callable[[], datetime]
@@ -385,7 +391,8 @@ class DriftChecker:
             raise ValidationError("status", f"one of {known}, got {status!r}")
 
         def read(session: Session) -> list[DriftCheckRow]:
-            query = sa.select(DriftCheckRow).order_by(DriftCheckRow.created_at.desc(), DriftCheckRow.id).limit(limit)
+            newest_first = (DriftCheckRow.created_at.desc(), DriftCheckRow.id.desc())
+            query = sa.select(DriftCheckRow).order_by(*newest_first).limit(limit)
             if status:
                 query = query.where(DriftCheckRow.status == status)
             return list(session.scalars(query))

@@ -8,25 +8,21 @@ rollout waits for a human.
 
 from __future__ import annotations
 
-import asyncio
-import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import controller_settings
-from tests.support.processes import TOKEN
+from tests.support.sim_agent import sim_agent
 from tests.support.waiting import async_wait_until
 from topo_tune.agent.daemon import Agent
-from topo_tune.agent.settings import AgentSettings
 from topo_tune.config_version import ConfigVersion, render_nccl_conf
 from topo_tune.controller.rollout.gates import GateThresholds, Outcome
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase, Snapshot
 from topo_tune.controller.rollout.verification import BenchmarkVerifier
 from topo_tune.controller.server import Controller
-from topo_tune.sim.node_topology import simulated_node_topology
 
 pytestmark = pytest.mark.slow
 
@@ -50,26 +46,10 @@ async def one_sim_node(sqlite_url: str, tmp_path: Path) -> AsyncIterator[tuple[C
     await controller.start()
     assert isinstance(controller.rollouts.verifier, BenchmarkVerifier)
     controller.rollouts.verifier.poll_s = 0.05
-    settings = AgentSettings(
-        controller=f"127.0.0.1:{controller.port}",
-        node_name="gpu1",
-        token=TOKEN,
-        rack="rack-1",
-        backend="sim",
-        state_dir=tmp_path / "state",
-        config_dir=config_dir,
-        backoff_initial_s=0.05,
-        backoff_max_s=0.2,
-    )
-    agent = Agent(settings, rng=random.Random(0), discover=lambda: simulated_node_topology("gpu1", gpus=8))
-    stop = asyncio.Event()
-    task = asyncio.create_task(agent.run(stop))
-    await asyncio.wait_for(agent.registered.wait(), 20)
     try:
-        yield controller, agent
+        async with sim_agent(controller.port, tmp_path) as agent:
+            yield controller, agent
     finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)
         await controller.stop()
 
 

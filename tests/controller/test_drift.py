@@ -1,0 +1,283 @@
+"""Drift checks against a simulated fleet on SQLite and PostgreSQL, with an injected clock (nothing sleeps).
+
+The fleet and the rollout that makes V1 the stable version are the rollout tests' (``SimFleet``, seeded A/B
+gate samples whose ``new`` arm measures about 43.5 GB/s); the check's benchmark jobs come from
+``MeasuredJobs``, which answers each job as the controller's job book would, with a bus bandwidth the test
+sets. The real benchmark path (a sim agent measuring the staged version) is ``test_drift_end_to_end.py``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import pytest
+import sqlalchemy as sa
+
+from tests.controller.rollout.fleet import V1, V2, Clock, ControllerParts, SimFleet, SimVerifier, racks
+from topo_tune.controller.db.models import EventRow
+from topo_tune.controller.drift import DriftChecker, DriftSettings
+from topo_tune.controller.metrics import ControllerMetrics
+from topo_tune.controller.nodes import Registration
+from topo_tune.controller.rollout.gates import GateThresholds
+from topo_tune.controller.rollout.plan import PlanPolicy
+from topo_tune.controller.rollout.state import RolloutPhase
+from topo_tune.errors import NodeBusy, NotFoundError, ValidationError
+from topo_tune.sim.node_topology import simulated_node_topology
+from topo_tune.v1 import admin_pb2, agent_pb2
+
+RACKS = racks(2, 3)
+REFERENCE_GBPS = 40 / (1 - 0.08)  # SimVerifier's new arm
+
+
+@dataclass
+class MeasuredJobs:
+    """Finished benchmark jobs with the bus bandwidth set by the test; records what was asked."""
+
+    busbw_gbps: float = REFERENCE_GBPS
+    busy: str = ""
+    calls: list[tuple[str, tuple[str, ...], str]] = field(default_factory=list)
+
+    async def run_job(self, job_id: str, nodes: Sequence[str], version: str) -> admin_pb2.BenchmarkJob:
+        self.calls.append((job_id, tuple(nodes), version))
+        if self.busy:
+            raise NodeBusy(self.busy)
+        sizes = [
+            agent_pb2.SizeResult(
+                bytes=size, in_place=False, time_us=size / 1e3, busbw_gbps=self.busbw_gbps * size / 2**28
+            )
+            for size in (1 << 20, 1 << 24, 1 << 28)
+        ]
+        return admin_pb2.BenchmarkJob(
+            job_id=job_id, status=admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED, nodes=list(nodes), sizes=sizes
+        )
+
+
+@dataclass
+class StudyLog:
+    """Studies as the drift checker sees them: what it asked to start."""
+
+    started: list[admin_pb2.StartStudyRequest] = field(default_factory=list)
+    running: list[str] = field(default_factory=list)
+
+    async def start(self, request: admin_pb2.StartStudyRequest) -> admin_pb2.StudyInfo:
+        self.started.append(request)
+        return admin_pb2.StudyInfo(study_id=request.study_id, status=admin_pb2.STUDY_STATUS_RUNNING)
+
+    async def list(self, *, limit: int = 50) -> list[admin_pb2.StudyInfo]:
+        return [admin_pb2.StudyInfo(study_id=s, status=admin_pb2.STUDY_STATUS_RUNNING) for s in self.running]
+
+
+@dataclass
+class World:
+    parts: ControllerParts
+    fleet: SimFleet
+    clock: Clock
+    jobs: MeasuredJobs
+    studies: StudyLog
+    metrics: ControllerMetrics
+    ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+
+    def checker(self, **settings: object) -> DriftChecker:
+        return DriftChecker(
+            db=self.parts.db,
+            registry=self.parts.registry,
+            rollouts=self.parts.engine.store,
+            verifier=self.jobs,
+            studies=self.studies,
+            metrics=self.metrics,
+            wall_clock=self.clock.wall,
+            settings=DriftSettings(**settings),  # type: ignore[arg-type]
+            rng=random.Random(7),
+            new_id=lambda: f"dc-{next(self.ids)}",
+        )
+
+    async def complete(self, version: object = V1) -> str:
+        """Roll ``version`` out (canary of one node, then rack by rack) until it is the stable version."""
+        created = await self.parts.engine.create(
+            version,  # type: ignore[arg-type]
+            policy=PlanPolicy(canary_nodes=1),
+            thresholds=GateThresholds(),
+            actor="alice",
+        )
+        for _ in range(100):
+            await self.fleet.tick(self.parts.registry, self.parts.commands)
+            await self.parts.engine.reconcile()
+            if (await self.parts.engine.store.load(created.rollout.id)).rollout.phase is RolloutPhase.COMPLETED:
+                return created.rollout.id
+            self.clock.advance(1)
+        raise AssertionError("the rollout did not complete")
+
+
+@pytest.fixture
+async def world(database_url: str) -> AsyncIterator[World]:
+    clock = Clock()
+    parts = await ControllerParts.start(database_url, clock, SimVerifier(RACKS))
+    fleet = SimFleet(RACKS)
+    await fleet.register_all(parts.registry)
+    yield World(parts, fleet, clock, MeasuredJobs(), StudyLog(), ControllerMetrics())
+    parts.close()
+
+
+def count(metrics: ControllerMetrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+async def test_nothing_is_measured_before_a_version_is_stable_or_during_a_rollout(world: World) -> None:
+    checker = world.checker()
+    first = await checker.check()
+    assert (first.status, first.message) == ("skipped", "no config version is active yet (no completed rollout)")
+    await world.complete()
+    pending = await world.parts.engine.create(V2, policy=PlanPolicy(), thresholds=GateThresholds(), actor="bob")
+    during = await checker.check()
+    assert during.status == "skipped"
+    assert f"rollout {pending.rollout.id} is active" in during.message
+    assert world.jobs.calls == [], "no node of a rollout's waves is touched"
+    assert count(world.metrics, "topo_tune_drift_checks_total", status="skipped") == 2
+
+
+async def test_a_healthy_version_is_ok_and_a_bandwidth_drop_is_a_regression(world: World) -> None:
+    rollout_id = await world.complete()
+    checker = world.checker(sample_nodes=2, threshold=0.10, repeats=3)
+    ok = await checker.check()
+    assert ok.status == "ok", ok.message
+    assert ok.config_version == V1.id and ok.rollout_id == rollout_id
+    assert ok.reference_busbw_gbps == pytest.approx(REFERENCE_GBPS, rel=0.02), "the gate's new-arm mean"
+    assert ok.measured_busbw_gbps == pytest.approx(REFERENCE_GBPS)
+    assert len(ok.nodes) == 2 and {RACKS[n] for n in ok.nodes} == {RACKS[ok.nodes[0]]}, "two nodes of one wave"
+    assert [c[0] for c in world.jobs.calls] == ok.job_ids == ["dc-1-0", "dc-1-1", "dc-1-2"]
+    assert {(c[1], c[2]) for c in world.jobs.calls} == {(tuple(ok.nodes), V1.id)}, "the stable version, staged"
+
+    world.jobs.busbw_gbps = REFERENCE_GBPS * 0.85
+    world.clock.advance(6 * 3600)
+    regressed = await checker.check()
+    assert regressed.status == "regressed"
+    change = regressed.measured_busbw_gbps / regressed.reference_busbw_gbps - 1
+    assert change < -0.10 and f"{change:+.1%}" in regressed.message and regressed.study_id == ""
+
+    def drift_events(session: sa.orm.Session) -> list[tuple[str, str]]:
+        rows = session.scalars(sa.select(EventRow).where(EventRow.kind == "drift.regressed"))
+        return [(r.node_name, r.message.split(":")[0]) for r in rows]
+
+    events = await world.parts.db.run(drift_events)
+    assert sorted(events) == sorted((n, regressed.check_id) for n in regressed.nodes), "an event per measured node"
+    assert count(world.metrics, "topo_tune_drift_regressions_total") == 1
+    assert count(world.metrics, "topo_tune_drift_checks_total", status="ok") == 1
+
+    listed = await checker.list()
+    assert [c.check_id for c in listed] == [regressed.check_id, ok.check_id], "newest first"
+    assert [c.check_id for c in await checker.list(status="regressed")] == [regressed.check_id]
+    with pytest.raises(ValidationError, match="status"):
+        await checker.list(status="bogus")
+    with pytest.raises(NotFoundError):
+        await checker.get("dc-404")
+
+
+async def test_a_small_drop_within_the_threshold_is_ok(world: World) -> None:
+    await world.complete()
+    world.jobs.busbw_gbps = REFERENCE_GBPS * 0.93
+    check = await world.checker(threshold=0.10).check()
+    assert check.status == "ok" and -0.10 < check.measured_busbw_gbps / check.reference_busbw_gbps - 1 < 0
+
+
+async def test_only_idle_ready_nodes_running_the_version_are_measured(world: World) -> None:
+    await world.complete()
+    nodes = list(RACKS)
+    # Every node but two of rack-2 is busy (an agent running a command) or drained away from the version.
+    keep = [n for n in nodes if RACKS[n] == "rack-2"][:2]
+    for node in nodes:
+        if node not in keep:
+            world.parts.registry.heartbeat(node, activity="busy", applied_config_version=V1.id)
+    check = await world.checker(sample_nodes=2).check()
+    assert check.status == "ok" and sorted(check.nodes) == sorted(keep)
+
+    world.parts.registry.heartbeat(keep[0], activity="idle", applied_config_version="")  # not on the version
+    skipped = await world.checker(sample_nodes=2).check()
+    assert skipped.status == "skipped" and "too few idle nodes" in skipped.message
+
+    checker = world.checker(sample_nodes=1)
+
+    async def kubernetes_busy(candidates: list[str]) -> list[str]:
+        return [n for n in candidates if n != keep[1]]  # GPU pods on the last one
+
+    checker.idle = kubernetes_busy
+    assert (await checker.check()).status == "skipped"
+    assert len(world.jobs.calls) == 3, "only the first check ran jobs"
+
+
+async def test_a_node_taken_between_choice_and_job_fails_the_check_with_the_reason(world: World) -> None:
+    await world.complete()
+    world.jobs.busy = "node r1n1 is running benchmark job bj-1: one job per node at a time"
+    check = await world.checker().check()
+    assert check.status == "failed"
+    assert "could not run" in check.message and "bj-1" in check.message
+
+
+async def test_a_regression_opens_a_study_unless_one_is_running(world: World) -> None:
+    await world.complete()
+    world.jobs.busbw_gbps = REFERENCE_GBPS / 2
+    checker = world.checker(open_study=True)
+    first = await checker.check()
+    assert first.status == "regressed" and first.study_id == f"drift-{first.check_id}"
+    assert [r.study_id for r in world.studies.started] == [first.study_id]
+    world.studies.running.append(first.study_id)
+    second = await checker.check()
+    assert second.study_id == "" and f"study {first.study_id} is still running" in second.message
+    assert len(world.studies.started) == 1
+
+
+async def test_a_changed_topology_fingerprint_is_an_event_and_a_drift_record(world: World) -> None:
+    checker = world.checker(open_study=True)
+    world.parts.registry.topology_listeners.append(
+        lambda change: checker.on_topology_change(
+            change.node_name, before=change.before, after=change.after, version=change.applied_config_version
+        )
+    )
+
+    def registration(profile: str) -> Registration:
+        topology = simulated_node_topology("r1n1", profile=profile).SerializeToString()
+        return Registration("r1n1", "rack-1", {}, topology, "test", "sim", "i", V1.id, False)
+
+    await world.parts.registry.register(registration("h100-nvswitch"))
+    await world.parts.registry.register(registration("h100-nvswitch"))  # same hardware: nothing to say
+    assert await checker.list() == []
+    await world.parts.registry.register(registration("pcie"))
+    [changed] = await checker.list()
+    assert (changed.kind, changed.status, list(changed.nodes)) == ("topology", "changed", ["r1n1"])
+    assert changed.message.startswith("topology fingerprint tf1-") and changed.config_version == V1.id
+    assert changed.study_id == f"drift-{changed.check_id}"
+
+    def kinds(session: sa.orm.Session) -> list[str]:
+        return list(session.scalars(sa.select(EventRow.kind).where(EventRow.node_name == "r1n1")))
+
+    assert (await world.parts.db.run(kinds)).count("node.topology_changed") == 1
+    assert count(world.metrics, "topo_tune_topology_changes_total") == 1
+
+
+async def test_a_check_interrupted_by_a_restart_is_failed_at_start_up(world: World) -> None:
+    await world.complete()
+    checker = world.checker()
+    hung = MeasuredJobs()
+
+    async def never(job_id: str, nodes: Sequence[str], version: str) -> admin_pb2.BenchmarkJob:
+        hung.calls.append((job_id, tuple(nodes), version))
+        raise KeyboardInterrupt  # the process dies mid-check: the row stays ``running``
+
+    hung.run_job = never  # type: ignore[method-assign]
+    checker.verifier = hung
+    with pytest.raises(KeyboardInterrupt):
+        await checker.check()
+    [running] = await checker.list()
+    assert running.status == "running" and running.nodes
+    assert await world.checker().recover() == 1
+    [failed] = await checker.list()
+    assert failed.status == "failed" and "stopped during the check" in failed.message
+
+
+def test_settings_name_the_bad_field() -> None:
+    with pytest.raises(ValidationError, match=r"drift\.threshold"):
+        DriftSettings(threshold=1.5)
+    with pytest.raises(ValidationError, match=r"drift\.sampleNodes"):
+        DriftSettings(sample_nodes=0)

@@ -1,0 +1,116 @@
+"""Drift checks measured by real benchmark jobs: a controller and a ``sim`` agent on loopback.
+
+A version is rolled out and promoted (its gate stores the reference samples); the drift check re-runs the
+gate's benchmark with the version's staged ``nccl.conf`` and finds the node as fast as then. The agent then
+comes back on other hardware (a PCIe-only node instead of an NVSwitch one): the registration records the
+changed topology fingerprint, and the next check measures the drop in bus bandwidth and reports it — over
+the admin API as an operator sees it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import grpc.aio
+import pytest
+
+from tests.conftest import controller_settings
+from tests.support.processes import TOKEN
+from tests.support.sim_agent import sim_agent
+from tests.support.waiting import async_wait_until
+from topo_tune.auth import bearer_metadata
+from topo_tune.config_version import ConfigVersion, render_nccl_conf
+from topo_tune.controller.drift import DriftSettings
+from topo_tune.controller.rollout.gates import GateThresholds
+from topo_tune.controller.rollout.plan import PlanPolicy
+from topo_tune.controller.rollout.state import RolloutPhase
+from topo_tune.controller.rollout.verification import BenchmarkVerifier
+from topo_tune.controller.server import Controller
+from topo_tune.v1 import admin_pb2, admin_pb2_grpc
+
+pytestmark = pytest.mark.slow
+
+NEUTRAL = ConfigVersion({"nccl.conf": render_nccl_conf({"NCCL_DEBUG": "WARN"})})
+
+
+@pytest.fixture
+async def controller(sqlite_url: str, tmp_path: Path) -> AsyncIterator[Controller]:
+    server = Controller(
+        controller_settings(
+            sqlite_url,
+            rollout_interval_s=0.05,
+            heartbeat_expiry_s=30,
+            benchmark_result_grace_s=0.5,
+            agent_config_dir=tmp_path / "config",
+            gate_repeats=3,
+            drift=DriftSettings(sample_nodes=2, repeats=2, threshold=0.10),
+        )
+    )
+    await server.start()
+    assert isinstance(server.rollouts.verifier, BenchmarkVerifier)
+    server.rollouts.verifier.poll_s = 0.05
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+async def test_drift_check_finds_the_version_as_fast_then_reports_a_slower_node(
+    controller: Controller, tmp_path: Path
+) -> None:
+    async with sim_agent(controller.port, tmp_path, profile="h100-nvswitch"):
+        snapshot = await controller.rollouts.create(
+            NEUTRAL, policy=PlanPolicy(canary_nodes=0), thresholds=GateThresholds(), actor="t"
+        )
+        rollout_id = snapshot.rollout.id
+
+        async def phase() -> RolloutPhase | None:
+            current = (await controller.rollout_store.load(rollout_id)).rollout.phase
+            return current if current in (RolloutPhase.PAUSED, RolloutPhase.COMPLETED) else None
+
+        assert await async_wait_until(phase, timeout=60, what="the gate to pause") is RolloutPhase.PAUSED
+        await controller.rollouts.promote(rollout_id, actor="operator")  # no gain shown: accepted by a person
+        assert await async_wait_until(phase, timeout=60, what="completion") is RolloutPhase.COMPLETED
+
+        async def on_version() -> bool:
+            return (await controller.registry.get("gpu1")).applied_config_version == NEUTRAL.id
+
+        await async_wait_until(on_version, timeout=30, what="gpu1 to report the version")
+        healthy = await controller.drift_check()
+        assert healthy is not None and healthy.status == "ok", healthy
+        assert healthy.simulated and "[simulated]" in healthy.message
+        assert list(healthy.nodes) == ["gpu1"] and healthy.rollout_id == rollout_id
+        for job_id in healthy.job_ids:  # stored like any benchmark job, measuring the staged version
+            job = await controller.jobs.get(job_id)
+            assert job.env["NCCL_CONF_FILE"] == str(tmp_path / "config" / "versions" / NEUTRAL.id / "nccl.conf")
+
+    async with sim_agent(controller.port, tmp_path, profile="pcie"):  # the same node back on PCIe-only hardware
+        await async_wait_until(on_version, timeout=30, what="gpu1 to register again")
+        slower = await controller.drift_check()
+        assert slower is not None and slower.status == "regressed", slower
+        assert slower.measured_busbw_gbps < 0.9 * slower.reference_busbw_gbps
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{controller.port}") as channel:
+        admin = admin_pb2_grpc.AdminServiceStub(channel)
+        listed = await admin.ListDriftChecks(admin_pb2.ListDriftChecksRequest(), metadata=bearer_metadata(TOKEN))
+        assert [(c.kind, c.status) for c in listed.checks] == [
+            ("benchmark", "regressed"),
+            ("topology", "changed"),
+            ("benchmark", "ok"),
+        ]
+        shown = await admin.GetDriftCheck(
+            admin_pb2.GetDriftCheckRequest(check_id=slower.check_id), metadata=bearer_metadata(TOKEN)
+        )
+        assert shown == slower
+        with pytest.raises(grpc.aio.AioRpcError) as missing:
+            await admin.GetDriftCheck(
+                admin_pb2.GetDriftCheckRequest(check_id="dc-404"), metadata=bearer_metadata(TOKEN)
+            )
+        assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+        with pytest.raises(grpc.aio.AioRpcError) as bad:
+            await admin.ListDriftChecks(
+                admin_pb2.ListDriftChecksRequest(status="maybe"), metadata=bearer_metadata(TOKEN)
+            )
+        assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "status" in (bad.value.details() or "")

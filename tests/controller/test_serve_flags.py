@@ -1,0 +1,57 @@
+"""``controller serve``: drift and retention settings from cluster.yaml, with the flags over them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from topo_tune.cli import controller as controller_cli
+from topo_tune.cli.main import cli
+from topo_tune.controller.settings import ControllerSettings
+
+
+def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *flags: str) -> tuple[int, str, list[ControllerSettings]]:
+    """Run ``controller serve`` up to the point where it would start serving; return what it would serve with."""
+    seen: list[ControllerSettings] = []
+
+    async def capture(settings: ControllerSettings) -> None:
+        seen.append(settings)
+
+    monkeypatch.setattr(controller_cli, "_serve", capture)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    config = tmp_path / "cluster.yaml"
+    config.write_text(
+        "apiVersion: topo-tune/v1\ncontroller:\n"
+        "  drift: {interval: 12h, sampleNodes: 3, threshold: 0.2, openStudy: true}\n"
+        "  retention: {maxAge: 30d, batchSize: 50}\n",
+        encoding="utf-8",
+    )
+    token = tmp_path / "token"
+    token.write_text("secret", encoding="utf-8")
+    result = CliRunner().invoke(
+        cli, ["controller", "serve", "--config", str(config), "--token-file", str(token), *flags]
+    )
+    return result.exit_code, result.output, seen
+
+
+def test_cluster_yaml_gives_the_settings_and_flags_win(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code, output, [from_file] = serve(tmp_path, monkeypatch)
+    assert code == 0, output
+    assert (from_file.drift.interval_s, from_file.drift.sample_nodes, from_file.drift.threshold) == (43200.0, 3, 0.2)
+    assert from_file.drift.open_study
+    assert (from_file.retention.max_age_s, from_file.retention.batch_size) == (30 * 86400.0, 50)
+
+    code, output, [flagged] = serve(
+        tmp_path, monkeypatch, "--drift-interval", "0", "--no-drift-open-study", "--retention-max-age", "7d"
+    )
+    assert code == 0, output
+    assert flagged.drift.interval_s == 0 and not flagged.drift.open_study, "0 turns the drift check off"
+    assert flagged.retention.max_age_s == 7 * 86400.0
+
+
+def test_a_bad_duration_is_a_usage_error_naming_the_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code, output, seen = serve(tmp_path, monkeypatch, "--retention-max-age", "forever")
+    assert code == 2 and not seen
+    assert "--retention-max-age" in output and "a duration such as 0, 90s, 6h or 30d" in output
