@@ -191,10 +191,15 @@ class Controller:
         return [n for n in nodes if n not in busy]
 
     async def _on_topology_change(self, change: TopologyChange) -> None:
-        if self.leading:  # agents register only with the leader; the fence is checked before writing anyway
+        if not self.leading:
+            return
+        try:
             await self.drift.on_topology_change(
                 change.node_name, before=change.before, after=change.after, version=change.applied_config_version
             )
+        except Exception:
+            # The registration itself is committed (with its event); the agent's session must not fail over this.
+            logger.exception("recording a topology change failed", extra={"node": change.node_name})
 
     @property
     def leading(self) -> bool:
