@@ -2,9 +2,12 @@
 
 Purpose: NCCL chains nodes into its rings in the order of their lowest global rank (NCCL_FACTS §2.1), so the rank
 order a launcher uses *is* the inter-node ring. Given a symmetric bandwidth matrix and a latency matrix, find the
-cyclic order that maximises the ring's bottleneck bandwidth and, among orders with that bottleneck, minimises the
-summed latency. Exact for up to `EXACT_LIMIT` members (a Hamiltonian-cycle check over bitmasks for the bottleneck,
-then Held–Karp for latency). Larger instances: a rack-aware construction (racks visited contiguously, so a ring
+cyclic order that maximises the ring's bottleneck bandwidth and, among orders with that bottleneck, crosses
+between racks the fewest times (when racks are given), then minimises the summed latency. The crossings come
+before latency because a pair matrix models each node pair alone: a ring crossing the spine four times shows
+the same bottleneck as one crossing it twice, yet its crossings share the spine's uplinks. Exact for up to
+`EXACT_LIMIT` members (a Hamiltonian-cycle check over bitmasks for the bottleneck, then Held–Karp for
+crossings and latency). Larger instances: a rack-aware construction (racks visited contiguously, so a ring
 over R racks crosses the spine R times), then 2-opt and Or-opt under a penalty for edges below the bottleneck
 target, with the target found by search from an upper bound downward.
 Non-goals: trees, multi-ring (per-channel) plans, and launching anything.
@@ -143,7 +146,7 @@ def _has_hamiltonian_cycle(adj: list[int], n: int) -> bool:
     return bool(ends[full] & adj[0])
 
 
-def _exact(bw: FloatArray, lat: FloatArray) -> Ring:
+def _exact(bw: FloatArray, lat: FloatArray, racks: Sequence[str] | None = None) -> Ring:
     n = bw.shape[0]
     thresholds = sorted({float(bw[i, j]) for i in range(n) for j in range(i + 1, n)})
     lo, hi = 0, len(thresholds) - 1
@@ -158,8 +161,10 @@ def _exact(bw: FloatArray, lat: FloatArray) -> Ring:
         else:
             hi = mid - 1
     target = thresholds[best]
-    # Latency: Held–Karp over the allowed edges only.
-    cost = np.where(bw >= target, lat, np.inf)
+    # Crossings, then latency: Held–Karp over the allowed edges only. One crossing weighs more than the
+    # latency of every edge together, so the summed cost orders rings by crossings first, exactly.
+    crossing = _crossing_matrix(racks, n) * (float(lat.sum()) + 1.0)
+    cost = np.where(bw >= target, lat + crossing, np.inf)
     np.fill_diagonal(cost, np.inf)
     size = 1 << n
     dp = np.full((size, n), np.inf)
@@ -194,6 +199,21 @@ def _exact(bw: FloatArray, lat: FloatArray) -> Ring:
     order_t = tuple(order)
     bottleneck, total = _metrics(list(order_t), bw, lat)
     return Ring(order=order_t, bottleneck_gbps=bottleneck, total_latency_us=total, method="exact")
+
+
+def _crossing_matrix(racks: Sequence[str] | None, n: int) -> FloatArray:
+    """1 where the two members sit in different racks, else 0 (all 0 without racks)."""
+    if racks is None:
+        return np.zeros((n, n))
+    labels = np.asarray(list(racks))
+    crossing: FloatArray = (labels[:, None] != labels[None, :]).astype(np.float64)
+    return crossing
+
+
+def rack_crossings(order: Sequence[int], racks: Sequence[str]) -> int:
+    """How many edges of the cyclic order join members of different racks."""
+    n = len(order)
+    return sum(racks[order[i]] != racks[order[(i + 1) % n]] for i in range(n)) if n > 1 else 0
 
 
 # --- heuristic -----------------------------------------------------------------------------------------
@@ -477,7 +497,8 @@ def optimize_ring(
 ) -> Ring:
     """The best cyclic order of members 0..n-1: maximal bottleneck bandwidth, then minimal summed latency.
 
-    ``racks`` (one label per member) guides the construction for large instances; the exact method ignores it.
+    ``racks`` (one label per member): the exact method breaks bottleneck ties by fewest rack crossings (then
+    latency); the heuristic builds its first tour rack by rack from it.
     ``tolerance`` ends the heuristic's bottleneck search once its bracket is that close (relative).
     Raises `RingOrderError` for matrices that are not square, symmetric, finite and positive.
     """
@@ -492,7 +513,7 @@ def optimize_ring(
         bottleneck, total = _metrics(order, bw, lat)
         return Ring(order=tuple(order), bottleneck_gbps=bottleneck, total_latency_us=total, method="trivial")
     if n <= exact_limit:
-        return _exact(bw, lat)
+        return _exact(bw, lat, racks)
     return _heuristic(bw, lat, racks, seed=seed, neighbours=neighbours, tolerance=tolerance)
 
 
