@@ -256,6 +256,26 @@ def test_every_sampler_runs_a_study_reproducibly(database: str, tmp_path: Path, 
     assert run(database) == run(f"sqlite:///{tmp_path / 'again.db'}"), "seeded: the same trials again"
 
 
+def test_tpe_builds_on_the_baseline_and_candidates_instead_of_ten_random_trials(tmp_path: Path) -> None:
+    # Right after the baseline and a candidate on the good (optimized) order, TPE proposes from its model, so
+    # its proposals stay mostly on that order. Optuna's default start-up (10 random trials) would put only a
+    # third of them there, like random search: 5 of these 12 with the same seeds.
+    space = synthetic_space()
+    on_the_good_order = 0
+    for seed in (0, 1):
+        outcome = run_study(
+            study_settings(f"sqlite:///{tmp_path / f'{seed}.db'}", budget=8, seed=seed, finalists=0),
+            space=space,
+            objective=synthetic_objective(),
+            evaluate=Landscape(seed=seed),
+            candidates=[Candidate("ring", space.params_for(rank_order="optimized"))],
+        )
+        sampled = [t for t in outcome.trials if t.role == "sampled"]
+        assert len(sampled) == 6
+        on_the_good_order += sum(t.rank_order == "optimized" for t in sampled)
+    assert on_the_good_order >= 9, on_the_good_order
+
+
 def test_coordinate_descent_moves_one_dimension_at_a_time_from_the_incumbent(database: str) -> None:
     space = synthetic_space()
     run_study(
@@ -294,8 +314,11 @@ def test_on_the_sim_demo_cluster_tpe_finds_the_exhaustive_optimum(database: str)
         objective.value(quiet(space.config(dict(zip(space.names, v, strict=True))), request), baseline)
         for v in itertools.product(*(space.values_of(n) for n in space.names))
     )
+    # Three finalists, as the product proves: the best search value may trade a significant loss in one size
+    # bucket for a large gain in another, which the proof refuses to promote (here 64 channels at 64 threads
+    # lose 7% at 1-16 MiB); the next finalist is then proven instead.
     outcome = run_study(
-        study_settings(database, budget=40, finalists=1),
+        study_settings(database, budget=40, finalists=3),
         space=space,
         objective=objective,
         evaluate=SimEvaluator(cluster),
@@ -304,6 +327,8 @@ def test_on_the_sim_demo_cluster_tpe_finds_the_exhaustive_optimum(database: str)
     found = objective.value(quiet(space.config(outcome.best.params), request), baseline)
     assert found >= best / 1.02
     assert outcome.chosen is not None and outcome.simulated
+    chosen = objective.value(quiet(outcome.chosen.config, request), baseline)
+    assert chosen >= best / 1.02, "the proven winner is within 2% of the exhaustive optimum too"
 
 
 def test_on_the_sim_cluster_where_defaults_are_optimal_nothing_is_promoted(database: str) -> None:

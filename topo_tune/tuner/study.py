@@ -146,7 +146,13 @@ class StudySettings:
     rungs: int = 3
     prune_ratio: float = 0.8  # prune below this fraction of the best completed value at a rung; 0: never
     prune_startup: int = 5  # completed trials needed before pruning starts
-    tpe_startup: int = 10
+    # TPE models the landscape from the third finished trial on (the baseline and the candidates count), and
+    # picks each proposal from 64 draws of its model. Optuna's defaults (10 random start-up trials, 24 draws)
+    # suit a study that knows nothing; here the baseline and the topology-derived candidates are measured
+    # first, and 10 random trials would spend a quarter of a 40-trial budget ignoring them
+    # (benchmarks/search_efficiency.py measures both).
+    tpe_startup: int = 3
+    tpe_ei_candidates: int = 64
     finalists: int = 3
     proof_pairs: int = 10
     alpha: float = statistics.DEFAULT_ALPHA
@@ -163,6 +169,8 @@ class StudySettings:
             ("budget", self.budget >= 1, f"must be at least 1, got {self.budget}"),
             ("sampler", self.sampler in SAMPLERS, f"must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}"),
             ("rungs", self.rungs >= 1, f"must be at least 1, got {self.rungs}"),
+            ("tpe_startup", self.tpe_startup >= 0, f"must be >= 0, got {self.tpe_startup}"),
+            ("tpe_ei_candidates", self.tpe_ei_candidates >= 1, f"must be at least 1, got {self.tpe_ei_candidates}"),
             ("prune_ratio", 0 <= self.prune_ratio < 1, f"must be within [0, 1), got {self.prune_ratio}"),
             ("finalists", self.finalists >= 0, f"must be >= 0, got {self.finalists}"),
             ("proof_pairs", self.proof_pairs >= 2, f"must be at least 2, got {self.proof_pairs}"),
@@ -279,7 +287,11 @@ def from_optuna(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, str]
 def make_sampler(settings: StudySettings, space: SearchSpace) -> optuna.samplers.BaseSampler:
     if settings.sampler == "tpe":
         return optuna.samplers.TPESampler(
-            seed=settings.seed, n_startup_trials=settings.tpe_startup, multivariate=True, group=False
+            seed=settings.seed,
+            n_startup_trials=settings.tpe_startup,
+            n_ei_candidates=settings.tpe_ei_candidates,
+            multivariate=True,
+            group=False,
         )
     if settings.sampler == "random":
         return optuna.samplers.RandomSampler(seed=settings.seed)
