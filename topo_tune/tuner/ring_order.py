@@ -495,7 +495,8 @@ def optimize_ring(
     neighbours: int = 10,
     tolerance: float = 2e-4,
 ) -> Ring:
-    """The best cyclic order of members 0..n-1: maximal bottleneck bandwidth, then minimal summed latency.
+    """The best cyclic order of members 0..n-1: maximal bottleneck bandwidth, then fewest rack crossings, then
+    minimal summed latency.
 
     ``racks`` (one label per member): the exact method breaks bottleneck ties by fewest rack crossings (then
     latency); the heuristic builds its first tour rack by rack from it.
