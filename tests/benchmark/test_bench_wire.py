@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from topo_tune.agent.bench.executor import BenchmarkExecutor, probe_spec
+from topo_tune.agent.bench.executor import BenchmarkExecutor, probe_specs
 from topo_tune.agent.bench.worker_config import WorkerConfig, WorkerFault
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
@@ -105,17 +105,35 @@ def test_executor_rejects_what_it_cannot_run_without_starting_anything(tmp_path:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_probe_spec_is_a_two_rank_sendrecv_at_latency_and_message_sizes() -> None:
+def test_a_probe_is_one_sendrecv_on_nccl_and_one_broadcast_each_way_on_gloo() -> None:
     probe = agent_pb2.Probe(
-        probe_id="p", peers=["a", "b"], message_bytes=1 << 20, rendezvous_host="h", rendezvous_port=1
+        probe_id="p",
+        peers=["a", "b"],
+        message_bytes=1 << 20,
+        rendezvous_host="ha",
+        peer_rendezvous_host="hb",
+        rendezvous_port=7000,
     )
-    spec = probe_spec(probe)
+    (spec,) = probe_specs(probe, one_way=False)
     assert spec.collective is Collective.SENDRECV and spec.world_size == 2
     assert spec.sweep.sizes() == (8, 1 << 20)
+    out, back = probe_specs(probe, one_way=True)
+    # Each direction alone: the broadcast's root (rank 0, the rendezvous host) sends, the other receives.
+    assert (out.collective, back.collective) == (Collective.BROADCAST, Collective.BROADCAST)
+    assert [s.node_name for s in out.ranks] == ["a", "b"] and (out.rendezvous_host, out.rendezvous_port) == ("ha", 7000)
+    assert [s.node_name for s in back.ranks] == ["b", "a"] and (back.rendezvous_host, back.rendezvous_port) == (
+        "hb",
+        7001,
+    )
+    assert out.job_id != back.job_id and out.sweep.sizes() == back.sweep.sizes() == (8, 1 << 20)
     with pytest.raises(ValueError, match="peers"):
-        probe_spec(agent_pb2.Probe(probe_id="p", peers=["a"], message_bytes=1 << 20))
+        probe_specs(agent_pb2.Probe(probe_id="p", peers=["a"], message_bytes=1 << 20), one_way=False)
     with pytest.raises(ValueError, match="multiple of latency_bytes"):
-        probe_spec(agent_pb2.Probe(probe_id="p", peers=["a", "b"], message_bytes=1000, latency_bytes=64))
+        probe_specs(
+            agent_pb2.Probe(probe_id="p", peers=["a", "b"], message_bytes=1000, latency_bytes=64), one_way=False
+        )
+    with pytest.raises(ValueError, match="peer_rendezvous_host"):
+        probe_specs(agent_pb2.Probe(probe_id="p", peers=["a", "b"], message_bytes=1 << 20), one_way=True)
 
 
 def test_worker_config_round_trips_with_its_fault_hook(tmp_path: Path) -> None:

@@ -196,6 +196,7 @@ def test_probe_measures_latency_and_bandwidth_between_two_agents(
         peers=["n0", "n1"],
         message_bytes=1 << 20,
         rendezvous_host="127.0.0.1",
+        peer_rendezvous_host="127.0.0.1",
         rendezvous_port=_free_port(),
         iters=5,
     )

@@ -1,8 +1,17 @@
 """Probe rounds: measure node-to-node bandwidth and latency for every pair, in parallel rounds.
 
 A round over n nodes is split into about n rounds of disjoint pairs (``benchmark_jobs.probe_rounds``), so
-it takes O(n) steps of parallel probes, not n(n-1)/2 serial ones. Each probe is a two-rank sendrecv (a
-small size for latency, a large one for bandwidth) run by the pair's agents, rank 0 on the first node.
+it takes O(n) steps of parallel probes, not n(n-1)/2 serial ones. Each probe is run by the pair's agents at
+two sizes (a small one for latency, a large one for bandwidth), rank 0 on the first node.
+
+A pair's bandwidth is the rate **one direction** of its link carries, in GB/s — nccl-tests' sendrecv algbw,
+and what the ``sim`` model's node-pair figure means — and, when the two directions differ, the slower one:
+each agent reports a figure and the pair keeps the lower bandwidth and the higher latency. ``nccl`` agents
+run a sendrecv (both directions at once, so each reports about the slower one); ``gloo`` agents time each
+direction alone, since gloo's sendrecv moves one direction at a time and would read half a full-duplex link
+(``topo_tune.agent.bench.executor``). Over TCP a figure is goodput: a link shaped to R bit/s carries about
+0.956 R of payload (1448-byte segments in 1514-byte frames).
+
 Every measured pair is stored with its time and method; ``measured_pairs`` gives the newest figure of every
 pair, which replaces the modelled one in the topology model and the ring-order optimizer.
 
@@ -154,13 +163,14 @@ class Probes:
         self, round_id: str, pair_id: str, a: str, b: str, *, message_bytes: int, deadline_s: float
     ) -> str:
         """Probe one pair; returns '' on success or a reason."""
-        address = (await self.registry.get(a)).address or a
+        first, second = await self.registry.get(a), await self.registry.get(b)
         probe = agent_pb2.Probe(
             probe_id=f"{round_id}-{pair_id}",
             peers=[a, b],
             message_bytes=message_bytes,
             latency_bytes=LATENCY_BYTES,
-            rendezvous_host=address,
+            rendezvous_host=first.address or a,
+            peer_rendezvous_host=second.address or b,
             rendezvous_port=self.rng.randint(*self.port_range),
         )
         command = agent_pb2.Command(probe=probe, deadline_s=int(deadline_s))
@@ -184,10 +194,13 @@ class Probes:
         finally:
             for cid in ids:
                 self._waiters.pop(cid, None)
-        first = results[0]
-        if first is None or first.status != agent_pb2.COMMAND_STATUS_SUCCEEDED or not first.HasField("probe"):
-            return f"{a}-{b}: {first.message if first is not None else 'no result by the deadline'}"
-        measured = first.probe
+        for node, result in zip((a, b), results, strict=True):
+            if result is None or result.status != agent_pb2.COMMAND_STATUS_SUCCEEDED or not result.HasField("probe"):
+                return f"{a}-{b}: {node}: {result.message if result is not None else 'no result by the deadline'}"
+        measured = [result.probe for result in results if result is not None]
+        bandwidth = min(m.bandwidth_gbps for m in measured)  # the slower direction
+        latency = max(m.latency_us for m in measured)
+        how = "one-way broadcast each direction" if first.backend == "gloo" else "sendrecv algbw"
         at = self.wall_clock()
 
         def store(session: Session) -> None:
@@ -196,9 +209,9 @@ class Probes:
                     round_id=round_id,
                     node_a=a,
                     node_b=b,
-                    bandwidth_gbps=measured.bandwidth_gbps,
-                    latency_us=measured.latency_us,
-                    method=f"sendrecv algbw @ {message_bytes} B, latency @ {LATENCY_BYTES} B",
+                    bandwidth_gbps=bandwidth,
+                    latency_us=latency,
+                    method=f"{how} @ {message_bytes} B, slower direction; latency @ {LATENCY_BYTES} B",
                     measured_at=at,
                 )
             )

@@ -811,6 +811,7 @@ class Probe(_message.Message):
     ITERS_FIELD_NUMBER: _builtins.int
     WARMUP_ITERS_FIELD_NUMBER: _builtins.int
     LATENCY_BYTES_FIELD_NUMBER: _builtins.int
+    PEER_RENDEZVOUS_HOST_FIELD_NUMBER: _builtins.int
     probe_id: _builtins.str
     message_bytes: _builtins.int
     """bandwidth is measured at this size"""
@@ -822,6 +823,8 @@ class Probe(_message.Message):
     warmup_iters: _builtins.int
     latency_bytes: _builtins.int
     """latency is measured at this size; 0: 8 bytes"""
+    peer_rendezvous_host: _builtins.str
+    """peers[1]'s address: gloo times each direction in a job of its own,"""
     @_builtins.property
     def peers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """exactly two node names: rank 0 first, then rank 1"""
@@ -837,10 +840,11 @@ class Probe(_message.Message):
         iters: _builtins.int = ...,
         warmup_iters: _builtins.int = ...,
         latency_bytes: _builtins.int = ...,
+        peer_rendezvous_host: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["iters", b"iters", "latency_bytes", b"latency_bytes", "message_bytes", b"message_bytes", "peers", b"peers", "probe_id", b"probe_id", "rendezvous_host", b"rendezvous_host", "rendezvous_port", b"rendezvous_port", "warmup_iters", b"warmup_iters"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["iters", b"iters", "latency_bytes", b"latency_bytes", "message_bytes", b"message_bytes", "peer_rendezvous_host", b"peer_rendezvous_host", "peers", b"peers", "probe_id", b"probe_id", "rendezvous_host", b"rendezvous_host", "rendezvous_port", b"rendezvous_port", "warmup_iters", b"warmup_iters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1048,9 +1052,11 @@ class ProbeResult(_message.Message):
     node_name: _builtins.str
     peer: _builtins.str
     bandwidth_gbps: _builtins.float
-    """sendrecv algbw at Probe.message_bytes"""
+    """one direction's rate at Probe.message_bytes, GB/s: nccl, sendrecv algbw"""
     latency_us: _builtins.float
-    """sendrecv time at Probe.latency_bytes"""
+    """(both directions at once); gloo, the direction into this node alone
+    time at Probe.latency_bytes (sendrecv; gloo: into this node)
+    """
     simulated: _builtins.bool
     def __init__(
         self,

@@ -11,9 +11,15 @@ this node's ranks through the ``Launcher`` and maps the outcome onto a status:
   trial, architecture invariant 2);
 - ``SUCCEEDED`` otherwise.
 
-``probe`` runs a two-rank sendrecv between this node and one peer at two sizes (latency and
-bandwidth) through the same launcher. Both calls block; run them in a thread. The executor
-stays usable after any outcome: hung workers are killed with their process groups.
+``probe`` measures the link between this node and one peer at two sizes (latency and bandwidth)
+through the same launcher, and reports the rate **one direction** of the link carries, as nccl-tests'
+sendrecv algbw does (and as the ``sim`` model's node-pair figure is): with ``nccl`` a two-rank
+sendrecv, both directions at once; with ``gloo``, whose sendrecv moves one direction at a time (it
+would read half a full-duplex link), two one-way jobs in turn — a two-rank broadcast rooted at
+``peers[0]``, then one rooted at ``peers[1]`` — each node reporting the direction into it, timed as
+the receiver (the sender's clock stops once its data sits in the socket buffer). The controller keeps
+the slower direction. Both calls block; run them in a thread. The executor stays usable after any
+outcome: hung workers are killed with their process groups.
 
 Non-goals: gRPC, command ids and acknowledgements (the agent's session code sets
 ``command_id`` on the returned result), the ``sim`` backend.
@@ -39,7 +45,7 @@ from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import node_result_to_proto, spec_from_proto
 from topo_tune.v1 import agent_pb2
 
-__all__ = ["DEFAULT_PROBE_ITERS", "BenchmarkExecutor"]
+__all__ = ["DEFAULT_PROBE_ITERS", "BenchmarkExecutor", "probe_specs"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +69,7 @@ class BenchmarkExecutor:
     ) -> None:
         self._policy = policy
         self._wall_clock = wall_clock
+        self._monotonic = monotonic
         self._launchers = {
             name: Launcher(
                 backend=name,
@@ -149,14 +156,25 @@ class BenchmarkExecutor:
         deadline_s: float,
         work_dir: Path,
     ) -> agent_pb2.CommandResult:
-        """Measure sendrecv latency and bandwidth between this node and its one peer."""
-        prepared = self._prepare(backend, lambda: probe_spec(probe))
-        if isinstance(prepared, agent_pb2.CommandResult):
-            return prepared
-        launcher, spec = prepared
-        result = self._run(launcher, spec, node_name=node_name, deadline_s=deadline_s, work_dir=work_dir, fault=None)
-        if result.status != agent_pb2.COMMAND_STATUS_SUCCEEDED:
-            return result
+        """Measure latency and one direction's bandwidth between this node and its one peer."""
+        launcher = self._launcher(backend)
+        if launcher is None:
+            return self._result(agent_pb2.COMMAND_STATUS_REJECTED, f"backend {backend} is not run by this executor")
+        try:
+            specs = probe_specs(probe, one_way=backend == agent_pb2.BACKEND_GLOO)
+        except ValueError as exc:
+            return self._result(agent_pb2.COMMAND_STATUS_REJECTED, str(exc))
+        started = self._monotonic()
+        measured: tuple[BenchmarkSpec, agent_pb2.CommandResult] | None = None
+        for spec in specs:
+            left = max(1.0, deadline_s - (self._monotonic() - started))
+            result = self._run(launcher, spec, node_name=node_name, deadline_s=left, work_dir=work_dir, fault=None)
+            if result.status != agent_pb2.COMMAND_STATUS_SUCCEEDED:
+                return result
+            if len(specs) == 1 or spec.ranks[1].node_name == node_name:
+                measured = spec, result  # this node's figures: sendrecv's, or the one-way job it received
+        assert measured is not None, "a probe's jobs include one that this node receives"
+        spec, result = measured
         sizes = result.node_benchmark.ranks[0].sizes
         latency = next(s for s in sizes if s.bytes == spec.sweep.min_bytes)
         bandwidth = next(s for s in sizes if s.bytes == spec.sweep.max_bytes)
@@ -174,8 +192,10 @@ class BenchmarkExecutor:
         return out
 
 
-def probe_spec(probe: agent_pb2.Probe) -> BenchmarkSpec:
-    """The two-rank sendrecv job of a probe; sizes are (latency_bytes, message_bytes)."""
+def probe_specs(probe: agent_pb2.Probe, *, one_way: bool) -> tuple[BenchmarkSpec, ...]:
+    """The jobs of a probe, at sizes (latency_bytes, message_bytes): one two-rank sendrecv, or
+    (``one_way``) a broadcast from ``peers[0]`` and then one from ``peers[1]``, rendezvousing at
+    ``peer_rendezvous_host`` on the next port."""
     if len(probe.peers) != 2 or probe.peers[0] == probe.peers[1]:
         raise ValueError(f"peers must name exactly two different nodes, got {list(probe.peers)}")
     latency = probe.latency_bytes or _DEFAULT_LATENCY_BYTES
@@ -184,22 +204,35 @@ def probe_spec(probe: agent_pb2.Probe) -> BenchmarkSpec:
         raise ValueError(
             f"message_bytes ({message}) must be a multiple of latency_bytes ({latency}) and at least twice it"
         )
-    iters = probe.iters or DEFAULT_PROBE_ITERS
-    return BenchmarkSpec(
-        job_id=f"probe-{probe.probe_id}",
-        collective=Collective.SENDRECV,
-        # step = message/latency makes the sweep exactly (latency, message).
-        sweep=SizeSweep(latency, message, message // latency),
-        dtype=dtype_named("float32"),
-        warmup_iters=probe.warmup_iters,
-        iters=iters,
-        placements=(False,),
-        check=True,
-        env={},
-        world_size=2,
-        ranks=(RankSlot(0, probe.peers[0], 0, 0), RankSlot(1, probe.peers[1], 0, 0)),
-        rendezvous_host=probe.rendezvous_host,
-        rendezvous_port=probe.rendezvous_port,
+    if one_way and not probe.peer_rendezvous_host:
+        raise ValueError("peer_rendezvous_host is required: gloo times each direction in a job of its own")
+    if one_way and probe.rendezvous_port >= 65535:
+        raise ValueError(f"rendezvous_port {probe.rendezvous_port}: the reverse direction needs the next port free")
+
+    def job(collective: Collective, ranks: tuple[str, str], host: str, port: int, *, suffix: str) -> BenchmarkSpec:
+        return BenchmarkSpec(
+            job_id=f"probe-{probe.probe_id}{suffix}",
+            collective=collective,
+            # step = message/latency makes the sweep exactly (latency, message).
+            sweep=SizeSweep(latency, message, message // latency),
+            dtype=dtype_named("float32"),
+            warmup_iters=probe.warmup_iters,
+            iters=probe.iters or DEFAULT_PROBE_ITERS,
+            placements=(False,),
+            check=True,
+            env={},
+            world_size=2,
+            ranks=(RankSlot(0, ranks[0], 0, 0), RankSlot(1, ranks[1], 0, 0)),
+            rendezvous_host=host,
+            rendezvous_port=port,
+        )
+
+    a, b = probe.peers
+    if not one_way:
+        return (job(Collective.SENDRECV, (a, b), probe.rendezvous_host, probe.rendezvous_port, suffix=""),)
+    return (
+        job(Collective.BROADCAST, (a, b), probe.rendezvous_host, probe.rendezvous_port, suffix="-out"),
+        job(Collective.BROADCAST, (b, a), probe.peer_rendezvous_host, probe.rendezvous_port + 1, suffix="-back"),
     )
 
 
