@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.netns.conftest import ClusterFactory
-from tests.support.netns import ClusterShape, NetnsCluster
+from tests.support.netns import ClusterShape, NetnsCluster, pids_in
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.netns
@@ -192,3 +192,57 @@ def test_a_cut_link_times_a_job_out_and_a_killed_agent_fails_one_and_neither_bre
     assert "restarted" in ended_job["message"], ended_job["message"]
     assert cluster.nodes()["b"]["registrations"] == 2
     assert bench(cluster, ["a", "b"], *job)["status"] == SUCCEEDED
+
+
+def study_info(cluster: NetnsCluster, study_id: str) -> dict[str, Any]:
+    info = cluster.admin_json("study", "status", study_id)
+    assert isinstance(info, dict)
+    return info
+
+
+def worker_running(cluster: NetnsCluster, host: str) -> bool:
+    """A benchmark worker (one rank of a job) runs in ``host``'s namespace."""
+    for pid in pids_in(cluster.namespace(host)):
+        try:
+            if b"topo_tune.agent.bench.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return True
+        except FileNotFoundError:
+            continue
+    return False
+
+
+def test_an_agent_killed_mid_trial_fails_that_trial_and_the_study_goes_on(
+    make_cluster: ClusterFactory, sqlite_url: str
+) -> None:
+    cluster = make_cluster(ClusterShape(racks={"r1": ["a", "b"]}, rack_mbit=200))
+    cluster.start_controller(sqlite_url)
+    cluster.start_agents()
+    study = ["--id", "st-kill", "--budget", "5", "--min-bytes", "1M", "--max-bytes", "1M"]
+    cluster.admin_json("study", "start", *study, "--finalists", "1", "--proof-pairs", "2")
+
+    # Past the baseline, a search trial's ranks run: SIGKILL b's agent, which a supervisor restarts at once.
+    wait_until(
+        lambda: (info := study_info(cluster, "st-kill"))["phase"] == "search" and info["done"] >= 1,
+        what="the baseline trial",
+        timeout=120,
+        interval=0.2,
+    )
+    wait_until(lambda: worker_running(cluster, "b"), what="a trial's rank on b", timeout=60, interval=0.05)
+    cluster.agents["b"].kill()
+    cluster.start_agent("b")
+
+    info = wait_until(
+        lambda: (found := study_info(cluster, "st-kill"))["status"] != "STUDY_STATUS_RUNNING" and found,
+        what="the study to end",
+        timeout=240,
+        interval=1.0,
+    )
+    assert info["status"] == "STUDY_STATUS_SUCCEEDED", info
+    trials = cluster.admin_json("study", "trials", "st-kill")
+    assert isinstance(trials, dict)
+    failed = [t for t in trials["trials"] if t["state"] not in ("complete", "pruned")]
+    assert len(failed) == 1, trials
+    assert failed[0]["state"] == "failed" and "restarted" in failed[0]["reason"], failed
+    later = [t for t in trials["trials"] if t["number"] > failed[0]["number"] and t["state"] == "complete"]
+    assert later, f"no trial completed after the failed one: {trials}"
+    assert cluster.nodes()["b"]["registrations"] == 2

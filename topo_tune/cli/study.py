@@ -70,6 +70,8 @@ def study() -> None:
 @click.option("--min-bytes", type=ByteSize(), default="256", show_default=True)
 @click.option("--max-bytes", type=ByteSize(), default="1G", show_default=True)
 @click.option("--site", "site_fixed", multiple=True, callback=_pairs, help="Site-fixed NCCL_KEY=VALUE; repeatable.")
+@click.option("--finalists", type=click.IntRange(1, 20), help="Trials proven at the end [3].")
+@click.option("--proof-pairs", type=click.IntRange(2, 1000), help="A/B pairs per finalist [10].")
 @click.option("--wait/--no-wait", default=False, show_default=True, help="Wait until the study ends.")
 @connected
 def start(
@@ -84,6 +86,8 @@ def start(
     min_bytes: int,
     max_bytes: int,
     site_fixed: dict[str, str],
+    finalists: int | None,
+    proof_pairs: int | None,
     wait: bool,
 ) -> None:
     """Start a study on the controller (or resume one with the same --id)."""
@@ -98,6 +102,8 @@ def start(
             min_bytes=min_bytes,
             max_bytes=max_bytes,
             site_fixed=site_fixed,
+            finalists=finalists or 0,  # 0: the controller's default
+            proof_pairs=proof_pairs or 0,
         )
     )
     while wait and info.status == admin_pb2.STUDY_STATUS_RUNNING:
