@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from topo_tune.config_layout import DEFAULT_CONFIG_DIR
 from topo_tune.errors import ConfigError
 
 API_VERSION = "topo-tune/v1"
@@ -228,6 +229,50 @@ class SearchConfig(_Section):
         return self
 
 
+class RolloutGateConfig(_Section):
+    """A wave gate's verification benchmark: all_reduce over the wave's nodes, one job per version and repeat."""
+
+    repeats: int = Field(default=8, ge=1, le=1000, description="interleaved A/B repeats (two jobs each)")
+    min_bytes: ByteSize = 1 << 20
+    max_bytes: ByteSize = 1 << 28
+    step_factor: int = Field(default=4, ge=2, le=1024, description="the size ladder's multiplier")
+    iters: int = Field(default=20, ge=1, le=10_000)
+    warmup_iters: int = Field(default=5, ge=1, le=10_000)
+
+    @model_validator(mode="after")
+    def _ladder(self) -> RolloutGateConfig:
+        if self.max_bytes < self.min_bytes:
+            raise ValueError("maxBytes must not be below minBytes")
+        return self
+
+
+class RolloutThresholdsConfig(_Section):
+    """What a wave's gate judges by (docs/rollout.md)."""
+
+    min_gain: float = Field(
+        default=0.03, ge=-0.5, lt=1, description="time gain to show; negative: a non-inferiority margin"
+    )
+    alpha: float = Field(default=0.01, gt=0, lt=0.5, description="significance level of every test")
+    max_regression: float = Field(default=0.03, ge=0, lt=1, description="a significant slowdown beyond this fails")
+    max_p99_regression: float = Field(default=0.05, ge=0, lt=1)
+    max_cv: float = Field(default=0.09, ge=0, lt=1, description="bus-bandwidth CV above this is inconclusive")
+    max_drop: float = Field(
+        default=0.2, ge=0, lt=1, description="busbw drop against an earlier wave of as many nodes that fails"
+    )
+
+
+class RolloutConfig(_Section):
+    """Defaults of every rollout's gates (`admin rollout create --gate-*`/`--threshold` override them)."""
+
+    gate: RolloutGateConfig = Field(default_factory=RolloutGateConfig)
+    thresholds: RolloutThresholdsConfig = Field(default_factory=RolloutThresholdsConfig)
+    agent_config_dir: str = Field(
+        default=str(DEFAULT_CONFIG_DIR),
+        min_length=1,
+        description="where the agents stage config versions, the same path on every node (gate jobs point there)",
+    )
+
+
 class Metadata(_Section):
     name: NodeName = "topo-tune"
 
@@ -247,6 +292,7 @@ class ClusterConfig(_Section):
     spine: SpineConfig | None = None
     workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     site_fixed: dict[str, str] = Field(
         default_factory=dict,
         description="NCCL settings fixed by the site (IB HCA, GID index, traffic class, socket interface); "

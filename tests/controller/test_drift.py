@@ -21,6 +21,7 @@ from topo_tune.controller.db.models import EventRow
 from topo_tune.controller.drift import DriftChecker, DriftSettings
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import Registration
+from topo_tune.controller.rollout.gate_measurement import GateMeasurement
 from topo_tune.controller.rollout.gates import GateThresholds
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase
@@ -40,7 +41,9 @@ class MeasuredJobs:
     busy: str = ""
     calls: list[tuple[str, tuple[str, ...], str]] = field(default_factory=list)
 
-    async def run_job(self, job_id: str, nodes: Sequence[str], version: str) -> admin_pb2.BenchmarkJob:
+    async def run_job(
+        self, job_id: str, nodes: Sequence[str], version: str, *, measurement: GateMeasurement
+    ) -> admin_pb2.BenchmarkJob:
         self.calls.append((job_id, tuple(nodes), version))
         if self.busy:
             raise NodeBusy(self.busy)

@@ -23,6 +23,7 @@ from tests.support.waiting import async_wait_until
 from topo_tune.auth import bearer_metadata
 from topo_tune.config_version import ConfigVersion, render_nccl_conf
 from topo_tune.controller.drift import DriftSettings
+from topo_tune.controller.rollout.gate_measurement import GateMeasurement
 from topo_tune.controller.rollout.gates import GateThresholds
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase
@@ -44,7 +45,6 @@ async def controller(sqlite_url: str, tmp_path: Path) -> AsyncIterator[Controlle
             heartbeat_expiry_s=30,
             benchmark_result_grace_s=0.5,
             agent_config_dir=tmp_path / "config",
-            gate_repeats=3,
             drift=DriftSettings(sample_nodes=2, repeats=2, threshold=0.10),
         )
     )
@@ -62,7 +62,10 @@ async def test_drift_check_finds_the_version_as_fast_then_reports_a_slower_node(
 ) -> None:
     async with sim_agent(controller.port, tmp_path, profile="h100-nvswitch"):
         snapshot = await controller.rollouts.create(
-            NEUTRAL, policy=PlanPolicy(canary_nodes=0), thresholds=GateThresholds(), actor="t"
+            NEUTRAL,
+            policy=PlanPolicy(canary_nodes=0, gate=GateMeasurement(repeats=3)),
+            thresholds=GateThresholds(),
+            actor="t",
         )
         rollout_id = snapshot.rollout.id
 

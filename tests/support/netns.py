@@ -47,6 +47,10 @@ PREFIX_PATTERN = re.compile(r"^tt[0-9a-f]{6}-")
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 
 
+_MOUNT_THEN = ["sh", "-c", 'mount --bind "$1" "$2" && shift 2 && exec "$@"', "mount-then"]
+"""``sh -c`` that bind-mounts its first argument on its second, then runs the rest in its place."""
+
+
 class NamespacesUnavailable(RuntimeError):
     """This process may not create network namespaces (it needs root, or CAP_NET_ADMIN and CAP_SYS_ADMIN)."""
 
@@ -373,10 +377,22 @@ class NetnsCluster:
         namespace = self.controller_namespace if host == "controller" else self.namespace(host)
         return ["ip", "netns", "exec", namespace, *argv]
 
+    @property
+    def config_dir(self) -> Path:
+        """The agents' config directory: one path, as on real nodes, each agent's own directory mounted there
+        in its private mount namespace (``ip netns exec`` gives every command one)."""
+        return self.workdir / "config"
+
     def start_controller(self, database_url: str) -> Daemon:
+        self.config_dir.mkdir(exist_ok=True)
+        config = self.workdir / "cluster.yaml"
+        config.write_text(
+            json.dumps({"apiVersion": "topo-tune/v1", "rollout": {"agentConfigDir": str(self.config_dir)}})
+        )
         self.controller = Daemon(
             [
                 "controller", "serve",
+                "--config", str(config),
                 "--listen", self.controller_address,
                 "--database", database_url,
                 "--heartbeat-interval", str(self.heartbeat_interval),
@@ -384,11 +400,15 @@ class NetnsCluster:
             ],
             self.workdir / "controller.log",
             prefix=self.exec_argv("controller", []),
+            cwd=self.workdir,  # studies write their outputs under the working directory
         ).start()  # fmt: skip
         wait_until(lambda: self.admin("nodes").returncode == 0, what="the controller to serve", timeout=30)
         return self.controller
 
     def start_agent(self, host: str) -> Daemon:
+        own = self.workdir / f"config-{host}"
+        own.mkdir(exist_ok=True)
+        self.config_dir.mkdir(exist_ok=True)
         agent = Daemon(
             [
                 "agent", "run",
@@ -398,10 +418,10 @@ class NetnsCluster:
                 "--backend", "gloo",
                 "--address", self.address(host),  # gloo binds here and peers dial it
                 "--state-dir", str(self.workdir / f"state-{host}"),
-                "--config-dir", str(self.workdir / f"config-{host}"),
+                "--config-dir", str(self.config_dir),
             ],
             self.workdir / f"agent-{host}.log",
-            prefix=self.exec_argv(host, []),
+            prefix=self.exec_argv(host, [*_MOUNT_THEN, str(own), str(self.config_dir)]),
         ).start()  # fmt: skip
         self.agents[host] = agent
         return agent

@@ -49,6 +49,8 @@ class Daemon:
     env: dict[str, str] = field(default_factory=cli_env)
     prefix: list[str] = field(default_factory=list)
     """Put before the command, e.g. ``ip netns exec NS`` to run it in a network namespace."""
+    cwd: Path | None = None
+    """Where it runs (what it writes to relative paths lands there); None: this process's directory."""
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Daemon:
@@ -58,6 +60,7 @@ class Daemon:
             env=self.env,
             stdout=handle,
             stderr=subprocess.STDOUT,
+            cwd=self.cwd,
         )
         handle.close()
         return self

@@ -23,6 +23,8 @@ from topo_tune.cluster_config import (
 )
 from topo_tune.controller.drift import DriftSettings
 from topo_tune.controller.retention import RetentionSettings
+from topo_tune.controller.rollout.gate_measurement import GateMeasurement
+from topo_tune.controller.rollout.gates import GateThresholds
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.errors import ConfigError
 from topo_tune.kube.environment import KubeEnvironment, detect_in_cluster
@@ -201,6 +203,9 @@ def serve(
             open_study=drift_open_study,
         ),
         retention=_retention_settings(section.retention, max_age=retention_max_age),
+        rollout_gate=GateMeasurement(**cluster.rollout.gate.model_dump()),
+        rollout_thresholds=GateThresholds(**cluster.rollout.thresholds.model_dump()),
+        agent_config_dir=Path(cluster.rollout.agent_config_dir),
         kubernetes=kubernetes,
         leader_election=_leader_election(
             kubernetes,

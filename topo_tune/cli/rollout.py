@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from topo_tune.cli.admin import connected
+from topo_tune.cli.bench import ByteSize
 from topo_tune.cli.output import emit_data, emit_table, to_data
 from topo_tune.client import AdminClient
 from topo_tune.config_version import FILE_NAMES
@@ -43,12 +44,19 @@ def show(info: admin_pb2.RolloutInfo, fmt: str) -> None:
     if fmt != "table":
         emit_data(to_data(info), fmt)
         return
+    sweep = info.gate
+    measured = (
+        f"gates: {sweep.repeats} A/B repeats of all_reduce {sweep.min_bytes}..{sweep.max_bytes} B "
+        f"(x{sweep.step_factor}), {sweep.iters} iters; "
+        + ", ".join(f"{k}={v:g}" for k, v in sorted(info.thresholds.items()))
+    )
     if info.dry_run:
-        click.echo(f"plan for {info.config_version}:\n{info.plan}")
+        click.echo(f"plan for {info.config_version}:\n{info.plan}\n{measured}")
         return
     click.echo(f"rollout {info.id}: {info.previous_version or 'defaults'} → {info.config_version}  [{info.phase}]")
     if info.reason:
         click.echo(f"reason: {info.reason}")
+    click.echo(measured)
     gates = {g.wave: g for g in info.gates}  # the latest attempt of each wave
     rows = []
     for wave in info.waves:
@@ -96,6 +104,12 @@ def rollout() -> None:
 @click.option(
     "--threshold", "thresholds", multiple=True, metavar="KEY=VALUE", help="Gate threshold, e.g. min_gain=0.05."
 )
+@click.option("--gate-repeats", type=click.IntRange(1, 1000), help="A/B repeats of each gate [cluster.yaml: 8].")
+@click.option("--gate-min-bytes", type=ByteSize(), help="Smallest size of the gate benchmark [1M].")
+@click.option("--gate-max-bytes", type=ByteSize(), help="Largest size of the gate benchmark [256M].")
+@click.option("--gate-step-factor", type=click.IntRange(2, 1024), help="Size multiplier from min to max [4].")
+@click.option("--gate-iters", type=click.IntRange(1, 10_000), help="Timed iterations per size [20].")
+@click.option("--gate-warmup-iters", type=click.IntRange(1, 10_000), help="Warm-up iterations per size [5].")
 @click.option("--id", "rollout_id", default="", help="Your own rollout id.")
 @click.option("--dry-run", is_flag=True, help="Show the plan only.")
 @click.option("--yes", "-y", is_flag=True, help="Start without asking after showing the plan.")
@@ -112,6 +126,12 @@ def create(
     pause_between: str,
     require_approval: bool,
     thresholds: tuple[str, ...],
+    gate_repeats: int | None,
+    gate_min_bytes: int | None,
+    gate_max_bytes: int | None,
+    gate_step_factor: int | None,
+    gate_iters: int | None,
+    gate_warmup_iters: int | None,
     rollout_id: str,
     dry_run: bool,
     yes: bool,
@@ -139,6 +159,14 @@ def create(
         pause_between_s=parse_duration(pause_between),
         require_approval=require_approval,
         thresholds=limits,
+        gate=admin_pb2.GateMeasurement(  # unset: 0, the controller's default (cluster.yaml's rollout.gate)
+            repeats=gate_repeats or 0,
+            min_bytes=gate_min_bytes or 0,
+            max_bytes=gate_max_bytes or 0,
+            step_factor=gate_step_factor or 0,
+            iters=gate_iters or 0,
+            warmup_iters=gate_warmup_iters or 0,
+        ),
         rollout_id=rollout_id,
         actor=actor(),
         dry_run=True,

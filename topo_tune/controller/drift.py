@@ -44,6 +44,7 @@ from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import DriftCheckRow, EventRow
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import NodeRegistry, NodeState
+from topo_tune.controller.rollout.gate_measurement import GateMeasurement
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.rollout.verification import job_sample
 from topo_tune.errors import NotFoundError, TopoTuneError, ValidationError
@@ -106,7 +107,9 @@ class Reference:
 class VerificationJobs(Protocol):
     """What drift checks need to run the gates' benchmark (``verification.BenchmarkVerifier``)."""
 
-    async def run_job(self, job_id: str, nodes: Sequence[str], version: str) -> admin_pb2.BenchmarkJob: ...
+    async def run_job(
+        self, job_id: str, nodes: Sequence[str], version: str, *, measurement: GateMeasurement
+    ) -> admin_pb2.BenchmarkJob: ...
 
 
 class StudyStarter(Protocol):
@@ -203,7 +206,8 @@ class DriftChecker:
         failure = ""
         for repeat, job_id in enumerate(job_ids):
             try:
-                job = await self.verifier.run_job(job_id, nodes, version)
+                # Measured as the rollout's gates measured its reference.
+                job = await self.verifier.run_job(job_id, nodes, version, measurement=stable.policy.gate)
             except TopoTuneError as error:  # e.g. a node became busy between the choice and the job
                 failure = f"the benchmark could not run: {error}"
                 break

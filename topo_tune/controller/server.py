@@ -136,9 +136,7 @@ class Controller:
             rack_of=dict(settings.rack_of),
             spine=(settings.spine_oversubscription, settings.spine_bandwidth_gbps),
         )
-        verifier = BenchmarkVerifier(
-            jobs=self.jobs, config_dir=settings.agent_config_dir, repeats=settings.gate_repeats
-        )
+        verifier = BenchmarkVerifier(jobs=self.jobs, config_dir=settings.agent_config_dir)
         self.rollouts = RolloutEngine(
             store=self.rollout_store,
             registry=self.registry,
@@ -147,6 +145,8 @@ class Controller:
             verifier=verifier,
             wall_clock=_wall_clock,
             background_gates=True,
+            gate_defaults=settings.rollout_gate,
+            threshold_defaults=settings.rollout_thresholds,
         )
         self.drift = DriftChecker(
             db=self.db,

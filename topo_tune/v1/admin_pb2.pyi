@@ -939,6 +939,7 @@ class CreateRolloutRequest(_message.Message):
     DRY_RUN_FIELD_NUMBER: _builtins.int
     ACTOR_FIELD_NUMBER: _builtins.int
     NO_CANARY_FIELD_NUMBER: _builtins.int
+    GATE_FIELD_NUMBER: _builtins.int
     config_version: _builtins.str
     """the version's id; must be the hash of files when both are given"""
     canary_nodes: _builtins.int
@@ -964,6 +965,10 @@ class CreateRolloutRequest(_message.Message):
     def thresholds(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """min_gain, alpha, max_regression, max_p99_regression, max_cv"""
 
+    @_builtins.property
+    def gate(self) -> Global___GateMeasurement:
+        """what each wave's gate measures; 0 fields: the controller's defaults"""
+
     def __init__(
         self,
         *,
@@ -979,14 +984,52 @@ class CreateRolloutRequest(_message.Message):
         dry_run: _builtins.bool = ...,
         actor: _builtins.str = ...,
         no_canary: _builtins.bool = ...,
+        gate: Global___GateMeasurement | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["gate", b"gate"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "canary_nodes", b"canary_nodes", "canary_rack", b"canary_rack", "config_version", b"config_version", "dry_run", b"dry_run", "files", b"files", "max_parallel_racks", b"max_parallel_racks", "no_canary", b"no_canary", "pause_between_s", b"pause_between_s", "require_approval", b"require_approval", "rollout_id", b"rollout_id", "thresholds", b"thresholds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "canary_nodes", b"canary_nodes", "canary_rack", b"canary_rack", "config_version", b"config_version", "dry_run", b"dry_run", "files", b"files", "gate", b"gate", "max_parallel_racks", b"max_parallel_racks", "no_canary", b"no_canary", "pause_between_s", b"pause_between_s", "require_approval", b"require_approval", "rollout_id", b"rollout_id", "thresholds", b"thresholds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CreateRolloutRequest: _TypeAlias = CreateRolloutRequest  # noqa: Y015
+
+@_typing.final
+class GateMeasurement(_message.Message):
+    """A wave gate's verification benchmark: all_reduce over the wave's nodes, one job per version and repeat."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REPEATS_FIELD_NUMBER: _builtins.int
+    MIN_BYTES_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
+    STEP_FACTOR_FIELD_NUMBER: _builtins.int
+    ITERS_FIELD_NUMBER: _builtins.int
+    WARMUP_ITERS_FIELD_NUMBER: _builtins.int
+    repeats: _builtins.int
+    """A/B repeats"""
+    min_bytes: _builtins.int
+    max_bytes: _builtins.int
+    step_factor: _builtins.int
+    iters: _builtins.int
+    warmup_iters: _builtins.int
+    def __init__(
+        self,
+        *,
+        repeats: _builtins.int = ...,
+        min_bytes: _builtins.int = ...,
+        max_bytes: _builtins.int = ...,
+        step_factor: _builtins.int = ...,
+        iters: _builtins.int = ...,
+        warmup_iters: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["iters", b"iters", "max_bytes", b"max_bytes", "min_bytes", b"min_bytes", "repeats", b"repeats", "step_factor", b"step_factor", "warmup_iters", b"warmup_iters"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GateMeasurement: _TypeAlias = GateMeasurement  # noqa: Y015
 
 @_typing.final
 class ChangeRolloutRequest(_message.Message):
@@ -1124,6 +1167,9 @@ class GateResult(_message.Message):
     CV_NEW_FIELD_NUMBER: _builtins.int
     PAIRS_FIELD_NUMBER: _builtins.int
     MEASURED_AT_FIELD_NUMBER: _builtins.int
+    BUSBW_GBPS_FIELD_NUMBER: _builtins.int
+    REFERENCE_BUSBW_GBPS_FIELD_NUMBER: _builtins.int
+    BUSBW_DROP_FIELD_NUMBER: _builtins.int
     wave: _builtins.int
     attempt: _builtins.int
     outcome: _builtins.str
@@ -1133,6 +1179,12 @@ class GateResult(_message.Message):
     p99_change: _builtins.float
     cv_new: _builtins.float
     pairs: _builtins.int
+    busbw_gbps: _builtins.float
+    """the new version's bus bandwidth at the largest size (geometric mean)"""
+    reference_busbw_gbps: _builtins.float
+    """what it was compared with (an earlier wave's; 0: none)"""
+    busbw_drop: _builtins.float
+    """1 - busbw / reference"""
     @_builtins.property
     def reasons(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -1150,10 +1202,13 @@ class GateResult(_message.Message):
         cv_new: _builtins.float = ...,
         pairs: _builtins.int = ...,
         measured_at: _timestamp_pb2.Timestamp | None = ...,
+        busbw_gbps: _builtins.float = ...,
+        reference_busbw_gbps: _builtins.float = ...,
+        busbw_drop: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["measured_at", b"measured_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "cv_new", b"cv_new", "measured_at", b"measured_at", "outcome", b"outcome", "p99_change", b"p99_change", "p_gain", b"p_gain", "pairs", b"pairs", "reasons", b"reasons", "time_change", b"time_change", "wave", b"wave"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "busbw_drop", b"busbw_drop", "busbw_gbps", b"busbw_gbps", "cv_new", b"cv_new", "measured_at", b"measured_at", "outcome", b"outcome", "p99_change", b"p99_change", "p_gain", b"p_gain", "pairs", b"pairs", "reasons", b"reasons", "reference_busbw_gbps", b"reference_busbw_gbps", "time_change", b"time_change", "wave", b"wave"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1183,6 +1238,26 @@ class RolloutInfo(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class ThresholdsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     ID_FIELD_NUMBER: _builtins.int
     CONFIG_VERSION_FIELD_NUMBER: _builtins.int
     PREVIOUS_VERSION_FIELD_NUMBER: _builtins.int
@@ -1195,6 +1270,8 @@ class RolloutInfo(_message.Message):
     PLAN_FIELD_NUMBER: _builtins.int
     NODE_PHASES_FIELD_NUMBER: _builtins.int
     DRY_RUN_FIELD_NUMBER: _builtins.int
+    GATE_FIELD_NUMBER: _builtins.int
+    THRESHOLDS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     config_version: _builtins.str
     previous_version: _builtins.str
@@ -1212,6 +1289,14 @@ class RolloutInfo(_message.Message):
     def gates(self) -> _containers.RepeatedCompositeFieldContainer[Global___GateResult]: ...
     @_builtins.property
     def node_phases(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def gate(self) -> Global___GateMeasurement:
+        """what its gates measure"""
+
+    @_builtins.property
+    def thresholds(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """what its gates judge by"""
+
     def __init__(
         self,
         *,
@@ -1227,10 +1312,12 @@ class RolloutInfo(_message.Message):
         plan: _builtins.str = ...,
         node_phases: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         dry_run: _builtins.bool = ...,
+        gate: Global___GateMeasurement | None = ...,
+        thresholds: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["gate", b"gate"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "created_by", b"created_by", "dry_run", b"dry_run", "gates", b"gates", "id", b"id", "node_phases", b"node_phases", "phase", b"phase", "plan", b"plan", "previous_version", b"previous_version", "reason", b"reason", "wave", b"wave", "waves", b"waves"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "created_by", b"created_by", "dry_run", b"dry_run", "gate", b"gate", "gates", b"gates", "id", b"id", "node_phases", b"node_phases", "phase", b"phase", "plan", b"plan", "previous_version", b"previous_version", "reason", b"reason", "thresholds", b"thresholds", "wave", b"wave", "waves", b"waves"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -19,6 +19,7 @@ from topo_tune.controller.db.database import Database
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import NodeRegistry, Registration
 from topo_tune.controller.rollout.engine import RolloutEngine, Verifier
+from topo_tune.controller.rollout.gate_measurement import GateMeasurement
 from topo_tune.controller.rollout.gates import Sample
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.sessions import SessionHub
@@ -47,24 +48,36 @@ class Clock:
 class SimVerifier:
     rack_of: dict[str, str]
     regressed_racks: frozenset[str] = frozenset()
+    slow_racks: frozenset[str] = frozenset()
+    """Racks whose links carry half the bandwidth: both arms slow alike, so the A/B alone sees nothing."""
     gain: float = 0.08
     regression: float = 0.10
     pairs: int = 10
     calls: list[tuple[int, int]] = field(default_factory=list)
 
     async def verify(
-        self, *, rollout_id: str, wave: int, attempt: int, nodes: Sequence[str], new: str, previous: str
+        self,
+        *,
+        rollout_id: str,
+        wave: int,
+        attempt: int,
+        nodes: Sequence[str],
+        new: str,
+        previous: str,
+        measurement: GateMeasurement,
     ) -> Sequence[Sample]:
         self.calls.append((wave, attempt))
         rng = random.Random(f"{rollout_id}/{wave}/{attempt}")
         bad = any(self.rack_of[n] in self.regressed_racks for n in nodes)
         factor = 1 + self.regression if bad else 1 - self.gain
+        slow = 2.0 if any(self.rack_of[n] in self.slow_racks for n in nodes) else 1.0
         samples = []
         for repeat in range(self.pairs):
-            base = 100 * (1 + rng.gauss(0, 0.02))
-            samples.append(Sample(repeat, "previous", base * (1 + rng.gauss(0, 0.004)), 2 * base, 40.0))
+            base = 100 * slow * (1 + rng.gauss(0, 0.02))
+            samples.append(Sample(repeat, "previous", base * (1 + rng.gauss(0, 0.004)), 2 * base, 40.0 / slow))
             new_time = base * factor * (1 + rng.gauss(0, 0.004))
-            samples.append(Sample(repeat, "new", new_time, 2 * base * factor, 40 / factor * (1 + rng.gauss(0, 0.01))))
+            busbw = 40 / factor / slow * (1 + rng.gauss(0, 0.01))
+            samples.append(Sample(repeat, "new", new_time, 2 * base * factor, busbw))
         return samples
 
 

@@ -93,6 +93,25 @@ async def test_a_regressed_rack_fails_its_gate_and_every_applied_wave_rolls_back
     assert await parts.engine.store.stable_version() == V1.id
 
 
+async def test_a_rack_slower_than_the_canary_rack_fails_its_gate_although_its_ab_passes(
+    parts: ControllerParts, clock: Clock
+) -> None:
+    fleet = SimFleet(RACKS)
+    await complete_v1(parts, fleet, clock)
+    parts.engine.verifier = SimVerifier(RACKS, slow_racks=frozenset({"rack-3"}))
+    policy = PlanPolicy(canary_rack="rack-1")
+    rollout = await parts.engine.create(V2, policy=policy, thresholds=GateThresholds(), actor="bob")
+    final = await drive(parts, fleet, clock, rollout.rollout.id)
+    assert final.rollout.phase is RolloutPhase.ROLLED_BACK
+    assert "wave 2 gate failed" in final.rollout.reason and "below the reference" in final.rollout.reason
+    gates = await parts.engine.store.gates(rollout.rollout.id)
+    canary, second, third = (g.verdict for g in gates)
+    assert second.reference_busbw == canary.busbw_new and second.outcome is Outcome.SUCCESSFUL
+    assert third.time_change < 0, "the A/B on rack-3 alone shows the version's gain"
+    assert third.busbw_drop == pytest.approx(0.5, abs=0.05)
+    assert fleet.active == dict.fromkeys(RACKS, V1.id), "no node left on the new version"
+
+
 async def test_require_approval_pauses_after_each_wave_until_promoted(parts: ControllerParts, clock: Clock) -> None:
     fleet = SimFleet(racks(2, 1))
     await fleet.register_all(parts.registry)

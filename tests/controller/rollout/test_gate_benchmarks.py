@@ -18,6 +18,7 @@ from tests.support.sim_agent import sim_agent
 from tests.support.waiting import async_wait_until
 from topo_tune.agent.daemon import Agent
 from topo_tune.config_version import ConfigVersion, render_nccl_conf
+from topo_tune.controller.rollout.gate_measurement import GateMeasurement
 from topo_tune.controller.rollout.gates import GateThresholds, Outcome
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase, Snapshot
@@ -40,7 +41,6 @@ async def one_sim_node(sqlite_url: str, tmp_path: Path) -> AsyncIterator[tuple[C
             heartbeat_expiry_s=30,
             benchmark_result_grace_s=0.5,
             agent_config_dir=config_dir,
-            gate_repeats=7,
         )
     )
     await controller.start()
@@ -65,7 +65,7 @@ async def test_gates_measured_by_benchmark_jobs_roll_back_a_slow_version_and_pau
     one_sim_node: tuple[Controller, Agent], tmp_path: Path
 ) -> None:
     controller, agent = one_sim_node
-    policy = PlanPolicy(canary_nodes=0)
+    policy = PlanPolicy(canary_nodes=0, gate=GateMeasurement(repeats=7))
     slow = await controller.rollouts.create(SLOW, policy=policy, thresholds=GateThresholds(), actor="t")
     final = await settled(controller, slow.rollout.id, RolloutPhase.ROLLED_BACK)
     [gate] = await controller.rollout_store.gates(slow.rollout.id)

@@ -64,6 +64,29 @@ def test_a_lost_node_pauses_and_never_passes() -> None:
     assert judge(ab(change=0.1), GateThresholds(), lost_nodes=["x"]).outcome is Outcome.FAILED, "rollback wins"
 
 
+def test_a_negative_min_gain_passes_a_version_shown_no_slower_than_the_margin() -> None:
+    thresholds = GateThresholds(min_gain=-0.05)
+    assert judge(ab(change=0.0), thresholds).outcome is Outcome.SUCCESSFUL, "no change: not inferior"
+    slower = judge(ab(change=0.08, p99_change=0.0), GateThresholds(min_gain=-0.05, max_regression=0.1))
+    assert slower.outcome is Outcome.INCONCLUSIVE, slower.reasons
+    assert "slowdown of at most 5% not shown" in slower.reasons[0]
+    with pytest.raises(ValidationError, match=r"thresholds\.min_gain"):
+        GateThresholds(min_gain=-0.6)
+
+
+def test_a_wave_whose_bandwidth_falls_below_the_reference_fails_although_its_ab_passes() -> None:
+    samples = ab(change=-0.08)  # the A/B alone passes: both arms share the wave's (slow) links
+    on_par = judge(samples, GateThresholds(), reference_busbw=52.0)
+    assert on_par.outcome is Outcome.SUCCESSFUL, on_par.reasons
+    assert on_par.busbw_new == pytest.approx(50.0, rel=0.02) and on_par.reference_busbw == 52.0
+    slow = judge(samples, GateThresholds(), reference_busbw=100.0)
+    assert slow.outcome is Outcome.FAILED
+    assert slow.busbw_drop == pytest.approx(0.5, abs=0.02) and slow.p_drop < 0.01
+    assert "50% below the reference 100 GB/s" in slow.reasons[0]
+    assert judge(samples, GateThresholds(max_drop=0.6), reference_busbw=100.0).outcome is Outcome.SUCCESSFUL
+    assert judge(samples, GateThresholds()).reference_busbw == 0.0, "no reference: not compared"
+
+
 def test_too_few_pairs_can_never_pass() -> None:
     verdict = judge(ab(change=-0.5, pairs=6), GateThresholds())
     assert verdict.outcome is Outcome.INCONCLUSIVE

@@ -12,7 +12,9 @@ While no rollout is active, the engine holds every reachable node on the stable 
 rollout's), so nodes that join later, drift, or were left on an aborted rollout's version converge to what
 every job is given.
 
-The gate's measurements come from a :class:`Verifier` (the A/B verification benchmark on the wave's nodes).
+The gate's measurements come from a :class:`Verifier` (the A/B verification benchmark on the wave's nodes,
+measured as the rollout's ``policy.gate`` says); the verdict also compares the wave's bus bandwidth with a
+reference, that of the first earlier wave of as many nodes that passed (``gates.py``).
 The controller uses ``verification.BenchmarkVerifier`` (benchmark jobs through the controller's job book);
 :class:`NoVerifier` gives no samples, so every gate is inconclusive and pauses for an operator. A gate whose
 benchmark cannot run (its nodes are not idle, say) is inconclusive too, with the reason.
@@ -37,7 +39,8 @@ from topo_tune.config_version import ConfigVersion
 from topo_tune.controller.commands import CommandBook, CommandStatus
 from topo_tune.controller.nodes import NodeRegistry, NodeState
 from topo_tune.controller.rollout import state
-from topo_tune.controller.rollout.gates import GateThresholds, Sample, judge
+from topo_tune.controller.rollout.gate_measurement import GateMeasurement
+from topo_tune.controller.rollout.gates import GateThresholds, Outcome, Sample, judge
 from topo_tune.controller.rollout.plan import PlanPolicy, build_plan
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.sessions import SessionHub
@@ -51,9 +54,17 @@ _FAILED = (CommandStatus.FAILED, CommandStatus.REJECTED, CommandStatus.TIMED_OUT
 
 class Verifier(Protocol):
     async def verify(
-        self, *, rollout_id: str, wave: int, attempt: int, nodes: Sequence[str], new: str, previous: str
+        self,
+        *,
+        rollout_id: str,
+        wave: int,
+        attempt: int,
+        nodes: Sequence[str],
+        new: str,
+        previous: str,
+        measurement: GateMeasurement,
     ) -> Sequence[Sample]:
-        """Interleaved A/B samples of ``new`` vs ``previous`` on ``nodes``."""
+        """Interleaved A/B samples of ``new`` vs ``previous`` on ``nodes``, measured as ``measurement`` says."""
         ...
 
 
@@ -61,7 +72,15 @@ class NoVerifier:
     """No verification benchmark is available: no samples, so every gate pauses for a human."""
 
     async def verify(
-        self, *, rollout_id: str, wave: int, attempt: int, nodes: Sequence[str], new: str, previous: str
+        self,
+        *,
+        rollout_id: str,
+        wave: int,
+        attempt: int,
+        nodes: Sequence[str],
+        new: str,
+        previous: str,
+        measurement: GateMeasurement,
     ) -> Sequence[Sample]:
         return ()
 
@@ -86,6 +105,10 @@ class RolloutEngine:
     max_steps_per_pass: int = 10_000
     background_gates: bool = False
     """Run gates as tasks of their own (the controller: a gate takes minutes, a scheduled pass must not)."""
+    gate_defaults: GateMeasurement = field(default_factory=GateMeasurement)
+    threshold_defaults: GateThresholds = field(default_factory=GateThresholds)
+    """What a new rollout's gates measure and judge by when its request leaves them out (cluster.yaml's
+    ``rollout`` section)."""
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
     _gates_running: set[tuple[str, int, int]] = field(default_factory=set, init=False)
     _gate_tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
@@ -256,12 +279,14 @@ class RolloutEngine:
                     nodes=wave.nodes,
                     new=rollout.config_version,
                     previous=rollout.previous_version,
+                    measurement=rollout.policy.gate,
                 )
             except TopoTuneError as error:  # e.g. the wave's nodes are not idle: Argo's "error" is inconclusive
                 samples, failure = (), f"the verification benchmark could not run: {error}"
             reports = self.registry.live_reports()
             lost = [n for n in wave.nodes if n not in reports or reports[n].state is NodeState.LOST]
-            verdict = judge(samples, rollout.thresholds, lost_nodes=lost)
+            reference = await self._reference_busbw(snapshot, wave_index)
+            verdict = judge(samples, rollout.thresholds, lost_nodes=lost, reference_busbw=reference)
             if failure:
                 verdict = dataclasses.replace(verdict, reasons=(failure, *verdict.reasons))
             await self.store.save_gate(rollout.id, wave=wave_index, attempt=attempt, verdict=verdict, samples=samples)
@@ -274,6 +299,16 @@ class RolloutEngine:
             "; ".join(verdict.reasons),
             extra={"rollout": rollout.id},
         )
+
+    async def _reference_busbw(self, snapshot: state.Snapshot, wave_index: int) -> float:
+        """The new version's bus bandwidth on the first earlier wave of as many nodes that passed its gate
+        (0: none): what this wave should reach unless its own fabric is worse."""
+        size = len(snapshot.waves[wave_index].nodes)
+        for record in sorted(await self.store.gates(snapshot.rollout.id), key=lambda g: (g.wave, g.attempt)):
+            earlier = record.wave < wave_index and len(snapshot.waves[record.wave].nodes) == size
+            if earlier and record.verdict.outcome is Outcome.SUCCESSFUL and record.verdict.busbw_new > 0:
+                return record.verdict.busbw_new
+        return 0.0
 
     async def _hold_stable(self) -> None:
         """No rollout is active: every reachable node must run the stable version.

@@ -5,10 +5,17 @@ Argo Rollouts' analysis semantics: ``successful`` lets the rollout continue, ``f
 
 * communication time: the paired ratio new/previous per A/B repeat. Promotion needs a gain of at least
   ``min_gain`` (default 3 %) shown at ``p < alpha`` (default 0.01); a slowdown beyond ``max_regression``
-  (default 3 %) that is itself significant fails the wave;
+  (default 3 %) that is itself significant fails the wave. A negative ``min_gain`` makes the check one of
+  non-inferiority: the new version passes when shown to be at most ``-min_gain`` slower (for a version
+  already proven elsewhere, rolled out on a fabric where it changes nothing measurable);
 * p99 latency: a significant increase beyond ``max_p99_regression`` fails the wave;
 * throughput stability: a coefficient of variation of the new version's bus bandwidth above ``max_cv``
   (default 0.09) means the measurement cannot be trusted: inconclusive;
+* against a reference: the new version's bus bandwidth at the largest size, compared with the first wave
+  of the rollout that passed its gate with as many nodes (the canary, usually). A drop beyond ``max_drop``
+  (default 20 %) that is significant fails the wave. An A/B on one wave's nodes cannot see a rack whose
+  links are slow — both arms are slowed alike — this can; busbw of a wave of another size is no reference,
+  so such waves are not compared;
 * node health: a node of the wave that is lost makes the gate inconclusive, so the rollout pauses and never
   proceeds past it (a failure still rolls back: that is the safe direction).
 
@@ -49,11 +56,14 @@ class GateThresholds:
     max_regression: float = 0.03
     max_p99_regression: float = 0.05
     max_cv: float = 0.09
+    max_drop: float = 0.2
 
     def __post_init__(self) -> None:
-        for name in ("min_gain", "max_regression", "max_p99_regression", "max_cv"):
+        for name in ("max_regression", "max_p99_regression", "max_cv", "max_drop"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValidationError(f"thresholds.{name}", "must be in [0, 1)")
+        if not -0.5 <= self.min_gain < 1:
+            raise ValidationError("thresholds.min_gain", "must be in [-0.5, 1) (negative: a non-inferiority margin)")
         if not 0 < self.alpha < 0.5:
             raise ValidationError("thresholds.alpha", "must be in (0, 0.5)")
 
@@ -97,6 +107,12 @@ class Verdict:
     p_p99_regression: float = 1.0
     cv_new: float = 0.0
     lost_nodes: tuple[str, ...] = field(default_factory=tuple)
+    busbw_new: float = 0.0
+    """Geometric mean of the new version's bus bandwidth (GB/s): a later wave's reference."""
+    reference_busbw: float = 0.0
+    """The reference this wave was compared with (0: none)."""
+    busbw_drop: float = 0.0
+    p_drop: float = 1.0
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "outcome": self.outcome.value, "reasons": list(self.reasons)}
@@ -132,8 +148,14 @@ def _pairs(samples: Sequence[Sample]) -> list[tuple[Sample, Sample]]:
     return [(arms["new"], arms["previous"]) for _, arms in sorted(by_repeat.items()) if len(arms) == 2]
 
 
-def judge(samples: Sequence[Sample], thresholds: GateThresholds, *, lost_nodes: Sequence[str] = ()) -> Verdict:
-    """The gate's verdict on A/B samples and the health of the wave's nodes."""
+def judge(
+    samples: Sequence[Sample],
+    thresholds: GateThresholds,
+    *,
+    lost_nodes: Sequence[str] = (),
+    reference_busbw: float = 0.0,
+) -> Verdict:
+    """The gate's verdict on A/B samples, a reference bus bandwidth (0: none) and the wave's node health."""
     pairs = _pairs(samples)
     lost = tuple(sorted(lost_nodes))
     if len(pairs) < thresholds.min_pairs:
@@ -153,6 +175,12 @@ def judge(samples: Sequence[Sample], thresholds: GateThresholds, *, lost_nodes: 
     p_p99 = sign_flip_p(p99_ratio)
     busbw = np.asarray([new.busbw_gbps for new, _ in pairs])
     cv_new = float(busbw.std(ddof=1) / busbw.mean()) if busbw.mean() > 0 else math.inf
+    busbw_new = float(np.exp(np.mean(np.log(busbw)))) if bool(np.all(busbw > 0)) else 0.0
+    busbw_drop, p_drop = 0.0, 1.0
+    if reference_busbw > 0 and busbw_new > 0:
+        busbw_drop = 1 - busbw_new / reference_busbw
+        floor = math.log(reference_busbw * (1 - thresholds.max_drop))
+        p_drop = sign_flip_p([floor - math.log(b) for b in busbw])
 
     failures: list[str] = []
     if time_change > thresholds.max_regression and p_regression < thresholds.alpha:
@@ -164,13 +192,23 @@ def judge(samples: Sequence[Sample], thresholds: GateThresholds, *, lost_nodes: 
         failures.append(
             f"p99 latency {p99_change:+.1%} (p = {p_p99:.4f}), beyond the allowed {thresholds.max_p99_regression:.0%}"
         )
+    if busbw_drop > thresholds.max_drop and p_drop < thresholds.alpha:
+        failures.append(
+            f"bus bandwidth {busbw_new:.4g} GB/s, {busbw_drop:.0%} below the reference {reference_busbw:.4g} GB/s "
+            f"(p = {p_drop:.4f}), beyond the allowed {thresholds.max_drop:.0%} drop"
+        )
     pending: list[str] = []
     if lost:
         pending.append(f"lost nodes: {', '.join(lost)}")
     if cv_new > thresholds.max_cv:
         pending.append(f"throughput unstable: CV {cv_new:.3f} > {thresholds.max_cv}")
     if p_gain >= thresholds.alpha:
-        pending.append(f"gain of {thresholds.min_gain:.0%} not shown: time {time_change:+.1%} (p = {p_gain:.4f})")
+        wanted = (
+            f"gain of {thresholds.min_gain:.0%}"
+            if thresholds.min_gain >= 0
+            else f"slowdown of at most {-thresholds.min_gain:.0%}"
+        )
+        pending.append(f"{wanted} not shown: time {time_change:+.1%} (p = {p_gain:.4f})")
     if failures:
         outcome, reasons = Outcome.FAILED, failures + pending
     elif pending:
@@ -189,4 +227,8 @@ def judge(samples: Sequence[Sample], thresholds: GateThresholds, *, lost_nodes: 
         p_p99_regression=p_p99,
         cv_new=cv_new,
         lost_nodes=lost,
+        busbw_new=busbw_new,
+        reference_busbw=reference_busbw,
+        busbw_drop=busbw_drop,
+        p_drop=p_drop,
     )

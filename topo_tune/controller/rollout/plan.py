@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
+from topo_tune.controller.rollout.gate_measurement import GateMeasurement
 from topo_tune.errors import ValidationError
 
 
@@ -35,6 +37,8 @@ class PlanPolicy:
     """Wait this long after a wave's gate passes before the next wave starts."""
     require_approval: bool = False
     """Pause after every successful wave until an operator promotes."""
+    gate: GateMeasurement = field(default_factory=GateMeasurement)
+    """What each wave's gate measures (fixed when the rollout is created)."""
 
     def __post_init__(self) -> None:
         if self.canary_nodes < 0:
@@ -43,6 +47,12 @@ class PlanPolicy:
             raise ValidationError("max_parallel_racks", "must be at least 1")
         if self.pause_between_s < 0:
             raise ValidationError("pause_between_s", "must be 0 or more")
+
+    @classmethod
+    def from_json(cls, values: Mapping[str, Any]) -> PlanPolicy:
+        """From the stored form (``dataclasses.asdict``); a rollout stored before gates were configurable
+        has no ``gate`` and gets the defaults."""
+        return cls(**{**values, "gate": GateMeasurement.from_mapping(values.get("gate", {}))})
 
 
 @dataclass(frozen=True)

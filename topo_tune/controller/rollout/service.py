@@ -8,6 +8,7 @@ After a change it asks the engine for a reconcile pass at once, so operators do 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from datetime import datetime
 from typing import Any
@@ -18,6 +19,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from topo_tune.config_version import ConfigVersion
 from topo_tune.controller import validation
 from topo_tune.controller.rollout.engine import RolloutEngine
+from topo_tune.controller.rollout.gate_measurement import GateMeasurement
 from topo_tune.controller.rollout.gates import GateThresholds
 from topo_tune.controller.rollout.job_pins import JobResolver
 from topo_tune.controller.rollout.plan import Plan, PlanPolicy, Wave, build_plan
@@ -43,7 +45,10 @@ def _actor(value: str) -> str:
     return validation.short_text(value, "actor", limit=253) or "admin"
 
 
-def policy_from(request: admin_pb2.CreateRolloutRequest) -> PlanPolicy:
+_GATE_FIELDS = ("repeats", "min_bytes", "max_bytes", "step_factor", "iters", "warmup_iters")
+
+
+def policy_from(request: admin_pb2.CreateRolloutRequest, *, gate_defaults: GateMeasurement) -> PlanPolicy:
     canary = 0 if request.no_canary else (request.canary_nodes or (0 if request.canary_rack else 1))
     return PlanPolicy(
         canary_nodes=canary,
@@ -51,7 +56,12 @@ def policy_from(request: admin_pb2.CreateRolloutRequest) -> PlanPolicy:
         max_parallel_racks=request.max_parallel_racks or 1,
         pause_between_s=request.pause_between_s,
         require_approval=request.require_approval,
+        gate=gate_defaults.overridden({name: getattr(request.gate, name) for name in _GATE_FIELDS}),
     )
+
+
+def gate_message(gate: GateMeasurement) -> admin_pb2.GateMeasurement:
+    return admin_pb2.GateMeasurement(**{name: getattr(gate, name) for name in _GATE_FIELDS})
 
 
 def rollout_message(snapshot: Snapshot, gates: list[GateRecord]) -> admin_pb2.RolloutInfo:
@@ -83,11 +93,16 @@ def rollout_message(snapshot: Snapshot, gates: list[GateRecord]) -> admin_pb2.Ro
                 cv_new=g.verdict.cv_new,
                 pairs=g.verdict.pairs,
                 measured_at=_ts(g.measured_at),
+                busbw_gbps=g.verdict.busbw_new,
+                reference_busbw_gbps=g.verdict.reference_busbw,
+                busbw_drop=g.verdict.busbw_drop,
             )
             for g in gates
         ],
         plan=plan.render(),
         node_phases={name: n.phase.value for name, n in snapshot.nodes.items()},
+        gate=gate_message(rollout.policy.gate),
+        thresholds=dataclasses.asdict(rollout.thresholds),
     )
 
 
@@ -113,8 +128,10 @@ class RolloutServicerMixin:
     async def CreateRollout(self, request: admin_pb2.CreateRolloutRequest, context: Ctx) -> admin_pb2.RolloutInfo:
         if request.rollout_id:
             validation.command_id(request.rollout_id, "rollout_id")
-        policy = policy_from(request)
-        thresholds = GateThresholds.from_mapping(dict(request.thresholds))
+        policy = policy_from(request, gate_defaults=self._rollouts.gate_defaults)
+        thresholds = GateThresholds.from_mapping(
+            {**dataclasses.asdict(self._rollouts.threshold_defaults), **dict(request.thresholds)}
+        )
         if request.files:
             version = ConfigVersion(dict(request.files), {"source": "admin"})
             if request.config_version and request.config_version != version.id:
@@ -132,6 +149,8 @@ class RolloutServicerMixin:
                 phase="planned",
                 plan=plan.render(),
                 dry_run=True,
+                gate=gate_message(policy.gate),
+                thresholds=dataclasses.asdict(thresholds),
                 waves=[
                     admin_pb2.RolloutWave(index=w.index, kind=w.kind.value, racks=list(w.racks), nodes=list(w.nodes))
                     for w in plan.waves

@@ -74,7 +74,7 @@ def _rollout_from_row(row: RolloutRow) -> Rollout:
         config_version=row.config_version,
         previous_version=row.previous_version,
         phase=RolloutPhase(row.phase),
-        policy=PlanPolicy(**row.policy),
+        policy=PlanPolicy.from_json(row.policy),
         thresholds=GateThresholds(**row.thresholds),
         created_by=row.created_by,
         wave=row.wave,

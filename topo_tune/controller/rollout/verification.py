@@ -17,12 +17,13 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from topo_tune.config_layout import DEFAULT_CONFIG_DIR, staged_path
 from topo_tune.config_version import NCCL_CONF
+from topo_tune.controller.rollout.gate_measurement import GateMeasurement
 from topo_tune.controller.rollout.gates import Sample
 from topo_tune.v1 import admin_pb2, agent_pb2
 
@@ -48,11 +49,7 @@ class BenchmarkVerifier:
     jobs: JobRunner
     config_dir: Path = DEFAULT_CONFIG_DIR
     """The agents' config directory (the same on every node)."""
-    repeats: int = 8
     collective: agent_pb2.Collective.ValueType = agent_pb2.COLLECTIVE_ALL_REDUCE
-    sizes: agent_pb2.SizeSweep = field(
-        default_factory=lambda: agent_pb2.SizeSweep(min_bytes=1 << 20, max_bytes=1 << 28, step_factor=4)
-    )
     deadline_s: int = 600
     poll_s: float = 0.5
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
@@ -62,16 +59,24 @@ class BenchmarkVerifier:
         return {"NCCL_CONF_FILE": str(staged_path(self.config_dir, version, NCCL_CONF))} if version else {}
 
     async def verify(
-        self, *, rollout_id: str, wave: int, attempt: int, nodes: Sequence[str], new: str, previous: str
+        self,
+        *,
+        rollout_id: str,
+        wave: int,
+        attempt: int,
+        nodes: Sequence[str],
+        new: str,
+        previous: str,
+        measurement: GateMeasurement,
     ) -> Sequence[Sample]:
         samples: list[Sample] = []
-        for repeat in range(self.repeats):
+        for repeat in range(measurement.repeats):
             arms = ("new", "previous") if repeat % 2 == 0 else ("previous", "new")
             measured: dict[str, Sample] = {}
             for arm in arms:
                 version = new if arm == "new" else previous
                 job_id = gate_job_id(rollout_id, wave=wave, attempt=attempt, repeat=repeat, arm=arm)
-                job = await self.run_job(job_id, nodes, version)
+                job = await self.run_job(job_id, nodes, version, measurement=measurement)
                 sample = job_sample(job, repeat=repeat, arm=arm)
                 if sample is None:
                     logger.warning(
@@ -86,15 +91,22 @@ class BenchmarkVerifier:
                 samples.extend(measured[arm] for arm in arms)
         return samples
 
-    async def run_job(self, job_id: str, nodes: Sequence[str], version: str) -> admin_pb2.BenchmarkJob:
-        """Run the verification benchmark with ``version`` on ``nodes`` under ``job_id``; wait for its end.
+    async def run_job(
+        self, job_id: str, nodes: Sequence[str], version: str, *, measurement: GateMeasurement
+    ) -> admin_pb2.BenchmarkJob:
+        """Run the verification benchmark (as ``measurement`` says) with ``version`` on ``nodes`` under ``job_id``;
+        wait for its end.
 
         A job id that exists already is not started again: its stored outcome is awaited instead.
         """
         request = admin_pb2.StartBenchmarkRequest(
             collective=self.collective,
             nodes=list(nodes),
-            sizes=self.sizes,
+            sizes=agent_pb2.SizeSweep(
+                min_bytes=measurement.min_bytes, max_bytes=measurement.max_bytes, step_factor=measurement.step_factor
+            ),
+            iters=measurement.iters,
+            warmup_iters=measurement.warmup_iters,
             env=self.env_for(version),
             deadline_s=self.deadline_s,
             job_id=job_id,
@@ -117,8 +129,9 @@ def gate_job_id(rollout_id: str, *, wave: int, attempt: int, repeat: int, arm: s
 
 
 def job_sample(job: admin_pb2.BenchmarkJob, *, repeat: int, arm: str) -> Sample | None:
-    """One sample of a finished verification job (None when it failed or measured nothing out of place)."""
-    rows = [r for r in job.sizes if not r.in_place]
+    """One sample of a finished verification job (None when it failed or measured nothing)."""
+    # Out of place where the job measured it; gloo runs all_reduce in place only.
+    rows = [r for r in job.sizes if not r.in_place] or list(job.sizes)
     if job.status != admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED or not rows:
         return None
     largest = max(rows, key=lambda r: r.bytes)
