@@ -196,7 +196,7 @@ def test_a_cut_link_times_a_job_out_and_a_killed_agent_fails_one_job_and_one_tri
 
     # The same in a study the controller runs: past the baseline, SIGKILL b's agent while a search trial's
     # ranks run (a supervisor restarts it at once): that trial fails with the reason, the study finishes.
-    study = ["--id", "st-kill", "--budget", "5", "--min-bytes", "1M", "--max-bytes", "1M"]
+    study = ["--id", "st-kill", "--budget", "4", "--min-bytes", "1M", "--max-bytes", "1M"]
     earlier = workers(cluster, "b")  # the killed agent's orphaned rank may linger: not a trial's
     cluster.admin_json("study", "start", *study, "--finalists", "1", "--proof-pairs", "2")
     wait_until(
