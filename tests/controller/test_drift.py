@@ -264,7 +264,9 @@ async def test_a_check_interrupted_by_a_restart_is_failed_at_start_up(world: Wor
     checker = world.checker()
     hung = MeasuredJobs()
 
-    async def never(job_id: str, nodes: Sequence[str], version: str) -> admin_pb2.BenchmarkJob:
+    async def never(
+        job_id: str, nodes: Sequence[str], version: str, *, measurement: GateMeasurement
+    ) -> admin_pb2.BenchmarkJob:
         hung.calls.append((job_id, tuple(nodes), version))
         raise KeyboardInterrupt  # the process dies mid-check: the row stays ``running``
 
