@@ -240,3 +240,16 @@ def test_ranks_pin_themselves_to_their_devices_cpus(tmp_path: Path) -> None:
     )
     assert result.status == agent_pb2.COMMAND_STATUS_SUCCEEDED, result.message
     assert [rec["cpus"] for rec in _started_records(tmp_path, spec)] == [[cpu], [cpu]]
+
+
+def test_the_nodes_own_worker_env_wins_over_the_jobs(tmp_path: Path) -> None:
+    # A host that forbids NVLink multicast keeps it off whatever a trial asks for.
+    executor = BenchmarkExecutor(policy=EnvPolicy(), node_env={"NCCL_NVLS_ENABLE": "0"})
+    spec = _spec("node-env-1", nodes=("n0",), env={"NCCL_NVLS_ENABLE": "1", "NCCL_DEBUG": "WARN"})
+    result = executor.execute(
+        spec_to_proto(spec), node_name="n0", backend=agent_pb2.BACKEND_GLOO, deadline_s=60.0, work_dir=tmp_path
+    )
+    assert result.status == agent_pb2.COMMAND_STATUS_SUCCEEDED, result.message
+    [rank] = [rank_result_from_proto(r) for r in result.node_benchmark.ranks]
+    assert rank.effective_env["NCCL_NVLS_ENABLE"] == "0"
+    assert rank.effective_env["NCCL_DEBUG"] == "WARN"

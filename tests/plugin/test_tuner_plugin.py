@@ -343,3 +343,27 @@ def test_long_lines_and_overflowing_numbers(tuner: TunerLibrary, table_file: Pat
     table = nccl_like_table()
     assert comm.coll_info(ALLREDUCE, 100, table) == 3
     assert table.nccl_choice() == (RING, LL)
+
+
+@pytest.mark.parametrize("version", [3, 5])
+def test_a_keep_nccls_choice_row_sets_only_the_channel_count(
+    tuner: TunerLibrary, table_file: Path, version: int
+) -> None:
+    # -1,-1: NCCL keeps choosing the algorithm/protocol; the row only sets channels (per size bucket).
+    table_file.write_text("allreduce,0,65536,-1,-1,16,-1,-1\nallreduce,65537,1073741824,-1,-1,4,-1,-1\n")
+    comm = tuner.init(version, n_ranks=2, n_nodes=1)
+    for n_bytes, channels in ((4 * KIB, 16), (256 * MIB, 4)):
+        table = nccl_like_table()
+        before = table.snapshot()
+        assert comm.coll_info(ALLREDUCE, n_bytes, table) == channels
+        assert table.snapshot() == before, "no cost entry may change"
+    applied = "line 1 applied: allreduce of 4096 bytes -> NCCL's algorithm/protocol, channels=16"
+    assert any(applied in m for m in comm.messages())
+
+
+def test_keep_nccls_choice_needs_both_algorithm_and_protocol(tuner: TunerLibrary, table_file: Path) -> None:
+    table_file.write_text("allreduce,0,65536,-1,simple,16,-1,-1\nallreduce,0,65536,ring,-1,16,-1,-1\n")
+    comm = tuner.init(5, n_ranks=2, n_nodes=1)
+    warnings = [r.message for r in comm.records if r.level == LOG_WARN]
+    assert len(warnings) == 2
+    assert all("-1 (keep NCCL's) must be given for both" in w for w in warnings)

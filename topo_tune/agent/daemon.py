@@ -23,6 +23,7 @@ import grpc.aio
 from topo_tune import __version__
 from topo_tune.agent import discovery
 from topo_tune.agent.backoff import Backoff
+from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
 from topo_tune.agent.config_store import ConfigStore
 from topo_tune.agent.executor import Executor
 from topo_tune.agent.journal import Entry, Journal
@@ -69,16 +70,27 @@ class Agent:
         self._rack_source = rack_source
         self._discover = discover
         self.config_store = ConfigStore(settings.config_dir)
+        # Candidate tuner tables of benchmark jobs: staged under the state directory, with the installed
+        # plugin or one built there; the env policy admits exactly those directories.
+        tuner_plugin = TunerPluginStage(
+            installed_dirs=settings.plugin_dirs,
+            build_dir=settings.state_dir / "plugin",
+            table_dir=settings.state_dir / "tuner-tables",
+        )
         self.executor = Executor(
             journal=self.journal,
             config_store=self.config_store,
             node_name=settings.node_name,
             backend=settings.backend,
             work_dir=settings.state_dir / "bench",
-            policy=EnvPolicy(config_dirs=(settings.config_dir,), plugin_dirs=settings.plugin_dirs),
+            policy=EnvPolicy(
+                config_dirs=(settings.config_dir, tuner_plugin.table_dir), plugin_dirs=tuner_plugin.plugin_dirs
+            ),
+            tuner_plugin=tuner_plugin,
             bind_address=settings.address or "127.0.0.1",
             default_deadline_s=settings.benchmark_deadline_s,
             discover=self._discover_node,
+            worker_env=settings.worker_env,
         )
         self._rng = rng or random.Random()
         self._backoff = Backoff(settings.backoff_initial_s, settings.backoff_max_s, self._rng)

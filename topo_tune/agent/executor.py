@@ -17,13 +17,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from topo_tune.agent import discovery
 from topo_tune.agent.bench.executor import BenchmarkExecutor
+from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
 from topo_tune.agent.config_store import ConfigStore, StoreBusy
 from topo_tune.agent.journal import Journal
 from topo_tune.agent.sim_backend import run_simulated
@@ -49,6 +50,10 @@ class Executor:
     discover: Callable[[], topology_pb2.NodeTopology] = discovery.discover
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     config_store: ConfigStore | None = None
+    tuner_plugin: TunerPluginStage | None = None
+    """Stages benchmark jobs' candidate tuner tables; ``None``: such jobs are rejected."""
+    worker_env: Mapping[str, str] = field(default_factory=dict)
+    """The node's own variables for every benchmark worker; they win over a job's (see the launcher)."""
     _bench: BenchmarkExecutor | None = field(default=None, init=False)
     _benchmarks_running: int = field(default=0, init=False)
     _config_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
@@ -59,7 +64,12 @@ class Executor:
 
     def _benchmarks(self) -> BenchmarkExecutor:
         if self._bench is None:
-            self._bench = BenchmarkExecutor(policy=self.policy, bind_address=self.bind_address)
+            self._bench = BenchmarkExecutor(
+                policy=self.policy,
+                bind_address=self.bind_address,
+                node_env=self.worker_env,
+                tuner_plugin=self.tuner_plugin,
+            )
         return self._bench
 
     def rebind(self, address: str) -> None:

@@ -29,6 +29,9 @@ class AgentSettings:
     """Where peers reach this node for benchmarks (gloo binds here); empty: what the controller sees."""
     plugin_dirs: tuple[Path, ...] = (Path("/opt/topo-tune/lib"),)
     """The only directories whose NCCL plugins a benchmark job may load."""
+    worker_env: Mapping[str, str] = field(default_factory=dict)
+    """Variables this node's operator gives every benchmark worker (checked by the env policy); they win over
+    a job's values, e.g. ``NCCL_NVLS_ENABLE=0`` where NVLink multicast must stay off."""
     sim_profile: str = "h100-nvswitch"
     """For ``backend == "sim"``: the simulated node this agent stands for."""
     sim_gpus: int = 8

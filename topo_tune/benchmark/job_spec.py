@@ -18,6 +18,8 @@ from typing import Any
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import DType, dtype_named
 from topo_tune.benchmark.sweep import SizeSweep
+from topo_tune.plugin.job_env import PLUGIN_ENV, TABLE_ENV
+from topo_tune.plugin.table import TunerTableError, parse_tuner_table
 
 __all__ = ["MAX_ITERS", "BenchmarkSpec", "RankSlot", "SpecError"]
 
@@ -56,6 +58,8 @@ class BenchmarkSpec:
     ranks: tuple[RankSlot, ...]
     rendezvous_host: str
     rendezvous_port: int
+    tuner_table: str = ""
+    """A candidate table for the tuner plugin (``nccl_tuner.conf``'s columns); empty: none."""
 
     def __post_init__(self) -> None:
         if not _JOB_ID_RE.match(self.job_id):
@@ -84,6 +88,15 @@ class BenchmarkSpec:
             raise SpecError("rendezvous_host is empty")
         if not 1 <= self.rendezvous_port <= 65535:
             raise SpecError(f"rendezvous_port must be 1..65535, got {self.rendezvous_port}")
+        if self.tuner_table:
+            try:
+                parse_tuner_table(self.tuner_table, source="tuner_table")
+            except TunerTableError as exc:
+                raise SpecError(f"tuner_table line {exc.line}: {exc.reason}") from None
+            # The agent points both variables at its own plugin and its staged copy of the table.
+            for variable in (PLUGIN_ENV, TABLE_ENV):
+                if variable in self.env:
+                    raise SpecError(f"env.{variable} is set by the agent for a job with a tuner_table; leave it out")
 
     def local_slots(self, node_name: str) -> tuple[RankSlot, ...]:
         """This node's ranks, by local rank."""
@@ -104,6 +117,7 @@ class BenchmarkSpec:
             "ranks": [[s.rank, s.node_name, s.local_rank, s.device] for s in self.ranks],
             "rendezvous_host": self.rendezvous_host,
             "rendezvous_port": self.rendezvous_port,
+            "tuner_table": self.tuner_table,
         }
 
     @classmethod
@@ -123,4 +137,5 @@ class BenchmarkSpec:
             ranks=tuple(RankSlot(r, n, lr, d) for r, n, lr, d in data["ranks"]),
             rendezvous_host=data["rendezvous_host"],
             rendezvous_port=data["rendezvous_port"],
+            tuner_table=data.get("tuner_table", ""),
         )

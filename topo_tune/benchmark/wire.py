@@ -74,6 +74,7 @@ def spec_from_proto(run: agent_pb2.RunBenchmark) -> BenchmarkSpec:
         ranks=tuple(RankSlot(p.rank, p.node_name, p.local_rank, p.device) for p in run.ranks),
         rendezvous_host=run.rendezvous_host,
         rendezvous_port=run.rendezvous_port,
+        tuner_table=run.tuner_table,
     )
 
 
@@ -99,6 +100,7 @@ def spec_to_proto(spec: BenchmarkSpec) -> agent_pb2.RunBenchmark:
         ],
         rendezvous_host=spec.rendezvous_host,
         rendezvous_port=spec.rendezvous_port,
+        tuner_table=spec.tuner_table,
     )
 
 

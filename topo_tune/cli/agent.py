@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from topo_tune.agent.settings import AgentSettings
+from topo_tune.benchmark.env_policy import EnvPolicy, EnvPolicyError
 from topo_tune.cli.connection import client_tls, client_tls_options, resolve_token, token_options
 from topo_tune.kube.environment import detect_in_cluster
 from topo_tune.kube.rack import DEFAULT_RACK_LABEL
@@ -98,6 +99,14 @@ def agent() -> None:
     show_default=True,
     help="Where staged NCCL configuration versions live.",
 )
+@click.option(
+    "--worker-env",
+    "worker_env",
+    multiple=True,
+    callback=_labels,
+    help="KEY=VALUE every benchmark worker gets, over any job's value (e.g. NCCL_NVLS_ENABLE=0); repeatable. "
+    "Checked by the same environment policy as a job's variables.",
+)
 @token_options
 @client_tls_options
 def run(
@@ -112,6 +121,7 @@ def run(
     sim_gpus: int,
     state_dir: Path,
     config_dir: Path,
+    worker_env: dict[str, str],
     token_file: Path | None,
     token: str | None,
     tls_ca: Path | None,
@@ -123,6 +133,10 @@ def run(
     The agent dials out, registers this node's topology, heartbeats, and runs the commands it is sent.
     When the controller goes away it retries with backoff and keeps its results until they are delivered.
     """
+    try:
+        EnvPolicy(config_dirs=(config_dir,)).check(worker_env)
+    except EnvPolicyError as exc:
+        raise click.BadParameter(str(exc), param_hint="--worker-env") from exc
     settings = AgentSettings(
         controller=controller_address,
         node_name=node_name or socket.gethostname(),
@@ -138,6 +152,7 @@ def run(
         tls=client_tls(tls_ca, tls_cert, tls_key),
         kubernetes=detect_in_cluster(os.environ),
         rack_label=rack_label,
+        worker_env=worker_env,
     )
     asyncio.run(_run(settings))
 

@@ -71,6 +71,7 @@ def plan_job(
     iters: int = 20,
     placements: tuple[bool, ...] = (False, True),
     check: bool = True,
+    tuner_table: str = "",
 ) -> BenchmarkSpec:
     """The job's spec; ``SpecError`` names the argument when the nodes cannot hold it."""
     if not nodes:
@@ -106,6 +107,7 @@ def plan_job(
         env=dict(env),
         world_size=len(ranks),
         ranks=ranks,
+        tuner_table=tuner_table,
         rendezvous_host=nodes[0].address,
         rendezvous_port=rendezvous_port,
     )

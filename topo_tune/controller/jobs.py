@@ -175,6 +175,7 @@ class BenchmarkJobs:
                 warmup_iters=request.warmup_iters or 5,
                 iters=request.iters or 20,
                 placements=(False, True) if request.both_placements else (False,),
+                tuner_table=request.tuner_table,
             )
         except (SpecError, SweepError) as error:
             field_name, _, reason = str(error).partition(" ")

@@ -14,15 +14,20 @@ from topo_tune.plugin.build import (
     find_compiler,
 )
 from topo_tune.plugin.job_env import PLUGIN_ENV, TABLE_ENV, plugin_env
+from topo_tune.plugin.table import MAX_TABLE_BYTES, TunerRow, TunerTableError, parse_tuner_table
 
 __all__ = [
     "LIBRARY_FILE",
+    "MAX_TABLE_BYTES",
     "PLUGIN_ENV",
     "SOURCE_FILES",
     "TABLE_ENV",
     "BuiltPlugin",
     "PluginBuildError",
+    "TunerRow",
+    "TunerTableError",
     "build_plugin",
     "find_compiler",
+    "parse_tuner_table",
     "plugin_env",
 ]

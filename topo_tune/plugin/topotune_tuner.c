@@ -20,6 +20,10 @@
  *  - The chosen entry is lowered to 0.0, so NCCL's own selection (the smallest entry >= 0) picks it; no other
  *    entry is touched.
  *  - The channel count is set only when the row names one (channels != -1).
+ *  - A row with algorithm and protocol both -1 ("keep NCCL's") edits no cost entry: it only sets the channel
+ *    count of whatever NCCL picks. That is how a per-size channel choice is expressed when NCCL's own
+ *    algorithm/protocol choice is unknown (the nccl benchmark does not report it). One of the two -1 alone
+ *    is malformed.
  *  - With no matching row, a malformed table, an unreadable file or any other problem, the cost table and
  *    channel count stay as NCCL made them and every entry point returns ncclSuccess: NCCL fails the whole
  *    communicator (init) or the collective (getCollInfo) when a plugin returns an error.
@@ -51,7 +55,7 @@ typedef struct {
   int collType;
   uint64_t minBytes;
   uint64_t maxBytes;
-  int algorithm;
+  int algorithm; /* -1 together with protocol -1: keep NCCL's choice, set only the channel count */
   int protocol;
   int nChannels; /* -1: keep NCCL's channel count */
   int nNodes;
@@ -94,6 +98,7 @@ static const ttName kProtocols[] = {
     {"ll", NCCL_PROTO_LL}, {"ll128", NCCL_PROTO_LL128}, {"simple", NCCL_PROTO_SIMPLE}, {NULL, 0}};
 
 static const char* nameOf(const ttName* names, int value) {
+  if (value == -1) return "(NCCL's)";
   for (const ttName* n = names; n->name != NULL; n++) {
     if (n->value == value) return n->name;
   }
@@ -206,13 +211,21 @@ static int parseRow(char* line, ttRow* row, char* error, size_t errorSize) {
              (unsigned long long)row->minBytes);
     return -1;
   }
-  if (lookupName(kAlgorithms, fields[3], &row->algorithm) != 0) {
+  if (strcmp(fields[3], "-1") == 0 || strcmp(fields[4], "-1") == 0) {
+    if (strcmp(fields[3], "-1") != 0 || strcmp(fields[4], "-1") != 0) {
+      snprintf(error, errorSize, "algorithm '%.64s' and protocol '%.64s': -1 (keep NCCL's) must be given for both",
+               fields[3], fields[4]);
+      return -1;
+    }
+    row->algorithm = -1;
+    row->protocol = -1;
+  } else if (lookupName(kAlgorithms, fields[3], &row->algorithm) != 0) {
     snprintf(error, errorSize,
              "algorithm '%.64s' is not one of tree, ring, collnet_direct, collnet_chain, nvls, nvls_tree, pat",
              fields[3]);
     return -1;
   }
-  if (lookupName(kProtocols, fields[4], &row->protocol) != 0) {
+  if (row->algorithm != -1 && lookupName(kProtocols, fields[4], &row->protocol) != 0) {
     snprintf(error, errorSize, "protocol '%.64s' is not one of ll, ll128, simple", fields[4]);
     return -1;
   }
@@ -381,6 +394,20 @@ static ncclResult_t ttGetCollInfo(void* context, ncclFunc_t collType, size_t nBy
     if (row->numPipeOps != -1 && row->numPipeOps != numPipeOps) continue;
     /* regBuff is -1 when NCCL did not say (the v3 interface); then only rows for any regBuff match. */
     if (row->regBuff != -1 && row->regBuff != regBuff) continue;
+    if (row->algorithm == -1) {
+      /* Keep NCCL's algorithm/protocol: no cost entry is touched, only the channel count. */
+      if (row->nChannels != -1) *nChannels = row->nChannels;
+      if (__atomic_exchange_n(&row->announcedApplied, 1, __ATOMIC_RELAXED) == 0) {
+        ttLog(ctx->log, NCCL_LOG_INFO, NCCL_TUNING, __LINE__,
+              "row at line %d applied: %s of %zu bytes -> NCCL's algorithm/protocol, channels=%d "
+              "(later matches logged at TRACE)",
+              row->lineNo, nameOf(kCollectives, row->collType), nBytes, row->nChannels);
+      } else {
+        ttLog(ctx->log, NCCL_LOG_TRACE, NCCL_TUNING, __LINE__, "row at line %d applied: %s of %zu bytes", row->lineNo,
+              nameOf(kCollectives, row->collType), nBytes);
+      }
+      return ncclSuccess;
+    }
     if (row->algorithm >= numAlgo || row->protocol >= numProto) {
       if (__atomic_exchange_n(&row->announcedPassedOver, 1, __ATOMIC_RELAXED) == 0) {
         ttLog(ctx->log, NCCL_LOG_INFO, NCCL_TUNING, __LINE__,

@@ -513,6 +513,7 @@ class StartBenchmarkRequest(_message.Message):
     DEADLINE_S_FIELD_NUMBER: _builtins.int
     BOTH_PLACEMENTS_FIELD_NUMBER: _builtins.int
     JOB_ID_FIELD_NUMBER: _builtins.int
+    TUNER_TABLE_FIELD_NUMBER: _builtins.int
     collective: _agent_pb2.Collective.ValueType
     dtype: _builtins.str
     """empty: float32"""
@@ -528,6 +529,8 @@ class StartBenchmarkRequest(_message.Message):
     """out-of-place and in-place, like nccl-tests"""
     job_id: _builtins.str
     """client-chosen for idempotent retries; empty: the controller picks"""
+    tuner_table: _builtins.str
+    """a candidate tuner-plugin table for every rank (RunBenchmark.tuner_table)"""
     @_builtins.property
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """rank order: ranks are contiguous per node, node by node"""
@@ -550,10 +553,11 @@ class StartBenchmarkRequest(_message.Message):
         deadline_s: _builtins.int = ...,
         both_placements: _builtins.bool = ...,
         job_id: _builtins.str = ...,
+        tuner_table: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["sizes", b"sizes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["both_placements", b"both_placements", "collective", b"collective", "deadline_s", b"deadline_s", "dtype", b"dtype", "env", b"env", "iters", b"iters", "job_id", b"job_id", "nodes", b"nodes", "ranks_per_node", b"ranks_per_node", "sizes", b"sizes", "warmup_iters", b"warmup_iters"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["both_placements", b"both_placements", "collective", b"collective", "deadline_s", b"deadline_s", "dtype", b"dtype", "env", b"env", "iters", b"iters", "job_id", b"job_id", "nodes", b"nodes", "ranks_per_node", b"ranks_per_node", "sizes", b"sizes", "tuner_table", b"tuner_table", "warmup_iters", b"warmup_iters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

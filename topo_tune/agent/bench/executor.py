@@ -3,8 +3,13 @@
 ``BenchmarkExecutor.execute`` validates a ``RunBenchmark`` (spec and environment policy), runs
 this node's ranks through the ``Launcher`` and maps the outcome onto a status:
 
-- ``REJECTED``: bad input, a refused environment, a backend this executor does not run, a node
-  with no rank in the job, or another job still running here (the message says which);
+- ``REJECTED``: bad input (a malformed candidate tuner table included), a refused environment, a
+  backend this executor does not run, a node with no rank in the job, or another job still running
+  here (the message says which);
+
+A job with a candidate ``tuner_table`` has it staged by ``TunerPluginStage`` (the table in the agent's
+own directory, ``NCCL_TUNER_PLUGIN``/``NCCL_TUNER_CONFIG_FILE`` set) before the environment policy
+checks the result, so the paths must lie in the policy's directories like any other.
 - ``TIMED_OUT``: the deadline passed; ``NodeBenchmarkResult.rank_status`` says which ranks hung,
   in which phase, and which ranks they were still waiting for;
 - ``FAILED``: a rank failed, or the data check found a wrong element (a wrong result fails the
@@ -35,6 +40,7 @@ from pathlib import Path
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from topo_tune.agent.bench.launcher import JobOutcome, Launcher, LauncherBusy
+from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
 from topo_tune.agent.bench.worker_config import WorkerFault
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
@@ -63,11 +69,14 @@ class BenchmarkExecutor:
         policy: EnvPolicy,
         bind_address: str = "127.0.0.1",
         passthrough: Mapping[str, str] | None = None,
+        node_env: Mapping[str, str] | None = None,
+        tuner_plugin: TunerPluginStage | None = None,
         wall_clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         cpus_for_device: Mapping[int, Sequence[int]] | None = None,
     ) -> None:
         self._policy = policy
+        self._tuner_plugin = tuner_plugin
         self._wall_clock = wall_clock
         self._monotonic = monotonic
         self._launchers = {
@@ -75,6 +84,7 @@ class BenchmarkExecutor:
                 backend=name,
                 bind_address=bind_address,
                 passthrough=passthrough,
+                node_env=node_env,
                 clock=monotonic,
                 cpus_for_device=cpus_for_device,
             )
@@ -99,6 +109,10 @@ class BenchmarkExecutor:
             return self._result(agent_pb2.COMMAND_STATUS_REJECTED, f"backend {backend} is not run by this executor")
         try:
             spec = build()
+            if spec.tuner_table:
+                if self._tuner_plugin is None:
+                    raise ValueError("tuner_table: this agent runs no tuner plugin")
+                spec = self._tuner_plugin.staged(spec)
             self._policy.check(spec.env)
         except ValueError as exc:
             return self._result(agent_pb2.COMMAND_STATUS_REJECTED, str(exc))

@@ -10,7 +10,10 @@ fixed base, and nothing else from the agent's environment:
 - ``LANG=C.UTF-8`` and ``PYTHONUNBUFFERED=1``;
 - the variables the *agent's own configuration* lists in ``passthrough`` (for example
   ``LD_LIBRARY_PATH`` on hosts whose driver libraries are not in the loader cache); the
-  controller cannot add to that list.
+  controller cannot add to that list;
+- last, the node's ``node_env`` (the operator's ``agent run --worker-env``, e.g.
+  ``NCCL_NVLS_ENABLE=0`` on hosts where NVLink multicast must stay off): it wins over the job's
+  values, so no trial can switch off what the node requires.
 
 The worker imports the same packages as the agent: the agent's ``sys.path`` travels in the
 worker's config file, not in ``PYTHONPATH``.
@@ -134,6 +137,7 @@ class Launcher:
         backend: str,
         bind_address: str = "127.0.0.1",
         passthrough: Mapping[str, str] | None = None,
+        node_env: Mapping[str, str] | None = None,
         python: str = sys.executable,
         clock: Callable[[], float] = time.monotonic,
         cpus_for_device: Mapping[int, Sequence[int]] | None = None,
@@ -143,6 +147,7 @@ class Launcher:
         self._backend = backend
         self._bind_address = bind_address
         self._passthrough = dict(passthrough or {})
+        self._node_env = dict(node_env or {})
         self._python = python
         self._clock = clock
         # GPU index -> its NUMA-local CPUs (from the node's topology); ranks launch from there.
@@ -153,6 +158,7 @@ class Launcher:
         """Exactly what a worker's environment holds (the same for every rank of the job)."""
         env = {**BASE_ENV, "HOME": str(work_dir), "TMPDIR": str(work_dir / "tmp"), **self._passthrough}
         env.update(spec.env)
+        env.update(self._node_env)
         return env
 
     def run(

@@ -51,6 +51,7 @@ from topo_tune.benchmark.collectives import bandwidth, shape
 from topo_tune.benchmark.iteration_stats import IterationStats
 from topo_tune.benchmark.job_spec import BenchmarkSpec
 from topo_tune.benchmark.results import RankResult, SizeMeasurement
+from topo_tune.plugin.job_env import TABLE_ENV
 
 __all__ = ["main"]
 
@@ -196,9 +197,16 @@ def _placements(spec: BenchmarkSpec) -> tuple[bool, ...]:
 
 
 def _effective_env(spec: BenchmarkSpec, backend: str) -> dict[str, str]:
-    """The job's variables and any NCCL ones as this process saw them, plus versions."""
+    """The job's variables and any NCCL ones as this process saw them, plus versions and the tuner table's digest."""
     env = {k: v for k, v in os.environ.items() if k in spec.env or k.startswith(("NCCL_", "TORCH_NCCL_"))}
     env["topo_tune.backend"] = backend
+    table = os.environ.get(TABLE_ENV)
+    if table:
+        # What this rank's NCCL will read, so a result proves every rank ran the same candidate table.
+        try:
+            env["topo_tune.tuner_table_sha256"] = hashlib.sha256(Path(table).read_bytes()).hexdigest()
+        except OSError as exc:
+            env["topo_tune.tuner_table_sha256"] = f"unreadable: {exc.strerror}"
     env["topo_tune.torch_version"] = torch.__version__
     if backend == "nccl":
         env["topo_tune.nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())  # type: ignore[no-untyped-call]

@@ -1,0 +1,69 @@
+"""The sim backend applies a job's candidate tuner table per size, as the plugin does inside NCCL."""
+
+from __future__ import annotations
+
+import pytest
+
+from topo_tune.agent.sim_backend import run_simulated
+from topo_tune.benchmark.collectives import Collective
+from topo_tune.benchmark.dtypes import dtype_named
+from topo_tune.benchmark.env_policy import EnvPolicy
+from topo_tune.benchmark.sweep import SizeSweep
+from topo_tune.benchmark.wire import spec_to_proto
+from topo_tune.controller.benchmark_jobs import JobNode, plan_job
+from topo_tune.sim.node_topology import simulated_node_topology
+from topo_tune.v1 import agent_pb2
+
+NODES = ("a", "b")
+SWEEP = SizeSweep(4096, 1 << 30, 16)  # 4K 64K 1M 16M 256M
+LARGE = 16 << 20
+
+
+def _times(table: str = "", env: dict[str, str] | None = None) -> dict[int, float]:
+    spec = plan_job(
+        job_id="sim-table",
+        collective=Collective.ALL_REDUCE,
+        sweep=SWEEP,
+        dtype=dtype_named("float32"),
+        nodes=[JobNode(n, n, 8) for n in NODES],
+        rendezvous_port=29500,
+        env=env or {},
+        gpu_devices=False,
+        placements=(False,),
+        tuner_table=table,
+    )
+    run = spec_to_proto(spec)
+    run.sim.nodes.extend(simulated_node_topology(n) for n in NODES)
+    run.sim.rack_of.update(dict.fromkeys(NODES, "r1"))
+    run.sim.seed = 7
+    result = run_simulated(run, node_name="a", policy=EnvPolicy(), now_ns=0)
+    assert result.status == agent_pb2.COMMAND_STATUS_SUCCEEDED, result.message
+    return {s.bytes: s.time_us for s in result.node_benchmark.ranks[0].sizes}
+
+
+def test_rows_change_exactly_the_sizes_they_match() -> None:
+    plain = _times()
+    # Two channels above 16 MiB, for this communicator (2 nodes x 8 ranks) only.
+    tabled = _times("allreduce,16777217,4294967296,-1,-1,2,2,16\nallreduce,0,65536,-1,-1,2,4,32\n")
+    forced = _times(env={"NCCL_MIN_CTAS": "2", "NCCL_MAX_CTAS": "2"})
+
+    for size in plain:
+        if size > LARGE:
+            assert tabled[size] == forced[size] > 1.5 * plain[size], "the row's channel count applies"
+        else:
+            assert tabled[size] == plain[size], "sizes no row matches keep NCCL's choice and the same noise draw"
+
+
+def test_a_row_the_model_cannot_run_is_passed_over_for_the_next() -> None:
+    # CollNet needs hardware the model has none of: like NCCL's -1 entry, the row is skipped.
+    tabled = _times("allreduce,0,65536,collnet_direct,simple,4,-1,-1\nallreduce,0,65536,-1,-1,1,-1,-1\n")
+    one_channel = _times(env={"NCCL_MIN_CTAS": "1", "NCCL_MAX_CTAS": "1"})
+    plain = _times()
+    assert tabled[4096] == one_channel[4096]
+    assert tabled[65536] == one_channel[65536]
+    assert tabled[1 << 20] == plain[1 << 20]
+
+
+def test_a_malformed_table_is_refused() -> None:
+    with pytest.raises(ValueError, match="tuner_table line 1: channels '0'"):
+        _times("allreduce,0,65536,ring,ll,0,-1,-1\n")

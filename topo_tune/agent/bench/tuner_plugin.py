@@ -1,0 +1,86 @@
+"""The agent's tuner plugin for benchmark jobs that carry a candidate table.
+
+A job with a ``tuner_table`` runs exactly as production will: NCCL loads topo-tune's plugin and reads the
+table once per communicator. The agent, not the job, chooses both files: the library is the one installed
+in the agent's plugin directories (the image builds it there), or, where none is installed, one the agent
+builds once into its own state directory; the table is written into the agent's own table directory under
+the job's id. Every rank of the job gets the same two variables, and every node the same table text (it
+travels in the job's command).
+
+Non-goals: validating the table (``topo_tune.benchmark.job_spec`` does, with the plugin's rules) and
+deciding whether a table is worth running (the tuner's business).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from topo_tune.benchmark.job_spec import BenchmarkSpec
+from topo_tune.errors import PluginBuildError
+from topo_tune.plugin import LIBRARY_FILE, BuiltPlugin, build_plugin, plugin_env
+
+__all__ = ["TunerPluginStage"]
+
+
+class TunerPluginStage:
+    """Turns a job with a candidate table into one whose environment points NCCL at the plugin and the table."""
+
+    def __init__(
+        self,
+        *,
+        installed_dirs: Sequence[Path],
+        build_dir: Path,
+        table_dir: Path,
+        builder: Callable[[Path], BuiltPlugin] = build_plugin,
+    ) -> None:
+        self._installed_dirs = tuple(installed_dirs)
+        self._build_dir = build_dir
+        self._table_dir = table_dir
+        self._builder = builder
+        self._library: Path | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def plugin_dirs(self) -> tuple[Path, ...]:
+        """Where the library may come from (the env policy's plugin directories must hold these)."""
+        return (*self._installed_dirs, self._build_dir)
+
+    @property
+    def table_dir(self) -> Path:
+        return self._table_dir
+
+    def library(self) -> Path:
+        """The installed library, else the one built here (once per agent process).
+
+        Raises:
+            ValueError: no library is installed and building one failed (the compiler's reason).
+        """
+        with self._lock:
+            if self._library is None:
+                installed = [d / LIBRARY_FILE for d in self._installed_dirs if (d / LIBRARY_FILE).is_file()]
+                if installed:
+                    self._library = installed[0].resolve()
+                else:
+                    try:
+                        self._library = self._builder(self._build_dir).path
+                    except PluginBuildError as exc:
+                        raise ValueError(
+                            f"tuner_table: no tuner plugin installed and building one failed: {exc}"
+                        ) from exc
+            return self._library
+
+    def staged(self, spec: BenchmarkSpec) -> BenchmarkSpec:
+        """``spec`` with its table written to the table directory and the two variables in its env."""
+        if not spec.tuner_table:
+            return spec
+        library = self.library()
+        self._table_dir.mkdir(parents=True, exist_ok=True)
+        path = (self._table_dir / f"{spec.job_id}.csv").resolve()
+        partial = path.with_suffix(f".{os.getpid()}.partial")
+        partial.write_text(spec.tuner_table)
+        os.replace(partial, path)  # a re-sent job rewrites the same content; ranks never see half a file
+        return dataclasses.replace(spec, tuner_table="", env={**spec.env, **plugin_env(path, library)})
