@@ -66,16 +66,35 @@ def test_h200_reports_nvlink_and_numa_as_unknown_not_zero(machine: Machine) -> N
     assert smi.cpu_affinity == ("0-15",)
 
 
-def test_replay_equals_what_the_real_pynvml_path_returned_on_the_device(machine: Machine) -> None:
+@pytest.mark.parametrize("name", ["h200-vm", "h200-x2-vm"])
+def test_replay_equals_what_the_real_pynvml_path_returned_on_the_device(machine: Machine, name: str) -> None:
     recorded = json_format.Parse(
-        (FIXTURES / "h200-vm" / "discovered-on-device.json").read_text(), topology_pb2.NodeTopology()
+        (FIXTURES / name / "discovered-on-device.json").read_text(), topology_pb2.NodeTopology()
     )
-    replayed = machine("h200-vm")
+    replayed = machine(name)
     for topo in (recorded, replayed):
         topo.hostname = ""
         topo.versions.Clear()
         del topo.unknowns[:]
     assert replayed == recorded
+
+
+def test_two_h200s_on_nvswitch_as_the_vm_reports_them(machine: Machine) -> None:
+    # Recorded on a VM with two H200s: unlike the one-GPU VM, NVML answers the NVLink queries there.
+    topo = machine("h200-x2-vm")
+    assert [g.pci_bus_id for g in topo.gpus] == ["0000:00:06.0", "0000:00:07.0"]
+    [link] = topo.gpu_links
+    assert (link.gpu_a, link.gpu_b, link.nvlink_count) == (0, 1, 18)
+    assert link.via_nvswitch, "the links end on an NVSwitch (NCCL's dump: nvlink target class 0x068000)"
+    assert link.p2p_read == link.p2p_write == topology_pb2.P2P_STATUS_OK
+    ours = node_matrix(topo)
+    smi = parse_topo_m((FIXTURES / "h200-x2-vm" / "nvidia-smi.txt").read_text())
+    assert [[ours.cell(a, b) for b in smi.names] for a in smi.names] == [list(row) for row in smi.cells]
+    assert ours.cpu_affinity == smi.cpu_affinity == ("0-31", "0-31")
+    # nvidia-smi prints NUMA affinity 0 next to "GPU NUMA ID N/A"; NVML and sysfs say unknown, and so do we.
+    assert all(not g.HasField("numa_node") for g in topo.gpus)
+    assert any("GPU1 NUMA node" in u and "Not Supported" in u for u in topo.unknowns)
+    assert topo.virtualized is True
 
 
 def test_every_fixture_answers_every_question_discovery_asks(tmp_path: Path) -> None:

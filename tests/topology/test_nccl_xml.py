@@ -10,7 +10,11 @@ from topo_tune.topology.matrix import node_matrix
 from topo_tune.topology.nccl_xml import NcclXmlError, parse_xml, read_nccl_topology, render_xml, vm_topology_file
 from topo_tune.v1 import topology_pb2
 
-XML = [*sorted((FIXTURES / "nccl-xml").glob("*.xml")), FIXTURES / "h200-vm" / "nccl-topo-dump.xml"]
+XML = [
+    *sorted((FIXTURES / "nccl-xml").glob("*.xml")),
+    FIXTURES / "h200-vm" / "nccl-topo-dump.xml",
+    FIXTURES / "h200-x2-vm" / "nccl-topo-dump.xml",
+]
 Machine = Callable[[str], topology_pb2.NodeTopology]
 
 
@@ -45,6 +49,19 @@ def test_h200_dump_agrees_with_discovery_and_keeps_numa_unknown(machine: Machine
     (eth,) = dump.nics
     assert eth.name == "eth0" and eth.rate_gbps == 10.0 and eth.gdr is False
     assert eth.link_layer == topology_pb2.NIC_LINK_LAYER_ETHERNET
+
+
+def test_two_gpu_h200_dump_agrees_with_discovery(machine: Machine) -> None:
+    # Dumped by NCCL 2.28.9 during a two-rank init on the VM whose NVML answers are h200-x2-vm's.
+    dump = read_nccl_topology((FIXTURES / "h200-x2-vm" / "nccl-topo-dump.xml").read_text(), source="h200-x2")
+    discovered = machine("h200-x2-vm")
+    assert [g.pci_bus_id for g in dump.gpus] == [g.pci_bus_id for g in discovered.gpus]
+    [(a, b)] = [
+        ((x.gpu_a, x.gpu_b, x.nvlink_count, x.via_nvswitch), (y.gpu_a, y.gpu_b, y.nvlink_count, y.via_nvswitch))
+        for x, y in zip(dump.gpu_links, discovered.gpu_links, strict=True)
+    ]
+    assert a == b == (0, 1, 18, True)
+    assert all(not g.HasField("numa_node") for g in dump.gpus)
 
 
 def test_ncv4_self_targeted_nvlinks_are_reported_not_guessed() -> None:
