@@ -116,7 +116,9 @@ def test_init_resumes_after_sigkill_with_every_trial_counted_once(tmp_path: Path
     second = subprocess.run(command, env=cli_env(), capture_output=True, text=True, timeout=300, check=False)
     assert second.returncode == 0, second.stderr[-3000:]
     summary = json.loads((output / "summary.json").read_text())
-    counted = [t for t in summary["trials"] if not t["superseded"]]
+    counted = [t for t in summary["trials"] if not t["superseded"] and t["role"] != "table"]
     assert len(counted) == 14, "every trial of the budget counted once, none lost"
+    tables = [t for t in summary["trials"] if not t["superseded"] and t["role"] == "table"]
+    assert len(tables) <= 1, "the composed tuner table is measured once, after the budget"
     assert len({t["number"] for t in summary["trials"]}) == len(summary["trials"]), "no trial number twice"
     assert summary["simulated"] is True

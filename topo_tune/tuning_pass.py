@@ -105,6 +105,7 @@ class JobEvaluator:
             iters=self.iters,
             warmup_iters=self.warmup_iters,
             deadline_s=int(self.deadline_s),
+            tuner_table=config.tuner_table,
         )
         # A node still busy with an earlier job (e.g. one left by a run that was killed and is being resumed)
         # frees up when that job ends or reaches its deadline: wait for it rather than fail the trial.
@@ -310,6 +311,9 @@ def run_pass(
         heartbeat_interval_s=5.0,
         stale_after_s=max(60.0, 2 * search.job_deadline),
         poll_interval_s=0.2,
+        # After the search, a candidate tuner-plugin table from the per-bucket winners is measured for the
+        # job's communicator; gloo never loads NCCL's plugin, so there it would measure nothing.
+        table_shape=None if cluster.backend == "gloo" else (len(names), sum(slots.values())),
     )
     candidates = [Candidate(o.name, space.params_for(rank_order=o.name)) for o in orders[1:]]
     on_status(f"searching: {search.budget} trials ({search.sampler}), then proving {search.finalists} finalists")

@@ -118,9 +118,9 @@ def test_a_malformed_table_is_refused_naming_line_and_field(tmp_path: Path, tabl
 
 
 def test_a_job_may_not_point_nccl_at_another_plugin_or_table_itself(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match="env.NCCL_TUNER_PLUGIN is set by the agent for a job with a tuner_table"):
+    with pytest.raises(SpecError, match=r"env\.NCCL_TUNER_PLUGIN is set by the agent for a job with a tuner_table"):
         _spec("own-1", table=TABLE, env={"NCCL_TUNER_PLUGIN": str(tmp_path / "evil.so")})
-    with pytest.raises(SpecError, match="env.NCCL_TUNER_CONFIG_FILE is set by the agent"):
+    with pytest.raises(SpecError, match=r"env\.NCCL_TUNER_CONFIG_FILE is set by the agent"):
         _spec("own-2", table=TABLE, env={"NCCL_TUNER_CONFIG_FILE": str(tmp_path / "other.csv")})
 
 

@@ -4,7 +4,8 @@ Purpose: from a :class:`~topo_tune.tuner.study.StudyOutcome`, write into one dir
 
 * ``nccl.conf`` — the site-fixed settings plus, when a finalist was promoted, its tuned settings, exactly
   as NCCL reads them (``config_version.render_nccl_conf``); with "keep NCCL's defaults" only the site ones;
-* ``nccl_tuner.conf`` — the tuner plugin's table (``docs/tuner-plugin.md``): for each promoted
+* ``nccl_tuner.conf`` — the tuner plugin's table (``docs/tuner-plugin.md``): when the promoted configuration
+  is a table trial, exactly the table it was measured and proven with; otherwise, for each promoted
   (collective, bucket) of a collective the plugin handles, the algorithm/protocol/channels the proven
   configuration ran, when the benchmark reported them (the sim backend and NCCL's TUNING log do);
 * ``hostfile`` (Open MPI, ``slots=``) and ``rankmap.json`` — the chosen rank order, with its ring predicted
@@ -111,9 +112,12 @@ class WrittenOutputs:
 
 
 def tuner_table(outcome: StudyOutcome, shape: ClusterShape) -> str:
-    """The plugin CSV: one row per promoted bucket whose algorithm/protocol the benchmark reported."""
+    """The plugin CSV: the table the promoted configuration was measured and proven with, when it ran one;
+    else one row per promoted bucket whose algorithm/protocol the benchmark reported."""
     lines = [f"# {TUNER_HEADER}"]
     chosen = outcome.chosen
+    if chosen is not None and chosen.config.tuner_table:
+        return chosen.config.tuner_table
     if chosen is not None and chosen.candidate is not None:
         for proof in chosen.buckets:
             if proof.decision is not Decision.PROMOTE or proof.collective not in PLUGIN_COLLECTIVES:
@@ -254,6 +258,7 @@ def summary(
             "env": chosen.config.tuned_env(site),
             "rank_order": chosen.config.rank_order.name,
             "node_order": list(chosen.config.rank_order.nodes),
+            "tuner_table": chosen.config.tuner_table,
         },
         "proven_trial": None if shown is None else shown.trial,
         "buckets": _bucket_rows(shown),
@@ -264,6 +269,7 @@ def summary(
                 "proven_speedup": p.speedup,
                 "promoted": p.promoted,
                 "failure": p.failure,
+                "tuner_table": p.config.tuner_table,
             }
             for p in outcome.proofs
         ],
@@ -278,6 +284,7 @@ def summary(
                 "attempt": t.attempt,
                 "superseded": t.superseded,
                 "reason": t.reason,
+                "tuner_table": t.tuner_table,
             }
             for t in outcome.trials
         ],

@@ -16,7 +16,8 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from topo_tune.sim import Cluster, Transport, simulate
+from topo_tune.sim import Cluster, Transport
+from topo_tune.sim.tuner_table import simulate_with_table
 from topo_tune.tuner.objective import Measurements, SizeSample
 from topo_tune.tuner.space import NATURAL_ORDER, Fabric, RankOrder, SearchSpace, TrialConfig
 from topo_tune.tuner.study import MeasurementRequest
@@ -35,13 +36,14 @@ class SimEvaluator:
         seed = int.from_bytes(hashlib.sha256(token.encode()).digest()[:8], "big")
         samples = []
         for collective in request.collectives:
-            result = simulate(
+            result = simulate_with_table(
                 self.cluster,
                 collective=collective,
                 sizes=request.sizes,
                 env=dict(config.env),
                 rank_order=config.rank_order.nodes,
                 seed=seed,
+                table=config.tuner_table,
             )
             for s in result.sizes:
                 time_us = s.time_us if self.noise else s.model_time_us

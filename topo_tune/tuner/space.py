@@ -187,6 +187,8 @@ class TrialConfig:
     env: Mapping[str, str]
     rank_order: RankOrder
     params: Mapping[str, str] = field(default_factory=dict)
+    tuner_table: str = ""
+    """A candidate tuner-plugin table the trial runs with (per-size choices); empty: none."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", MappingProxyType(dict(sorted(self.env.items()))))

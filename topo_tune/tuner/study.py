@@ -30,6 +30,7 @@ Non-goals: dispatching benchmark jobs, writing output files (``outputs``), keyin
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -49,6 +50,7 @@ from topo_tune.errors import ConfigError, TopoTuneError
 from topo_tune.tuner import statistics
 from topo_tune.tuner.coordinate_descent import CoordinateDescentSampler
 from topo_tune.tuner.objective import DEFAULT_LADDER, BucketScore, Measurements, Objective, SizeBucket
+from topo_tune.tuner.plugin_table import ScoredTrial, compose_table
 from topo_tune.tuner.space import RankOrder, SearchSpace, TrialConfig
 
 __all__ = [
@@ -79,7 +81,8 @@ _FAILURE_KINDS = ("failed", "wrong_result", "timeout")
 _MAX_ATTEMPTS = 2  # a stale trial is retried once
 
 # Trial user attributes (the persisted record of each trial besides Optuna's own columns).
-A_ROLE = "role"  # baseline | candidate | sampled
+A_ROLE = "role"  # baseline | candidate | sampled | table
+A_TABLE = "tuner_table"  # the candidate tuner-plugin table a "table" trial runs with
 A_CANDIDATE = "candidate"
 A_ATTEMPT = "attempt"
 A_RETRY_OF = "retry_of"
@@ -158,6 +161,9 @@ class StudySettings:
     alpha: float = statistics.DEFAULT_ALPHA
     min_effect: float = statistics.DEFAULT_MIN_EFFECT
     worker_id: str = "topo-tune"
+    table_shape: tuple[int, int] | None = None
+    """(nNodes, nRanks) of the job's communicator: after the search, compose a tuner-plugin table from the
+    per-bucket winners and measure it as one more trial (``plugin_table``); None: no table trial."""
     heartbeat_interval_s: float = 10.0
     stale_after_s: float = 60.0
     poll_interval_s: float = 1.0
@@ -202,6 +208,7 @@ class TrialRecord:
     measurements: Measurements | None
     attempt: int
     superseded: bool  # a stale trial whose retry is another record
+    tuner_table: str = ""  # the candidate table a "table" trial ran with
 
 
 @dataclass(frozen=True)
@@ -416,6 +423,7 @@ class TunerStudy:
                     continue
                 break
             self._run_trial(study, study.ask(self._distributions), baseline)
+        self._table_trial(study, baseline)
         proofs = self._prove(study, baseline)
         outcome = self.outcome(study, proofs)
         self._progress("done", study)
@@ -473,8 +481,7 @@ class TunerStudy:
             is_baseline = trial.user_attrs.get(A_ROLE) == "baseline"
             if not is_baseline and baseline is None:
                 raise StudyError("internal: a trial before the baseline")  # _ensure_baseline orders them
-            params = from_optuna(self.space, trial.params)
-            config = self.space.config(params)
+            config = self._config_of(trial.params, trial.user_attrs)
             logger.info(
                 "trial %d (%s): %s, order %s",
                 trial.number,
@@ -566,23 +573,74 @@ class TunerStudy:
             storage.set_trial_user_attr(t._trial_id, A_REASON, reason)
             attempt = int(t.user_attrs.get(A_ATTEMPT, 1))
             if attempt < _MAX_ATTEMPTS and t.number not in retried and t.params:
-                attrs = {k: v for k, v in t.user_attrs.items() if k in (A_ROLE, A_CANDIDATE)}
+                attrs = {k: v for k, v in t.user_attrs.items() if k in (A_ROLE, A_CANDIDATE, A_TABLE)}
                 attrs.update({A_ATTEMPT: attempt + 1, A_RETRY_OF: t.number})
                 study.enqueue_trial(dict(t.params), user_attrs=attrs)
             # If it finished meanwhile its result stands; the retry, if any, just measures it again.
             with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
                 storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
 
+    # ---------------------------------------------------------------- tuner table
+
+    def _config_of(self, params: Mapping[str, Any], attrs: Mapping[str, Any]) -> TrialConfig:
+        """A trial's configuration: its params, plus the candidate table a "table" trial carries."""
+        config = self.space.config(from_optuna(self.space, params))
+        table = attrs.get(A_TABLE)
+        return dataclasses.replace(config, tuner_table=str(table)) if table else config
+
+    def _table_trial(self, study: optuna.Study, baseline: Measurements) -> None:
+        """Compose a table from the search's per-bucket winners and measure it, once per study."""
+        if self.settings.table_shape is None:
+            return
+        while True:
+            trials = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(A_ROLE) == "table"]
+            if any(t.state == TrialState.WAITING for t in trials):
+                self._run_trial(study, study.ask(self._distributions), baseline)
+                continue
+            if trials:
+                return  # measured (or failed, or left to another worker's retry): the proof takes it from here
+            searched = [
+                ScoredTrial(t.number, self._config_of(t.params, t.user_attrs).env, t.value, Measurements.from_json(raw))
+                for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if t.user_attrs.get(A_ROLE) != "baseline"
+                and t.value is not None
+                and (raw := t.user_attrs.get(A_MEASUREMENTS))
+            ]
+            nodes, ranks = self.settings.table_shape
+            composed = compose_table(searched, baseline, self.objective, nodes=nodes, ranks=ranks)
+            if composed is None:
+                logger.info(
+                    "study %s: no size bucket asks for its own channel count; no table trial", self.settings.name
+                )
+                return
+            base = self._config_of(study.trials[composed.base_trial].params, {})
+            params = self.space.params_for(
+                env={k: v for k, v in composed.env.items() if k not in self.space.site_fixed},
+                rank_order=base.rank_order.name,
+            )
+            for row in composed.rows:
+                logger.info(
+                    "table row: %s %s -> %d channels (trial %d, %.3fx in that bucket)",
+                    row.collective,
+                    row.bucket.name,
+                    row.channels,
+                    row.winner,
+                    row.speedup,
+                )
+            study.enqueue_trial(
+                to_optuna(self.space, params), user_attrs={A_ROLE: "table", A_TABLE: composed.text, A_ATTEMPT: 1}
+            )
+
     # ---------------------------------------------------------------- proof
 
     def _finalists(self, study: optuna.Study) -> list[FrozenTrial]:
-        seen: set[tuple[tuple[str, Any], ...]] = set()
+        seen: set[tuple[tuple[str, Any], ...]] = set()  # params and table: a table trial is its own finalist
         baseline_key = tuple(sorted(to_optuna(self.space, self.space.baseline_params()).items()))
         out = []
         complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         for t in sorted(complete, key=lambda t: (-(t.value or 0.0), t.number)):
-            key = tuple(sorted(t.params.items()))
-            if t.user_attrs.get(A_ROLE) == "baseline" or key == baseline_key or key in seen:
+            key = (*sorted(t.params.items()), (A_TABLE, t.user_attrs.get(A_TABLE, "")))
+            if t.user_attrs.get(A_ROLE) == "baseline" or key == (*baseline_key, (A_TABLE, "")) or key in seen:
                 continue
             if t.value is None or t.value <= 1.0:
                 break
@@ -598,7 +656,7 @@ class TunerStudy:
         collectives = self.objective.collectives
         total = len(finalists) * self.settings.proof_pairs
         for f_index, finalist in enumerate(finalists):
-            config = self.space.config(from_optuna(self.space, finalist.params))
+            config = self._config_of(finalist.params, finalist.user_attrs)
             for pair in range(self.settings.proof_pairs):
                 key = f"{S_PROOF}:{finalist.number}:{pair}"
                 attrs = study.user_attrs
@@ -626,7 +684,7 @@ class TunerStudy:
 
     def _proof_of(self, study: optuna.Study, finalist: FrozenTrial) -> FinalistProof:
         attrs = study.user_attrs
-        config = self.space.config(from_optuna(self.space, finalist.params))
+        config = self._config_of(finalist.params, finalist.user_attrs)
         failure = attrs.get(f"{S_PROOF}:{finalist.number}:failed")
         pairs = []
         for pair in range(self.settings.proof_pairs):
@@ -687,7 +745,7 @@ class TunerStudy:
 
     def _record(self, t: FrozenTrial, superseded: bool) -> TrialRecord:
         params = from_optuna(self.space, t.params) if t.params else {}
-        config = self.space.config(params) if params else None
+        config = self._config_of(t.params, t.user_attrs) if params else None
         state = {
             TrialState.COMPLETE: "complete",
             TrialState.PRUNED: "pruned",
@@ -708,6 +766,7 @@ class TunerStudy:
             measurements=Measurements.from_json(raw) if raw else None,
             attempt=int(t.user_attrs.get(A_ATTEMPT, 1)),
             superseded=superseded,
+            tuner_table=str(t.user_attrs.get(A_TABLE, "")),
         )
 
     def _progress(

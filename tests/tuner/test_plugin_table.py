@@ -1,0 +1,132 @@
+"""A study composes a tuner-plugin table from its per-bucket winners, measures it, and ships what it proved."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.tuner.test_study import study_settings
+from topo_tune.plugin import parse_tuner_table
+from topo_tune.sim import demo_cluster, simulate
+from topo_tune.topology.distance import PairMatrix
+from topo_tune.tuner.objective import Measurements, Objective, SizeSample, WorkloadProfile
+from topo_tune.tuner.outputs import ClusterShape, write_outputs
+from topo_tune.tuner.plugin_table import ScoredTrial, compose_table
+from topo_tune.tuner.sim_evaluator import SimEvaluator, sim_space
+from topo_tune.tuner.study import Candidate, run_study
+
+OBJECTIVE = Objective(WorkloadProfile({"all_reduce": 1}))
+SIZES = (4096, 1 << 20, 256 << 20)  # one size in the 1K-64K, 64K-1M and 16M-4G buckets
+
+
+def _measured(times: tuple[float, float, float]) -> Measurements:
+    return Measurements(tuple(SizeSample("all_reduce", s, t, s / t / 1e3) for s, t in zip(SIZES, times, strict=True)))
+
+
+def _trial(number: int, channels: int | None, times: tuple[float, float, float], value: float) -> ScoredTrial:
+    env = {} if channels is None else {"NCCL_MIN_CTAS": str(channels), "NCCL_MAX_CTAS": str(channels)}
+    return ScoredTrial(number, {"NCCL_NTHREADS": "256", **env}, value, _measured(times))
+
+
+BASELINE = _measured((20.0, 30.0, 1000.0))
+
+
+def test_each_bucket_gets_its_winners_channels_under_the_largest_count() -> None:
+    trials = [
+        _trial(1, 16, (14.0, 31.0, 1200.0), 1.05),  # wins small messages
+        _trial(2, 32, (21.0, 26.0, 900.0), 1.12),  # the best overall; wins the largest
+        _trial(3, 64, (22.0, 25.0, 950.0), 1.08),  # wins 64K-1M
+    ]
+    composed = compose_table(trials, BASELINE, OBJECTIVE, nodes=1, ranks=2)
+
+    assert composed is not None
+    assert composed.base_trial == 2
+    assert composed.env == {"NCCL_NTHREADS": "256", "NCCL_MIN_CTAS": "64", "NCCL_MAX_CTAS": "64"}
+    rows = parse_tuner_table(composed.text)
+    assert [(r.min_bytes, r.max_bytes, r.channels) for r in rows] == [
+        (0, 1024, 32),  # no trial measured it: the best trial's count
+        (1025, 65536, 16),
+        (1048577, 16777216, 32),  # 64K-1M wants 64, the communicator's count: no row
+        (16777217, 4294967295, 32),
+    ]
+    assert all(r.algorithm is None and r.protocol is None and (r.n_nodes, r.n_ranks) == (1, 2) for r in rows)
+
+
+def test_a_bucket_the_workload_does_not_weigh_keeps_the_best_trials_count() -> None:
+    trials = [_trial(1, 16, (14.0, 31.0, 1200.0), 1.05), _trial(2, 32, (21.0, 26.0, 900.0), 1.12)]
+    unweighted_small = Objective(WorkloadProfile({"all_reduce": 1}, {"1K-64K": 0.0}))
+    assert compose_table(trials, BASELINE, unweighted_small, nodes=1, ranks=2) is None
+
+
+def test_no_table_when_every_bucket_wants_the_same() -> None:
+    trials = [_trial(1, 16, (14.0, 25.0, 900.0), 1.2), _trial(2, None, (15.0, 26.0, 950.0), 1.1)]
+    assert compose_table(trials, BASELINE, OBJECTIVE, nodes=1, ranks=2) is None
+    # A winner that left channels to NCCL asks for nothing either.
+    assert compose_table([_trial(1, None, (14.0, 25.0, 900.0), 1.2)], BASELINE, OBJECTIVE, nodes=1, ranks=2) is None
+
+
+@pytest.mark.slow
+def test_a_sim_study_measures_the_composed_table_and_ships_it_when_proven(tmp_path: Path) -> None:
+    # On the demo cluster's model 16 channels win large all_reduces 2x and lose to 64 in 1M-16M.
+    cluster = demo_cluster()
+    space = sim_space(cluster, nccl_version="2.28.3", collectives=["all_reduce"], knobs=["channels"])
+    ladder = (4096, 1 << 20, 4 << 20, 64 << 20, 1 << 30)
+    ranks = 8 * len(cluster.node_names)
+    outcome = run_study(
+        study_settings(
+            f"sqlite:///{tmp_path / 'study.db'}", budget=5, ladder=ladder, table_shape=(len(cluster.node_names), ranks)
+        ),
+        space=space,
+        objective=OBJECTIVE,
+        evaluate=SimEvaluator(cluster),
+        candidates=[
+            Candidate(f"ch{c}", space.params_for(env={"NCCL_MIN_CTAS": c, "NCCL_MAX_CTAS": c})) for c in ("16", "64")
+        ],
+    )
+
+    [table_trial] = [t for t in outcome.trials if t.role == "table"]
+    assert table_trial.state == "complete"
+    assert table_trial.env["NCCL_MIN_CTAS"] == table_trial.env["NCCL_MAX_CTAS"] == "64"
+    rows = {(r.min_bytes, r.channels) for r in parse_tuner_table(table_trial.tuner_table)}
+    assert (16777217, 16) in rows, "the largest bucket runs 16 channels under a 64-channel communicator"
+    # Measured as the plugin applies it: 1 GiB at 16 channels, 4 MiB at the communicator's 64.
+    measured = table_trial.measurements
+    assert measured is not None
+    model = {
+        c: {
+            s.bytes: s.model_time_us
+            for s in simulate(
+                cluster,
+                collective="all_reduce",
+                sizes=ladder,
+                env={"NCCL_MIN_CTAS": c, "NCCL_MAX_CTAS": c},
+                rank_order=cluster.node_names,
+                seed=0,
+            ).sizes
+        }
+        for c in ("16", "64")
+    }
+    got = {s.bytes: s.time_us for s in measured.samples}
+    assert got[1 << 30] == pytest.approx(model["16"][1 << 30], rel=0.15)
+    assert got[4 << 20] == pytest.approx(model["64"][4 << 20], rel=0.15)
+    assert model["64"][1 << 30] > 1.5 * model["16"][1 << 30]
+
+    chosen = outcome.chosen
+    assert chosen is not None and chosen.trial == table_trial.number, "the table beats each single count"
+    written = write_outputs(
+        outcome,
+        tmp_path / "out",
+        shape=ClusterShape(
+            {n: 8 for n in cluster.node_names},
+            PairMatrix.from_matrices(
+                cluster.node_names,
+                tuple(tuple(0.0 if a == b else 50.0 for b in cluster.node_names) for a in cluster.node_names),
+                method="test",
+            ),
+        ),
+        nccl_version="2.28.3",
+        topology_fingerprint="tf-test",
+        advice=None,
+    )
+    assert (written.directory / "nccl_tuner.conf").read_text() == table_trial.tuner_table, "what was proven ships"
