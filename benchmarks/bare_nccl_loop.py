@@ -1,15 +1,19 @@
 """A bare torch.distributed + NCCL timing loop, independent of topo-tune's harness.
 
-``python benchmarks/bare_nccl_loop.py BACKEND COLLECTIVE ITERS WARMUP SIZE...`` (one process,
-world size 1, GPU 0 for ``nccl``, the CPU for ``gloo``; COLLECTIVE is ``all_reduce`` (in place) or
-``all_gather`` (out of place)) prints one JSON object: size in bytes -> mean microseconds per
-call, timed with CUDA events (nccl) or perf_counter (gloo) around the loop.
+``python benchmarks/bare_nccl_loop.py BACKEND COLLECTIVE ITERS WARMUP NRANKS SIZE...`` runs NRANKS
+processes on this host (rank r on GPU r for ``nccl``, the CPU for ``gloo``; COLLECTIVE is
+``all_reduce`` (in place) or ``all_gather`` (out of place, SIZE is the output buffer as in
+nccl-tests)) and prints one JSON object: size in bytes -> mean microseconds per call of the slowest
+rank (as the harness aggregates), timed with CUDA events (nccl) or perf_counter (gloo) around the
+loop. Rank 0 starts the other ranks as child processes of this same script.
 """
 
 import datetime
 import functools
 import json
+import os
 import socket
+import subprocess
 import sys
 import time
 
@@ -17,26 +21,25 @@ import torch
 import torch.distributed as dist
 
 
-def main() -> None:
-    backend, collective, iters, warmup = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    sizes = [int(x) for x in sys.argv[5:]]
+def _run_rank(backend: str, collective: str, *, iters: int, warmup: int, nranks: int, rank: int, port: int, sizes):
     cuda = backend == "nccl"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    store = dist.TCPStore("127.0.0.1", port, 1, is_master=True, timeout=datetime.timedelta(seconds=60))
-    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    store = dist.TCPStore("127.0.0.1", port, nranks, is_master=rank == 0, timeout=datetime.timedelta(seconds=120))
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", store=store, rank=0, world_size=1, device_id=device)
+        dist.init_process_group("nccl", store=store, rank=rank, world_size=nranks, device_id=device)
     else:
-        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=nranks)
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     out = {}
     for size in sizes:
-        a = torch.ones(size // 4, device=device)
-        b = torch.empty_like(a)
-        op = functools.partial(dist.all_reduce, a) if collective == "all_reduce" else functools.partial(gather, b, a)
+        if collective == "all_reduce":
+            a = torch.ones(size // 4, device=device)
+            op = functools.partial(dist.all_reduce, a)
+        else:
+            b = torch.empty(size // 4, device=device)
+            a = torch.ones(size // 4 // nranks, device=device)
+            op = functools.partial(gather, b, a)
         for _ in range(warmup + 1):
             op()
         if not cuda:
@@ -53,8 +56,35 @@ def main() -> None:
         end.record()
         end.synchronize()
         out[size] = start.elapsed_time(end) * 1e3 / iters
+    # The slowest rank's time per size, like the harness's aggregate.
+    times = torch.tensor([out[s] for s in sizes], dtype=torch.float64, device=device)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)
     dist.destroy_process_group()
-    print(json.dumps(out))
+    return dict(zip(sizes, times.tolist(), strict=True))
+
+
+def main() -> None:
+    backend, collective = sys.argv[1], sys.argv[2]
+    iters, warmup, nranks = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    rank, port = 0, 0
+    rest = sys.argv[6:]
+    if rest and rest[0] == "--rank":
+        rank, port, rest = int(rest[1]), int(rest[2]), rest[3:]
+    sizes = [int(x) for x in rest]
+    children = []
+    if rank == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        for r in range(1, nranks):
+            argv = [sys.executable, __file__, *sys.argv[1:6], "--rank", str(r), str(port), *map(str, sizes)]
+            children.append(subprocess.Popen(argv, env=os.environ, stdout=subprocess.DEVNULL))
+    out = _run_rank(backend, collective, iters=iters, warmup=warmup, nranks=nranks, rank=rank, port=port, sizes=sizes)
+    for child in children:
+        if child.wait(timeout=300) != 0:
+            raise SystemExit(f"bare loop rank exited with {child.returncode}")
+    if rank == 0:
+        print(json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ process to process, so single runs cannot be compared. Prints both as nccl-tests
 per-size comparison, then every collective once through the harness; writes the report to
 ``--out``.
 
-Usage: ``python benchmarks/nccl_harness_vs_bare.py --gpus 1 --out report.md`` (the bare loop is
-single-GPU; ``NCCL_NVLS_ENABLE=0`` on both sides).
+Usage: ``python benchmarks/nccl_harness_vs_bare.py --gpus 2 --out report.md`` (both sides run one
+process per GPU and report the slowest rank; ``NCCL_NVLS_ENABLE=0`` on both sides).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -40,7 +41,7 @@ from topo_tune.controller.benchmark_jobs import JobNode, aggregate, plan_job
 from topo_tune.v1 import agent_pb2
 
 # NVLink multicast stays off on shared hosts (NVLS can take a host's GPUs out of service).
-ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 # Agent-side passthrough (not from the job): the driver libraries may only be found through it.
 PASSTHROUGH = {k: os.environ[k] for k in ("LD_LIBRARY_PATH",) if k in os.environ}
 
@@ -60,7 +61,11 @@ def harness(
     warmup: int,
     job_id: str,
     placements: tuple[bool, ...] = (False, True),
+    env: Mapping[str, str] = ENV,
+    policy: EnvPolicy | None = None,
+    work_dir: Path | None = None,
 ) -> tuple[BenchmarkSpec, tuple[SizeMeasurement, ...], float, dict[str, str]]:
+    """One job through the agent's executor; ``work_dir`` keeps each rank's log (``JOB/rank-N/stderr.log``)."""
     spec = plan_job(
         job_id=job_id,
         collective=collective,
@@ -68,20 +73,20 @@ def harness(
         dtype=dtype_named("float32"),
         nodes=[JobNode("local", "127.0.0.1", gpus)],
         rendezvous_port=_port(),
-        env=ENV,
+        env=dict(env),
         gpu_devices=BACKEND == "nccl",
         iters=iters,
         warmup_iters=warmup,
         placements=placements,
     )
-    executor = BenchmarkExecutor(policy=EnvPolicy(), passthrough=PASSTHROUGH)
+    executor = BenchmarkExecutor(policy=policy or EnvPolicy(), passthrough=PASSTHROUGH)
     start = time.perf_counter()
     result = executor.execute(
         spec_to_proto(spec),
         node_name="local",
         backend=BACKENDS[BACKEND],
         deadline_s=540,
-        work_dir=Path(tempfile.mkdtemp()),
+        work_dir=work_dir or Path(tempfile.mkdtemp()),
     )
     wall = time.perf_counter() - start
     if result.status != agent_pb2.COMMAND_STATUS_SUCCEEDED:
@@ -95,8 +100,8 @@ BACKEND = "nccl"  # --backend gloo runs the same comparison on CPUs (a dry run o
 BARE_LOOP = Path(__file__).with_name("bare_nccl_loop.py")
 
 
-def bare(collective: Collective, sweep: SizeSweep, *, iters: int, warmup: int) -> dict[int, float]:
-    """Mean us per call from the bare loop, run as its own process like the harness's workers."""
+def bare(collective: Collective, sweep: SizeSweep, *, gpus: int, iters: int, warmup: int) -> dict[int, float]:
+    """Mean us per call (slowest rank) from the bare loop, one process per GPU like the harness's workers."""
     env = {**os.environ, **ENV}
     out = subprocess.run(
         [
@@ -106,6 +111,7 @@ def bare(collective: Collective, sweep: SizeSweep, *, iters: int, warmup: int) -
             collective.value,
             str(iters),
             str(warmup),
+            str(gpus),
             *map(str, sweep.sizes()),
         ],
         env=env,
@@ -117,12 +123,12 @@ def bare(collective: Collective, sweep: SizeSweep, *, iters: int, warmup: int) -
 
 
 def _rows(
-    collective: Collective, sweep: SizeSweep, times_us: dict[int, float], *, in_place: bool
+    collective: Collective, sweep: SizeSweep, times_us: dict[int, float], *, in_place: bool, nranks: int
 ) -> list[SizeMeasurement]:
     rows = []
     for size in sweep.sizes():
-        shp = shape(collective, size_bytes=size, element_size=4, nranks=1)
-        algbw, busbw = bandwidth(collective, shape=shp, seconds=times_us[size] / 1e6, nranks=1)
+        shp = shape(collective, size_bytes=size, element_size=4, nranks=nranks)
+        algbw, busbw = bandwidth(collective, shape=shp, seconds=times_us[size] / 1e6, nranks=nranks)
         rows.append(
             SizeMeasurement(
                 shp.reported_bytes,
@@ -176,7 +182,7 @@ def compare(
         for m in rows:
             wrong[m.bytes] = wrong.get(m.bytes, 0) + m.wrong
         harness_runs.append({size: by_size[_reported(collective, size, gpus)].time_us for size in sweep.sizes()})
-        bare_runs.append(bare(collective, sweep, iters=iters, warmup=warmup))
+        bare_runs.append(bare(collective, sweep, gpus=gpus, iters=iters, warmup=warmup))
     best_h = {s: min(run[s] for run in harness_runs) for s in sweep.sizes()}
     best_b = {s: min(run[s] for run in bare_runs) for s in sweep.sizes()}
     ctx = TableContext(
@@ -198,7 +204,7 @@ def compare(
             busbw_gbps=n.busbw_gbps,
             wrong=wrong[n.bytes],
         )
-        for n in _rows(collective, sweep, best_h, in_place=in_place)
+        for n in _rows(collective, sweep, best_h, in_place=in_place, nranks=gpus)
     ]
     out = [f"## {collective.value} ({'in' if in_place else 'out-of'}-place), {rounds} interleaved rounds", ""]
     out += [
@@ -213,7 +219,9 @@ def compare(
         "Bare torch.distributed loop (own process, CUDA events around the loop; best of the rounds):",
         "",
         "```",
-        render_table(dataclasses.replace(ctx, check=False), _rows(collective, sweep, best_b, in_place=in_place)),
+        render_table(
+            dataclasses.replace(ctx, check=False), _rows(collective, sweep, best_b, in_place=in_place, nranks=gpus)
+        ),
         "```",
         "",
     ]
