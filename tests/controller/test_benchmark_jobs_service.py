@@ -109,6 +109,22 @@ async def test_sim_job_is_labelled_simulated(jobs_controller: Controller, agents
     assert busbw == sorted(busbw) and busbw[-1] > 10
 
 
+async def test_a_sim_job_runs_its_candidate_tuner_table(
+    jobs_controller: Controller, agents: Callable[..., Agent]
+) -> None:
+    await registered(*(agents(name, "sim") for name in ("s1", "s2")))
+    sizes = agent_pb2.SizeSweep(min_bytes=1 << 20, max_bytes=1 << 28, step_factor=16)
+    times = []
+    for table in ("", "allreduce,16777217,4294967296,-1,-1,1,2,8\n"):  # 1 channel above 16 MiB, 2 nodes x 4 GPUs
+        job = await jobs_controller.jobs.start(request(["s1", "s2"], sizes=sizes, tuner_table=table))
+        done = await finished(jobs_controller, job.job_id)
+        assert done.status == admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED, done.message
+        times.append({s.bytes: s.time_us for s in done.sizes})
+    plain, tabled = times
+    assert tabled[1 << 20] == pytest.approx(plain[1 << 20], rel=0.2), "sizes no row matches keep NCCL's choice"
+    assert tabled[1 << 28] > 4 * plain[1 << 28], "the row's single channel applies above 16 MiB"
+
+
 async def test_a_silent_node_times_the_job_out_and_the_next_job_runs(
     jobs_controller: Controller, agents: Callable[..., Agent]
 ) -> None:
@@ -147,6 +163,8 @@ async def test_bad_requests_name_their_field(jobs_controller: Controller, agents
         await jobs_controller.jobs.start(request(["a", "s1"]))
     with pytest.raises(ValidationError, match="max_bytes"):
         await jobs_controller.jobs.start(request(["a"], sizes=agent_pb2.SizeSweep(min_bytes=64, max_bytes=8)))
+    with pytest.raises(ValidationError, match=r"tuner_table: line 1: protocol 'll64' is not one of ll, ll128, simple"):
+        await jobs_controller.jobs.start(request(["a"], tuner_table="allreduce,0,1024,ring,ll64,4,-1,-1\n"))
     drain = await jobs_controller.commands.submit("a", agent_pb2.Command(drain=agent_pb2.Drain(drained=True)))
     await jobs_controller.hub.deliver_new(drain)
     await async_wait_until(lambda: _drained(jobs_controller, "a"), what="drain")
