@@ -6,15 +6,15 @@ this node's ranks through the ``Launcher`` and maps the outcome onto a status:
 - ``REJECTED``: bad input (a malformed candidate tuner table included), a refused environment, a
   backend this executor does not run, a node with no rank in the job, or another job still running
   here (the message says which);
-
-A job with a candidate ``tuner_table`` has it staged by ``TunerPluginStage`` (the table in the agent's
-own directory, ``NCCL_TUNER_PLUGIN``/``NCCL_TUNER_CONFIG_FILE`` set) before the environment policy
-checks the result, so the paths must lie in the policy's directories like any other.
 - ``TIMED_OUT``: the deadline passed; ``NodeBenchmarkResult.rank_status`` says which ranks hung,
   in which phase, and which ranks they were still waiting for;
 - ``FAILED``: a rank failed, or the data check found a wrong element (a wrong result fails the
   trial, architecture invariant 2);
 - ``SUCCEEDED`` otherwise.
+
+A job with a candidate ``tuner_table`` has it staged by ``TunerPluginStage`` (the table in the agent's
+own directory, ``NCCL_TUNER_PLUGIN``/``NCCL_TUNER_CONFIG_FILE`` set) before the environment policy
+checks the result, so the paths must lie in the policy's directories like any other.
 
 ``probe`` measures the link between this node and one peer at two sizes (latency and bandwidth)
 through the same launcher, and reports the rate **one direction** of the link carries, as nccl-tests'
