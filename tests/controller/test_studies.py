@@ -112,4 +112,5 @@ async def test_cancel_then_resume_counts_every_trial_once(
     numbers = [t.number for t in trials]
     assert len(numbers) == len(set(numbers))
     finished = [t for t in trials if t.state in ("complete", "pruned")]
-    assert 14 <= len(trials) <= 15 and len(finished) >= 13, [(t.number, t.state) for t in trials]
+    # 14 of the budget, one retry of the trial the cancel interrupted, and the composed tuner-table trial if any.
+    assert 14 <= len(trials) <= 16 and len(finished) >= 13, [(t.number, t.state) for t in trials]
