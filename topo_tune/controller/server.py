@@ -37,6 +37,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
 from topo_tune.auth import BearerTokenInterceptor, server_credentials
+from topo_tune.config_version import TUNER_TABLE
 from topo_tune.controller.admin_service import AdminServicer
 from topo_tune.controller.agent_service import AgentServicer
 from topo_tune.controller.commands import CommandBook
@@ -59,6 +60,7 @@ from topo_tune.errors import ConfigError
 from topo_tune.kube.idleness import AssumeIdle, NodeIdleness, busy_nodes
 from topo_tune.kube.leader_election import LeaderElector, LeadershipTerm
 from topo_tune.kube.serving_label import ServingLabel
+from topo_tune.plugin.table import parse_tuner_table
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2, agent_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -136,7 +138,7 @@ class Controller:
             rack_of=dict(settings.rack_of),
             spine=(settings.spine_oversubscription, settings.spine_bandwidth_gbps),
         )
-        verifier = BenchmarkVerifier(jobs=self.jobs, config_dir=settings.agent_config_dir)
+        verifier = BenchmarkVerifier(jobs=self.jobs, config_dir=settings.agent_config_dir, tables=self._tuner_table)
         self.rollouts = RolloutEngine(
             store=self.rollout_store,
             registry=self.registry,
@@ -182,6 +184,11 @@ class Controller:
         self._serving_label: ServingLabel | None = None
         """With leader election in a pod: the label that routes the Service to the leader."""
         self._labelling: asyncio.Task[None] | None = None
+
+    async def _tuner_table(self, version: str) -> str:
+        """``version``'s tuner-plugin table when it has rows, for its gate jobs; else ""."""
+        table = (await self.config_versions.files(version)).get(TUNER_TABLE, "")
+        return table if parse_tuner_table(table, source=f"{version}/{TUNER_TABLE}") else ""
 
     async def _busy_reasons(self, nodes: list[str]) -> list[str]:
         return [f"{verdict.node_name}: {verdict.reason}" for verdict in await busy_nodes(self.idleness, nodes)]

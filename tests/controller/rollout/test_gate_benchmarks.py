@@ -85,3 +85,26 @@ async def test_gates_measured_by_benchmark_jobs_roll_back_a_slow_version_and_pau
     done = await settled(controller, neutral.rollout.id, RolloutPhase.COMPLETED)
     assert done.rollout.phase is RolloutPhase.COMPLETED
     assert agent.config_store.active_version() == NEUTRAL.id
+
+
+ONE_CHANNEL_TABLE = ConfigVersion(
+    {
+        "nccl.conf": render_nccl_conf({"NCCL_DEBUG": "WARN"}),
+        "nccl_tuner.conf": "allreduce,0,17179869184,ring,simple,1,-1,-1,-1,-1\n",
+    }
+)
+
+
+async def test_a_gate_measures_the_versions_tuner_table_not_only_its_environment(
+    one_sim_node: tuple[Controller, Agent],
+) -> None:
+    # The environment alone is neutral (see NEUTRAL above); the table holds every all_reduce to ring/simple on
+    # one channel. Only a gate whose jobs carry the version's table can see it.
+    controller, agent = one_sim_node
+    policy = PlanPolicy(canary_nodes=0, gate=GateMeasurement(repeats=7))
+    table = await controller.rollouts.create(ONE_CHANNEL_TABLE, policy=policy, thresholds=GateThresholds(), actor="t")
+    await settled(controller, table.rollout.id, RolloutPhase.ROLLED_BACK)
+    [gate] = await controller.rollout_store.gates(table.rollout.id)
+    assert gate.verdict.outcome is Outcome.FAILED, gate.verdict.reasons
+    assert gate.verdict.time_change > 0.03
+    assert agent.config_store.active_version() == ""

@@ -4,7 +4,10 @@ Each repeat runs two benchmark jobs over all of the wave's nodes, one per versio
 first (ABBA...), so drift in the fabric hits both arms alike. A job selects its version through
 ``NCCL_CONF_FILE`` pointing at that version's staged ``nccl.conf`` (unset for NCCL's defaults: the agents'
 env policy admits files inside their config directory only), the same file a pinned job reads; every agent
-keeps the previous version staged next to the active one. A repeat becomes one A/B pair of samples: the
+keeps the previous version staged next to the active one. A version with a tuner-plugin table
+(``nccl_tuner.conf``) also sends that table with its jobs, and each agent loads it through its plugin, as a
+job under ``topo-tune exec`` would: the gate measures the per-size choices too, not only the environment.
+A repeat becomes one A/B pair of samples: the
 sweep's total time, its worst p99 and the bus bandwidth at its largest size. A repeat in which either job
 failed gives no pair (fewer pairs make the gate inconclusive, never successful).
 
@@ -53,6 +56,8 @@ class BenchmarkVerifier:
     deadline_s: int = 600
     poll_s: float = 0.5
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    tables: Callable[[str], Awaitable[str]] | None = None
+    """A version's tuner-plugin table ("" when it has none); None: gates send no table."""
 
     def env_for(self, version: str) -> dict[str, str]:
         """The job environment that selects ``version``; NCCL's defaults: no file of ours at all."""
@@ -110,6 +115,7 @@ class BenchmarkVerifier:
             env=self.env_for(version),
             deadline_s=self.deadline_s,
             job_id=job_id,
+            tuner_table=await self.tables(version) if self.tables is not None and version else "",
         )
         job = await self.jobs.start(request)
         while job.status not in _FINAL:
