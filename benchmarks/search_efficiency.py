@@ -50,14 +50,13 @@ from topo_tune.sim import Spine as SimSpine
 from topo_tune.sim.node_topology import simulated_node_topology
 from topo_tune.sim.topology_import import cluster_from_topologies
 from topo_tune.topology import Spine, build_cluster
-from topo_tune.tuner.objective import Measurements, Objective, WorkloadProfile
-from topo_tune.tuner.rank_map import plan_rank_map
+from topo_tune.tuner.objective import Measurements, Objective
 from topo_tune.tuner.sim_evaluator import SimEvaluator
-from topo_tune.tuner.space import NATURAL_ORDER, RankOrder, SearchSpace, TrialConfig
+from topo_tune.tuner.space import SearchSpace, TrialConfig
 from topo_tune.tuner.study import Candidate, MeasurementRequest, SamplerName, StudySettings, run_study
 
 # The pass's own helpers, so the benchmark cannot drift from what init builds.
-from topo_tune.tuning_pass import _fabric, _ladder, _nccl_version
+from topo_tune.tuning_pass import plan_study
 
 TOLERANCES = (0.02, 0.005)
 DEMO_BUDGET = 40
@@ -115,35 +114,10 @@ def init_landscape(
         if spine is not None
         else None,
     )
-    natural = tuple(sorted(names))
-    planned = plan_rank_map(model.node_pairs(), slots=gpus, naive_order=natural, rack_of=rack_of)
-    orders = [RankOrder(NATURAL_ORDER, natural)]
-    for order_name, order in (("optimized", tuple(planned.planned.order)), ("racks", tuple(names))):
-        if order not in {o.nodes for o in orders}:
-            orders.append(RankOrder(order_name, order))
-    space = SearchSpace.build(
-        nccl_version=_nccl_version(cluster, topologies),
-        fabric=_fabric(cluster, topologies),
-        collectives=[c for c, w in cluster.workload.collectives.items() if w > 0],
-        rank_orders=orders,
-        site_fixed=cluster.site_fixed,
-        knobs=cluster.search.knobs,
+    plan = plan_study(
+        cluster, names=names, pairs=model.node_pairs(), topologies=topologies, slots=gpus, name=name, storage=storage
     )
-    objective = Objective(WorkloadProfile(dict(cluster.workload.collectives), dict(cluster.workload.buckets)))
-    search = cluster.search
-    settings = StudySettings(
-        name=name,
-        storage=storage,
-        budget=search.budget,
-        sampler=search.sampler,
-        seed=search.seed,
-        ladder=_ladder(cluster),
-        rungs=min(search.rungs, len(_ladder(cluster))),
-        finalists=search.finalists,
-        proof_pairs=search.proof_pairs,
-        min_effect=search.min_effect,
-    )
-    candidates = tuple(Candidate(o.name, space.params_for(rank_order=o.name)) for o in orders[1:])
+    space, objective, settings, candidates = plan.space, plan.objective, plan.settings, plan.candidates
     sim_spine = None
     if spine is not None:
         sim_spine = SimSpine(oversubscription=spine.oversubscription or 1.0, ecmp_paths=ecmp_paths)

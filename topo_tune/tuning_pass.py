@@ -12,6 +12,7 @@ Non-goals: rollouts (``admin rollout``), and measuring anything itself — every
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import time
@@ -253,6 +254,64 @@ def _fabric(cluster: ClusterConfig, topologies: dict[str, topology_pb2.NodeTopol
     return Fabric(nodes=len(topologies), ib=ib, socket=not ib, nvls=nvswitch and cluster.backend != "gloo")
 
 
+@dataclass(frozen=True)
+class StudyPlan:
+    """The study a pass runs: its space (rank orders included), objective, settings and enqueued candidates."""
+
+    space: SearchSpace
+    objective: Objective
+    settings: StudySettings
+    candidates: tuple[Candidate, ...]
+
+
+def plan_study(
+    cluster: ClusterConfig,
+    *,
+    names: Sequence[str],
+    pairs: PairMatrix,
+    topologies: dict[str, topology_pb2.NodeTopology],
+    slots: dict[str, int],
+    name: str,
+    storage: str,
+) -> StudyPlan:
+    """The study ``cluster`` asks for over ``names`` (listed rack by rack), from their pair matrix.
+
+    The rank-order dimension holds NCCL's natural order (the launcher's: hostfiles list sorted host names),
+    the ring-order optimizer's order and cluster.yaml's own listing, when they differ; the last two are
+    enqueued after the baseline as candidates.
+    """
+    natural = tuple(sorted(names))
+    planned = plan_rank_map(pairs, slots=slots, naive_order=natural, rack_of=cluster.rack_of())
+    orders = [RankOrder(NATURAL_ORDER, natural)]
+    for order_name, order in (("optimized", tuple(planned.planned.order)), ("racks", tuple(names))):
+        if order not in {o.nodes for o in orders}:
+            orders.append(RankOrder(order_name, order))
+    space = SearchSpace.build(
+        nccl_version=_nccl_version(cluster, topologies),
+        fabric=_fabric(cluster, topologies),
+        collectives=[c for c, w in cluster.workload.collectives.items() if w > 0],
+        rank_orders=orders,
+        site_fixed=cluster.site_fixed,
+        knobs=cluster.search.knobs,
+    )
+    objective = Objective(WorkloadProfile(dict(cluster.workload.collectives), dict(cluster.workload.buckets)))
+    search = cluster.search
+    settings = StudySettings(
+        name=name,
+        storage=storage,
+        budget=search.budget,
+        sampler=search.sampler,
+        seed=search.seed,
+        ladder=_ladder(cluster),
+        rungs=min(search.rungs, len(_ladder(cluster))),
+        finalists=search.finalists,
+        proof_pairs=search.proof_pairs,
+        min_effect=search.min_effect,
+    )
+    candidates = tuple(Candidate(o.name, space.params_for(rank_order=o.name)) for o in orders[1:])
+    return StudyPlan(space, objective, settings, candidates)
+
+
 def run_pass(
     cluster: ClusterConfig,
     client: AdminPort,
@@ -276,37 +335,19 @@ def run_pass(
     pairs, topologies, fingerprint = _pair_matrix(client, cluster, names)
     # Ranks per node as the benchmark jobs place them: every GPU (nccl, sim), one process (gloo).
     slots = {name: max(1, len(topologies[name].gpus)) if cluster.backend != "gloo" else 1 for name in names}
-    # NCCL's natural order is the launcher's: hostfiles list sorted host names. The candidates are the
-    # ring-order optimizer's order and cluster.yaml's own listing (rack by rack), when they differ.
-    natural = tuple(sorted(names))
-    planned = plan_rank_map(pairs, slots=slots, naive_order=natural, rack_of=cluster.rack_of())
-    orders = [RankOrder(NATURAL_ORDER, natural)]
-    for name, order in (("optimized", tuple(planned.planned.order)), ("racks", tuple(names))):
-        if order not in {o.nodes for o in orders}:
-            orders.append(RankOrder(name, order))
     nccl_version = _nccl_version(cluster, topologies)
-    collectives = [c for c, w in cluster.workload.collectives.items() if w > 0]
-    space = SearchSpace.build(
-        nccl_version=nccl_version,
-        fabric=_fabric(cluster, topologies),
-        collectives=collectives,
-        rank_orders=orders,
-        site_fixed=cluster.site_fixed,
-        knobs=cluster.search.knobs,
-    )
-    objective = Objective(WorkloadProfile(dict(cluster.workload.collectives), dict(cluster.workload.buckets)))
-    search = cluster.search
-    settings = StudySettings(
+    plan = plan_study(
+        cluster,
+        names=names,
+        pairs=pairs,
+        topologies=topologies,
+        slots=slots,
         name=f"init/{cluster.metadata.name}/{nccl_version}/{fingerprint}/{cluster.backend}/{len(names)}",
         storage=storage,
-        budget=search.budget,
-        sampler=search.sampler,
-        seed=search.seed,
-        ladder=_ladder(cluster),
-        rungs=min(search.rungs, len(_ladder(cluster))),
-        finalists=search.finalists,
-        proof_pairs=search.proof_pairs,
-        min_effect=search.min_effect,
+    )
+    search = cluster.search
+    settings = dataclasses.replace(
+        plan.settings,
         worker_id="topo-tune-init",
         heartbeat_interval_s=5.0,
         stale_after_s=max(60.0, 2 * search.job_deadline),
@@ -315,7 +356,7 @@ def run_pass(
         # job's communicator; gloo never loads NCCL's plugin, so there it would measure nothing.
         table_shape=None if cluster.backend == "gloo" else (len(names), sum(slots.values())),
     )
-    candidates = [Candidate(o.name, space.params_for(rank_order=o.name)) for o in orders[1:]]
+    space, objective, candidates = plan.space, plan.objective, list(plan.candidates)
     on_status(f"searching: {search.budget} trials ({search.sampler}), then proving {search.finalists} finalists")
     evaluator = JobEvaluator(
         client, deadline_s=search.job_deadline, iters=search.iters, warmup_iters=search.warmup_iters
