@@ -1,6 +1,6 @@
 """Rollouts across namespace racks with real gloo agents: one that completes, and one whose second rack's
 links are throttled after the canary, so that its gate fails against the canary's bus bandwidth and every
-wave rolls back.
+wave rolls back; the controller is SIGKILLed in the middle of that one and resumes it.
 
 The gates measure what a slow CPU fabric and a CI budget allow: one size, three A/B repeats, ``alpha`` 0.15
 (three pairs can reach it: every job starts its workers, seconds on a busy 2-core machine), loose
@@ -87,6 +87,25 @@ def test_a_rollout_completes_across_the_racks_and_a_throttled_rack_rolls_back_th
     create(cluster, tmp_path, second, "ro-second", "--require-approval")
     paused = reached(cluster, "ro-second", "paused")
     assert paused["wave"] == 1 and [g["outcome"] for g in paused["gates"]] == ["successful"], paused
+
+    # The controller is SIGKILLed mid-rollout and started again: the rollout resumes where it stood.
+    registrations = {name: int(str(node["registrations"])) for name, node in cluster.nodes().items()}
+    assert cluster.controller is not None
+    cluster.controller.kill()
+    cluster.start_controller(sqlite_url)
+    wait_until(
+        lambda: (
+            {name: (node["state"], node["registrations"]) for name, node in cluster.nodes().items()}
+            == {name: ("NODE_STATE_READY", count + 1) for name, count in registrations.items()}
+        ),
+        what="every agent back with the restarted controller",
+        timeout=60,
+        interval=0.3,
+    )
+    resumed = rollout(cluster, "ro-second")
+    assert (resumed["phase"], resumed["wave"], len(resumed["gates"])) == ("paused", 1, 1), resumed
+    assert applied(cluster) == {"a": second.id, "b": second.id, "c": first.id, "d": first.id}
+
     cluster.set_rate("c", "d", 50)
     cluster.admin_json("rollout", "promote", "ro-second")
     ended = reached(cluster, "ro-second", "rolled_back")
