@@ -40,7 +40,7 @@ from topo_tune.tuner.study import (
     TrialFailed,
     run_study,
 )
-from topo_tune.tuner.timeout_advice import advise, latencies_of
+from topo_tune.tuner.timeout_advice import MIN_SAMPLES, advise, latencies_of
 from topo_tune.v1 import admin_pb2, agent_pb2, topology_pb2
 
 logger = logging.getLogger(__name__)
@@ -366,7 +366,12 @@ def run_pass(
         settings, space=space, objective=objective, evaluate=evaluator, candidates=candidates, on_progress=on_progress
     )
     logger.info("study finished in %.1f s", time.monotonic() - started, extra={"study": settings.name})
-    latencies = latencies_of(outcome)
+    # A short study (a small budget, failed trials) may not measure a collective often enough to fit its
+    # latency: the advice leaves that collective out, and the pass goes on without advice if none is left.
+    measured_latencies = latencies_of(outcome)
+    latencies = {c: times for c, times in measured_latencies.items() if len(times) >= MIN_SAMPLES}
+    for collective in sorted(set(measured_latencies) - set(latencies)):
+        logger.warning("no timeout advice for %s: fewer than %d measurements", collective, MIN_SAMPLES)
     written = write_outputs(
         outcome,
         output,

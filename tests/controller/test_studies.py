@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -87,6 +88,19 @@ async def test_a_study_runs_on_known_nodes_and_stores_its_version(
         await jobs_controller.studies.start(study_request(nodes=["s1", "ghost"]))
     with pytest.raises(ValidationError, match="study_id"):
         await jobs_controller.studies.start(study_request(study_id="bad id!"))
+
+
+async def test_a_study_too_short_to_fit_latencies_still_finishes_without_timeout_advice(
+    jobs_controller: Controller,
+    agents: Callable[..., RunningAgent],  # noqa: F811
+) -> None:
+    await registered(*(agents(name, "sim") for name in ("s1", "s2")))
+    request = study_request(study_id="st-short", nodes=["s1", "s2"], budget=1, proof_pairs=2)
+    await jobs_controller.studies.start(request)
+    done = await ended(jobs_controller, "st-short")
+    assert done.status == admin_pb2.STUDY_STATUS_SUCCEEDED, done.message
+    summary = json.loads((Path(jobs_controller.settings.studies_dir) / "st-short" / "summary.json").read_text())
+    assert not summary.get("timeout_advice"), "fewer than five measurements fit no latency"
 
 
 async def test_cancel_then_resume_counts_every_trial_once(

@@ -27,7 +27,8 @@ __all__ = ["CollectiveLatency", "TimeoutAdvice", "advise", "fit_latency", "laten
 DEFAULT_FLOOR_S = 300.0
 DEFAULT_MULTIPLIER = 1000.0
 QUANTILE = 0.995
-_MIN_SAMPLES = 5
+MIN_SAMPLES = 5
+"""Fewer measurements of a collective give no fit (and no advice for it)."""
 
 
 @dataclass(frozen=True)
@@ -72,8 +73,8 @@ class TimeoutAdvice:
 
 def fit_latency(collective: str, times_us: Sequence[float]) -> CollectiveLatency:
     """A Gamma fit (location 0) of one collective's times and its 99.5th percentile."""
-    if len(times_us) < _MIN_SAMPLES:
-        raise ConfigError(f"latencies.{collective}", f"needs at least {_MIN_SAMPLES} samples, got {len(times_us)}")
+    if len(times_us) < MIN_SAMPLES:
+        raise ConfigError(f"latencies.{collective}", f"needs at least {MIN_SAMPLES} samples, got {len(times_us)}")
     bad = [t for t in times_us if not (t > 0 and math.isfinite(t))]
     if bad:
         raise ConfigError(f"latencies.{collective}", f"times must be finite and > 0, got {bad[0]!r}")
