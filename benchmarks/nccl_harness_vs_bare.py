@@ -9,7 +9,9 @@ per-size comparison, then every collective once through the harness; writes the 
 ``--out``.
 
 Usage: ``python benchmarks/nccl_harness_vs_bare.py --gpus 2 --out report.md`` (both sides run one
-process per GPU and report the slowest rank; ``NCCL_NVLS_ENABLE=0`` on both sides).
+process per GPU and report the slowest rank; ``NCCL_NVLS_ENABLE=0`` on both sides). ``--timing graph``
+compares both sides timed as CUDA graphs (nccl-tests ``-G``: the harness's ``cuda_graph`` jobs against
+the bare loop's ``--graph``); the default runs eager and then graph.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 import torch
 
 from topo_tune.agent.bench.executor import BenchmarkExecutor
+from topo_tune.agent.bench.launcher import BASE_ENV
 from topo_tune.benchmark.collectives import Collective, bandwidth, shape
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.env_policy import EnvPolicy
@@ -64,6 +67,7 @@ def harness(
     env: Mapping[str, str] = ENV,
     policy: EnvPolicy | None = None,
     work_dir: Path | None = None,
+    cuda_graph: bool = False,
 ) -> tuple[BenchmarkSpec, tuple[SizeMeasurement, ...], float, dict[str, str]]:
     """One job through the agent's executor; ``work_dir`` keeps each rank's log (``JOB/rank-N/stderr.log``)."""
     spec = plan_job(
@@ -78,6 +82,7 @@ def harness(
         iters=iters,
         warmup_iters=warmup,
         placements=placements,
+        cuda_graph=cuda_graph,
     )
     executor = BenchmarkExecutor(policy=policy or EnvPolicy(), passthrough=PASSTHROUGH)
     start = time.perf_counter()
@@ -100,9 +105,16 @@ BACKEND = "nccl"  # --backend gloo runs the same comparison on CPUs (a dry run o
 BARE_LOOP = Path(__file__).with_name("bare_nccl_loop.py")
 
 
-def bare(collective: Collective, sweep: SizeSweep, *, gpus: int, iters: int, warmup: int) -> dict[int, float]:
-    """Mean us per call (slowest rank) from the bare loop, one process per GPU like the harness's workers."""
-    env = {**os.environ, **ENV}
+def bare(
+    collective: Collective, sweep: SizeSweep, *, gpus: int, iters: int, warmup: int, graph: bool = False
+) -> dict[int, float]:
+    """Mean us per call (slowest rank) from the bare loop, one process per GPU like the harness's workers.
+
+    It gets the environment a harness worker gets (the launcher's fixed base, the passthrough and the
+    job's variables), so that nothing but the code differs between the two sides.
+    """
+    home = tempfile.mkdtemp()
+    env = {**BASE_ENV, "HOME": home, "TMPDIR": home, **PASSTHROUGH, **ENV}
     out = subprocess.run(
         [
             sys.executable,
@@ -112,12 +124,14 @@ def bare(collective: Collective, sweep: SizeSweep, *, gpus: int, iters: int, war
             str(iters),
             str(warmup),
             str(gpus),
+            *(["--graph"] if graph else []),
             *map(str, sweep.sizes()),
         ],
         env=env,
         check=True,
         capture_output=True,
         text=True,
+        timeout=300,
     )
     return {int(k): v for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
 
@@ -160,6 +174,7 @@ def compare(
     warmup: int,
     rounds: int,
     in_place: bool,
+    graph: bool,
 ) -> list[str]:
     """Interleave harness and bare runs; compare the best time of each per size."""
     placements = (in_place,)
@@ -174,15 +189,16 @@ def compare(
             gpus=gpus,
             iters=iters,
             warmup=warmup,
-            job_id=f"h200-{collective.value}-{r}",
+            job_id=f"h200-{collective.value}-{'graph' if graph else 'eager'}-{r}",
             placements=placements,
+            cuda_graph=graph,
         )
         by_size = {m.bytes: m for m in rows}
         first = first or by_size
         for m in rows:
             wrong[m.bytes] = wrong.get(m.bytes, 0) + m.wrong
         harness_runs.append({size: by_size[_reported(collective, size, gpus)].time_us for size in sweep.sizes()})
-        bare_runs.append(bare(collective, sweep, gpus=gpus, iters=iters, warmup=warmup))
+        bare_runs.append(bare(collective, sweep, gpus=gpus, iters=iters, warmup=warmup, graph=graph))
     best_h = {s: min(run[s] for run in harness_runs) for s in sweep.sizes()}
     best_b = {s: min(run[s] for run in bare_runs) for s in sweep.sizes()}
     ctx = TableContext(
@@ -195,6 +211,7 @@ def compare(
         warmup,
         iters,
         True,
+        cuda_graph=graph,
     )
     harness_table = [
         dataclasses.replace(
@@ -206,7 +223,9 @@ def compare(
         )
         for n in _rows(collective, sweep, best_h, in_place=in_place, nranks=gpus)
     ]
-    out = [f"## {collective.value} ({'in' if in_place else 'out-of'}-place), {rounds} interleaved rounds", ""]
+    timing = "CUDA graphs (-G)" if graph else "eager"
+    title = f"## {collective.value} ({'in' if in_place else 'out-of'}-place), {timing}, {rounds} interleaved rounds"
+    out = [title, ""]
     out += [
         "Harness (agent worker spawning, data check on; best of the rounds per size):",
         "",
@@ -216,7 +235,9 @@ def compare(
         "",
     ]
     out += [
-        "Bare torch.distributed loop (own process, CUDA events around the loop; best of the rounds):",
+        "Bare torch.distributed loop (own process, CUDA events around the loop"
+        + (" of one graph replay" if graph else "")
+        + "; best of the rounds):",
         "",
         "```",
         render_table(
@@ -252,6 +273,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cpus", type=int, default=0, help="pin this process and its children to N CPUs")
+    parser.add_argument(
+        "--timing", choices=("eager", "graph"), action="append", help="repeatable; default: eager, then graph"
+    )
+    parser.add_argument(
+        "--skip-all-collectives", action="store_true", help="only the two comparisons, not every collective once"
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     global BACKEND  # noqa: PLW0603 -- one script-wide switch, set once from the command line
@@ -269,32 +296,55 @@ def main() -> None:
             f"{torch.cuda.get_device_name(0)} x{args.gpus}, job env {ENV}",
             "",
         ]
-    out += compare(
-        Collective.ALL_REDUCE,
-        SizeSweep(8, args.max_bytes, 2),
-        gpus=args.gpus,
-        iters=args.iters,
-        warmup=args.warmup,
-        rounds=args.rounds,
-        in_place=True,
+    pairs = (
+        (Collective.ALL_REDUCE, SizeSweep(8, args.max_bytes, 2), True),
+        (Collective.ALL_GATHER, SizeSweep(1 << 20, 4 * args.max_bytes, 2), False),
     )
-    out += compare(
-        Collective.ALL_GATHER,
-        SizeSweep(1 << 20, 4 * args.max_bytes, 2),
-        gpus=args.gpus,
-        iters=args.iters,
-        warmup=args.warmup,
-        rounds=args.rounds,
-        in_place=False,
-    )
+    for graph in [t == "graph" for t in args.timing or ("eager", "graph")]:
+        for collective, sweep, in_place in pairs:
+            out += compare(
+                collective,
+                sweep,
+                gpus=args.gpus,
+                iters=args.iters,
+                warmup=args.warmup,
+                rounds=args.rounds,
+                in_place=in_place,
+                graph=graph,
+            )
+            args.out.write_text("\n".join(out))  # what is done survives a later timeout
     others = SizeSweep(1024, 64 << 20, 8)
-    out += ["## Every collective through the harness (both placements where they exist, check on)", ""]
-    for coll in Collective:
-        if coll is Collective.SENDRECV and BACKEND == "gloo" and args.gpus == 1:
-            continue  # gloo cannot send to itself; NCCL can
-        _, rows, _, eff = harness(coll, others, gpus=args.gpus, iters=20, warmup=2, job_id=f"h200-all-{coll.value}")
-        cctx = TableContext(coll, dtype_named("float32"), args.gpus, others.min_bytes, others.max_bytes, 8, 2, 20, True)
-        out += [f"{coll.value}:", "", "```", render_table(cctx, rows), "```", ""]
+    graphs = [False] + ([True] if BACKEND == "nccl" and "graph" in (args.timing or ("graph",)) else [])
+    graphs = [] if args.skip_all_collectives else graphs
+    eff: dict[str, str] = {}
+    for graph in graphs:
+        timing = "CUDA graphs" if graph else "eager"
+        out += [f"## Every collective through the harness, {timing} (both placements where they exist, check on)", ""]
+        for coll in Collective:
+            if coll is Collective.SENDRECV and BACKEND == "gloo" and args.gpus == 1:
+                continue  # gloo cannot send to itself; NCCL can
+            _, rows, _, eff = harness(
+                coll,
+                others,
+                gpus=args.gpus,
+                iters=20,
+                warmup=2,
+                job_id=f"h200-all-{coll.value}-{int(graph)}",
+                cuda_graph=graph,
+            )
+            cctx = TableContext(
+                coll,
+                dtype_named("float32"),
+                args.gpus,
+                others.min_bytes,
+                others.max_bytes,
+                8,
+                2,
+                20,
+                True,
+                cuda_graph=graph,
+            )
+            out += [f"{coll.value}:", "", "```", render_table(cctx, rows), "```", ""]
     out += [f"Worker effective env (last job): {dict(sorted(eff.items()))}", ""]
     text = "\n".join(out)
     print(text)

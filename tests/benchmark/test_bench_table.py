@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.results import SizeMeasurement
@@ -92,6 +94,10 @@ def test_rows_and_headers_line_up_with_nccl_tests_printf() -> None:
         )
     assert first == expected
     assert "# Out of bounds values : 1 FAILED" in lines
+    # nccl-tests' parameter line ends "agg iters: 1 validation: 1 graph: 0"; -G shows as graph: 1.
+    assert lines[1].endswith("warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0")
+    graphed = render_table(dataclasses.replace(ctx, cuda_graph=True), rows).splitlines()
+    assert graphed[1].endswith("validation: 1 graph: 1")
 
 
 def test_missing_and_unchecked_halves_keep_the_columns() -> None:

@@ -51,6 +51,9 @@ def test_spec_round_trips_through_the_wire_and_json() -> None:
     msg = spec_to_proto(single)
     assert (msg.in_place, msg.both_placements) == (True, False)
     assert spec_from_proto(msg).placements == (True,)
+    graphed = _spec(cuda_graph=True, tuner_table="")
+    assert spec_from_proto(spec_to_proto(graphed)).cuda_graph is True
+    assert BenchmarkSpec.from_json(graphed.to_json()) == graphed
 
 
 def test_results_round_trip_with_placement_and_check_flags() -> None:
@@ -102,6 +105,11 @@ def test_executor_rejects_what_it_cannot_run_without_starting_anything(tmp_path:
     bad = executor.execute(run, node_name="a", backend=agent_pb2.BACKEND_GLOO, deadline_s=10, work_dir=tmp_path)
     assert bad.status == agent_pb2.COMMAND_STATUS_REJECTED and "iters" in bad.message
     assert bad.HasField("finished_at")
+    run.iters = 10
+    run.cuda_graph = True
+    graphed = executor.execute(run, node_name="a", backend=agent_pb2.BACKEND_GLOO, deadline_s=10, work_dir=tmp_path)
+    assert graphed.status == agent_pb2.COMMAND_STATUS_REJECTED
+    assert graphed.message == "cuda_graph: CUDA graphs need the nccl backend; this node runs gloo"
     assert list(tmp_path.iterdir()) == []
 
 

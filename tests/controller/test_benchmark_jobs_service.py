@@ -163,6 +163,8 @@ async def test_bad_requests_name_their_field(jobs_controller: Controller, agents
         await jobs_controller.jobs.start(request(["a", "s1"]))
     with pytest.raises(ValidationError, match="max_bytes"):
         await jobs_controller.jobs.start(request(["a"], sizes=agent_pb2.SizeSweep(min_bytes=64, max_bytes=8)))
+    with pytest.raises(ValidationError, match="cuda_graph: CUDA graphs need the nccl backend; the nodes run gloo"):
+        await jobs_controller.jobs.start(request(["a"], cuda_graph=True))
     with pytest.raises(ValidationError, match=r"tuner_table: line 1: protocol 'll64' is not one of ll, ll128, simple"):
         await jobs_controller.jobs.start(request(["a"], tuner_table="allreduce,0,1024,ring,ll64,4,-1,-1\n"))
     drain = await jobs_controller.commands.submit("a", agent_pb2.Command(drain=agent_pb2.Drain(drained=True)))
@@ -191,7 +193,10 @@ async def test_admin_rpc_and_cli_print_an_nccl_tests_table(
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert "# SIMULATED: figures from topo-tune's analytic model, not a measurement" in lines
-    assert "# nRanks 8 minBytes 1024 maxBytes 1048576 step: 32(factor) warmup iters: 5 iters: 20 validation: 0" in lines
+    assert (
+        "# nRanks 8 minBytes 1024 maxBytes 1048576 step: 32(factor) warmup iters: 5 iters: 20 "
+        "agg iters: 1 validation: 0 graph: 0"
+    ) in lines
     data_rows = [line for line in lines if line and not line.startswith("#")]
     assert [int(r.split()[0]) for r in data_rows] == [1024, 32768, 1048576]
     refused = await asyncio.to_thread(
@@ -202,6 +207,14 @@ async def test_admin_rpc_and_cli_print_an_nccl_tests_table(
     )
     assert refused.exit_code == 1
     assert "forces it on" in refused.output
+    graphed = await asyncio.to_thread(
+        CliRunner().invoke,
+        cli,
+        ["admin", "bench", "run", "--nodes", "s1", "--cuda-graph", "--controller", address],
+        env={"TOPO_TUNE_TOKEN": TOKEN},
+    )
+    assert graphed.exit_code == 1
+    assert "cuda_graph: CUDA graphs need the nccl backend; the nodes run sim" in graphed.output
 
 
 async def test_nodes_with_gpu_pods_take_no_benchmark(

@@ -60,6 +60,8 @@ class BenchmarkSpec:
     rendezvous_port: int
     tuner_table: str = ""
     """A candidate table for the tuner plugin (``nccl_tuner.conf``'s columns); empty: none."""
+    cuda_graph: bool = False
+    """Time each size as one CUDA graph of ``iters`` calls (nccl-tests ``-G``); GPU backends only."""
 
     def __post_init__(self) -> None:
         if not _JOB_ID_RE.match(self.job_id):
@@ -118,6 +120,7 @@ class BenchmarkSpec:
             "rendezvous_host": self.rendezvous_host,
             "rendezvous_port": self.rendezvous_port,
             "tuner_table": self.tuner_table,
+            "cuda_graph": self.cuda_graph,
         }
 
     @classmethod
@@ -138,4 +141,5 @@ class BenchmarkSpec:
             rendezvous_host=data["rendezvous_host"],
             rendezvous_port=data["rendezvous_port"],
             tuner_table=data.get("tuner_table", ""),
+            cuda_graph=data.get("cuda_graph", False),
         )

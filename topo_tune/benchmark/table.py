@@ -56,6 +56,7 @@ class TableContext:
     iters: int
     check: bool
     simulated: bool = False
+    cuda_graph: bool = False
 
 
 _HALF_NA = f"  {'N/A':>7}  {'N/A':>6}  {'N/A':>6}  {'N/A':>6}"
@@ -82,7 +83,7 @@ def render_table(ctx: TableContext, sizes: Iterable[SizeMeasurement]) -> str:
     lines.append(
         f"# nRanks {ctx.nranks} minBytes {ctx.min_bytes} maxBytes {ctx.max_bytes} "
         f"step: {ctx.step_factor}(factor) warmup iters: {ctx.warmup_iters} iters: {ctx.iters} "
-        f"validation: {int(ctx.check)}"
+        f"agg iters: 1 validation: {int(ctx.check)} graph: {int(ctx.cuda_graph)}"
     )
     lines.append("#")
     lines.append(

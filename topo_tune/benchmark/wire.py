@@ -75,6 +75,7 @@ def spec_from_proto(run: agent_pb2.RunBenchmark) -> BenchmarkSpec:
         rendezvous_host=run.rendezvous_host,
         rendezvous_port=run.rendezvous_port,
         tuner_table=run.tuner_table,
+        cuda_graph=run.cuda_graph,
     )
 
 
@@ -101,6 +102,7 @@ def spec_to_proto(spec: BenchmarkSpec) -> agent_pb2.RunBenchmark:
         rendezvous_host=spec.rendezvous_host,
         rendezvous_port=spec.rendezvous_port,
         tuner_table=spec.tuner_table,
+        cuda_graph=spec.cuda_graph,
     )
 
 

@@ -51,6 +51,7 @@ def _table(job: admin_pb2.BenchmarkJob) -> str:
         iters=job.iters,
         check=any(r.checked for r in rows),
         simulated=job.simulated,
+        cuda_graph=job.cuda_graph,
     )
     return render_table(context, rows)
 
@@ -91,6 +92,13 @@ def bench() -> None:
 @click.option("--ranks-per-node", type=click.IntRange(0, 1024), default=0, help="0: every GPU (nccl), 1 (gloo).")
 @click.option("--env", "env_pairs", multiple=True, help="NCCL_KEY=VALUE for every rank; repeatable.")
 @click.option("--in-place/--out-of-place-only", default=False, help="Also run in-place, like nccl-tests.")
+@click.option(
+    "--cuda-graph/--eager",
+    default=False,
+    show_default=True,
+    help="Time each size as one CUDA graph of --iters calls (nccl-tests -G; nccl backend only). "
+    "Eager timing of sizes the GPUs finish in tens of microseconds measures how fast Python issues calls.",
+)
 @click.option("--deadline", type=click.IntRange(1, 86_400), default=600, show_default=True, help="Seconds.")
 @click.option("--wait/--no-wait", default=True, show_default=True, help="Wait for the result and print it.")
 @connected
@@ -108,6 +116,7 @@ def run(
     ranks_per_node: int,
     env_pairs: tuple[str, ...],
     in_place: bool,
+    cuda_graph: bool,
     deadline: int,
     wait: bool,
 ) -> None:
@@ -135,6 +144,7 @@ def run(
         env=env,
         deadline_s=deadline,
         both_placements=in_place,
+        cuda_graph=cuda_graph,
     )
     job = client.start_benchmark(request)
     if wait:

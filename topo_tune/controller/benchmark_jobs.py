@@ -72,6 +72,7 @@ def plan_job(
     placements: tuple[bool, ...] = (False, True),
     check: bool = True,
     tuner_table: str = "",
+    cuda_graph: bool = False,
 ) -> BenchmarkSpec:
     """The job's spec; ``SpecError`` names the argument when the nodes cannot hold it."""
     if not nodes:
@@ -108,6 +109,7 @@ def plan_job(
         world_size=len(ranks),
         ranks=ranks,
         tuner_table=tuner_table,
+        cuda_graph=cuda_graph,
         rendezvous_host=nodes[0].address,
         rendezvous_port=rendezvous_port,
     )

@@ -150,6 +150,8 @@ class BenchmarkJobs:
         if len(backends) != 1:
             raise ValidationError("nodes", f"the nodes run different backends ({', '.join(sorted(backends))})")
         backend = backends.pop()
+        if request.cuda_graph and backend != "nccl":
+            raise ValidationError("cuda_graph", f"CUDA graphs need the nccl backend; the nodes run {backend}")
         topologies = {v.name: topology_pb2.NodeTopology.FromString(v.topology) for v in views}
         try:
             sweep = SizeSweep(
@@ -176,6 +178,7 @@ class BenchmarkJobs:
                 iters=request.iters or 20,
                 placements=(False, True) if request.both_placements else (False,),
                 tuner_table=request.tuner_table,
+                cuda_graph=request.cuda_graph,
             )
         except (SpecError, SweepError) as error:
             field_name, _, reason = str(error).partition(" ")
@@ -328,6 +331,7 @@ def _job_message(job: BenchmarkJobRow, run: agent_pb2.RunBenchmark) -> admin_pb2
         sizes_requested=run.sizes,
         iters=run.iters,
         warmup_iters=run.warmup_iters,
+        cuda_graph=run.cuda_graph,
     )
 
 

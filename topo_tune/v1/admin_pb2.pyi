@@ -514,6 +514,7 @@ class StartBenchmarkRequest(_message.Message):
     BOTH_PLACEMENTS_FIELD_NUMBER: _builtins.int
     JOB_ID_FIELD_NUMBER: _builtins.int
     TUNER_TABLE_FIELD_NUMBER: _builtins.int
+    CUDA_GRAPH_FIELD_NUMBER: _builtins.int
     collective: _agent_pb2.Collective.ValueType
     dtype: _builtins.str
     """empty: float32"""
@@ -531,6 +532,8 @@ class StartBenchmarkRequest(_message.Message):
     """client-chosen for idempotent retries; empty: the controller picks"""
     tuner_table: _builtins.str
     """a candidate tuner-plugin table for every rank (RunBenchmark.tuner_table)"""
+    cuda_graph: _builtins.bool
+    """time each size as one CUDA graph (RunBenchmark.cuda_graph; nccl-tests -G)"""
     @_builtins.property
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """rank order: ranks are contiguous per node, node by node"""
@@ -554,10 +557,11 @@ class StartBenchmarkRequest(_message.Message):
         both_placements: _builtins.bool = ...,
         job_id: _builtins.str = ...,
         tuner_table: _builtins.str = ...,
+        cuda_graph: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["sizes", b"sizes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["both_placements", b"both_placements", "collective", b"collective", "deadline_s", b"deadline_s", "dtype", b"dtype", "env", b"env", "iters", b"iters", "job_id", b"job_id", "nodes", b"nodes", "ranks_per_node", b"ranks_per_node", "sizes", b"sizes", "tuner_table", b"tuner_table", "warmup_iters", b"warmup_iters"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["both_placements", b"both_placements", "collective", b"collective", "cuda_graph", b"cuda_graph", "deadline_s", b"deadline_s", "dtype", b"dtype", "env", b"env", "iters", b"iters", "job_id", b"job_id", "nodes", b"nodes", "ranks_per_node", b"ranks_per_node", "sizes", b"sizes", "tuner_table", b"tuner_table", "warmup_iters", b"warmup_iters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -605,6 +609,7 @@ class BenchmarkJob(_message.Message):
     SIZES_REQUESTED_FIELD_NUMBER: _builtins.int
     ITERS_FIELD_NUMBER: _builtins.int
     WARMUP_ITERS_FIELD_NUMBER: _builtins.int
+    CUDA_GRAPH_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     status: Global___BenchmarkJobStatus.ValueType
     message: _builtins.str
@@ -615,6 +620,8 @@ class BenchmarkJob(_message.Message):
     backend: _agent_pb2.Backend.ValueType
     iters: _builtins.int
     warmup_iters: _builtins.int
+    cuda_graph: _builtins.bool
+    """timed as CUDA graphs (nccl-tests -G)"""
     @_builtins.property
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -654,10 +661,11 @@ class BenchmarkJob(_message.Message):
         sizes_requested: _agent_pb2.SizeSweep | None = ...,
         iters: _builtins.int = ...,
         warmup_iters: _builtins.int = ...,
+        cuda_graph: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "sizes_requested", b"sizes_requested"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend", b"backend", "collective", b"collective", "created_at", b"created_at", "dtype", b"dtype", "env", b"env", "finished_at", b"finished_at", "hung_ranks", b"hung_ranks", "iters", b"iters", "job_id", b"job_id", "message", b"message", "missing_ranks", b"missing_ranks", "nodes", b"nodes", "simulated", b"simulated", "sizes", b"sizes", "sizes_requested", b"sizes_requested", "status", b"status", "warmup_iters", b"warmup_iters", "world_size", b"world_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend", b"backend", "collective", b"collective", "created_at", b"created_at", "cuda_graph", b"cuda_graph", "dtype", b"dtype", "env", b"env", "finished_at", b"finished_at", "hung_ranks", b"hung_ranks", "iters", b"iters", "job_id", b"job_id", "message", b"message", "missing_ranks", b"missing_ranks", "nodes", b"nodes", "simulated", b"simulated", "sizes", b"sizes", "sizes_requested", b"sizes_requested", "status", b"status", "warmup_iters", b"warmup_iters", "world_size", b"world_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -642,6 +642,7 @@ class RunBenchmark(_message.Message):
     BOTH_PLACEMENTS_FIELD_NUMBER: _builtins.int
     SIM_FIELD_NUMBER: _builtins.int
     TUNER_TABLE_FIELD_NUMBER: _builtins.int
+    CUDA_GRAPH_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     collective: Global___Collective.ValueType
     dtype: _builtins.str
@@ -662,6 +663,11 @@ class RunBenchmark(_message.Message):
     """A candidate table for topo-tune's tuner plugin (nccl_tuner.conf's CSV columns), identical for every
     rank. The agent stages it in its own directory and sets NCCL_TUNER_PLUGIN / NCCL_TUNER_CONFIG_FILE
     itself (env must then set neither); the sim backend applies it per size. Empty: no table.
+    """
+    cuda_graph: _builtins.bool
+    """Time every size as one CUDA graph of `iters` calls, like nccl-tests -G: one CPU launch per replay, so
+    sizes the GPUs finish faster than the CPU can issue eager calls are timed at the GPUs' speed. GPU
+    backends only (nccl; the sim backend has no launch cost to remove); gloo rejects it.
     """
     @_builtins.property
     def sizes(self) -> Global___SizeSweep: ...
@@ -696,10 +702,11 @@ class RunBenchmark(_message.Message):
         both_placements: _builtins.bool = ...,
         sim: Global___SimContext | None = ...,
         tuner_table: _builtins.str = ...,
+        cuda_graph: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["sim", b"sim", "sizes", b"sizes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["both_placements", b"both_placements", "check", b"check", "collective", b"collective", "dtype", b"dtype", "env", b"env", "in_place", b"in_place", "iters", b"iters", "job_id", b"job_id", "ranks", b"ranks", "rendezvous_host", b"rendezvous_host", "rendezvous_port", b"rendezvous_port", "sim", b"sim", "sizes", b"sizes", "tuner_table", b"tuner_table", "warmup_iters", b"warmup_iters", "world_size", b"world_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["both_placements", b"both_placements", "check", b"check", "collective", b"collective", "cuda_graph", b"cuda_graph", "dtype", b"dtype", "env", b"env", "in_place", b"in_place", "iters", b"iters", "job_id", b"job_id", "ranks", b"ranks", "rendezvous_host", b"rendezvous_host", "rendezvous_port", b"rendezvous_port", "sim", b"sim", "sizes", b"sizes", "tuner_table", b"tuner_table", "warmup_iters", b"warmup_iters", "world_size", b"world_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -109,6 +109,8 @@ class BenchmarkExecutor:
             return self._result(agent_pb2.COMMAND_STATUS_REJECTED, f"backend {backend} is not run by this executor")
         try:
             spec = build()
+            if spec.cuda_graph and launcher is self._launchers.get("gloo"):
+                raise ValueError("cuda_graph: CUDA graphs need the nccl backend; this node runs gloo")
             if spec.tuner_table:
                 if self._tuner_plugin is None:
                     raise ValueError("tuner_table: this agent runs no tuner plugin")

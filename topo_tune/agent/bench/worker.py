@@ -10,7 +10,8 @@ Started by ``launcher`` in its own session with exactly the job's environment. I
    iteration, like nccl-tests' ``time``) and the per-iteration samples (p50/p99/CV), then the
    data check; the timed loop is timed with CUDA events on GPUs and ``perf_counter`` on CPUs.
    On GPUs the per-iteration samples come from a second loop with an event after every call,
-   so that the events' launch cost never inflates the reported mean;
+   so that the events' launch cost never inflates the reported mean. A ``cuda_graph`` job times
+   both as CUDA graphs instead (nccl-tests ``-G``, see ``_graph_loop``);
 4. writes its result atomically and reports ``finished``.
 
 Exit codes: 0 finished, 3 bad configuration, 4 a benchmark error (message on stderr and in the
@@ -21,6 +22,7 @@ Non-goals: deadlines and killing (the launcher owns them), protobuf (results are
 
 from __future__ import annotations
 
+import ctypes
 import datetime
 import hashlib
 import itertools
@@ -141,6 +143,48 @@ def _cuda_samples(op: Callable[[], None], iters: int) -> list[float]:
     return [a.elapsed_time(b) / 1e3 for a, b in itertools.pairwise(events)]
 
 
+def _graph_loop(op: Callable[[], None], iters: int, device: torch.device) -> tuple[float, list[float]]:
+    """nccl-tests ``-G``: ``iters`` calls captured in one CUDA graph, timed as one replay.
+
+    The mean comes from a graph of the calls alone; the per-call samples from a second graph with
+    an event after every call, so that the events never inflate the mean. Replaying a graph costs
+    the CPU one launch, so a size the GPUs finish faster than Python can issue calls is timed at
+    the GPUs' speed (eager timing measures the CPU there).
+
+    One graph at a time, each destroyed before any other NCCL call: eager collectives issued while
+    a graph holding NCCL work is alive hung on the H200 record, and a second live graph slowed
+    every replayed call by about 2 us.
+    """
+    stream = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
+    start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    graph = torch.cuda.CUDAGraph()
+    # thread_local: the process group's watchdog thread may query older events while we capture.
+    with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+        for _ in range(iters):
+            op()
+    with torch.cuda.stream(stream):
+        graph.replay()  # the first replay uploads the graph; time the second
+        start.record()
+        graph.replay()
+        end.record()
+    torch.cuda.synchronize(device)
+    del graph
+    events = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(iters + 1)]  # type: ignore[no-untyped-call]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+        events[0].record()
+        for event in events[1:]:
+            op()
+            event.record()
+    with torch.cuda.stream(stream):
+        graph.replay()
+    torch.cuda.synchronize(device)
+    del graph
+    samples = [a.elapsed_time(b) / 1e3 for a, b in itertools.pairwise(events)]
+    return start.elapsed_time(end) / 1e3 / iters, samples
+
+
 def _measure(
     spec: BenchmarkSpec, *, size: int, in_place: bool, rank: int, device: torch.device, corrupt: bool
 ) -> SizeMeasurement:
@@ -155,9 +199,12 @@ def _measure(
     op()
     if cuda:
         torch.cuda.synchronize(device)
-    seconds, samples = _timed_loop(op, spec.iters, cuda=cuda)
-    if cuda:
-        samples = _cuda_samples(op, spec.iters)
+    if spec.cuda_graph:
+        seconds, samples = _graph_loop(op, spec.iters, device)
+    else:
+        seconds, samples = _timed_loop(op, spec.iters, cuda=cuda)
+        if cuda:
+            samples = _cuda_samples(op, spec.iters)
     stats = IterationStats.from_samples([s * 1e6 for s in samples])
     wrong = 0
     if spec.check:
@@ -196,9 +243,27 @@ def _placements(spec: BenchmarkSpec) -> tuple[bool, ...]:
     return (not spec.placements[0],)
 
 
+def process_environ() -> dict[str, str]:
+    """The C library's environment of this process, which is what NCCL reads.
+
+    NCCL copies the ``KEY=VALUE`` lines of ``NCCL_CONF_FILE`` (else ``~/.nccl.conf``) and
+    ``/etc/nccl.conf`` into the process environment with ``setenv`` when it initialises, for keys
+    not already set; ``os.environ`` is Python's snapshot from start-up and never sees them.
+    """
+    libc = ctypes.CDLL(None)
+    environ = ctypes.POINTER(ctypes.c_char_p).in_dll(libc, "environ")
+    out: dict[str, str] = {}
+    i = 0
+    while (entry := environ[i]) is not None:
+        key, _, value = entry.decode("utf-8", "replace").partition("=")
+        out[key] = value
+        i += 1
+    return out
+
+
 def _effective_env(spec: BenchmarkSpec, backend: str) -> dict[str, str]:
-    """The job's variables and any NCCL ones as this process saw them, plus versions and the tuner table's digest."""
-    env = {k: v for k, v in os.environ.items() if k in spec.env or k.startswith(("NCCL_", "TORCH_NCCL_"))}
+    """The job's variables and every NCCL one as NCCL saw them (nccl.conf included), versions, the table's digest."""
+    env = {k: v for k, v in process_environ().items() if k in spec.env or k.startswith(("NCCL_", "TORCH_NCCL_"))}
     env["topo_tune.backend"] = backend
     table = os.environ.get(TABLE_ENV)
     if table:
