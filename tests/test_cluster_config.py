@@ -30,6 +30,12 @@ def test_example_parses_into_frozen_objects() -> None:
         cluster.backend = "sim"  # type: ignore[misc]
 
 
+def test_a_spine_hashing_flows_over_paths_is_what_the_sim_models_as_ecmp() -> None:
+    assert loads_cluster_config(HEAD + "spine: {oversubscription: 3, paths: 4}\n").spine.ecmp_paths == 4  # type: ignore[union-attr]
+    adaptive = loads_cluster_config(HEAD + "spine: {paths: 4, hashing: adaptive}\n").spine
+    assert adaptive is not None and adaptive.ecmp_paths == 1, "adaptive routing loses nothing to hash collisions"
+
+
 def test_drift_and_retention_settings_take_durations() -> None:
     text = "controller:\n  drift: {interval: 12h, sampleNodes: 4, openStudy: true}\n  retention: {maxAge: 30d}\n"
     section = loads_cluster_config(HEAD + text).controller
@@ -66,6 +72,8 @@ def test_drift_and_retention_settings_take_durations() -> None:
         ("controller: {drift: {threshold: 1.5}}\n", "controller.drift.threshold: input should be less than 1"),
         ("controller: {retention: {maxAge: forever}}\n", "controller.retention.maxAge: expected a duration"),
         ("controller: {drift: {sampleNode: 2}}\n", "controller.drift.sampleNode: unknown key"),
+        ("spine: {paths: 0}\n", "spine.paths: input should be greater than or equal to 1"),
+        ("spine: {paths: 4, hashing: random}\n", "spine.hashing: input should be 'ecmp' or 'adaptive'"),
     ],
 )
 def test_bad_values_name_their_field(text: str, message: str) -> None:

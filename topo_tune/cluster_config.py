@@ -191,6 +191,19 @@ class SpineConfig(_Section):
 
     bandwidth_gbps: float | None = Field(default=None, gt=0, description="per-node bandwidth across the spine")
     oversubscription: float | None = Field(default=None, ge=1, description="e.g. 4 for a 4:1 spine")
+    paths: int = Field(
+        default=1, ge=1, le=1024, description="equal-cost paths between the racks (spine switches or uplinks)"
+    )
+    hashing: Literal["ecmp", "adaptive"] = Field(
+        default="ecmp",
+        description="how flows spread over the paths: ecmp hashes each flow onto one path, so flows collide "
+        "and leave paths idle; adaptive (adaptive routing, packet spraying) spreads them evenly",
+    )
+
+    @property
+    def ecmp_paths(self) -> int:
+        """Paths that lose throughput to hash collisions (the sim's ``Spine.ecmp_paths``; 1 = no such loss)."""
+        return self.paths if self.hashing == "ecmp" else 1
 
 
 class WorkloadConfig(_Section):

@@ -61,6 +61,7 @@ class EmbeddedCluster:
                 rack_of=self.cluster.rack_of(),
                 spine_oversubscription=spine.oversubscription if spine else None,
                 spine_bandwidth_gbps=spine.bandwidth_gbps if spine else None,
+                spine_ecmp_paths=spine.ecmp_paths if spine else 1,
                 benchmark_result_grace_s=5.0,
                 shutdown_grace_s=1.0,
             )

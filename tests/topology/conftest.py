@@ -13,7 +13,7 @@ from topo_tune.agent.discovery.snapshot import load_snapshot, materialize
 from topo_tune.v1 import topology_pb2
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "topology"
-MACHINES = ("h200-vm", "h200-x2-vm", "hgx-h100-8nic", "pcie-2socket-8gpu")
+MACHINES = ("h200-vm", "h200-x2-vm", "hgx-h100-8nic", "pcie-2socket-8gpu", "dual-port-hca")
 
 
 def replay(name: str, root: Path) -> tuple[topology_pb2.NodeTopology, ReplayNvml]:

@@ -86,3 +86,10 @@ def test_ring_orders_nodes_from_a_pair_file(tmp_path: Path) -> None:
     path.write_text(json.dumps({"nodes": nodes, "bandwidth_gbps": bw}))
     asym = CliRunner().invoke(cli, ["topology", "ring", str(path)])
     assert asym.exit_code == 2 and "bandwidth[0][1]" in asym.output
+
+
+def test_show_writes_a_read_file_back_as_nccl_xml() -> None:
+    path = FIXTURES / "h200-x2-vm" / "nccl-topo-dump.xml"
+    result = CliRunner().invoke(cli, ["topology", "show", "--nccl-xml", str(path), "--output", "nccl-xml"])
+    assert result.exit_code == 0, result.output
+    assert result.output == path.read_text()

@@ -103,9 +103,10 @@ def test_every_fixture_answers_every_question_discovery_asks(tmp_path: Path) -> 
         assert nvml.missing == [], name
 
 
-def test_recording_then_replaying_gives_the_same_topology(tmp_path: Path) -> None:
-    source = ReplayNvml.load(FIXTURES / "pcie-2socket-8gpu" / "nvml.json")
-    root = materialize(load_snapshot(FIXTURES / "pcie-2socket-8gpu" / "sysfs.json"), tmp_path / "a")
+@pytest.mark.parametrize("name", ["pcie-2socket-8gpu", "dual-port-hca"])
+def test_recording_then_replaying_gives_the_same_topology(tmp_path: Path, name: str) -> None:
+    source = ReplayNvml.load(FIXTURES / name / "nvml.json")
+    root = materialize(load_snapshot(FIXTURES / name / "sysfs.json"), tmp_path / "a")
     recorder = RecordingNvml(source)
     first = discover(nvml=recorder, sysfs_root=root, hostname="n", nccl_version=lambda: None)  # type: ignore[arg-type]
     recorder.save(tmp_path / "nvml.json")

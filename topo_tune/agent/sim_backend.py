@@ -58,9 +58,12 @@ def run_simulated(
     if not run.HasField("sim") or not run.sim.nodes:
         return refused("a sim job needs the simulated cluster (RunBenchmark.sim)")
     order = list(dict.fromkeys(slot.node_name for slot in spec.ranks))
-    spine = (
-        Spine(oversubscription=run.sim.spine_oversubscription) if run.sim.HasField("spine_oversubscription") else None
-    )
+    spine = None
+    if run.sim.HasField("spine_oversubscription") or run.sim.HasField("spine_ecmp_paths"):
+        spine = Spine(
+            oversubscription=run.sim.spine_oversubscription if run.sim.HasField("spine_oversubscription") else 1.0,
+            ecmp_paths=run.sim.spine_ecmp_paths if run.sim.HasField("spine_ecmp_paths") else 1,
+        )
     try:
         cluster = cluster_from_topologies(list(run.sim.nodes), racks=dict(run.sim.rack_of), spine=spine)
         result = simulate_with_table(

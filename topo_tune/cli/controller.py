@@ -195,6 +195,7 @@ def serve(
         rack_of=cluster.rack_of(),
         spine_oversubscription=cluster.spine.oversubscription if cluster.spine else None,
         spine_bandwidth_gbps=cluster.spine.bandwidth_gbps if cluster.spine else None,
+        spine_ecmp_paths=cluster.spine.ecmp_paths if cluster.spine else 1,
         drift=_drift_settings(
             section.drift,
             interval=drift_interval,

@@ -17,7 +17,7 @@ from topo_tune.topology.cluster import node_to_dict
 from topo_tune.topology.distance import PairMatrix
 from topo_tune.topology.fingerprint import topology_fingerprint
 from topo_tune.topology.matrix import render_node_matrix
-from topo_tune.topology.nccl_xml import read_nccl_topology, vm_topology_file
+from topo_tune.topology.nccl_xml import nccl_topology_xml, read_nccl_topology, vm_topology_file
 from topo_tune.tuner.rank_map import HostfileFlavour, plan_rank_map
 
 
@@ -35,10 +35,10 @@ def topology() -> None:
 )
 @click.option(
     "--output",
-    type=click.Choice(["table", "json"]),
+    type=click.Choice(["table", "json", "nccl-xml"]),
     default="table",
     show_default=True,
-    help="json: the full NodeTopology.",
+    help="json: the full NodeTopology; nccl-xml: the node as an NCCL topology file (a port per <net>).",
 )
 def show(nccl_xml: Path | None, output: str) -> None:
     """Print this node's topology like `nvidia-smi topo -m`, with the unknowns."""
@@ -50,6 +50,9 @@ def show(nccl_xml: Path | None, output: str) -> None:
         topo = read_nccl_topology(text, source=nccl_xml.name)
     else:
         topo = discover()
+    if output == "nccl-xml":
+        click.echo(nccl_topology_xml(topo), nl=False)
+        return
     fingerprint = topology_fingerprint(topo)
     if output == "json":
         click.echo(json.dumps({"fingerprint": fingerprint, "topology": node_to_dict(topo)}, indent=2))

@@ -61,6 +61,7 @@ class JobSettings:
     port_range: tuple[int, int] = (20000, 29999)
     """Rendezvous ports are drawn from here (rank 0 binds it on its node)."""
     spine_oversubscription: float | None = None
+    spine_ecmp_paths: int = 1
 
 
 @dataclass
@@ -191,6 +192,8 @@ class BenchmarkJobs:
             run.sim.rack_of.update({v.name: v.rack or "default" for v in views})
             if self.settings.spine_oversubscription is not None:
                 run.sim.spine_oversubscription = self.settings.spine_oversubscription
+            if self.settings.spine_ecmp_paths > 1:
+                run.sim.spine_ecmp_paths = self.settings.spine_ecmp_paths
             run.sim.seed = zlib.crc32(job_id.encode())
         return run, backend, list(request.nodes)
 

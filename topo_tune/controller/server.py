@@ -112,6 +112,7 @@ class Controller:
             wall_clock=_wall_clock,
             settings=JobSettings(
                 spine_oversubscription=settings.spine_oversubscription,
+                spine_ecmp_paths=settings.spine_ecmp_paths,
                 result_grace_s=settings.benchmark_result_grace_s,
             ),
         )

@@ -37,6 +37,8 @@ class ControllerSettings:
     spine_oversubscription: float | None = None
     spine_bandwidth_gbps: float | None = None
     """The links between racks, from cluster.yaml's ``spine``; shown by ``admin topology``."""
+    spine_ecmp_paths: int = 1
+    """Spine paths flows are hashed over (cluster.yaml ``spine.paths`` with ``hashing: ecmp``); sim jobs model it."""
     benchmark_result_grace_s: float = 15.0
     """After a benchmark job's deadline, how long results already on their way may still arrive."""
     studies_dir: Path = Path("topo-tune-studies")

@@ -106,6 +106,10 @@ def render_node_matrix(topo: topology_pb2.NodeTopology) -> str:
         lines.append("NIC Legend:")
         lines.extend(f"  {key}: {name}" for key, name in m.nic_legend)
     lines.append("")
+    if topo.excluded_nics:
+        lines.append("Left out (NCCL would not use them):")
+        lines.extend(f"  - {nic.name}: {nic.reason}" for nic in topo.excluded_nics)
+        lines.append("")
     if topo.unknowns:
         lines.append("Unknown (discovery could not tell):")
         lines.extend(f"  - {item}" for item in topo.unknowns)

@@ -17,6 +17,7 @@ from xml.parsers import expat
 
 from topo_tune.errors import TopoTuneError
 from topo_tune.topology.cpulist import cpulist_from_hex_mask, hex_mask_from_cpulist
+from topo_tune.topology.nic_ports import Endpoint, device_ports, endpoint_name, folded_bus_id, nccl_ports
 from topo_tune.topology.pci import NCCL_PATH_PREFIX, PciPath, parse_pci_path, pcie_level
 from topo_tune.v1 import topology_pb2
 
@@ -207,9 +208,7 @@ class _Reader:
                 raise NcclXmlError("<gpu> outside a <pci> element", line=element.line, source=self.source)
             self.gpu_element(element, ctx, chain, pci)
         elif element.tag == "nic":
-            for net in element.children:
-                if net.tag == "net":
-                    self.nic_from_net(net, ctx, chain if pci is not None else (), pci)
+            self.nic_element(element, ctx, chain if pci is not None else (), pci)
         else:
             for child in element.children:
                 self.visit(child, ctx, chain, pci)
@@ -262,7 +261,31 @@ class _Reader:
             nic.numa_node = ctx.numa
         self.topo.nics.append(nic)
 
-    def nic_from_net(self, net: XmlNode, ctx: _Cpu, path: tuple[str, ...], pci: XmlNode | None) -> None:
+    def nic_element(self, element: XmlNode, ctx: _Cpu, path: tuple[str, ...], pci: XmlNode | None) -> None:
+        """The `<net>`s of one `<nic>`: NCCL puts every port of a PCI device (the functions of a dual-port card
+        folded onto function 0) in one `<nic>`, numbering ``port`` as the device's own port plus the count of
+        endpoints listed before it there (net_ib's "realPort"); undo that to get the device's port back."""
+        nets = sorted(
+            (n for n in element.children if n.tag == "net"),
+            key=lambda n: _int_or(attr(n, "dev"), default=0),
+        )
+        nics = [self.nic_from_net(net, ctx, path, pci) for net in nets]
+        rdma = [
+            (net, nic)
+            for net, nic in zip(nets, nics, strict=True)
+            if nic.link_layer in (topology_pb2.NIC_LINK_LAYER_INFINIBAND, topology_pb2.NIC_LINK_LAYER_ROCE)
+        ]
+        per_device = Counter(nic.device for _, nic in rdma)
+        numbers = device_ports([_int_or(attr(net, "port"), default=0) for net, _ in rdma])
+        for number, (_, nic) in zip(numbers, rdma, strict=True):
+            if number > 0:
+                nic.port = number
+            nic.name = endpoint_name(
+                nic.device, nic.port if nic.HasField("port") else None, active_ports=per_device[nic.device]
+            )
+        self.topo.nics.extend(nics)
+
+    def nic_from_net(self, net: XmlNode, ctx: _Cpu, path: tuple[str, ...], pci: XmlNode | None) -> topology_pb2.Nic:
         nic = topology_pb2.Nic(name=attr(net, "name") or f"net{attr(net, 'dev')}")
         if pci is not None:
             nic.pci_bus_id = (attr(pci, "busid") or "").lower()
@@ -270,12 +293,17 @@ class _Reader:
             cls = (attr(pci, "class") or "").lower()
             if cls.startswith(_IB_CLASS):
                 nic.link_layer = topology_pb2.NIC_LINK_LAYER_INFINIBAND
-            elif cls.startswith(_ETH_CLASS) and attr(net, "guid") not in (None, "0x0", "0"):
-                # An Ethernet controller that NCCL's IB transport drives (it has a port GUID): RoCE.
+            elif cls.startswith(_ETH_CLASS) and (
+                attr(net, "guid") not in (None, "0x0", "0") or _int_or(attr(net, "port"), default=0) > 0
+            ):
+                # An Ethernet controller that NCCL's IB transport drives: it has a GUID, or a port numbered from 1
+                # (NCCL's socket transport writes guid 0 and port 0): RoCE.
                 nic.link_layer = topology_pb2.NIC_LINK_LAYER_ROCE
         if nic.link_layer == topology_pb2.NIC_LINK_LAYER_UNSPECIFIED and attr(net, "guid") in ("0x0", "0"):
             # NCCL's socket transport reports guid 0: a plain Ethernet interface without RDMA.
             nic.link_layer = topology_pb2.NIC_LINK_LAYER_ETHERNET
+        if nic.link_layer in (topology_pb2.NIC_LINK_LAYER_INFINIBAND, topology_pb2.NIC_LINK_LAYER_ROCE):
+            nic.device = nic.name
         speed = attr(net, "speed")
         if speed and speed.isdigit() and int(speed) > 0:
             nic.rate_gbps = int(speed) / 1000.0
@@ -284,7 +312,14 @@ class _Reader:
             nic.gdr = gdr == "1"
         if ctx.numa >= 0:
             nic.numa_node = ctx.numa
-        self.topo.nics.append(nic)
+        return nic
+
+
+def _int_or(text: str | None, *, default: int) -> int:
+    try:
+        return int(text, 0) if text is not None else default
+    except ValueError:
+        return default
 
 
 def read_nccl_topology(text: str, *, source: str = "<nccl-xml>") -> topology_pb2.NodeTopology:
@@ -360,7 +395,11 @@ def _xml_unknowns(topo: topology_pb2.NodeTopology) -> list[str]:
 
 
 def host_pci_tree(host: topology_pb2.NodeTopology) -> Element:
-    """The host's tree: its captured NCCL dump when there is one, else one built from discovered PCI paths."""
+    """The host's tree: its captured NCCL dump when there is one, else one built from discovered PCI paths.
+
+    A built tree places each RDMA endpoint as NCCL does: a `<nic>` under the PCI device NCCL folds the card's
+    functions onto, with one `<net name= dev= speed= port= gdr=>` per active port (`topo_tune.topology.nic_ports`).
+    """
     if host.nccl_topology.tag:
         return host.nccl_topology
     system = Element(tag="system")
@@ -374,11 +413,19 @@ def host_pci_tree(host: topology_pb2.NodeTopology) -> Element:
             by_numa.setdefault(numa, []).append((path, "0x030200", _speed(gpu)))
             if gpu.cpu_affinity:
                 affinity.setdefault(numa, gpu.cpu_affinity)
+    nets: dict[str, list[tuple[int, topology_pb2.Nic, int]]] = {}
+    numbering = nccl_ports(
+        [Endpoint(name=n.name, bus_id=n.pci_bus_id, port=n.port) for n in host.nics if n.device and n.HasField("port")]
+    )
     for nic in host.nics:
         path = parse_pci_path(nic.pci_path)
         if path is not None and path.root.startswith("pci"):
             numa = nic.numa_node if nic.HasField("numa_node") else -1
             cls = "0x020700" if nic.link_layer == topology_pb2.NIC_LINK_LAYER_INFINIBAND else "0x020000"
+            if nic.name in numbering:
+                path = PciPath(root=path.root, chain=(*path.chain[:-1], folded_bus_id(path.device)))
+                place = numbering[nic.name]
+                nets.setdefault(path.device, []).append((place.dev, nic, place.port))
             by_numa.setdefault(numa, []).append((path, cls, ""))
     for numa in sorted(by_numa):
         cpu = system.children.add(tag="cpu")
@@ -396,8 +443,28 @@ def host_pci_tree(host: topology_pb2.NodeTopology) -> Element:
                     found.attributes.add(name="class", value=cls if last else _BRIDGE_CLASS)
                     if speed:
                         found.attributes.add(name="link_speed", value=speed)
+                    if last and busid in nets:
+                        _add_nets(found.children.add(tag="nic"), sorted(nets[busid], key=lambda item: item[0]))
                 parent = found
     return system
+
+
+def _add_nets(nic_element: Element, nets: list[tuple[int, topology_pb2.Nic, int]]) -> None:
+    for dev, nic, port in nets:
+        net = nic_element.children.add(tag="net")
+        net.attributes.add(name="name", value=nic.device)
+        net.attributes.add(name="dev", value=str(dev))
+        if nic.HasField("rate_gbps"):
+            # NCCL's speed is in Mb/s.
+            net.attributes.add(name="speed", value=str(round(nic.rate_gbps * 1000)))
+        net.attributes.add(name="port", value=str(port))
+        if nic.HasField("gdr"):
+            net.attributes.add(name="gdr", value="1" if nic.gdr else "0")
+
+
+def nccl_topology_xml(topo: topology_pb2.NodeTopology) -> str:
+    """The node as an NCCL topology file: its captured dump, else the tree `host_pci_tree` builds."""
+    return render_xml(host_pci_tree(topo))
 
 
 def _speed(gpu: topology_pb2.Gpu) -> str:
@@ -461,6 +528,7 @@ __all__ = [
     "NcclXmlError",
     "XmlNode",
     "host_pci_tree",
+    "nccl_topology_xml",
     "parse_xml",
     "read_nccl_topology",
     "render_xml",

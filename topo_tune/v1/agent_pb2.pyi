@@ -744,8 +744,11 @@ class SimContext(_message.Message):
     RACK_OF_FIELD_NUMBER: _builtins.int
     SPINE_OVERSUBSCRIPTION_FIELD_NUMBER: _builtins.int
     SEED_FIELD_NUMBER: _builtins.int
+    SPINE_ECMP_PATHS_FIELD_NUMBER: _builtins.int
     spine_oversubscription: _builtins.float
     seed: _builtins.int
+    spine_ecmp_paths: _builtins.int
+    """equal-cost spine paths flows are hashed over (absent: no hashing loss)"""
     @_builtins.property
     def nodes(self) -> _containers.RepeatedCompositeFieldContainer[_topology_pb2.NodeTopology]: ...
     @_builtins.property
@@ -757,13 +760,19 @@ class SimContext(_message.Message):
         rack_of: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         spine_oversubscription: _builtins.float | None = ...,
         seed: _builtins.int = ...,
+        spine_ecmp_paths: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_spine_oversubscription", b"_spine_oversubscription", "spine_oversubscription", b"spine_oversubscription"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_spine_ecmp_paths", b"_spine_ecmp_paths", "_spine_oversubscription", b"_spine_oversubscription", "spine_ecmp_paths", b"spine_ecmp_paths", "spine_oversubscription", b"spine_oversubscription"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_spine_oversubscription", b"_spine_oversubscription", "nodes", b"nodes", "rack_of", b"rack_of", "seed", b"seed", "spine_oversubscription", b"spine_oversubscription"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_spine_ecmp_paths", b"_spine_ecmp_paths", "_spine_oversubscription", b"_spine_oversubscription", "nodes", b"nodes", "rack_of", b"rack_of", "seed", b"seed", "spine_ecmp_paths", b"spine_ecmp_paths", "spine_oversubscription", b"spine_oversubscription"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__spine_ecmp_paths: _TypeAlias = _typing.Literal["spine_ecmp_paths"]  # noqa: Y015
+    _WhichOneofArgType__spine_ecmp_paths: _TypeAlias = _typing.Literal["_spine_ecmp_paths", b"_spine_ecmp_paths"]  # noqa: Y015
     _WhichOneofReturnType__spine_oversubscription: _TypeAlias = _typing.Literal["spine_oversubscription"]  # noqa: Y015
     _WhichOneofArgType__spine_oversubscription: _TypeAlias = _typing.Literal["_spine_oversubscription", b"_spine_oversubscription"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__spine_ecmp_paths) -> _WhichOneofReturnType__spine_ecmp_paths | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__spine_oversubscription) -> _WhichOneofReturnType__spine_oversubscription | None: ...
 
 Global___SimContext: _TypeAlias = SimContext  # noqa: Y015

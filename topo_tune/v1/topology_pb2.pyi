@@ -244,6 +244,10 @@ Global___GpuLink: _TypeAlias = GpuLink  # noqa: Y015
 
 @_typing.final
 class Nic(_message.Message):
+    """One network endpoint as NCCL uses it: for RDMA devices, one ACTIVE port of an HCA (NCCL lists each active
+    port as its own net device, "[0]mlx5_0:1 [1]mlx5_0:2"); otherwise one netdev.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
@@ -256,8 +260,12 @@ class Nic(_message.Message):
     GDR_FIELD_NUMBER: _builtins.int
     NETDEVS_FIELD_NUMBER: _builtins.int
     PCI_BUS_ID_FIELD_NUMBER: _builtins.int
+    DEVICE_FIELD_NUMBER: _builtins.int
+    PORT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
-    """"mlx5_0" for RDMA devices, the netdev name otherwise"""
+    """Unique within the node: the RDMA device ("mlx5_0") when it has one active port, "mlx5_0:2" (NCCL_IB_HCA's
+    spelling) when several of its ports are active; the netdev name for plain Ethernet.
+    """
     link_layer: Global___NicLinkLayer.ValueType
     port_state: _builtins.str
     """"ACTIVE", "DOWN", "up"; empty = unknown"""
@@ -271,6 +279,10 @@ class Nic(_message.Message):
     gdr: _builtins.bool
     """GPUDirect RDMA usable (nvidia_peermem / dma-buf)"""
     pci_bus_id: _builtins.str
+    device: _builtins.str
+    """the RDMA device ("mlx5_0"); empty for a plain netdev"""
+    port: _builtins.int
+    """the device's port number as sysfs and ibverbs count it (from 1)"""
     @_builtins.property
     def gid_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """"RoCE v2", "IB/RoCE v1" """
@@ -292,15 +304,19 @@ class Nic(_message.Message):
         gdr: _builtins.bool | None = ...,
         netdevs: _abc.Iterable[_builtins.str] | None = ...,
         pci_bus_id: _builtins.str = ...,
+        device: _builtins.str = ...,
+        port: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_gdr", b"_gdr", "_numa_node", b"_numa_node", "_rate_gbps", b"_rate_gbps", "gdr", b"gdr", "numa_node", b"numa_node", "rate_gbps", b"rate_gbps"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_gdr", b"_gdr", "_numa_node", b"_numa_node", "_port", b"_port", "_rate_gbps", b"_rate_gbps", "gdr", b"gdr", "numa_node", b"numa_node", "port", b"port", "rate_gbps", b"rate_gbps"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gdr", b"_gdr", "_numa_node", b"_numa_node", "_rate_gbps", b"_rate_gbps", "gdr", b"gdr", "gid_types", b"gid_types", "link_layer", b"link_layer", "name", b"name", "netdevs", b"netdevs", "numa_node", b"numa_node", "pci_bus_id", b"pci_bus_id", "pci_path", b"pci_path", "port_state", b"port_state", "rate_gbps", b"rate_gbps"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gdr", b"_gdr", "_numa_node", b"_numa_node", "_port", b"_port", "_rate_gbps", b"_rate_gbps", "device", b"device", "gdr", b"gdr", "gid_types", b"gid_types", "link_layer", b"link_layer", "name", b"name", "netdevs", b"netdevs", "numa_node", b"numa_node", "pci_bus_id", b"pci_bus_id", "pci_path", b"pci_path", "port", b"port", "port_state", b"port_state", "rate_gbps", b"rate_gbps"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__gdr: _TypeAlias = _typing.Literal["gdr"]  # noqa: Y015
     _WhichOneofArgType__gdr: _TypeAlias = _typing.Literal["_gdr", b"_gdr"]  # noqa: Y015
     _WhichOneofReturnType__numa_node: _TypeAlias = _typing.Literal["numa_node"]  # noqa: Y015
     _WhichOneofArgType__numa_node: _TypeAlias = _typing.Literal["_numa_node", b"_numa_node"]  # noqa: Y015
+    _WhichOneofReturnType__port: _TypeAlias = _typing.Literal["port"]  # noqa: Y015
+    _WhichOneofArgType__port: _TypeAlias = _typing.Literal["_port", b"_port"]  # noqa: Y015
     _WhichOneofReturnType__rate_gbps: _TypeAlias = _typing.Literal["rate_gbps"]  # noqa: Y015
     _WhichOneofArgType__rate_gbps: _TypeAlias = _typing.Literal["_rate_gbps", b"_rate_gbps"]  # noqa: Y015
     @_typing.overload
@@ -308,9 +324,38 @@ class Nic(_message.Message):
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__numa_node) -> _WhichOneofReturnType__numa_node | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__port) -> _WhichOneofReturnType__port | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__rate_gbps) -> _WhichOneofReturnType__rate_gbps | None: ...
 
 Global___Nic: _TypeAlias = Nic  # noqa: Y015
+
+@_typing.final
+class ExcludedNic(_message.Message):
+    """A network endpoint discovery found but left out of `nics`, and why (e.g. an HCA port that is not ACTIVE,
+    which NCCL never uses).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """"mlx5_0:2" """
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExcludedNic: _TypeAlias = ExcludedNic  # noqa: Y015
 
 @_typing.final
 class NicAffinity(_message.Message):
@@ -390,6 +435,7 @@ class NodeTopology(_message.Message):
     CPU_MODEL_FIELD_NUMBER: _builtins.int
     NCCL_TOPOLOGY_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
+    EXCLUDED_NICS_FIELD_NUMBER: _builtins.int
     hostname: _builtins.str
     cpu_count: _builtins.int
     memory_bytes: _builtins.int
@@ -418,6 +464,8 @@ class NodeTopology(_message.Message):
         element for element so it can be written back without loss. Absent = not captured.
         """
 
+    @_builtins.property
+    def excluded_nics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExcludedNic]: ...
     def __init__(
         self,
         *,
@@ -435,10 +483,11 @@ class NodeTopology(_message.Message):
         cpu_model: _builtins.str = ...,
         nccl_topology: Global___NcclXmlElement | None = ...,
         source: _builtins.str = ...,
+        excluded_nics: _abc.Iterable[Global___ExcludedNic] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_numa_node_count", b"_numa_node_count", "_virtualized", b"_virtualized", "nccl_topology", b"nccl_topology", "numa_node_count", b"numa_node_count", "versions", b"versions", "virtualized", b"virtualized"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_numa_node_count", b"_numa_node_count", "_virtualized", b"_virtualized", "cpu_count", b"cpu_count", "cpu_model", b"cpu_model", "gpu_links", b"gpu_links", "gpus", b"gpus", "hostname", b"hostname", "memory_bytes", b"memory_bytes", "nccl_topology", b"nccl_topology", "nic_affinities", b"nic_affinities", "nics", b"nics", "numa_node_count", b"numa_node_count", "source", b"source", "unknowns", b"unknowns", "versions", b"versions", "virtualized", b"virtualized"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_numa_node_count", b"_numa_node_count", "_virtualized", b"_virtualized", "cpu_count", b"cpu_count", "cpu_model", b"cpu_model", "excluded_nics", b"excluded_nics", "gpu_links", b"gpu_links", "gpus", b"gpus", "hostname", b"hostname", "memory_bytes", b"memory_bytes", "nccl_topology", b"nccl_topology", "nic_affinities", b"nic_affinities", "nics", b"nics", "numa_node_count", b"numa_node_count", "source", b"source", "unknowns", b"unknowns", "versions", b"versions", "virtualized", b"virtualized"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__numa_node_count: _TypeAlias = _typing.Literal["numa_node_count"]  # noqa: Y015
     _WhichOneofArgType__numa_node_count: _TypeAlias = _typing.Literal["_numa_node_count", b"_numa_node_count"]  # noqa: Y015

@@ -34,6 +34,7 @@ from topo_tune.agent.discovery.nvml import (
 from topo_tune.agent.discovery.sysfs import Sysfs, SysfsNic
 from topo_tune.topology.cpulist import CpuListError, cpulist_from_mask_words, parse_cpulist
 from topo_tune.topology.levels import kind_from_nvml_level
+from topo_tune.topology.nic_ports import endpoint_name
 from topo_tune.topology.pci import normalize_bus_id, parse_pci_path, pcie_level
 from topo_tune.v1 import topology_pb2
 
@@ -349,9 +350,9 @@ def _gpu_pairs(topo: topology_pb2.NodeTopology, nvml: NvmlApi, links: list[_GpuL
         unknowns.append("NVLink between " + ", ".join(unsure_pairs) + ": unknown; the matrix shows their PCIe level")
 
 
-def _to_nic(nic: SysfsNic, gdr_loaded: bool) -> topology_pb2.Nic:
+def _to_nic(nic: SysfsNic, gdr_loaded: bool, *, name: str) -> topology_pb2.Nic:
     out = topology_pb2.Nic(
-        name=nic.name,
+        name=name,
         port_state=nic.port_state,
         gid_types=list(nic.gid_types),
         pci_path=nic.pci_path,
@@ -362,6 +363,9 @@ def _to_nic(nic: SysfsNic, gdr_loaded: bool) -> topology_pb2.Nic:
         out.link_layer = topology_pb2.NIC_LINK_LAYER_ETHERNET
         out.gdr = False  # GPUDirect RDMA needs an RDMA device
     else:
+        out.device = nic.name
+        if nic.port is not None:
+            out.port = nic.port
         layer = nic.link_layer.lower()
         if layer == "infiniband":
             out.link_layer = topology_pb2.NIC_LINK_LAYER_INFINIBAND
@@ -376,22 +380,47 @@ def _to_nic(nic: SysfsNic, gdr_loaded: bool) -> topology_pb2.Nic:
     return out
 
 
+def _active_rdma_ports(topo: topology_pb2.NodeTopology, ports: list[SysfsNic]) -> list[SysfsNic]:
+    """The ports NCCL would open: it skips every port whose state is not ACTIVE (ibv_query_port); those are
+    recorded in ``excluded_nics`` with their state. A port whose state cannot be read is kept (unknown)."""
+    kept = []
+    for port in ports:
+        state = port.port_state.upper()
+        if state and state != "ACTIVE":
+            label = f"{port.name}:{port.port}" if port.port is not None else port.name
+            physical = f", physical state {port.phys_state}" if port.phys_state else ""
+            topo.excluded_nics.append(
+                topology_pb2.ExcludedNic(
+                    name=label, reason=f"port {port.port} is {port.port_state}{physical}; NCCL uses ACTIVE ports only"
+                )
+            )
+            continue
+        kept.append(port)
+    return kept
+
+
 def _discover_nics(topo: topology_pb2.NodeTopology, sysfs: Sysfs) -> None:
-    rdma = sysfs.rdma_nics()
+    ports = sysfs.rdma_ports()
+    rdma = _active_rdma_ports(topo, ports)
+    active = Counter(port.name for port in rdma)
     gdr_loaded = sysfs.gdr_driver_loaded()
-    covered = {dev for nic in rdma for dev in nic.netdevs}
+    # Netdevs of every RDMA device, down ports' included: they are the device's, not plain Ethernet NICs.
+    covered = {dev for nic in ports for dev in nic.netdevs}
     for nic in [*rdma, *sysfs.ethernet_nics(exclude=covered)]:
-        out = _to_nic(nic, gdr_loaded)
+        name = endpoint_name(nic.name, nic.port, active_ports=active[nic.name]) if nic.rdma else nic.name
+        out = _to_nic(nic, gdr_loaded, name=name)
         if nic.rdma and not gdr_loaded:
-            topo.unknowns.append(f"{nic.name} GPUDirect RDMA: nvidia_peermem not loaded, dma-buf not checked")
+            topo.unknowns.append(f"{name} GPUDirect RDMA: nvidia_peermem not loaded, dma-buf not checked")
+        if nic.rdma and not nic.port_state:
+            topo.unknowns.append(f"{name} port state: ports/*/state unreadable")
         if out.link_layer == topology_pb2.NIC_LINK_LAYER_UNSPECIFIED:
-            topo.unknowns.append(f"{nic.name} link layer: ports/*/link_layer unreadable")
+            topo.unknowns.append(f"{name} link layer: ports/*/link_layer unreadable")
         if not out.HasField("rate_gbps"):
-            topo.unknowns.append(f"{nic.name} rate: not reported")
+            topo.unknowns.append(f"{name} rate: not reported")
         if not out.pci_path:
-            topo.unknowns.append(f"{nic.name} PCI path: not a PCI device in sysfs")
+            topo.unknowns.append(f"{name} PCI path: not a PCI device in sysfs")
         elif not out.HasField("numa_node"):
-            topo.unknowns.append(f"{nic.name} NUMA node: sysfs says -1")
+            topo.unknowns.append(f"{name} NUMA node: sysfs says -1")
         topo.nics.append(out)
 
 

@@ -124,6 +124,8 @@ def take_snapshot(root: Path = Path("/")) -> dict[str, Any]:
         if device:
             for netdev in t.listdir(f"{device}/net"):
                 t.dirs.add(f"{device}/net/{netdev}")
+                # Which port a netdev serves, on devices with several.
+                t.file(f"{device}/net/{netdev}/dev_port")
         for port in t.listdir(f"{real}/ports"):
             pbase = f"{real}/ports/{port}"
             t.dirs.add(pbase)

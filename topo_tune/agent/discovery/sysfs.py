@@ -29,6 +29,9 @@ class SysfsNic:
     pci_bus_id: str
     numa_node: int | None
     netdevs: tuple[str, ...] = field(default_factory=tuple)
+    port: int | None = None  # RDMA port number (sysfs ports/<n>, as ibverbs counts: from 1)
+    ports_on_device: int = 0  # how many ports the RDMA device has in sysfs
+    phys_state: str = ""  # "LinkUp", "Polling", "Disabled": why a port is not ACTIVE
 
 
 class Sysfs:
@@ -105,37 +108,55 @@ class Sysfs:
         return None
 
     # --- NICs ----------------------------------------------------------------------------------------------
-    def rdma_nics(self) -> list[SysfsNic]:
-        nics = []
+    def rdma_ports(self) -> list[SysfsNic]:
+        """Every port of every RDMA device, active or not, in device then port order (deciding which count is
+        discovery's job). A device without a readable ports/ directory gives one entry with port None."""
+        out = []
         for hca in self.listdir("sys/class/infiniband"):
             base = f"sys/class/infiniband/{hca}"
-            ports = self.listdir(f"{base}/ports")
-            port = ports[0] if ports else ""
-            pbase = f"{base}/ports/{port}"
-            state = self.read(f"{pbase}/state") or ""
-            rate = self.read(f"{pbase}/rate")
-            gid_types: set[str] = set()
-            for gid in self.listdir(f"{pbase}/gid_attrs/types"):
-                value = self.read(f"{pbase}/gid_attrs/types/{gid}")
-                if value:
-                    gid_types.add(value)
             pci_path = self.realpath(f"{base}/device") or ""
             bus_id = os.path.basename(pci_path) if pci_path else ""
-            nics.append(
-                SysfsNic(
-                    name=hca,
-                    rdma=True,
-                    link_layer=self.read(f"{pbase}/link_layer") or "",
-                    port_state=state.split(":", 1)[-1].strip(),
-                    rate_gbps=_parse_ib_rate(rate),
-                    gid_types=tuple(sorted(gid_types)),
-                    pci_path=pci_path,
-                    pci_bus_id=bus_id,
-                    numa_node=self.pci_numa_node(bus_id) if bus_id else None,
-                    netdevs=tuple(self.listdir(f"{base}/device/net")),
+            numa = self.pci_numa_node(bus_id) if bus_id else None
+            netdevs = self._netdevs_by_port(f"{base}/device/net")
+            ports = sorted((p for p in self.listdir(f"{base}/ports") if p.isdigit()), key=int) or [""]
+            for port in ports:
+                pbase = f"{base}/ports/{port}"
+                state = self.read(f"{pbase}/state") or ""
+                phys = self.read(f"{pbase}/phys_state") or ""
+                gid_types: set[str] = set()
+                for gid in self.listdir(f"{pbase}/gid_attrs/types"):
+                    value = self.read(f"{pbase}/gid_attrs/types/{gid}")
+                    if value:
+                        gid_types.add(value)
+                number = int(port) if port else None
+                out.append(
+                    SysfsNic(
+                        name=hca,
+                        rdma=True,
+                        link_layer=self.read(f"{pbase}/link_layer") or "",
+                        # "4: ACTIVE" / "5: LinkUp": the kernel prefixes the ibverbs enum value.
+                        port_state=state.split(":", 1)[-1].strip(),
+                        rate_gbps=_parse_ib_rate(self.read(f"{pbase}/rate")),
+                        gid_types=tuple(sorted(gid_types)),
+                        pci_path=pci_path,
+                        pci_bus_id=bus_id,
+                        numa_node=numa,
+                        netdevs=tuple(name for name, on in netdevs if on is None or on == number),
+                        port=number,
+                        ports_on_device=len(ports) if port else 0,
+                        phys_state=phys.split(":", 1)[-1].strip(),
+                    )
                 )
-            )
-        return nics
+        return out
+
+    def _netdevs_by_port(self, rel: str) -> list[tuple[str, int | None]]:
+        """Netdevs of a device with the port each serves: ``dev_port`` counts from 0 (ibverbs from 1); None when
+        the kernel does not say, and then the netdev is listed with every port."""
+        out = []
+        for netdev in self.listdir(rel):
+            dev_port = self.read_int(f"{rel}/{netdev}/dev_port")
+            out.append((netdev, dev_port + 1 if dev_port is not None and dev_port >= 0 else None))
+        return out
 
     def ethernet_nics(self, *, exclude: set[str]) -> list[SysfsNic]:
         nics = []
