@@ -11,7 +11,10 @@ from topo_tune.cli.main import cli
 
 def all_commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     found = [prefix]
-    for name, command in group.commands.items():
+    context = click.Context(group)
+    for name in group.list_commands(context):
+        command = group.get_command(context, name)
+        assert command is not None, f"{' '.join((*prefix, name))} is listed but does not load"
         if isinstance(command, click.Group):
             found += all_commands(command, (*prefix, name))
         else:

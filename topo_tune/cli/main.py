@@ -1,6 +1,14 @@
-"""The ``topo-tune`` command: one group, one sub-command per job; errors become one line and exit 1."""
+"""The ``topo-tune`` command: one group, one sub-command per job; errors become one line and exit 1.
+
+The daemons' and ``init``'s modules are imported only when their command runs: they pull in the database
+layer, the tuner and SciPy (seconds of start-up on a busy machine), which ``topo-tune admin nodes`` and the
+agent never need. Not a plugin system: every command is named here.
+"""
 
 from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
 
 import click
 
@@ -12,18 +20,34 @@ from topo_tune.cli import logs
 from topo_tune.cli import probe as _probe  # noqa: F401 - registers `admin probe`
 from topo_tune.cli import study as _study  # noqa: F401 - registers `admin study`
 from topo_tune.cli.admin import admin
-from topo_tune.cli.agent import agent
-from topo_tune.cli.config import config
-from topo_tune.cli.controller import controller
-from topo_tune.cli.init import init
-from topo_tune.cli.job import env, exec_
-from topo_tune.cli.plugin import plugin
 from topo_tune.cli.rollout import rollout
-from topo_tune.cli.topology import topology
 from topo_tune.errors import TopoTuneError
+
+_LAZY_COMMANDS: Mapping[str, str] = {
+    "init": "topo_tune.cli.init:init",
+    "controller": "topo_tune.cli.controller:controller",
+    "agent": "topo_tune.cli.agent:agent",
+    "config": "topo_tune.cli.config:config",
+    "plugin": "topo_tune.cli.plugin:plugin",
+    "topology": "topo_tune.cli.topology:topology",
+    "env": "topo_tune.cli.job:env",
+    "exec": "topo_tune.cli.job:exec_",
+}
+"""Top-level command → ``module:attribute`` of its click command, imported on first use."""
 
 
 class _Group(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *_LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in _LAZY_COMMANDS:
+            module, attribute = _LAZY_COMMANDS[cmd_name].split(":")
+            command = getattr(importlib.import_module(module), attribute)
+            assert isinstance(command, click.Command) and command.name == cmd_name, _LAZY_COMMANDS[cmd_name]
+            self.add_command(command)
+        return super().get_command(ctx, cmd_name)
+
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
@@ -63,15 +87,7 @@ def cli(log_level: str, log_format: str) -> None:
     logs.configure(level=log_level, fmt=log_format)
 
 
-cli.add_command(init)
-cli.add_command(controller)
-cli.add_command(agent)
 cli.add_command(admin)
-cli.add_command(config)
-cli.add_command(plugin)
-cli.add_command(topology)
-cli.add_command(env)
-cli.add_command(exec_)
 admin.add_command(rollout)
 
 

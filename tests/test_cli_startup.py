@@ -1,0 +1,37 @@
+"""``topo-tune admin`` and the agent start without the controller's and tuner's libraries.
+
+Operators poll ``topo-tune admin`` in loops and every node runs an agent: each of them importing SciPy, the
+database layer and Optuna would cost seconds of CPU per call on a busy machine, for code they never run.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("scipy", "sqlalchemy", "optuna", "alembic", "torch", "matplotlib")
+
+
+@pytest.mark.parametrize(
+    ("argv", "runs"),
+    [
+        pytest.param(["admin", "nodes", "--help"], "topo_tune.client", id="admin"),
+        # What `agent run` imports once it runs.
+        pytest.param(["agent", "run", "--help"], "topo_tune.agent.daemon", id="agent"),
+        pytest.param(["exec", "--help"], "topo_tune.client", id="exec"),
+    ],
+)
+def test_the_command_loads_none_of_the_heavy_libraries(argv: list[str], runs: str) -> None:
+    code = (
+        "import sys\n"
+        "from topo_tune.cli.main import cli\n"
+        f"import {runs}\n"
+        f"cli.main({argv!r}, prog_name='topo-tune', standalone_mode=False)\n"
+        f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})\n"
+        "print(sorted({m.split('.')[0] for m in heavy}), file=sys.stderr)\n"
+        "sys.exit(1 if heavy else 0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 0, f"`topo-tune {' '.join(argv)}` loaded {done.stderr.strip()[-2000:]}"
