@@ -29,12 +29,12 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support.admin_shell import AdminShell
 from tests.support.processes import Daemon, cli_env
 from tests.support.waiting import wait_until
 
@@ -213,6 +213,7 @@ class NetnsCluster:
     agents: dict[str, Daemon] = field(default_factory=dict)
     _namespaces: list[str] = field(default_factory=list)
     _links: dict[frozenset[str], _Link] = field(default_factory=dict)
+    _admin_shell: AdminShell | None = None
 
     # -- naming and addresses -------------------------------------------------------------------------
 
@@ -437,16 +438,14 @@ class NetnsCluster:
         )
 
     def admin(self, command: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        """``topo-tune admin COMMAND`` from inside the controller's namespace, JSON output."""
-        argv = [sys.executable, "-m", "topo_tune", "admin", command, *args]
-        return subprocess.run(
-            self.exec_argv("controller", [*argv, "--controller", self.controller_address, "--output", "json"]),
-            env=cli_env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        """``topo-tune admin COMMAND`` from inside the controller's namespace, JSON output.
+
+        Run by one long-lived CLI process in that namespace (``tests/support/admin_shell.py``): scenarios
+        poll through here many times a second, and a process per call would take the daemons' CPU."""
+        if self._admin_shell is None:
+            self._admin_shell = AdminShell(self.exec_argv("controller", []), cli_env(), self.workdir / "admin.log")
+        argv = ["admin", command, *args, "--controller", self.controller_address, "--output", "json"]
+        return self._admin_shell.run(argv, timeout=timeout)
 
     def admin_json(self, command: str, *args: str, timeout: float = 60) -> object:
         done = self.admin(command, *args, timeout=timeout)
@@ -503,6 +502,8 @@ class NetnsCluster:
         for daemon in [*self.agents.values(), self.controller]:
             if daemon is not None:
                 daemon.kill()
+        if self._admin_shell is not None:
+            self._admin_shell.close()
         problems: list[str] = []
         for namespace in reversed(self._namespaces):
             # Benchmark workers and anything else a test started in the namespace, by pid.
