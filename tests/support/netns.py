@@ -392,6 +392,7 @@ class NetnsCluster:
         )
         self.controller = Daemon(
             [
+                "--log-format", "json",  # tests read the controller's own times of events from its log
                 "controller", "serve",
                 "--config", str(config),
                 "--listen", self.controller_address,

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
+from tests.support.admin_shell import AdminShell
 from tests.support.waiting import wait_until
 
 TOKEN = "test-token-0123456789"
@@ -82,6 +85,21 @@ class Daemon:
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
+    def logged_at(self, message: str, **fields: str) -> datetime | None:
+        """When the daemon (started with ``--log-format json``) last logged ``message`` with these fields:
+        its own clock, not the time a test that polls it got to see the effect."""
+        found = None
+        for line in self.output().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a line from outside logging (a crash's last words)
+            if not isinstance(record, dict) or record.get("message") != message:
+                continue
+            if all(str(record.get(key)) == value for key, value in fields.items()):
+                found = datetime.fromisoformat(str(record["time"]))
+        return found
+
 
 @dataclass
 class LocalCluster:
@@ -94,6 +112,7 @@ class LocalCluster:
     port: int = field(default_factory=free_port)
     controller: Daemon | None = None
     agents: dict[str, Daemon] = field(default_factory=dict)
+    _admin_shell: AdminShell | None = None
 
     @property
     def address(self) -> str:
@@ -102,6 +121,8 @@ class LocalCluster:
     def start_controller(self) -> Daemon:
         self.controller = Daemon(
             [
+                "--log-format",
+                "json",  # tests read the controller's own times of events from its log
                 "controller",
                 "serve",
                 "--listen",
@@ -140,10 +161,15 @@ class LocalCluster:
         return agent
 
     def admin(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``topo-tune admin ...`` against this cluster, run by one long-lived CLI process (tests poll it)."""
+        if self._admin_shell is None:
+            self._admin_shell = AdminShell([], cli_env(), self.workdir / "admin.log")
         command, *rest = args
-        return run_cli("admin", command, "--controller", self.address, *rest)
+        return self._admin_shell.run(["admin", command, "--controller", self.address, *rest], timeout=60)
 
     def stop(self) -> None:
         for daemon in [*self.agents.values(), self.controller]:
             if daemon is not None:
                 daemon.kill()
+        if self._admin_shell is not None:
+            self._admin_shell.close()
