@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
-import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,11 @@ def started(cluster: NetnsCluster, nodes: list[str], *args: str) -> str:
     job = bench(cluster, nodes, "--no-wait", *args)
     wait_until(lambda: cluster.sent_bytes(first, second) > before + 1_000_000, what="the ranks' traffic", interval=0.1)
     return str(job["job_id"])
+
+
+def moment(stamp: str) -> datetime:
+    """A timestamp of the admin JSON output (RFC 3339, as protobuf writes it)."""
+    return datetime.fromisoformat(stamp)
 
 
 def job_status(cluster: NetnsCluster, job_id: str) -> dict[str, Any]:
@@ -172,12 +177,14 @@ def test_a_cut_link_times_a_job_out_and_a_killed_agent_fails_one_job_and_one_tri
 
     # The link between the two ranks goes down while they exchange data: a clean timeout at the deadline.
     job_id = started(cluster, ["a", "b"], *job)
-    cut_at = time.monotonic()
     cluster.set_link("a", "b", up=False)
     ended_job = ended(cluster, job_id)
     assert ended_job["status"] == "BENCHMARK_JOB_STATUS_TIMED_OUT", ended_job
     assert ended_job["hung_ranks"], "the job names the ranks it killed"
-    assert time.monotonic() - cut_at < 10 + 15, "ended near its deadline"
+    # By the controller's clock (this test's polls lag on a loaded machine): the agents killed the hung ranks
+    # at the deadline and reported them, well before the controller's result grace (15 s) ran out.
+    took = (moment(ended_job["finished_at"]) - moment(ended_job["created_at"])).total_seconds()
+    assert 10 <= took < 10 + 10, f"ended {took:.1f} s after it was created, deadline 10 s"
     assert cluster.node_states() == {"a": "NODE_STATE_READY", "b": "NODE_STATE_READY"}
     assert all(agent.alive() for agent in cluster.agents.values())
     cluster.set_link("a", "b", up=True)
