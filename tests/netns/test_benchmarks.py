@@ -74,7 +74,7 @@ def ended(cluster: NetnsCluster, job_id: str) -> dict[str, Any]:
         lambda: (found := job_status(cluster, job_id))["status"] != RUNNING and found,
         what=f"job {job_id} to end",
         timeout=60,
-        interval=0.5,
+        interval=0.2,
     )
     return job
 
@@ -220,7 +220,7 @@ def test_a_cut_link_times_a_job_out_and_a_killed_agent_fails_one_job_and_one_tri
         lambda: (found := study_info(cluster, "st-kill"))["status"] != "STUDY_STATUS_RUNNING" and found,
         what="the study to end",
         timeout=240,
-        interval=1.0,
+        interval=0.2,
     )
     assert info["status"] == "STUDY_STATUS_SUCCEEDED", info
     trials = cluster.admin_json("study", "trials", "st-kill")
