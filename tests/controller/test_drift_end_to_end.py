@@ -78,9 +78,12 @@ async def test_drift_check_finds_the_version_as_fast_then_reports_a_slower_node(
         assert await async_wait_until(phase, timeout=60, what="completion") is RolloutPhase.COMPLETED
 
         async def on_version() -> bool:
-            return (await controller.registry.get("gpu1")).applied_config_version == NEUTRAL.id
+            # A drift check samples only idle nodes: the version reported by a node still busy applying it
+            # (on a loaded machine, its next heartbeat) would make the check skip.
+            view = await controller.registry.get("gpu1")
+            return view.applied_config_version == NEUTRAL.id and view.activity == "idle"
 
-        await async_wait_until(on_version, timeout=30, what="gpu1 to report the version")
+        await async_wait_until(on_version, timeout=30, what="gpu1 to report the version, idle")
         healthy = await controller.drift_check()
         assert healthy is not None and healthy.status == "ok", healthy
         assert healthy.simulated and "[simulated]" in healthy.message
