@@ -610,6 +610,7 @@ class BenchmarkJob(_message.Message):
     ITERS_FIELD_NUMBER: _builtins.int
     WARMUP_ITERS_FIELD_NUMBER: _builtins.int
     CUDA_GRAPH_FIELD_NUMBER: _builtins.int
+    TUNER_TABLE_SHA256_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     status: Global___BenchmarkJobStatus.ValueType
     message: _builtins.str
@@ -622,6 +623,8 @@ class BenchmarkJob(_message.Message):
     warmup_iters: _builtins.int
     cuda_graph: _builtins.bool
     """timed as CUDA graphs (nccl-tests -G)"""
+    tuner_table_sha256: _builtins.str
+    """SHA-256 (hex) of the candidate tuner table the ranks ran; empty: none"""
     @_builtins.property
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -662,10 +665,11 @@ class BenchmarkJob(_message.Message):
         iters: _builtins.int = ...,
         warmup_iters: _builtins.int = ...,
         cuda_graph: _builtins.bool = ...,
+        tuner_table_sha256: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "sizes_requested", b"sizes_requested"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend", b"backend", "collective", b"collective", "created_at", b"created_at", "cuda_graph", b"cuda_graph", "dtype", b"dtype", "env", b"env", "finished_at", b"finished_at", "hung_ranks", b"hung_ranks", "iters", b"iters", "job_id", b"job_id", "message", b"message", "missing_ranks", b"missing_ranks", "nodes", b"nodes", "simulated", b"simulated", "sizes", b"sizes", "sizes_requested", b"sizes_requested", "status", b"status", "warmup_iters", b"warmup_iters", "world_size", b"world_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend", b"backend", "collective", b"collective", "created_at", b"created_at", "cuda_graph", b"cuda_graph", "dtype", b"dtype", "env", b"env", "finished_at", b"finished_at", "hung_ranks", b"hung_ranks", "iters", b"iters", "job_id", b"job_id", "message", b"message", "missing_ranks", b"missing_ranks", "nodes", b"nodes", "simulated", b"simulated", "sizes", b"sizes", "sizes_requested", b"sizes_requested", "status", b"status", "tuner_table_sha256", b"tuner_table_sha256", "warmup_iters", b"warmup_iters", "world_size", b"world_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
