@@ -234,6 +234,12 @@ class SearchConfig(_Section):
     iters: int = Field(default=20, ge=1, le=10_000)
     warmup_iters: int = Field(default=5, ge=0, le=10_000)
     job_deadline: Duration = Field(default=600.0, description="deadline of each benchmark job")
+    tuner_table: bool = Field(
+        default=True,
+        description="after the search, measure a tuner-plugin table composed from the per-size winners, and ship "
+        "the plugin table the proof chose (nccl and sim backends; gloo never loads NCCL's plugin); false: "
+        "environment settings only, no table trial and no nccl_tuner.conf rows",
+    )
 
     @model_validator(mode="after")
     def _ladder(self) -> SearchConfig:
