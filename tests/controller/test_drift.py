@@ -8,6 +8,7 @@ sets. The real benchmark path (a sim agent measuring the staged version) is ``te
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -17,6 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.controller.rollout.fleet import V1, V2, Clock, ControllerParts, SimFleet, SimVerifier, racks
+from tests.support.waiting import async_wait_until
 from topo_tune.controller.db.models import EventRow
 from topo_tune.controller.drift import DriftChecker, DriftSettings
 from topo_tune.controller.metrics import ControllerMetrics
@@ -279,6 +281,37 @@ async def test_a_check_interrupted_by_a_restart_is_failed_at_start_up(world: Wor
     assert await world.checker().recover() == 1
     [failed] = await checker.list()
     assert failed.status == "failed" and "stopped during the check" in failed.message
+
+
+async def test_a_check_started_on_request_measures_in_the_background_one_at_a_time(world: World) -> None:
+    await world.complete()
+    checker = world.checker(repeats=2)
+    with pytest.raises(ValidationError, match=rf"config_version: {V2.id} is not the active version \({V1.id}\)"):
+        await checker.start(version=V2.id)
+    assert await checker.list() == [], "a refused request stores nothing"
+    release = asyncio.Event()
+    measure = world.jobs.run_job
+
+    async def held(
+        job_id: str, nodes: Sequence[str], version: str, *, measurement: GateMeasurement
+    ) -> admin_pb2.BenchmarkJob:
+        await release.wait()  # the benchmark takes its time; the request must not wait for it
+        return await measure(job_id, nodes, version, measurement=measurement)
+
+    world.jobs.run_job = held  # type: ignore[method-assign]
+    started = await checker.start(version=V1.id)
+    assert started.status == "running" and started.config_version == V1.id and len(started.job_ids) == 2
+    second = await checker.check()  # the periodic check meanwhile: the nodes are taken
+    assert second.status == "skipped" and f"drift check {started.check_id} is still running" in second.message
+    release.set()
+
+    async def finished() -> admin_pb2.DriftCheck | None:
+        check = await checker.get(started.check_id)
+        return check if check.status != "running" else None
+
+    done = await async_wait_until(finished, timeout=10, what="the requested check")
+    assert done.status == "ok" and done.measured_busbw_gbps == pytest.approx(REFERENCE_GBPS)
+    assert [c[0] for c in world.jobs.calls] == list(started.job_ids)
 
 
 def test_settings_name_the_bad_field() -> None:

@@ -13,7 +13,9 @@ fingerprint is recorded the same way (kind ``topology``, status ``changed``), wi
 
 Each check is a row in ``drift_checks`` written ``running`` (with its nodes and job ids) before its jobs
 start, and finished with the figures; its benchmark jobs are stored like any other. ``admin drift
-list|show`` reads them.
+list|show`` reads them; ``admin drift run`` starts one through the same code (:meth:`DriftChecker.start`
+returns once the row is stored and measures in the background). One check measures at a time: another one
+meanwhile is stored ``skipped`` naming it.
 
 Nothing is measured while a rollout is active (every node belongs to one of its waves), while the version has
 no reference (it was promoted without gate samples), or while too few nodes are idle; such a check is stored
@@ -104,6 +106,17 @@ class Reference:
     busbw_gbps: float
 
 
+@dataclass(frozen=True)
+class _Planned:
+    """What a stored ``running`` check measures."""
+
+    version: str
+    reference: Reference
+    nodes: tuple[str, ...]
+    job_ids: tuple[str, ...]
+    measurement: GateMeasurement
+
+
 class VerificationJobs(Protocol):
     """What drift checks need to run the gates' benchmark (``verification.BenchmarkVerifier``)."""
 
@@ -141,18 +154,38 @@ class DriftChecker:
     new_id: Callable[[], str] = lambda: "dc-" + uuid.uuid4().hex[:12]
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set, init=False)
 
-    async def check(self) -> admin_pb2.DriftCheck:
-        """Run one drift check now and return it stored (``skipped`` with the reason when nothing could run)."""
+    async def check(self, *, version: str = "") -> admin_pb2.DriftCheck:
+        """Run one drift check to its end and return it stored (``skipped`` with the reason when nothing could
+        run). ``version``: refuse unless it is the active version (empty: whichever is)."""
         task = asyncio.current_task()
         try:
             if task is not None:
                 self._tasks.add(task)
             check_id = self.new_id()
-            await self._check(check_id)
+            planned = await self._prepare(check_id, expected=version)
+            if planned is not None:
+                await self._measure(check_id, planned)
             return await self.get(check_id)
         finally:
             if task is not None:
                 self._tasks.discard(task)
+
+    async def start(self, *, version: str = "") -> admin_pb2.DriftCheck:
+        """Begin a drift check now, as :meth:`check` does, and return it as soon as it is stored: final when
+        nothing could be measured, else ``running`` while its benchmark jobs measure in the background (an
+        operator's request must not wait minutes for them)."""
+        check_id = self.new_id()
+        planned = await self._prepare(check_id, expected=version)
+        if planned is not None:
+            task = asyncio.get_running_loop().create_task(self._measure(check_id, planned))
+            self._tasks.add(task)
+            task.add_done_callback(self._measured)
+        return await self.get(check_id)
+
+    def _measured(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("a drift check failed: %r (the next leader's start-up marks it failed)", task.exception())
 
     async def close(self) -> None:
         """Cancel a check still measuring (a new leader marks it failed at start-up and checks again later)."""
@@ -175,11 +208,21 @@ class DriftChecker:
 
         return await self.db.run(write)
 
-    async def _check(self, check_id: str) -> None:
+    async def _prepare(self, check_id: str, *, expected: str) -> _Planned | None:
+        """Store the check: ``skipped`` with the reason (None), or ``running`` with what it will measure."""
         version, skipped = "", ""
         active = await self.rollouts.active()
         stable = await self.rollouts.stable()
-        if active is not None:
+        if expected and (stable is None or stable.config_version != expected):
+            now_active = stable.config_version if stable is not None else "none yet"
+            raise ValidationError(
+                "config_version",
+                f"{expected} is not the active version ({now_active}): a drift check measures what the nodes run",
+            )
+        running = await self._running_check()
+        if running:
+            skipped = f"drift check {running} is still running: one check measures at a time"
+        elif active is not None:
             skipped = f"rollout {active.rollout.id} is active: its waves' nodes are not measured until it ends"
         elif stable is None:
             skipped = "no config version is active yet (no completed rollout)"
@@ -187,27 +230,41 @@ class DriftChecker:
             version = stable.config_version
         if skipped or stable is None:
             await self._store_skipped(check_id, version=version, reason=skipped)
-            return
+            return None
         references = await self.references(stable.id)
         if not references:
             reason = f"rollout {stable.id} stored no gate samples for {version}: there is no reference to compare with"
             await self._store_skipped(check_id, version=version, reason=reason)
-            return
+            return None
         choice = await self._choose(references, version)
         if isinstance(choice, str):
             await self._store_skipped(check_id, version=version, reason=choice)
-            return
+            return None
         reference, nodes = choice
         job_ids = [f"{check_id}-{repeat}" for repeat in range(self.settings.repeats)]
         await self._store_running(check_id, version=version, reference=reference, nodes=nodes, job_ids=job_ids)
         logger.info("drift check started on %s", ", ".join(nodes), extra={"check": check_id, "version": version})
+        # Measured as the rollout's gates measured its reference.
+        return _Planned(version, reference, tuple(nodes), tuple(job_ids), stable.policy.gate)
+
+    async def _running_check(self) -> str:
+        """The id of a benchmark check still measuring ("" if none): two at once would compete for nodes."""
+
+        def read(session: Session) -> str:
+            query = sa.select(DriftCheckRow.id).where(DriftCheckRow.status == DriftStatus.RUNNING.value).limit(1)
+            return session.scalar(query) or ""
+
+        return await self.db.run(read)
+
+    async def _measure(self, check_id: str, planned: _Planned) -> None:
         measured: list[float] = []
         simulated = False
         failure = ""
-        for repeat, job_id in enumerate(job_ids):
+        for repeat, job_id in enumerate(planned.job_ids):
             try:
-                # Measured as the rollout's gates measured its reference.
-                job = await self.verifier.run_job(job_id, nodes, version, measurement=stable.policy.gate)
+                job = await self.verifier.run_job(
+                    job_id, planned.nodes, planned.version, measurement=planned.measurement
+                )
             except TopoTuneError as error:  # e.g. a node became busy between the choice and the job
                 failure = f"the benchmark could not run: {error}"
                 break
@@ -217,7 +274,9 @@ class DriftChecker:
                 failure = f"job {job_id}: {job.message}"
                 continue
             measured.append(sample.busbw_gbps)
-        await self._finish(check_id, reference=reference, measured=measured, failure=failure, simulated=simulated)
+        await self._finish(
+            check_id, reference=planned.reference, measured=measured, failure=failure, simulated=simulated
+        )
 
     async def references(self, rollout_id: str) -> list[Reference]:
         """Per wave of ``rollout_id``, the mean ``new``-arm bus bandwidth of its last gate attempt with samples."""

@@ -2164,3 +2164,23 @@ class GetDriftCheckRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetDriftCheckRequest: _TypeAlias = GetDriftCheckRequest  # noqa: Y015
+
+@_typing.final
+class RunDriftCheckRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONFIG_VERSION_FIELD_NUMBER: _builtins.int
+    config_version: _builtins.str
+    """empty: the active version; else it must be the active version"""
+    def __init__(
+        self,
+        *,
+        config_version: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunDriftCheckRequest: _TypeAlias = RunDriftCheckRequest  # noqa: Y015
