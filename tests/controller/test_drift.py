@@ -42,6 +42,8 @@ class MeasuredJobs:
     busbw_gbps: float = REFERENCE_GBPS
     busy: str = ""
     calls: list[tuple[str, tuple[str, ...], str]] = field(default_factory=list)
+    factors: list[float] = field(default_factory=list)
+    """Multiply ``busbw_gbps`` by these, one per job in turn (a noisy fabric); empty: every job measures it."""
 
     async def run_job(
         self, job_id: str, nodes: Sequence[str], version: str, *, measurement: GateMeasurement
@@ -49,10 +51,9 @@ class MeasuredJobs:
         self.calls.append((job_id, tuple(nodes), version))
         if self.busy:
             raise NodeBusy(self.busy)
+        busbw = self.busbw_gbps * (self.factors[(len(self.calls) - 1) % len(self.factors)] if self.factors else 1)
         sizes = [
-            agent_pb2.SizeResult(
-                bytes=size, in_place=False, time_us=size / 1e3, busbw_gbps=self.busbw_gbps * size / 2**28
-            )
+            agent_pb2.SizeResult(bytes=size, in_place=False, time_us=size / 1e3, busbw_gbps=busbw * size / 2**28)
             for size in (1 << 20, 1 << 24, 1 << 28)
         ]
         return admin_pb2.BenchmarkJob(
@@ -187,6 +188,21 @@ async def test_a_small_drop_within_the_threshold_is_ok(world: World) -> None:
     assert check.status == "ok" and -0.10 < check.measured_busbw_gbps / check.reference_busbw_gbps - 1 < 0
 
 
+async def test_a_drop_beyond_the_threshold_is_a_regression_only_when_it_is_not_noise(world: World) -> None:
+    await world.complete()
+    checker = world.checker(threshold=0.10, alpha=0.05, repeats=3)
+    world.jobs.factors = [0.55, 1.05, 1.0]  # 13% lower on average, but all over the place
+    noisy = await checker.check()
+    assert noisy.status == "ok", noisy.message
+    assert noisy.measured_busbw_gbps < 0.9 * noisy.reference_busbw_gbps and noisy.p_value >= 0.05
+    assert "beyond the -10% threshold but within noise" in noisy.message and "3 vs 10 measurements" in noisy.message
+
+    world.jobs.factors = [0.86, 0.87, 0.87]  # as low on average, every time
+    steady = await checker.check()
+    assert steady.status == "regressed" and steady.p_value < 0.05 and steady.alpha == 0.05
+    assert f"p = {steady.p_value:.2g} < 0.05" in steady.message
+
+
 async def test_only_idle_ready_nodes_running_the_version_are_measured(world: World) -> None:
     await world.complete()
     nodes = list(RACKS)
@@ -319,3 +335,7 @@ def test_settings_name_the_bad_field() -> None:
         DriftSettings(threshold=1.5)
     with pytest.raises(ValidationError, match=r"drift\.sampleNodes"):
         DriftSettings(sample_nodes=0)
+    with pytest.raises(ValidationError, match=r"drift\.repeats: must be >= 2"):
+        DriftSettings(repeats=1)
+    with pytest.raises(ValidationError, match=r"drift\.alpha"):
+        DriftSettings(alpha=0.5)

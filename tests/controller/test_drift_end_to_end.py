@@ -119,9 +119,10 @@ async def test_drift_check_finds_the_version_as_fast_then_reports_a_slower_node(
         again = await asyncio.to_thread(run_admin, controller, "drift", "run")
         assert again.exit_code == 1, "a regression fails the command"
         lines = again.stdout.splitlines()
-        assert lines[0].startswith("drift check dc-") and any(
-            line.split()[:2] == ["status", "regressed"] for line in lines
-        )
+        assert lines[0].startswith("drift check dc-")
+        assert any(line.split()[:2] == ["status", "regressed"] for line in lines)
+        [p_row] = [line.split() for line in lines if line.startswith("p-value")]
+        assert float(p_row[1]) < 0.05 and p_row[2:] == ["(alpha", "0.05)"]
         assert "regressed: bus bandwidth" in again.output
 
     async with grpc.aio.insecure_channel(f"127.0.0.1:{controller.port}") as channel:

@@ -28,8 +28,9 @@ def drift() -> None:
     \b
     The controller's leader re-measures the version the last completed rollout made every node run, on a
     few idle nodes of one of its waves, with the benchmark its gate ran there, and compares the bus
-    bandwidth with what that gate measured. A drop beyond the threshold is `regressed` (an event per node,
-    the metric topo_tune_drift_regressions_total, and with openStudy a new study). A node that registered
+    bandwidth with what that gate measured. A drop beyond the threshold that a one-sided Welch test finds
+    significant (p < alpha) is `regressed` (an event per node, the metric topo_tune_drift_regressions_total,
+    and with openStudy a new study). A node that registered
     again with another topology fingerprint is listed as `changed`. Settings: `controller.drift` in
     cluster.yaml, or `topo-tune controller serve --drift-interval/--drift-threshold`.
 
@@ -122,6 +123,7 @@ def _print_check(check: admin_pb2.DriftCheck, fmt: str) -> None:
         ("measured busbw", gbps(check.measured_busbw_gbps) if check.HasField("measured_busbw_gbps") else "-"),
         ("change", _change(check)),
         ("threshold", f"-{check.threshold:.0%}" if check.HasField("threshold") else "-"),
+        ("p-value", f"{check.p_value:.2g} (alpha {check.alpha:g})" if check.HasField("p_value") else "-"),
         ("nodes", ", ".join(check.nodes) or "-"),
         ("benchmark jobs", ", ".join(check.job_ids) or "-"),
         ("study", check.study_id or "-"),

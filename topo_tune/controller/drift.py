@@ -6,10 +6,12 @@ for it, per wave (the mean of the gate's ``new``-arm samples, each the bandwidth
 the A/B samples every gate stores). It picks one wave at random (seeded), samples up to ``sample_nodes`` of
 that wave's nodes that are ready, not drained, idle (their agent runs nothing, and the idleness check —
 Kubernetes GPU pods — finds them free) and run the version, and re-runs the gate's benchmark on them with the
-version's staged ``nccl.conf``. When the bandwidth fell by more than ``threshold`` against the reference, the
-check ends ``regressed``: an event per node, a Prometheus counter, and — with ``open_study`` — a new study
-over the ready nodes (``admin study status drift-<id>``). A node that registers again with another topology
-fingerprint is recorded the same way (kind ``topology``, status ``changed``), with the same optional study.
+version's staged ``nccl.conf``. When the bandwidth fell by more than ``threshold`` against the reference and
+that drop is significant (``bandwidth_drop``: a one-sided Welch test on log bandwidth of the check's jobs
+against the gate's samples, p < ``alpha``), the check ends ``regressed``: an event per node, a Prometheus
+counter, and — with ``open_study`` — a new study over the ready nodes (``admin study status drift-<id>``).
+A node that registers again with another topology fingerprint is recorded the same way (kind ``topology``,
+status ``changed``), with the same optional study.
 
 Each check is a row in ``drift_checks`` written ``running`` (with its nodes and job ids) before its jobs
 start, and finished with the figures; its benchmark jobs are stored like any other. ``admin drift
@@ -21,9 +23,9 @@ Nothing is measured while a rollout is active (every node belongs to one of its 
 no reference (it was promoted without gate samples), or while too few nodes are idle; such a check is stored
 ``skipped`` with the reason, so an operator sees why nothing was measured.
 
-Non-goals: scheduling (the controller's scheduler calls :meth:`DriftChecker.check`), judging statistical
-significance (one threshold on the mean, like an alert rule: a regression is a signal to re-tune, not a
-gate), and deleting old checks (``retention.py``).
+Non-goals: scheduling (the controller's scheduler calls :meth:`DriftChecker.check`), gating anything (a
+regression is a signal to look and re-tune; nothing is rolled back), and deleting old checks
+(``retention.py``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from topo_tune.controller.bandwidth_drop import drop_beyond
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import DriftCheckRow, EventRow
 from topo_tune.controller.metrics import ControllerMetrics
@@ -83,7 +86,10 @@ class DriftSettings:
     open_study: bool = False
     """Open a study over the ready nodes on a regression or a changed topology."""
     repeats: int = 3
-    """Benchmark jobs per check; the check's figure is their mean."""
+    """Benchmark jobs per check; the check's figure is their mean, and each is one sample of the test."""
+    alpha: float = 0.05
+    """Significance level: a drop beyond ``threshold`` is a regression only when the test says so at this
+    level (an alert, not a gate: a false alarm costs a look, a missed one a slow fleet)."""
 
     def __post_init__(self) -> None:
         if self.interval_s < 0:
@@ -92,8 +98,10 @@ class DriftSettings:
             raise ValidationError("drift.sampleNodes", f"must be >= 1, got {self.sample_nodes}")
         if not 0 < self.threshold < 1:
             raise ValidationError("drift.threshold", f"a fraction between 0 and 1, got {self.threshold:g}")
-        if self.repeats < 1:
-            raise ValidationError("drift.repeats", f"must be >= 1, got {self.repeats}")
+        if self.repeats < 2:
+            raise ValidationError("drift.repeats", f"must be >= 2 (a test needs a spread), got {self.repeats}")
+        if not 0 < self.alpha < 0.5:
+            raise ValidationError("drift.alpha", f"a significance level between 0 and 0.5, got {self.alpha:g}")
 
 
 @dataclass(frozen=True)
@@ -104,6 +112,9 @@ class Reference:
     wave: int
     nodes: tuple[str, ...]
     busbw_gbps: float
+    """The mean of ``samples``."""
+    samples: tuple[float, ...] = ()
+    """The gate's ``new``-arm figures, one per A/B repeat: the test's reference side."""
 
 
 @dataclass(frozen=True)
@@ -287,7 +298,7 @@ class DriftChecker:
             if busbw:
                 latest[gate.wave] = busbw
         return [
-            Reference(rollout_id, wave, snapshot.waves[wave].nodes, fmean(busbw))
+            Reference(rollout_id, wave, snapshot.waves[wave].nodes, fmean(busbw), tuple(busbw))
             for wave, busbw in sorted(latest.items())
             if wave < len(snapshot.waves) and snapshot.waves[wave].nodes
         ]
@@ -362,18 +373,33 @@ class DriftChecker:
         self, check_id: str, *, reference: Reference, measured: list[float], failure: str, simulated: bool
     ) -> None:
         now = self.wall_clock()
-        if measured:
+        busbw: float | None = None
+        p_value: float | None = None
+        if len(measured) >= 2:
             busbw = fmean(measured)
             drop = drop_of(reference=reference.busbw_gbps, measured=busbw)
-            status = DriftStatus.REGRESSED if drop > self.settings.threshold else DriftStatus.OK
+            test = drop_beyond(reference.samples or (reference.busbw_gbps,), measured, margin=self.settings.threshold)
+            p_value, alpha, threshold = test.p_value, self.settings.alpha, self.settings.threshold
+            regressed = drop > threshold and p_value < alpha
+            status = DriftStatus.REGRESSED if regressed else DriftStatus.OK
+            if regressed:
+                verdict = f"beyond the -{threshold:.0%} threshold, p = {p_value:.2g} < {alpha:g}"
+            elif drop > threshold:
+                verdict = f"beyond the -{threshold:.0%} threshold but within noise, p = {p_value:.2g} >= {alpha:g}"
+            else:
+                verdict = f"within the -{threshold:.0%} threshold"
             message = (
                 f"bus bandwidth {busbw:.2f} GB/s vs {reference.busbw_gbps:.2f} GB/s at rollout "
-                f"{reference.rollout_id} wave {reference.wave}: {-drop:+.1%} (threshold -{self.settings.threshold:.0%})"
+                f"{reference.rollout_id} wave {reference.wave}: {-drop:+.1%} ({verdict}; "
+                f"{len(measured)} vs {len(reference.samples) or 1} measurements)"
             )
             if failure:
                 message += f"; {len(measured)} of {self.settings.repeats} jobs usable ({failure})"
+        elif measured:
+            status = DriftStatus.FAILED
+            message = f"1 of {self.settings.repeats} jobs usable ({failure}): a decision needs at least 2"
         else:
-            busbw, status, message = None, DriftStatus.FAILED, failure or "no job gave a usable figure"
+            status, message = DriftStatus.FAILED, failure or "no job gave a usable figure"
         if simulated:
             message += " [simulated]"
 
@@ -382,6 +408,7 @@ class DriftChecker:
             assert row is not None
             row.status, row.message, row.finished_at = status.value, message, now
             row.measured_busbw_gbps, row.simulated = busbw, simulated
+            row.p_value, row.alpha = p_value, self.settings.alpha
             if status is DriftStatus.REGRESSED:
                 session.add_all(
                     EventRow(node_name=node, kind="drift.regressed", message=f"{check_id}: {message}", at=now)
@@ -485,6 +512,10 @@ def _message(row: DriftCheckRow) -> admin_pb2.DriftCheck:
         message.measured_busbw_gbps = row.measured_busbw_gbps
     if row.threshold is not None:
         message.threshold = row.threshold
+    if row.p_value is not None:
+        message.p_value = row.p_value
+    if row.alpha is not None:
+        message.alpha = row.alpha
     if row.finished_at is not None:
         message.finished_at.FromDatetime(row.finished_at)
     return message
