@@ -330,6 +330,25 @@ async def test_a_check_started_on_request_measures_in_the_background_one_at_a_ti
     assert [c[0] for c in world.jobs.calls] == list(started.job_ids)
 
 
+async def test_a_check_that_crashes_ends_failed_and_does_not_hold_off_the_next(world: World) -> None:
+    await world.complete()
+    checker = world.checker()
+    measure = world.jobs.run_job
+
+    async def broken(
+        job_id: str, nodes: Sequence[str], version: str, *, measurement: GateMeasurement
+    ) -> admin_pb2.BenchmarkJob:
+        raise RuntimeError("a bug in the job runner")
+
+    world.jobs.run_job = broken  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        await checker.check()
+    [crashed] = await checker.list()
+    assert crashed.status == "failed" and "a bug in the job runner" in crashed.message
+    world.jobs.run_job = measure  # type: ignore[method-assign]
+    assert (await checker.check()).status == "ok"
+
+
 def test_settings_name_the_bad_field() -> None:
     with pytest.raises(ValidationError, match=r"drift\.threshold"):
         DriftSettings(threshold=1.5)

@@ -268,6 +268,27 @@ class DriftChecker:
         return await self.db.run(read)
 
     async def _measure(self, check_id: str, planned: _Planned) -> None:
+        try:
+            await self._measure_and_judge(check_id, planned)
+        except Exception as error:
+            # A check left ``running`` would hold off every later one until the next leader's start-up.
+            await self._end_failed(check_id, f"the check itself failed: {error!r}")
+            raise
+
+    async def _end_failed(self, check_id: str, reason: str) -> None:
+        now = self.wall_clock()
+
+        def write(session: Session) -> None:
+            row = session.get(DriftCheckRow, check_id)
+            if row is not None and row.status == DriftStatus.RUNNING.value:
+                row.status, row.message, row.finished_at = DriftStatus.FAILED.value, reason, now
+
+        try:
+            await self.db.run(write)
+        except TopoTuneError:  # the database itself is away: the next leader's recover() ends it
+            logger.exception("could not mark drift check %s failed", check_id, extra={"check": check_id})
+
+    async def _measure_and_judge(self, check_id: str, planned: _Planned) -> None:
         measured: list[float] = []
         simulated = False
         failure = ""
