@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -67,13 +68,19 @@ def test_gloo_init_runs_real_collectives_and_writes_every_output(tmp_path: Path)
     assert json.loads(result.stdout.strip().splitlines()[-1])["output"] == str(output)
 
 
-def test_init_resumes_after_sigkill_with_every_trial_counted_once(tmp_path: Path) -> None:
-    config = yaml.safe_load((ROOT / "examples" / "demo-cluster.yaml").read_text())
+def small_demo(*, budget: int) -> dict[str, Any]:
+    """The demo cluster cut to two racks of two nodes, with a short search and proof."""
+    config: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "demo-cluster.yaml").read_text())
     config["racks"] = [
         {"name": "rack-a", "nodes": [{"name": "node-01", "gpus": 8}, {"name": "node-03", "gpus": 8}]},
         {"name": "rack-b", "nodes": [{"name": "node-02", "gpus": 8}, {"name": "node-04", "gpus": 8}]},
     ]
-    config["search"].update({"budget": 14, "rungs": 1, "finalists": 1, "proofPairs": 2})
+    config["search"].update({"budget": budget, "rungs": 1, "finalists": 1, "proofPairs": 2})
+    return config
+
+
+def test_init_resumes_after_sigkill_with_every_trial_counted_once(tmp_path: Path) -> None:
+    config = small_demo(budget=14)
     cluster_file = tmp_path / "cluster.yaml"
     cluster_file.write_text(yaml.safe_dump(config))
     output = tmp_path / "out"
@@ -122,3 +129,34 @@ def test_init_resumes_after_sigkill_with_every_trial_counted_once(tmp_path: Path
     assert len(tables) <= 1, "the composed tuner table is measured once, after the budget"
     assert len({t["number"] for t in summary["trials"]}) == len(summary["trials"]), "no trial number twice"
     assert summary["simulated"] is True
+
+
+def test_search_tuner_table_off_runs_no_table_trial_and_ships_no_table(tmp_path: Path) -> None:
+    config = small_demo(budget=10)
+    runs = {}
+    for switch in (True, False):
+        config["search"]["tunerTable"] = switch
+        cluster_file = tmp_path / f"cluster-{switch}.yaml"
+        cluster_file.write_text(yaml.safe_dump(config))
+        output = tmp_path / f"out-{switch}"
+        args = ("--log-level", "info", "init", "--cluster-config", str(cluster_file), "--output", str(output))
+        result = run_cli(*args, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        summary = json.loads((output / "summary.json").read_text())
+        table = (output / "nccl_tuner.conf").read_text()
+        table_rows = [line for line in table.splitlines() if line and not line.startswith("#")]
+        # The study composes a table from the search's per-bucket winners (rows), or says none asks for one.
+        composed = "table row: " in result.stderr or "no size bucket asks for its own channel count" in result.stderr
+        runs[switch] = ([t["role"] for t in summary["trials"]].count("table"), composed, table_rows, output)
+    tables_on, composed_on, _, _ = runs[True]
+    assert composed_on and tables_on <= 1, "on (the default), the study tries to compose a table"
+    tables, composed, rows, output = runs[False]
+    assert (tables, composed) == (0, False), "off: no table composed, no table trial"
+    assert rows == [], "off: nccl_tuner.conf carries no row"
+    version_id = json.loads((output / "summary.json").read_text())["config_version"]
+    engine = sa.create_engine(f"sqlite:///{output / '.topo-tune' / 'topo-tune.db'}")
+    with engine.connect() as connection:
+        query = sa.text("SELECT files FROM config_versions WHERE id = :id")
+        files = json.loads(connection.execute(query, {"id": version_id}).scalar_one())
+    engine.dispose()
+    assert "nccl.conf" in files and "nccl_tuner.conf" not in files, "the stored version has no plugin table"

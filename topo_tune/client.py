@@ -140,6 +140,9 @@ class AdminClient:
     def get_drift_check(self, check_id: str) -> admin_pb2.DriftCheck:
         return self._call(self._stub.GetDriftCheck, admin_pb2.GetDriftCheckRequest(check_id=check_id))
 
+    def run_drift_check(self, *, version: str = "") -> admin_pb2.DriftCheck:
+        return self._call(self._stub.RunDriftCheck, admin_pb2.RunDriftCheckRequest(config_version=version))
+
     def study_trials(self, study_id: str) -> admin_pb2.StudyTrials:
         return self._call(self._stub.ListStudyTrials, admin_pb2.GetStudyRequest(study_id=study_id))
 

@@ -125,8 +125,15 @@ class DriftConfig(_Section):
     enabled: bool = True
     interval: Duration = Field(default=6 * 3600.0, description="how often the active version is re-measured")
     sample_nodes: int = Field(default=2, ge=1, le=1024, description="nodes measured per check, from one wave")
+    repeats: int = Field(default=3, ge=2, le=100, description="benchmark jobs per check: the test's samples")
     threshold: float = Field(
-        default=0.10, gt=0, lt=1, description="a bus-bandwidth drop beyond this fraction of the reference alerts"
+        default=0.10,
+        gt=0,
+        lt=1,
+        description="a bus-bandwidth drop beyond this fraction of the reference alerts, when significant at alpha",
+    )
+    alpha: float = Field(
+        default=0.05, gt=0, lt=0.5, description="significance level of the drop's test (Welch, one-sided)"
     )
     open_study: bool = Field(default=False, description="open a study on a regression or a changed topology")
 
@@ -234,6 +241,12 @@ class SearchConfig(_Section):
     iters: int = Field(default=20, ge=1, le=10_000)
     warmup_iters: int = Field(default=5, ge=0, le=10_000)
     job_deadline: Duration = Field(default=600.0, description="deadline of each benchmark job")
+    tuner_table: bool = Field(
+        default=True,
+        description="after the search, measure a tuner-plugin table composed from the per-size winners, and ship "
+        "the plugin table the proof chose (nccl and sim backends; gloo never loads NCCL's plugin); false: "
+        "environment settings only, no table trial and no nccl_tuner.conf rows",
+    )
 
     @model_validator(mode="after")
     def _ladder(self) -> SearchConfig:

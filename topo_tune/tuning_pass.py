@@ -353,8 +353,9 @@ def run_pass(
         stale_after_s=max(60.0, 2 * search.job_deadline),
         poll_interval_s=0.2,
         # After the search, a candidate tuner-plugin table from the per-bucket winners is measured for the
-        # job's communicator; gloo never loads NCCL's plugin, so there it would measure nothing.
-        table_shape=None if cluster.backend == "gloo" else (len(names), sum(slots.values())),
+        # job's communicator (unless cluster.yaml turns it off); gloo never loads NCCL's plugin, so there it
+        # would measure nothing.
+        table_shape=(len(names), sum(slots.values())) if search.tuner_table and cluster.backend != "gloo" else None,
     )
     space, objective, candidates = plan.space, plan.objective, list(plan.candidates)
     on_status(f"searching: {search.budget} trials ({search.sampler}), then proving {search.finalists} finalists")
@@ -379,6 +380,7 @@ def run_pass(
         nccl_version=nccl_version,
         topology_fingerprint=fingerprint,
         advice=advise(latencies) if latencies else None,
+        table_bucket_rows=search.tuner_table,
     )
     version = written.config_version
     client.put_config_version(dict(version.files), dict(version.provenance), version_id=version.id)

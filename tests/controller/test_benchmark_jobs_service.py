@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import random
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from tests.agent.test_daemon import RunningAgent, agent_settings
 from tests.conftest import controller_settings
@@ -215,6 +217,46 @@ async def test_admin_rpc_and_cli_print_an_nccl_tests_table(
     )
     assert graphed.exit_code == 1
     assert "cuda_graph: CUDA graphs need the nccl backend; the nodes run sim" in graphed.output
+
+
+async def test_cli_runs_a_candidate_tuner_table_and_shows_its_digest(
+    jobs_controller: Controller, agents: Callable[..., Agent], tmp_path: Path
+) -> None:
+    await registered(*(agents(name, "sim") for name in ("s1", "s2")))
+    address = f"127.0.0.1:{jobs_controller.port}"
+
+    def admin(*args: str) -> Result:
+        return CliRunner().invoke(cli, [*args, "--controller", address], env={"TOPO_TUNE_TOKEN": TOKEN})
+
+    table = tmp_path / "candidate.conf"
+    table.write_text("# one channel above 16 MiB on 2 nodes x 4 GPUs\nallreduce,16777217,4294967296,-1,-1,1,2,8\n")
+    sweep = ("--nodes", "s1,s2", "-b", "1M", "-e", "256M", "-f", "16", "-o", "json")
+    plain = await asyncio.to_thread(admin, "admin", "bench", "run", *sweep)
+    tabled = await asyncio.to_thread(admin, "admin", "bench", "run", *sweep, "--tuner-table", str(table))
+    assert plain.exit_code == 0 and tabled.exit_code == 0, plain.output + tabled.output
+    plain_job, tabled_job = json.loads(plain.stdout), json.loads(tabled.stdout)
+    digest = hashlib.sha256(table.read_bytes()).hexdigest()
+    assert (plain_job["tuner_table_sha256"], tabled_job["tuner_table_sha256"]) == ("", digest)
+    times = [{int(s["bytes"]): s["time_us"] for s in job["sizes"]} for job in (plain_job, tabled_job)]
+    assert times[1][1 << 28] > 4 * times[0][1 << 28], "the table's single channel ran above 16 MiB"
+
+    shown = await asyncio.to_thread(admin, "admin", "bench", "show", tabled_job["job_id"])
+    assert shown.exit_code == 0, shown.output
+    assert f"# tuner table sha256 {digest} (loaded by every rank through the plugin)" in shown.stdout.splitlines()
+    assert "tuner table" not in (await asyncio.to_thread(admin, "admin", "bench", "show", plain_job["job_id"])).stdout
+
+    bad = tmp_path / "bad.conf"
+    bad.write_text("allreduce,0,1024,ring,simple,4,-1,-1\nallreduce,0,1024,ring,ll64,4,-1,-1\n")
+    refused = await asyncio.to_thread(admin, "admin", "bench", "run", *sweep, "--tuner-table", str(bad))
+    assert refused.exit_code == 2, refused.output
+    assert f"{bad}:2: protocol 'll64' is not one of ll, ll128, simple" in refused.output
+    empty = tmp_path / "empty.conf"
+    empty.write_text("# nothing\n")
+    assert (
+        "no table rows"
+        in (await asyncio.to_thread(admin, "admin", "bench", "run", *sweep, "--tuner-table", str(empty))).output
+    )
+    assert len(await jobs_controller.jobs.list()) == 2, "a refused table starts no job"
 
 
 async def test_nodes_with_gpu_pods_take_no_benchmark(

@@ -8,6 +8,7 @@ sets. The real benchmark path (a sim agent measuring the staged version) is ``te
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -17,6 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.controller.rollout.fleet import V1, V2, Clock, ControllerParts, SimFleet, SimVerifier, racks
+from tests.support.waiting import async_wait_until
 from topo_tune.controller.db.models import EventRow
 from topo_tune.controller.drift import DriftChecker, DriftSettings
 from topo_tune.controller.metrics import ControllerMetrics
@@ -40,6 +42,8 @@ class MeasuredJobs:
     busbw_gbps: float = REFERENCE_GBPS
     busy: str = ""
     calls: list[tuple[str, tuple[str, ...], str]] = field(default_factory=list)
+    factors: list[float] = field(default_factory=list)
+    """Multiply ``busbw_gbps`` by these, one per job in turn (a noisy fabric); empty: every job measures it."""
 
     async def run_job(
         self, job_id: str, nodes: Sequence[str], version: str, *, measurement: GateMeasurement
@@ -47,10 +51,9 @@ class MeasuredJobs:
         self.calls.append((job_id, tuple(nodes), version))
         if self.busy:
             raise NodeBusy(self.busy)
+        busbw = self.busbw_gbps * (self.factors[(len(self.calls) - 1) % len(self.factors)] if self.factors else 1)
         sizes = [
-            agent_pb2.SizeResult(
-                bytes=size, in_place=False, time_us=size / 1e3, busbw_gbps=self.busbw_gbps * size / 2**28
-            )
+            agent_pb2.SizeResult(bytes=size, in_place=False, time_us=size / 1e3, busbw_gbps=busbw * size / 2**28)
             for size in (1 << 20, 1 << 24, 1 << 28)
         ]
         return admin_pb2.BenchmarkJob(
@@ -185,6 +188,21 @@ async def test_a_small_drop_within_the_threshold_is_ok(world: World) -> None:
     assert check.status == "ok" and -0.10 < check.measured_busbw_gbps / check.reference_busbw_gbps - 1 < 0
 
 
+async def test_a_drop_beyond_the_threshold_is_a_regression_only_when_it_is_not_noise(world: World) -> None:
+    await world.complete()
+    checker = world.checker(threshold=0.10, alpha=0.05, repeats=3)
+    world.jobs.factors = [0.55, 1.05, 1.0]  # 13% lower on average, but all over the place
+    noisy = await checker.check()
+    assert noisy.status == "ok", noisy.message
+    assert noisy.measured_busbw_gbps < 0.9 * noisy.reference_busbw_gbps and noisy.p_value >= 0.05
+    assert "beyond the -10% threshold but within noise" in noisy.message and "3 vs 10 measurements" in noisy.message
+
+    world.jobs.factors = [0.86, 0.87, 0.87]  # as low on average, every time
+    steady = await checker.check()
+    assert steady.status == "regressed" and steady.p_value < 0.05 and steady.alpha == 0.05
+    assert f"p = {steady.p_value:.2g} < 0.05" in steady.message
+
+
 async def test_only_idle_ready_nodes_running_the_version_are_measured(world: World) -> None:
     await world.complete()
     nodes = list(RACKS)
@@ -281,8 +299,62 @@ async def test_a_check_interrupted_by_a_restart_is_failed_at_start_up(world: Wor
     assert failed.status == "failed" and "stopped during the check" in failed.message
 
 
+async def test_a_check_started_on_request_measures_in_the_background_one_at_a_time(world: World) -> None:
+    await world.complete()
+    checker = world.checker(repeats=2)
+    with pytest.raises(ValidationError, match=rf"config_version: {V2.id} is not the active version \({V1.id}\)"):
+        await checker.start(version=V2.id)
+    assert await checker.list() == [], "a refused request stores nothing"
+    release = asyncio.Event()
+    measure = world.jobs.run_job
+
+    async def held(
+        job_id: str, nodes: Sequence[str], version: str, *, measurement: GateMeasurement
+    ) -> admin_pb2.BenchmarkJob:
+        await release.wait()  # the benchmark takes its time; the request must not wait for it
+        return await measure(job_id, nodes, version, measurement=measurement)
+
+    world.jobs.run_job = held  # type: ignore[method-assign]
+    started = await checker.start(version=V1.id)
+    assert started.status == "running" and started.config_version == V1.id and len(started.job_ids) == 2
+    second = await checker.check()  # the periodic check meanwhile: the nodes are taken
+    assert second.status == "skipped" and f"drift check {started.check_id} is still running" in second.message
+    release.set()
+
+    async def finished() -> admin_pb2.DriftCheck | None:
+        check = await checker.get(started.check_id)
+        return check if check.status != "running" else None
+
+    done = await async_wait_until(finished, timeout=10, what="the requested check")
+    assert done.status == "ok" and done.measured_busbw_gbps == pytest.approx(REFERENCE_GBPS)
+    assert [c[0] for c in world.jobs.calls] == list(started.job_ids)
+
+
+async def test_a_check_that_crashes_ends_failed_and_does_not_hold_off_the_next(world: World) -> None:
+    await world.complete()
+    checker = world.checker()
+    measure = world.jobs.run_job
+
+    async def broken(
+        job_id: str, nodes: Sequence[str], version: str, *, measurement: GateMeasurement
+    ) -> admin_pb2.BenchmarkJob:
+        raise RuntimeError("a bug in the job runner")
+
+    world.jobs.run_job = broken  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        await checker.check()
+    [crashed] = await checker.list()
+    assert crashed.status == "failed" and "a bug in the job runner" in crashed.message
+    world.jobs.run_job = measure  # type: ignore[method-assign]
+    assert (await checker.check()).status == "ok"
+
+
 def test_settings_name_the_bad_field() -> None:
     with pytest.raises(ValidationError, match=r"drift\.threshold"):
         DriftSettings(threshold=1.5)
     with pytest.raises(ValidationError, match=r"drift\.sampleNodes"):
         DriftSettings(sample_nodes=0)
+    with pytest.raises(ValidationError, match=r"drift\.repeats: must be >= 2"):
+        DriftSettings(repeats=1)
+    with pytest.raises(ValidationError, match=r"drift\.alpha"):
+        DriftSettings(alpha=0.5)

@@ -9,18 +9,22 @@ the admin API as an operator sees it.
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 import grpc.aio
 import pytest
+from click.testing import CliRunner, Result
 
 from tests.conftest import controller_settings
 from tests.support.processes import TOKEN
 from tests.support.sim_agent import sim_agent
 from tests.support.waiting import async_wait_until
 from topo_tune.auth import bearer_metadata
+from topo_tune.cli.main import cli
 from topo_tune.config_version import ConfigVersion, render_nccl_conf
 from topo_tune.controller.drift import DriftSettings
 from topo_tune.controller.rollout.gate_measurement import GateMeasurement
@@ -32,6 +36,13 @@ from topo_tune.controller.server import Controller
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
 
 pytestmark = pytest.mark.slow
+
+
+def run_admin(controller: Controller, *args: str) -> Result:
+    """``topo-tune admin ARGS`` against ``controller``, as an operator runs it."""
+    address = f"127.0.0.1:{controller.port}"
+    return CliRunner().invoke(cli, ["admin", *args, "--controller", address], env={"TOPO_TUNE_TOKEN": TOKEN})
+
 
 NEUTRAL = ConfigVersion({"nccl.conf": render_nccl_conf({"NCCL_DEBUG": "WARN"})})
 
@@ -92,18 +103,39 @@ async def test_drift_check_finds_the_version_as_fast_then_reports_a_slower_node(
             job = await controller.jobs.get(job_id)
             assert job.env["NCCL_CONF_FILE"] == str(tmp_path / "config" / "versions" / NEUTRAL.id / "nccl.conf")
 
+        # An operator asks for a check now: the same code path, through the CLI.
+        asked = await asyncio.to_thread(run_admin, controller, "drift", "run", "--version", NEUTRAL.id, "-o", "json")
+        assert asked.exit_code == 0, asked.output
+        requested = json.loads(asked.stdout)
+        assert requested["status"] == "ok" and requested["check_id"] != healthy.check_id, requested
+        assert requested["nodes"] == ["gpu1"] and len(requested["job_ids"]) == 2
+        wrong = await asyncio.to_thread(run_admin, controller, "drift", "run", "--version", "cv-0000000000000000")
+        assert wrong.exit_code == 1
+        assert f"config_version: cv-0000000000000000 is not the active version ({NEUTRAL.id})" in wrong.output
+
     async with sim_agent(controller.port, tmp_path, profile="pcie"):  # the same node back on PCIe-only hardware
         await async_wait_until(on_version, timeout=30, what="gpu1 to register again")
         slower = await controller.drift_check()
         assert slower is not None and slower.status == "regressed", slower
         assert slower.measured_busbw_gbps < 0.9 * slower.reference_busbw_gbps
 
+        again = await asyncio.to_thread(run_admin, controller, "drift", "run")
+        assert again.exit_code == 1, "a regression fails the command"
+        lines = again.stdout.splitlines()
+        assert lines[0].startswith("drift check dc-")
+        assert any(line.split()[:2] == ["status", "regressed"] for line in lines)
+        [p_row] = [line.split() for line in lines if line.startswith("p-value")]
+        assert float(p_row[1]) < 0.05 and p_row[2:] == ["(alpha", "0.05)"]
+        assert "regressed: bus bandwidth" in again.output
+
     async with grpc.aio.insecure_channel(f"127.0.0.1:{controller.port}") as channel:
         admin = admin_pb2_grpc.AdminServiceStub(channel)
         listed = await admin.ListDriftChecks(admin_pb2.ListDriftChecksRequest(), metadata=bearer_metadata(TOKEN))
         assert [(c.kind, c.status) for c in listed.checks] == [
             ("benchmark", "regressed"),
+            ("benchmark", "regressed"),
             ("topology", "changed"),
+            ("benchmark", "ok"),
             ("benchmark", "ok"),
         ]
         shown = await admin.GetDriftCheck(

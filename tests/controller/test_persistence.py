@@ -20,7 +20,7 @@ from alembic.script import ScriptDirectory
 
 from topo_tune.controller.commands import CommandBook, CommandStatus
 from topo_tune.controller.db.database import Database
-from topo_tune.controller.db.models import VERSION_TABLE, Base, CommandRow, EventRow, NodeRow
+from topo_tune.controller.db.models import VERSION_TABLE, Base, CommandRow, DriftCheckRow, EventRow, NodeRow
 from topo_tune.controller.nodes import NodeRegistry, NodeState, Registration
 from topo_tune.errors import ConflictError, NotFoundError, StorageError
 from topo_tune.v1 import agent_pb2
@@ -117,6 +117,30 @@ def test_a_database_at_0005_keeps_its_rows_through_0006(database_url: str) -> No
         assert "ix_benchmark_jobs_created_at" in {i["name"] for i in inspector.get_indexes("benchmark_jobs")}
         with database.engine.connect() as connection:
             assert connection.execute(sa.select(EventRow.kind)).scalars().all() == ["node.lost"]
+    finally:
+        database.close()
+
+
+def test_a_drift_check_stored_at_0006_reads_back_through_0007(database_url: str) -> None:
+    """Checks judged before the test was stored keep their figures; their p-value is simply unknown."""
+    database = Database(database_url, retry_for_s=5)
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(resources.files("topo_tune.controller.db") / "migrations"))
+    config.attributes["connection_url"] = database.url
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    old = {"id": "dc-1", "kind": "benchmark", "status": "ok", "message": "m", "config_version": "cv-1"}
+    try:
+        with database.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            alembic_command.upgrade(config, "0006")
+            columns = {"rollout_id": "ro-1", "nodes": ["n1"], "job_ids": [], "study_id": "", "simulated": False}
+            connection.execute(
+                sa.insert(DriftCheckRow.__table__).values(**old, **columns, threshold=0.1, created_at=at)
+            )
+        database.migrate()
+        with database.engine.connect() as connection:
+            row = connection.execute(sa.select(DriftCheckRow.__table__).where(DriftCheckRow.id == "dc-1")).one()
+        assert (row.status, row.threshold, row.p_value, row.alpha) == ("ok", 0.1, None, None)
     finally:
         database.close()
 

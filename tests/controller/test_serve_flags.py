@@ -24,7 +24,7 @@ def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *flags: str) -> tuple
     config = tmp_path / "cluster.yaml"
     config.write_text(
         "apiVersion: topo-tune/v1\ncontroller:\n"
-        "  drift: {interval: 12h, sampleNodes: 3, threshold: 0.2, openStudy: true}\n"
+        "  drift: {interval: 12h, sampleNodes: 3, repeats: 5, threshold: 0.2, alpha: 0.01, openStudy: true}\n"
         "  retention: {maxAge: 30d, batchSize: 50}\n",
         encoding="utf-8",
     )
@@ -41,6 +41,7 @@ def test_cluster_yaml_gives_the_settings_and_flags_win(tmp_path: Path, monkeypat
     assert code == 0, output
     assert (from_file.drift.interval_s, from_file.drift.sample_nodes, from_file.drift.threshold) == (43200.0, 3, 0.2)
     assert from_file.drift.open_study
+    assert (from_file.drift.repeats, from_file.drift.alpha) == (5, 0.01), "the drop's test as cluster.yaml sets it"
     assert (from_file.retention.max_age_s, from_file.retention.batch_size) == (30 * 86400.0, 50)
 
     code, output, [flagged] = serve(

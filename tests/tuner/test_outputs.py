@@ -135,6 +135,30 @@ def test_the_tuner_table_is_read_by_the_plugin_without_a_warning_and_followed(
         library.finalize_all()
 
 
+def test_without_bucket_rows_no_table_ships_that_the_plugin_never_ran(
+    demo: tuple[StudyOutcome, ClusterShape], tmp_path: Path
+) -> None:
+    outcome, shape = demo
+    assert outcome.chosen is not None and not outcome.chosen.config.tuner_table
+    derived, written = (
+        write_outputs(
+            outcome,
+            tmp_path / name,
+            shape=shape,
+            nccl_version="2.28.3",
+            topology_fingerprint="fp-1",
+            plots=False,
+            table_bucket_rows=rows,
+        )
+        for name, rows in (("rows", True), ("none", False))
+    )
+    assert "nccl_tuner.conf" in derived.config_version.files, "with bucket rows, the promoted buckets give rows"
+    table = (tmp_path / "none" / "nccl_tuner.conf").read_text()
+    assert [line for line in table.splitlines() if not line.startswith("#")] == []
+    assert "nccl_tuner.conf" not in written.config_version.files
+    assert written.config_version.files["nccl.conf"] == derived.config_version.files["nccl.conf"]
+
+
 def test_keeping_the_defaults_writes_only_the_site_settings(tmp_path: Path) -> None:
     space = synthetic_space()
     outcome = run_study(

@@ -1,9 +1,11 @@
-"""``topo-tune admin bench``: run a collective micro-benchmark across nodes and show it like nccl-tests."""
+"""``topo-tune admin bench``: run a collective micro-benchmark across nodes (optionally with a candidate tuner-plugin
+table) and show it like nccl-tests."""
 
 from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 
 import click
 
@@ -15,6 +17,7 @@ from topo_tune.cli.admin import admin, connected
 from topo_tune.cli.output import emit_data, emit_table, to_data
 from topo_tune.client import AdminClient
 from topo_tune.errors import ControllerError
+from topo_tune.plugin.table import TunerTableError, parse_tuner_table
 from topo_tune.v1 import admin_pb2, agent_pb2
 
 _SIZE = re.compile(r"^(\d+)([KMG]?)B?$", re.IGNORECASE)
@@ -34,6 +37,27 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]
         if match is None:
             self.fail(f"{value!r} is not a size like 8, 64K, 1M or 4G", param, ctx)
         return int(match.group(1)) * _UNITS[match.group(2).upper()]
+
+
+class TunerTableFile(click.ParamType):  # type: ignore[type-arg]
+    """A candidate tuner-plugin table: read and checked with the plugin's rules here, before any job starts."""
+
+    name = "file"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        path = Path(str(value))
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            self.fail(f"cannot read {path}: {exc}", param, ctx)
+        try:
+            rows = parse_tuner_table(text, source=str(path))
+        except TunerTableError as exc:
+            self.fail(str(exc), param, ctx)
+        if not rows:
+            # The plugin would load and change nothing: surely not the table that was meant.
+            self.fail(f"{path}: no table rows (only comments, blank lines or the header)", param, ctx)
+        return text
 
 
 def _table(job: admin_pb2.BenchmarkJob) -> str:
@@ -67,6 +91,8 @@ def _print_job(job: admin_pb2.BenchmarkJob, fmt: str) -> None:
         click.echo(f"# missing ranks: {', '.join(map(str, job.missing_ranks))}")
     if job.hung_ranks:
         click.echo(f"# hung ranks (killed at the deadline): {', '.join(map(str, job.hung_ranks))}")
+    if job.tuner_table_sha256:
+        click.echo(f"# tuner table sha256 {job.tuner_table_sha256} (loaded by every rank through the plugin)")
     if job.sizes:
         click.echo(_table(job), nl=False)
 
@@ -100,6 +126,12 @@ def bench() -> None:
     "Eager timing of sizes the GPUs finish in tens of microseconds measures how fast Python issues calls.",
 )
 @click.option("--deadline", type=click.IntRange(1, 86_400), default=600, show_default=True, help="Seconds.")
+@click.option(
+    "--tuner-table",
+    type=TunerTableFile(),
+    default=None,
+    help="A candidate tuner-plugin table (nccl_tuner.conf format) every rank loads through topo-tune's plugin.",
+)
 @click.option("--wait/--no-wait", default=True, show_default=True, help="Wait for the result and print it.")
 @connected
 def run(
@@ -118,6 +150,7 @@ def run(
     in_place: bool,
     cuda_graph: bool,
     deadline: int,
+    tuner_table: str | None,
     wait: bool,
 ) -> None:
     """Run one collective over a size sweep on NODES and print the nccl-tests-style table.
@@ -125,6 +158,7 @@ def run(
     \b
     Example:
       topo-tune admin bench run --collective all_reduce --nodes gpu-a1,gpu-a2 -b 8 -e 1G -f 4
+      topo-tune admin bench run --nodes gpu-a1,gpu-a2 -b 1M -e 1G --tuner-table candidate.conf
     """
     env: dict[str, str] = {}
     for pair in env_pairs:
@@ -145,6 +179,7 @@ def run(
         deadline_s=deadline,
         both_placements=in_place,
         cuda_graph=cuda_graph,
+        tuner_table=tuner_table or "",
     )
     job = client.start_benchmark(request)
     if wait:

@@ -235,6 +235,8 @@ def _drift_settings(
         interval_s=interval if interval is not None else (section.interval if section.enabled else 0.0),
         sample_nodes=sample_nodes or section.sample_nodes,
         threshold=threshold or section.threshold,
+        repeats=section.repeats,
+        alpha=section.alpha,
         open_study=section.open_study if open_study is None else open_study,
     )
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 import click
 
 from topo_tune.cli.admin import admin, connected
 from topo_tune.cli.output import emit_data, emit_table, to_data
 from topo_tune.client import AdminClient
+from topo_tune.errors import ControllerError
 from topo_tune.v1 import admin_pb2
 
 STATUSES = ("running", "ok", "regressed", "failed", "skipped", "changed")
@@ -25,8 +28,9 @@ def drift() -> None:
     \b
     The controller's leader re-measures the version the last completed rollout made every node run, on a
     few idle nodes of one of its waves, with the benchmark its gate ran there, and compares the bus
-    bandwidth with what that gate measured. A drop beyond the threshold is `regressed` (an event per node,
-    the metric topo_tune_drift_regressions_total, and with openStudy a new study). A node that registered
+    bandwidth with what that gate measured. A drop beyond the threshold that a one-sided Welch test finds
+    significant (p < alpha) is `regressed` (an event per node, the metric topo_tune_drift_regressions_total,
+    and with openStudy a new study). A node that registered
     again with another topology fingerprint is listed as `changed`. Settings: `controller.drift` in
     cluster.yaml, or `topo-tune controller serve --drift-interval/--drift-threshold`.
 
@@ -35,6 +39,7 @@ def drift() -> None:
       topo-tune admin drift list                    # newest first
       topo-tune admin drift list --status regressed
       topo-tune admin drift show dc-0123456789ab    # the figures, nodes and benchmark jobs of one check
+      topo-tune admin drift run                     # check now (the leader), wait and print the verdict
     """
 
 
@@ -70,7 +75,38 @@ def list_checks(client: AdminClient, fmt: str, status: str | None, limit: int) -
 @connected
 def show(client: AdminClient, fmt: str, check_id: str) -> None:
     """One drift check: reference and measured bus bandwidth, its nodes, jobs and why it ended as it did."""
-    check = client.get_drift_check(check_id)
+    _print_check(client.get_drift_check(check_id), fmt)
+
+
+@drift.command()
+@click.option(
+    "--version", "version", default="", metavar="V", help="Refuse unless V is the active version (a guard for scripts)."
+)
+@click.option("--wait/--no-wait", default=True, show_default=True, help="Wait for its benchmark jobs and the verdict.")
+@connected
+def run(client: AdminClient, fmt: str, version: str, wait: bool) -> None:
+    """Check for drift now, as the leader's periodic check does, and print the check.
+
+    Exits 0 when the version is as fast as its rollout measured it (or the check is still running with
+    --no-wait), 1 when it regressed, failed or was skipped (the message says why).
+
+    \b
+    Examples:
+      topo-tune admin drift run
+      topo-tune admin drift run --version cv-0123456789abcdef -o json
+    """
+    check = client.run_drift_check(version=version)
+    if wait and check.status == "running":
+        click.echo(f"# drift check {check.check_id} measuring on {', '.join(check.nodes)} ...", err=True)
+        while check.status == "running":
+            time.sleep(0.5)
+            check = client.get_drift_check(check.check_id)
+    _print_check(check, fmt)
+    if check.status not in ("ok", "running"):
+        raise ControllerError(f"drift check {check.check_id} {check.status}: {check.message}")
+
+
+def _print_check(check: admin_pb2.DriftCheck, fmt: str) -> None:
     if fmt != "table":
         emit_data(to_data(check), fmt)
         return
@@ -87,6 +123,7 @@ def show(client: AdminClient, fmt: str, check_id: str) -> None:
         ("measured busbw", gbps(check.measured_busbw_gbps) if check.HasField("measured_busbw_gbps") else "-"),
         ("change", _change(check)),
         ("threshold", f"-{check.threshold:.0%}" if check.HasField("threshold") else "-"),
+        ("p-value", f"{check.p_value:.2g} (alpha {check.alpha:g})" if check.HasField("p_value") else "-"),
         ("nodes", ", ".join(check.nodes) or "-"),
         ("benchmark jobs", ", ".join(check.job_ids) or "-"),
         ("study", check.study_id or "-"),

@@ -282,3 +282,8 @@ class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
     async def GetDriftCheck(self, request: admin_pb2.GetDriftCheckRequest, context: Ctx) -> admin_pb2.DriftCheck:
         validation.command_id(request.check_id, "check_id")
         return await self._drift_checks().get(request.check_id)
+
+    @maps_errors
+    async def RunDriftCheck(self, request: admin_pb2.RunDriftCheckRequest, context: Ctx) -> admin_pb2.DriftCheck:
+        validation.short_text(request.config_version, "config_version")
+        return await self._drift_checks().start(version=request.config_version)

@@ -6,22 +6,26 @@ for it, per wave (the mean of the gate's ``new``-arm samples, each the bandwidth
 the A/B samples every gate stores). It picks one wave at random (seeded), samples up to ``sample_nodes`` of
 that wave's nodes that are ready, not drained, idle (their agent runs nothing, and the idleness check —
 Kubernetes GPU pods — finds them free) and run the version, and re-runs the gate's benchmark on them with the
-version's staged ``nccl.conf``. When the bandwidth fell by more than ``threshold`` against the reference, the
-check ends ``regressed``: an event per node, a Prometheus counter, and — with ``open_study`` — a new study
-over the ready nodes (``admin study status drift-<id>``). A node that registers again with another topology
-fingerprint is recorded the same way (kind ``topology``, status ``changed``), with the same optional study.
+version's staged ``nccl.conf``. When the bandwidth fell by more than ``threshold`` against the reference and
+that drop is significant (``bandwidth_drop``: a one-sided Welch test on log bandwidth of the check's jobs
+against the gate's samples, p < ``alpha``), the check ends ``regressed``: an event per node, a Prometheus
+counter, and — with ``open_study`` — a new study over the ready nodes (``admin study status drift-<id>``).
+A node that registers again with another topology fingerprint is recorded the same way (kind ``topology``,
+status ``changed``), with the same optional study.
 
 Each check is a row in ``drift_checks`` written ``running`` (with its nodes and job ids) before its jobs
 start, and finished with the figures; its benchmark jobs are stored like any other. ``admin drift
-list|show`` reads them.
+list|show`` reads them; ``admin drift run`` starts one through the same code (:meth:`DriftChecker.start`
+returns once the row is stored and measures in the background). One check measures at a time: another one
+meanwhile is stored ``skipped`` naming it.
 
 Nothing is measured while a rollout is active (every node belongs to one of its waves), while the version has
 no reference (it was promoted without gate samples), or while too few nodes are idle; such a check is stored
 ``skipped`` with the reason, so an operator sees why nothing was measured.
 
-Non-goals: scheduling (the controller's scheduler calls :meth:`DriftChecker.check`), judging statistical
-significance (one threshold on the mean, like an alert rule: a regression is a signal to re-tune, not a
-gate), and deleting old checks (``retention.py``).
+Non-goals: scheduling (the controller's scheduler calls :meth:`DriftChecker.check`), gating anything (a
+regression is a signal to look and re-tune; nothing is rolled back), and deleting old checks
+(``retention.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from topo_tune.controller.bandwidth_drop import drop_beyond
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import DriftCheckRow, EventRow
 from topo_tune.controller.metrics import ControllerMetrics
@@ -81,7 +86,10 @@ class DriftSettings:
     open_study: bool = False
     """Open a study over the ready nodes on a regression or a changed topology."""
     repeats: int = 3
-    """Benchmark jobs per check; the check's figure is their mean."""
+    """Benchmark jobs per check; the check's figure is their mean, and each is one sample of the test."""
+    alpha: float = 0.05
+    """Significance level: a drop beyond ``threshold`` is a regression only when the test says so at this
+    level (an alert, not a gate: a false alarm costs a look, a missed one a slow fleet)."""
 
     def __post_init__(self) -> None:
         if self.interval_s < 0:
@@ -90,8 +98,10 @@ class DriftSettings:
             raise ValidationError("drift.sampleNodes", f"must be >= 1, got {self.sample_nodes}")
         if not 0 < self.threshold < 1:
             raise ValidationError("drift.threshold", f"a fraction between 0 and 1, got {self.threshold:g}")
-        if self.repeats < 1:
-            raise ValidationError("drift.repeats", f"must be >= 1, got {self.repeats}")
+        if self.repeats < 2:
+            raise ValidationError("drift.repeats", f"must be >= 2 (a test needs a spread), got {self.repeats}")
+        if not 0 < self.alpha < 0.5:
+            raise ValidationError("drift.alpha", f"a significance level between 0 and 0.5, got {self.alpha:g}")
 
 
 @dataclass(frozen=True)
@@ -102,6 +112,20 @@ class Reference:
     wave: int
     nodes: tuple[str, ...]
     busbw_gbps: float
+    """The mean of ``samples``."""
+    samples: tuple[float, ...] = ()
+    """The gate's ``new``-arm figures, one per A/B repeat: the test's reference side."""
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """What a stored ``running`` check measures."""
+
+    version: str
+    reference: Reference
+    nodes: tuple[str, ...]
+    job_ids: tuple[str, ...]
+    measurement: GateMeasurement
 
 
 class VerificationJobs(Protocol):
@@ -141,18 +165,38 @@ class DriftChecker:
     new_id: Callable[[], str] = lambda: "dc-" + uuid.uuid4().hex[:12]
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set, init=False)
 
-    async def check(self) -> admin_pb2.DriftCheck:
-        """Run one drift check now and return it stored (``skipped`` with the reason when nothing could run)."""
+    async def check(self, *, version: str = "") -> admin_pb2.DriftCheck:
+        """Run one drift check to its end and return it stored (``skipped`` with the reason when nothing could
+        run). ``version``: refuse unless it is the active version (empty: whichever is)."""
         task = asyncio.current_task()
         try:
             if task is not None:
                 self._tasks.add(task)
             check_id = self.new_id()
-            await self._check(check_id)
+            planned = await self._prepare(check_id, expected=version)
+            if planned is not None:
+                await self._measure(check_id, planned)
             return await self.get(check_id)
         finally:
             if task is not None:
                 self._tasks.discard(task)
+
+    async def start(self, *, version: str = "") -> admin_pb2.DriftCheck:
+        """Begin a drift check now, as :meth:`check` does, and return it as soon as it is stored: final when
+        nothing could be measured, else ``running`` while its benchmark jobs measure in the background (an
+        operator's request must not wait minutes for them)."""
+        check_id = self.new_id()
+        planned = await self._prepare(check_id, expected=version)
+        if planned is not None:
+            task = asyncio.get_running_loop().create_task(self._measure(check_id, planned))
+            self._tasks.add(task)
+            task.add_done_callback(self._measured)
+        return await self.get(check_id)
+
+    def _measured(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("a drift check failed: %r (the next leader's start-up marks it failed)", task.exception())
 
     async def close(self) -> None:
         """Cancel a check still measuring (a new leader marks it failed at start-up and checks again later)."""
@@ -175,11 +219,21 @@ class DriftChecker:
 
         return await self.db.run(write)
 
-    async def _check(self, check_id: str) -> None:
+    async def _prepare(self, check_id: str, *, expected: str) -> _Planned | None:
+        """Store the check: ``skipped`` with the reason (None), or ``running`` with what it will measure."""
         version, skipped = "", ""
         active = await self.rollouts.active()
         stable = await self.rollouts.stable()
-        if active is not None:
+        if expected and (stable is None or stable.config_version != expected):
+            now_active = stable.config_version if stable is not None else "none yet"
+            raise ValidationError(
+                "config_version",
+                f"{expected} is not the active version ({now_active}): a drift check measures what the nodes run",
+            )
+        running = await self._running_check()
+        if running:
+            skipped = f"drift check {running} is still running: one check measures at a time"
+        elif active is not None:
             skipped = f"rollout {active.rollout.id} is active: its waves' nodes are not measured until it ends"
         elif stable is None:
             skipped = "no config version is active yet (no completed rollout)"
@@ -187,27 +241,62 @@ class DriftChecker:
             version = stable.config_version
         if skipped or stable is None:
             await self._store_skipped(check_id, version=version, reason=skipped)
-            return
+            return None
         references = await self.references(stable.id)
         if not references:
             reason = f"rollout {stable.id} stored no gate samples for {version}: there is no reference to compare with"
             await self._store_skipped(check_id, version=version, reason=reason)
-            return
+            return None
         choice = await self._choose(references, version)
         if isinstance(choice, str):
             await self._store_skipped(check_id, version=version, reason=choice)
-            return
+            return None
         reference, nodes = choice
         job_ids = [f"{check_id}-{repeat}" for repeat in range(self.settings.repeats)]
         await self._store_running(check_id, version=version, reference=reference, nodes=nodes, job_ids=job_ids)
         logger.info("drift check started on %s", ", ".join(nodes), extra={"check": check_id, "version": version})
+        # Measured as the rollout's gates measured its reference.
+        return _Planned(version, reference, tuple(nodes), tuple(job_ids), stable.policy.gate)
+
+    async def _running_check(self) -> str:
+        """The id of a benchmark check still measuring ("" if none): two at once would compete for nodes."""
+
+        def read(session: Session) -> str:
+            query = sa.select(DriftCheckRow.id).where(DriftCheckRow.status == DriftStatus.RUNNING.value).limit(1)
+            return session.scalar(query) or ""
+
+        return await self.db.run(read)
+
+    async def _measure(self, check_id: str, planned: _Planned) -> None:
+        try:
+            await self._measure_and_judge(check_id, planned)
+        except Exception as error:
+            # A check left ``running`` would hold off every later one until the next leader's start-up.
+            await self._end_failed(check_id, f"the check itself failed: {error!r}")
+            raise
+
+    async def _end_failed(self, check_id: str, reason: str) -> None:
+        now = self.wall_clock()
+
+        def write(session: Session) -> None:
+            row = session.get(DriftCheckRow, check_id)
+            if row is not None and row.status == DriftStatus.RUNNING.value:
+                row.status, row.message, row.finished_at = DriftStatus.FAILED.value, reason, now
+
+        try:
+            await self.db.run(write)
+        except TopoTuneError:  # the database itself is away: the next leader's recover() ends it
+            logger.exception("could not mark drift check %s failed", check_id, extra={"check": check_id})
+
+    async def _measure_and_judge(self, check_id: str, planned: _Planned) -> None:
         measured: list[float] = []
         simulated = False
         failure = ""
-        for repeat, job_id in enumerate(job_ids):
+        for repeat, job_id in enumerate(planned.job_ids):
             try:
-                # Measured as the rollout's gates measured its reference.
-                job = await self.verifier.run_job(job_id, nodes, version, measurement=stable.policy.gate)
+                job = await self.verifier.run_job(
+                    job_id, planned.nodes, planned.version, measurement=planned.measurement
+                )
             except TopoTuneError as error:  # e.g. a node became busy between the choice and the job
                 failure = f"the benchmark could not run: {error}"
                 break
@@ -217,7 +306,9 @@ class DriftChecker:
                 failure = f"job {job_id}: {job.message}"
                 continue
             measured.append(sample.busbw_gbps)
-        await self._finish(check_id, reference=reference, measured=measured, failure=failure, simulated=simulated)
+        await self._finish(
+            check_id, reference=planned.reference, measured=measured, failure=failure, simulated=simulated
+        )
 
     async def references(self, rollout_id: str) -> list[Reference]:
         """Per wave of ``rollout_id``, the mean ``new``-arm bus bandwidth of its last gate attempt with samples."""
@@ -228,7 +319,7 @@ class DriftChecker:
             if busbw:
                 latest[gate.wave] = busbw
         return [
-            Reference(rollout_id, wave, snapshot.waves[wave].nodes, fmean(busbw))
+            Reference(rollout_id, wave, snapshot.waves[wave].nodes, fmean(busbw), tuple(busbw))
             for wave, busbw in sorted(latest.items())
             if wave < len(snapshot.waves) and snapshot.waves[wave].nodes
         ]
@@ -303,18 +394,33 @@ class DriftChecker:
         self, check_id: str, *, reference: Reference, measured: list[float], failure: str, simulated: bool
     ) -> None:
         now = self.wall_clock()
-        if measured:
+        busbw: float | None = None
+        p_value: float | None = None
+        if len(measured) >= 2:
             busbw = fmean(measured)
             drop = drop_of(reference=reference.busbw_gbps, measured=busbw)
-            status = DriftStatus.REGRESSED if drop > self.settings.threshold else DriftStatus.OK
+            test = drop_beyond(reference.samples or (reference.busbw_gbps,), measured, margin=self.settings.threshold)
+            p_value, alpha, threshold = test.p_value, self.settings.alpha, self.settings.threshold
+            regressed = drop > threshold and p_value < alpha
+            status = DriftStatus.REGRESSED if regressed else DriftStatus.OK
+            if regressed:
+                verdict = f"beyond the -{threshold:.0%} threshold, p = {p_value:.2g} < {alpha:g}"
+            elif drop > threshold:
+                verdict = f"beyond the -{threshold:.0%} threshold but within noise, p = {p_value:.2g} >= {alpha:g}"
+            else:
+                verdict = f"within the -{threshold:.0%} threshold"
             message = (
                 f"bus bandwidth {busbw:.2f} GB/s vs {reference.busbw_gbps:.2f} GB/s at rollout "
-                f"{reference.rollout_id} wave {reference.wave}: {-drop:+.1%} (threshold -{self.settings.threshold:.0%})"
+                f"{reference.rollout_id} wave {reference.wave}: {-drop:+.1%} ({verdict}; "
+                f"{len(measured)} vs {len(reference.samples) or 1} measurements)"
             )
             if failure:
                 message += f"; {len(measured)} of {self.settings.repeats} jobs usable ({failure})"
+        elif measured:
+            status = DriftStatus.FAILED
+            message = f"1 of {self.settings.repeats} jobs usable ({failure}): a decision needs at least 2"
         else:
-            busbw, status, message = None, DriftStatus.FAILED, failure or "no job gave a usable figure"
+            status, message = DriftStatus.FAILED, failure or "no job gave a usable figure"
         if simulated:
             message += " [simulated]"
 
@@ -323,6 +429,7 @@ class DriftChecker:
             assert row is not None
             row.status, row.message, row.finished_at = status.value, message, now
             row.measured_busbw_gbps, row.simulated = busbw, simulated
+            row.p_value, row.alpha = p_value, self.settings.alpha
             if status is DriftStatus.REGRESSED:
                 session.add_all(
                     EventRow(node_name=node, kind="drift.regressed", message=f"{check_id}: {message}", at=now)
@@ -426,6 +533,10 @@ def _message(row: DriftCheckRow) -> admin_pb2.DriftCheck:
         message.measured_busbw_gbps = row.measured_busbw_gbps
     if row.threshold is not None:
         message.threshold = row.threshold
+    if row.p_value is not None:
+        message.p_value = row.p_value
+    if row.alpha is not None:
+        message.alpha = row.alpha
     if row.finished_at is not None:
         message.finished_at.FromDatetime(row.finished_at)
     return message

@@ -14,6 +14,7 @@ computes the same figures; such jobs are labelled simulated.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 import uuid
@@ -335,7 +336,14 @@ def _job_message(job: BenchmarkJobRow, run: agent_pb2.RunBenchmark) -> admin_pb2
         iters=run.iters,
         warmup_iters=run.warmup_iters,
         cuda_graph=run.cuda_graph,
+        tuner_table_sha256=tuner_table_sha256(run.tuner_table),
     )
+
+
+def tuner_table_sha256(table: str) -> str:
+    """The digest a job's candidate table is known by ("" for none): the same hex the ranks record for the
+    table file they loaded, so a job view and its ranks' settings can be matched."""
+    return hashlib.sha256(table.encode()).hexdigest() if table else ""
 
 
 def _view(job: BenchmarkJobRow) -> admin_pb2.BenchmarkJob:

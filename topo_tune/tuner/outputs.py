@@ -7,7 +7,8 @@ Purpose: from a :class:`~topo_tune.tuner.study.StudyOutcome`, write into one dir
 * ``nccl_tuner.conf`` — the tuner plugin's table (``docs/tuner-plugin.md``): when the promoted configuration
   is a table trial, exactly the table it was measured and proven with; otherwise, for each promoted
   (collective, bucket) of a collective the plugin handles, the algorithm/protocol/channels the proven
-  configuration ran, when the benchmark reported them (the sim backend and NCCL's TUNING log do);
+  configuration ran, when the benchmark reported them (the sim backend and NCCL's TUNING log do), unless
+  the caller turns those derived rows off (``search.tunerTable: false``: only a proven table ships);
 * ``hostfile`` (Open MPI, ``slots=``) and ``rankmap.json`` — the chosen rank order, with its ring predicted
   from the node-pair matrix next to NCCL's natural order (``rank_map``);
 * ``topology.xml`` — when the caller has an ``NCCL_TOPO_FILE`` to ship;
@@ -111,14 +112,14 @@ class WrittenOutputs:
     config_version: ConfigVersion
 
 
-def tuner_table(outcome: StudyOutcome, shape: ClusterShape) -> str:
+def tuner_table(outcome: StudyOutcome, shape: ClusterShape, *, bucket_rows: bool = True) -> str:
     """The plugin CSV: the table the promoted configuration was measured and proven with, when it ran one;
-    else one row per promoted bucket whose algorithm/protocol the benchmark reported."""
+    else (with ``bucket_rows``) one row per promoted bucket whose algorithm/protocol the benchmark reported."""
     lines = [f"# {TUNER_HEADER}"]
     chosen = outcome.chosen
     if chosen is not None and chosen.config.tuner_table:
         return chosen.config.tuner_table
-    if chosen is not None and chosen.candidate is not None:
+    if bucket_rows and chosen is not None and chosen.candidate is not None:
         for proof in chosen.buckets:
             if proof.decision is not Decision.PROMOTE or proof.collective not in PLUGIN_COLLECTIVES:
                 continue
@@ -302,15 +303,20 @@ def write_outputs(
     topology_xml: str | None = None,
     advice: TimeoutAdvice | None = None,
     plots: bool = True,
+    table_bucket_rows: bool = True,
 ) -> WrittenOutputs:
-    """Write every output into ``directory`` (created if needed) and return the ConfigVersion of the result."""
+    """Write every output into ``directory`` (created if needed) and return the ConfigVersion of the result.
+
+    ``table_bucket_rows`` False: ``nccl_tuner.conf`` has rows only when the chosen configuration was measured
+    with a table (no rows derived from promoted buckets, which never ran through the plugin).
+    """
     ranks = rank_map(outcome, shape)
     order_name = outcome.chosen.config.rank_order.name if outcome.chosen is not None else NATURAL_ORDER
     env = dict(outcome.site_fixed)
     if outcome.chosen is not None:
         env.update(outcome.chosen.config.tuned_env(outcome.site_fixed))
     files: dict[str, str] = {NCCL_CONF: render_nccl_conf(env) if env else ""}
-    table = tuner_table(outcome, shape)
+    table = tuner_table(outcome, shape, bucket_rows=table_bucket_rows)
     if table.count("\n") > 1:
         files[TUNER_TABLE] = table
     if order_name != NATURAL_ORDER:

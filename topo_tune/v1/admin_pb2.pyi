@@ -610,6 +610,7 @@ class BenchmarkJob(_message.Message):
     ITERS_FIELD_NUMBER: _builtins.int
     WARMUP_ITERS_FIELD_NUMBER: _builtins.int
     CUDA_GRAPH_FIELD_NUMBER: _builtins.int
+    TUNER_TABLE_SHA256_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     status: Global___BenchmarkJobStatus.ValueType
     message: _builtins.str
@@ -622,6 +623,8 @@ class BenchmarkJob(_message.Message):
     warmup_iters: _builtins.int
     cuda_graph: _builtins.bool
     """timed as CUDA graphs (nccl-tests -G)"""
+    tuner_table_sha256: _builtins.str
+    """SHA-256 (hex) of the candidate tuner table the ranks ran; empty: none"""
     @_builtins.property
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -662,10 +665,11 @@ class BenchmarkJob(_message.Message):
         iters: _builtins.int = ...,
         warmup_iters: _builtins.int = ...,
         cuda_graph: _builtins.bool = ...,
+        tuner_table_sha256: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "sizes_requested", b"sizes_requested"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend", b"backend", "collective", b"collective", "created_at", b"created_at", "cuda_graph", b"cuda_graph", "dtype", b"dtype", "env", b"env", "finished_at", b"finished_at", "hung_ranks", b"hung_ranks", "iters", b"iters", "job_id", b"job_id", "message", b"message", "missing_ranks", b"missing_ranks", "nodes", b"nodes", "simulated", b"simulated", "sizes", b"sizes", "sizes_requested", b"sizes_requested", "status", b"status", "warmup_iters", b"warmup_iters", "world_size", b"world_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend", b"backend", "collective", b"collective", "created_at", b"created_at", "cuda_graph", b"cuda_graph", "dtype", b"dtype", "env", b"env", "finished_at", b"finished_at", "hung_ranks", b"hung_ranks", "iters", b"iters", "job_id", b"job_id", "message", b"message", "missing_ranks", b"missing_ranks", "nodes", b"nodes", "simulated", b"simulated", "sizes", b"sizes", "sizes_requested", b"sizes_requested", "status", b"status", "tuner_table_sha256", b"tuner_table_sha256", "warmup_iters", b"warmup_iters", "world_size", b"world_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2029,6 +2033,8 @@ class DriftCheck(_message.Message):
     SIMULATED_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
     FINISHED_AT_FIELD_NUMBER: _builtins.int
+    P_VALUE_FIELD_NUMBER: _builtins.int
+    ALPHA_FIELD_NUMBER: _builtins.int
     check_id: _builtins.str
     kind: _builtins.str
     """benchmark, topology"""
@@ -2046,6 +2052,10 @@ class DriftCheck(_message.Message):
     study_id: _builtins.str
     """the study it opened, if any"""
     simulated: _builtins.bool
+    p_value: _builtins.float
+    """one-sided Welch test of "the drop is at most the threshold" """
+    alpha: _builtins.float
+    """regressed: the drop is beyond the threshold and p_value < alpha"""
     @_builtins.property
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -2075,13 +2085,19 @@ class DriftCheck(_message.Message):
         simulated: _builtins.bool = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
         finished_at: _timestamp_pb2.Timestamp | None = ...,
+        p_value: _builtins.float | None = ...,
+        alpha: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_measured_busbw_gbps", b"_measured_busbw_gbps", "_reference_busbw_gbps", b"_reference_busbw_gbps", "_threshold", b"_threshold", "_wave", b"_wave", "created_at", b"created_at", "finished_at", b"finished_at", "measured_busbw_gbps", b"measured_busbw_gbps", "reference_busbw_gbps", b"reference_busbw_gbps", "threshold", b"threshold", "wave", b"wave"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_alpha", b"_alpha", "_measured_busbw_gbps", b"_measured_busbw_gbps", "_p_value", b"_p_value", "_reference_busbw_gbps", b"_reference_busbw_gbps", "_threshold", b"_threshold", "_wave", b"_wave", "alpha", b"alpha", "created_at", b"created_at", "finished_at", b"finished_at", "measured_busbw_gbps", b"measured_busbw_gbps", "p_value", b"p_value", "reference_busbw_gbps", b"reference_busbw_gbps", "threshold", b"threshold", "wave", b"wave"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_measured_busbw_gbps", b"_measured_busbw_gbps", "_reference_busbw_gbps", b"_reference_busbw_gbps", "_threshold", b"_threshold", "_wave", b"_wave", "check_id", b"check_id", "config_version", b"config_version", "created_at", b"created_at", "finished_at", b"finished_at", "job_ids", b"job_ids", "kind", b"kind", "measured_busbw_gbps", b"measured_busbw_gbps", "message", b"message", "nodes", b"nodes", "reference_busbw_gbps", b"reference_busbw_gbps", "rollout_id", b"rollout_id", "simulated", b"simulated", "status", b"status", "study_id", b"study_id", "threshold", b"threshold", "wave", b"wave"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_alpha", b"_alpha", "_measured_busbw_gbps", b"_measured_busbw_gbps", "_p_value", b"_p_value", "_reference_busbw_gbps", b"_reference_busbw_gbps", "_threshold", b"_threshold", "_wave", b"_wave", "alpha", b"alpha", "check_id", b"check_id", "config_version", b"config_version", "created_at", b"created_at", "finished_at", b"finished_at", "job_ids", b"job_ids", "kind", b"kind", "measured_busbw_gbps", b"measured_busbw_gbps", "message", b"message", "nodes", b"nodes", "p_value", b"p_value", "reference_busbw_gbps", b"reference_busbw_gbps", "rollout_id", b"rollout_id", "simulated", b"simulated", "status", b"status", "study_id", b"study_id", "threshold", b"threshold", "wave", b"wave"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__alpha: _TypeAlias = _typing.Literal["alpha"]  # noqa: Y015
+    _WhichOneofArgType__alpha: _TypeAlias = _typing.Literal["_alpha", b"_alpha"]  # noqa: Y015
     _WhichOneofReturnType__measured_busbw_gbps: _TypeAlias = _typing.Literal["measured_busbw_gbps"]  # noqa: Y015
     _WhichOneofArgType__measured_busbw_gbps: _TypeAlias = _typing.Literal["_measured_busbw_gbps", b"_measured_busbw_gbps"]  # noqa: Y015
+    _WhichOneofReturnType__p_value: _TypeAlias = _typing.Literal["p_value"]  # noqa: Y015
+    _WhichOneofArgType__p_value: _TypeAlias = _typing.Literal["_p_value", b"_p_value"]  # noqa: Y015
     _WhichOneofReturnType__reference_busbw_gbps: _TypeAlias = _typing.Literal["reference_busbw_gbps"]  # noqa: Y015
     _WhichOneofArgType__reference_busbw_gbps: _TypeAlias = _typing.Literal["_reference_busbw_gbps", b"_reference_busbw_gbps"]  # noqa: Y015
     _WhichOneofReturnType__threshold: _TypeAlias = _typing.Literal["threshold"]  # noqa: Y015
@@ -2089,7 +2105,11 @@ class DriftCheck(_message.Message):
     _WhichOneofReturnType__wave: _TypeAlias = _typing.Literal["wave"]  # noqa: Y015
     _WhichOneofArgType__wave: _TypeAlias = _typing.Literal["_wave", b"_wave"]  # noqa: Y015
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__alpha) -> _WhichOneofReturnType__alpha | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__measured_busbw_gbps) -> _WhichOneofReturnType__measured_busbw_gbps | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__p_value) -> _WhichOneofReturnType__p_value | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__reference_busbw_gbps) -> _WhichOneofReturnType__reference_busbw_gbps | None: ...
     @_typing.overload
@@ -2160,3 +2180,23 @@ class GetDriftCheckRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetDriftCheckRequest: _TypeAlias = GetDriftCheckRequest  # noqa: Y015
+
+@_typing.final
+class RunDriftCheckRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONFIG_VERSION_FIELD_NUMBER: _builtins.int
+    config_version: _builtins.str
+    """empty: the active version; else it must be the active version"""
+    def __init__(
+        self,
+        *,
+        config_version: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunDriftCheckRequest: _TypeAlias = RunDriftCheckRequest  # noqa: Y015

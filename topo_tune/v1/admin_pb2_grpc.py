@@ -174,6 +174,11 @@ class AdminServiceStub:
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.GetDriftCheckRequest.SerializeToString,
                 response_deserializer=topo__tune_dot_v1_dot_admin__pb2.DriftCheck.FromString,
                 _registered_method=True)
+        self.RunDriftCheck = channel.unary_unary(
+                '/topo_tune.v1.AdminService/RunDriftCheck',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.RunDriftCheckRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.DriftCheck.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -350,6 +355,13 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RunDriftCheck(self, request, context):
+        """A drift check now, as the periodic one runs: returned once stored, `running` while its jobs measure.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -491,6 +503,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
             'GetDriftCheck': grpc.unary_unary_rpc_method_handler(
                     servicer.GetDriftCheck,
                     request_deserializer=topo__tune_dot_v1_dot_admin__pb2.GetDriftCheckRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.DriftCheck.SerializeToString,
+            ),
+            'RunDriftCheck': grpc.unary_unary_rpc_method_handler(
+                    servicer.RunDriftCheck,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.RunDriftCheckRequest.FromString,
                     response_serializer=topo__tune_dot_v1_dot_admin__pb2.DriftCheck.SerializeToString,
             ),
     }
@@ -1249,6 +1266,33 @@ class AdminService:
             target,
             '/topo_tune.v1.AdminService/GetDriftCheck',
             topo__tune_dot_v1_dot_admin__pb2.GetDriftCheckRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.DriftCheck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunDriftCheck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/RunDriftCheck',
+            topo__tune_dot_v1_dot_admin__pb2.RunDriftCheckRequest.SerializeToString,
             topo__tune_dot_v1_dot_admin__pb2.DriftCheck.FromString,
             options,
             channel_credentials,

@@ -62,6 +62,8 @@ class AdminServiceStub:
     ListDriftChecks: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListDriftChecksRequest, _admin_pb2.ListDriftChecksResponse]
     """Drift checks of the active config version, and nodes whose topology changed."""
     GetDriftCheck: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetDriftCheckRequest, _admin_pb2.DriftCheck]
+    RunDriftCheck: _grpc.UnaryUnaryMultiCallable[_admin_pb2.RunDriftCheckRequest, _admin_pb2.DriftCheck]
+    """A drift check now, as the periodic one runs: returned once stored, `running` while its jobs measure."""
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -97,6 +99,8 @@ class AdminServiceAsyncStub(AdminServiceStub):
     ListDriftChecks: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListDriftChecksRequest, _admin_pb2.ListDriftChecksResponse]  # type: ignore[assignment]
     """Drift checks of the active config version, and nodes whose topology changed."""
     GetDriftCheck: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetDriftCheckRequest, _admin_pb2.DriftCheck]  # type: ignore[assignment]
+    RunDriftCheck: _aio.UnaryUnaryMultiCallable[_admin_pb2.RunDriftCheckRequest, _admin_pb2.DriftCheck]  # type: ignore[assignment]
+    """A drift check now, as the periodic one runs: returned once stored, `running` while its jobs measure."""
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -297,5 +301,13 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.GetDriftCheckRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.DriftCheck, _abc.Awaitable[_admin_pb2.DriftCheck]]: ...
+
+    @_abc_1.abstractmethod
+    def RunDriftCheck(
+        self,
+        request: _admin_pb2.RunDriftCheckRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DriftCheck, _abc.Awaitable[_admin_pb2.DriftCheck]]:
+        """A drift check now, as the periodic one runs: returned once stored, `running` while its jobs measure."""
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

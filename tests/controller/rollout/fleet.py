@@ -19,7 +19,7 @@ from topo_tune.controller.db.database import Database
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import NodeRegistry, Registration
 from topo_tune.controller.rollout.engine import RolloutEngine, Verifier
-from topo_tune.controller.rollout.gate_measurement import GateMeasurement
+from topo_tune.controller.rollout.gate_run import GateRun
 from topo_tune.controller.rollout.gates import Sample
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.sessions import SessionHub
@@ -55,22 +55,12 @@ class SimVerifier:
     pairs: int = 10
     calls: list[tuple[int, int]] = field(default_factory=list)
 
-    async def verify(
-        self,
-        *,
-        rollout_id: str,
-        wave: int,
-        attempt: int,
-        nodes: Sequence[str],
-        new: str,
-        previous: str,
-        measurement: GateMeasurement,
-    ) -> Sequence[Sample]:
-        self.calls.append((wave, attempt))
-        rng = random.Random(f"{rollout_id}/{wave}/{attempt}")
-        bad = any(self.rack_of[n] in self.regressed_racks for n in nodes)
+    async def verify(self, run: GateRun) -> Sequence[Sample]:
+        self.calls.append((run.wave, run.attempt))
+        rng = random.Random(f"{run.rollout_id}/{run.wave}/{run.attempt}")
+        bad = any(self.rack_of[n] in self.regressed_racks for n in run.nodes)
         factor = 1 + self.regression if bad else 1 - self.gain
-        slow = 2.0 if any(self.rack_of[n] in self.slow_racks for n in nodes) else 1.0
+        slow = 2.0 if any(self.rack_of[n] in self.slow_racks for n in run.nodes) else 1.0
         samples = []
         for repeat in range(self.pairs):
             base = 100 * slow * (1 + rng.gauss(0, 0.02))

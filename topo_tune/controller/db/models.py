@@ -279,6 +279,9 @@ class DriftCheckRow(Base):
     reference_busbw_gbps: Mapped[float | None]
     measured_busbw_gbps: Mapped[float | None]
     threshold: Mapped[float | None]
+    p_value: Mapped[float | None]
+    """The one-sided p-value that the drop is at most ``threshold`` (``bandwidth_drop``)."""
+    alpha: Mapped[float | None]
     job_ids: Mapped[list[str]] = mapped_column(JSON)
     study_id: Mapped[str] = mapped_column(String(64), default="")
     simulated: Mapped[bool] = mapped_column(default=False)

@@ -40,6 +40,7 @@ from topo_tune.controller.commands import CommandBook, CommandStatus
 from topo_tune.controller.nodes import NodeRegistry, NodeState
 from topo_tune.controller.rollout import state
 from topo_tune.controller.rollout.gate_measurement import GateMeasurement
+from topo_tune.controller.rollout.gate_run import GateRun
 from topo_tune.controller.rollout.gates import GateThresholds, Outcome, Sample, judge
 from topo_tune.controller.rollout.plan import PlanPolicy, build_plan
 from topo_tune.controller.rollout.store import RolloutStore
@@ -53,35 +54,16 @@ _FAILED = (CommandStatus.FAILED, CommandStatus.REJECTED, CommandStatus.TIMED_OUT
 
 
 class Verifier(Protocol):
-    async def verify(
-        self,
-        *,
-        rollout_id: str,
-        wave: int,
-        attempt: int,
-        nodes: Sequence[str],
-        new: str,
-        previous: str,
-        measurement: GateMeasurement,
-    ) -> Sequence[Sample]:
-        """Interleaved A/B samples of ``new`` vs ``previous`` on ``nodes``, measured as ``measurement`` says."""
+    async def verify(self, run: GateRun) -> Sequence[Sample]:
+        """Interleaved A/B samples of ``run.new`` vs ``run.previous`` on ``run.nodes``, measured as
+        ``run.measurement`` says."""
         ...
 
 
 class NoVerifier:
     """No verification benchmark is available: no samples, so every gate pauses for a human."""
 
-    async def verify(
-        self,
-        *,
-        rollout_id: str,
-        wave: int,
-        attempt: int,
-        nodes: Sequence[str],
-        new: str,
-        previous: str,
-        measurement: GateMeasurement,
-    ) -> Sequence[Sample]:
+    async def verify(self, run: GateRun) -> Sequence[Sample]:
         return ()
 
 
@@ -272,7 +254,7 @@ class RolloutEngine:
             wave = snapshot.waves[wave_index]
             failure = ""
             try:
-                samples = await self.verifier.verify(
+                run = GateRun(
                     rollout_id=rollout.id,
                     wave=wave_index,
                     attempt=attempt,
@@ -281,6 +263,7 @@ class RolloutEngine:
                     previous=rollout.previous_version,
                     measurement=rollout.policy.gate,
                 )
+                samples = await self.verifier.verify(run)
             except TopoTuneError as error:  # e.g. the wave's nodes are not idle: Argo's "error" is inconclusive
                 samples, failure = (), f"the verification benchmark could not run: {error}"
             reports = self.registry.live_reports()

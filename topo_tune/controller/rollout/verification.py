@@ -27,6 +27,7 @@ from typing import Protocol
 from topo_tune.config_layout import DEFAULT_CONFIG_DIR, staged_path
 from topo_tune.config_version import NCCL_CONF
 from topo_tune.controller.rollout.gate_measurement import GateMeasurement
+from topo_tune.controller.rollout.gate_run import GateRun
 from topo_tune.controller.rollout.gates import Sample
 from topo_tune.v1 import admin_pb2, agent_pb2
 
@@ -63,32 +64,22 @@ class BenchmarkVerifier:
         """The job environment that selects ``version``; NCCL's defaults: no file of ours at all."""
         return {"NCCL_CONF_FILE": str(staged_path(self.config_dir, version, NCCL_CONF))} if version else {}
 
-    async def verify(
-        self,
-        *,
-        rollout_id: str,
-        wave: int,
-        attempt: int,
-        nodes: Sequence[str],
-        new: str,
-        previous: str,
-        measurement: GateMeasurement,
-    ) -> Sequence[Sample]:
+    async def verify(self, run: GateRun) -> Sequence[Sample]:
         samples: list[Sample] = []
-        for repeat in range(measurement.repeats):
+        for repeat in range(run.measurement.repeats):
             arms = ("new", "previous") if repeat % 2 == 0 else ("previous", "new")
             measured: dict[str, Sample] = {}
             for arm in arms:
-                version = new if arm == "new" else previous
-                job_id = gate_job_id(rollout_id, wave=wave, attempt=attempt, repeat=repeat, arm=arm)
-                job = await self.run_job(job_id, nodes, version, measurement=measurement)
+                version = run.new if arm == "new" else run.previous
+                job_id = gate_job_id(run.rollout_id, wave=run.wave, attempt=run.attempt, repeat=repeat, arm=arm)
+                job = await self.run_job(job_id, run.nodes, version, measurement=run.measurement)
                 sample = job_sample(job, repeat=repeat, arm=arm)
                 if sample is None:
                     logger.warning(
                         "gate job %s gave no usable result: %s",
                         job.job_id,
                         job.message,
-                        extra={"rollout": rollout_id, "wave": wave},
+                        extra={"rollout": run.rollout_id, "wave": run.wave},
                     )
                     break
                 measured[arm] = sample
