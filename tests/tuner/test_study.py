@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -197,6 +198,36 @@ def test_another_workers_trial_is_waited_for_then_failed_as_stale_and_retried_on
     assert len(retry) == 1 and retry[0].params == stale.params and retry[0].state == "complete"
     assert len([t for t in outcome.trials if not t.superseded]) == 8
     assert now[0] > 1030.0, "it waited for the heartbeat to lapse instead of stealing a live trial"
+
+
+def test_a_trial_whose_worker_died_before_labelling_it_is_reclaimed_without_waiting_for_staleness(
+    database_url: str,
+) -> None:
+    space = synthetic_space()
+    settings = study_settings(database_url)
+    runner = TunerStudy(settings, space=space, objective=synthetic_objective(), evaluate=Landscape())
+    try:
+        unlabeled = int(runner.open().ask(distributions(space)).number)  # killed right here: no label, no heartbeat
+    finally:
+        runner.close()
+    start = time.time()
+    now = [start]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    outcome = run_study(
+        study_settings(database_url, budget=6, finalists=0, stale_after_s=1200.0, poll_interval_s=5.0),
+        space=space,
+        objective=synthetic_objective(),
+        evaluate=Landscape(),
+        clock=lambda: now[0],
+        sleep=sleep,
+    )
+    orphan = next(t for t in outcome.trials if t.number == unlabeled)
+    assert orphan.state == "stale" and "before labelling" in (orphan.reason or "")
+    assert len([t for t in outcome.trials if not t.superseded]) == 6
+    assert now[0] - start < 60, "it did not wait stale_after_s (1200 s) for a trial nobody owns"
 
 
 def test_a_fresh_heartbeat_of_another_worker_is_left_alone(database: str) -> None:

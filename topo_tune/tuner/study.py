@@ -87,6 +87,8 @@ A_CANDIDATE = "candidate"
 A_ATTEMPT = "attempt"
 A_RETRY_OF = "retry_of"
 A_WORKER = "worker"
+_UNLABELED_GRACE_S = 10.0
+"""How long a running trial without a worker label is left alone (labelling takes milliseconds)."""
 A_HEARTBEAT = "heartbeat"
 A_FAILURE = "failure_kind"  # failed | wrong_result | timeout | stale
 A_REASON = "failure_reason"
@@ -561,13 +563,18 @@ class TunerStudy:
             if beat is None:
                 beat = t.datetime_start.timestamp() if t.datetime_start is not None else now
             mine = t.user_attrs.get(A_WORKER) == self.settings.worker_id
-            if not mine and now - float(beat) <= self.settings.stale_after_s:
+            # A worker labels its trial right after asking for it; one killed in between leaves a running trial
+            # nobody owns, which no heartbeat will ever refresh: reclaim it after a short grace, not stale_after_s.
+            unlabeled = A_WORKER not in t.user_attrs
+            patience = _UNLABELED_GRACE_S if unlabeled else self.settings.stale_after_s
+            if not mine and now - float(beat) <= patience:
                 continue
-            reason = (
-                "its worker restarted while it ran"
-                if mine
-                else f"no heartbeat for {now - float(beat):.0f} s (worker {t.user_attrs.get(A_WORKER, 'unknown')})"
-            )
+            if mine:
+                reason = "its worker restarted while it ran"
+            elif unlabeled:
+                reason = f"its worker stopped before labelling it ({now - float(beat):.0f} s ago)"
+            else:
+                reason = f"no heartbeat for {now - float(beat):.0f} s (worker {t.user_attrs.get(A_WORKER, 'unknown')})"
             logger.warning("trial %d is stale: %s", t.number, reason)
             storage.set_trial_user_attr(t._trial_id, A_FAILURE, "stale")
             storage.set_trial_user_attr(t._trial_id, A_REASON, reason)
