@@ -247,6 +247,11 @@ class SearchConfig(_Section):
         "the plugin table the proof chose (nccl and sim backends; gloo never loads NCCL's plugin); false: "
         "environment settings only, no table trial and no nccl_tuner.conf rows",
     )
+    cuda_graph: bool = Field(
+        default=False,
+        description="time every trial's sizes as CUDA graphs (nccl-tests -G; backend nccl only): eager "
+        "torch.distributed calls cost the CPU 25-45 us each, which hides what the knobs do below a few MiB",
+    )
 
     @model_validator(mode="after")
     def _ladder(self) -> SearchConfig:
@@ -341,6 +346,8 @@ class ClusterConfig(_Section):
                         f"duplicate node name {node.name!r} (also racks[{ri}].nodes[{nj}])",
                     )
                 nodes[node.name] = (i, j)
+        if self.search.cuda_graph and self.backend != "nccl":
+            raise _PathError("search.cudaGraph", f"CUDA graphs need backend nccl, not {self.backend}")
         return self
 
     def rack_of(self) -> dict[str, str]:

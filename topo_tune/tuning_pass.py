@@ -25,7 +25,7 @@ from typing import Protocol
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.wire import COLLECTIVE_TO_PROTO
 from topo_tune.cluster_config import ClusterConfig
-from topo_tune.errors import ConfigError, NodeBusy, TopoTuneError
+from topo_tune.errors import ConfigError, NodeBusy, TopoTuneError, ValidationError
 from topo_tune.topology import Measurement, PairMatrix, Spine, build_cluster
 from topo_tune.tuner.objective import Measurements, Objective, SizeSample, WorkloadProfile
 from topo_tune.tuner.outputs import ClusterShape, WrittenOutputs, write_outputs
@@ -84,6 +84,7 @@ class JobEvaluator:
     deadline_s: float
     iters: int
     warmup_iters: int
+    cuda_graph: bool = False
     poll_s: float = 0.05
     sleep: Callable[[float], None] = time.sleep
 
@@ -107,6 +108,7 @@ class JobEvaluator:
             warmup_iters=self.warmup_iters,
             deadline_s=int(self.deadline_s),
             tuner_table=config.tuner_table,
+            cuda_graph=self.cuda_graph,
         )
         # A node still busy with an earlier job (e.g. one left by a run that was killed and is being resumed)
         # frees up when that job ends or reaches its deadline: wait for it rather than fail the trial.
@@ -119,6 +121,10 @@ class JobEvaluator:
                 if time.monotonic() > waited_until:
                     raise TrialFailed(str(busy), kind="timeout") from None
                 self.sleep(0.5)
+            except ValidationError as refused:
+                # The controller refused this trial's job (a setting its nodes cannot run): the trial fails
+                # with the controller's reason, the study goes on.
+                raise TrialFailed(str(refused), kind="failed") from None
         while job.status == admin_pb2.BENCHMARK_JOB_STATUS_RUNNING:
             self.sleep(self.poll_s)
             job = self.client.get_benchmark(job.job_id)
@@ -360,7 +366,11 @@ def run_pass(
     space, objective, candidates = plan.space, plan.objective, list(plan.candidates)
     on_status(f"searching: {search.budget} trials ({search.sampler}), then proving {search.finalists} finalists")
     evaluator = JobEvaluator(
-        client, deadline_s=search.job_deadline, iters=search.iters, warmup_iters=search.warmup_iters
+        client,
+        deadline_s=search.job_deadline,
+        iters=search.iters,
+        warmup_iters=search.warmup_iters,
+        cuda_graph=search.cuda_graph,
     )
     started = time.monotonic()
     outcome = run_study(

@@ -1,0 +1,49 @@
+"""The study's benchmark jobs carry the search's timing settings to the controller, through the real admin API.
+
+An embedded controller with local sim agents, as `topo-tune init` runs a sim cluster. The sim backend has no CPU
+launch cost for CUDA graphs to remove, so a graph-timed trial must be refused by the controller with the field
+named: proof that ``search.cudaGraph`` reaches every trial's job request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from topo_tune.client import AdminClient
+from topo_tune.cluster_config import loads_cluster_config
+from topo_tune.local_cluster import EmbeddedCluster
+from topo_tune.tuner.space import RankOrder, TrialConfig
+from topo_tune.tuner.study import MeasurementRequest, TrialFailed
+from topo_tune.tuning_pass import JobEvaluator, wait_for_nodes
+
+CLUSTER = """apiVersion: topo-tune/v1
+backend: sim
+racks:
+  - {name: r1, nodes: [{name: a1, gpus: 8}, {name: a2, gpus: 8}]}
+"""
+NODES = ("a1", "a2")
+
+
+def _measure(address: str, token: str, *, cuda_graph: bool) -> float:
+    config = TrialConfig(env={}, rank_order=RankOrder("hostfile", NODES))
+    request = MeasurementRequest(collectives=("all_reduce",), sizes=(1 << 20,), trial=0, purpose="search")
+    with AdminClient(address, token=token, timeout_s=60) as client:
+        wait_for_nodes(client, list(NODES), timeout_s=60)
+        evaluate = JobEvaluator(client, deadline_s=60, iters=5, warmup_iters=1, cuda_graph=cuda_graph)
+        measured = evaluate(config, request)
+    return measured.samples[0].time_us
+
+
+async def test_a_graph_timed_search_sends_cuda_graph_with_every_job(tmp_path: Path) -> None:
+    embedded = EmbeddedCluster(loads_cluster_config(CLUSTER), tmp_path)
+    await embedded.start(local_agents=True)
+    try:
+        eager = await asyncio.to_thread(_measure, embedded.address, embedded.token, cuda_graph=False)
+        assert eager > 0
+        with pytest.raises(TrialFailed, match="cuda_graph: CUDA graphs need the nccl backend; the nodes run sim"):
+            await asyncio.to_thread(_measure, embedded.address, embedded.token, cuda_graph=True)
+    finally:
+        await embedded.stop()
