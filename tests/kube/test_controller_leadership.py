@@ -10,13 +10,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import grpc
 import grpc.aio
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from sqlalchemy.orm import Session
 
 from tests.conftest import controller_settings
 from tests.kube.conftest import KubeEnvFactory
@@ -24,6 +26,9 @@ from tests.kube.fake_apiserver import FakeApiServer
 from tests.support.processes import TOKEN
 from tests.support.waiting import async_wait_until
 from topo_tune.auth import bearer_metadata
+from topo_tune.controller.db.database import Database
+from topo_tune.controller.db.fence import FencedError
+from topo_tune.controller.db.models import EventRow, LeaderEpochRow
 from topo_tune.controller.leadership import NOT_LEADER
 from topo_tune.controller.server import Controller
 from topo_tune.errors import ConfigError
@@ -123,6 +128,7 @@ async def test_one_leads_and_the_other_stands_by(pair: dict[str, Controller], ap
         lambda: _async(labelled(apiserver) == [pod(leader.controller_id)]), timeout=5, what="the leader label"
     )
 
+    assert stored_epoch(leader) == (0, leader.controller_id), "the first leader claimed the Lease's epoch"
     assert leader.job_ids() == [
         "drift-check",
         "expiry-sweep",
@@ -187,6 +193,11 @@ async def test_a_leader_that_stops_renewing_is_fenced_off_and_replaced(
     assert (await health(new))[ADMIN_SERVICE] == SERVING
     assert [n.name for n in (await list_nodes(new)).nodes] == ["n1"], "the new leader reloaded the registry"
     assert apiserver.lease("topo-tune", "topo-tune-controller")["spec"]["leaseTransitions"] == 1  # type: ignore[index]
+    # The database follows the Lease: the new leader claimed epoch 1, so the old one (paused past its in-process
+    # fence, say) can commit nothing more.
+    assert stored_epoch(new) == (1, new.controller_id)
+    with pytest.raises(FencedError, match="led epoch 0, but the database is at epoch 1"):
+        await old.db.run(add_event("from-the-old-leader"))
 
 
 async def test_a_leader_that_shuts_down_hands_over_without_waiting(
@@ -202,6 +213,44 @@ async def test_a_leader_that_shuts_down_hands_over_without_waiting(
     assert new is not old
     assert time.monotonic() - stopped_at < LEASE_DURATION_S / 2, "the released lease is taken at once"
     del pair[old.controller_id]  # stopped already
+
+
+async def test_a_term_behind_the_databases_epoch_ends_and_the_lease_is_taken_above_it(
+    sqlite_url: str, kube_env: KubeEnvFactory, apiserver: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The database outlived its Lease (namespace recreated, external PostgreSQL kept): it is at epoch 5 while
+    the new Lease starts at 0. The first term is stale, ends, and the next takeover starts at epoch 6."""
+    db = Database(sqlite_url)
+    db.migrate()
+    db.claim_epoch(5, holder="gone", at=datetime(2026, 1, 1, tzinfo=UTC))
+    db.close()
+    controller = Controller(
+        controller_settings(sqlite_url, kubernetes=kube_env("a"), leader_election=election("a"), controller_id="a")
+    )
+    with caplog.at_level(logging.WARNING):
+        await controller.start()
+        try:
+            await async_wait_until(lambda: _async(controller.leading), timeout=15, what="a term above epoch 5")
+            assert "stopped leading: the term's epoch 0 is behind epoch 5" in caplog.text
+            assert caplog.text.count("is behind epoch") == 1, "one stale term, then a takeover above the database"
+            assert apiserver.lease("topo-tune", "topo-tune-controller")["spec"]["leaseTransitions"] == 6  # type: ignore[index]
+            assert stored_epoch(controller) == (6, "a")
+            assert (await health(controller))[""] == SERVING, "a stale term is not a fault: no restart"
+            await controller.db.run(add_event("leader-work"))
+        finally:
+            await controller.stop()
+
+
+def stored_epoch(controller: Controller) -> tuple[int, str]:
+    row = controller.db.transact(lambda s: s.get_one(LeaderEpochRow, 1))
+    return row.epoch, row.holder
+
+
+def add_event(kind: str) -> Callable[[Session], None]:
+    def work(session: Session) -> None:
+        session.add(EventRow(node_name="n1", kind=kind, message="", command_id="", at=datetime.now(UTC)))
+
+    return work
 
 
 async def test_leader_election_needs_the_kubernetes_api(sqlite_url: str) -> None:

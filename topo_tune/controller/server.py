@@ -17,7 +17,8 @@ election (Kubernetes, several replicas) it leads while it holds the Lease: on ga
 reloaded from the database (level-triggered: the previous leader changed it), on losing it the jobs stop,
 sessions close and the agent/admin health goes ``NOT_SERVING`` at once; every periodic job checks the
 leadership term (the fence) before it writes, because Lease-based election cannot promise that a paused
-ex-leader notices in time.
+ex-leader notices in time. For a process paused after that check, the database fences too: a new term
+claims its epoch there before loading anything, and from then on every commit checks it (``db/fence.py``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from topo_tune.controller.admin_service import AdminServicer
 from topo_tune.controller.agent_service import AgentServicer
 from topo_tune.controller.commands import CommandBook
 from topo_tune.controller.db.database import Database
+from topo_tune.controller.db.fence import FencedError
 from topo_tune.controller.drift import DriftChecker
 from topo_tune.controller.jobs import BenchmarkJobs, JobSettings
 from topo_tune.controller.leadership import LeaderOnlyInterceptor
@@ -58,7 +60,7 @@ from topo_tune.controller.settings import ControllerSettings
 from topo_tune.controller.studies import Studies
 from topo_tune.errors import ConfigError
 from topo_tune.kube.idleness import AssumeIdle, NodeIdleness, busy_nodes
-from topo_tune.kube.leader_election import LeaderElector, LeadershipTerm
+from topo_tune.kube.leader_election import LeaderElector, LeadershipTerm, StaleTermError
 from topo_tune.kube.serving_label import ServingLabel
 from topo_tune.plugin.table import parse_tuner_table
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2, agent_pb2_grpc
@@ -319,8 +321,14 @@ class Controller:
             logger.exception("leader election ended with an error", extra={"controller": self.controller_id})
             await self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
 
-    async def _load_state(self) -> None:
+    async def _load_state(self, term: LeadershipTerm | None = None) -> None:
+        """Migrate, claim ``term``'s epoch (with leader election), then load what the database holds."""
         await asyncio.to_thread(self.db.migrate)
+        if term is not None:
+            try:
+                await asyncio.to_thread(self.db.claim_epoch, term.transitions, holder=term.identity, at=_wall_clock())
+            except FencedError as error:
+                raise StaleTermError(epoch=term.transitions, newer=error.current) from error
         known = await self.registry.load()
         await self.probes.recover()
         await self.jobs.recover()
@@ -330,7 +338,7 @@ class Controller:
 
     async def _start_leading(self, term: LeadershipTerm) -> None:
         """On gaining the Lease: reload the state the previous leader left, then begin leader-only work."""
-        await self._load_state()
+        await self._load_state(term)
         await self._begin_leader_work(term)
 
     async def _begin_leader_work(self, term: LeadershipTerm) -> None:

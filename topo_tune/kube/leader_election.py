@@ -12,7 +12,11 @@ takes over without waiting for the lease to run out.
 client-go warns that this "does not guarantee that only one client is acting as a leader (a.k.a.
 fencing)": a paused process may resume believing it leads. So leader-only work must check
 ``LeaderElector.holds(term)`` right before each write; that fails as soon as the renew deadline has passed
-without a renewal, whatever the election loop is doing.
+without a renewal, whatever the election loop is doing. A process paused between that check and its write
+is stopped by a second fence where the writes land: the term's epoch (``leaseTransitions`` at its start)
+fences the database (``topo_tune.controller.db.fence``). A term that finds its epoch already overtaken there
+ends with ``StaleTermError``; the elector then releases the Lease and takes it over again only above that
+epoch, so a Lease recreated from 0 under an older database catches up instead of failing for ever.
 
 The ``kubernetes`` package ships a ``LeaderElection`` too, but it runs in threads, reads ``time.time()``
 directly (no injected clock), cannot release the lease, does not count ``leaseTransitions`` and binds the
@@ -33,7 +37,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from topo_tune.errors import ConfigError, KubernetesError
+from topo_tune.errors import ConfigError, KubernetesError, TopoTuneError
 from topo_tune.kube.objects import Lease
 
 logger = logging.getLogger(__name__)
@@ -89,6 +93,15 @@ class LeadershipTerm:
     """The Lease's ``leaseTransitions`` when the term began: the cluster-wide epoch."""
 
 
+class StaleTermError(TopoTuneError):
+    """Raised by ``on_started_leading``: the term's epoch is already behind ``newer`` (seen where writes land)."""
+
+    def __init__(self, *, epoch: int, newer: int) -> None:
+        self.epoch = epoch
+        self.newer = newer
+        super().__init__(f"the term's epoch {epoch} is behind epoch {newer}")
+
+
 class LeaseApi(Protocol):
     """The three Lease calls of ``KubeApi`` (blocking); 409 on a lost race."""
 
@@ -129,6 +142,8 @@ class LeaderElector:
         self._starting: asyncio.Task[None] | None = None
         self._terms = 0
         self._last_error = ""
+        self._epoch_floor = -1
+        """A takeover sets ``leaseTransitions`` above this (the newest epoch a stale term was shown)."""
 
     @property
     def identity(self) -> str:
@@ -218,6 +233,14 @@ class LeaderElector:
         term = self._term
         if error is None or term is None:
             return
+        if isinstance(error, StaleTermError):
+            # Not a fault of this process: step down, and take the Lease again only with a newer epoch.
+            self._epoch_floor = max(self._epoch_floor, error.newer)
+            try:
+                await self._end_term(term, str(error))
+            finally:
+                await self.release()
+            return
         logger.error("starting leader work failed; giving up the lease", exc_info=error)
         try:
             await self._end_term(term, "leader work failed to start")
@@ -257,7 +280,7 @@ class LeaderElector:
         try:
             current = await asyncio.to_thread(self._api.read_lease, s.namespace, s.lease_name)
             if current is None:
-                fresh = Lease(self.identity, s.lease_duration_s, now, now, transitions=0)
+                fresh = Lease(self.identity, s.lease_duration_s, now, now, transitions=self._epoch_floor + 1)
                 self._observe(await asyncio.to_thread(self._api.create_lease, s.namespace, s.lease_name, fresh))
                 self._last_error = ""
                 return True
@@ -272,7 +295,7 @@ class LeaderElector:
                 # Renewing keeps the acquire time and the epoch; taking over starts a new epoch.
                 acquire_time=current.acquire_time if ours else now,
                 renew_time=now,
-                transitions=current.transitions if ours else current.transitions + 1,
+                transitions=current.transitions if ours else max(current.transitions, self._epoch_floor) + 1,
                 resource_version=current.resource_version,
             )
             self._observe(await asyncio.to_thread(self._api.replace_lease, s.namespace, s.lease_name, updated))

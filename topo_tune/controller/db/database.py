@@ -6,7 +6,8 @@ a small pool with pre-ping. A database that goes away (restart, failover) is ret
 backoff inside ``session_scope``; only when that runs out does the caller see ``StorageError``.
 
 Every state change goes through ``session_scope``: it commits when the block ends, rolls back on any
-error, and never leaves a half-written change behind.
+error, and never leaves a half-written change behind. A leader under leader election claims its epoch
+(``claim_epoch``); from then on every commit first passes the fence's guard (``fence.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import logging
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from datetime import datetime
 from importlib import resources
 from typing import Any, TypeVar
 
@@ -27,6 +29,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
+from topo_tune.controller.db import fence
 from topo_tune.errors import ConfigError, StorageError
 
 logger = logging.getLogger(__name__)
@@ -55,6 +58,7 @@ class Database:
         self.engine = self._create_engine()
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._executor = ThreadPoolExecutor(max_workers=1 if self.is_sqlite else 4, thread_name_prefix="topo-tune-db")
+        self._fence: fence.Fence | None = None
 
     def _create_engine(self) -> Engine:
         if self.is_sqlite:
@@ -100,6 +104,9 @@ class Database:
         session = self._sessions()
         try:
             yield session
+            if self._fence is not None:
+                session.flush()  # SQLite: the writes take the write lock before the guard reads the epoch
+                fence.guard(session, self._fence)
             session.commit()
         except BaseException:
             session.rollback()
@@ -116,6 +123,25 @@ class Database:
         except exc.SQLAlchemyError as error:
             raise StorageError(f"database error: {error.__class__.__name__}: {error}") from error
         raise AssertionError("unreachable: tenacity re-raises")  # pragma: no cover
+
+    @property
+    def epoch(self) -> int | None:
+        """The epoch this database's commits are fenced to (None: not fenced, no leader election)."""
+        return self._fence.epoch if self._fence else None
+
+    def claim_epoch(self, epoch: int, *, holder: str, at: datetime, idle_timeout_s: float = 5.0) -> None:
+        """Claim ``epoch`` for this process's leader term, then fence every later commit to it.
+
+        ``FencedError`` when the database holds a higher epoch (the term is stale); the fence is left as it was.
+        """
+        try:
+            for attempt in self._retrying():
+                with attempt, self._sessions.begin() as session:  # unguarded: the claim moves the fence itself
+                    fence.claim(session, epoch=epoch, holder=holder, at=at)
+        except exc.SQLAlchemyError as error:
+            raise StorageError(f"database error: {error.__class__.__name__}: {error}") from error
+        self._fence = fence.Fence(epoch, holder, idle_timeout_s)
+        logger.info("claimed leader epoch %d", epoch, extra={"holder": holder})
 
     async def run(self, work: Callable[[Session], T]) -> T:
         """``transact`` on the database thread(s), awaited from the event loop."""

@@ -287,3 +287,16 @@ class DriftCheckRow(Base):
     simulated: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[datetime]
     finished_at: Mapped[datetime | None]
+
+
+class LeaderEpochRow(Base):
+    """The one row of the leader fence (``fence.py``): the epoch of the leader whose writes may commit."""
+
+    __tablename__ = "leader_epoch"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    """Always ``fence.ROW_ID``: one row, read by primary key."""
+    epoch: Mapped[int] = mapped_column(Integer)
+    """The Lease's ``leaseTransitions`` at the start of the newest leader's term (-1 before any)."""
+    holder: Mapped[str] = mapped_column(String(253), default="")
+    claimed_at: Mapped[datetime | None]
