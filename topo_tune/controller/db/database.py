@@ -101,10 +101,15 @@ class Database:
     @contextmanager
     def session_scope(self) -> Iterator[Session]:
         """A session that commits at the end of the block and rolls back on any error."""
+        with self._session_scope(guarded=True) as session:
+            yield session
+
+    @contextmanager
+    def _session_scope(self, *, guarded: bool) -> Iterator[Session]:
         session = self._sessions()
         try:
             yield session
-            if self._fence is not None:
+            if guarded and self._fence is not None:
                 session.flush()  # SQLite: the writes take the write lock before the guard reads the epoch
                 fence.guard(session, self._fence)
             session.commit()
@@ -116,9 +121,12 @@ class Database:
 
     def transact(self, work: Callable[[Session], T]) -> T:
         """Run ``work`` in one transaction, retrying it whole on transient failures."""
+        return self._transact(work, guarded=True)
+
+    def _transact(self, work: Callable[[Session], T], *, guarded: bool) -> T:
         try:
             for attempt in self._retrying():
-                with attempt, self.session_scope() as session:
+                with attempt, self._session_scope(guarded=guarded) as session:
                     return work(session)
         except exc.SQLAlchemyError as error:
             raise StorageError(f"database error: {error.__class__.__name__}: {error}") from error
@@ -134,12 +142,8 @@ class Database:
 
         ``FencedError`` when the database holds a higher epoch (the term is stale); the fence is left as it was.
         """
-        try:
-            for attempt in self._retrying():
-                with attempt, self._sessions.begin() as session:  # unguarded: the claim moves the fence itself
-                    fence.claim(session, epoch=epoch, holder=holder, at=at)
-        except exc.SQLAlchemyError as error:
-            raise StorageError(f"database error: {error.__class__.__name__}: {error}") from error
+        # Unguarded: the claim moves the fence itself.
+        self._transact(lambda session: fence.claim(session, epoch=epoch, holder=holder, at=at), guarded=False)
         self._fence = fence.Fence(epoch, holder, idle_timeout_s)
         logger.info("claimed leader epoch %d", epoch, extra={"holder": holder})
 
