@@ -70,7 +70,7 @@ def test_a_stale_leaders_transaction_is_refused_and_writes_nothing(two: tuple[Da
 
 def test_a_claim_never_lowers_the_epoch(two: tuple[Database, Database]) -> None:
     old, new = two
-    assert stored_epoch(new) == (-1, ""), "migration 0007 seeds the row below any Lease's epoch"
+    assert stored_epoch(new) == (-1, ""), "migration 0008 seeds the row below any Lease's epoch"
     new.claim_epoch(5, holder="b", at=AT)
     with pytest.raises(FencedError, match="led epoch 4, but the database is at epoch 5"):
         old.claim_epoch(4, holder="a", at=AT)

@@ -4,7 +4,7 @@ Leader election on a Lease cannot stop a paused leader (SIGSTOP, a long GC pause
 ``LeaderElector.holds(term)`` just before the pause from committing after a successor took over. So the
 database enforces it too, with a fencing token:
 
-- One row (``leader_epoch``, migration 0007) holds the newest leader's **epoch**: the Lease's
+- One row (``leader_epoch``, migration 0008) holds the newest leader's **epoch**: the Lease's
   ``leaseTransitions`` when its term began, which every takeover raises (cluster-wide monotonic).
 - A new leader **claims** its epoch before any leader work: ``UPDATE … SET epoch = :e WHERE epoch <= :e``
   (equal: the same holder's tenure of the Lease, resumed after its in-process term lapsed). When the row holds
