@@ -88,6 +88,14 @@ async def test_a_study_runs_on_known_nodes_and_stores_its_version(
         await jobs_controller.studies.start(study_request(nodes=["s1", "ghost"]))
     with pytest.raises(ValidationError, match="study_id"):
         await jobs_controller.studies.start(study_request(study_id="bad id!"))
+    refused = await asyncio.to_thread(
+        CliRunner().invoke,
+        cli,
+        ["admin", "study", "start", "--cuda-graph", "--controller", address],
+        env={"TOPO_TUNE_TOKEN": TOKEN},
+    )
+    assert refused.exit_code != 0
+    assert "search.cudaGraph: CUDA graphs need backend nccl, not sim" in refused.output
 
 
 async def test_a_study_too_short_to_fit_latencies_still_finishes_without_timeout_advice(

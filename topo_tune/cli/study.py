@@ -72,6 +72,18 @@ def study() -> None:
 @click.option("--site", "site_fixed", multiple=True, callback=_pairs, help="Site-fixed NCCL_KEY=VALUE; repeatable.")
 @click.option("--finalists", type=click.IntRange(1, 20), help="Trials proven at the end [3].")
 @click.option("--proof-pairs", type=click.IntRange(2, 1000), help="A/B pairs per finalist [10].")
+@click.option(
+    "--cuda-graph/--eager",
+    default=False,
+    show_default=True,
+    help="Time trials as CUDA graphs (nccl-tests -G; nccl nodes only), so sizes under a few MiB show NCCL, not Python.",
+)
+@click.option(
+    "--tuner-table/--no-tuner-table",
+    default=True,
+    show_default=True,
+    help="Measure a tuner-plugin table composed from the per-size winners as one more trial.",
+)
 @click.option("--wait/--no-wait", default=False, show_default=True, help="Wait until the study ends.")
 @connected
 def start(
@@ -88,6 +100,8 @@ def start(
     site_fixed: dict[str, str],
     finalists: int | None,
     proof_pairs: int | None,
+    cuda_graph: bool,
+    tuner_table: bool,
     wait: bool,
 ) -> None:
     """Start a study on the controller (or resume one with the same --id)."""
@@ -104,6 +118,8 @@ def start(
             site_fixed=site_fixed,
             finalists=finalists or 0,  # 0: the controller's default
             proof_pairs=proof_pairs or 0,
+            cuda_graph=cuda_graph,
+            no_tuner_table=not tuner_table,
         )
     )
     while wait and info.status == admin_pb2.STUDY_STATUS_RUNNING:

@@ -202,6 +202,8 @@ class Studies:
             "stepFactor": request.step_factor or 4,
             "finalists": request.finalists or 3,
             "proofPairs": request.proof_pairs or 10,
+            "cudaGraph": request.cuda_graph,
+            "tunerTable": not request.no_tuner_table,
         }
         if request.knobs:
             search["knobs"] = list(request.knobs)

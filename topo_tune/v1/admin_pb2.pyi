@@ -1740,6 +1740,8 @@ class StartStudyRequest(_message.Message):
     KNOBS_FIELD_NUMBER: _builtins.int
     FINALISTS_FIELD_NUMBER: _builtins.int
     PROOF_PAIRS_FIELD_NUMBER: _builtins.int
+    CUDA_GRAPH_FIELD_NUMBER: _builtins.int
+    NO_TUNER_TABLE_FIELD_NUMBER: _builtins.int
     study_id: _builtins.str
     """client-chosen for idempotent retries; empty: the controller picks"""
     budget: _builtins.int
@@ -1757,6 +1759,10 @@ class StartStudyRequest(_message.Message):
     """0: 3"""
     proof_pairs: _builtins.int
     """0: 10"""
+    cuda_graph: _builtins.bool
+    """search.cudaGraph: trials timed as CUDA graphs (nccl nodes only)"""
+    no_tuner_table: _builtins.bool
+    """search.tunerTable: false (no tuner-plugin table trial)"""
     @_builtins.property
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """empty: every ready, undrained node"""
@@ -1787,10 +1793,12 @@ class StartStudyRequest(_message.Message):
         knobs: _abc.Iterable[_builtins.str] | None = ...,
         finalists: _builtins.int = ...,
         proof_pairs: _builtins.int = ...,
+        cuda_graph: _builtins.bool = ...,
+        no_tuner_table: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "collectives", b"collectives", "finalists", b"finalists", "knobs", b"knobs", "max_bytes", b"max_bytes", "min_bytes", b"min_bytes", "nodes", b"nodes", "proof_pairs", b"proof_pairs", "sampler", b"sampler", "seed", b"seed", "site_fixed", b"site_fixed", "step_factor", b"step_factor", "study_id", b"study_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "collectives", b"collectives", "cuda_graph", b"cuda_graph", "finalists", b"finalists", "knobs", b"knobs", "max_bytes", b"max_bytes", "min_bytes", b"min_bytes", "no_tuner_table", b"no_tuner_table", "nodes", b"nodes", "proof_pairs", b"proof_pairs", "sampler", b"sampler", "seed", b"seed", "site_fixed", b"site_fixed", "step_factor", b"step_factor", "study_id", b"study_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
