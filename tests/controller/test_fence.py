@@ -97,7 +97,8 @@ class Runner:
         def run() -> None:
             try:
                 call()
-                done.append(name)
+                if name:
+                    done.append(name)
             except BaseException as error:
                 self.error = error
 
@@ -149,7 +150,14 @@ def test_a_successors_claim_waits_for_the_old_leaders_in_flight_commit(
     old.claim_epoch(1, holder="a", at=AT)
     guarded, proceed = pause_after_the_guard(old)
     done: list[str] = []
-    writer = Runner(lambda: old.transact(add_event("in-flight")), done, "committed")
+
+    # Recorded as the COMMIT is sent, before the server can release the share lock: the claimer's thread can
+    # only record its claim after that (a record made after transact() returns could come second even so).
+    @event.listens_for(old.engine, "commit")
+    def committing(*_: Any) -> None:
+        done.append("committed")
+
+    writer = Runner(lambda: old.transact(add_event("in-flight")), done, "")
     assert guarded.wait(30), "the old leader's transaction passed its guard"
 
     claimer = Runner(lambda: new.claim_epoch(2, holder="b", at=AT), done, "claimed")
