@@ -57,7 +57,6 @@ class Verifier(Protocol):
     async def verify(self, run: GateRun) -> Sequence[Sample]:
         """Interleaved A/B samples of ``run.new`` vs ``run.previous`` on ``run.nodes``, measured as
         ``run.measurement`` says."""
-        ...
 
 
 class NoVerifier:
