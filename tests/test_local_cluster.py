@@ -78,13 +78,19 @@ def test_lost_agents_and_a_controller_restart(cluster: LocalCluster) -> None:
     assert cluster.controller is not None
     cluster.controller.kill()
     cluster.start_controller()
-    wait_until(
-        lambda: (
-            [(n["name"], n["state"], n["registrations"]) for n in nodes_json(cluster).values() if n["name"] != "node-2"]
-            == [("node-1", "NODE_STATE_READY", 2), ("node-3", "NODE_STATE_READY", 2)]
-        ),
-        what="the live agents to re-register by themselves",
-    )
+    seen: list[object] = []
+
+    def live_agents_registered_again() -> bool:
+        live = [
+            (n["name"], n["state"], n["registrations"]) for n in nodes_json(cluster).values() if n["name"] != "node-2"
+        ]
+        seen[:] = [live]
+        return live == [("node-1", "NODE_STATE_READY", 2), ("node-3", "NODE_STATE_READY", 2)]
+
+    try:
+        wait_until(live_agents_registered_again, what="the live agents to re-register by themselves")
+    except AssertionError as error:
+        raise AssertionError(f"{error}; the live nodes last read {seen}") from None
     nodes = nodes_json(cluster)
     assert sorted(nodes) == list(AGENTS), "no node lost or duplicated"
     assert nodes["node-1"]["registrations"] == 2

@@ -421,6 +421,7 @@ class NetnsCluster:
                 "--address", self.address(host),  # gloo binds here and peers dial it
                 "--state-dir", str(self.workdir / f"state-{host}"),
                 "--config-dir", str(self.config_dir),
+                "--reconnect-max", "2",  # controller restarts: reconnects stay prompt however long one took
             ],
             self.workdir / f"agent-{host}.log",
             prefix=self.exec_argv(host, [*_MOUNT_THEN, str(own), str(self.config_dir)]),

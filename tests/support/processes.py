@@ -153,6 +153,8 @@ class LocalCluster:
             str(self.workdir / f"state-{name}"),
             "--config-dir",
             str(self.workdir / f"config-{name}"),
+            "--reconnect-max",  # the tests restart the controller: reconnects stay prompt however long that took
+            "2",
         ]
         if rack:
             args += ["--rack", rack]

@@ -14,15 +14,20 @@ def wait_until(check: Callable[[], T], *, timeout: float = 20.0, interval: float
     """Call ``check`` until it returns something truthy; return that. AssertionError after ``timeout``."""
     deadline = time.monotonic() + timeout
     last_error: BaseException | None = None
+    last_value: object = None
     while True:
         try:
             value = check()
             if value:
                 return value
+            last_value = value
         except Exception as error:
             last_error = error
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what or check}: last error {last_error!r}")
+            raise AssertionError(
+                f"timed out after {timeout} s waiting for {what or check}: "
+                f"last value {last_value!r}, last error {last_error!r}"
+            )
         time.sleep(interval)
 
 

@@ -230,6 +230,57 @@ def test_a_trial_whose_worker_died_before_labelling_it_is_reclaimed_without_wait
     assert now[0] - start < 60, "it did not wait stale_after_s (1200 s) for a trial nobody owns"
 
 
+@pytest.mark.parametrize("role", ["baseline", "sampled"])
+def test_a_trial_killed_inside_ask_with_some_params_stored_is_retried_whole(database_url: str, role: str) -> None:
+    # Optuna stores a trial's params one at a time while ask() suggests them: a kill in between leaves a subset.
+    space = synthetic_space()
+    dists = distributions(space)
+    first = space.names[0]
+    runner = TunerStudy(
+        study_settings(database_url), space=space, objective=synthetic_objective(), evaluate=Landscape()
+    )
+    try:
+        study = runner.open()
+        if role == "baseline":
+            study.enqueue_trial(
+                to_optuna(space, space.baseline_params()), user_attrs={"role": "baseline", "attempt": 1}
+            )
+        else:
+            run_study(
+                study_settings(database_url, budget=2, finalists=0),
+                space=space,
+                objective=synthetic_objective(),
+                evaluate=Landscape(),
+            )
+        trial = study.ask()
+        trial._suggest(first, dists[first])  # the kill comes before the second param is stored
+        orphan = int(trial.number)
+    finally:
+        runner.close()
+    now = [time.time()]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    outcome = run_study(
+        study_settings(database_url, budget=5, finalists=0, stale_after_s=1200.0, poll_interval_s=5.0),
+        space=space,
+        objective=synthetic_objective(),
+        evaluate=Landscape(),
+        clock=lambda: now[0],
+        sleep=sleep,
+    )
+    killed = next(t for t in outcome.trials if t.number == orphan)
+    assert killed.state == "stale" and killed.superseded
+    assert list(killed.params) == [first] and killed.env == {}
+    retry = next(t for t in outcome.trials if t.attempt == 2)
+    assert retry.state == "complete" and set(retry.params) == set(space.names)
+    assert retry.role == role
+    if role == "baseline":
+        assert retry.params == space.baseline_params()
+    assert len([t for t in outcome.trials if not t.superseded]) == 5
+
+
 def test_a_fresh_heartbeat_of_another_worker_is_left_alone(database: str) -> None:
     orphan = _orphan(database, worker="controller-0", heartbeat=1000.0)
     study = TunerStudy(

@@ -107,6 +107,16 @@ def agent() -> None:
     help="KEY=VALUE every benchmark worker gets, over any job's value (e.g. NCCL_NVLS_ENABLE=0); repeatable. "
     "Checked by the same environment policy as a job's variables.",
 )
+@click.option(
+    "--reconnect-max",
+    "reconnect_max_s",
+    type=click.FloatRange(0.5, 3600),
+    envvar="TOPO_TUNE_RECONNECT_MAX",
+    default=AgentSettings.backoff_max_s,
+    show_default=True,
+    help="Seconds: the longest wait between attempts to reach the controller (they start at 0.5 s, double, and are "
+    "drawn at random below that cap so a fleet does not reconnect at once) [$TOPO_TUNE_RECONNECT_MAX].",
+)
 @token_options
 @client_tls_options
 def run(
@@ -122,6 +132,7 @@ def run(
     state_dir: Path,
     config_dir: Path,
     worker_env: dict[str, str],
+    reconnect_max_s: float,
     token_file: Path | None,
     token: str | None,
     tls_ca: Path | None,
@@ -153,6 +164,7 @@ def run(
         kubernetes=detect_in_cluster(os.environ),
         rack_label=rack_label,
         worker_env=worker_env,
+        backoff_max_s=reconnect_max_s,
     )
     asyncio.run(_run(settings))
 

@@ -289,8 +289,17 @@ def to_optuna(space: SearchSpace, params: Mapping[str, str]) -> dict[str, Any]:
     return {n: space.values_of(n).index(params[n]) if space.is_ordered(n) else params[n] for n in space.names}
 
 
+def _has_every_param(space: SearchSpace, params: Mapping[str, Any]) -> bool:
+    return all(n in params for n in space.names)
+
+
 def from_optuna(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, str]:
-    return {n: space.values_of(n)[int(params[n])] if space.is_ordered(n) else str(params[n]) for n in space.names}
+    """Optuna's params as the space's values (those present: a trial killed inside ``ask()`` holds a subset)."""
+    return {
+        n: space.values_of(n)[int(params[n])] if space.is_ordered(n) else str(params[n])
+        for n in space.names
+        if n in params
+    }
 
 
 def make_sampler(settings: StudySettings, space: SearchSpace) -> optuna.samplers.BaseSampler:
@@ -579,13 +588,25 @@ class TunerStudy:
             storage.set_trial_user_attr(t._trial_id, A_FAILURE, "stale")
             storage.set_trial_user_attr(t._trial_id, A_REASON, reason)
             attempt = int(t.user_attrs.get(A_ATTEMPT, 1))
-            if attempt < _MAX_ATTEMPTS and t.number not in retried and t.params:
+            if attempt < _MAX_ATTEMPTS and t.number not in retried:
                 attrs = {k: v for k, v in t.user_attrs.items() if k in (A_ROLE, A_CANDIDATE, A_TABLE)}
                 attrs.update({A_ATTEMPT: attempt + 1, A_RETRY_OF: t.number})
-                study.enqueue_trial(dict(t.params), user_attrs=attrs)
+                study.enqueue_trial(self._retry_params(t), user_attrs=attrs)
             # If it finished meanwhile its result stands; the retry, if any, just measures it again.
             with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
                 storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+
+    def _retry_params(self, t: FrozenTrial) -> dict[str, Any]:
+        """What a stale trial's retry measures: its own params, once every one of them was stored.
+
+        Optuna stores a trial's params one by one as ``ask()`` suggests them, so a worker killed inside ``ask()``
+        leaves a subset. An enqueued trial (baseline, candidate, table) is then retried with the params it was
+        enqueued with; a sampled one with none fixed, so the sampler draws a whole new configuration.
+        """
+        if _has_every_param(self.space, t.params):
+            return dict(t.params)
+        fixed = t.system_attrs.get("fixed_params")
+        return dict(fixed) if isinstance(fixed, dict) else {}
 
     # ---------------------------------------------------------------- tuner table
 
@@ -751,8 +772,10 @@ class TunerStudy:
         )
 
     def _record(self, t: FrozenTrial, superseded: bool) -> TrialRecord:
-        params = from_optuna(self.space, t.params) if t.params else {}
-        config = self._config_of(t.params, t.user_attrs) if params else None
+        # A trial killed inside ask() holds only some params: shown as they are, with no configuration.
+        complete = _has_every_param(self.space, t.params)
+        params = from_optuna(self.space, t.params)
+        config = self._config_of(t.params, t.user_attrs) if complete else None
         state = {
             TrialState.COMPLETE: "complete",
             TrialState.PRUNED: "pruned",
