@@ -75,6 +75,10 @@ def test_drift_and_retention_settings_take_durations() -> None:
         ("spine: {paths: 0}\n", "spine.paths: input should be greater than or equal to 1"),
         ("spine: {paths: 4, hashing: random}\n", "spine.hashing: input should be 'ecmp' or 'adaptive'"),
         ("backend: gloo\nsearch: {cudaGraph: true}\n", "search.cudaGraph: CUDA graphs need backend nccl, not gloo"),
+        (
+            "backend: sim\nrollout: {gate: {cudaGraph: true}}\n",
+            "rollout.gate.cudaGraph: CUDA graphs need backend nccl, not sim",
+        ),
     ],
 )
 def test_bad_values_name_their_field(text: str, message: str) -> None:

@@ -269,6 +269,11 @@ class RolloutGateConfig(_Section):
     step_factor: int = Field(default=4, ge=2, le=1024, description="the size ladder's multiplier")
     iters: int = Field(default=20, ge=1, le=10_000)
     warmup_iters: int = Field(default=5, ge=1, le=10_000)
+    cuda_graph: bool = Field(
+        default=False,
+        description="time each size as CUDA graphs (nccl-tests -G; backend nccl only), as search.cudaGraph does "
+        "for the study; drift checks measure as the gates did",
+    )
 
     @model_validator(mode="after")
     def _ladder(self) -> RolloutGateConfig:
@@ -348,6 +353,8 @@ class ClusterConfig(_Section):
                 nodes[node.name] = (i, j)
         if self.search.cuda_graph and self.backend != "nccl":
             raise _PathError("search.cudaGraph", f"CUDA graphs need backend nccl, not {self.backend}")
+        if self.rollout.gate.cuda_graph and self.backend != "nccl":
+            raise _PathError("rollout.gate.cudaGraph", f"CUDA graphs need backend nccl, not {self.backend}")
         return self
 
     def rack_of(self) -> dict[str, str]:

@@ -47,7 +47,7 @@ def show(info: admin_pb2.RolloutInfo, fmt: str) -> None:
     sweep = info.gate
     measured = (
         f"gates: {sweep.repeats} A/B repeats of all_reduce {sweep.min_bytes}..{sweep.max_bytes} B "
-        f"(x{sweep.step_factor}), {sweep.iters} iters; "
+        f"(x{sweep.step_factor}), {sweep.iters} iters{', CUDA graphs' if sweep.cuda_graph else ''}; "
         + ", ".join(f"{k}={v:g}" for k, v in sorted(info.thresholds.items()))
     )
     if info.dry_run:
@@ -110,6 +110,13 @@ def rollout() -> None:
 @click.option("--gate-step-factor", type=click.IntRange(2, 1024), help="Size multiplier from min to max [4].")
 @click.option("--gate-iters", type=click.IntRange(1, 10_000), help="Timed iterations per size [20].")
 @click.option("--gate-warmup-iters", type=click.IntRange(1, 10_000), help="Warm-up iterations per size [5].")
+@click.option(
+    "--gate-cuda-graph/--gate-eager",
+    "gate_cuda_graph",
+    default=None,
+    help="Time the gate's sizes as CUDA graphs (nccl-tests -G; nccl nodes only) or as eager calls "
+    "[cluster.yaml rollout.gate.cudaGraph: eager]. Drift checks measure as the gates did.",
+)
 @click.option("--id", "rollout_id", default="", help="Your own rollout id.")
 @click.option("--dry-run", is_flag=True, help="Show the plan only.")
 @click.option("--yes", "-y", is_flag=True, help="Start without asking after showing the plan.")
@@ -132,6 +139,7 @@ def create(
     gate_step_factor: int | None,
     gate_iters: int | None,
     gate_warmup_iters: int | None,
+    gate_cuda_graph: bool | None,
     rollout_id: str,
     dry_run: bool,
     yes: bool,
@@ -166,6 +174,7 @@ def create(
             step_factor=gate_step_factor or 0,
             iters=gate_iters or 0,
             warmup_iters=gate_warmup_iters or 0,
+            cuda_graph=gate_cuda_graph,  # None: unset
         ),
         rollout_id=rollout_id,
         actor=actor(),

@@ -1022,6 +1022,7 @@ class GateMeasurement(_message.Message):
     STEP_FACTOR_FIELD_NUMBER: _builtins.int
     ITERS_FIELD_NUMBER: _builtins.int
     WARMUP_ITERS_FIELD_NUMBER: _builtins.int
+    CUDA_GRAPH_FIELD_NUMBER: _builtins.int
     repeats: _builtins.int
     """A/B repeats"""
     min_bytes: _builtins.int
@@ -1029,6 +1030,10 @@ class GateMeasurement(_message.Message):
     step_factor: _builtins.int
     iters: _builtins.int
     warmup_iters: _builtins.int
+    cuda_graph: _builtins.bool
+    """Time each size as CUDA graphs (nccl-tests -G; nccl nodes only). In a request, unset keeps the
+    controller's default (cluster.yaml rollout.gate.cudaGraph); set, it is the rollout's choice either way.
+    """
     def __init__(
         self,
         *,
@@ -1038,12 +1043,15 @@ class GateMeasurement(_message.Message):
         step_factor: _builtins.int = ...,
         iters: _builtins.int = ...,
         warmup_iters: _builtins.int = ...,
+        cuda_graph: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_cuda_graph", b"_cuda_graph", "cuda_graph", b"cuda_graph"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["iters", b"iters", "max_bytes", b"max_bytes", "min_bytes", b"min_bytes", "repeats", b"repeats", "step_factor", b"step_factor", "warmup_iters", b"warmup_iters"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cuda_graph", b"_cuda_graph", "cuda_graph", b"cuda_graph", "iters", b"iters", "max_bytes", b"max_bytes", "min_bytes", b"min_bytes", "repeats", b"repeats", "step_factor", b"step_factor", "warmup_iters", b"warmup_iters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__cuda_graph: _TypeAlias = _typing.Literal["cuda_graph"]  # noqa: Y015
+    _WhichOneofArgType__cuda_graph: _TypeAlias = _typing.Literal["_cuda_graph", b"_cuda_graph"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__cuda_graph) -> _WhichOneofReturnType__cuda_graph | None: ...
 
 Global___GateMeasurement: _TypeAlias = GateMeasurement  # noqa: Y015
 

@@ -108,3 +108,19 @@ async def test_a_gate_measures_the_versions_tuner_table_not_only_its_environment
     assert gate.verdict.outcome is Outcome.FAILED, gate.verdict.reasons
     assert gate.verdict.time_change > 0.03
     assert agent.config_store.active_version() == ""
+
+
+async def test_a_graph_timed_gate_on_nodes_without_nccl_is_inconclusive_with_the_reason(
+    one_sim_node: tuple[Controller, Agent],
+) -> None:
+    # The admin API refuses such a rollout up front; one created before a node changed backend meets the
+    # controller's own job check: the gate cannot run, so the rollout waits for a human instead of judging.
+    controller, _ = one_sim_node
+    policy = PlanPolicy(canary_nodes=0, gate=GateMeasurement(repeats=2, cuda_graph=True))
+    created = await controller.rollouts.create(NEUTRAL, policy=policy, thresholds=GateThresholds(), actor="t")
+    paused = await settled(controller, created.rollout.id, RolloutPhase.PAUSED)
+    [gate] = await controller.rollout_store.gates(created.rollout.id)
+    assert gate.verdict.outcome is Outcome.INCONCLUSIVE
+    assert "cuda_graph: CUDA graphs need the nccl backend; the nodes run sim" in gate.verdict.reasons[0]
+    assert "cuda_graph" in paused.rollout.reason
+    assert await controller.jobs.list(limit=10) == [], "no job was dispatched"

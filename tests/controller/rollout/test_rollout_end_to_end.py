@@ -228,3 +228,15 @@ async def test_the_admin_rollout_commands(cluster: Cluster, tmp_path: Path) -> N
         env={"TOPO_TUNE_TOKEN": TOKEN},
     )
     assert failed.exit_code == 1 and "only a paused rollout can be promoted" in failed.output
+
+    target = ["--controller", cluster.address]
+    graphs = await asyncio.to_thread(
+        runner.invoke,
+        cli,
+        ["admin", "rollout", "create", "--file", f"nccl.conf={conf}", "--gate-cuda-graph", "--yes", *target],
+        env={"TOPO_TUNE_TOKEN": TOKEN},
+    )
+    assert graphs.exit_code != 0
+    assert "gate.cuda_graph: CUDA graphs need the nccl backend; node" in graphs.output
+    assert "runs sim (and 7 more)" in graphs.output
+    assert [r.id for r in await cluster.call(cluster.client.list_rollouts)] == ["ro-cli"], "nothing was created"

@@ -1,9 +1,11 @@
-"""What a wave's gate measures: the verification benchmark's sizes, iterations and A/B repeats.
+"""What a wave's gate measures: the verification benchmark's sizes, iterations, timing and A/B repeats.
 
 Chosen per rollout (``admin rollout create --gate-*``), defaulting to cluster.yaml's ``rollout.gate``, and
 stored with the rollout, so a resumed controller measures every wave of it the same way. The defaults suit
 GPU fabrics (1 MiB to 256 MiB all_reduce); a slow or noisy fabric wants a single large-enough size and more
-repeats, so that a repeat's time is dominated by the link, not by the workers' start-up.
+repeats, so that a repeat's time is dominated by the link, not by the workers' start-up. On nccl nodes,
+``cuda_graph`` times each size as CUDA graphs (nccl-tests ``-G``), which takes the CPU's 25-45 us per eager call
+out of small sizes; drift checks measure as the stable rollout's gates did, so they inherit it.
 
 Non-goals: running the jobs (``verification.py``) and judging them (``gates.py``).
 """
@@ -29,6 +31,8 @@ class GateMeasurement:
     step_factor: int = 4
     iters: int = 20
     warmup_iters: int = 5
+    cuda_graph: bool = False
+    """Time each size as CUDA graphs (nccl nodes only: the controller refuses the jobs on others)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.repeats <= MAX_REPEATS:
@@ -50,8 +54,14 @@ class GateMeasurement:
         unknown = set(values) - set(cls.__dataclass_fields__)
         if unknown:
             raise ValidationError(f"gate.{sorted(unknown)[0]}", "unknown gate setting")
-        return cls(**{k: int(v) for k, v in values.items()})
+        numbers = {k: int(v) for k, v in values.items() if k != "cuda_graph"}
+        cuda_graph = values.get("cuda_graph", False)
+        if not isinstance(cuda_graph, bool):
+            raise ValidationError("gate.cuda_graph", "must be true or false")
+        return cls(**numbers, cuda_graph=cuda_graph)
 
-    def overridden(self, values: Mapping[str, int]) -> GateMeasurement:
-        """These settings with every non-zero value of ``values`` in place (0: keep this one)."""
-        return GateMeasurement.from_mapping({**asdict(self), **{k: v for k, v in values.items() if v}})
+    def overridden(self, values: Mapping[str, int | bool | None]) -> GateMeasurement:
+        """These settings with ``values`` in place: a number where it is non-zero (0: keep this one), a flag where
+        it is not None (None: keep this one)."""
+        given = {k: v for k, v in values.items() if v is not None and (isinstance(v, bool) or v != 0)}
+        return GateMeasurement.from_mapping({**asdict(self), **given})

@@ -56,12 +56,19 @@ def policy_from(request: admin_pb2.CreateRolloutRequest, *, gate_defaults: GateM
         max_parallel_racks=request.max_parallel_racks or 1,
         pause_between_s=request.pause_between_s,
         require_approval=request.require_approval,
-        gate=gate_defaults.overridden({name: getattr(request.gate, name) for name in _GATE_FIELDS}),
+        gate=gate_defaults.overridden(
+            {
+                **{name: getattr(request.gate, name) for name in _GATE_FIELDS},
+                "cuda_graph": request.gate.cuda_graph if request.gate.HasField("cuda_graph") else None,
+            }
+        ),
     )
 
 
 def gate_message(gate: GateMeasurement) -> admin_pb2.GateMeasurement:
-    return admin_pb2.GateMeasurement(**{name: getattr(gate, name) for name in _GATE_FIELDS})
+    return admin_pb2.GateMeasurement(
+        **{name: getattr(gate, name) for name in _GATE_FIELDS}, cuda_graph=gate.cuda_graph
+    )
 
 
 def rollout_message(snapshot: Snapshot, gates: list[GateRecord]) -> admin_pb2.RolloutInfo:
@@ -129,6 +136,15 @@ class RolloutServicerMixin:
         if request.rollout_id:
             validation.command_id(request.rollout_id, "rollout_id")
         policy = policy_from(request, gate_defaults=self._rollouts.gate_defaults)
+        if policy.gate.cuda_graph:
+            # Refused now rather than as an inconclusive gate after the canary was already switched.
+            other = [n for n in await self._rollouts.registry.list() if n.backend != "nccl"]
+            if other:
+                raise ValidationError(
+                    "gate.cuda_graph",
+                    f"CUDA graphs need the nccl backend; node {other[0].name} runs {other[0].backend}"
+                    + (f" (and {len(other) - 1} more)" if len(other) > 1 else ""),
+                )
         thresholds = GateThresholds.from_mapping(
             {**dataclasses.asdict(self._rollouts.threshold_defaults), **dict(request.thresholds)}
         )

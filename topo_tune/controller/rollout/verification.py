@@ -103,6 +103,7 @@ class BenchmarkVerifier:
             ),
             iters=measurement.iters,
             warmup_iters=measurement.warmup_iters,
+            cuda_graph=measurement.cuda_graph,
             env=self.env_for(version),
             deadline_s=self.deadline_s,
             job_id=job_id,
