@@ -52,6 +52,7 @@ def election(identity: str, pod_name: str = "") -> LeaderElectionSettings:
         lease_duration_s=LEASE_DURATION_S,
         renew_deadline_s=1.0,
         retry_period_s=0.1,
+        fence_idle_timeout_s=2.5,
     )
 
 
@@ -129,6 +130,7 @@ async def test_one_leads_and_the_other_stands_by(pair: dict[str, Controller], ap
     )
 
     assert stored_epoch(leader) == (0, leader.controller_id), "the first leader claimed the Lease's epoch"
+    assert leader.db.fence is not None and leader.db.fence.idle_timeout_s == 2.5, "--fence-idle-timeout"
     assert leader.job_ids() == [
         "drift-check",
         "expiry-sweep",

@@ -234,6 +234,8 @@ async def test_leader_work_that_fails_to_start_gives_the_lease_back(
         ({"retry_period_s": 0}, "--retry-period"),
         ({"renew_deadline_s": 2.3}, "--renew-deadline"),
         ({"lease_duration_s": 10}, "--lease-duration"),
+        ({"fence_idle_timeout_s": 0.05}, "--fence-idle-timeout"),
+        ({"fence_idle_timeout_s": 20.0}, "--fence-idle-timeout"),  # past the 15 s lease: a takeover could stall
     ],
 )
 def test_settings_that_could_give_two_leaders_are_refused(values: dict[str, object], flag: str) -> None:

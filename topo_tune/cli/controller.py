@@ -92,6 +92,16 @@ def controller() -> None:
 )
 @click.option("--retry-period", type=float, default=2.0, show_default=True, help="Seconds between election rounds.")
 @click.option(
+    "--fence-idle-timeout",
+    type=float,
+    envvar="TOPO_TUNE_FENCE_IDLE_TIMEOUT",
+    default=5.0,
+    show_default=True,
+    help="PostgreSQL with leader election: seconds a leader's transaction may stay idle between the database "
+    "fence's check and its commit (a frozen process) before the server drops it; a new leader waits at most "
+    "this long to take over [$TOPO_TUNE_FENCE_IDLE_TIMEOUT].",
+)
+@click.option(
     "--pod-name",
     envvar="TOPO_TUNE_POD_NAME",
     default="",
@@ -140,6 +150,7 @@ def serve(
     lease_duration: int,
     renew_deadline: float,
     retry_period: float,
+    fence_idle_timeout: float,
     pod_name: str,
     drift_interval: float | None,
     drift_threshold: float | None,
@@ -216,6 +227,7 @@ def serve(
             lease_duration=lease_duration,
             renew_deadline=renew_deadline,
             retry_period=retry_period,
+            fence_idle_timeout=fence_idle_timeout,
             pod_name=pod_name,
         ),
     )
@@ -260,6 +272,7 @@ def _leader_election(
     lease_duration: int,
     renew_deadline: float,
     retry_period: float,
+    fence_idle_timeout: float,
     pod_name: str,
 ) -> LeaderElectionSettings | None:
     if not enabled:
@@ -274,6 +287,7 @@ def _leader_election(
         lease_duration_s=lease_duration,
         renew_deadline_s=renew_deadline,
         retry_period_s=retry_period,
+        fence_idle_timeout_s=fence_idle_timeout,
         pod_name=pod_name,
     )
 

@@ -326,7 +326,14 @@ class Controller:
         await asyncio.to_thread(self.db.migrate)
         if term is not None:
             try:
-                await asyncio.to_thread(self.db.claim_epoch, term.transitions, holder=term.identity, at=_wall_clock())
+                election = self.settings.leader_election
+                await asyncio.to_thread(
+                    self.db.claim_epoch,
+                    term.transitions,
+                    holder=term.identity,
+                    at=_wall_clock(),
+                    idle_timeout_s=election.fence_idle_timeout_s if election else 5.0,
+                )
             except FencedError as error:
                 raise StaleTermError(epoch=term.transitions, newer=error.current) from error
         known = await self.registry.load()

@@ -59,6 +59,9 @@ class LeaderElectionSettings:
     retry_period_s: float = 2.0
     pod_name: str = ""
     """This candidate's pod: labelled ``topo-tune.io/leader=true`` while it leads ("" = no label)."""
+    fence_idle_timeout_s: float = 5.0
+    """PostgreSQL: how long a leader's transaction may sit idle between the database fence's check and its
+    commit before the server disconnects it (a frozen leader); a successor's claim waits at most this long."""
 
     def __post_init__(self) -> None:
         if not self.namespace:
@@ -74,6 +77,12 @@ class LeaderElectionSettings:
                 "--renew-deadline",
                 f"{self.renew_deadline_s:g} s must be longer than {JITTER:g} × the retry period "
                 f"({self.retry_period_s:g} s)",
+            )
+        if not 0.1 <= self.fence_idle_timeout_s <= self.lease_duration_s:
+            raise ConfigError(
+                "--fence-idle-timeout",
+                f"{self.fence_idle_timeout_s:g} s must be between 0.1 s and the lease duration "
+                f"({self.lease_duration_s} s): a successor waits that long for a frozen leader's commit",
             )
         if self.lease_duration_s <= self.renew_deadline_s:
             raise ConfigError(

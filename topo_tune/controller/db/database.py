@@ -137,6 +137,11 @@ class Database:
         """The epoch this database's commits are fenced to (None: not fenced, no leader election)."""
         return self._fence.epoch if self._fence else None
 
+    @property
+    def fence(self) -> fence.Fence | None:
+        """The fence of this process's leader term: its epoch, holder and idle bound (None: not fenced)."""
+        return self._fence
+
     def claim_epoch(self, epoch: int, *, holder: str, at: datetime, idle_timeout_s: float = 5.0) -> None:
         """Claim ``epoch`` for this process's leader term, then fence every later commit to it.
 

@@ -66,9 +66,7 @@ def policy_from(request: admin_pb2.CreateRolloutRequest, *, gate_defaults: GateM
 
 
 def gate_message(gate: GateMeasurement) -> admin_pb2.GateMeasurement:
-    return admin_pb2.GateMeasurement(
-        **{name: getattr(gate, name) for name in _GATE_FIELDS}, cuda_graph=gate.cuda_graph
-    )
+    return admin_pb2.GateMeasurement(**{name: getattr(gate, name) for name in _GATE_FIELDS}, cuda_graph=gate.cuda_graph)
 
 
 def rollout_message(snapshot: Snapshot, gates: list[GateRecord]) -> admin_pb2.RolloutInfo:
