@@ -16,6 +16,7 @@ import pytest
 
 from tests.support.waiting import wait_until
 from tests.tuner.landscape import Landscape, exhaustive_optimum, synthetic_space
+from topo_tune.errors import ConfigError
 from topo_tune.sim import defaults_optimal_cluster, demo_cluster
 from topo_tune.tuner.objective import Measurements, Objective, WorkloadProfile
 from topo_tune.tuner.sim_evaluator import SimEvaluator, sim_space
@@ -483,3 +484,24 @@ def test_a_benchmark_that_skips_a_size_fails_its_trial_and_extra_sizes_are_ignor
     skipped = [t for t in outcome.trials if t.params.get("nthreads") == "64"]
     assert skipped and all(t.state == "failed" and "no result" in (t.reason or "") for t in skipped)
     assert all(3 not in {s.bytes for s in t.measurements.samples} for t in outcome.trials if t.measurements)
+
+
+def test_sizes_in_buckets_weighted_zero_neither_crash_the_search_nor_pass_for_a_workload(database: str) -> None:
+    # A workload that ignores small messages: the first rung of the ladder holds only zero-weight buckets.
+    large_only = Objective(WorkloadProfile({"all_reduce": 2, "all_gather": 1}, {"0-1K": 0, "1K-64K": 0}))
+    outcome = run_study(
+        study_settings(database, budget=6, finalists=1, proof_pairs=2),
+        space=synthetic_space(),
+        objective=large_only,
+        evaluate=Landscape(),
+    )
+    assert [t.state for t in outcome.trials if t.state not in ("complete", "pruned")] == []
+    assert outcome.best is not None and outcome.best.value is not None
+    nothing_weighted = Objective(WorkloadProfile({"all_reduce": 1}, {"0-1K": 0, "1K-64K": 0}))
+    with pytest.raises(ConfigError, match=r"workload\.buckets.*1024"):
+        TunerStudy(
+            study_settings(database, name="small-only", ladder=(256, 1024, 4096)),
+            space=synthetic_space(),
+            objective=nothing_weighted,
+            evaluate=Landscape(),
+        )

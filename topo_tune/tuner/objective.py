@@ -260,9 +260,29 @@ class Objective:
                 groups[-1].append(size)
             else:
                 groups.append([size])
+        # A rung of sizes the workload weighs 0 gives no partial value to report or prune on: such sizes join
+        # the next weighted group (the last one, at the top of the ladder).
+        weighted: list[list[int]] = []
+        pending: list[int] = []
+        for group in groups:
+            pending.extend(group)
+            if self._weighted(group[0]):
+                weighted.append(pending)
+                pending = []
+        if not weighted:
+            raise ConfigError(
+                "workload.buckets",
+                f"no size of the ladder ({', '.join(map(str, sizes))} bytes) falls in a bucket weighted above 0",
+            )
+        weighted[-1].extend(pending)
+        groups = weighted
         count = min(count, len(groups))
         per = len(groups) / count
         return [tuple(s for g in groups[round(i * per) : round((i + 1) * per)] for s in g) for i in range(count)]
+
+    def _weighted(self, size: int) -> bool:
+        bucket = self.bucket_of(size)
+        return bucket is not None and any(self.profile.weight(c, bucket.name) > 0 for c in self.collectives)
 
 
 def _geomean(values: Iterable[float]) -> float:
