@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import signal
@@ -505,3 +506,17 @@ def test_sizes_in_buckets_weighted_zero_neither_crash_the_search_nor_pass_for_a_
             objective=nothing_weighted,
             evaluate=Landscape(),
         )
+
+
+def test_a_stored_study_refuses_other_sizes_or_collectives_instead_of_mixing_measurements(database: str) -> None:
+    settings = study_settings(database, budget=8, finalists=1, proof_pairs=2)
+    first = run_study(settings, space=synthetic_space(), objective=synthetic_objective(), evaluate=Landscape())
+    assert first.proofs, "a finalist was proven over the first ladder"
+    other_ladder = dataclasses.replace(settings, ladder=tuple(s * 2 for s in LADDER))
+    with pytest.raises(StudyError, match=r"sizes"):
+        run_study(other_ladder, space=synthetic_space(), objective=synthetic_objective(), evaluate=Landscape())
+    other_workload = Objective(WorkloadProfile({"all_reduce": 1}))
+    with pytest.raises(StudyError, match=r"all_gather"):
+        run_study(settings, space=synthetic_space(), objective=other_workload, evaluate=Landscape())
+    again = run_study(settings, space=synthetic_space(), objective=synthetic_objective(), evaluate=Landscape())
+    assert [t.number for t in again.trials] == [t.number for t in first.trials], "the same settings resume"

@@ -94,6 +94,7 @@ A_FAILURE = "failure_kind"  # failed | wrong_result | timeout | stale
 A_REASON = "failure_reason"
 A_MEASUREMENTS = "measurements"
 S_FINGERPRINT = "space_fingerprint"
+S_MEASURED = "measured"  # the sizes and workload the stored values and proof pairs were measured for
 S_PROOF = "proof"
 
 
@@ -404,7 +405,29 @@ class TunerStudy:
                 f"study {self.settings.name!r} was started with search space {stored}, not "
                 f"{self.space.fingerprint()}; start a new study to search a different space"
             )
+        # Stored measurements, values and proof pairs hold the sizes and collectives they were measured for:
+        # resuming with others would mix them (or find a stored proof pair without a size it now needs).
+        measured = self._measured()
+        stored = study.user_attrs.get(S_MEASURED)
+        if stored is None:
+            study.set_user_attr(S_MEASURED, measured)
+        elif stored != measured:
+            raise StudyError(
+                f"study {self.settings.name!r} was measured for {stored}, not {measured}; start a new study to "
+                "measure other sizes or another workload"
+            )
         return study
+
+    def _measured(self) -> str:
+        profile = self.objective.profile
+        return json.dumps(
+            {
+                "sizes": sorted(set(self.settings.ladder)),
+                "collectives": {c: float(profile.collectives[c]) for c in self.objective.collectives},
+                "buckets": {b: float(w) for b, w in sorted(profile.buckets.items())},
+            },
+            separators=(",", ":"),
+        )
 
     def close(self) -> None:
         """Close the database connections the study opened."""
