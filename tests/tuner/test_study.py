@@ -520,3 +520,19 @@ def test_a_stored_study_refuses_other_sizes_or_collectives_instead_of_mixing_mea
         run_study(settings, space=synthetic_space(), objective=other_workload, evaluate=Landscape())
     again = run_study(settings, space=synthetic_space(), objective=synthetic_objective(), evaluate=Landscape())
     assert [t.number for t in again.trials] == [t.number for t in first.trials], "the same settings resume"
+
+
+def test_a_baseline_killed_on_every_attempt_is_measured_again_when_the_study_is_resumed(database: str) -> None:
+    settings = study_settings(database, budget=3, finalists=0)
+
+    def killed(config: TrialConfig, request: MeasurementRequest) -> Measurements:
+        raise _Crash  # Ctrl-C (or SIGKILL) while the baseline is measured
+
+    for _ in range(3):
+        with pytest.raises(_Crash):
+            run_study(settings, space=synthetic_space(), objective=synthetic_objective(), evaluate=killed)
+    outcome = run_study(settings, space=synthetic_space(), objective=synthetic_objective(), evaluate=Landscape())
+    baselines = [t for t in outcome.trials if t.role == "baseline"]
+    assert [t.state for t in baselines] == ["stale", "stale", "stale", "complete"]
+    assert [t.superseded for t in baselines] == [True, True, True, False]
+    assert len([t for t in outcome.trials if not t.superseded]) == 3, "the killed attempts count for nothing"

@@ -484,6 +484,15 @@ class TunerStudy:
                 self._reclaim_stale(study)
                 continue
             last = max(trials, key=lambda t: t.number)
+            if last.user_attrs.get(A_FAILURE) == "stale":
+                # Its worker died, the measurement did not fail: nothing runs without the baseline, so unlike a
+                # trial of the search (retried once) it is measured again as often as the study is resumed.
+                attempt = int(last.user_attrs.get(A_ATTEMPT, 1)) + 1
+                study.enqueue_trial(
+                    to_optuna(self.space, self.space.baseline_params()),
+                    user_attrs={A_ROLE: "baseline", A_ATTEMPT: attempt, A_RETRY_OF: last.number},
+                )
+                continue
             raise StudyError(
                 f"the baseline (NCCL's defaults) could not be measured: "
                 f"{last.user_attrs.get(A_FAILURE, 'failed')}: {last.user_attrs.get(A_REASON, 'no reason recorded')}"
