@@ -39,6 +39,7 @@ from topo_tune.tuner.study import (
     StudySettings,
     TrialFailed,
     run_study,
+    stored_rank_orders,
 )
 from topo_tune.tuner.timeout_advice import MIN_SAMPLES, advise, latencies_of
 from topo_tune.v1 import admin_pb2, agent_pb2, topology_pb2
@@ -284,14 +285,20 @@ def plan_study(
 
     The rank-order dimension holds NCCL's natural order (the launcher's: hostfiles list sorted host names),
     the ring-order optimizer's order and cluster.yaml's own listing, when they differ; the last two are
-    enqueued after the baseline as candidates.
+    enqueued after the baseline as candidates. A study already stored under ``name`` keeps the orders it
+    started with.
     """
     natural = tuple(sorted(names))
-    planned = plan_rank_map(pairs, slots=slots, naive_order=natural, rack_of=cluster.rack_of())
-    orders = [RankOrder(NATURAL_ORDER, natural)]
-    for order_name, order in (("optimized", tuple(planned.planned.order)), ("racks", tuple(names))):
-        if order not in {o.nodes for o in orders}:
-            orders.append(RankOrder(order_name, order))
+    stored = stored_rank_orders(storage, name)
+    if stored is not None and all(sorted(o.nodes) == list(natural) for o in stored):
+        # A resumed study: the pairs were probed again, and noise may have moved the ring optimizer's choice.
+        orders = list(stored)
+    else:
+        planned = plan_rank_map(pairs, slots=slots, naive_order=natural, rack_of=cluster.rack_of())
+        orders = [RankOrder(NATURAL_ORDER, natural)]
+        for order_name, order in (("optimized", tuple(planned.planned.order)), ("racks", tuple(names))):
+            if order not in {o.nodes for o in orders}:
+                orders.append(RankOrder(order_name, order))
     space = SearchSpace.build(
         nccl_version=_nccl_version(cluster, topologies),
         fabric=_fabric(cluster, topologies),

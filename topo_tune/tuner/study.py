@@ -70,6 +70,7 @@ __all__ = [
     "TrialRecord",
     "TunerStudy",
     "run_study",
+    "stored_rank_orders",
 ]
 
 logger = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ A_FAILURE = "failure_kind"  # failed | wrong_result | timeout | stale
 A_REASON = "failure_reason"
 A_MEASUREMENTS = "measurements"
 S_FINGERPRINT = "space_fingerprint"
+S_RANK_ORDERS = "rank_orders"  # the space's orders as the study started: a resume searches these again
 S_MEASURED = "measured"  # the sizes and workload the stored values and proof pairs were measured for
 S_PROOF = "proof"
 
@@ -399,6 +401,7 @@ class TunerStudy:
         )
         stored = study.user_attrs.get(S_FINGERPRINT)
         if stored is None:
+            study.set_user_attr(S_RANK_ORDERS, json.dumps([[o.name, list(o.nodes)] for o in self.space.rank_orders]))
             study.set_user_attr(S_FINGERPRINT, self.space.fingerprint())
         elif stored != self.space.fingerprint():
             raise StudyError(
@@ -875,6 +878,24 @@ def run_study(
         sleep=sleep,
         on_progress=on_progress,
     ).run()
+
+
+def stored_rank_orders(storage: str, name: str) -> tuple[RankOrder, ...] | None:
+    """The rank orders the study ``name`` started with; None when there is no such study (or it predates this).
+
+    A resumed study must search the space it started with, and its orders come from measured node pairs: a
+    caller that plans them again from a new measurement (noise moves near-ties) takes these instead.
+    """
+    rdb = optuna.storages.RDBStorage(storage, engine_kwargs=_engine_kwargs(storage))
+    try:
+        try:
+            study_id = rdb.get_study_id_from_name(name)
+        except KeyError:
+            return None
+        raw = rdb.get_study_user_attrs(study_id).get(S_RANK_ORDERS)
+    finally:
+        rdb.engine.dispose()
+    return None if raw is None else tuple(RankOrder(n, tuple(nodes)) for n, nodes in json.loads(raw))
 
 
 def _engine_kwargs(url: str) -> dict[str, Any]:

@@ -1,0 +1,61 @@
+"""The pass's study plan: a resumed study searches the rank orders it started with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from topo_tune.cluster_config import parse_cluster_config
+from topo_tune.topology.distance import PairMatrix
+from topo_tune.tuner.objective import Measurements, SizeSample
+from topo_tune.tuner.space import TrialConfig
+from topo_tune.tuner.study import MeasurementRequest, run_study
+from topo_tune.tuning_pass import StudyPlan, plan_study
+from topo_tune.v1 import topology_pb2
+
+NODES = ("node-1", "node-2", "node-3", "node-4")
+
+
+def flat(config: TrialConfig, request: MeasurementRequest) -> Measurements:
+    return Measurements(
+        tuple(SizeSample(c, s, 10.0 + s / 1e4, s / 1e4) for c in request.collectives for s in request.sizes)
+    )
+
+
+def plan(storage: str, best_ring: tuple[str, ...]) -> StudyPlan:
+    """The plan over a pair matrix where ``best_ring``'s hops are a hair faster than the diagonals (probe noise)."""
+    cluster = parse_cluster_config(
+        {
+            "apiVersion": "topo-tune/v1",
+            "kind": "Cluster",
+            "metadata": {"name": "resume"},
+            "backend": "gloo",
+            "racks": [{"name": "rack-a", "nodes": [{"name": n, "gpus": 1} for n in NODES]}],
+            "search": {"budget": 3, "finalists": 0, "minBytes": "1M", "maxBytes": "1M", "tunerTable": False},
+        }
+    )
+    hops = {frozenset(p) for p in zip(best_ring, best_ring[1:] + best_ring[:1], strict=True)}
+    bandwidth = [[0.0 if a == b else 10.0 if frozenset((a, b)) in hops else 9.9 for b in NODES] for a in NODES]
+    return plan_study(
+        cluster,
+        names=NODES,
+        pairs=PairMatrix.from_matrices(NODES, bandwidth, method="test"),
+        topologies={n: topology_pb2.NodeTopology() for n in NODES},
+        slots=dict.fromkeys(NODES, 1),
+        name="init/resume",
+        storage=storage,
+    )
+
+
+def test_a_resumed_study_keeps_its_rank_orders_though_the_re_probed_pairs_moved(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    moved = ("node-1", "node-3", "node-2", "node-4")
+    first = plan(storage, NODES)
+    fresh = plan(f"sqlite:///{tmp_path / 'other.db'}", moved)
+    assert fresh.space.rank_orders != first.space.rank_orders, "a new study plans its orders from the pairs"
+    outcome = run_study(first.settings, space=first.space, objective=first.objective, evaluate=flat)
+    assert len(outcome.trials) == 3
+    # The same command again: its probe finds another ring a hair faster.
+    again = plan(storage, moved)
+    resumed = run_study(again.settings, space=again.space, objective=again.objective, evaluate=flat)
+    assert [t.number for t in resumed.trials] == [0, 1, 2], "the same study, resumed"
+    assert again.space.rank_orders == first.space.rank_orders and again.candidates == first.candidates
