@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -10,6 +13,7 @@ import pytest
 
 from tests.plugin.nccl_tuner_harness import ALLREDUCE, LL, LOG_WARN, RING, SIMPLE, TunerLibrary, nccl_like_table
 from tests.tuner.landscape import NODES, Landscape, synthetic_space
+from tests.tuner.output_writer import shape
 from tests.tuner.test_study import study_settings, synthetic_objective
 from topo_tune.config_version import ConfigVersion, parse_nccl_conf
 from topo_tune.plugin import build_plugin
@@ -20,6 +24,8 @@ from topo_tune.tuner.outputs import ClusterShape, write_outputs
 from topo_tune.tuner.sim_evaluator import SimEvaluator, sim_space
 from topo_tune.tuner.study import StudyOutcome, run_study
 from topo_tune.tuner.timeout_advice import advise, latencies_of
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TOPO_XML = '<system version="1"><cpu numaid="0"><pci busid="0000:01:00.0" class="0x030200"/></cpu></system>\n'
 
@@ -184,3 +190,27 @@ def test_keeping_the_defaults_writes_only_the_site_settings(tmp_path: Path) -> N
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["result"] == "keep NCCL's defaults" and summary["chosen"] is None
     assert json.loads((tmp_path / "out" / "rankmap.json").read_text())["planned"]["node_order"] == list(NODES)
+
+
+def test_outputs_that_cannot_all_be_written_leave_the_previous_ones_whole(tmp_path: Path) -> None:
+    # A disk that fills up while init writes: the outputs of the previous run must stay usable, as a set.
+    database = f"sqlite:///{tmp_path / 'study.db'}"
+    settings = study_settings(database, budget=4, finalists=1, proof_pairs=2)
+    outcome = run_study(settings, space=synthetic_space(), objective=synthetic_objective(), evaluate=Landscape())
+    out = tmp_path / "out"
+    write_outputs(outcome, out, shape=shape(), nccl_version="2.28.3", topology_fingerprint="t", plots=False)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert len((out / "summary.json").read_bytes()) > 4096 > len((out / "nccl.conf").read_bytes())
+    child = subprocess.run(
+        [sys.executable, "-m", "tests.tuner.output_writer", database, str(out), "4096"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert child.returncode == 3, child.stderr[-2000:]
+    after = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert after == before, "no file cut short, none from the new set next to old ones, no scratch file left"
+    json.loads(after["summary.json"])

@@ -26,6 +26,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -355,12 +356,32 @@ def write_outputs(
     }
     if topology_xml is not None:
         written[TOPO_FILE] = topology_xml
-    for name, text in written.items():
-        (directory / name).write_text(text)
-    images = _plots(outcome, shape, directory / PLOTS) if plots else []
-    (directory / REPORT).write_text(_report_html(outcome, images, version.id))
+    # Every file is written beside its target first, then all are renamed over the old ones: a run that fails
+    # while writing (a full disk, a kill) leaves the previous outputs whole, never a file cut short or a mix.
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for name, text in written.items():
+            staged.append(_stage(directory / name, text))
+        images = _plots(outcome, shape, directory / PLOTS) if plots else []
+        staged.append(_stage(directory / REPORT, _report_html(outcome, images, version.id)))
+        for partial, target in staged:
+            os.replace(partial, target)
+    finally:
+        for partial, _ in staged:
+            partial.unlink(missing_ok=True)
     names = sorted([*written, REPORT, *(f"{PLOTS}/{p}" for p in images)])
     return WrittenOutputs(directory, tuple(names), version)
+
+
+def _stage(target: Path, text: str) -> tuple[Path, Path]:
+    """``text`` written completely to a scratch file beside ``target``; the caller renames it into place."""
+    partial = target.with_name(f".{target.name}.partial")
+    try:
+        partial.write_text(text)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    return partial, target
 
 
 # ---------------------------------------------------------------------------------------------- report
