@@ -160,3 +160,11 @@ def test_search_tuner_table_off_runs_no_table_trial_and_ships_no_table(tmp_path:
         files = json.loads(connection.execute(query, {"id": version_id}).scalar_one())
     engine.dispose()
     assert "nccl.conf" in files and "nccl_tuner.conf" not in files, "the stored version has no plugin table"
+
+
+def test_an_output_directory_that_cannot_be_made_is_refused_naming_the_option(tmp_path: Path) -> None:
+    (tmp_path / "taken").write_text("a file, not a directory")
+    args = ("init", "--cluster-config", str(ROOT / "examples" / "demo-cluster.yaml"))
+    result = run_cli(*args, "--output", str(tmp_path / "taken" / "out"))
+    assert result.returncode == 2 and "--output" in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr

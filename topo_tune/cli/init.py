@@ -108,7 +108,12 @@ def init(
     from topo_tune.tuning_pass import run_pass  # noqa: PLC0415 - the tuner stack loads only for this command
 
     cluster = load_cluster_config(config_file)
-    output.mkdir(parents=True, exist_ok=True)
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise click.BadParameter(
+            f"cannot create {output}: {error.strerror or error}", param_hint="'--output'"
+        ) from None
     console = Console(stderr=True)
     simulated = " (SIMULATED: sim backend)" if cluster.backend == "sim" else ""
     console.print(f"[bold]topo-tune init[/bold] {config_file} → {output}{simulated}")
