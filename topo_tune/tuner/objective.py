@@ -270,9 +270,11 @@ class Objective:
                 weighted.append(pending)
                 pending = []
         if not weighted:
+            ranges = [f"{b.min_bytes}-{b.max_bytes}" for b in self.buckets if self._weighted(b.min_bytes)]
             raise ConfigError(
                 "workload.buckets",
-                f"no size of the ladder ({', '.join(map(str, sizes))} bytes) falls in a bucket weighted above 0",
+                f"no size of the ladder ({', '.join(map(str, sizes))} bytes) falls in a bucket weighted above 0 "
+                f"(those hold {', '.join(ranges) or 'no size'} bytes)",
             )
         weighted[-1].extend(pending)
         groups = weighted
