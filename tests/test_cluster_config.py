@@ -75,6 +75,8 @@ def test_drift_and_retention_settings_take_durations() -> None:
         ("spine: {paths: 0}\n", "spine.paths: input should be greater than or equal to 1"),
         ("spine: {paths: 4, hashing: random}\n", "spine.hashing: input should be 'ecmp' or 'adaptive'"),
         ("backend: gloo\nsearch: {cudaGraph: true}\n", "search.cudaGraph: CUDA graphs need backend nccl, not gloo"),
+        ("search: {jobDeadline: 500ms}\n", "search.jobDeadline: input should be greater than or equal to 1"),
+        ("search: {jobDeadline: 2d}\n", "search.jobDeadline: input should be less than or equal to 86400"),
         (
             "backend: sim\nrollout: {gate: {cudaGraph: true}}\n",
             "rollout.gate.cudaGraph: CUDA graphs need backend nccl, not sim",

@@ -240,7 +240,9 @@ class SearchConfig(_Section):
     nccl_version: str | None = Field(default=None, description="unset: what the agents report")
     iters: int = Field(default=20, ge=1, le=10_000)
     warmup_iters: int = Field(default=5, ge=0, le=10_000)
-    job_deadline: Duration = Field(default=600.0, description="deadline of each benchmark job")
+    job_deadline: Duration = Field(
+        default=600.0, ge=1.0, le=86_400.0, description="deadline of each benchmark job (1 s to 24 h)"
+    )
     tuner_table: bool = Field(
         default=True,
         description="after the search, measure a tuner-plugin table composed from the per-size winners, and ship "

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -107,7 +108,7 @@ class JobEvaluator:
             env=dict(config.env),
             iters=self.iters,
             warmup_iters=self.warmup_iters,
-            deadline_s=int(self.deadline_s),
+            deadline_s=math.ceil(self.deadline_s),
             tuner_table=config.tuner_table,
             cuda_graph=self.cuda_graph,
         )
