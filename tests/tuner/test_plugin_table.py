@@ -14,7 +14,7 @@ from topo_tune.tuner.objective import Measurements, Objective, SizeSample, Workl
 from topo_tune.tuner.outputs import ClusterShape, write_outputs
 from topo_tune.tuner.plugin_table import ScoredTrial, compose_table
 from topo_tune.tuner.sim_evaluator import SimEvaluator, sim_space
-from topo_tune.tuner.study import Candidate, run_study
+from topo_tune.tuner.study import Candidate, StudyProgress, run_study
 
 OBJECTIVE = Objective(WorkloadProfile({"all_reduce": 1}))
 SIZES = (4096, 1 << 20, 256 << 20)  # one size in the 1K-64K, 64K-1M and 16M-4G buckets
@@ -73,6 +73,7 @@ def test_a_sim_study_measures_the_composed_table_and_ships_it_when_proven(tmp_pa
     space = sim_space(cluster, nccl_version="2.28.3", collectives=["all_reduce"], knobs=["channels"])
     ladder = (4096, 1 << 20, 4 << 20, 64 << 20, 1 << 30)
     ranks = 8 * len(cluster.node_names)
+    progress: list[StudyProgress] = []
     outcome = run_study(
         study_settings(
             f"sqlite:///{tmp_path / 'study.db'}", budget=5, ladder=ladder, table_shape=(len(cluster.node_names), ranks)
@@ -83,7 +84,11 @@ def test_a_sim_study_measures_the_composed_table_and_ships_it_when_proven(tmp_pa
         candidates=[
             Candidate(f"ch{c}", space.params_for(env={"NCCL_MIN_CTAS": c, "NCCL_MAX_CTAS": c})) for c in ("16", "64")
         ],
+        on_progress=progress.append,
     )
+    searched = [(p.done, p.total) for p in progress if p.phase == "search"]
+    assert searched[-1] == (6, 6), "5 searched trials, then the table trial adds itself to the total"
+    assert all(done <= total for done, total in searched), "progress never shows more done than the total"
 
     [table_trial] = [t for t in outcome.trials if t.role == "table"]
     assert table_trial.state == "complete"

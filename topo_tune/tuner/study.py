@@ -848,7 +848,9 @@ class TunerStudy:
         finished = [t for t in _logical(trials) if t.state.is_finished()]
         values = [t.value for t in finished if t.state == TrialState.COMPLETE and t.value is not None]
         if done is None:
-            done, total = len(finished), self.settings.budget
+            # The table trial comes after the budget's searched trials: it adds itself to the total once asked for.
+            tables = sum(1 for t in _logical(trials) if t.user_attrs.get(A_ROLE) == "table")
+            done, total = len(finished), self.settings.budget + tables
         assert total is not None
         elapsed = self._clock() - self._started
         rate = elapsed / self._finished_here if self._finished_here else None
