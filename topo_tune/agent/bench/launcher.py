@@ -118,6 +118,23 @@ def _last_progress(path: Path) -> tuple[dict[str, Any], bool]:
     return last, joined
 
 
+def _read_result(w: _Worker, job_id: str) -> tuple[RankResult | None, str]:
+    """The rank's result, or why what it left cannot be used ("" when it left none).
+
+    A worker that exits 0 normally wrote its result atomically; anything else there (a library printing
+    to the wrong file, a worker of another version) fails this rank alone, never the whole collection.
+    """
+    if not w.result_path.exists():
+        return None, ""
+    try:
+        result = RankResult.from_json(json.loads(w.result_path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return None, f"unreadable result file {w.result_path.name}: {type(exc).__name__}: {exc}"
+    if (result.job_id, result.rank) != (job_id, w.slot.rank):
+        return None, f"result file is for job {result.job_id!r} rank {result.rank}, not this one"
+    return result, ""
+
+
 def _tail(path: Path) -> str:
     try:
         with path.open("rb") as f:
@@ -214,7 +231,7 @@ class Launcher:
             for w in workers:
                 self._kill(w)
                 os.close(w.pidfd)
-        return self._collect(workers, timed_out)
+        return self._collect(workers, timed_out, spec.job_id)
 
     def _start(
         self,
@@ -291,16 +308,19 @@ class Launcher:
         w.killed = True
         w.returncode = w.process.wait()
 
-    def _collect(self, workers: Sequence[_Worker], timed_out: bool) -> JobOutcome:
+    def _collect(self, workers: Sequence[_Worker], timed_out: bool, job_id: str) -> JobOutcome:
         results = []
         statuses = []
         for w in workers:
             last, joined = _last_progress(w.progress_path)
             phase = str(last.get("phase", "not_started"))
             waiting_for = tuple(int(r) for r in last.get("waiting_for", ()))
-            if w.returncode == 0 and w.result_path.exists():
-                results.append(RankResult.from_json(json.loads(w.result_path.read_text())))
+            result, unreadable = _read_result(w, job_id) if w.returncode == 0 else (None, "")
+            if result is not None:
+                results.append(result)
                 outcome, message = RankOutcome.FINISHED, ""
+            elif unreadable:
+                outcome, message = RankOutcome.FAILED, unreadable
             elif w.killed and timed_out:
                 outcome = RankOutcome.HUNG
                 message = f"killed at the deadline in phase {phase!r}"

@@ -1,0 +1,100 @@
+"""Workers that misbehave: the launcher names the rank, leaves nothing running, and stays usable.
+
+The workers here are small scripts standing in for the interpreter the launcher starts (its ``python``
+argument), so each test runs in well under a second and no torch is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from topo_tune.agent.bench.launcher import Launcher
+from topo_tune.benchmark.collectives import Collective
+from topo_tune.benchmark.dtypes import dtype_named
+from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
+from topo_tune.benchmark.results import RankOutcome
+from topo_tune.benchmark.sweep import SizeSweep
+
+# Stands in for ``python -E -s -c BOOTSTRAP CONFIG``: reads the config the launcher wrote, then acts on
+# the behaviour file the test names (rank -> what to do).
+_FAKE_PYTHON = """\
+import json, os, signal, sys, time
+config = json.load(open(sys.argv[-1]))
+rank = config["rank"]
+action = json.load(open(os.environ["FAKE_BEHAVIOUR"]))[str(rank)]
+result = config["result_path"]
+def write(r):
+    json.dump({"job_id": config["spec"]["job_id"], "rank": r, "sizes": [], "effective_env": {}}, open(result, "w"))
+if action == "garbage":
+    open(result, "w").write("Segmentation fault (core dumped)\\n")
+    sys.exit(0)
+if action == "wrong_rank":
+    write(rank + 7)
+    sys.exit(0)
+if action == "ok":
+    write(rank)
+    sys.exit(0)
+if action == "fork_and_fail":
+    child = os.fork()
+    if child == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(600)
+        os._exit(0)
+    open(os.path.join(os.path.dirname(result), "child.pid"), "w").write(str(child))
+    sys.exit(1)
+if action == "hang":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(600)
+"""
+
+
+def _spec(job_id: str, world_size: int) -> BenchmarkSpec:
+    return BenchmarkSpec(
+        job_id=job_id,
+        collective=Collective.ALL_REDUCE,
+        sweep=SizeSweep(1024, 1024, 1),
+        dtype=dtype_named("float32"),
+        warmup_iters=0,
+        iters=1,
+        placements=(False,),
+        check=True,
+        env={},
+        world_size=world_size,
+        ranks=tuple(RankSlot(r, "n0", r, -1) for r in range(world_size)),
+        rendezvous_host="127.0.0.1",
+        rendezvous_port=29500,
+    )
+
+
+def _launcher(tmp_path: Path, behaviour: dict[int, str]) -> Launcher:
+    fake = tmp_path / "fake-python"
+    fake.write_text(f"#!{sys.executable}\n{_FAKE_PYTHON}")
+    fake.chmod(0o755)
+    (tmp_path / "behaviour.json").write_text(json.dumps({str(k): v for k, v in behaviour.items()}))
+    return Launcher(backend="gloo", python=str(fake), passthrough={"FAKE_BEHAVIOUR": str(tmp_path / "behaviour.json")})
+
+
+def _gone(pid: int) -> bool:
+    """Dead: no such process, or a zombie waiting for whoever inherited it to reap it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_garbage_on_a_ranks_result_channel_fails_that_rank_by_name(tmp_path: Path) -> None:
+    launcher = _launcher(tmp_path, {0: "garbage", 1: "ok", 2: "wrong_rank"})
+    outcome = launcher.run(_spec("garbage-1", 3), node_name="n0", deadline_s=30, work_dir=tmp_path / "work")
+    by_rank = {s.rank: s for s in outcome.statuses}
+    assert by_rank[0].outcome is RankOutcome.FAILED
+    assert "unreadable result file" in by_rank[0].message
+    assert by_rank[1].outcome is RankOutcome.FINISHED
+    assert by_rank[2].outcome is RankOutcome.FAILED
+    assert "rank 9" in by_rank[2].message
+    assert [r.rank for r in outcome.results] == [1]
+    # The launcher is free for the next job.
+    again = _launcher(tmp_path, {0: "ok"})
+    assert not again.run(_spec("garbage-2", 1), node_name="n0", deadline_s=30, work_dir=tmp_path / "work").failed
