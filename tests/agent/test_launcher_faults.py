@@ -6,10 +6,14 @@ argument), so each test runs in well under a second and no torch is imported.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
+from tests.support.waiting import wait_until
 from topo_tune.agent.bench.launcher import Launcher
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
@@ -98,3 +102,17 @@ def test_garbage_on_a_ranks_result_channel_fails_that_rank_by_name(tmp_path: Pat
     # The launcher is free for the next job.
     again = _launcher(tmp_path, {0: "ok"})
     assert not again.run(_spec("garbage-2", 1), node_name="n0", deadline_s=30, work_dir=tmp_path / "work").failed
+
+
+def test_a_rank_that_fails_leaves_no_process_of_its_group_running(tmp_path: Path) -> None:
+    # Rank 0 exits 1 but leaves a child (in its process group) that ignores SIGTERM; rank 1 hangs.
+    launcher = _launcher(tmp_path, {0: "fork_and_fail", 1: "hang"})
+    outcome = launcher.run(_spec("orphan-1", 2), node_name="n0", deadline_s=30, work_dir=tmp_path / "work")
+    assert [s.outcome for s in outcome.statuses] == [RankOutcome.FAILED, RankOutcome.FAILED]
+    assert not outcome.timed_out, "the failed rank ended the job long before its deadline"
+    child = int((tmp_path / "work" / "orphan-1" / "rank-0" / "child.pid").read_text())
+    try:
+        wait_until(lambda: _gone(child), timeout=5, what=f"rank 0's child {child} killed with its group")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)  # a failing run must not leave it behind either

@@ -23,10 +23,11 @@ topology), each rank pins itself to its GPU's CPUs, as nccl-tests runs under ``m
 on the H200 record, pinning was what made launch-bound timings comparable between processes.
 
 Each worker runs in its own session (``start_new_session``), so killing its process group
-kills everything it started. The launcher waits on pidfds for the first exit or the deadline;
-if a rank fails, the other local ranks are killed at once (they would only wait for it). At the
-deadline every rank still running is killed and reported ``hung`` with the last phase it
-reported. One job runs at a time; a second ``run`` while one is active raises ``LauncherBusy``.
+kills everything it started; every rank's group is killed when the job ends, also a rank that
+exited on its own (whatever it left running goes with it). The launcher waits on pidfds for
+the first exit or the deadline; if a rank fails, the other local ranks are killed at once (they
+would only wait for it). At the deadline every rank still running is killed and reported ``hung``
+with the last phase it reported. One job runs at a time; a second ``run`` while one is active raises ``LauncherBusy``.
 
 Non-goals: the wire (``executor``), the environment policy (``topo_tune.benchmark.env_policy``).
 """
@@ -301,10 +302,13 @@ class Launcher:
         return False
 
     def _kill(self, w: _Worker) -> None:
+        # The group, even when the rank itself already exited: a process it started (in its session)
+        # would otherwise outlive the job, holding its port, memory or GPU. The group id cannot be
+        # reused while any member is left, and an empty group is simply not found.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(w.process.pid, signal.SIGKILL)
         if w.returncode is not None:
             return
-        with contextlib.suppress(ProcessLookupError):  # it may have exited in the meantime
-            os.killpg(w.process.pid, signal.SIGKILL)
         w.killed = True
         w.returncode = w.process.wait()
 
