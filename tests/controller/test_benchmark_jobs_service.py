@@ -304,3 +304,60 @@ async def test_sim_nodes_are_not_probed(jobs_controller: Controller, agents: Cal
     await registered(agents("s1", "sim"), agents("s2", "sim"))
     with pytest.raises(ValidationError, match="sim nodes have no network to probe"):
         await jobs_controller.probes.start(admin_pb2.StartProbeRoundRequest())
+
+
+async def _gone_away(controller: Controller, *started: RunningAgent) -> None:
+    """Registered nodes whose agents then stopped: still `ready` until their expiry, so a round takes them."""
+    await registered(*started)
+    for each in started:
+        await each.shutdown()
+    for each in started:
+        name = each.agent.settings.node_name
+        await async_wait_until(lambda n=name: _disconnected(controller, n), what=f"{name} disconnected")
+
+
+async def test_a_probe_nobody_answered_is_not_sent_again_after_its_round(
+    jobs_controller: Controller, agents: Callable[..., RunningAgent]
+) -> None:
+    await _gone_away(jobs_controller, agents("g1", "gloo"), agents("g2", "gloo"))
+    jobs_controller.probes.result_grace_s = 0.0
+    started = await jobs_controller.probes.start(
+        admin_pb2.StartProbeRoundRequest(message_bytes=1 << 16, pair_deadline_s=1)
+    )
+
+    async def done() -> admin_pb2.ProbeRound | None:
+        found = await jobs_controller.probes.get(started.round_id)
+        return found if found.status != admin_pb2.PROBE_ROUND_STATUS_RUNNING else None
+
+    failed = await async_wait_until(done, timeout=30, what="the probe round")
+    assert failed.status == admin_pb2.PROBE_ROUND_STATUS_FAILED
+    assert "g1-g2: g1: no result by the deadline" in failed.message
+    # A node that comes back must not be handed a probe whose peer and round are long gone.
+    assert await jobs_controller.commands.outstanding("g1") == []
+    assert await jobs_controller.commands.outstanding("g2") == []
+    probes = [c for c in await jobs_controller.commands.list() if c.kind == "probe"]
+    assert [c.status.value for c in probes] == ["timed_out", "timed_out"]
+
+
+async def test_probes_of_a_round_cut_short_by_a_restart_are_not_sent_again(sqlite_url: str, tmp_path: Path) -> None:
+    first = Controller(controller_settings(sqlite_url, heartbeat_expiry_s=30))
+    await first.start()
+    try:
+        gone = []
+        for name in ("g1", "g2"):
+            settings = replace(agent_settings(f"127.0.0.1:{first.port}", tmp_path / name, name), backend="gloo")
+            agent, stop = Agent(settings, rng=random.Random(0)), asyncio.Event()
+            gone.append(RunningAgent(agent, stop, asyncio.create_task(agent.run(stop))))
+        await _gone_away(first, *gone)
+        round_ = await first.probes.start(admin_pb2.StartProbeRoundRequest(message_bytes=1 << 16, pair_deadline_s=600))
+        await async_wait_until(lambda: first.commands.outstanding("g1"), what="the probe stored")
+    finally:
+        await first.stop()
+    second = Controller(controller_settings(sqlite_url, heartbeat_expiry_s=30))
+    await second.start()
+    try:
+        assert (await second.probes.get(round_.round_id)).status == admin_pb2.PROBE_ROUND_STATUS_FAILED
+        assert await second.commands.outstanding("g1") == []
+        assert await second.commands.outstanding("g2") == []
+    finally:
+        await second.stop()

@@ -16,7 +16,9 @@ Every measured pair is stored with its time and method; ``measured_pairs`` gives
 pair, which replaces the modelled one in the topology model and the ring-order optimizer.
 
 A round is a background task of the controller. Its state is persisted; a round that was running when the
-controller stopped is marked failed at the next start (its stored measurements stay valid).
+controller stopped is marked failed at the next start (its stored measurements stay valid). A probe that
+got no result in time, or whose round ended that way, is closed ``timed_out``: a node that comes back later
+is not sent it again.
 """
 
 from __future__ import annotations
@@ -35,9 +37,9 @@ from sqlalchemy.orm import Session
 
 from topo_tune.controller import validation
 from topo_tune.controller.benchmark_jobs import probe_rounds
-from topo_tune.controller.commands import CommandBook, CommandRecord
+from topo_tune.controller.commands import CommandBook, CommandRecord, CommandStatus
 from topo_tune.controller.db.database import Database
-from topo_tune.controller.db.models import PairMeasurementRow, ProbeRoundRow
+from topo_tune.controller.db.models import CommandRow, PairMeasurementRow, ProbeRoundRow
 from topo_tune.controller.nodes import NodeRegistry, NodeState
 from topo_tune.errors import ConflictError, NotFoundError, ValidationError
 from topo_tune.v1 import admin_pb2, agent_pb2
@@ -51,6 +53,19 @@ STATUS_TO_WIRE = {
     "succeeded": admin_pb2.PROBE_ROUND_STATUS_SUCCEEDED,
     "failed": admin_pb2.PROBE_ROUND_STATUS_FAILED,
 }
+
+
+def _close_open_probes(session: Session, id_prefix: str, *, now: datetime, why: str) -> None:
+    """End the probe commands under ``id_prefix`` that are still open as ``timed_out``, so none is re-sent."""
+    session.execute(
+        sa.update(CommandRow)
+        .where(
+            CommandRow.id.startswith(id_prefix, autoescape=True),
+            CommandRow.kind == "probe",
+            CommandRow.status.in_([s.value for s in CommandStatus if not s.final]),
+        )
+        .values(status=CommandStatus.TIMED_OUT.value, message=why, finished_at=now)
+    )
 
 
 def _stamp(at: datetime) -> Timestamp:
@@ -79,6 +94,8 @@ class Probes:
     wall_clock: Callable[[], datetime]
     rng: random.Random = field(default_factory=random.Random)
     port_range: tuple[int, int] = (20000, 29999)
+    result_grace_s: float = 10.0
+    """After a pair's deadline, how long results already on their way may still arrive."""
     _waiters: dict[str, asyncio.Future[agent_pb2.CommandResult]] = field(default_factory=dict, init=False)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
@@ -91,6 +108,7 @@ class Probes:
             for row in rows:
                 row.status, row.finished_at = "failed", now
                 row.message = "the controller restarted during the round; its measured pairs are kept"
+                _close_open_probes(session, f"{row.id}-", now=now, why="the controller restarted during its round")
             return len(rows)
 
         return await self.db.run(write)
@@ -189,11 +207,20 @@ class Probes:
         try:
             for record in await self.db.run(write):
                 await self.deliver(record)
-            done, _ = await asyncio.wait([self._waiters[cid] for cid in ids], timeout=deadline_s + 10)
+            done, _ = await asyncio.wait([self._waiters[cid] for cid in ids], timeout=deadline_s + self.result_grace_s)
             results = [self._waiters[cid].result() if self._waiters[cid] in done else None for cid in ids]
         finally:
             for cid in ids:
                 self._waiters.pop(cid, None)
+        if any(result is None for result in results):
+            # Otherwise a node that comes back later is sent the probe again and waits out its deadline
+            # for a peer that has long moved on, holding its benchmark slot.
+            closed_at = self.wall_clock()
+            await self.db.run(
+                lambda session: _close_open_probes(
+                    session, f"{probe.probe_id}-", now=closed_at, why="the probe's deadline passed"
+                )
+            )
         for node, result in zip((a, b), results, strict=True):
             if result is None or result.status != agent_pb2.COMMAND_STATUS_SUCCEEDED or not result.HasField("probe"):
                 return f"{a}-{b}: {node}: {result.message if result is not None else 'no result by the deadline'}"
