@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from topo_tune.agent.bench.executor import BenchmarkExecutor, probe_specs
+from topo_tune.agent.bench.executor import MAX_DEADLINE_S, BenchmarkExecutor, probe_specs
 from topo_tune.agent.bench.worker_config import WorkerConfig, WorkerFault
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
@@ -111,6 +111,22 @@ def test_executor_rejects_what_it_cannot_run_without_starting_anything(tmp_path:
     assert graphed.status == agent_pb2.COMMAND_STATUS_REJECTED
     assert graphed.message == "cuda_graph: CUDA graphs need the nccl backend; this node runs gloo"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_deadline_the_agent_cannot_keep_is_rejected_naming_the_field(tmp_path: Path) -> None:
+    # deadline_s is a uint32 on the wire: a controller can send 49 days; the launcher could not wait that long.
+    executor = BenchmarkExecutor(policy=EnvPolicy())
+    run = spec_to_proto(_spec())
+    far = executor.execute(run, node_name="a", backend=agent_pb2.BACKEND_GLOO, deadline_s=4e9, work_dir=tmp_path)
+    assert far.status == agent_pb2.COMMAND_STATUS_REJECTED
+    assert far.message == f"deadline_s must be at most {MAX_DEADLINE_S} s, got 4000000000"
+    probe = agent_pb2.Probe(
+        probe_id="p", peers=["a", "b"], message_bytes=1 << 20, rendezvous_host="ha", peer_rendezvous_host="hb"
+    )
+    probe.rendezvous_port = 7000
+    far = executor.probe(probe, node_name="a", backend=agent_pb2.BACKEND_GLOO, deadline_s=4e9, work_dir=tmp_path)
+    assert far.status == agent_pb2.COMMAND_STATUS_REJECTED and "deadline_s" in far.message
+    assert list(tmp_path.iterdir()) == [], "nothing was started"
 
 
 def test_a_probe_is_one_sendrecv_on_nccl_and_one_broadcast_each_way_on_gloo() -> None:

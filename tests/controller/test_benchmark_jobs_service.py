@@ -300,6 +300,14 @@ async def test_a_probe_round_measures_every_pair_once(
     assert len(measured.pairs) == 6
 
 
+async def test_a_probe_deadline_no_agent_would_keep_is_refused(
+    jobs_controller: Controller, agents: Callable[..., RunningAgent]
+) -> None:
+    await registered(agents("a", "gloo"), agents("b", "gloo"))
+    with pytest.raises(ValidationError, match="pair_deadline_s"):
+        await jobs_controller.probes.start(admin_pb2.StartProbeRoundRequest(pair_deadline_s=4_000_000_000))
+
+
 async def test_sim_nodes_are_not_probed(jobs_controller: Controller, agents: Callable[..., RunningAgent]) -> None:
     await registered(agents("s1", "sim"), agents("s2", "sim"))
     with pytest.raises(ValidationError, match="sim nodes have no network to probe"):

@@ -40,6 +40,7 @@ from topo_tune.controller.benchmark_jobs import probe_rounds
 from topo_tune.controller.commands import CommandBook, CommandRecord, CommandStatus
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import CommandRow, PairMeasurementRow, ProbeRoundRow
+from topo_tune.controller.jobs import MAX_DEADLINE_S
 from topo_tune.controller.nodes import NodeRegistry, NodeState
 from topo_tune.errors import ConflictError, NotFoundError, ValidationError
 from topo_tune.v1 import admin_pb2, agent_pb2
@@ -132,6 +133,8 @@ class Probes:
             backends.add(view.backend)
         if "sim" in backends:
             raise ValidationError("nodes", "sim nodes have no network to probe; the model's figures stand in")
+        if request.pair_deadline_s > MAX_DEADLINE_S:
+            raise ValidationError("pair_deadline_s", f"at most {MAX_DEADLINE_S}")
         message_bytes = request.message_bytes or DEFAULT_MESSAGE_BYTES
         if message_bytes % LATENCY_BYTES or message_bytes < 2 * LATENCY_BYTES or message_bytes > (4 << 30):
             raise ValidationError("message_bytes", "a multiple of 8 between 16 bytes and 4 GiB")

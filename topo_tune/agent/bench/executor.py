@@ -3,9 +3,9 @@
 ``BenchmarkExecutor.execute`` validates a ``RunBenchmark`` (spec and environment policy), runs
 this node's ranks through the ``Launcher`` and maps the outcome onto a status:
 
-- ``REJECTED``: bad input (a malformed candidate tuner table included), a refused environment, a
-  backend this executor does not run, a node with no rank in the job, or another job still running
-  here (the message says which);
+- ``REJECTED``: bad input (a malformed candidate tuner table included, or a deadline beyond
+  ``MAX_DEADLINE_S``), a refused environment, a backend this executor does not run, a node with
+  no rank in the job, or another job still running here (the message says which);
 - ``TIMED_OUT``: the deadline passed; ``NodeBenchmarkResult.rank_status`` says which ranks hung,
   in which phase, and which ranks they were still waiting for;
 - ``FAILED``: a rank failed, or the data check found a wrong element (a wrong result fails the
@@ -51,11 +51,14 @@ from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import node_result_to_proto, spec_from_proto
 from topo_tune.v1 import agent_pb2
 
-__all__ = ["DEFAULT_PROBE_ITERS", "BenchmarkExecutor", "probe_specs"]
+__all__ = ["DEFAULT_PROBE_ITERS", "MAX_DEADLINE_S", "BenchmarkExecutor", "probe_specs"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_PROBE_ITERS = 20
+MAX_DEADLINE_S = 24 * 3600
+"""The longest deadline a job or probe may ask for (the controller's own limit for jobs). The wire field
+is a uint32; far beyond this the launcher's wait could not even be expressed (poll() caps at ~24.8 days)."""
 _DEFAULT_LATENCY_BYTES = 8
 _BACKEND_NAMES = {agent_pb2.BACKEND_NCCL: "nccl", agent_pb2.BACKEND_GLOO: "gloo"}
 
@@ -101,13 +104,14 @@ class BenchmarkExecutor:
         return None if name is None else self._launchers[name]
 
     def _prepare(
-        self, backend: agent_pb2.Backend.ValueType, build: Callable[[], BenchmarkSpec]
+        self, backend: agent_pb2.Backend.ValueType, build: Callable[[], BenchmarkSpec], deadline_s: float
     ) -> tuple[Launcher, BenchmarkSpec] | agent_pb2.CommandResult:
         """The launcher and the validated spec, or the ``REJECTED`` result saying why not."""
         launcher = self._launcher(backend)
         if launcher is None:
             return self._result(agent_pb2.COMMAND_STATUS_REJECTED, f"backend {backend} is not run by this executor")
         try:
+            _check_deadline(deadline_s)
             spec = build()
             if spec.cuda_graph and launcher is self._launchers.get("gloo"):
                 raise ValueError("cuda_graph: CUDA graphs need the nccl backend; this node runs gloo")
@@ -131,7 +135,7 @@ class BenchmarkExecutor:
         fault: WorkerFault | None = None,
     ) -> agent_pb2.CommandResult:
         """Run this node's ranks of a benchmark job. ``fault`` is a test-only hook (see worker_config)."""
-        prepared = self._prepare(backend, lambda: spec_from_proto(run))
+        prepared = self._prepare(backend, lambda: spec_from_proto(run), deadline_s)
         if isinstance(prepared, agent_pb2.CommandResult):
             return prepared
         launcher, spec = prepared
@@ -177,6 +181,7 @@ class BenchmarkExecutor:
         if launcher is None:
             return self._result(agent_pb2.COMMAND_STATUS_REJECTED, f"backend {backend} is not run by this executor")
         try:
+            _check_deadline(deadline_s)
             specs = probe_specs(probe, one_way=backend == agent_pb2.BACKEND_GLOO)
         except ValueError as exc:
             return self._result(agent_pb2.COMMAND_STATUS_REJECTED, str(exc))
@@ -206,6 +211,11 @@ class BenchmarkExecutor:
             )
         )
         return out
+
+
+def _check_deadline(deadline_s: float) -> None:
+    if deadline_s > MAX_DEADLINE_S:
+        raise ValueError(f"deadline_s must be at most {MAX_DEADLINE_S} s, got {deadline_s:.0f}")
 
 
 def probe_specs(probe: agent_pb2.Probe, *, one_way: bool) -> tuple[BenchmarkSpec, ...]:
