@@ -247,3 +247,31 @@ async def test_drain_is_remembered_across_restarts(
     await asyncio.wait_for(again.agent.registered.wait(), 20)
     assert (await controller.registry.get("n1")).drained is True
     await again.shutdown()
+
+
+async def test_a_result_with_a_huge_message_is_delivered_and_the_session_stays_up(
+    controller: Controller, start_agent: Callable[..., RunningAgent]
+) -> None:
+    # A misbehaving controller sends thousands of refused variables: the refusal names every one of them,
+    # far more text than the controller accepts in a result, which it would refuse on every re-send.
+    running = start_agent(address(controller), CountingDiscovery())
+    await asyncio.wait_for(running.agent.registered.wait(), 20)
+    run = agent_pb2.RunBenchmark(
+        job_id="huge-1",
+        collective=agent_pb2.COLLECTIVE_ALL_REDUCE,
+        sizes=agent_pb2.SizeSweep(min_bytes=1024, max_bytes=1024),
+        iters=1,
+        world_size=1,
+        ranks=[agent_pb2.RankPlacement(rank=0, node_name="n1")],
+        rendezvous_host="127.0.0.1",
+        rendezvous_port=29500,
+        env={f"NOT_ALLOWED_{i}": "1" for i in range(3000)},
+    )
+    record = await controller.commands.submit("n1", agent_pb2.Command(run_benchmark=run))
+    await controller.hub.deliver_new(record)
+    done = await async_wait_until(lambda: _finished(controller, record.id), timeout=10, what="the refusal")
+    assert done.status is CommandStatus.REJECTED
+    assert done.message.startswith("benchmark env refused: NOT_ALLOWED_0: not allow-listed")
+    assert "characters left out" in done.message and len(done.message) <= 16 * 1024
+    assert running.agent.sessions == 1, "the session was never torn down over it"
+    await running.shutdown()

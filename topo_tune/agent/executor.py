@@ -10,6 +10,9 @@ dropped. Benchmarks run on the agent's backend: real workers for ``nccl``/``gloo
 the contract (a path outside the directory, a variable the env policy refuses, an id that is not the files'
 hash) is ``rejected`` before anything is written; a node busy with a benchmark or a job ``fails`` it with
 the reason, and the controller tries again later. Applies run one at a time, in the order they arrived.
+
+A result's message is cut to ``MAX_RESULT_MESSAGE`` characters (a refusal that names thousands of variables,
+a worker's huge error), so that the controller never refuses the result itself.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ from topo_tune.v1 import agent_pb2, topology_pb2
 logger = logging.getLogger(__name__)
 
 DRAINED_KEY = "drained"
+MAX_RESULT_MESSAGE = 16 * 1024
+"""Characters of a result's message sent to the controller. Well under what the controller accepts: a result
+it refuses closes the session, and the journal would re-send that result on every reconnect."""
 BACKENDS = {"nccl": agent_pb2.BACKEND_NCCL, "gloo": agent_pb2.BACKEND_GLOO, "sim": agent_pb2.BACKEND_SIM}
 
 
@@ -141,6 +147,7 @@ class Executor:
             result = agent_pb2.CommandResult(status=agent_pb2.COMMAND_STATUS_FAILED)
             result.message = f"{error.__class__.__name__}: {error}"
         result.command_id = command.command_id
+        result.message = _bounded(result.message)
         if not result.HasField("finished_at"):
             result.finished_at.FromDatetime(self.clock())
         return result
@@ -184,3 +191,11 @@ class Executor:
         except ConflictError as error:
             logger.error("config store: %s", error)
             return ""
+
+
+def _bounded(message: str) -> str:
+    """``message``, cut to ``MAX_RESULT_MESSAGE`` characters; its start names the problem, so that is kept."""
+    if len(message) <= MAX_RESULT_MESSAGE:
+        return message
+    kept = MAX_RESULT_MESSAGE - 64  # room for the note
+    return f"{message[:kept]} ... ({len(message) - kept} characters left out)"
