@@ -369,3 +369,40 @@ async def test_probes_of_a_round_cut_short_by_a_restart_are_not_sent_again(sqlit
         assert await second.commands.outstanding("g2") == []
     finally:
         await second.stop()
+
+
+@pytest.mark.parametrize(
+    ("sizes", "says"),
+    [
+        ([12345], "s2: its results do not fit the job: rank 4 reports sizes [12345]"),
+        ([1024], "8192 in_place=False has 4 of 8"),
+    ],
+    ids=["a size never asked for", "sizes missing"],
+)
+async def test_results_that_do_not_fit_the_job_fail_it_naming_why(
+    jobs_controller: Controller, agents: Callable[..., RunningAgent], sizes: list[int], says: str
+) -> None:
+    s1 = agents("s1", "sim")
+    await registered(s1)
+    await _gone_away(jobs_controller, agents("s2", "sim"))
+    job = await jobs_controller.jobs.start(request(["s1", "s2"]))
+
+    async def s1_reported() -> bool:
+        return (await jobs_controller.commands.get(f"{job.job_id}-0")).status.final
+
+    await async_wait_until(s1_reported, what="s1's result")
+    # s2 (an agent of another version, or a misbehaving one) reports sizes other than the job's three.
+    bad = agent_pb2.CommandResult(command_id=f"{job.job_id}-1", status=agent_pb2.COMMAND_STATUS_SUCCEEDED)
+    bad.node_benchmark.job_id, bad.node_benchmark.node_name = job.job_id, "s2"
+    for rank in range(4, 8):
+        reported = bad.node_benchmark.ranks.add(job_id=job.job_id, rank=rank)
+        reported.sizes.extend(agent_pb2.SizeResult(bytes=size, time_us=1.0) for size in sizes)
+    # What the agent session does with a result: record it, then tell the listeners.
+    await jobs_controller.commands.finish("s2", bad)
+    await jobs_controller.jobs.on_result("s2", bad)
+    done = await jobs_controller.jobs.get(job.job_id)
+    assert done.status == admin_pb2.BENCHMARK_JOB_STATUS_FAILED
+    assert says in done.message
+    # The nodes are free again.
+    again = await jobs_controller.jobs.start(request(["s1"]))
+    assert (await finished(jobs_controller, again.job_id)).status == admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED

@@ -4,7 +4,8 @@ A job is planned (``benchmark_jobs.plan_job``: ranks contiguous per node in the 
 rendezvous on rank 0's node), then stored together with one ``run_benchmark`` command per node in a single
 transaction — all of it or nothing — and only then sent. Every node gets the identical ``RunBenchmark``.
 When the last node's result arrives the job is summarised (slowest rank per size; wrong elements fail it)
-and finished. A job still running past its deadline (plus a grace period for results in flight) ends
+and finished; a node's result that does not fit the job (ranks or sizes it does not have) fails it, naming
+the node. A job still running past its deadline (plus a grace period for results in flight) ends
 ``timed_out`` with the ranks that never reported; the agents kill their own workers at the same deadline.
 
 A node takes one benchmark job at a time, and a drained or lost node takes none. For ``sim`` nodes the
@@ -27,13 +28,13 @@ import sqlalchemy as sa
 from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy.orm import Session
 
-from topo_tune.benchmark.collectives import Collective
+from topo_tune.benchmark.collectives import Collective, shape
 from topo_tune.benchmark.dtypes import dtype_named
-from topo_tune.benchmark.job_spec import SpecError
+from topo_tune.benchmark.job_spec import BenchmarkSpec, SpecError
 from topo_tune.benchmark.sweep import SizeSweep, SweepError
 from topo_tune.benchmark.wire import COLLECTIVE_FROM_PROTO, size_to_proto, spec_from_proto, spec_to_proto
 from topo_tune.controller import validation
-from topo_tune.controller.benchmark_jobs import JobNode, JobStatus, plan_job, summarize
+from topo_tune.controller.benchmark_jobs import JobNode, JobStatus, JobSummary, plan_job, summarize
 from topo_tune.controller.commands import CommandBook, CommandRecord, CommandStatus
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import BenchmarkJobRow, CommandRow
@@ -251,8 +252,12 @@ class BenchmarkJobs:
             if len(final) < len(rows) and not timed_out:
                 return None
             run = agent_pb2.RunBenchmark.FromString(job.spec)
-            results = {r.node_name: agent_pb2.CommandResult.FromString(r.result or b"") for r in final}
-            summary = summarize(spec_from_proto(run), results)
+            spec = spec_from_proto(run)
+            results = {r.node_name: _fitting(spec, r.node_name, r.result or b"") for r in final}
+            try:
+                summary = summarize(spec, results)
+            except ValueError as error:  # results that fit each node, but not each other (a size one rank lacks)
+                summary = JobSummary(JobStatus.FAILED, f"job {job_id} failed: {error}", (), (), (), 0)
             status = JobStatus.TIMED_OUT if timed_out and len(final) < len(rows) else summary.status
             view = _job_message(job, run)
             view.status = STATUS_TO_WIRE[status.value]
@@ -302,6 +307,36 @@ class BenchmarkJobs:
             return list(session.scalars(query))
 
         return [_view(job) for job in await self.db.run(read)]
+
+
+def _fitting(spec: BenchmarkSpec, node: str, stored: bytes) -> agent_pb2.CommandResult:
+    """A node's stored result, or a failed one naming what in it does not fit the job.
+
+    An agent of another version (or a misbehaving one) may report ranks or sizes the job does not have;
+    folded in as they are, they would fail the summary on every attempt and leave the job running for good.
+    """
+    result = agent_pb2.CommandResult.FromString(stored)
+    own = {slot.rank for slot in spec.ranks if slot.node_name == node}
+    asked = {
+        shape(spec.collective, size_bytes=size, element_size=spec.dtype.size, nranks=spec.world_size).reported_bytes
+        for size in spec.sweep.sizes()
+    }
+    seen: set[int] = set()
+    why = ""
+    for rank in result.node_benchmark.ranks:
+        stray = sorted({m.bytes for m in rank.sizes} - asked)
+        if rank.rank not in own:
+            why = f"rank {rank.rank} is not one of its ranks {sorted(own)}"
+        elif rank.rank in seen:
+            why = f"rank {rank.rank} is reported twice"
+        elif stray:
+            why = f"rank {rank.rank} reports sizes {stray} the job did not ask for"
+        if why:
+            return agent_pb2.CommandResult(
+                status=agent_pb2.COMMAND_STATUS_FAILED, message=f"its results do not fit the job: {why}"
+            )
+        seen.add(rank.rank)
+    return result
 
 
 def _busy(session: Session, nodes: list[str]) -> tuple[str, str] | None:
