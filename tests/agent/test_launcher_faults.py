@@ -37,6 +37,10 @@ if action == "garbage":
 if action == "wrong_rank":
     write(rank + 7)
     sys.exit(0)
+if action == "garbage_progress":
+    open(config["progress_path"], "a").write('[1, 2]\\n"joined"\\n{"phase": "rendezvous", "waiting_for": "0"}\\n')
+    print("cuda says no", file=sys.stderr)
+    sys.exit(4)
 if action == "ok":
     write(rank)
     sys.exit(0)
@@ -72,11 +76,15 @@ def _spec(job_id: str, world_size: int) -> BenchmarkSpec:
     )
 
 
+def _behave(tmp_path: Path, behaviour: dict[int, str]) -> None:
+    (tmp_path / "behaviour.json").write_text(json.dumps({str(k): v for k, v in behaviour.items()}))
+
+
 def _launcher(tmp_path: Path, behaviour: dict[int, str]) -> Launcher:
     fake = tmp_path / "fake-python"
     fake.write_text(f"#!{sys.executable}\n{_FAKE_PYTHON}")
     fake.chmod(0o755)
-    (tmp_path / "behaviour.json").write_text(json.dumps({str(k): v for k, v in behaviour.items()}))
+    _behave(tmp_path, behaviour)
     return Launcher(backend="gloo", python=str(fake), passthrough={"FAKE_BEHAVIOUR": str(tmp_path / "behaviour.json")})
 
 
@@ -99,9 +107,14 @@ def test_garbage_on_a_ranks_result_channel_fails_that_rank_by_name(tmp_path: Pat
     assert by_rank[2].outcome is RankOutcome.FAILED
     assert "rank 9" in by_rank[2].message
     assert [r.rank for r in outcome.results] == [1]
+    # Progress lines that are JSON but not the worker's records are passed over.
+    _behave(tmp_path, {0: "garbage_progress"})
+    outcome = launcher.run(_spec("garbage-2", 1), node_name="n0", deadline_s=30, work_dir=tmp_path / "work")
+    [status] = outcome.statuses
+    assert (status.outcome, status.phase, status.message) == (RankOutcome.FAILED, "rendezvous", "cuda says no")
     # The launcher is free for the next job.
-    again = _launcher(tmp_path, {0: "ok"})
-    assert not again.run(_spec("garbage-2", 1), node_name="n0", deadline_s=30, work_dir=tmp_path / "work").failed
+    _behave(tmp_path, {0: "ok"})
+    assert not launcher.run(_spec("garbage-3", 1), node_name="n0", deadline_s=30, work_dir=tmp_path / "work").failed
 
 
 def test_a_rank_that_fails_leaves_no_process_of_its_group_running(tmp_path: Path) -> None:

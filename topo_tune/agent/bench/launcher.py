@@ -114,6 +114,8 @@ def _last_progress(path: Path) -> tuple[dict[str, Any], bool]:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue  # a line cut short by the kill
+        if not isinstance(record, dict):
+            continue  # not one of the worker's records
         last = record
         joined = joined or record.get("phase") in _JOINED_PHASES
     return last, joined
@@ -318,7 +320,8 @@ class Launcher:
         for w in workers:
             last, joined = _last_progress(w.progress_path)
             phase = str(last.get("phase", "not_started"))
-            waiting_for = tuple(int(r) for r in last.get("waiting_for", ()))
+            raw_waiting = last.get("waiting_for", ())
+            waiting_for = tuple(r for r in raw_waiting if isinstance(r, int)) if isinstance(raw_waiting, list) else ()
             result, unreadable = _read_result(w, job_id) if w.returncode == 0 else (None, "")
             if result is not None:
                 results.append(result)
