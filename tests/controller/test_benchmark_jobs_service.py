@@ -406,3 +406,35 @@ async def test_results_that_do_not_fit_the_job_fail_it_naming_why(
     # The nodes are free again.
     again = await jobs_controller.jobs.start(request(["s1"]))
     assert (await finished(jobs_controller, again.job_id)).status == admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED
+
+
+@pytest.mark.parametrize("bandwidth", [float("nan"), float("inf"), -3.0, 0.0])
+async def test_a_probe_figure_no_link_can_have_is_not_stored(
+    jobs_controller: Controller, agents: Callable[..., RunningAgent], bandwidth: float
+) -> None:
+    await _gone_away(jobs_controller, agents("g1", "gloo"), agents("g2", "gloo"))
+    started = await jobs_controller.probes.start(admin_pb2.StartProbeRoundRequest(pair_deadline_s=600))
+    ids = {"g1": "", "g2": ""}
+
+    async def sent() -> bool:
+        for node in ids:
+            ids[node] = next((c.id for c in await jobs_controller.commands.outstanding(node)), "")
+        return all(ids.values())
+
+    await async_wait_until(sent, what="both probe commands stored")
+    # What the agent session does with a result: record it, then tell the listeners.
+    for node, peer, figure in (("g1", "g2", 10.0), ("g2", "g1", bandwidth)):
+        result = agent_pb2.CommandResult(command_id=ids[node], status=agent_pb2.COMMAND_STATUS_SUCCEEDED)
+        result.probe.CopyFrom(agent_pb2.ProbeResult(node_name=node, peer=peer, bandwidth_gbps=figure, latency_us=5.0))
+        await jobs_controller.commands.finish(node, result)
+        await jobs_controller.probes.on_result(node, result)
+
+    async def done() -> admin_pb2.ProbeRound | None:
+        found = await jobs_controller.probes.get(started.round_id)
+        return found if found.status != admin_pb2.PROBE_ROUND_STATUS_RUNNING else None
+
+    failed = await async_wait_until(done, what="the probe round")
+    assert failed.status == admin_pb2.PROBE_ROUND_STATUS_FAILED
+    assert "g1-g2: g2: " in failed.message and "bandwidth" in failed.message
+    assert list(failed.measurements) == []
+    assert list((await jobs_controller.probes.measured_pairs()).pairs) == []

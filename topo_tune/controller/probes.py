@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import uuid
 from collections.abc import Awaitable, Callable
@@ -227,6 +228,11 @@ class Probes:
         for node, result in zip((a, b), results, strict=True):
             if result is None or result.status != agent_pb2.COMMAND_STATUS_SUCCEEDED or not result.HasField("probe"):
                 return f"{a}-{b}: {node}: {result.message if result is not None else 'no result by the deadline'}"
+            figures = {"bandwidth_gbps": result.probe.bandwidth_gbps, "latency_us": result.probe.latency_us}
+            for name, value in figures.items():
+                # The measured matrix replaces the model's figures everywhere; no link has these.
+                if not (math.isfinite(value) and value > 0):
+                    return f"{a}-{b}: {node}: reported {name} {value}, which no link has"
         measured = [result.probe for result in results if result is not None]
         bandwidth = min(m.bandwidth_gbps for m in measured)  # the slower direction
         latency = max(m.latency_us for m in measured)
