@@ -374,13 +374,14 @@ async def test_probes_of_a_round_cut_short_by_a_restart_are_not_sent_again(sqlit
 @pytest.mark.parametrize(
     ("sizes", "says"),
     [
-        ([12345], "s2: its results do not fit the job: rank 4 reports sizes [12345]"),
-        ([1024], "8192 in_place=False has 4 of 8"),
+        ([(12345, 1.0)], "s2: its results do not fit the job: rank 4 reports sizes [12345]"),
+        ([(1024, 1.0)], "8192 in_place=False has 4 of 8"),
+        ([(1024, float("nan")), (8192, 1.0), (65536, 1.0)], "s2: its results do not fit the job: rank 4 reports"),
     ],
-    ids=["a size never asked for", "sizes missing"],
+    ids=["a size never asked for", "sizes missing", "a time no run takes"],
 )
 async def test_results_that_do_not_fit_the_job_fail_it_naming_why(
-    jobs_controller: Controller, agents: Callable[..., RunningAgent], sizes: list[int], says: str
+    jobs_controller: Controller, agents: Callable[..., RunningAgent], sizes: list[tuple[int, float]], says: str
 ) -> None:
     s1 = agents("s1", "sim")
     await registered(s1)
@@ -396,7 +397,7 @@ async def test_results_that_do_not_fit_the_job_fail_it_naming_why(
     bad.node_benchmark.job_id, bad.node_benchmark.node_name = job.job_id, "s2"
     for rank in range(4, 8):
         reported = bad.node_benchmark.ranks.add(job_id=job.job_id, rank=rank)
-        reported.sizes.extend(agent_pb2.SizeResult(bytes=size, time_us=1.0) for size in sizes)
+        reported.sizes.extend(agent_pb2.SizeResult(bytes=size, time_us=time_us) for size, time_us in sizes)
     # What the agent session does with a result: record it, then tell the listeners.
     await jobs_controller.commands.finish("s2", bad)
     await jobs_controller.jobs.on_result("s2", bad)

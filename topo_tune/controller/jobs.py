@@ -4,9 +4,10 @@ A job is planned (``benchmark_jobs.plan_job``: ranks contiguous per node in the 
 rendezvous on rank 0's node), then stored together with one ``run_benchmark`` command per node in a single
 transaction — all of it or nothing — and only then sent. Every node gets the identical ``RunBenchmark``.
 When the last node's result arrives the job is summarised (slowest rank per size; wrong elements fail it)
-and finished; a node's result that does not fit the job (ranks or sizes it does not have) fails it, naming
-the node. A job still running past its deadline (plus a grace period for results in flight) ends
-``timed_out`` with the ranks that never reported; the agents kill their own workers at the same deadline.
+and finished; a node's result that does not fit the job (ranks or sizes it does not have, a time that is not
+a positive number) fails it, naming the node. A job still running past its deadline (plus a grace period for
+results in flight) ends ``timed_out`` with the ranks that never reported; the agents kill their own workers
+at the same deadline.
 
 A node takes one benchmark job at a time, and a drained or lost node takes none. For ``sim`` nodes the
 job carries the simulated cluster (the nodes' registered topologies, racks and spine) so every node
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import random
 import uuid
 import zlib
@@ -312,8 +314,9 @@ class BenchmarkJobs:
 def _fitting(spec: BenchmarkSpec, node: str, stored: bytes) -> agent_pb2.CommandResult:
     """A node's stored result, or a failed one naming what in it does not fit the job.
 
-    An agent of another version (or a misbehaving one) may report ranks or sizes the job does not have;
-    folded in as they are, they would fail the summary on every attempt and leave the job running for good.
+    An agent of another version (or a misbehaving one) may report ranks or sizes the job does not have, or
+    times no run takes; folded in as they are, they would fail the summary on every attempt and leave the job
+    running for good, or become the job's figures.
     """
     result = agent_pb2.CommandResult.FromString(stored)
     own = {slot.rank for slot in spec.ranks if slot.node_name == node}
@@ -325,12 +328,16 @@ def _fitting(spec: BenchmarkSpec, node: str, stored: bytes) -> agent_pb2.Command
     why = ""
     for rank in result.node_benchmark.ranks:
         stray = sorted({m.bytes for m in rank.sizes} - asked)
+        # A time no run takes would become the job's figure (a NaN wins max() when it comes first).
+        untimed = [(m.bytes, m.time_us) for m in rank.sizes if not (math.isfinite(m.time_us) and m.time_us > 0)]
         if rank.rank not in own:
             why = f"rank {rank.rank} is not one of its ranks {sorted(own)}"
         elif rank.rank in seen:
             why = f"rank {rank.rank} is reported twice"
         elif stray:
             why = f"rank {rank.rank} reports sizes {stray} the job did not ask for"
+        elif untimed:
+            why = f"rank {rank.rank} reports a time of {untimed[0][1]} us at {untimed[0][0]} bytes"
         if why:
             return agent_pb2.CommandResult(
                 status=agent_pb2.COMMAND_STATUS_FAILED, message=f"its results do not fit the job: {why}"
