@@ -13,6 +13,7 @@ import signal
 import sys
 from pathlib import Path
 
+from tests.support.processes import process_gone
 from tests.support.waiting import wait_until
 from topo_tune.agent.bench.launcher import Launcher
 from topo_tune.benchmark.collectives import Collective
@@ -88,15 +89,6 @@ def _launcher(tmp_path: Path, behaviour: dict[int, str]) -> Launcher:
     return Launcher(backend="gloo", python=str(fake), passthrough={"FAKE_BEHAVIOUR": str(tmp_path / "behaviour.json")})
 
 
-def _gone(pid: int) -> bool:
-    """Dead: no such process, or a zombie waiting for whoever inherited it to reap it."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] == "Z"
-
-
 def test_garbage_on_a_ranks_result_channel_fails_that_rank_by_name(tmp_path: Path) -> None:
     launcher = _launcher(tmp_path, {0: "garbage", 1: "ok", 2: "wrong_rank"})
     outcome = launcher.run(_spec("garbage-1", 3), node_name="n0", deadline_s=30, work_dir=tmp_path / "work")
@@ -125,7 +117,7 @@ def test_a_rank_that_fails_leaves_no_process_of_its_group_running(tmp_path: Path
     assert not outcome.timed_out, "the failed rank ended the job long before its deadline"
     child = int((tmp_path / "work" / "orphan-1" / "rank-0" / "child.pid").read_text())
     try:
-        wait_until(lambda: _gone(child), timeout=5, what=f"rank 0's child {child} killed with its group")
+        wait_until(lambda: process_gone(child), timeout=5, what=f"rank 0's child {child} killed with its group")
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)  # a failing run must not leave it behind either

@@ -15,7 +15,7 @@ from click.testing import CliRunner, Result
 
 from tests.agent.test_daemon import RunningAgent, agent_settings
 from tests.conftest import controller_settings
-from tests.support.processes import TOKEN
+from tests.support.processes import TOKEN, process_gone
 from tests.support.waiting import async_wait_until
 from topo_tune.agent.daemon import Agent
 from topo_tune.cli.main import cli
@@ -439,3 +439,24 @@ async def test_a_probe_figure_no_link_can_have_is_not_stored(
     assert "g1-g2: g2: " in failed.message and "bandwidth" in failed.message
     assert list(failed.measurements) == []
     assert list((await jobs_controller.probes.measured_pairs()).pairs) == []
+
+
+async def test_a_stopping_agent_kills_the_workers_of_its_running_job(
+    jobs_controller: Controller, agents: Callable[..., RunningAgent], tmp_path: Path
+) -> None:
+    a = agents("a", "gloo")
+    await registered(a)
+    await _gone_away(jobs_controller, agents("b", "gloo"))
+    # Rank 0 waits at the rendezvous for rank 1, whose node is gone, until the deadline.
+    job = await jobs_controller.jobs.start(request(["a", "b"], deadline_s=40))
+    progress = tmp_path / "a" / "bench" / job.job_id / "rank-0" / "progress.jsonl"
+
+    pid = await async_wait_until(lambda: asyncio.to_thread(_first_pid, progress), timeout=30, what="rank 0 started")
+    await asyncio.wait_for(a.shutdown(), 10)
+    await async_wait_until(lambda: asyncio.to_thread(process_gone, pid), timeout=10, what=f"rank 0 (pid {pid}) killed")
+
+
+def _first_pid(progress: Path) -> int:
+    """The pid a rank reported as it started (0 before that)."""
+    lines = progress.read_text().splitlines() if progress.exists() else []
+    return int(json.loads(lines[0])["pid"]) if lines else 0

@@ -18,6 +18,15 @@ from tests.support.waiting import wait_until
 TOKEN = "test-token-0123456789"
 
 
+def process_gone(pid: int) -> bool:
+    """No such process, or a zombie waiting for whoever inherited it to reap it: it runs no more."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

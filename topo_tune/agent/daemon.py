@@ -128,6 +128,9 @@ class Agent:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)
         finally:
+            # A benchmark's workers would outlive the agent otherwise, and its thread would hold the
+            # process open until the job's deadline.
+            self.executor.stop_benchmarks()
             for task in self._running.values():
                 task.cancel()
             await asyncio.gather(*self._running.values(), return_exceptions=True)

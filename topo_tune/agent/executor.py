@@ -78,6 +78,11 @@ class Executor:
             )
         return self._bench
 
+    def stop_benchmarks(self) -> None:
+        """The agent is stopping: kill the running benchmark's workers (see ``Launcher.stop``)."""
+        if self._bench is not None:
+            self._bench.stop()
+
     def rebind(self, address: str) -> None:
         """Use ``address`` for the next benchmark job (the current one, if any, keeps its sockets)."""
         if address:

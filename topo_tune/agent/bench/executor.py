@@ -94,6 +94,11 @@ class BenchmarkExecutor:
             for name in _BACKEND_NAMES.values()
         }
 
+    def stop(self) -> None:
+        """The agent is stopping: kill the ranks of the job running here, if any, and take no more."""
+        for launcher in self._launchers.values():
+            launcher.stop()
+
     def _result(self, status: agent_pb2.CommandStatus.ValueType, message: str) -> agent_pb2.CommandResult:
         finished = Timestamp()
         finished.FromNanoseconds(int(self._wall_clock() * 1e9))

@@ -28,6 +28,7 @@ exited on its own (whatever it left running goes with it). The launcher waits on
 the first exit or the deadline; if a rank fails, the other local ranks are killed at once (they
 would only wait for it). At the deadline every rank still running is killed and reported ``hung``
 with the last phase it reported. One job runs at a time; a second ``run`` while one is active raises ``LauncherBusy``.
+``stop`` (the agent is stopping) kills the running job's ranks the same way and refuses further jobs.
 
 Non-goals: the wire (``executor``), the environment policy (``topo_tune.benchmark.env_policy``).
 """
@@ -138,6 +139,12 @@ def _read_result(w: _Worker, job_id: str) -> tuple[RankResult | None, str]:
     return result, ""
 
 
+def _kill_group(w: _Worker) -> None:
+    # The group id cannot be reused while any member is left, and an empty group is simply not found.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(w.process.pid, signal.SIGKILL)
+
+
 def _tail(path: Path) -> str:
     try:
         with path.open("rb") as f:
@@ -173,6 +180,10 @@ class Launcher:
         # GPU index -> its NUMA-local CPUs (from the node's topology); ranks launch from there.
         self._cpus_for_device = {k: tuple(v) for k, v in (cpus_for_device or {}).items()}
         self._lock = threading.Lock()
+        # stop() may come from another thread while run() starts or waits on workers.
+        self._stop_lock = threading.Lock()
+        self._stopped = False
+        self._started: list[_Worker] = []
 
     def worker_env(self, spec: BenchmarkSpec, work_dir: Path) -> dict[str, str]:
         """Exactly what a worker's environment holds (the same for every rank of the job)."""
@@ -191,12 +202,34 @@ class Launcher:
         fault: WorkerFault | None = None,
     ) -> JobOutcome:
         """Run this node's ranks of ``spec``; returns after all exit or the deadline passes."""
+        if self._stopped:
+            raise LauncherBusy("the agent is stopping: it takes no more benchmark jobs")
         if not self._lock.acquire(blocking=False):
             raise LauncherBusy("a benchmark job is already running on this node")
         try:
             return self._run(spec, node_name=node_name, deadline_s=deadline_s, work_dir=work_dir, fault=fault)
         finally:
             self._lock.release()
+
+    def stop(self) -> None:
+        """Kill the running job's ranks with their groups and refuse further jobs: the agent is stopping.
+
+        Ranks run in sessions of their own, so nothing else ends them with the agent; and the thread in
+        ``run`` would hold the agent's process open until the job's deadline. Safe from any thread; that
+        thread reaps the ranks and returns at once.
+        """
+        with self._stop_lock:
+            self._stopped = True
+            for w in self._started:
+                if w.returncode is None:
+                    _kill_group(w)
+
+    def _track(self, w: _Worker) -> _Worker:
+        with self._stop_lock:
+            self._started.append(w)
+            if self._stopped:
+                _kill_group(w)
+        return w
 
     def _run(
         self,
@@ -220,17 +253,21 @@ class Launcher:
         try:
             for slot in slots:
                 workers.append(
-                    self._start(
-                        spec,
-                        slot=slot,
-                        job_dir=job_dir,
-                        env=env,
-                        deadline_s=deadline_s,
-                        fault=fault or WorkerFault(),
+                    self._track(
+                        self._start(
+                            spec,
+                            slot=slot,
+                            job_dir=job_dir,
+                            env=env,
+                            deadline_s=deadline_s,
+                            fault=fault or WorkerFault(),
+                        )
                     )
                 )
             timed_out = self._wait(workers, deadline)
         finally:
+            with self._stop_lock:
+                self._started = []
             for w in workers:
                 self._kill(w)
                 os.close(w.pidfd)
@@ -305,10 +342,8 @@ class Launcher:
 
     def _kill(self, w: _Worker) -> None:
         # The group, even when the rank itself already exited: a process it started (in its session)
-        # would otherwise outlive the job, holding its port, memory or GPU. The group id cannot be
-        # reused while any member is left, and an empty group is simply not found.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(w.process.pid, signal.SIGKILL)
+        # would otherwise outlive the job, holding its port, memory or GPU.
+        _kill_group(w)
         if w.returncode is not None:
             return
         w.killed = True
