@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -11,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.waiting import wait_until
 from topo_tune.agent.bench.executor import BenchmarkExecutor
 from topo_tune.agent.bench.launcher import BASE_ENV
 from topo_tune.agent.bench.worker_config import WorkerFault
+from topo_tune.agent.executor import Executor
+from topo_tune.agent.journal import Journal
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.env_policy import EnvPolicy
@@ -253,3 +257,28 @@ def test_the_nodes_own_worker_env_wins_over_the_jobs(tmp_path: Path) -> None:
     [rank] = [rank_result_from_proto(r) for r in result.node_benchmark.ranks]
     assert rank.effective_env["NCCL_NVLS_ENABLE"] == "0"
     assert rank.effective_env["NCCL_DEBUG"] == "WARN"
+
+
+async def test_a_new_address_does_not_let_a_second_job_run_beside_the_first(tmp_path: Path) -> None:
+    # The controller reports another address at a re-registration (another controller, an IPv6 path) while
+    # a job runs: that job keeps its sockets, and the node still runs one job at a time.
+    executor = Executor(
+        journal=Journal(tmp_path / "journal.sqlite3"), node_name="n0", backend="gloo", work_dir=tmp_path
+    )
+    # Rank 1 lives on a node that never runs it, so rank 0 waits at the rendezvous.
+    first_spec = _spec("rebind-1", nodes=("n0", "ghost"))
+    first = asyncio.create_task(
+        executor.run(agent_pb2.Command(command_id="c1", run_benchmark=spec_to_proto(first_spec), deadline_s=60))
+    )
+    progress = tmp_path / first_spec.job_id / "rank-0" / "progress.jsonl"
+    await asyncio.to_thread(wait_until, lambda: progress.exists() and progress.read_text(), timeout=30)
+    executor.rebind("127.0.0.2")
+    second = await executor.run(
+        agent_pb2.Command(
+            command_id="c2", run_benchmark=spec_to_proto(_spec("rebind-2", nodes=("n0", "ghost"))), deadline_s=3
+        )
+    )
+    executor.stop_benchmarks()
+    await first
+    assert second.status == agent_pb2.COMMAND_STATUS_REJECTED, second.message
+    assert "already running" in second.message

@@ -87,7 +87,9 @@ class Executor:
         """Use ``address`` for the next benchmark job (the current one, if any, keeps its sockets)."""
         if address:
             self.bind_address = address
-            self._bench = None
+            if self._bench is not None:
+                # The same executor, so its launchers' one-job-at-a-time locks hold across the change.
+                self._bench.rebind(address)
 
     def _deadline(self, command: agent_pb2.Command) -> float:
         return float(command.deadline_s) if command.deadline_s else self.default_deadline_s

@@ -94,6 +94,11 @@ class BenchmarkExecutor:
             for name in _BACKEND_NAMES.values()
         }
 
+    def rebind(self, address: str) -> None:
+        """Bind the next job's ranks to ``address``; a running job keeps its sockets."""
+        for launcher in self._launchers.values():
+            launcher.rebind(address)
+
     def stop(self) -> None:
         """The agent is stopping: kill the ranks of the job running here, if any, and take no more."""
         for launcher in self._launchers.values():

@@ -211,6 +211,10 @@ class Launcher:
         finally:
             self._lock.release()
 
+    def rebind(self, address: str) -> None:
+        """Bind the next job's ranks to ``address`` (a running job's ranks were told theirs already)."""
+        self._bind_address = address
+
     def stop(self) -> None:
         """Kill the running job's ranks with their groups and refuse further jobs: the agent is stopping.
 
