@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 from tests.support.processes import process_gone
@@ -121,3 +122,16 @@ def test_a_rank_that_fails_leaves_no_process_of_its_group_running(tmp_path: Path
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)  # a failing run must not leave it behind either
+
+
+def test_a_job_run_prunes_old_job_directories_and_keeps_its_own(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    now = time.time()
+    stale = work / "job-from-last-week"
+    (stale / "rank-0").mkdir(parents=True)
+    for path in (stale / "rank-0", stale):
+        os.utime(path, (now - 7 * 86_400, now - 7 * 86_400))
+    launcher = _launcher(tmp_path, {0: "ok"})
+    assert not launcher.run(_spec("this-job", 1), node_name="n0", deadline_s=30, work_dir=work).failed
+    assert not stale.exists()
+    assert (work / "this-job" / "rank-0").is_dir(), "the job's own rank logs stay for the operator"

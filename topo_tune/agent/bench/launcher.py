@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from topo_tune.agent.bench.job_dirs import prune_job_dirs
 from topo_tune.agent.bench.worker_config import WorkerConfig, WorkerFault
 from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
 from topo_tune.benchmark.results import RankOutcome, RankResult, RankStatus
@@ -251,6 +252,7 @@ class Launcher:
         # Several agents may share a work directory (one per node in tests, a shared volume in
         # production), so only this node's rank directories are reset.
         job_dir = work_dir / spec.job_id
+        prune_job_dirs(work_dir, now=time.time())  # older jobs' directories; never one a job may still use
         (job_dir / "tmp").mkdir(parents=True, exist_ok=True)
         env = self.worker_env(spec, job_dir)
         workers: list[_Worker] = []
