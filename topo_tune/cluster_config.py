@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from topo_tune.benchmark.job_spec import MAX_DEADLINE_S
 from topo_tune.config_layout import DEFAULT_CONFIG_DIR
 from topo_tune.errors import ConfigError
 
@@ -241,7 +242,7 @@ class SearchConfig(_Section):
     iters: int = Field(default=20, ge=1, le=10_000)
     warmup_iters: int = Field(default=5, ge=0, le=10_000)
     job_deadline: Duration = Field(
-        default=600.0, ge=1.0, le=86_400.0, description="deadline of each benchmark job (1 s to 24 h)"
+        default=600.0, ge=1.0, le=MAX_DEADLINE_S, description="deadline of each benchmark job (1 s to 24 h)"
     )
     tuner_table: bool = Field(
         default=True,

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from topo_tune.agent.bench.executor import MAX_DEADLINE_S, BenchmarkExecutor, probe_specs
+from topo_tune.agent.bench.executor import BenchmarkExecutor, probe_specs
 from topo_tune.agent.bench.worker_config import WorkerConfig, WorkerFault
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.env_policy import EnvPolicy
-from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
+from topo_tune.benchmark.job_spec import MAX_DEADLINE_S, BenchmarkSpec, RankSlot
 from topo_tune.benchmark.results import RankResult, SizeMeasurement
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import (

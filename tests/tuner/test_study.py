@@ -21,13 +21,14 @@ from topo_tune.errors import ConfigError
 from topo_tune.sim import defaults_optimal_cluster, demo_cluster
 from topo_tune.tuner.objective import Measurements, Objective, WorkloadProfile
 from topo_tune.tuner.sim_evaluator import SimEvaluator, sim_space
-from topo_tune.tuner.space import TrialConfig
+from topo_tune.tuner.space import SearchSpace, TrialConfig
 from topo_tune.tuner.study import (
     A_HEARTBEAT,
     A_WORKER,
     Candidate,
     MeasurementRequest,
     StudyError,
+    StudyOutcome,
     StudyProgress,
     StudySettings,
     TrialFailed,
@@ -212,6 +213,15 @@ def test_a_trial_whose_worker_died_before_labelling_it_is_reclaimed_without_wait
         unlabeled = int(runner.open().ask(distributions(space)).number)  # killed right here: no label, no heartbeat
     finally:
         runner.close()
+    outcome, waited = _resume_on_a_fake_clock(database_url, space, budget=6)
+    orphan = next(t for t in outcome.trials if t.number == unlabeled)
+    assert orphan.state == "stale" and "before labelling" in (orphan.reason or "")
+    assert len([t for t in outcome.trials if not t.superseded]) == 6
+    assert waited < 60, "it did not wait stale_after_s (1200 s) for a trial nobody owns"
+
+
+def _resume_on_a_fake_clock(database_url: str, space: SearchSpace, *, budget: int) -> tuple[StudyOutcome, float]:
+    """Run the study to its end on a clock that moves only when it sleeps; the outcome and the seconds slept."""
     start = time.time()
     now = [start]
 
@@ -219,17 +229,14 @@ def test_a_trial_whose_worker_died_before_labelling_it_is_reclaimed_without_wait
         now[0] += seconds
 
     outcome = run_study(
-        study_settings(database_url, budget=6, finalists=0, stale_after_s=1200.0, poll_interval_s=5.0),
+        study_settings(database_url, budget=budget, finalists=0, stale_after_s=1200.0, poll_interval_s=5.0),
         space=space,
         objective=synthetic_objective(),
         evaluate=Landscape(),
         clock=lambda: now[0],
         sleep=sleep,
     )
-    orphan = next(t for t in outcome.trials if t.number == unlabeled)
-    assert orphan.state == "stale" and "before labelling" in (orphan.reason or "")
-    assert len([t for t in outcome.trials if not t.superseded]) == 6
-    assert now[0] - start < 60, "it did not wait stale_after_s (1200 s) for a trial nobody owns"
+    return outcome, now[0] - start
 
 
 @pytest.mark.parametrize("role", ["baseline", "sampled"])
@@ -259,19 +266,7 @@ def test_a_trial_killed_inside_ask_with_some_params_stored_is_retried_whole(data
         orphan = int(trial.number)
     finally:
         runner.close()
-    now = [time.time()]
-
-    def sleep(seconds: float) -> None:
-        now[0] += seconds
-
-    outcome = run_study(
-        study_settings(database_url, budget=5, finalists=0, stale_after_s=1200.0, poll_interval_s=5.0),
-        space=space,
-        objective=synthetic_objective(),
-        evaluate=Landscape(),
-        clock=lambda: now[0],
-        sleep=sleep,
-    )
+    outcome, _ = _resume_on_a_fake_clock(database_url, space, budget=5)
     killed = next(t for t in outcome.trials if t.number == orphan)
     assert killed.state == "stale" and killed.superseded
     assert list(killed.params) == [first] and killed.env == {}

@@ -21,9 +21,12 @@ from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.plugin.job_env import PLUGIN_ENV, TABLE_ENV
 from topo_tune.plugin.table import TunerTableError, parse_tuner_table
 
-__all__ = ["MAX_ITERS", "BenchmarkSpec", "RankSlot", "SpecError"]
+__all__ = ["MAX_DEADLINE_S", "MAX_ITERS", "BenchmarkSpec", "RankSlot", "SpecError"]
 
 MAX_ITERS = 10_000
+MAX_DEADLINE_S = 24 * 3600
+"""The longest deadline a benchmark job or probe may have: the controller refuses more, and so does the agent
+(the wire field is a uint32; far beyond this the launcher's wait could not even be expressed)."""
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 

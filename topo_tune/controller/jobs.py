@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 
 from topo_tune.benchmark.collectives import Collective, shape
 from topo_tune.benchmark.dtypes import dtype_named
-from topo_tune.benchmark.job_spec import BenchmarkSpec, SpecError
+from topo_tune.benchmark.job_spec import MAX_DEADLINE_S, BenchmarkSpec, SpecError
 from topo_tune.benchmark.sweep import SizeSweep, SweepError
 from topo_tune.benchmark.wire import COLLECTIVE_FROM_PROTO, size_to_proto, spec_from_proto, spec_to_proto
 from topo_tune.controller import validation
@@ -54,7 +54,6 @@ STATUS_TO_WIRE = {
     JobStatus.TIMED_OUT.value: admin_pb2.BENCHMARK_JOB_STATUS_TIMED_OUT,
 }
 BACKEND_TO_WIRE = {"nccl": agent_pb2.BACKEND_NCCL, "gloo": agent_pb2.BACKEND_GLOO, "sim": agent_pb2.BACKEND_SIM}
-MAX_DEADLINE_S = 24 * 3600
 
 
 @dataclass(frozen=True)

@@ -36,12 +36,12 @@ import sqlalchemy as sa
 from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy.orm import Session
 
+from topo_tune.benchmark.job_spec import MAX_DEADLINE_S
 from topo_tune.controller import validation
 from topo_tune.controller.benchmark_jobs import probe_rounds
 from topo_tune.controller.commands import CommandBook, CommandRecord, CommandStatus
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import CommandRow, PairMeasurementRow, ProbeRoundRow
-from topo_tune.controller.jobs import MAX_DEADLINE_S
 from topo_tune.controller.nodes import NodeRegistry, NodeState
 from topo_tune.errors import ConflictError, NotFoundError, ValidationError
 from topo_tune.v1 import admin_pb2, agent_pb2

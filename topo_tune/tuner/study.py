@@ -80,6 +80,8 @@ SamplerName = Literal["tpe", "random", "cmaes", "coordinate"]
 SAMPLERS: tuple[SamplerName, ...] = ("tpe", "random", "cmaes", "coordinate")
 _FAILURE_KINDS = ("failed", "wrong_result", "timeout")
 _MAX_ATTEMPTS = 2  # a stale trial is retried once
+_UNLABELED_GRACE_S = 10.0
+"""How long a running trial without a worker label is left alone (labelling takes milliseconds)."""
 
 # Trial user attributes (the persisted record of each trial besides Optuna's own columns).
 A_ROLE = "role"  # baseline | candidate | sampled | table
@@ -88,8 +90,6 @@ A_CANDIDATE = "candidate"
 A_ATTEMPT = "attempt"
 A_RETRY_OF = "retry_of"
 A_WORKER = "worker"
-_UNLABELED_GRACE_S = 10.0
-"""How long a running trial without a worker label is left alone (labelling takes milliseconds)."""
 A_HEARTBEAT = "heartbeat"
 A_FAILURE = "failure_kind"  # failed | wrong_result | timeout | stale
 A_REASON = "failure_reason"
@@ -399,24 +399,24 @@ class TunerStudy:
             direction="maximize",
             load_if_exists=True,
         )
-        stored = study.user_attrs.get(S_FINGERPRINT)
-        if stored is None:
+        space_then = study.user_attrs.get(S_FINGERPRINT)
+        if space_then is None:
             study.set_user_attr(S_RANK_ORDERS, json.dumps([[o.name, list(o.nodes)] for o in self.space.rank_orders]))
             study.set_user_attr(S_FINGERPRINT, self.space.fingerprint())
-        elif stored != self.space.fingerprint():
+        elif space_then != self.space.fingerprint():
             raise StudyError(
-                f"study {self.settings.name!r} was started with search space {stored}, not "
+                f"study {self.settings.name!r} was started with search space {space_then}, not "
                 f"{self.space.fingerprint()}; start a new study to search a different space"
             )
         # Stored measurements, values and proof pairs hold the sizes and collectives they were measured for:
         # resuming with others would mix them (or find a stored proof pair without a size it now needs).
         measured = self._measured()
-        stored = study.user_attrs.get(S_MEASURED)
-        if stored is None:
+        measured_then = study.user_attrs.get(S_MEASURED)
+        if measured_then is None:
             study.set_user_attr(S_MEASURED, measured)
-        elif stored != measured:
+        elif measured_then != measured:
             raise StudyError(
-                f"study {self.settings.name!r} was measured for {stored}, not {measured}; start a new study to "
+                f"study {self.settings.name!r} was measured for {measured_then}, not {measured}; start a new study to "
                 "measure other sizes or another workload"
             )
         return study

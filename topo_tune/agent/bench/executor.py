@@ -45,20 +45,17 @@ from topo_tune.agent.bench.worker_config import WorkerFault
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.env_policy import EnvPolicy
-from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
+from topo_tune.benchmark.job_spec import MAX_DEADLINE_S, BenchmarkSpec, RankSlot
 from topo_tune.benchmark.results import RankOutcome
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import node_result_to_proto, spec_from_proto
 from topo_tune.v1 import agent_pb2
 
-__all__ = ["DEFAULT_PROBE_ITERS", "MAX_DEADLINE_S", "BenchmarkExecutor", "probe_specs"]
+__all__ = ["DEFAULT_PROBE_ITERS", "BenchmarkExecutor", "probe_specs"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_PROBE_ITERS = 20
-MAX_DEADLINE_S = 24 * 3600
-"""The longest deadline a job or probe may ask for (the controller's own limit for jobs). The wire field
-is a uint32; far beyond this the launcher's wait could not even be expressed (poll() caps at ~24.8 days)."""
 _DEFAULT_LATENCY_BYTES = 8
 _BACKEND_NAMES = {agent_pb2.BACKEND_NCCL: "nccl", agent_pb2.BACKEND_GLOO: "gloo"}
 

@@ -2,7 +2,7 @@
 
 They are kept for a while because a failed job's rank logs are what an operator reads next; without pruning a
 long-lived agent (gates, drift checks and studies run jobs every day) fills its state volume. A job directory is
-removed once nothing in it changed for ``keep_s`` (default two days: longer than any job may run, 24 h, so a
+removed once nothing in it changed for ``keep_s`` (default twice the longest deadline a job may have, so a
 directory still in use is never taken, also on a work directory several agents share).
 
 Non-goals: the agent's command journal (``journal.py``), staged config versions (``config_store.py``).
@@ -14,11 +14,13 @@ import logging
 import shutil
 from pathlib import Path
 
+from topo_tune.benchmark.job_spec import MAX_DEADLINE_S
+
 __all__ = ["KEEP_S", "prune_job_dirs"]
 
 logger = logging.getLogger(__name__)
 
-KEEP_S = 2 * 86_400.0
+KEEP_S = 2.0 * MAX_DEADLINE_S
 
 
 def _last_change(path: Path) -> float:
