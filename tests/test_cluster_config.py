@@ -143,3 +143,26 @@ def test_schema_rejects_what_the_parser_rejects() -> None:
             schema,
         )
     assert json.loads(json_schema_text())["title"] == "topo-tune cluster.yaml"
+
+
+@pytest.mark.parametrize(
+    ("text", "search", "gate"),
+    [
+        ("backend: nccl\n", True, True),  # graph timing is the nccl default, for the study and the gates
+        ("backend: nccl\nsearch: {cudaGraph: false}\nrollout: {gate: {cudaGraph: false}}\n", False, False),
+        ("backend: nccl\nsearch: {budget: 5}\nrollout: {gate: {repeats: 3}}\n", True, True),
+        ("backend: gloo\n", False, False),
+        ("backend: sim\n", False, False),
+    ],
+)
+def test_graph_timing_is_the_nccl_default_and_eager_an_explicit_choice(text: str, search: bool, gate: bool) -> None:
+    cluster = loads_cluster_config(HEAD + text)
+    assert (cluster.search.cuda_graph, cluster.rollout.gate.cuda_graph) == (search, gate)
+    assert loads_cluster_config(yaml.safe_dump(cluster.model_dump(by_alias=True))) == cluster, "round-trips"
+
+
+def test_one_box_example_is_a_graph_timed_nccl_node_with_nvls_off() -> None:
+    cluster = load_cluster_config(ROOT / "examples" / "one-box.yaml")
+    (node,) = (node for rack in cluster.racks for node in rack.nodes)
+    assert cluster.backend == "nccl" and cluster.controller.address is None
+    assert cluster.search.cuda_graph and node.worker_env == {"NCCL_NVLS_ENABLE": "0"}

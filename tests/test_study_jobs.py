@@ -39,7 +39,7 @@ def _measure(address: str, token: str, *, cuda_graph: bool) -> float:
 
 async def test_a_graph_timed_search_sends_cuda_graph_with_every_job(tmp_path: Path) -> None:
     embedded = EmbeddedCluster(loads_cluster_config(CLUSTER), tmp_path)
-    await embedded.start(local_agents=True)
+    await embedded.start()
     try:
         eager = await asyncio.to_thread(_measure, embedded.address, embedded.token, cuda_graph=False)
         assert eager > 0

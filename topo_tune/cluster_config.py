@@ -106,6 +106,11 @@ ByteSize = Annotated[
 ]
 
 
+def _no_schema_default(schema: dict[str, Any]) -> None:
+    """For a field whose default depends on another (the description says which): the schema shows none."""
+    schema.pop("default", None)
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(
         extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True, strict=False
@@ -185,6 +190,12 @@ class NodeConfig(_Section):
     address: str | None = Field(default=None, description="address benchmarks use; unset: the agent's own")
     gpus: int = Field(default=8, ge=0, le=1024, description="GPUs on the node (used by the sim backend)")
     labels: dict[str, str] = Field(default_factory=dict)
+    worker_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="variables every benchmark worker on this node gets, over any trial's value (`agent run "
+        "--worker-env`), e.g. {NCCL_NVLS_ENABLE: '0'} where NVLink multicast must stay off; `topo-tune init` "
+        "gives them to the agent it starts and prints them in the `agent run` line for other nodes",
+    )
 
 
 class RackConfig(_Section):
@@ -252,8 +263,10 @@ class SearchConfig(_Section):
     )
     cuda_graph: bool = Field(
         default=False,
-        description="time every trial's sizes as CUDA graphs (nccl-tests -G; backend nccl only): eager "
-        "torch.distributed calls cost the CPU 25-45 us each, which hides what the knobs do below a few MiB",
+        description="time every trial's sizes as CUDA graphs (nccl-tests -G; backend nccl only). Unset: true "
+        "with backend nccl, false with gloo and sim. false (eager) times each torch.distributed call, which "
+        "costs the CPU 25-45 us of launch and hides what the knobs do below a few MiB",
+        json_schema_extra=_no_schema_default,
     )
 
     @model_validator(mode="after")
@@ -275,7 +288,9 @@ class RolloutGateConfig(_Section):
     cuda_graph: bool = Field(
         default=False,
         description="time each size as CUDA graphs (nccl-tests -G; backend nccl only), as search.cudaGraph does "
-        "for the study; drift checks measure as the gates did",
+        "for the study. Unset: true with backend nccl, false with gloo and sim; false (eager) adds the CPU's "
+        "launch cost to every call. Drift checks measure as the gates did",
+        json_schema_extra=_no_schema_default,
     )
 
     @model_validator(mode="after")
@@ -354,6 +369,13 @@ class ClusterConfig(_Section):
                         f"duplicate node name {node.name!r} (also racks[{ri}].nodes[{nj}])",
                     )
                 nodes[node.name] = (i, j)
+        # Graph timing is the nccl default: eager timing measures Python's launch cost below a few MiB.
+        if self.backend == "nccl" and "cuda_graph" not in self.search.model_fields_set:
+            object.__setattr__(self, "search", self.search.model_copy(update={"cuda_graph": True}))
+        gate = self.rollout.gate
+        if self.backend == "nccl" and "cuda_graph" not in gate.model_fields_set:
+            gate = gate.model_copy(update={"cuda_graph": True})
+            object.__setattr__(self, "rollout", self.rollout.model_copy(update={"gate": gate}))
         if self.search.cuda_graph and self.backend != "nccl":
             raise _PathError("search.cudaGraph", f"CUDA graphs need backend nccl, not {self.backend}")
         if self.rollout.gate.cuda_graph and self.backend != "nccl":

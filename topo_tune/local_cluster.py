@@ -1,10 +1,12 @@
-"""An embedded controller and, for local clusters, its agents, all in this process.
+"""An embedded controller and the agents of the nodes that are this machine, all in this process.
 
-``topo-tune init`` needs a controller (unless ``cluster.yaml`` names a remote one) and, for a ``sim`` or a
-local ``gloo`` cluster, agents for the nodes the file lists. This module starts them on loopback with a
-fresh token, over real gRPC, exactly as the daemons would run: the tuning pass talks to the controller
-through the admin API either way. Agents for ``nccl`` nodes (and any remote node) are the operator's to
-start; the pass waits for them to register.
+``topo-tune init`` needs a controller (unless ``cluster.yaml`` names a remote one) and agents for the nodes
+the file lists. This module starts the controller and an agent for every node that is this machine
+(``nodes_here``), over real gRPC, exactly as the daemons would run: the tuning pass talks to the controller
+through the admin API either way. An ``nccl`` node here gets a real ``nccl`` agent (GPUs discovered, one
+worker per GPU); ``sim`` and unaddressed ``gloo`` nodes all run here. The other nodes' agents are the
+operator's to start: ``agent_command`` is the line to run there, with the token file ``token_file_for``
+leaves; the pass waits for them.
 
 Non-goal: production deployment (that is ``topo-tune controller serve`` / ``agent run`` or the Helm chart).
 """
@@ -13,33 +15,173 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
+import os
 import secrets
+import shlex
+import socket
+import stat
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from topo_tune.agent.daemon import Agent
 from topo_tune.agent.settings import AgentSettings
-from topo_tune.cluster_config import ClusterConfig
+from topo_tune.cluster_config import ClusterConfig, NodeConfig
 from topo_tune.controller.server import Controller
 from topo_tune.controller.settings import ControllerSettings
+from topo_tune.errors import ConfigError
 from topo_tune.sim.node_topology import simulated_node_topology
 
 logger = logging.getLogger(__name__)
 
+_WILDCARD = frozenset({"0.0.0.0", "::", "[::]", ""})
+
+
+@dataclass(frozen=True)
+class ThisHost:
+    """What names and addresses mean this machine: its host name (full and short) and what it resolves to."""
+
+    names: frozenset[str]
+    addresses: frozenset[str]
+
+    @classmethod
+    def detect(cls) -> ThisHost:
+        hostname = socket.gethostname()
+        addresses = {"127.0.0.1", "::1"}
+        with contextlib.suppress(OSError):  # a host name that does not resolve still names this machine
+            addresses |= {str(info[4][0]) for info in socket.getaddrinfo(hostname, None)}
+        return cls(frozenset({hostname.lower(), hostname.split(".")[0].lower(), "localhost"}), frozenset(addresses))
+
+    def owns(self, address: str) -> bool:
+        """Whether ``address`` (a host name or IP, with or without a port) is this machine."""
+        host = address.strip()
+        if host.startswith("["):
+            host = host[1:].partition("]")[0]
+        elif host.count(":") == 1:
+            host = host.partition(":")[0]
+        try:
+            if ipaddress.ip_address(host).is_loopback:
+                return True
+        except ValueError:
+            return host.lower() in self.names
+        return host in self.addresses
+
+
+def node_is_here(node: NodeConfig, cluster: ClusterConfig, host: ThisHost) -> bool:
+    """Whether ``node`` of ``cluster`` is this machine, so ``init`` runs its agent itself.
+
+    ``sim`` nodes always are (they are simulated here). A node with an address is here when the address is
+    this machine's. Without one, a ``gloo`` node is a stand-in run here (several on one CPU box), and an
+    ``nccl`` node is here when it is named by this host or is the cluster's only node (one GPU box).
+    """
+    if cluster.backend == "sim":
+        return True
+    if node.address:
+        return host.owns(node.address)
+    if cluster.backend == "gloo":
+        return True
+    return node.name.lower() in host.names or sum(len(rack.nodes) for rack in cluster.racks) == 1
+
+
+def nodes_here(cluster: ClusterConfig, host: ThisHost) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The nodes whose agents ``init`` runs here, and the others, in cluster.yaml's order.
+
+    Two ``nccl`` nodes on this machine are refused: each agent would take every GPU.
+    """
+    here: list[str] = []
+    elsewhere: list[str] = []
+    for rack in cluster.racks:
+        for node in rack.nodes:
+            (here if node_is_here(node, cluster, host) else elsewhere).append(node.name)
+    if cluster.backend == "nccl" and len(here) > 1:
+        raise ConfigError(
+            "racks",
+            f"nodes {here[0]} and {here[1]} are both this machine; an nccl node is a whole machine "
+            "(give each node its own address or host name)",
+        )
+    return tuple(here), tuple(elsewhere)
+
+
+def token_file_for(path: Path) -> str:
+    """The token in ``path``, made (mode 0600, a fresh random token) unless a private one is there already.
+
+    Reusing it lets agents started on other nodes for an earlier run reconnect when ``init`` resumes.
+    """
+    try:
+        info = path.lstat()
+        if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077:
+            token = path.read_text(encoding="utf-8").strip()
+            if len(token) >= 32:
+                return token
+    except (OSError, UnicodeDecodeError):
+        pass
+    token = secrets.token_hex(16)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(descriptor, f"{token}\n".encode())
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+    os.replace(partial, path)
+    return token
+
+
+def agent_command(
+    node: NodeConfig,
+    *,
+    rack: str,
+    backend: str,
+    controller: str,
+    token_file: Path,
+    worker_env: Mapping[str, str],
+) -> str:
+    """The ``topo-tune agent run`` line that makes ``node`` join the controller at ``controller``."""
+    words = ["topo-tune", "agent", "run", "--controller", controller, "--token-file", str(token_file)]
+    words += ["--node-name", node.name, "--rack", rack, "--backend", backend]
+    if node.address:
+        words += ["--address", node.address]
+    for key, value in sorted({**node.worker_env, **worker_env}.items()):
+        words += ["--worker-env", f"{key}={value}"]
+    return shlex.join(words)
+
+
+def _host_of(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    return host, int(port)
+
 
 @dataclass
 class EmbeddedCluster:
+    """A controller listening on ``listen`` (a free loopback port by default) and the agents ``start`` asks for.
+
+    ``worker_env`` goes to every agent started here, over each node's own ``workerEnv``.
+    """
+
     cluster: ClusterConfig
     workdir: Path
     token: str = field(default_factory=lambda: secrets.token_hex(16))
+    listen: str = "127.0.0.1:0"
+    worker_env: Mapping[str, str] = field(default_factory=dict)
     controller: Controller | None = None
     agents: dict[str, tuple[Agent, asyncio.Event, asyncio.Task[None]]] = field(default_factory=dict)
 
     @property
     def address(self) -> str:
+        """Where this machine reaches the controller (the admin client and the local agents)."""
         assert self.controller is not None, "start() first"
-        return f"127.0.0.1:{self.controller.port}"
+        host, _ = _host_of(self.listen)
+        return f"{'127.0.0.1' if host in _WILDCARD else host}:{self.controller.port}"
+
+    @property
+    def public_address(self) -> str:
+        """Where other machines reach the controller: this host's name when it listens on every interface."""
+        assert self.controller is not None, "start() first"
+        host, _ = _host_of(self.listen)
+        return f"{socket.gethostname() if host in _WILDCARD else host}:{self.controller.port}"
 
     @property
     def database_url(self) -> str:
@@ -47,13 +189,15 @@ class EmbeddedCluster:
         default = type(section).model_fields["database"].default
         return section.database if section.database != default else f"sqlite:///{self.workdir / 'topo-tune.db'}"
 
-    async def start(self, *, local_agents: bool) -> None:
-        """Start the controller; with ``local_agents``, one agent per node of cluster.yaml."""
+    async def start(self, *, local: Collection[str] | None = None) -> None:
+        """Start the controller, then an agent for each node named in ``local`` (None: every node)."""
+        if local is None:
+            local = tuple(self.cluster.rack_of())
         self.workdir.mkdir(parents=True, exist_ok=True)
         spine = self.cluster.spine
         self.controller = Controller(
             ControllerSettings(
-                listen="127.0.0.1:0",
+                listen=self.listen,
                 database_url=self.database_url,
                 token=self.token,
                 heartbeat_interval_s=1.0,
@@ -67,13 +211,16 @@ class EmbeddedCluster:
             )
         )
         await self.controller.start()
-        if local_agents:
-            for rack in self.cluster.racks:
-                for node in rack.nodes:
-                    self._start_agent(node.name, rack.name, node.gpus, node.address or "127.0.0.1")
+        # With nodes elsewhere, a node here must give its peers an address they can reach.
+        everywhere = len(local) == len(self.cluster.rack_of())
+        for rack in self.cluster.racks:
+            for node in rack.nodes:
+                if node.name in local:
+                    address = node.address or ("127.0.0.1" if everywhere else socket.gethostname())
+                    self._start_agent(node, rack.name, address)
 
-    def _start_agent(self, name: str, rack: str, gpus: int, address: str) -> None:
-        backend = self.cluster.backend
+    def _start_agent(self, node: NodeConfig, rack: str, address: str) -> None:
+        backend, name, gpus = self.cluster.backend, node.name, node.gpus
         settings = AgentSettings(
             controller=self.address,
             node_name=name,
@@ -86,6 +233,7 @@ class EmbeddedCluster:
             backoff_initial_s=0.2,
             backoff_max_s=2.0,
             sim_gpus=max(1, gpus),
+            worker_env={**node.worker_env, **self.worker_env},
         )
         if backend == "sim":
             agent = Agent(settings, discover=lambda: simulated_node_topology(name, gpus=max(1, gpus)))

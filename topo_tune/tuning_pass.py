@@ -183,15 +183,29 @@ def _ladder(cluster: ClusterConfig) -> tuple[int, ...]:
     return tuple(ladder)
 
 
+def last_heard(node: admin_pb2.Node | None, now: float) -> str:
+    """What the controller last heard from a node that is not ready, in a few words."""
+    if node is None:
+        return "never registered"
+    if node.state == admin_pb2.NODE_STATE_LOST:
+        silent = now - node.last_heartbeat_at.ToDatetime(UTC).timestamp()
+        return f"lost: last heartbeat {max(0.0, silent):.0f} s ago, {node.registrations} registrations"
+    return "registered, not ready"
+
+
 def wait_for_nodes(
     client: AdminPort,
     names: Sequence[str],
     *,
     timeout_s: float,
-    on_wait: Callable[[list[str]], None] | None = None,
+    on_wait: Callable[[int, list[str]], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[admin_pb2.Node]:
-    """The nodes, once every one is ``ready``. ``PassError`` naming the missing ones after the timeout."""
+    """The nodes, once every one is ``ready``; ``on_wait(ready, missing)`` on each poll until then.
+
+    ``PassError`` after the timeout, naming each missing node with what was last heard from it, and any
+    node that registered under a name cluster.yaml does not list (an agent without ``--node-name``).
+    """
     deadline = time.monotonic() + timeout_s
     while True:
         found = {n.name: n for n in client.list_nodes()}
@@ -199,12 +213,16 @@ def wait_for_nodes(
         if not missing:
             return [found[n] for n in names]
         if time.monotonic() > deadline:
+            now = time.time()
+            heard = "; ".join(f"{name} ({last_heard(found.get(name), now)})" for name in missing)
+            strangers = sorted(set(found) - set(names))
+            unlisted = f"; registered but not in cluster.yaml: {', '.join(strangers)}" if strangers else ""
             raise PassError(
-                f"nodes not ready after {timeout_s:g} s: {', '.join(missing)} "
+                f"{len(missing)} of {len(names)} nodes not ready after {timeout_s:g} s: {heard}{unlisted} "
                 "(start their agents: topo-tune agent run --controller …)"
             )
         if on_wait is not None:
-            on_wait(missing)
+            on_wait(len(names) - len(missing), missing)
         sleep(0.2)
 
 
@@ -340,8 +358,13 @@ def run_pass(
     names = [node.name for rack in cluster.racks for node in rack.nodes]
     if not names:
         raise ConfigError("racks", "cluster.yaml lists no node to tune")
-    on_status(f"waiting for {len(names)} nodes to be ready")
-    wait_for_nodes(client, names, timeout_s=node_timeout_s)
+    on_status(f"waiting for nodes: 0/{len(names)} ready")
+
+    def waiting(ready: int, missing: list[str]) -> None:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        on_status(f"waiting for nodes: {ready}/{len(names)} ready, missing {', '.join(missing[:3])}{more}")
+
+    wait_for_nodes(client, names, timeout_s=node_timeout_s, on_wait=waiting)
     measured = 0
     if cluster.backend != "sim" and len(names) > 1:
         on_status(f"probing {len(names) * (len(names) - 1) // 2} node pairs")

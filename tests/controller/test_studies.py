@@ -136,3 +136,16 @@ async def test_cancel_then_resume_counts_every_trial_once(
     finished = [t for t in trials if t.state in ("complete", "pruned")]
     # 14 of the budget, one retry of the trial the cancel interrupted, and the composed tuner-table trial if any.
     assert 14 <= len(trials) <= 16 and len(finished) >= 13, [(t.number, t.state) for t in trials]
+
+
+async def test_a_study_on_nccl_nodes_is_graph_timed_unless_asked_eager(
+    jobs_controller: Controller,
+    agents: Callable[..., RunningAgent],  # noqa: F811
+) -> None:
+    await registered(*(agents(name, "nccl") for name in ("s1", "s2")))
+    await registered(agents("s3", "gloo"))
+    nccl = ["s1", "s2"]
+    studies = jobs_controller.studies
+    assert (await studies._cluster("st-g", study_request(nodes=nccl))).search.cuda_graph
+    assert not (await studies._cluster("st-e", study_request(nodes=nccl, cuda_graph=False))).search.cuda_graph
+    assert not (await studies._cluster("st-c", study_request(nodes=["s3"]))).search.cuda_graph, "gloo stays eager"

@@ -58,7 +58,7 @@ def _busbw_by_qps(address: str, token: str) -> dict[int, float]:
 async def _measure(tmp_path: Path, hashing: str) -> dict[int, float]:
     cluster = loads_cluster_config(CLUSTER.replace("HASHING", hashing))
     embedded = EmbeddedCluster(cluster, tmp_path / hashing)
-    await embedded.start(local_agents=True)
+    await embedded.start()
     try:
         return await asyncio.to_thread(_busbw_by_qps, embedded.address, embedded.token)
     finally:

@@ -5,18 +5,24 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from topo_tune.benchmark.env_policy import EnvPolicy, EnvPolicyError
 from topo_tune.cli.connection import client_tls, client_tls_options, resolve_token, token_options
 from topo_tune.client import AdminClient
 from topo_tune.cluster_config import ClusterConfig, load_cluster_config
+from topo_tune.errors import ConfigError
 from topo_tune.tuner.study import StudyProgress
+
+if TYPE_CHECKING:
+    from topo_tune.local_cluster import EmbeddedCluster
 
 _PATH = click.Path(path_type=Path, dir_okay=False)
 
@@ -38,11 +44,80 @@ class _LoopThread:
         self.loop.close()
 
 
+def _worker_env(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for value in values:
+        key, sep, val = value.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {value!r}")
+        env[key] = val
+    try:
+        EnvPolicy().check(env)
+    except EnvPolicyError as error:
+        raise click.BadParameter(str(error)) from None
+    return env
+
+
+def _check_node_env(cluster: ClusterConfig) -> None:
+    """Each node's ``workerEnv`` passes the agents' environment policy, or a ``ConfigError`` names the field."""
+    for i, rack in enumerate(cluster.racks):
+        for j, node in enumerate(rack.nodes):
+            try:
+                EnvPolicy().check(node.worker_env)
+            except EnvPolicyError as error:
+                raise ConfigError(f"racks[{i}].nodes[{j}].workerEnv", str(error)) from None
+
+
+def _tell_how_to_join(
+    console: Console, embedded: EmbeddedCluster, elsewhere: Sequence[str], token_file: Path, node_timeout: float
+) -> None:
+    """Before the wait: the ``agent run`` line for each node that is not this machine."""
+    from topo_tune.local_cluster import agent_command  # noqa: PLC0415 - only the embedded path needs the daemons
+
+    cluster = embedded.cluster
+    rack_of = cluster.rack_of()
+    nodes = {node.name: node for rack in cluster.racks for node in rack.nodes}
+    total = len(rack_of)
+    console.print(
+        f"{len(elsewhere)} of {total} nodes are not this machine: on each, start an agent (copy {token_file} "
+        "there first and keep it private, mode 0600). The controller listens on "
+        f"{embedded.public_address} for {node_timeout:g} s (--node-timeout):",
+        highlight=False,
+    )
+    for name in elsewhere:
+        line = agent_command(
+            nodes[name],
+            rack=rack_of[name],
+            backend=cluster.backend,
+            controller=embedded.public_address,
+            token_file=token_file,
+            worker_env=embedded.worker_env,
+        )
+        console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
+    console.print(
+        "For a fleet, run one long-lived controller instead (the Helm chart, or `topo-tune controller serve`) and "
+        "set controller.address in cluster.yaml: agents then join once and stay.",
+        highlight=False,
+    )
+
+
 @contextmanager
 def _controller(
-    cluster: ClusterConfig, output: Path, token_file: Path | None, token: str | None, tls: object
+    cluster: ClusterConfig,
+    output: Path,
+    token_file: Path | None,
+    token: str | None,
+    tls: object,
+    *,
+    worker_env: dict[str, str],
+    console: Console,
+    node_timeout: float,
 ) -> Iterator[tuple[AdminClient, str]]:
-    """An admin client to the remote controller of cluster.yaml, or to an embedded one (with local agents)."""
+    """An admin client to the remote controller of cluster.yaml, or to an embedded one.
+
+    The embedded controller runs the agents of the nodes that are this machine; for the others it listens on
+    every interface (cluster.yaml's controller.listen, when set) and prints how they join.
+    """
     if cluster.controller.address:
         resolved = resolve_token(
             token_file or (Path(cluster.controller.token_file) if cluster.controller.token_file else None), token
@@ -50,12 +125,24 @@ def _controller(
         with AdminClient(cluster.controller.address, token=resolved, tls=tls, timeout_s=60) as client:  # type: ignore[arg-type]
             yield client, f"sqlite:///{output / 'study.db'}"
         return
-    from topo_tune.local_cluster import EmbeddedCluster  # noqa: PLC0415 - only the embedded path needs the daemons
+    # Only the embedded path needs the daemons.
+    from topo_tune.local_cluster import EmbeddedCluster, ThisHost, nodes_here, token_file_for  # noqa: PLC0415
 
-    embedded = EmbeddedCluster(cluster, output / ".topo-tune")
+    _check_node_env(cluster)
+    here, elsewhere = nodes_here(cluster, ThisHost.detect())
+    workdir = output / ".topo-tune"
+    embedded = EmbeddedCluster(cluster, workdir, worker_env=worker_env)
+    agent_token = workdir / "agent-token"
+    if elsewhere:
+        section = cluster.controller
+        _, _, port = section.listen.rpartition(":")
+        embedded.listen = section.listen if "listen" in section.model_fields_set else f"0.0.0.0:{port}"
+        embedded.token = token_file_for(agent_token)
     loop = _LoopThread()
     try:
-        loop.run(embedded.start(local_agents=cluster.backend in ("sim", "gloo")), timeout=120)
+        loop.run(embedded.start(local=here), timeout=120)
+        if elsewhere:
+            _tell_how_to_join(console, embedded, elsewhere, agent_token, node_timeout)
         with AdminClient(embedded.address, token=embedded.token, timeout_s=60) as client:
             yield client, embedded.database_url
     finally:
@@ -81,12 +168,23 @@ def _controller(
     show_default=True,
     help="Seconds to wait for every node of cluster.yaml to be ready.",
 )
+@click.option(
+    "--worker-env",
+    "worker_env",
+    multiple=True,
+    callback=_worker_env,
+    metavar="KEY=VALUE",
+    help="Every benchmark worker of the agents init starts gets this, over any trial's value, e.g. "
+    "NCCL_NVLS_ENABLE=0 where NVLink multicast must stay off; repeatable. Also printed in the `agent run` line "
+    "for nodes elsewhere. Wins over a node's workerEnv in cluster.yaml.",
+)
 @token_options
 @client_tls_options
 def init(
     config_file: Path,
     output: Path,
     node_timeout: float,
+    worker_env: dict[str, str],
     token_file: Path | None,
     token: str | None,
     tls_ca: Path | None,
@@ -96,14 +194,18 @@ def init(
     """Tune NCCL for the cluster in cluster.yaml, in one pass: discover, probe, search, prove, write.
 
     Without `controller.address` in the file, an embedded controller (SQLite in OUTPUT) runs for the pass,
-    and for `sim` and `gloo` clusters this command starts the nodes' agents itself. The result is either a
-    configuration proven faster than NCCL's defaults, or a plain "keep NCCL's defaults". Ctrl-C leaves a
-    consistent database; the same command resumes the study.
+    and this command starts the agent of every node that is this machine: an `nccl` node named by this host
+    (or the only node of the file), every `sim` node, every `gloo` node without an address elsewhere. For
+    the other nodes it prints the `agent run` line to start on each (with a token file it writes in OUTPUT)
+    and waits, counting the ready nodes. The result is either a configuration proven faster than NCCL's
+    defaults, or a plain "keep NCCL's defaults". Ctrl-C leaves a consistent database; the same command
+    resumes the study.
 
     \b
     Examples:
       topo-tune init --cluster-config examples/demo-cluster.yaml --output out/
       topo-tune init --cluster-config examples/local-gloo.yaml
+      topo-tune init --cluster-config examples/one-box.yaml    # one GPU machine, no other process
     """
     from topo_tune.tuning_pass import run_pass  # noqa: PLC0415 - the tuner stack loads only for this command
 
@@ -118,7 +220,16 @@ def init(
     simulated = " (SIMULATED: sim backend)" if cluster.backend == "sim" else ""
     console.print(f"[bold]topo-tune init[/bold] {config_file} → {output}{simulated}")
     with (
-        _controller(cluster, output, token_file, token, client_tls(tls_ca, tls_cert, tls_key)) as (client, storage),
+        _controller(
+            cluster,
+            output,
+            token_file,
+            token,
+            client_tls(tls_ca, tls_cert, tls_key),
+            worker_env=worker_env,
+            console=console,
+            node_timeout=node_timeout,
+        ) as (client, storage),
         Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -132,8 +243,13 @@ def init(
     ):
         task = progress.add_task("starting", total=None, best="", eta="")
 
+        said: list[str] = []
+
         def status(text: str) -> None:
             progress.update(task, description=text)
+            if not console.is_terminal and text not in said[-1:]:
+                console.print(text, highlight=False)  # no live bar in a log: each new state, once, on its line
+                said.append(text)
 
         def study_progress(update: StudyProgress) -> None:
             best = f"best {update.best_value:.3f}x" if update.best_value is not None else ""

@@ -114,8 +114,9 @@ def rollout() -> None:
     "--gate-cuda-graph/--gate-eager",
     "gate_cuda_graph",
     default=None,
-    help="Time the gate's sizes as CUDA graphs (nccl-tests -G; nccl nodes only) or as eager calls "
-    "[cluster.yaml rollout.gate.cudaGraph: eager]. Drift checks measure as the gates did.",
+    help="Time the gate's sizes as CUDA graphs (nccl-tests -G; nccl nodes only) or as eager calls, which add the "
+    "CPU's launch cost to each [cluster.yaml rollout.gate.cudaGraph: graphs with backend nccl, else eager]. "
+    "Drift checks measure as the gates did.",
 )
 @click.option("--id", "rollout_id", default="", help="Your own rollout id.")
 @click.option("--dry-run", is_flag=True, help="Show the plan only.")

@@ -74,9 +74,9 @@ def study() -> None:
 @click.option("--proof-pairs", type=click.IntRange(2, 1000), help="A/B pairs per finalist [10].")
 @click.option(
     "--cuda-graph/--eager",
-    default=False,
-    show_default=True,
-    help="Time trials as CUDA graphs (nccl-tests -G; nccl nodes only), so sizes under a few MiB show NCCL, not Python.",
+    default=None,
+    help="Time trials as CUDA graphs (nccl-tests -G; nccl nodes only), so sizes under a few MiB show NCCL, not "
+    "Python, or eagerly (each call pays the CPU's 25-45 us launch cost) [graphs on nccl nodes, eager otherwise].",
 )
 @click.option(
     "--tuner-table/--no-tuner-table",
@@ -100,7 +100,7 @@ def start(
     site_fixed: dict[str, str],
     finalists: int | None,
     proof_pairs: int | None,
-    cuda_graph: bool,
+    cuda_graph: bool | None,
     tuner_table: bool,
     wait: bool,
 ) -> None:

@@ -202,11 +202,12 @@ class Studies:
             "stepFactor": request.step_factor or 4,
             "finalists": request.finalists or 3,
             "proofPairs": request.proof_pairs or 10,
-            "cudaGraph": request.cuda_graph,
             "tunerTable": not request.no_tuner_table,
         }
         if request.knobs:
             search["knobs"] = list(request.knobs)
+        if request.HasField("cuda_graph"):
+            search["cudaGraph"] = request.cuda_graph  # unset: cluster.yaml's default (graphs on nccl nodes)
         document: dict[str, object] = {
             "apiVersion": "topo-tune/v1",
             "metadata": {"name": study_id},

@@ -1768,7 +1768,7 @@ class StartStudyRequest(_message.Message):
     proof_pairs: _builtins.int
     """0: 10"""
     cuda_graph: _builtins.bool
-    """search.cudaGraph: trials timed as CUDA graphs (nccl nodes only)"""
+    """search.cudaGraph: trials timed as CUDA graphs (nccl nodes only); unset: on for nccl nodes"""
     no_tuner_table: _builtins.bool
     """search.tunerTable: false (no tuner-plugin table trial)"""
     @_builtins.property
@@ -1801,14 +1801,16 @@ class StartStudyRequest(_message.Message):
         knobs: _abc.Iterable[_builtins.str] | None = ...,
         finalists: _builtins.int = ...,
         proof_pairs: _builtins.int = ...,
-        cuda_graph: _builtins.bool = ...,
+        cuda_graph: _builtins.bool | None = ...,
         no_tuner_table: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_cuda_graph", b"_cuda_graph", "cuda_graph", b"cuda_graph"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "collectives", b"collectives", "cuda_graph", b"cuda_graph", "finalists", b"finalists", "knobs", b"knobs", "max_bytes", b"max_bytes", "min_bytes", b"min_bytes", "no_tuner_table", b"no_tuner_table", "nodes", b"nodes", "proof_pairs", b"proof_pairs", "sampler", b"sampler", "seed", b"seed", "site_fixed", b"site_fixed", "step_factor", b"step_factor", "study_id", b"study_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cuda_graph", b"_cuda_graph", "budget", b"budget", "collectives", b"collectives", "cuda_graph", b"cuda_graph", "finalists", b"finalists", "knobs", b"knobs", "max_bytes", b"max_bytes", "min_bytes", b"min_bytes", "no_tuner_table", b"no_tuner_table", "nodes", b"nodes", "proof_pairs", b"proof_pairs", "sampler", b"sampler", "seed", b"seed", "site_fixed", b"site_fixed", "step_factor", b"step_factor", "study_id", b"study_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__cuda_graph: _TypeAlias = _typing.Literal["cuda_graph"]  # noqa: Y015
+    _WhichOneofArgType__cuda_graph: _TypeAlias = _typing.Literal["_cuda_graph", b"_cuda_graph"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__cuda_graph) -> _WhichOneofReturnType__cuda_graph | None: ...
 
 Global___StartStudyRequest: _TypeAlias = StartStudyRequest  # noqa: Y015
 
