@@ -2,8 +2,9 @@
 
 CI has no GPU, so `gloo` stands in for `nccl` here: the decision (`local_cluster.nodes_here`), the embedded
 controller and the in-process agent are the code an `nccl` one-box run goes through; only the agent's backend
-differs. The `nccl` rules of the decision (the only node, the node named by this host) are in
-`tests/test_nodes_here.py`.
+differs. On a machine without GPUs the one-box example goes down the `nccl` path itself as far as it can: its
+agent starts here, registers, and the pass stops on the GPUs it did not find. The other `nccl` rules of the
+decision (the node named by this host, an address of this machine) are in `tests/test_nodes_here.py`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ import yaml
 
 from tests.support.processes import cli_env, run_cli
 from tests.support.waiting import wait_until
+from topo_tune.agent.discovery import discover
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.slow
 
@@ -69,6 +73,25 @@ def test_a_node_that_is_this_machine_gets_its_agent_from_init_and_no_other_proce
     assert "not this machine" not in result.stderr and "agent run" not in result.stderr
     assert not (output / ".topo-tune" / "agent-token").exists(), "no token leaves the process when nothing joins"
     assert "waiting for nodes: 0/1 ready" in result.stderr
+
+
+@pytest.mark.skipif(bool(discover().gpus), reason="this machine has GPUs: examples/one-box.yaml would tune them")
+def test_the_one_box_example_starts_a_real_nccl_agent_here_that_reports_the_missing_gpus(tmp_path: Path) -> None:
+    # The nccl path itself, as far as a machine without GPUs goes: the file's only node is this machine, so
+    # init starts its nccl agent (discovery and all), which registers; the pass then stops on what it reported.
+    config: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "one-box.yaml").read_text())
+    config["search"] = SEARCH
+    path = tmp_path / "one-box.yaml"
+    path.write_text(yaml.safe_dump(config))
+    args = ("init", "--cluster-config", str(path), "--output", str(tmp_path / "out"), "--node-timeout", "30")
+    result = run_cli("--log-level", "error", *args, timeout=120)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "agent run" not in result.stderr, "no node elsewhere"
+    assert "waiting for nodes: 0/1 ready" in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "topo-tune: error: node gpu-box reports no GPU (its agent found none): backend nccl needs GPUs; "
+        "to try topo-tune on CPUs, use backend gloo (examples/local-gloo.yaml)"
+    )
 
 
 def test_nodes_elsewhere_are_told_how_to_join_counted_and_named_when_missing(tmp_path: Path) -> None:

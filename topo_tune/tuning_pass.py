@@ -364,7 +364,15 @@ def run_pass(
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
         on_status(f"waiting for nodes: {ready}/{len(names)} ready, missing {', '.join(missing[:3])}{more}")
 
-    wait_for_nodes(client, names, timeout_s=node_timeout_s, on_wait=waiting)
+    ready = wait_for_nodes(client, names, timeout_s=node_timeout_s, on_wait=waiting)
+    if cluster.backend == "nccl":
+        gpuless = [node.name for node in ready if not node.topology.gpus]
+        if gpuless:
+            raise PassError(
+                f"node {gpuless[0]} reports no GPU (its agent found none): backend nccl needs GPUs"
+                + (f" (and {len(gpuless) - 1} more nodes have none)" if len(gpuless) > 1 else "")
+                + "; to try topo-tune on CPUs, use backend gloo (examples/local-gloo.yaml)"
+            )
     measured = 0
     if cluster.backend != "sim" and len(names) > 1:
         on_status(f"probing {len(names) * (len(names) - 1) // 2} node pairs")

@@ -140,7 +140,16 @@ def _controller(
         embedded.token = token_file_for(agent_token)
     loop = _LoopThread()
     try:
-        loop.run(embedded.start(local=here), timeout=120)
+        try:
+            loop.run(embedded.start(local=here), timeout=120)
+        except ConfigError as error:
+            if error.field != "--listen":
+                raise
+            raise ConfigError(
+                "controller.listen",
+                f"{error.reason.split(';')[0]} (for the nodes elsewhere; is another controller there? set "
+                "controller.listen in cluster.yaml)",
+            ) from None
         if elsewhere:
             _tell_how_to_join(console, embedded, elsewhere, agent_token, node_timeout)
         with AdminClient(embedded.address, token=embedded.token, timeout_s=60) as client:
