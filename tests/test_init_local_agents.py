@@ -99,14 +99,14 @@ def test_nodes_elsewhere_are_told_how_to_join_counted_and_named_when_missing(tmp
     # line, one never does.
     nodes = [
         {"name": "here-1", "address": "127.0.0.1", "gpus": 1},
-        {"name": "far-1", "address": "192.0.2.10", "workerEnv": {"NCCL_NVLS_ENABLE": "0"}},
+        {"name": "far-1", "address": "192.0.2.10", "workerEnv": {"NCCL_NVLS_ENABLE": "1", "NCCL_DEBUG": "WARN"}},
         {"name": "far-2", "address": "192.0.2.11"},
     ]
     config = cluster_file(tmp_path, nodes, controller={"listen": "127.0.0.1:0"})
     output = tmp_path / "out"
     log = tmp_path / "init.err"
     command = [sys.executable, "-m", "topo_tune", "--log-level", "error", "init", "--cluster-config", str(config)]
-    command += ["--output", str(output), "--node-timeout", "15"]
+    command += ["--output", str(output), "--node-timeout", "15", "--worker-env", "NCCL_NVLS_ENABLE=0"]
     with log.open("w") as err:
         init = subprocess.Popen(command, env=cli_env(), stdout=subprocess.DEVNULL, stderr=err)
     joined: subprocess.Popen[bytes] | None = None
@@ -122,7 +122,9 @@ def test_nodes_elsewhere_are_told_how_to_join_counted_and_named_when_missing(tmp
         assert far[:3] == ["topo-tune", "agent", "run"]
         flags = dict(zip(far[3::2], far[4::2], strict=False))
         assert flags["--backend"] == "gloo" and flags["--rack"] == "rack-a" and flags["--address"] == "192.0.2.10"
-        assert flags["--worker-env"] == "NCCL_NVLS_ENABLE=0"
+        worker_env = [far[i + 1] for i, word in enumerate(far) if word == "--worker-env"]
+        assert worker_env == ["NCCL_DEBUG=WARN", "NCCL_NVLS_ENABLE=0"], "the node's workerEnv, init's flag over it"
+        assert lines["far-2"].count("--worker-env") == 1
         token = Path(flags["--token-file"])
         assert token.is_file() and stat.S_IMODE(token.stat().st_mode) == 0o600
         # The line is the whole recipe: run it (with this test's directories) and far-1 joins.
@@ -160,3 +162,6 @@ def test_worker_env_refused_by_the_policy_is_named(tmp_path: Path) -> None:
     assert file.returncode == 1, file.stderr
     assert "racks[0].nodes[0].workerEnv" in file.stderr and "PATH" in file.stderr
     assert "Traceback" not in file.stderr + flag.stderr
+    remote = cluster_file(tmp_path, [{"name": "box"}], controller={"address": "127.0.0.1:1"})
+    elsewhere = run_cli("init", "--cluster-config", str(remote), "--worker-env", "NCCL_NVLS_ENABLE=0")
+    assert elsewhere.returncode == 2 and "with controller.address, give it to each `agent run`" in elsewhere.stderr

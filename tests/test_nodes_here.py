@@ -56,21 +56,27 @@ def test_two_nccl_nodes_on_this_machine_are_refused() -> None:
 
 
 def test_the_agent_line_carries_everything_the_node_needs() -> None:
-    node = cluster("nccl", {"name": "gpu-08", "address": "10.1.2.8", "workerEnv": {"NCCL_NVLS_ENABLE": "1"}})
+    node = cluster(
+        "nccl",
+        {
+            "name": "gpu-08",
+            "address": "10.1.2.8",
+            "workerEnv": {"NCCL_NVLS_ENABLE": "0", "TORCH_NCCL_BLOCKING_WAIT": "1"},
+        },
+    )
     line = agent_command(
         node.racks[0].nodes[0],
         rack="r",
         backend="nccl",
         controller="gpu-07:50051",
         token_file=Path("/srv/out dir/.topo-tune/agent-token"),
-        worker_env={"NCCL_NVLS_ENABLE": "0", "TORCH_NCCL_BLOCKING_WAIT": "1"},
     )
     assert shlex.split(line) == [
         *("topo-tune", "agent", "run", "--controller", "gpu-07:50051"),
         *("--token-file", "/srv/out dir/.topo-tune/agent-token", "--node-name", "gpu-08", "--rack", "r"),
         *("--backend", "nccl", "--address", "10.1.2.8"),
         *("--worker-env", "NCCL_NVLS_ENABLE=0", "--worker-env", "TORCH_NCCL_BLOCKING_WAIT=1"),
-    ], "init's --worker-env wins over the node's workerEnv"
+    ]
 
 
 def test_the_token_file_is_private_and_kept_across_runs(tmp_path: Path) -> None:

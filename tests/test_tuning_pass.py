@@ -59,3 +59,31 @@ def test_a_resumed_study_keeps_its_rank_orders_though_the_re_probed_pairs_moved(
     resumed = run_study(again.settings, space=again.space, objective=again.objective, evaluate=flat)
     assert [t.number for t in resumed.trials] == [0, 1, 2], "the same study, resumed"
     assert again.space.rank_orders == first.space.rank_orders and again.candidates == first.candidates
+
+
+def test_nvlink_multicast_kept_off_in_every_nodes_workers_is_not_searched() -> None:
+    # Both nodes on NVSwitch: NCCL_NVLS_ENABLE is a dimension, unless workerEnv pins it off on every node (where
+    # the worker's value wins over any trial's, so searching it would measure one setting twice).
+    switched = topology_pb2.NodeTopology(gpu_links=[topology_pb2.GpuLink(gpu_a=0, gpu_b=1, via_nvswitch=True)])
+
+    def space_of(*envs: dict[str, str]) -> frozenset[str]:
+        nodes = [{"name": f"n{i}", "workerEnv": env} for i, env in enumerate(envs)]
+        cluster = parse_cluster_config(
+            {"apiVersion": "topo-tune/v1", "backend": "nccl", "racks": [{"name": "r", "nodes": nodes}]}
+        )
+        names = [n["name"] for n in nodes]
+        built = plan_study(
+            cluster,
+            names=names,
+            pairs=PairMatrix.from_matrices(names, [[0.0, 1.0], [1.0, 0.0]], method="test"),
+            topologies=dict.fromkeys(names, switched),
+            slots=dict.fromkeys(names, 2),
+            name="init/nvls",
+            storage="sqlite://",
+        )
+        return frozenset(d.name for d in built.space.dimensions)
+
+    off = {"NCCL_NVLS_ENABLE": "0"}
+    assert "nvls" in space_of({}, {})
+    assert "nvls" in space_of(off, {}), "one node with NVLS left on: still a choice there"
+    assert "nvls" not in space_of(off, off)

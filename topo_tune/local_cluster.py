@@ -22,7 +22,7 @@ import secrets
 import shlex
 import socket
 import stat
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -137,14 +137,13 @@ def agent_command(
     backend: str,
     controller: str,
     token_file: Path,
-    worker_env: Mapping[str, str],
 ) -> str:
     """The ``topo-tune agent run`` line that makes ``node`` join the controller at ``controller``."""
     words = ["topo-tune", "agent", "run", "--controller", controller, "--token-file", str(token_file)]
     words += ["--node-name", node.name, "--rack", rack, "--backend", backend]
     if node.address:
         words += ["--address", node.address]
-    for key, value in sorted({**node.worker_env, **worker_env}.items()):
+    for key, value in sorted(node.worker_env.items()):
         words += ["--worker-env", f"{key}={value}"]
     return shlex.join(words)
 
@@ -156,16 +155,12 @@ def _host_of(listen: str) -> tuple[str, int]:
 
 @dataclass
 class EmbeddedCluster:
-    """A controller listening on ``listen`` (a free loopback port by default) and the agents ``start`` asks for.
-
-    ``worker_env`` goes to every agent started here, over each node's own ``workerEnv``.
-    """
+    """A controller listening on ``listen`` (a free loopback port by default) and the agents ``start`` asks for."""
 
     cluster: ClusterConfig
     workdir: Path
     token: str = field(default_factory=lambda: secrets.token_hex(16))
     listen: str = "127.0.0.1:0"
-    worker_env: Mapping[str, str] = field(default_factory=dict)
     controller: Controller | None = None
     agents: dict[str, tuple[Agent, asyncio.Event, asyncio.Task[None]]] = field(default_factory=dict)
 
@@ -233,7 +228,7 @@ class EmbeddedCluster:
             backoff_initial_s=0.2,
             backoff_max_s=2.0,
             sim_gpus=max(1, gpus),
-            worker_env={**node.worker_env, **self.worker_env},
+            worker_env=node.worker_env,
         )
         if backend == "sim":
             agent = Agent(settings, discover=lambda: simulated_node_topology(name, gpus=max(1, gpus)))

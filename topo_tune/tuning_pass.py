@@ -277,7 +277,11 @@ def _fabric(cluster: ClusterConfig, topologies: dict[str, topology_pb2.NodeTopol
     rdma = (topology_pb2.NIC_LINK_LAYER_INFINIBAND, topology_pb2.NIC_LINK_LAYER_ROCE)
     ib = all(any(nic.link_layer in rdma for nic in t.nics) for t in topologies.values())
     nvswitch = all(any(link.via_nvswitch for link in t.gpu_links) for t in topologies.values())
-    return Fabric(nodes=len(topologies), ib=ib, socket=not ib, nvls=nvswitch and cluster.backend != "gloo")
+    # NVLink multicast kept off in every node's workers (workerEnv) is not a setting to search.
+    nvls_off = all(n.worker_env.get("NCCL_NVLS_ENABLE") == "0" for r in cluster.racks for n in r.nodes)
+    return Fabric(
+        nodes=len(topologies), ib=ib, socket=not ib, nvls=nvswitch and cluster.backend != "gloo" and not nvls_off
+    )
 
 
 @dataclass(frozen=True)

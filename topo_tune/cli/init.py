@@ -58,6 +58,15 @@ def _worker_env(_ctx: click.Context, _param: click.Parameter, values: tuple[str,
     return env
 
 
+def _with_worker_env(cluster: ClusterConfig, env: dict[str, str]) -> ClusterConfig:
+    """``cluster`` with ``env`` over every node's ``workerEnv`` (what ``--worker-env`` means)."""
+    racks = []
+    for rack in cluster.racks:
+        nodes = [node.model_copy(update={"worker_env": {**node.worker_env, **env}}) for node in rack.nodes]
+        racks.append(rack.model_copy(update={"nodes": nodes}))
+    return cluster.model_copy(update={"racks": racks})
+
+
 def _check_node_env(cluster: ClusterConfig) -> None:
     """Each node's ``workerEnv`` passes the agents' environment policy, or a ``ConfigError`` names the field."""
     for i, rack in enumerate(cluster.racks):
@@ -91,7 +100,6 @@ def _tell_how_to_join(
             backend=cluster.backend,
             controller=embedded.public_address,
             token_file=token_file,
-            worker_env=embedded.worker_env,
         )
         console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
     console.print(
@@ -109,7 +117,6 @@ def _controller(
     token: str | None,
     tls: object,
     *,
-    worker_env: dict[str, str],
     console: Console,
     node_timeout: float,
 ) -> Iterator[tuple[AdminClient, str]]:
@@ -131,7 +138,7 @@ def _controller(
     _check_node_env(cluster)
     here, elsewhere = nodes_here(cluster, ThisHost.detect())
     workdir = output / ".topo-tune"
-    embedded = EmbeddedCluster(cluster, workdir, worker_env=worker_env)
+    embedded = EmbeddedCluster(cluster, workdir)
     agent_token = workdir / "agent-token"
     if elsewhere:
         section = cluster.controller
@@ -219,6 +226,12 @@ def init(
     from topo_tune.tuning_pass import run_pass  # noqa: PLC0415 - the tuner stack loads only for this command
 
     cluster = load_cluster_config(config_file)
+    if worker_env:
+        if cluster.controller.address:
+            raise click.UsageError(
+                "--worker-env is for the agents init starts; with controller.address, give it to each `agent run`"
+            )
+        cluster = _with_worker_env(cluster, worker_env)
     try:
         output.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -235,7 +248,6 @@ def init(
             token_file,
             token,
             client_tls(tls_ca, tls_cert, tls_key),
-            worker_env=worker_env,
             console=console,
             node_timeout=node_timeout,
         ) as (client, storage),
