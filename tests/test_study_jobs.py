@@ -17,7 +17,7 @@ from topo_tune.cluster_config import loads_cluster_config
 from topo_tune.local_cluster import EmbeddedCluster
 from topo_tune.tuner.space import RankOrder, TrialConfig
 from topo_tune.tuner.study import MeasurementRequest, TrialFailed
-from topo_tune.tuning_pass import JobEvaluator, wait_for_nodes
+from topo_tune.tuning_pass import JobEvaluator, require_gpus, wait_for_nodes
 
 CLUSTER = """apiVersion: topo-tune/v1
 backend: sim
@@ -45,5 +45,22 @@ async def test_a_graph_timed_search_sends_cuda_graph_with_every_job(tmp_path: Pa
         assert eager > 0
         with pytest.raises(TrialFailed, match="cuda_graph: CUDA graphs need the nccl backend; the nodes run sim"):
             await asyncio.to_thread(_measure, embedded.address, embedded.token, cuda_graph=True)
+    finally:
+        await embedded.stop()
+
+
+def _gpu_check(address: str, token: str) -> None:
+    with AdminClient(address, token=token, timeout_s=60) as client:
+        wait_for_nodes(client, list(NODES), timeout_s=60)
+        require_gpus(client, NODES)
+
+
+async def test_nodes_whose_agents_discovered_gpus_pass_the_gpu_check(tmp_path: Path) -> None:
+    # The sim agents discover 8 GPUs each; the node list the wait reads carries no topology, so a check
+    # made on it would call every GPU node GPU-less (as it did on a real H200).
+    embedded = EmbeddedCluster(loads_cluster_config(CLUSTER), tmp_path)
+    await embedded.start()
+    try:
+        await asyncio.to_thread(_gpu_check, embedded.address, embedded.token)
     finally:
         await embedded.stop()

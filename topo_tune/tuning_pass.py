@@ -226,6 +226,20 @@ def wait_for_nodes(
         sleep(0.2)
 
 
+def require_gpus(client: AdminPort, names: Sequence[str]) -> None:
+    """``PassError`` naming the first of ``names`` whose agent discovered no GPU (an ``nccl`` pass needs them).
+
+    Read from the cluster topology view: the node list carries no topologies.
+    """
+    gpuless = [n.name for n in client.cluster_topology().nodes if n.name in names and not n.topology.gpus]
+    if gpuless:
+        raise PassError(
+            f"node {gpuless[0]} reports no GPU (its agent found none): backend nccl needs GPUs"
+            + (f" (and {len(gpuless) - 1} more nodes have none)" if len(gpuless) > 1 else "")
+            + "; to try topo-tune on CPUs, use backend gloo (examples/local-gloo.yaml)"
+        )
+
+
 def measure_pairs(client: AdminPort, names: Sequence[str], *, sleep: Callable[[float], None] = time.sleep) -> int:
     """Probe every pair of the nodes; returns how many pairs were measured."""
     found = client.start_probe_round(admin_pb2.StartProbeRoundRequest(nodes=list(names), message_bytes=1 << 20))
@@ -368,15 +382,9 @@ def run_pass(
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
         on_status(f"waiting for nodes: {ready}/{len(names)} ready, missing {', '.join(missing[:3])}{more}")
 
-    ready = wait_for_nodes(client, names, timeout_s=node_timeout_s, on_wait=waiting)
+    wait_for_nodes(client, names, timeout_s=node_timeout_s, on_wait=waiting)
     if cluster.backend == "nccl":
-        gpuless = [node.name for node in ready if not node.topology.gpus]
-        if gpuless:
-            raise PassError(
-                f"node {gpuless[0]} reports no GPU (its agent found none): backend nccl needs GPUs"
-                + (f" (and {len(gpuless) - 1} more nodes have none)" if len(gpuless) > 1 else "")
-                + "; to try topo-tune on CPUs, use backend gloo (examples/local-gloo.yaml)"
-            )
+        require_gpus(client, names)
     measured = 0
     if cluster.backend != "sim" and len(names) > 1:
         on_status(f"probing {len(names) * (len(names) - 1) // 2} node pairs")
