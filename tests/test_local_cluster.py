@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.support.liveness import assert_lost_after_the_expiry
 from tests.support.processes import LocalCluster, cli_env, free_port, run_cli
@@ -45,7 +49,7 @@ def commands_json(cluster: LocalCluster) -> dict[str, dict[str, object]]:
 
 
 def all_ready(cluster: LocalCluster) -> bool:
-    return states(cluster) == dict.fromkeys(AGENTS, "NODE_STATE_READY")
+    return states(cluster) == dict.fromkeys(AGENTS, "ready")
 
 
 def test_lost_agents_and_a_controller_restart(cluster: LocalCluster) -> None:
@@ -53,23 +57,24 @@ def test_lost_agents_and_a_controller_restart(cluster: LocalCluster) -> None:
     for name in AGENTS:
         cluster.start_agent(name, rack="rack-a" if name != "node-3" else "rack-b")
     wait_until(lambda: all_ready(cluster), what="three ready nodes")
+    assert_plain_scripting_output(cluster)
 
     for name in AGENTS:
         sent = cluster.admin("rediscover", name, "--id", f"before-{name}", "-o", "json")
         assert sent.returncode == 0, sent.stderr
     wait_until(
-        lambda: all(c["status"] == "COMMAND_STATUS_SUCCEEDED" for c in commands_json(cluster).values()),
+        lambda: all(c["status"] == "succeeded" for c in commands_json(cluster).values()),
         what="three rediscoveries",
     )
 
     # SIGKILL one agent: the node is lost once silent for the configured expiry, not before and not much later.
     cluster.agents["node-2"].kill()
-    wait_until(lambda: states(cluster)["node-2"] == "NODE_STATE_LOST", what="node-2 lost", timeout=15)
+    wait_until(lambda: states(cluster)["node-2"] == "lost", what="node-2 lost", timeout=15)
     assert cluster.controller is not None
     assert_lost_after_the_expiry(
         cluster.controller, lambda: nodes_json(cluster), "node-2", expiry_s=cluster.heartbeat_expiry
     )
-    assert states(cluster)["node-1"] == "NODE_STATE_READY"
+    assert states(cluster)["node-1"] == "ready"
 
     # A command for the dead node waits; one for a live node runs.
     assert cluster.admin("rediscover", "node-2", "--id", "while-lost").returncode == 0
@@ -85,7 +90,7 @@ def test_lost_agents_and_a_controller_restart(cluster: LocalCluster) -> None:
             (n["name"], n["state"], n["registrations"]) for n in nodes_json(cluster).values() if n["name"] != "node-2"
         ]
         seen[:] = [live]
-        return live == [("node-1", "NODE_STATE_READY", 2), ("node-3", "NODE_STATE_READY", 2)]
+        return live == [("node-1", "ready", 2), ("node-3", "ready", 2)]
 
     try:
         wait_until(live_agents_registered_again, what="the live agents to re-register by themselves")
@@ -99,14 +104,14 @@ def test_lost_agents_and_a_controller_restart(cluster: LocalCluster) -> None:
     assert sorted(commands_json_after_restart) == sorted([*(f"before-{n}" for n in AGENTS), "while-lost"])
     for name in AGENTS:
         before = commands_json_after_restart[f"before-{name}"]
-        assert (before["status"], before["deliveries"]) == ("COMMAND_STATUS_SUCCEEDED", 1)
-    assert commands_json_after_restart["while-lost"]["status"] == "COMMAND_STATUS_PENDING"
+        assert (before["status"], before["deliveries"]) == ("succeeded", 1)
+    assert commands_json_after_restart["while-lost"]["status"] == "pending"
 
     # The killed agent comes back: it re-registers and runs its waiting command, once.
     cluster.start_agent("node-2", rack="rack-a")
     wait_until(lambda: all_ready(cluster), what="node-2 back")
     wait_until(
-        lambda: commands_json(cluster)["while-lost"]["status"] == "COMMAND_STATUS_SUCCEEDED",
+        lambda: commands_json(cluster)["while-lost"]["status"] == "succeeded",
         what="the waiting command",
     )
     final = commands_json(cluster)
@@ -115,10 +120,33 @@ def test_lost_agents_and_a_controller_restart(cluster: LocalCluster) -> None:
     assert cluster.agents["node-2"].output().count("executing command while-lost") == 1
 
 
+def assert_plain_scripting_output(cluster: LocalCluster) -> None:
+    """-o json and -o yaml print plain values a script filters on: jq '.[] | select(.state=="ready")'."""
+    as_json = json.loads(cluster.admin("nodes", "-o", "json").stdout)
+    as_yaml = yaml.safe_load(cluster.admin("nodes", "-o", "yaml").stdout)
+    for listed in (as_json, as_yaml):
+        ready = [n for n in listed if n["state"] == "ready"]
+        assert sorted(n["name"] for n in ready) == list(AGENTS)
+        node = ready[0]
+        assert node["backend"] == "sim" and node["activity"] in ("idle", "busy")
+        assert node["registrations"] == 1
+        stamp = datetime.fromisoformat(node["last_heartbeat_at"])
+        assert stamp.tzinfo is not None and node["last_heartbeat_at"].endswith("Z")
+    if shutil.which("jq"):  # the README's example, with the real tool where the machine has it
+        picked = subprocess.run(
+            ["jq", "-r", '.[] | select(.state=="ready") | .name'],
+            input=json.dumps(as_json),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert sorted(picked.stdout.split()) == list(AGENTS)
+
+
 def test_sigterm_stops_the_controller_cleanly(cluster: LocalCluster) -> None:
     controller = cluster.start_controller()
     cluster.start_agent("node-1")
-    wait_until(lambda: states(cluster) == {"node-1": "NODE_STATE_READY"}, what="node-1 ready")
+    wait_until(lambda: states(cluster) == {"node-1": "ready"}, what="node-1 ready")
     assert controller.terminate(timeout=20) == 0
     assert "controller stopped" in controller.output()
     # The agent keeps running and comes back by itself when a controller returns.

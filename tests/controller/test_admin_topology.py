@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import grpc.aio
+import yaml
 from click.testing import CliRunner, Result
 
 from tests.conftest import controller_settings
@@ -66,6 +67,9 @@ async def test_admin_topology_shows_racks_and_node_matrices(tmp_path: Path, sqli
             data = json.loads(as_json.output)
             assert {n for rack in data["racks"] for n in rack["nodes"]} == set(NODES)
             assert data["spine"]["oversubscription"] == 4.0
+            one = yaml.safe_load((await invoke("hgx-01", "--controller", address, "-o", "yaml")).output)
+            assert one["rack"] == "rack-a" and one["topology"]["gpu_links"][0]["kind"] in ("self", "nvlink")
+            assert isinstance(one["topology"]["memory_bytes"], int)
 
             missing = await invoke("ghost", "--controller", address)
             assert missing.exit_code == 1

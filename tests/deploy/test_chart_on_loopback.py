@@ -257,7 +257,7 @@ def test_install_then_helm_test_on_loopback(values: dict[str, Any], tmp_path: Pa
     def agent_ready() -> bool:
         result = run_cli(*test_args, env=test_env)
         nodes = json.loads(result.stdout) if result.returncode == 0 else []
-        return any(node.get("name") == NODE and node.get("state") == "NODE_STATE_READY" for node in nodes)
+        return any(node.get("name") == NODE and node.get("state") == "ready" for node in nodes)
 
     _wait(agent_ready, what=f"helm test to list {NODE} ready", daemons=daemons)
     (node,) = json.loads(run_cli(*test_args, env=test_env).stdout)

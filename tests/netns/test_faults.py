@@ -17,9 +17,9 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.netns
 
 SHAPE = ClusterShape(racks={"r1": ["a", "b"], "r2": ["c"]}, rack_mbit=400, spine_mbit=100)
-READY = "NODE_STATE_READY"
-LOST = "NODE_STATE_LOST"
-SUCCEEDED = "COMMAND_STATUS_SUCCEEDED"
+READY = "ready"
+LOST = "lost"
+SUCCEEDED = "succeeded"
 
 
 def commands(cluster: NetnsCluster) -> dict[str, dict[str, object]]:

@@ -54,7 +54,7 @@ def harness_times(cluster: NetnsCluster, hosts: list[str]) -> dict[int, float]:
     done = cluster.admin("bench", "run", "--nodes", ",".join(hosts), "--ranks-per-node", "1", *sweep, timeout=120)
     assert done.returncode == 0, done.stderr
     job: dict[str, Any] = json.loads(done.stdout)
-    assert job["status"] == "BENCHMARK_JOB_STATUS_SUCCEEDED", job["message"]
+    assert job["status"] == "succeeded", job["message"]
     assert all(int(s["wrong"]) == 0 and s["checked"] for s in job["sizes"]), "the data check ran on every size"
     times = {int(s["bytes"]): float(s["time_us"]) for s in job["sizes"] if s["in_place"]}
     assert sorted(times) == list(SIZES)

@@ -96,7 +96,7 @@ def test_a_rollout_completes_across_the_racks_and_a_throttled_rack_rolls_back_th
     wait_until(
         lambda: (
             {name: (node["state"], node["registrations"]) for name, node in cluster.nodes().items()}
-            == {name: ("NODE_STATE_READY", count + 1) for name, count in registrations.items()}
+            == {name: ("ready", count + 1) for name, count in registrations.items()}
         ),
         what="every agent back with the restarted controller",
         timeout=60,

@@ -433,7 +433,7 @@ class NetnsCluster:
         for host in self.shape.hosts:
             self.start_agent(host)
         wait_until(
-            lambda: self.node_states() == dict.fromkeys(self.shape.hosts, "NODE_STATE_READY"),
+            lambda: self.node_states() == dict.fromkeys(self.shape.hosts, "ready"),
             what="every agent to register",
             timeout=60,
             interval=0.2,

@@ -236,10 +236,9 @@ def topology(client: AdminClient, fmt: str, node_name: str | None) -> None:
     """
     # Imported here: the topology model pulls in numpy, which the other admin commands do not need.
     from topo_tune.topology import Spine, build_cluster, render_admin_topology  # noqa: PLC0415
+    from topo_tune.topology.cluster import admin_topology_data  # noqa: PLC0415
     from topo_tune.v1 import topology_pb2  # noqa: PLC0415
 
-    if fmt == "yaml":
-        raise click.UsageError("admin topology prints --output table or json")
     view = client.cluster_topology()
     spine = None
     if view.HasField("spine_oversubscription") or view.HasField("spine_bandwidth_gbps"):
@@ -249,4 +248,7 @@ def topology(client: AdminClient, fmt: str, node_name: str | None) -> None:
         )
     topologies: dict[str, topology_pb2.NodeTopology] = {n.name: n.topology for n in view.nodes}
     cluster = build_cluster(topologies, {n.name: n.rack for n in view.nodes if n.rack}, spine=spine)
-    click.echo(render_admin_topology(cluster, node=node_name, output="json" if fmt == "json" else "table"), nl=False)
+    if fmt != "table":
+        emit_data(admin_topology_data(cluster, node=node_name, node_data=to_data), fmt)
+        return
+    click.echo(render_admin_topology(cluster, node=node_name), nl=False)

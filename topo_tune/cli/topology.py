@@ -2,7 +2,7 @@
 
 The first command an operator runs on a new node: it discovers the node (NVML + sysfs) or reads the XML NCCL
 wrote with ``NCCL_TOPO_DUMP_FILE``, and prints the `nvidia-smi topo -m`-style matrix with its legend, NUMA and
-CPU affinity and what could not be determined; ``--output json`` prints the full ``NodeTopology``.
+CPU affinity and what could not be determined; ``--output json|yaml`` prints the full ``NodeTopology``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from topo_tune.agent.discovery import discover
-from topo_tune.topology.cluster import node_to_dict
+from topo_tune.cli.output import emit_data, to_data
 from topo_tune.topology.distance import PairMatrix
 from topo_tune.topology.fingerprint import topology_fingerprint
 from topo_tune.topology.matrix import render_node_matrix
@@ -35,10 +35,12 @@ def topology() -> None:
 )
 @click.option(
     "--output",
-    type=click.Choice(["table", "json", "nccl-xml"]),
+    "-o",
+    type=click.Choice(["table", "json", "yaml", "nccl-xml"]),
     default="table",
     show_default=True,
-    help="json: the full NodeTopology; nccl-xml: the node as an NCCL topology file (a port per <net>).",
+    help="json/yaml: the full NodeTopology in plain values; nccl-xml: the node as an NCCL topology file "
+    "(a port per <net>).",
 )
 def show(nccl_xml: Path | None, output: str) -> None:
     """Print this node's topology like `nvidia-smi topo -m`, with the unknowns."""
@@ -54,8 +56,8 @@ def show(nccl_xml: Path | None, output: str) -> None:
         click.echo(nccl_topology_xml(topo), nl=False)
         return
     fingerprint = topology_fingerprint(topo)
-    if output == "json":
-        click.echo(json.dumps({"fingerprint": fingerprint, "topology": node_to_dict(topo)}, indent=2))
+    if output in ("json", "yaml"):
+        emit_data({"fingerprint": fingerprint, "topology": to_data(topo)}, output)
     else:
         click.echo(render_node_matrix(topo), nl=False)
         click.echo(f"\nFingerprint: {fingerprint}")

@@ -9,7 +9,7 @@ racks (table or JSON) and one node's matrix. Non-goals: parsing configuration fi
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -181,7 +181,10 @@ def node_to_dict(topo: topology_pb2.NodeTopology) -> dict[str, Any]:
     return data
 
 
-def cluster_to_dict(cluster: ClusterTopology) -> dict[str, Any]:
+def cluster_to_dict(
+    cluster: ClusterTopology, node_data: Callable[[topology_pb2.NodeTopology], dict[str, Any]] = node_to_dict
+) -> dict[str, Any]:
+    """The cluster as JSON-ready data; ``node_data`` turns each node's `NodeTopology` into data."""
     return {
         "fingerprint": cluster.fingerprint,
         "spine": None
@@ -192,10 +195,35 @@ def cluster_to_dict(cluster: ClusterTopology) -> dict[str, Any]:
         },
         "racks": [{"name": rack.name, "nodes": list(rack.nodes)} for rack in cluster.racks],
         "nodes": {
-            name: {"fingerprint": cluster.fingerprints[name], "topology": node_to_dict(cluster.nodes[name])}
+            name: {"fingerprint": cluster.fingerprints[name], "topology": node_data(cluster.nodes[name])}
             for name in cluster.node_order()
         },
     }
+
+
+def admin_topology_data(
+    cluster: ClusterTopology,
+    *,
+    node: str | None = None,
+    node_data: Callable[[topology_pb2.NodeTopology], dict[str, Any]] = node_to_dict,
+) -> dict[str, Any]:
+    """What ``topo-tune admin topology [NODE] --output json|yaml`` prints: the whole cluster, or one node with
+    its rack, fingerprint and full `NodeTopology`. Raises `ClusterModelError` naming an unknown node."""
+    _check_node(cluster, node)
+    if node is None:
+        return cluster_to_dict(cluster, node_data)
+    return {
+        "node": node,
+        "rack": cluster.rack_of[node],
+        "fingerprint": cluster.fingerprints[node],
+        "topology": node_data(cluster.nodes[node]),
+    }
+
+
+def _check_node(cluster: ClusterTopology, node: str | None) -> None:
+    if node is not None and node not in cluster.nodes:
+        known = ", ".join(cluster.node_order())
+        raise ClusterModelError(f"unknown node {node!r}; known nodes: {known}")
 
 
 def render_admin_topology(
@@ -207,19 +235,9 @@ def render_admin_topology(
     `nvidia-smi topo -m`-style matrix (table) or its full `NodeTopology` (JSON). Raises `ClusterModelError`
     naming an unknown node.
     """
-    if node is not None and node not in cluster.nodes:
-        known = ", ".join(cluster.node_order())
-        raise ClusterModelError(f"unknown node {node!r}; known nodes: {known}")
+    _check_node(cluster, node)
     if output == "json":
-        if node is None:
-            return json.dumps(cluster_to_dict(cluster), indent=2) + "\n"
-        payload = {
-            "node": node,
-            "rack": cluster.rack_of[node],
-            "fingerprint": cluster.fingerprints[node],
-            "topology": node_to_dict(cluster.nodes[node]),
-        }
-        return json.dumps(payload, indent=2) + "\n"
+        return json.dumps(admin_topology_data(cluster, node=node), indent=2) + "\n"
     if output != "table":
         raise ClusterModelError(f"output must be 'table' or 'json', got {output!r}")
     if node is None:
