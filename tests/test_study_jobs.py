@@ -64,3 +64,26 @@ async def test_nodes_whose_agents_discovered_gpus_pass_the_gpu_check(tmp_path: P
         await asyncio.to_thread(_gpu_check, embedded.address, embedded.token)
     finally:
         await embedded.stop()
+
+
+def _times(address: str, token: str, seed: int | None, requests: list[MeasurementRequest]) -> list[float]:
+    config = TrialConfig(env={}, rank_order=RankOrder("hostfile", NODES))
+    with AdminClient(address, token=token, timeout_s=60) as client:
+        wait_for_nodes(client, list(NODES), timeout_s=60)
+        evaluate = JobEvaluator(client, deadline_s=60, iters=5, warmup_iters=1, seed=seed)
+        return [evaluate(config, r).samples[0].time_us for r in requests]
+
+
+async def test_a_seeded_study_gets_the_same_sim_noise_for_the_same_measurement(tmp_path: Path) -> None:
+    embedded = EmbeddedCluster(loads_cluster_config(CLUSTER), tmp_path)
+    await embedded.start()
+    search = MeasurementRequest(collectives=("all_reduce",), sizes=(1 << 20,), trial=3, purpose="search")
+    pairs = [MeasurementRequest(("all_reduce",), (1 << 20,), 3, "proof", repeat, "baseline") for repeat in (0, 1)]
+    try:
+        seeded = await asyncio.to_thread(_times, embedded.address, embedded.token, 7, [search, search, *pairs])
+        unseeded = await asyncio.to_thread(_times, embedded.address, embedded.token, None, [search, search])
+    finally:
+        await embedded.stop()
+    assert seeded[0] == seeded[1], "the same measurement of a seeded study: the same figures, whatever the job id"
+    assert len({seeded[0], seeded[2], seeded[3]}) == 3, "each proof pair (and the search) draws its own noise"
+    assert unseeded[0] != unseeded[1], "without a seed each job draws its own"

@@ -13,7 +13,9 @@ Non-goals: rollouts (``admin rollout``), and measuring anything itself — every
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
+import json
 import logging
 import math
 import time
@@ -89,18 +91,31 @@ class JobEvaluator:
     cuda_graph: bool = False
     poll_s: float = 0.05
     sleep: Callable[[float], None] = time.sleep
+    # The study's seed: each job's sim noise seed is derived from it and from what the job measures (trial,
+    # purpose, pair, side, collective, sizes), never from a job id or the order jobs finish in, so a seeded sim
+    # study reproduces exactly. None: the controller draws one per job.
+    seed: int | None = None
 
     def __call__(self, config: TrialConfig, request: MeasurementRequest) -> Measurements:
         samples: list[SizeSample] = []
         simulated = False
         for collective in request.collectives:
             for sweep in _sweeps(request.sizes):
-                job = self._run(collective, sweep, config)
+                job = self._run(collective, sweep, config, self._sim_seed(request, collective, sweep))
                 simulated = simulated or job.simulated
                 samples.extend(_samples(collective, sweep, job))
         return Measurements(tuple(samples), simulated=simulated)
 
-    def _run(self, collective: str, sweep: agent_pb2.SizeSweep, config: TrialConfig) -> admin_pb2.BenchmarkJob:
+    def _sim_seed(self, request: MeasurementRequest, collective: str, sweep: agent_pb2.SizeSweep) -> int | None:
+        if self.seed is None:
+            return None
+        what = [self.seed, request.purpose, request.trial, request.repeat, request.side, collective]
+        what += [sweep.min_bytes, sweep.max_bytes, sweep.step_factor]
+        return int.from_bytes(hashlib.sha256(json.dumps(what).encode()).digest()[:8], "big")
+
+    def _run(
+        self, collective: str, sweep: agent_pb2.SizeSweep, config: TrialConfig, sim_seed: int | None = None
+    ) -> admin_pb2.BenchmarkJob:
         request = admin_pb2.StartBenchmarkRequest(
             collective=COLLECTIVE_TO_PROTO[Collective(collective)],
             nodes=list(config.rank_order.nodes),
@@ -111,6 +126,7 @@ class JobEvaluator:
             deadline_s=math.ceil(self.deadline_s),
             tuner_table=config.tuner_table,
             cuda_graph=self.cuda_graph,
+            sim_seed=sim_seed,
         )
         # A node still busy with an earlier job (e.g. one left by a run that was killed and is being resumed)
         # frees up when that job ends or reaches its deadline: wait for it rather than fail the trial.
@@ -422,6 +438,7 @@ def run_pass(
         iters=search.iters,
         warmup_iters=search.warmup_iters,
         cuda_graph=search.cuda_graph,
+        seed=search.seed,
     )
     started = time.monotonic()
     outcome = run_study(

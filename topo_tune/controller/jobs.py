@@ -197,7 +197,7 @@ class BenchmarkJobs:
                 run.sim.spine_oversubscription = self.settings.spine_oversubscription
             if self.settings.spine_ecmp_paths > 1:
                 run.sim.spine_ecmp_paths = self.settings.spine_ecmp_paths
-            run.sim.seed = zlib.crc32(job_id.encode())
+            run.sim.seed = request.sim_seed if request.HasField("sim_seed") else zlib.crc32(job_id.encode())
         return run, backend, list(request.nodes)
 
     @staticmethod

@@ -515,6 +515,7 @@ class StartBenchmarkRequest(_message.Message):
     JOB_ID_FIELD_NUMBER: _builtins.int
     TUNER_TABLE_FIELD_NUMBER: _builtins.int
     CUDA_GRAPH_FIELD_NUMBER: _builtins.int
+    SIM_SEED_FIELD_NUMBER: _builtins.int
     collective: _agent_pb2.Collective.ValueType
     dtype: _builtins.str
     """empty: float32"""
@@ -534,6 +535,8 @@ class StartBenchmarkRequest(_message.Message):
     """a candidate tuner-plugin table for every rank (RunBenchmark.tuner_table)"""
     cuda_graph: _builtins.bool
     """time each size as one CUDA graph (RunBenchmark.cuda_graph; nccl-tests -G)"""
+    sim_seed: _builtins.int
+    """sim backend: the noise seed, so a seeded study reproduces; unset: one"""
     @_builtins.property
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """rank order: ranks are contiguous per node, node by node"""
@@ -558,12 +561,15 @@ class StartBenchmarkRequest(_message.Message):
         job_id: _builtins.str = ...,
         tuner_table: _builtins.str = ...,
         cuda_graph: _builtins.bool = ...,
+        sim_seed: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["sizes", b"sizes"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_sim_seed", b"_sim_seed", "sim_seed", b"sim_seed", "sizes", b"sizes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["both_placements", b"both_placements", "collective", b"collective", "cuda_graph", b"cuda_graph", "deadline_s", b"deadline_s", "dtype", b"dtype", "env", b"env", "iters", b"iters", "job_id", b"job_id", "nodes", b"nodes", "ranks_per_node", b"ranks_per_node", "sizes", b"sizes", "tuner_table", b"tuner_table", "warmup_iters", b"warmup_iters"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_sim_seed", b"_sim_seed", "both_placements", b"both_placements", "collective", b"collective", "cuda_graph", b"cuda_graph", "deadline_s", b"deadline_s", "dtype", b"dtype", "env", b"env", "iters", b"iters", "job_id", b"job_id", "nodes", b"nodes", "ranks_per_node", b"ranks_per_node", "sim_seed", b"sim_seed", "sizes", b"sizes", "tuner_table", b"tuner_table", "warmup_iters", b"warmup_iters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__sim_seed: _TypeAlias = _typing.Literal["sim_seed"]  # noqa: Y015
+    _WhichOneofArgType__sim_seed: _TypeAlias = _typing.Literal["_sim_seed", b"_sim_seed"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__sim_seed) -> _WhichOneofReturnType__sim_seed | None: ...
 
 Global___StartBenchmarkRequest: _TypeAlias = StartBenchmarkRequest  # noqa: Y015
 
