@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: install demo test lint typecheck protos schema clean
+.PHONY: install chromium demo test lint typecheck protos schema report-screenshot clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,10 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 install: $(VENV)/.installed
+
+# Headless Chromium (Debian's package) for the report's browser test; CI starts from a clean machine.
+chromium:
+	command -v chromium >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q chromium; }
 
 demo: install
 	$(BIN)/topo-tune init --cluster-config examples/demo-cluster.yaml --output topo-tune-output
@@ -29,11 +33,19 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-test: lint typecheck
+test: lint typecheck chromium
 	$(BIN)/python -m pytest
 
 protos: install
 	$(BIN)/python tools/gen_protos.py
+
+# The committed screenshot of the demo's report (docs/report-demo.png), from a fresh run of the demo.
+report-screenshot: install chromium
+	rm -rf .report-demo
+	$(BIN)/topo-tune --log-level warning init --cluster-config examples/demo-cluster.yaml --output .report-demo
+	$(BIN)/python tools/report_browser.py check .report-demo/report.html
+	$(BIN)/python tools/report_browser.py screenshot .report-demo/report.html docs/report-demo.png
+	rm -rf .report-demo
 
 schema: install
 	$(BIN)/topo-tune config schema > docs/cluster.schema.json

@@ -454,11 +454,12 @@ def run_pass(
     written = write_outputs(
         outcome,
         output,
-        shape=ClusterShape(slots=slots, pairs=pairs),
+        shape=ClusterShape(slots=slots, pairs=pairs, racks=cluster.rack_of()),
         nccl_version=nccl_version,
         topology_fingerprint=fingerprint,
         advice=advise(latencies) if latencies else None,
         table_bucket_rows=search.tuner_table,
+        objective=objective,
     )
     version = written.config_version
     client.put_config_version(dict(version.files), dict(version.provenance), version_id=version.id)

@@ -94,9 +94,12 @@ def test_a_promoted_result_writes_every_file_as_its_reader_reads_it(
     assert summary["timeout_advice"]["process_group_timeout_s"] >= 300
     report = (tmp_path / "report.html").read_text()
     assert "SIMULATED" in report
-    for image in ("busbw-all_reduce.png", "busbw-all_gather.png", "history.png", "topology.png"):
-        assert f"plots/{image}" in report
-        assert (tmp_path / "plots" / image).read_bytes().startswith(b"\x89PNG")
+    images = ["speedup-all_reduce.png", "busbw-all_reduce.png", "knobs.png", "history.png", "topology.png"]
+    for image in images:
+        png = (tmp_path / "plots" / image).read_bytes()
+        assert png.startswith(b"\x89PNG")
+        assert f"data-name='{image}'" in report, "every figure is inline in the report"
+    assert "src='plots/" not in report, "the report needs no other file"
     version = written.config_version
     assert version.files["nccl.conf"] == (tmp_path / "nccl.conf").read_text()
     assert version.provenance["study"] == outcome.name and version.provenance["simulated"] == "true"

@@ -13,7 +13,7 @@ Purpose: from a :class:`~topo_tune.tuner.study.StudyOutcome`, write into one dir
   from the node-pair matrix next to NCCL's natural order (``rank_map``);
 * ``topology.xml`` — when the caller has an ``NCCL_TOPO_FILE`` to ship;
 * ``summary.json`` — baseline, best, per-bucket speedups with CI and p-values, trials, the simulated flag;
-* ``report.html`` with PNG plots (busbw vs size per collective, optimisation history, node-pair heatmap).
+* ``report.html`` (``report``: one self-contained page, images inline) and its figures as PNGs under ``plots/``.
 
 File contents carry nothing study-specific beyond the settings, so the same settings give the same
 ConfigVersion id; the provenance travels beside the files.
@@ -23,24 +23,18 @@ Non-goals: persisting anything, and rendering a topology file (the caller passes
 
 from __future__ import annotations
 
-import html
 import json
-import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-
-import matplotlib
-
-matplotlib.use("Agg")  # files only: never a display; before pyplot is imported
-import matplotlib.pyplot as plt
 
 from topo_tune.config_version import NCCL_CONF, RANK_MAP, TOPO_FILE, TUNER_TABLE, ConfigVersion, render_nccl_conf
 from topo_tune.errors import ConfigError
 from topo_tune.topology.distance import PairMatrix
-from topo_tune.tuner.objective import Measurements
+from topo_tune.tuner.objective import Measurements, Objective
 from topo_tune.tuner.rank_map import RankMap, RingPrediction
+from topo_tune.tuner.report import render_report, report_figures
 from topo_tune.tuner.ring_order import ring_metrics
 from topo_tune.tuner.space import NATURAL_ORDER
 from topo_tune.tuner.statistics import Decision
@@ -96,6 +90,7 @@ class ClusterShape:
 
     slots: Mapping[str, int]
     pairs: PairMatrix
+    racks: Mapping[str, str] = field(default_factory=dict)  # node → rack, for the report's heatmap
 
     @property
     def nodes(self) -> int:
@@ -178,13 +173,14 @@ def rank_map(outcome: StudyOutcome, shape: ClusterShape) -> RankMap:
     )
 
 
-def _bucket_rows(proof: FinalistProof | None) -> list[dict[str, object]]:
+def _bucket_rows(proof: FinalistProof | None, objective: Objective | None = None) -> list[dict[str, object]]:
     if proof is None:
         return []
     return [
         {
             "collective": b.collective,
             "bucket": b.bucket.name,
+            **({} if objective is None else {"weight": objective.profile.weight(b.collective, b.bucket.name)}),
             "min_bytes": b.bucket.min_bytes,
             "max_bytes": b.bucket.max_bytes,
             "scored_by": "time" if b.bucket.latency_bound else "busbw",
@@ -219,8 +215,10 @@ def summary(
     topology_fingerprint: str,
     config_version_id: str,
     advice: TimeoutAdvice | None,
+    objective: Objective | None = None,
 ) -> dict[str, object]:
-    """The machine-readable summary (``summary.json``)."""
+    """The machine-readable summary (``summary.json``); with ``objective``, each bucket row carries its workload
+    weight (what the weighted speedup and its CI combine by)."""
     chosen = outcome.chosen
     shown = chosen or max(outcome.proofs, key=lambda p: p.speedup, default=None)
     site = dict(outcome.site_fixed)
@@ -263,7 +261,7 @@ def summary(
             "tuner_table": chosen.config.tuner_table,
         },
         "proven_trial": None if shown is None else shown.trial,
-        "buckets": _bucket_rows(shown),
+        "buckets": _bucket_rows(shown, objective),
         "finalists": [
             {
                 "trial": p.trial,
@@ -305,6 +303,7 @@ def write_outputs(
     advice: TimeoutAdvice | None = None,
     plots: bool = True,
     table_bucket_rows: bool = True,
+    objective: Objective | None = None,
 ) -> WrittenOutputs:
     """Write every output into ``directory`` (created if needed) and return the ConfigVersion of the result.
 
@@ -337,22 +336,20 @@ def write_outputs(
         },
     )
     directory.mkdir(parents=True, exist_ok=True)
+    summary_data = summary(
+        outcome,
+        nccl_version=nccl_version,
+        topology_fingerprint=topology_fingerprint,
+        config_version_id=version.id,
+        advice=advice,
+        objective=objective,
+    )
     written = {
         NCCL_CONF: files[NCCL_CONF],
         TUNER_TABLE: table,
         RANK_MAP: ranks.to_json(),
         HOSTFILE: ranks.hostfile("mpi"),
-        SUMMARY: json.dumps(
-            summary(
-                outcome,
-                nccl_version=nccl_version,
-                topology_fingerprint=topology_fingerprint,
-                config_version_id=version.id,
-                advice=advice,
-            ),
-            indent=2,
-        )
-        + "\n",
+        SUMMARY: json.dumps(summary_data, indent=2) + "\n",
     }
     if topology_xml is not None:
         written[TOPO_FILE] = topology_xml
@@ -362,8 +359,21 @@ def write_outputs(
     try:
         for name, text in written.items():
             staged.append(_stage(directory / name, text))
-        images = _plots(outcome, shape, directory / PLOTS) if plots else []
-        staged.append(_stage(directory / REPORT, _report_html(outcome, images, version.id)))
+        figures = report_figures(outcome, summary_data, shape.pairs, shape.racks) if plots else []
+        if figures:
+            (directory / PLOTS).mkdir(exist_ok=True)
+        images = [f.name for f in figures]
+        for figure in figures:
+            staged.append(_stage(directory / PLOTS / figure.name, figure.png))
+        report = render_report(
+            summary_data,
+            figures,
+            outcome=outcome,
+            files=[*written, *files],
+            nodes=sorted(shape.slots),
+            ranks=shape.ranks,
+        )
+        staged.append(_stage(directory / REPORT, report))
         for partial, target in staged:
             os.replace(partial, target)
     finally:
@@ -373,130 +383,15 @@ def write_outputs(
     return WrittenOutputs(directory, tuple(names), version)
 
 
-def _stage(target: Path, text: str) -> tuple[Path, Path]:
-    """``text`` written completely to a scratch file beside ``target``; the caller renames it into place."""
+def _stage(target: Path, content: str | bytes) -> tuple[Path, Path]:
+    """``content`` written completely to a scratch file beside ``target``; the caller renames it into place."""
     partial = target.with_name(f".{target.name}.partial")
     try:
-        partial.write_text(text)
+        if isinstance(content, bytes):
+            partial.write_bytes(content)
+        else:
+            partial.write_text(content)
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
     return partial, target
-
-
-# ---------------------------------------------------------------------------------------------- report
-
-
-def _plots(outcome: StudyOutcome, shape: ClusterShape, directory: Path) -> list[str]:
-    directory.mkdir(parents=True, exist_ok=True)
-    label = " (SIMULATED)" if outcome.simulated else ""
-    names: list[str] = []
-    proof = outcome.chosen or max(outcome.proofs, key=lambda p: p.speedup, default=None)
-    base = proof.baseline if proof is not None and proof.baseline is not None else outcome.baseline.measurements
-    tuned = proof.candidate if proof is not None else (outcome.best.measurements if outcome.best else None)
-    if base is not None:
-        for collective in sorted({s.collective for s in base.samples}):
-            fig, ax = plt.subplots(figsize=(7, 4))
-            for m, name, style in ((base, "NCCL defaults", "o-"), (tuned, "tuned", "s-")):
-                if m is None:
-                    continue
-                pts = sorted((s.bytes, s.busbw_gbs) for s in m.samples if s.collective == collective)
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=name)
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("message size (bytes)")
-            ax.set_ylabel("bus bandwidth (GB/s)")
-            ax.set_title(f"{collective}: busbw vs size{label}")
-            ax.legend()
-            ax.grid(True, alpha=0.3)
-            name = f"busbw-{collective}.png"
-            fig.tight_layout()
-            fig.savefig(directory / name, dpi=80)
-            plt.close(fig)
-            names.append(name)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    best = -math.inf
-    xs, ys, bx, by = [], [], [], []
-    for t in sorted(outcome.trials, key=lambda t: t.number):
-        if t.value is not None:
-            xs.append(t.number)
-            ys.append(t.value)
-            best = max(best, t.value)
-        if best > -math.inf:
-            bx.append(t.number)
-            by.append(best)
-    failed = [t.number for t in outcome.trials if t.state not in ("complete", "pruned", "running", "waiting")]
-    ax.plot(xs, ys, "o", label="trial value", alpha=0.6)
-    ax.plot(bx, by, "-", label="best so far")
-    if failed:
-        ax.plot(failed, [1.0] * len(failed), "x", color="red", label="failed")
-    ax.axhline(1.0, color="gray", lw=0.8)
-    ax.set_xlabel("trial")
-    ax.set_ylabel("speedup over NCCL defaults")
-    ax.set_title(f"optimisation history{label}")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(directory / "history.png", dpi=80)
-    plt.close(fig)
-    names.append("history.png")
-    if len(shape.pairs.names) > 1:
-        fig, ax = plt.subplots(figsize=(6, 5))
-        # The diagonal (a node with itself) is infinite in the matrix; leave it blank.
-        grid = [[v if math.isfinite(v) else math.nan for v in row] for row in shape.pairs.bandwidth()]
-        image = ax.imshow(grid, cmap="viridis")
-        nodes = shape.pairs.names
-        ax.set_xticks(range(len(nodes)), nodes, rotation=90, fontsize=7)
-        ax.set_yticks(range(len(nodes)), nodes, fontsize=7)
-        fig.colorbar(image, ax=ax, label="GB/s")
-        ax.set_title(f"node-pair bandwidth{label}")
-        fig.tight_layout()
-        fig.savefig(directory / "topology.png", dpi=80)
-        plt.close(fig)
-        names.append("topology.png")
-    return names
-
-
-def _report_html(outcome: StudyOutcome, images: Sequence[str], version_id: str) -> str:
-    e = html.escape
-    verdict = (
-        f"Promoted trial {outcome.chosen.trial}: speedup {outcome.chosen.speedup:.3f}x over NCCL's defaults"
-        if outcome.chosen is not None
-        else "Keep NCCL's defaults: no configuration beat them beyond noise"
-    )
-    rows = "".join(
-        "<tr>"
-        + "".join(
-            f"<td>{e(str(v))}</td>"
-            for v in (
-                r["collective"],
-                r["bucket"],
-                r["decision"],
-                f"{r['speedup']:.3f}",
-                f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]",
-                f"{r['p_value']:.2g}",
-                f"{r['cv_baseline']:.3f}",
-                f"{r['cv_tuned']:.3f}",
-            )
-        )
-        + "</tr>"
-        for r in _bucket_rows(outcome.chosen or max(outcome.proofs, key=lambda p: p.speedup, default=None))
-    )
-    banner = (
-        "<p class='sim'><b>SIMULATED</b>: every figure below comes from the sim model.</p>" if outcome.simulated else ""
-    )
-    states: dict[str, int] = {}
-    for t in outcome.trials:
-        states[t.state] = states.get(t.state, 0) + 1
-    pictures = "".join(f"<figure><img src='{PLOTS}/{e(p)}' alt='{e(p)}'></figure>" for p in images)
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>topo-tune report: {e(outcome.name)}</title>
-<style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:2px 8px;border-bottom:1px solid #ddd}}
-.sim{{background:#fee;padding:.5em}}</style></head><body>
-<h1>topo-tune study {e(outcome.name)}</h1>{banner}
-<p>{e(verdict)}. Config version <code>{e(version_id)}</code>. Sampler {e(outcome.sampler)}, seed {outcome.seed}.
-Trials: {e(", ".join(f"{k} {v}" for k, v in sorted(states.items())))}.</p>
-<h2>Per collective and size bucket</h2>
-<table><tr><th>collective</th><th>bucket</th><th>decision</th><th>speedup</th><th>99% CI</th><th>p</th>
-<th>CV defaults</th><th>CV tuned</th></tr>{rows}</table>
-<h2>Plots</h2>{pictures}
-</body></html>
-"""

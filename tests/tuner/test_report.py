@@ -1,0 +1,111 @@
+"""The report as a person sees it: rendered by real headless Chromium, and what it says for each verdict."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.tuner.test_study import study_settings
+from tools.report_browser import Chromium, chromium_binary
+from topo_tune.sim import demo_cluster
+from topo_tune.topology.distance import PairMatrix
+from topo_tune.tuner.objective import Objective, WorkloadProfile
+from topo_tune.tuner.outputs import ClusterShape, write_outputs
+from topo_tune.tuner.report import render_report, weighted_ci
+from topo_tune.tuner.sim_evaluator import SimEvaluator, sim_space
+from topo_tune.tuner.study import StudyOutcome, run_study
+
+OBJECTIVE = Objective(WorkloadProfile({"all_reduce": 2, "all_gather": 1}))
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[StudyOutcome, ClusterShape]:
+    cluster = demo_cluster()
+    names = cluster.node_names
+    racks = {n: cluster.node(n).rack for n in names}
+    grouped = sorted(names, key=lambda n: (racks[n], n))
+    space = sim_space(cluster, nccl_version="2.28.3", collectives=["all_reduce", "all_gather"], optimized=grouped)
+    url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'demo.db'}"
+    outcome = run_study(
+        study_settings(url, budget=16, proof_pairs=4),
+        space=space,
+        objective=OBJECTIVE,
+        evaluate=SimEvaluator(cluster),
+        candidates=[],
+    )
+    bandwidth = tuple(tuple(0.0 if a == b else (50.0 if racks[a] == racks[b] else 15.0) for b in names) for a in names)
+    pairs = PairMatrix.from_matrices(names, bandwidth, method="test")
+    return outcome, ClusterShape(dict.fromkeys(names, 8), pairs, racks)
+
+
+def write(outcome: StudyOutcome, shape: ClusterShape, directory: Path) -> tuple[str, dict[str, Any]]:
+    write_outputs(
+        outcome, directory, shape=shape, nccl_version="2.28.3", topology_fingerprint="fp", objective=OBJECTIVE
+    )
+    return (directory / "report.html").read_text(), json.loads((directory / "summary.json").read_text())
+
+
+def test_the_report_renders_in_headless_chromium_with_every_image_and_no_error(
+    demo: tuple[StudyOutcome, ClusterShape], tmp_path: Path
+) -> None:
+    assert chromium_binary() is not None, "the report test needs Debian's chromium (make chromium installs it)"
+    outcome, shape = demo
+    assert outcome.chosen is not None, "the demo promotes a configuration"
+    promoted_html, promoted = write(outcome, shape, tmp_path / "promoted")
+    keep = dataclasses.replace(outcome, chosen=None)
+    kept_html, kept = write(keep, shape, tmp_path / "kept")
+    with Chromium() as browser:
+        for directory, summary in ((tmp_path / "promoted", promoted), (tmp_path / "kept", kept)):
+            page = browser.check(directory / "report.html")
+            assert page.problems(expect_version=summary["config_version"]) == [], directory.name
+            # speedup and busbw per collective, knobs, history, topology
+            assert len(page.images) == 7, page.images
+        broken = tmp_path / "broken.html"
+        broken.write_text(promoted_html.replace("data:image/png;base64,", "data:image/png;base64,AAAA", 1))
+        assert any("did not load" in p for p in browser.check(broken).problems()), "the check sees a broken image"
+    assert "<script" not in promoted_html and "http://" not in promoted_html and "https://" not in promoted_html
+    # Promoted: the verdict, the settings, the order and the commands that use them.
+    chosen = promoted["chosen"]
+    assert f"Promote: {chosen['speedup']:.3f}×" in promoted_html
+    for key, value in chosen["env"].items():
+        assert f"{key}={value}" in promoted_html
+    assert f"topo-tune admin rollout create {promoted['config_version']}" in promoted_html
+    assert "topo-tune exec --nodes" in promoted_html and "--hostfile hostfile -np 64" in promoted_html
+    assert promoted_html.count("[SIMULATED]") >= 7, "every figure's caption says SIMULATED"
+    # Kept: no rollout; what came closest, and why it lost.
+    assert "class='verdict keep'>Keep NCCL's defaults<" in kept_html
+    assert "rollout create" not in kept_html and "What came closest" in kept_html
+    best = max(outcome.proofs, key=lambda p: p.speedup)
+    assert re.search(rf"Trial {best.trial} \(.*\): {best.speedup:.3f}× in the proof", kept_html)
+
+
+def test_the_weighted_ci_combines_the_bucket_bounds_by_weight() -> None:
+    rows = [
+        {"weight": 2.0, "ci_low": 1.1, "ci_high": 1.3},
+        {"weight": 1.0, "ci_low": 0.9, "ci_high": 1.0},
+        {"weight": 0.0, "ci_low": 0.1, "ci_high": 0.2},  # weighs nothing
+    ]
+    low, high = weighted_ci(rows) or (0.0, 0.0)
+    assert low == pytest.approx(math.exp((2 * math.log(1.1) + math.log(0.9)) / 3))
+    assert high == pytest.approx(math.exp((2 * math.log(1.3) + math.log(1.0)) / 3))
+    assert weighted_ci([{"ci_low": 1.1, "ci_high": 1.3}]) is None, "no weight: no combined interval claimed"
+
+
+def test_the_report_takes_summary_fields_it_does_not_know(
+    demo: tuple[StudyOutcome, ClusterShape], tmp_path: Path
+) -> None:
+    outcome, shape = demo
+    _, summary = write(dataclasses.replace(outcome, chosen=None), shape, tmp_path)
+    summary["trade_off"] = {"trial": 7, "gain": 1.2, "cost": "all_reduce 0-1K 0.97x"}
+    for row in summary["buckets"]:
+        row["decision_word"] = "not shown"
+    del summary["finalists"]
+    page = render_report(summary, [], outcome=outcome, files=["hostfile"], nodes=["a"], ranks=8)
+    assert "Trade-off candidate" in page and "all_reduce 0-1K 0.97x" in page
+    assert "decision_word" in page and "not shown" in page
