@@ -428,7 +428,9 @@ def _summary_box(summary: Mapping[str, Any], files: Sequence[str], nodes: Sequen
     rows = [r for r in summary.get("buckets") or [] if isinstance(r, Mapping)]
     if chosen:
         ci = weighted_ci(rows)
-        ci_text = f" (99% CI {ci[0]:.3f}× – {ci[1]:.3f}×, conservative)" if ci else ""
+        level = rows[0].get("confidence") if rows else None
+        named = f"{float(level) * 100:g}% CI" if isinstance(level, (int, float)) else "CI"
+        ci_text = f" ({named} {ci[0]:.3f}× – {ci[1]:.3f}×, conservative)" if ci else ""
         verdict = (
             f"<div class='verdict promote'>Promote: {float(chosen['speedup']):.3f}× NCCL's defaults{e(ci_text)}</div>"
         )
