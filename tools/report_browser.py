@@ -154,7 +154,7 @@ class Chromium:
                 return seen
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:
-            message = json.loads(self._socket.recv())
+            message: dict[str, Any] = json.loads(self._socket.recv())
             if "method" in message:
                 self.events.append(message)
                 if message["method"] == event:
