@@ -106,6 +106,11 @@ def test_the_report_takes_summary_fields_it_does_not_know(
     for row in summary["buckets"]:
         row["decision_word"] = "not shown"
     del summary["finalists"]
+    summary["trials"][3].update(state="timeout", value=None, reason="rank 12 on gpu-02 hung past the deadline")
+    summary["trials"][4].update(state="pruned", value=None, reason=None)
     page = render_report(summary, [], outcome=outcome, files=["hostfile"], nodes=["a"], ranks=8)
+    listed = page.split("Failed and pruned trials, with the reason:")[1].split("every trial")[0]
+    assert "rank 12 on gpu-02 hung past the deadline" in listed and "timeout" in listed
+    assert "<td class='l'>4</td>" in listed and "pruned" in listed
     assert "Trade-off candidate" in page and "all_reduce 0-1K 0.97x" in page
     assert "decision_word" in page and "not shown" in page
