@@ -11,6 +11,11 @@ the contract (a path outside the directory, a variable the env policy refuses, a
 hash) is ``rejected`` before anything is written; a node busy with a benchmark or a job ``fails`` it with
 the reason, and the controller tries again later. Applies run one at a time, in the order they arrived.
 
+Deadlines: a command's ``deadline_at`` is absolute (the controller's clock; nodes keep time with NTP), so a
+benchmark or probe re-sent after it is ``timed_out`` without starting a worker, and one re-sent late runs only
+for the time left; ``deadline_s`` still bounds it, and alone (an older controller) counts from the start here.
+``cancel_job`` ends a benchmark job or probe on this node (its workers killed, its later command refused).
+
 A result's message is cut to ``MAX_RESULT_MESSAGE`` characters (a refusal that names thousands of variables,
 a worker's huge error), so that the controller never refuses the result itself.
 """
@@ -92,7 +97,20 @@ class Executor:
                 self._bench.rebind(address)
 
     def _deadline(self, command: agent_pb2.Command) -> float:
-        return float(command.deadline_s) if command.deadline_s else self.default_deadline_s
+        """Seconds the command may still run: what is left of ``deadline_at``, at most ``deadline_s``."""
+        relative = float(command.deadline_s) if command.deadline_s else self.default_deadline_s
+        if not command.HasField("deadline_at"):
+            return relative
+        left = (command.deadline_at.ToDatetime(UTC) - self.clock()).total_seconds()
+        return min(relative, left)
+
+    def _cancel(self, request: agent_pb2.CancelJob, result: agent_pb2.CommandResult) -> None:
+        result.status = agent_pb2.COMMAND_STATUS_SUCCEEDED
+        if self.backend != "sim" and self._benchmarks().cancel(request.job_id, request.reason):
+            result.message = f"job {request.job_id} cancelled: its workers were killed"
+        else:  # sim jobs finish as they start; a real one that arrives later is refused
+            result.message = f"job {request.job_id} was not running here; it will not start"
+        logger.info("%s (%s)", result.message, request.reason, extra={"job": request.job_id})
 
     def _benchmark(self, command: agent_pb2.Command) -> agent_pb2.CommandResult:
         if self.backend == "sim":
@@ -134,6 +152,14 @@ class Executor:
                 await asyncio.to_thread(self.journal.set_state, DRAINED_KEY, "1" if command.drain.drained else "0")
                 result.status = agent_pb2.COMMAND_STATUS_SUCCEEDED
                 result.message = "drained" if command.drain.drained else "undrained"
+            elif kind == "cancel_job":
+                await asyncio.to_thread(self._cancel, command.cancel_job, result)
+            elif kind in ("run_benchmark", "probe") and self._deadline(command) <= 0:
+                result.status = agent_pb2.COMMAND_STATUS_TIMED_OUT
+                result.message = (
+                    f"its deadline {command.deadline_at.ToDatetime(UTC).isoformat()} passed before it arrived; "
+                    "nothing was started"
+                )
             elif kind in ("run_benchmark", "probe") and self.drained:
                 result.status = agent_pb2.COMMAND_STATUS_REJECTED
                 result.message = "node is drained: it takes no benchmark work"

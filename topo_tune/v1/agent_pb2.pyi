@@ -466,16 +466,25 @@ class Command(_message.Message):
     COMMAND_ID_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
     DEADLINE_S_FIELD_NUMBER: _builtins.int
+    DEADLINE_AT_FIELD_NUMBER: _builtins.int
     RUN_BENCHMARK_FIELD_NUMBER: _builtins.int
     APPLY_CONFIG_FIELD_NUMBER: _builtins.int
     REDISCOVER_FIELD_NUMBER: _builtins.int
     PROBE_FIELD_NUMBER: _builtins.int
     DRAIN_FIELD_NUMBER: _builtins.int
+    CANCEL_JOB_FIELD_NUMBER: _builtins.int
     command_id: _builtins.str
     deadline_s: _builtins.int
     """0: the command kind's default"""
     @_builtins.property
     def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def deadline_at(self) -> _timestamp_pb2.Timestamp:
+        """When the command's work must be over, on the controller's clock (absolute: a command re-sent late gets
+        what is left, and none past it starts any work). Set: the agent runs for at most the time left, and never
+        longer than deadline_s. Unset (an older controller): deadline_s counts from when the agent starts it.
+        """
+
     @_builtins.property
     def run_benchmark(self) -> Global___RunBenchmark: ...
     @_builtins.property
@@ -486,27 +495,59 @@ class Command(_message.Message):
     def probe(self) -> Global___Probe: ...
     @_builtins.property
     def drain(self) -> Global___Drain: ...
+    @_builtins.property
+    def cancel_job(self) -> Global___CancelJob: ...
     def __init__(
         self,
         *,
         command_id: _builtins.str = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
         deadline_s: _builtins.int = ...,
+        deadline_at: _timestamp_pb2.Timestamp | None = ...,
         run_benchmark: Global___RunBenchmark | None = ...,
         apply_config: Global___ApplyConfig | None = ...,
         rediscover: Global___Rediscover | None = ...,
         probe: Global___Probe | None = ...,
         drain: Global___Drain | None = ...,
+        cancel_job: Global___CancelJob | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["apply_config", b"apply_config", "body", b"body", "created_at", b"created_at", "drain", b"drain", "probe", b"probe", "rediscover", b"rediscover", "run_benchmark", b"run_benchmark"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["apply_config", b"apply_config", "body", b"body", "cancel_job", b"cancel_job", "created_at", b"created_at", "deadline_at", b"deadline_at", "drain", b"drain", "probe", b"probe", "rediscover", b"rediscover", "run_benchmark", b"run_benchmark"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["apply_config", b"apply_config", "body", b"body", "command_id", b"command_id", "created_at", b"created_at", "deadline_s", b"deadline_s", "drain", b"drain", "probe", b"probe", "rediscover", b"rediscover", "run_benchmark", b"run_benchmark"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["apply_config", b"apply_config", "body", b"body", "cancel_job", b"cancel_job", "command_id", b"command_id", "created_at", b"created_at", "deadline_at", b"deadline_at", "deadline_s", b"deadline_s", "drain", b"drain", "probe", b"probe", "rediscover", b"rediscover", "run_benchmark", b"run_benchmark"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["run_benchmark", "apply_config", "rediscover", "probe", "drain"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["run_benchmark", "apply_config", "rediscover", "probe", "drain", "cancel_job"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
 Global___Command: _TypeAlias = Command  # noqa: Y015
+
+@_typing.final
+class CancelJob(_message.Message):
+    """Ends a benchmark job (or a probe: job_id "probe-<probe_id>") on this node: its running workers are killed
+    with their process groups, and its command, if it arrives later, starts none. A job this node is not
+    running is only remembered. Idempotent.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    reason: _builtins.str
+    """why the controller ended the job (a node lost, a rank failed)"""
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelJob: _TypeAlias = CancelJob  # noqa: Y015
 
 @_typing.final
 class Rediscover(_message.Message):

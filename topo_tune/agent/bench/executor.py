@@ -8,8 +8,9 @@ this node's ranks through the ``Launcher`` and maps the outcome onto a status:
   no rank in the job, or another job still running here (the message says which);
 - ``TIMED_OUT``: the deadline passed; ``NodeBenchmarkResult.rank_status`` says which ranks hung,
   in which phase, and which ranks they were still waiting for;
-- ``FAILED``: a rank failed, or the data check found a wrong element (a wrong result fails the
-  trial, architecture invariant 2);
+- ``FAILED``: a rank failed, the data check found a wrong element (a wrong result fails the
+  trial, architecture invariant 2), or the controller cancelled the job (``cancel``: a node of it was lost,
+  or a rank failed elsewhere), before or while it ran here;
 - ``SUCCEEDED`` otherwise.
 
 A job with a candidate ``tuner_table`` has it staged by ``TunerPluginStage`` (the table in the agent's
@@ -39,7 +40,7 @@ from pathlib import Path
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from topo_tune.agent.bench.launcher import JobOutcome, Launcher, LauncherBusy
+from topo_tune.agent.bench.launcher import JobCancelled, JobOutcome, Launcher, LauncherBusy
 from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
 from topo_tune.agent.bench.worker_config import WorkerFault
 from topo_tune.benchmark.collectives import Collective
@@ -57,6 +58,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_PROBE_ITERS = 20
 _DEFAULT_LATENCY_BYTES = 8
+_PROBE_JOB_SUFFIXES = ("-out", "-back")
+"""A gloo probe's one-way jobs are ``probe-<id>-out`` and ``probe-<id>-back`` (see ``probe_specs``)."""
 _BACKEND_NAMES = {agent_pb2.BACKEND_NCCL: "nccl", agent_pb2.BACKEND_GLOO: "gloo"}
 
 
@@ -100,6 +103,15 @@ class BenchmarkExecutor:
         """The agent is stopping: kill the ranks of the job running here, if any, and take no more."""
         for launcher in self._launchers.values():
             launcher.stop()
+
+    def cancel(self, job_id: str, reason: str) -> bool:
+        """End job ``job_id`` here (see ``Launcher.cancel``); a probe is cancelled as ``probe-<probe_id>``.
+        True when it was running here."""
+        ids = [job_id]
+        if job_id.startswith("probe-"):
+            ids += [f"{job_id}{suffix}" for suffix in _PROBE_JOB_SUFFIXES]
+        # Every id on every launcher: a job's later command must find it cancelled, whatever it runs on.
+        return any([launcher.cancel(each, reason) for launcher in self._launchers.values() for each in ids])
 
     def _result(self, status: agent_pb2.CommandStatus.ValueType, message: str) -> agent_pb2.CommandResult:
         finished = Timestamp()
@@ -164,6 +176,8 @@ class BenchmarkExecutor:
             outcome = launcher.run(spec, node_name=node_name, deadline_s=deadline_s, work_dir=work_dir, fault=fault)
         except LauncherBusy as exc:
             return self._result(agent_pb2.COMMAND_STATUS_REJECTED, str(exc))
+        except JobCancelled as exc:
+            return self._result(agent_pb2.COMMAND_STATUS_FAILED, str(exc))
         status, message = _status_of(spec, outcome)
         logger.info("job %s on %s: %s", spec.job_id, node_name, message)
         result = self._result(status, message)
@@ -264,12 +278,20 @@ def probe_specs(probe: agent_pb2.Probe, *, one_way: bool) -> tuple[BenchmarkSpec
     if not one_way:
         return (job(Collective.SENDRECV, (a, b), probe.rendezvous_host, probe.rendezvous_port, suffix=""),)
     return (
-        job(Collective.BROADCAST, (a, b), probe.rendezvous_host, probe.rendezvous_port, suffix="-out"),
-        job(Collective.BROADCAST, (b, a), probe.peer_rendezvous_host, probe.rendezvous_port + 1, suffix="-back"),
+        job(Collective.BROADCAST, (a, b), probe.rendezvous_host, probe.rendezvous_port, suffix=_PROBE_JOB_SUFFIXES[0]),
+        job(
+            Collective.BROADCAST,
+            (b, a),
+            probe.peer_rendezvous_host,
+            probe.rendezvous_port + 1,
+            suffix=_PROBE_JOB_SUFFIXES[1],
+        ),
     )
 
 
 def _status_of(spec: BenchmarkSpec, outcome: JobOutcome) -> tuple[agent_pb2.CommandStatus.ValueType, str]:
+    if outcome.cancelled and outcome.failed:
+        return agent_pb2.COMMAND_STATUS_FAILED, f"job {spec.job_id} cancelled by the controller: {outcome.cancelled}"
     if outcome.timed_out:
         hung = list(outcome.hung_ranks)
         # Ranks the rendezvous still waited for, as the waiting ranks saw it, plus local ranks that

@@ -29,6 +29,9 @@ the first exit or the deadline; if a rank fails, the other local ranks are kille
 would only wait for it). At the deadline every rank still running is killed and reported ``hung``
 with the last phase it reported. One job runs at a time; a second ``run`` while one is active raises ``LauncherBusy``.
 ``stop`` (the agent is stopping) kills the running job's ranks the same way and refuses further jobs.
+``cancel`` (the controller ended the job: a node lost, a rank failed elsewhere) kills one job's ranks the same
+way, reports them killed for that reason, and keeps that job from starting here later; the last
+``CANCELLED_KEPT`` cancelled job ids are remembered.
 
 Non-goals: the wire (``executor``), the environment policy (``topo_tune.benchmark.env_policy``).
 """
@@ -46,6 +49,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +60,7 @@ from topo_tune.agent.bench.worker_config import WorkerConfig, WorkerFault
 from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
 from topo_tune.benchmark.results import RankOutcome, RankResult, RankStatus
 
-__all__ = ["BASE_ENV", "JobOutcome", "Launcher", "LauncherBusy"]
+__all__ = ["BASE_ENV", "CANCELLED_KEPT", "JobCancelled", "JobOutcome", "Launcher", "LauncherBusy"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,10 +71,16 @@ _BOOTSTRAP = (
 )
 _STDERR_TAIL_BYTES = 2000
 _JOINED_PHASES = frozenset({"joined", "running", "finished"})
+CANCELLED_KEPT = 256
+"""Cancelled job ids a launcher remembers, so that a job's command arriving after its cancel starts nothing."""
 
 
 class LauncherBusy(RuntimeError):
     """A benchmark job is already running on this node."""
+
+
+class JobCancelled(RuntimeError):
+    """The job was cancelled before it started here; nothing ran."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +90,8 @@ class JobOutcome:
     results: tuple[RankResult, ...]
     statuses: tuple[RankStatus, ...]
     timed_out: bool
+    cancelled: str = ""
+    """Why the controller cancelled the job while it ran here ("": it was not cancelled)."""
 
     @property
     def failed(self) -> bool:
@@ -185,6 +197,8 @@ class Launcher:
         self._stop_lock = threading.Lock()
         self._stopped = False
         self._started: list[_Worker] = []
+        self._job_id = ""  # the job running now
+        self._cancelled: OrderedDict[str, str] = OrderedDict()  # job id -> why
 
     def worker_env(self, spec: BenchmarkSpec, work_dir: Path) -> dict[str, str]:
         """Exactly what a worker's environment holds (the same for every rank of the job)."""
@@ -208,9 +222,34 @@ class Launcher:
         if not self._lock.acquire(blocking=False):
             raise LauncherBusy("a benchmark job is already running on this node")
         try:
+            with self._stop_lock:
+                why = self._cancelled.get(spec.job_id)
+                if why is not None:
+                    raise JobCancelled(f"job {spec.job_id} was cancelled before it started here: {why}")
+                self._job_id = spec.job_id
             return self._run(spec, node_name=node_name, deadline_s=deadline_s, work_dir=work_dir, fault=fault)
         finally:
+            with self._stop_lock:
+                self._job_id = ""
             self._lock.release()
+
+    def cancel(self, job_id: str, reason: str) -> bool:
+        """End job ``job_id`` here: kill its ranks with their groups, and start none of it later.
+
+        Safe from any thread; the thread in ``run`` reaps the ranks and returns at once, each rank reported
+        killed with ``reason``. True when the job was running here.
+        """
+        with self._stop_lock:
+            self._cancelled[job_id] = reason
+            self._cancelled.move_to_end(job_id)
+            while len(self._cancelled) > CANCELLED_KEPT:
+                self._cancelled.popitem(last=False)
+            if self._job_id != job_id:
+                return False
+            for w in self._started:
+                if w.returncode is None:
+                    _kill_group(w)
+            return True
 
     def rebind(self, address: str) -> None:
         """Bind the next job's ranks to ``address`` (a running job's ranks were told theirs already)."""
@@ -232,7 +271,7 @@ class Launcher:
     def _track(self, w: _Worker) -> _Worker:
         with self._stop_lock:
             self._started.append(w)
-            if self._stopped:
+            if self._stopped or self._job_id in self._cancelled:
                 _kill_group(w)
         return w
 
@@ -277,7 +316,9 @@ class Launcher:
             for w in workers:
                 self._kill(w)
                 os.close(w.pidfd)
-        return self._collect(workers, timed_out, spec.job_id)
+        with self._stop_lock:
+            cancelled = self._cancelled.get(spec.job_id, "")
+        return self._collect(workers, timed_out, spec.job_id, cancelled)
 
     def _start(
         self,
@@ -355,7 +396,7 @@ class Launcher:
         w.killed = True
         w.returncode = w.process.wait()
 
-    def _collect(self, workers: Sequence[_Worker], timed_out: bool, job_id: str) -> JobOutcome:
+    def _collect(self, workers: Sequence[_Worker], timed_out: bool, job_id: str, cancelled: str) -> JobOutcome:
         results = []
         statuses = []
         for w in workers:
@@ -369,6 +410,8 @@ class Launcher:
                 outcome, message = RankOutcome.FINISHED, ""
             elif unreadable:
                 outcome, message = RankOutcome.FAILED, unreadable
+            elif cancelled:
+                outcome, message = RankOutcome.FAILED, f"killed in phase {phase!r}: the job was cancelled ({cancelled})"
             elif w.killed and timed_out:
                 outcome = RankOutcome.HUNG
                 message = f"killed at the deadline in phase {phase!r}"
@@ -390,4 +433,4 @@ class Launcher:
                     waiting_for=waiting_for,
                 )
             )
-        return JobOutcome(results=tuple(results), statuses=tuple(statuses), timed_out=timed_out)
+        return JobOutcome(results=tuple(results), statuses=tuple(statuses), timed_out=timed_out, cancelled=cancelled)
