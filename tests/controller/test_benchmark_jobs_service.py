@@ -40,9 +40,9 @@ async def agents(tmp_path: Path, jobs_controller: Controller) -> AsyncIterator[C
     """In-process agents (their benchmark workers are real processes); all stopped afterwards."""
     running: list[RunningAgent] = []
 
-    def start(name: str, backend: str) -> RunningAgent:
+    def start(name: str, backend: str, *, address: str = "") -> RunningAgent:
         settings = agent_settings(f"127.0.0.1:{jobs_controller.port}", tmp_path / name, name)
-        settings = replace(settings, backend=backend)
+        settings = replace(settings, backend=backend, address=address)
         if backend == "sim":
             agent = Agent(settings, rng=random.Random(0), discover=lambda: simulated_node_topology(name, gpus=4))
         else:
@@ -460,3 +460,63 @@ def _first_pid(progress: Path) -> int:
     """The pid a rank reported as it started (0 before that)."""
     lines = progress.read_text().splitlines() if progress.exists() else []
     return int(json.loads(lines[0])["pid"]) if lines else 0
+
+
+async def test_a_rank_that_fails_early_ends_the_job_at_once_and_the_others_workers_are_killed(
+    jobs_controller: Controller, agents: Callable[..., RunningAgent], tmp_path: Path
+) -> None:
+    # Node b's gloo cannot bind its address (TEST-NET-1, on no interface here): its rank fails once it has
+    # joined the rendezvous, and the ranks on a and c would wait for it in gloo's setup until the deadline.
+    await registered(agents("a", "gloo"), agents("b", "gloo", address="192.0.2.1"), agents("c", "gloo"))
+    job = await jobs_controller.jobs.start(request(["a", "b", "c"], deadline_s=300))
+    bench = {n: tmp_path / n / "bench" / job.job_id for n in "ac"}
+    progress = {"a": bench["a"] / "rank-0" / "progress.jsonl", "c": bench["c"] / "rank-2" / "progress.jsonl"}
+    pids = {
+        n: await async_wait_until(lambda p=p: asyncio.to_thread(_first_pid, p), timeout=60, what=f"{n}'s rank")
+        for n, p in progress.items()
+    }
+
+    done = await finished(jobs_controller, job.job_id)
+    assert done.status == admin_pb2.BENCHMARK_JOB_STATUS_FAILED, done.message
+    assert "node b rank 1 failed: " in done.message and "cancelled on a, c" in done.message, done.message
+    took = done.finished_at.ToDatetime() - done.created_at.ToDatetime()
+    assert took.total_seconds() < 120, f"ended by the failure, not the {300} s deadline ({took})"
+    for name, pid in pids.items():
+        await async_wait_until(lambda p=pid: asyncio.to_thread(process_gone, p), timeout=20, what=f"{name}'s worker")
+
+    async def cancels_done() -> list[str] | None:
+        cancels = [c for c in await jobs_controller.commands.list() if c.kind == "cancel_job"]
+        return [c.message for c in cancels] if cancels and all(c.status.final for c in cancels) else None
+
+    messages = await async_wait_until(cancels_done, timeout=20, what="the cancels' results")
+    assert sorted(messages) == [f"job {job.job_id} cancelled: its workers were killed"] * 2
+    runs = {c.node_name: c for c in await jobs_controller.commands.list() if c.kind == "run_benchmark"}
+    assert runs["a"].status.final and runs["c"].status.final, "neither is sent again"
+    again = await jobs_controller.jobs.start(request(["a", "c"]))
+    assert (await finished(jobs_controller, again.job_id)).status == admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED
+
+
+async def test_a_probe_whose_peer_fails_ends_at_once_and_the_other_side_is_cancelled(
+    jobs_controller: Controller, agents: Callable[..., RunningAgent]
+) -> None:
+    # b's gloo cannot bind its address: its side fails, and a's would wait for it until the pair's deadline.
+    await registered(agents("a", "gloo"), agents("b", "gloo", address="192.0.2.1"))
+    started = await jobs_controller.probes.start(
+        admin_pb2.StartProbeRoundRequest(nodes=["a", "b"], message_bytes=1 << 16, pair_deadline_s=300)
+    )
+
+    async def done() -> admin_pb2.ProbeRound | None:
+        found = await jobs_controller.probes.get(started.round_id)
+        return found if found.status != admin_pb2.PROBE_ROUND_STATUS_RUNNING else None
+
+    failed = await async_wait_until(done, timeout=90, what="the probe round")
+    assert failed.status == admin_pb2.PROBE_ROUND_STATUS_FAILED
+    assert "a-b: node b rank 1 failed: " in failed.message, failed.message
+
+    async def cancel_done() -> str | None:
+        cancels = [c for c in await jobs_controller.commands.list() if c.kind == "cancel_job"]
+        return cancels[0].message if len(cancels) == 1 and cancels[0].status.final else None
+
+    message = await async_wait_until(cancel_done, timeout=20, what="a's cancel")
+    assert message.endswith("cancelled: its workers were killed"), message
+    assert await jobs_controller.commands.outstanding("a") == []

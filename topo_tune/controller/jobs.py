@@ -7,7 +7,10 @@ When the last node's result arrives the job is summarised (slowest rank per size
 and finished; a node's result that does not fit the job (ranks or sizes it does not have, a time that is not
 a positive number) fails it, naming the node. A job still running past its deadline (plus a grace period for
 results in flight) ends ``timed_out`` with the ranks that never reported; the agents kill their own workers
-at the same deadline.
+at the same deadline, which every command carries as an absolute time (``deadline_at``), so a command re-sent
+late runs only for what is left of it. A job that cannot finish (a node failed its part, or a node that has
+not reported is ``lost``) ends ``failed`` at once, and the nodes still running it are sent a cancel
+(``job_ends``).
 
 A node takes one benchmark job at a time, and a drained or lost node takes none. For ``sim`` nodes the
 job carries the simulated cluster (the nodes' registered topologies, racks and spine) so every node
@@ -40,6 +43,7 @@ from topo_tune.controller.benchmark_jobs import JobNode, JobStatus, JobSummary, 
 from topo_tune.controller.commands import CommandBook, CommandRecord, CommandStatus
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import BenchmarkJobRow, CommandRow
+from topo_tune.controller.job_ends import OpenPart, cancel_command, cancel_command_id, why_it_cannot_finish
 from topo_tune.controller.nodes import NodeRegistry, NodeState, NodeView
 from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, ValidationError
 from topo_tune.v1 import admin_pb2, agent_pb2, topology_pb2
@@ -112,7 +116,11 @@ class BenchmarkJobs:
                     deadline_at=now + timedelta(seconds=deadline_s),
                 )
             )
-            command = agent_pb2.Command(run_benchmark=run, deadline_s=int(deadline_s))
+            command = agent_pb2.Command(
+                run_benchmark=run,
+                deadline_s=int(deadline_s),
+                deadline_at=_stamp(now + timedelta(seconds=deadline_s)),
+            )
             return [
                 self.commands.add(session, node, command, command_id=f"{job_id}-{i}", now=now, job_id=job_id)
                 for i, node in enumerate(nodes)
@@ -215,7 +223,7 @@ class BenchmarkJobs:
 
         job_id = await self.db.run(job_of)
         if job_id:
-            await self._finish_if_complete(job_id, timed_out=False)
+            await self._finish_if_complete(job_id, timed_out=False)  # a lost node waits for the sweep
 
     async def recover(self) -> None:
         """At start-up: finish jobs whose every node had reported before the last controller stopped."""
@@ -223,34 +231,56 @@ class BenchmarkJobs:
         def running(session: Session) -> list[str]:
             return list(session.scalars(sa.select(BenchmarkJobRow.id).where(BenchmarkJobRow.status == RUNNING)))
 
+        lost = self._lost()
         for job_id in await self.db.run(running):
-            await self._finish_if_complete(job_id, timed_out=False)
+            await self._finish_if_complete(job_id, timed_out=False, lost=lost)
+
+    def _lost(self) -> frozenset[str]:
+        return frozenset(n for n, report in self.registry.live_reports().items() if report.state is NodeState.LOST)
 
     async def sweep(self) -> list[str]:
-        """Finish every job past its deadline and grace period as ``timed_out``; returns their ids."""
+        """Finish every job past its deadline and grace period as ``timed_out``, and every job with a node that is
+        ``lost`` as ``failed``; returns the timed-out ones' ids."""
         limit = self.wall_clock() - timedelta(seconds=self.settings.result_grace_s)
+        lost = self._lost()
 
-        def overdue(session: Session) -> list[str]:
-            query = sa.select(BenchmarkJobRow.id).where(
-                BenchmarkJobRow.status == RUNNING, BenchmarkJobRow.deadline_at < limit
+        def read(session: Session) -> tuple[list[str], list[str]]:
+            running = sa.select(BenchmarkJobRow.id, BenchmarkJobRow.nodes, BenchmarkJobRow.deadline_at).where(
+                BenchmarkJobRow.status == RUNNING
             )
-            return list(session.scalars(query))
+            rows = session.execute(running).all()
+            overdue = [job_id for job_id, _, deadline_at in rows if deadline_at < limit]
+            stranded = [job_id for job_id, nodes, _ in rows if job_id not in overdue and lost.intersection(nodes)]
+            return overdue, stranded
 
-        ids = await self.db.run(overdue)
-        for job_id in ids:
+        overdue, stranded = await self.db.run(read)
+        for job_id in overdue:
             await self._finish_if_complete(job_id, timed_out=True)
-        return ids
+        for job_id in stranded:
+            await self._finish_if_complete(job_id, timed_out=False, lost=lost)
+        return overdue
 
-    async def _finish_if_complete(self, job_id: str, *, timed_out: bool) -> None:
+    async def _finish_if_complete(self, job_id: str, *, timed_out: bool, lost: frozenset[str] = frozenset()) -> None:
         now = self.wall_clock()
 
-        def finish(session: Session) -> str | None:
+        def finish(session: Session) -> tuple[str, list[CommandRecord]] | None:
             job = session.get(BenchmarkJobRow, job_id, with_for_update=True)
             if job is None or job.status != RUNNING:
                 return None
-            rows = list(session.scalars(sa.select(CommandRow).where(CommandRow.job_id == job_id)))
+            rows = list(
+                session.scalars(
+                    sa.select(CommandRow).where(CommandRow.job_id == job_id, CommandRow.kind == "run_benchmark")
+                )
+            )
             final = [r for r in rows if CommandStatus(r.status).final and r.result is not None]
-            if len(final) < len(rows) and not timed_out:
+            parts = [
+                OpenPart(
+                    r.node_name, r in final, agent_pb2.CommandResult.FromString(r.result or b"") if r in final else None
+                )
+                for r in sorted(rows, key=lambda r: job.nodes.index(r.node_name))
+            ]
+            cannot = "" if timed_out else why_it_cannot_finish(parts, lost)
+            if len(final) < len(rows) and not timed_out and not cannot:
                 return None
             run = agent_pb2.RunBenchmark.FromString(job.spec)
             spec = spec_from_proto(run)
@@ -259,17 +289,18 @@ class BenchmarkJobs:
                 summary = summarize(spec, results)
             except ValueError as error:  # results that fit each node, but not each other (a size one rank lacks)
                 summary = JobSummary(JobStatus.FAILED, f"job {job_id} failed: {error}", (), (), (), 0)
-            status = JobStatus.TIMED_OUT if timed_out and len(final) < len(rows) else summary.status
+            open_nodes = [r.node_name for r in rows if r not in final]
+            if cannot and open_nodes:
+                status = JobStatus.FAILED
+                message = f"job {job_id} failed: {cannot}; cancelled on {', '.join(sorted(open_nodes))}"
+            elif timed_out and open_nodes:
+                status = JobStatus.TIMED_OUT
+                message = f"job {job_id} timed_out: no result from {', '.join(sorted(open_nodes))} by the deadline"
+            else:
+                status, message = summary.status, summary.message
             view = _job_message(job, run)
             view.status = STATUS_TO_WIRE[status.value]
-            view.message = (
-                summary.message
-                if status is summary.status
-                else (
-                    f"job {job_id} timed_out: no result from "
-                    f"{', '.join(sorted(r.node_name for r in rows if r not in final))} by the deadline"
-                )
-            )
+            view.message = message
             view.sizes.extend(size_to_proto(m) for m in summary.rows)
             view.missing_ranks.extend(summary.missing_ranks)
             view.hung_ranks.extend(summary.hung_ranks)
@@ -279,16 +310,33 @@ class BenchmarkJobs:
             job.message = view.message
             job.result = view.SerializeToString()
             job.finished_at = now
+            cancels = []
             for row in rows:
                 if not CommandStatus(row.status).final:
-                    row.status = CommandStatus.TIMED_OUT
-                    row.message = "the benchmark job's deadline passed"
+                    # Final now, so it is not sent again: a node that comes back gets the cancel instead.
+                    row.status = CommandStatus.FAILED if cannot else CommandStatus.TIMED_OUT
+                    row.message = f"cancelled: {cannot}" if cannot else "the benchmark job's deadline passed"
                     row.finished_at = now
-            return status.value
+                    if cannot:
+                        cancels.append(
+                            self.commands.add(
+                                session,
+                                row.node_name,
+                                cancel_command(job_id, cannot),
+                                command_id=cancel_command_id(job_id, job.nodes.index(row.node_name)),
+                                now=now,
+                                job_id=job_id,
+                            )
+                        )
+            return view.message, cancels
 
-        status = await self.db.run(finish)
-        if status is not None:
-            logger.info("benchmark job finished: %s", status, extra={"job": job_id})
+        ended = await self.db.run(finish)
+        if ended is None:
+            return
+        message, cancels = ended
+        logger.info("benchmark job finished: %s", message, extra={"job": job_id})
+        for record in cancels:  # stored with the job's end; sent now, or when the node comes back
+            await self.deliver(record)
 
     async def _find(self, job_id: str) -> admin_pb2.BenchmarkJob | None:
         try:

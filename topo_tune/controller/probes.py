@@ -18,7 +18,9 @@ pair, which replaces the modelled one in the topology model and the ring-order o
 A round is a background task of the controller. Its state is persisted; a round that was running when the
 controller stopped is marked failed at the next start (its stored measurements stay valid). A probe that
 got no result in time, or whose round ended that way, is closed ``timed_out``: a node that comes back later
-is not sent it again.
+is not sent it again. A probe whose one node failed or refused it, or went ``lost`` before answering, ends at
+once: the other node's command is closed and a ``CancelJob`` for ``probe-<probe_id>`` sent to it
+(``job_ends``), so its workers do not wait for the lost peer until the deadline.
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ import asyncio
 import logging
 import math
 import random
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -42,6 +45,7 @@ from topo_tune.controller.benchmark_jobs import probe_rounds
 from topo_tune.controller.commands import CommandBook, CommandRecord, CommandStatus
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import CommandRow, PairMeasurementRow, ProbeRoundRow
+from topo_tune.controller.job_ends import OpenPart, cancel_command, cancel_command_id, why_it_cannot_finish
 from topo_tune.controller.nodes import NodeRegistry, NodeState
 from topo_tune.errors import ConflictError, NotFoundError, ValidationError
 from topo_tune.v1 import admin_pb2, agent_pb2
@@ -57,8 +61,10 @@ STATUS_TO_WIRE = {
 }
 
 
-def _close_open_probes(session: Session, id_prefix: str, *, now: datetime, why: str) -> None:
-    """End the probe commands under ``id_prefix`` that are still open as ``timed_out``, so none is re-sent."""
+def _close_open_probes(
+    session: Session, id_prefix: str, *, now: datetime, why: str, status: CommandStatus = CommandStatus.TIMED_OUT
+) -> None:
+    """End the probe commands under ``id_prefix`` that are still open (``timed_out``), so none is re-sent."""
     session.execute(
         sa.update(CommandRow)
         .where(
@@ -66,7 +72,7 @@ def _close_open_probes(session: Session, id_prefix: str, *, now: datetime, why: 
             CommandRow.kind == "probe",
             CommandRow.status.in_([s.value for s in CommandStatus if not s.final]),
         )
-        .values(status=CommandStatus.TIMED_OUT.value, message=why, finished_at=now)
+        .values(status=status.value, message=why, finished_at=now)
     )
 
 
@@ -98,6 +104,8 @@ class Probes:
     port_range: tuple[int, int] = (20000, 29999)
     result_grace_s: float = 10.0
     """After a pair's deadline, how long results already on their way may still arrive."""
+    check_s: float = 0.25
+    """How often a waiting probe looks for a lost node."""
     _waiters: dict[str, asyncio.Future[agent_pb2.CommandResult]] = field(default_factory=dict, init=False)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
@@ -195,8 +203,9 @@ class Probes:
             peer_rendezvous_host=second.address or b,
             rendezvous_port=self.rng.randint(*self.port_range),
         )
-        command = agent_pb2.Command(probe=probe, deadline_s=int(deadline_s))
         now = self.wall_clock()
+        command = agent_pb2.Command(probe=probe, deadline_s=int(deadline_s))
+        command.deadline_at.FromDatetime(now + timedelta(seconds=deadline_s))
         ids = [f"{probe.probe_id}-{rank}" for rank in (0, 1)]
 
         def write(session: Session) -> list[CommandRecord]:
@@ -211,11 +220,13 @@ class Probes:
         try:
             for record in await self.db.run(write):
                 await self.deliver(record)
-            done, _ = await asyncio.wait([self._waiters[cid] for cid in ids], timeout=deadline_s + self.result_grace_s)
-            results = [self._waiters[cid].result() if self._waiters[cid] in done else None for cid in ids]
+            results, cannot = await self._wait(ids, (a, b), until=time.monotonic() + deadline_s + self.result_grace_s)
         finally:
             for cid in ids:
                 self._waiters.pop(cid, None)
+        if cannot:
+            await self._cancel(probe.probe_id, (a, b), results, cannot)
+            return f"{a}-{b}: {cannot}"
         if any(result is None for result in results):
             # Otherwise a node that comes back later is sent the probe again and waits out its deadline
             # for a peer that has long moved on, holding its benchmark slot.
@@ -254,6 +265,41 @@ class Probes:
 
         await self.db.run(store)
         return ""
+
+    async def _wait(
+        self, ids: list[str], nodes: tuple[str, str], *, until: float
+    ) -> tuple[list[agent_pb2.CommandResult | None], str]:
+        """Both results, or those in by ``until``; or as soon as the probe cannot finish, why not."""
+        waiters = [self._waiters[cid] for cid in ids]
+        while True:
+            results = [w.result() if w.done() else None for w in waiters]
+            parts = [OpenPart(n, r is not None, r) for n, r in zip(nodes, results, strict=True)]
+            lost = {n for n in nodes if self.registry.state_of(n) is NodeState.LOST}
+            cannot = why_it_cannot_finish(parts, lost) if None in results else ""
+            left = until - time.monotonic()
+            if cannot or None not in results or left <= 0:
+                return results, cannot
+            await asyncio.wait([w for w in waiters if not w.done()], timeout=min(left, self.check_s))
+
+    async def _cancel(
+        self, probe_id: str, nodes: tuple[str, str], results: list[agent_pb2.CommandResult | None], why: str
+    ) -> None:
+        """Close the probe's open command and send its node a cancel, in one transaction, then deliver."""
+        now = self.wall_clock()
+        job_id = f"probe-{probe_id}"
+
+        def write(session: Session) -> list[CommandRecord]:
+            _close_open_probes(session, f"{probe_id}-", now=now, why=f"cancelled: {why}", status=CommandStatus.FAILED)
+            return [
+                self.commands.add(
+                    session, node, cancel_command(job_id, why), command_id=cancel_command_id(job_id, i), now=now
+                )
+                for i, (node, result) in enumerate(zip(nodes, results, strict=True))
+                if result is None
+            ]
+
+        for record in await self.db.run(write):
+            await self.deliver(record)
 
     async def on_result(self, node_name: str, result: agent_pb2.CommandResult) -> None:
         waiter = self._waiters.get(result.command_id)
