@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -66,6 +67,7 @@ class Executor:
     worker_env: Mapping[str, str] = field(default_factory=dict)
     """The node's own variables for every benchmark worker; they win over a job's (see the launcher)."""
     _bench: BenchmarkExecutor | None = field(default=None, init=False)
+    _bench_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _benchmarks_running: int = field(default=0, init=False)
     _config_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
 
@@ -74,14 +76,16 @@ class Executor:
         return self.journal.get_state(DRAINED_KEY) == "1"
 
     def _benchmarks(self) -> BenchmarkExecutor:
-        if self._bench is None:
-            self._bench = BenchmarkExecutor(
-                policy=self.policy,
-                bind_address=self.bind_address,
-                node_env=self.worker_env,
-                tuner_plugin=self.tuner_plugin,
-            )
-        return self._bench
+        # One, whichever thread asks first: a cancel must reach the launchers its job runs on.
+        with self._bench_lock:
+            if self._bench is None:
+                self._bench = BenchmarkExecutor(
+                    policy=self.policy,
+                    bind_address=self.bind_address,
+                    node_env=self.worker_env,
+                    tuner_plugin=self.tuner_plugin,
+                )
+            return self._bench
 
     def stop_benchmarks(self) -> None:
         """The agent is stopping: kill the running benchmark's workers (see ``Launcher.stop``)."""

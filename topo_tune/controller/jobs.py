@@ -293,11 +293,13 @@ class BenchmarkJobs:
             if cannot and open_nodes:
                 status = JobStatus.FAILED
                 message = f"job {job_id} failed: {cannot}; cancelled on {', '.join(sorted(open_nodes))}"
-            elif timed_out and open_nodes:
-                status = JobStatus.TIMED_OUT
-                message = f"job {job_id} timed_out: no result from {', '.join(sorted(open_nodes))} by the deadline"
             else:
-                status, message = summary.status, summary.message
+                status = JobStatus.TIMED_OUT if timed_out and open_nodes else summary.status
+                message = (
+                    summary.message
+                    if status is summary.status
+                    else f"job {job_id} timed_out: no result from {', '.join(sorted(open_nodes))} by the deadline"
+                )
             view = _job_message(job, run)
             view.status = STATUS_TO_WIRE[status.value]
             view.message = message
