@@ -521,3 +521,28 @@ async def test_a_probe_whose_peer_fails_ends_at_once_and_the_other_side_is_cance
     message = await async_wait_until(cancel_done, timeout=20, what="a's cancel")
     assert message.endswith("cancelled: its workers were killed"), message
     assert await jobs_controller.commands.outstanding("a") == []
+
+
+async def test_a_probe_whose_peer_is_lost_ends_within_the_expiry_and_the_other_side_is_cancelled(
+    jobs_controller: Controller, agents: Callable[..., RunningAgent], tmp_path: Path
+) -> None:
+    jobs_controller.registry.expiry_s = 1.0  # the test clusters' short expiry; the pair's deadline is 300 s
+    b = agents("b", "gloo")
+    await registered(agents("a", "gloo"), b)
+    started = await jobs_controller.probes.start(
+        admin_pb2.StartProbeRoundRequest(nodes=["a", "b"], message_bytes=1 << 16, pair_deadline_s=300)
+    )
+    progress = tmp_path / "a" / "bench" / f"probe-{started.round_id}-0-0-out" / "rank-0" / "progress.jsonl"
+    pid = await async_wait_until(lambda: asyncio.to_thread(_first_pid, progress), timeout=60, what="a's rank")
+    await b.shutdown()  # b answers no more; its heartbeats stop
+
+    async def done() -> admin_pb2.ProbeRound | None:
+        found = await jobs_controller.probes.get(started.round_id)
+        return found if found.status != admin_pb2.PROBE_ROUND_STATUS_RUNNING else None
+
+    failed = await async_wait_until(done, timeout=30, what="the probe round")
+    assert "a-b: node b lost (no heartbeat) while the job ran" in failed.message, failed.message
+    await async_wait_until(lambda: asyncio.to_thread(process_gone, pid), timeout=20, what="a's rank killed")
+    cancels = {c.node_name: c for c in await jobs_controller.commands.list() if c.kind == "cancel_job"}
+    assert sorted(cancels) == ["a", "b"], "b gets its cancel when it comes back"
+    assert not cancels["b"].status.final
