@@ -7,6 +7,7 @@ still runs for its relative deadline. A cancelled job starts no worker when its 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.processes import free_port
+from tests.support.waiting import async_wait_until
 from topo_tune.agent.executor import Executor
 from topo_tune.agent.journal import Journal
 from topo_tune.benchmark.collectives import Collective
@@ -80,3 +82,19 @@ async def test_a_job_cancelled_before_its_command_arrives_starts_no_worker(tmp_p
     assert result.status == agent_pb2.COMMAND_STATUS_FAILED
     assert result.message == "job j was cancelled before it started here: node n1 lost (no heartbeat)"
     assert not (tmp_path / "bench" / "j").exists(), "no worker was started"
+
+
+@pytest.mark.slow
+async def test_a_cancel_kills_the_running_jobs_workers_and_says_why(tmp_path: Path) -> None:
+    executor = _executor(tmp_path)
+    running = asyncio.create_task(executor.run(_run("j", deadline_s=600, deadline_at=None)))
+    progress = tmp_path / "bench" / "j" / "rank-0" / "progress.jsonl"
+    await async_wait_until(lambda: asyncio.to_thread(progress.exists), timeout=60, what="rank 0 to start")
+    cancel = agent_pb2.Command(command_id="c-0", cancel_job=agent_pb2.CancelJob(job_id="j", reason="node n1 lost"))
+    cancelled = await executor.run(cancel)
+    assert cancelled.message == "job j cancelled: its workers were killed"
+    result = await asyncio.wait_for(running, 30)
+    assert result.status == agent_pb2.COMMAND_STATUS_FAILED
+    assert result.message == "job j cancelled by the controller: node n1 lost"
+    [status] = result.node_benchmark.rank_status
+    assert status.message.endswith("the job was cancelled (node n1 lost)"), status.message

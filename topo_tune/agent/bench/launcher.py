@@ -410,7 +410,7 @@ class Launcher:
                 outcome, message = RankOutcome.FINISHED, ""
             elif unreadable:
                 outcome, message = RankOutcome.FAILED, unreadable
-            elif cancelled:
+            elif cancelled and (w.killed or w.returncode == -signal.SIGKILL):  # not a rank that failed by itself
                 outcome, message = RankOutcome.FAILED, f"killed in phase {phase!r}: the job was cancelled ({cancelled})"
             elif w.killed and timed_out:
                 outcome = RankOutcome.HUNG
