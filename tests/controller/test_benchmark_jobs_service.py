@@ -19,8 +19,9 @@ from tests.support.processes import TOKEN, process_gone
 from tests.support.waiting import async_wait_until
 from topo_tune.agent.daemon import Agent
 from topo_tune.cli.main import cli
+from topo_tune.controller.job_ends import cancel_command
 from topo_tune.controller.server import Controller
-from topo_tune.errors import ConflictError, NotFoundError, ValidationError
+from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, ValidationError
 from topo_tune.sim.node_topology import simulated_node_topology
 from topo_tune.v1 import admin_pb2, agent_pb2
 
@@ -476,6 +477,8 @@ async def test_a_rank_that_fails_early_ends_the_job_at_once_and_the_others_worke
     assert "node b rank 1 failed: " in done.message and "cancelled on a, c" in done.message, done.message
     took = done.finished_at.ToDatetime() - done.created_at.ToDatetime()
     assert took.total_seconds() < 120, f"ended by the failure, not the {300} s deadline ({took})"
+    # At once: the new job waits for a and c to confirm the cancel (their workers reaped), not refused by them.
+    again = await jobs_controller.jobs.start(request(["a", "c"]))
 
     async def cancels_done() -> dict[str, str] | None:
         cancels = [c for c in await jobs_controller.commands.list() if c.kind == "cancel_job"]
@@ -491,10 +494,10 @@ async def test_a_rank_that_fails_early_ends_the_job_at_once_and_the_others_worke
         assert pid or name == "c", "rank 0 ran: rank 1 joined its rendezvous"
         if pid:
             await async_wait_until(lambda p=pid: asyncio.to_thread(process_gone, p), timeout=20, what=f"{name}'s rank")
-    runs = {c.node_name: c for c in await jobs_controller.commands.list() if c.kind == "run_benchmark"}
+    runs = {c.node_name: c for c in await jobs_controller.commands.list() if c.body.run_benchmark.job_id == job.job_id}
     assert runs["a"].status.final and runs["c"].status.final, "neither is sent again"
-    again = await jobs_controller.jobs.start(request(["a", "c"]))
-    assert (await finished(jobs_controller, again.job_id)).status == admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED
+    after = await finished(jobs_controller, again.job_id)
+    assert after.status == admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED, after.message
 
 
 async def test_a_probe_whose_peer_fails_ends_at_once_and_the_other_side_is_cancelled(
@@ -546,3 +549,15 @@ async def test_a_probe_whose_peer_is_lost_ends_within_the_expiry_and_the_other_s
     cancels = {c.node_name: c for c in await jobs_controller.commands.list() if c.kind == "cancel_job"}
     assert sorted(cancels) == ["a", "b"], "b gets its cancel when it comes back"
     assert not cancels["b"].status.final
+
+
+async def test_a_node_that_has_not_confirmed_a_cancel_takes_no_new_job(
+    jobs_controller: Controller, agents: Callable[..., RunningAgent]
+) -> None:
+    # a's agent is away (not yet lost) with a cancel it has not answered: its old workers may still run.
+    await _gone_away(jobs_controller, agents("a", "gloo"))
+    await jobs_controller.commands.submit("a", cancel_command("bj-old", "node b lost"), command_id="bj-old-cancel-0")
+    jobs_controller.jobs.settings = replace(jobs_controller.jobs.settings, cancel_wait_s=0.3)
+    with pytest.raises(NodeBusy, match="node a has not yet confirmed that it ended benchmark job bj-old"):
+        await jobs_controller.jobs.start(request(["a"]))
+    assert await jobs_controller.jobs.list() == [], "nothing stored"

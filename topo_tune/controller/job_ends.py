@@ -10,8 +10,9 @@ an absolute time, so the others time out with it and the job ends ``timed_out`` 
 The nodes whose part is still open are then sent a ``CancelJob``: a command like any other, stored before it
 is sent (in the transaction that ends the job), re-sent until its result arrives, and run at most once by
 each agent's journal. Its id is derived from the job's, so ending the job twice stores nothing new. The
-agent kills the job's workers with their process groups and refuses the job's command should it arrive
-later; a lost node gets its cancel when it comes back.
+agent kills the job's workers with their process groups, answers once they are reaped, and refuses the job's
+command should it arrive later; a lost node gets its cancel when it comes back. Until a node has answered its
+cancel it counts as busy with the job: a new job waits a little for that (``JobSettings.cancel_wait_s``).
 
 Non-goals: the job's bookkeeping (``jobs.py``), delivery (``sessions.py``), killing workers (the agent).
 """

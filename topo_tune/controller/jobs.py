@@ -12,13 +12,15 @@ late runs only for what is left of it. A job that cannot finish (a node failed i
 not reported is ``lost``) ends ``failed`` at once, and the nodes still running it are sent a cancel
 (``job_ends``).
 
-A node takes one benchmark job at a time, and a drained or lost node takes none. For ``sim`` nodes the
+A node takes one benchmark job at a time (a job cancelled on it counts until the node confirms the cancel;
+a new job waits ``cancel_wait_s`` for that), and a drained or lost node takes none. For ``sim`` nodes the
 job carries the simulated cluster (the nodes' registered topologies, racks and spine) so every node
 computes the same figures; such jobs are labelled simulated.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import math
@@ -69,6 +71,8 @@ class JobSettings:
     """Rendezvous ports are drawn from here (rank 0 binds it on its node)."""
     spine_oversubscription: float | None = None
     spine_ecmp_paths: int = 1
+    cancel_wait_s: float = 10.0
+    """How long a new job waits for its nodes to confirm the cancel of an earlier job (their workers killed)."""
 
 
 @dataclass
@@ -104,6 +108,11 @@ class BenchmarkJobs:
             busy = _busy(session, nodes)
             if busy:
                 raise NodeBusy(f"node {busy[0]} is running benchmark job {busy[1]}: one job per node at a time")
+            ending = _ending(session, nodes)
+            if ending:
+                raise _StillEnding(
+                    f"node {ending[0]} has not yet confirmed that it ended benchmark job {ending[1]} (cancelled)"
+                )
             session.add(
                 BenchmarkJobRow(
                     id=job_id,
@@ -126,11 +135,25 @@ class BenchmarkJobs:
                 for i, node in enumerate(nodes)
             ]
 
-        records = await self.db.run(write)  # persist the job and all its commands, then send
+        records = await self._while_ending(nodes, write)  # persist the job and all its commands, then send
         for record in records:
             await self.deliver(record)
         logger.info("benchmark job started", extra={"job": job_id, "nodes": len(nodes), "backend": backend})
         return await self.get(job_id)
+
+    async def _while_ending(
+        self, nodes: list[str], write: Callable[[Session], list[CommandRecord]]
+    ) -> list[CommandRecord]:
+        """``write``, once no node of the job is still ending an earlier one (a cancel not yet confirmed)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + self.settings.cancel_wait_s
+        while True:
+            try:
+                return await self.db.run(write)
+            except _StillEnding:
+                if loop.time() >= until:
+                    raise
+                await asyncio.sleep(0.1)
 
     async def _plan(
         self, request: admin_pb2.StartBenchmarkRequest, job_id: str
@@ -393,6 +416,25 @@ def _fitting(spec: BenchmarkSpec, node: str, stored: bytes) -> agent_pb2.Command
             )
         seen.add(rank.rank)
     return result
+
+
+class _StillEnding(NodeBusy):
+    """A node has not yet confirmed the cancel of an earlier job: its workers may still be running."""
+
+
+def _ending(session: Session, nodes: list[str]) -> tuple[str, str] | None:
+    """A (node, job) pair if one of ``nodes`` has a cancel that is not final."""
+    query = (
+        sa.select(CommandRow.node_name, CommandRow.body)
+        .where(
+            CommandRow.kind == "cancel_job",
+            CommandRow.node_name.in_(nodes),
+            CommandRow.status.in_([s.value for s in CommandStatus if not s.final]),
+        )
+        .limit(1)
+    )
+    row = session.execute(query).first()
+    return (row[0], agent_pb2.Command.FromString(row[1]).cancel_job.job_id) if row is not None else None
 
 
 def _busy(session: Session, nodes: list[str]) -> tuple[str, str] | None:

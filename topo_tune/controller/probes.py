@@ -292,7 +292,12 @@ class Probes:
             _close_open_probes(session, f"{probe_id}-", now=now, why=f"cancelled: {why}", status=CommandStatus.FAILED)
             return [
                 self.commands.add(
-                    session, node, cancel_command(job_id, why), command_id=cancel_command_id(job_id, i), now=now
+                    session,
+                    node,
+                    cancel_command(job_id, why),
+                    command_id=cancel_command_id(job_id, i),
+                    now=now,
+                    job_id=job_id,
                 )
                 for i, (node, result) in enumerate(zip(nodes, results, strict=True))
                 if result is None

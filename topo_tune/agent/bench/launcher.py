@@ -72,6 +72,8 @@ _BOOTSTRAP = (
 _STDERR_TAIL_BYTES = 2000
 _JOINED_PHASES = frozenset({"joined", "running", "finished"})
 CANCELLED_KEPT = 256
+_REAP_WAIT_S = 30.0
+"""How long ``cancel`` waits for the job's thread to reap its killed ranks (it takes milliseconds)."""
 """Cancelled job ids a launcher remembers, so that a job's command arriving after its cancel starts nothing."""
 
 
@@ -249,7 +251,10 @@ class Launcher:
             for w in self._started:
                 if w.returncode is None:
                     _kill_group(w)
-            return True
+        # Return once the job's thread has reaped its ranks: the node is then free for the next job.
+        if self._lock.acquire(timeout=_REAP_WAIT_S):
+            self._lock.release()
+        return True
 
     def rebind(self, address: str) -> None:
         """Bind the next job's ranks to ``address`` (a running job's ranks were told theirs already)."""
