@@ -5,10 +5,11 @@ plugin's ``nccl_tuner.conf``; a rank map and an ``NCCL_TOPO_FILE`` when needed).
 files alone, so the same settings always get the same id, wherever and whenever they were found; the
 provenance (study, trials, NCCL version, topology fingerprint) travels beside it, not inside the hash.
 
-``nccl.conf`` follows NCCL's own reading rules (``src/misc/param.cc``): one ``KEY=VALUE`` per line, ``#`` at
-column 0 starts a comment, lines without ``=`` are ignored by NCCL, and the value is everything after the
-first ``=``, untrimmed. Rendering therefore refuses values NCCL would read differently from what was meant
-(leading/trailing spaces, newlines), rather than writing a file whose meaning drifts.
+``nccl.conf`` follows NCCL's own reading rules (``src/misc/param.cc``, :func:`parse_nccl_conf`): one
+``KEY=VALUE`` per ``\n``-ended line, ``#`` at column 0 starts a comment, lines without ``=`` are ignored by
+NCCL, and the value is everything after the first ``=``, untrimmed. Rendering therefore refuses values NCCL
+would read differently from what was meant (leading/trailing spaces, line breaks), rather than writing a file
+whose meaning drifts, and a version's ``nccl.conf`` may set only what the env policy allows in a version.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 
+from topo_tune.benchmark.env_policy import EnvPolicy, EnvPolicyError
 from topo_tune.errors import ValidationError
 
 NCCL_CONF = "nccl.conf"
@@ -30,6 +33,10 @@ FILE_NAMES = frozenset({NCCL_CONF, TUNER_TABLE, RANK_MAP, TOPO_FILE})
 """The only file names a version may hold: nothing else is ever written into a node's config directory."""
 
 MAX_FILE_BYTES = 1 << 20
+SYSTEM_NCCL_CONF = Path("/etc/nccl.conf")
+"""The file NCCL always reads after ``NCCL_CONF_FILE`` (``src/misc/param.cc``); no variable turns it off."""
+_LINE_BYTES = 4095  # fgets(line, 4096, file) reads at most 4095 bytes per call
+_FIELD_BYTES = 1023  # char envVar[1024], envValue[1024]
 _KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,127}$")
 _ID = re.compile(r"^cv-[0-9a-f]{16}$")
 
@@ -75,7 +82,26 @@ def check_files(files: Mapping[str, str]) -> None:
         if "\x00" in content:
             raise ValidationError(f"files[{name!r}]", "contains a NUL byte")
     if NCCL_CONF in files:
-        parse_nccl_conf(files[NCCL_CONF], strict=True)
+        check_settings(parse_nccl_conf(files[NCCL_CONF], strict=True))
+
+
+def check_settings(settings: Mapping[str, str], *, config_dir: Path | None = None) -> None:
+    """Refuse ``nccl.conf`` variables the env policy refuses in a config version, and anything not ``NCCL_*``.
+
+    The same policy (``benchmark/env_policy.py``) checks a version when it is pushed, when a rollout gates
+    it and when a node applies it; only the node knows its ``config_dir``, so file paths are checked
+    against it there and only for their form before. Only NCCL reads ``nccl.conf``, so only ``NCCL_*``
+    variables mean anything in it.
+    """
+    for key in settings:
+        if not key.startswith("NCCL_"):
+            raise ValidationError(f"nccl.conf:{key}", "only NCCL_* variables belong in nccl.conf")
+    policy = EnvPolicy(node_paths=False) if config_dir is None else EnvPolicy(config_dirs=(config_dir,))
+    try:
+        policy.check_config(settings)
+    except EnvPolicyError as error:
+        first = error.violations[0]
+        raise ValidationError(f"nccl.conf:{first.key}", first.reason) from None
 
 
 def render_nccl_conf(settings: Mapping[str, str], *, header: str = "") -> str:
@@ -85,26 +111,86 @@ def render_nccl_conf(settings: Mapping[str, str], *, header: str = "") -> str:
         value = settings[key]
         if not _KEY.match(key):
             raise ValidationError(key, "not an NCCL variable name")
-        if value != value.strip() or "\n" in value or "\r" in value or not value:
+        if value != value.strip() or not value or any(c in value for c in "\n\r\0"):
             raise ValidationError(key, f"value {value!r} would not read back the same (empty, spaces or newline)")
+        if len(value.encode()) > _FIELD_BYTES:
+            raise ValidationError(key, f"value longer than NCCL's {_FIELD_BYTES} bytes")
         lines.append(f"{key}={value}")
     return "\n".join(lines) + "\n"
 
 
+def nccl_conf_lines(text: str) -> list[tuple[int, bytes]]:
+    """The lines NCCL's ``setEnvFile`` sees in ``text``, numbered from 1, without their line ending.
+
+    NCCL reads with ``fgets`` into a 4096-byte buffer: a line ends only at ``\n`` (no other character
+    breaks a line), a longer line is read in 4095-byte pieces that each count as a line, one trailing
+    ``\n`` and then one ``\r`` are removed, and the line stops at a NUL (C strings).
+    """
+    data = text.encode("utf-8", "surrogateescape")
+    lines: list[tuple[int, bytes]] = []
+    position = 0
+    while position < len(data):
+        newline = data.find(b"\n", position, position + _LINE_BYTES)
+        end = position + min(_LINE_BYTES, len(data) - position) if newline < 0 else newline + 1
+        line = data[position:end].removesuffix(b"\n").removesuffix(b"\r")
+        lines.append((len(lines) + 1, line.split(b"\0", 1)[0]))
+        position = end
+    return lines
+
+
 def parse_nccl_conf(text: str, *, strict: bool = False) -> dict[str, str]:
-    """What NCCL reads from ``text``. With ``strict``, lines NCCL would ignore or misread are errors."""
+    """What NCCL reads from ``text``. With ``strict``, lines NCCL would ignore or misread are errors.
+
+    Lenient, it reads exactly as NCCL 2.30 does (``src/misc/param.cc``): see :func:`nccl_conf_lines`; ``#``
+    at column 0 starts a comment, a line without ``=`` is skipped, the key and the value (everything after
+    the first ``=``) are cut at 1023 bytes, and the first value of a key wins (``setenv(..., 0)``). Strict,
+    it also refuses what NCCL versions read differently or what reads back other than it looks: a ``\r``
+    (kept in the value before 2.30), a line NCCL would split, a key or value NCCL would cut.
+    """
     settings: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line or line.startswith("#"):
+    if strict and "\r" in text:
+        raise ValidationError("nccl.conf", "contains a carriage return (NCCL before 2.30 keeps it in the value)")
+    for number, raw in nccl_conf_lines(text):
+        if strict and len(raw) >= _LINE_BYTES:
+            raise ValidationError(f"nccl.conf:{number}", f"{_LINE_BYTES} bytes or more: NCCL reads the rest as a line")
+        if raw.startswith(b"#"):
             continue
-        key, sep, value = line.partition("=")
+        raw_key, sep, raw_value = raw.partition(b"=")
         if not sep:
-            if strict:
+            if strict and raw:
                 raise ValidationError(f"nccl.conf:{number}", "no '=' (NCCL ignores such a line)")
             continue
+        if strict and max(len(raw_key), len(raw_value)) > _FIELD_BYTES:
+            raise ValidationError(f"nccl.conf:{number}", f"a key or value longer than NCCL's {_FIELD_BYTES} bytes")
+        key = raw_key[:_FIELD_BYTES].decode("utf-8", "surrogateescape")
+        value = raw_value[:_FIELD_BYTES].decode("utf-8", "surrogateescape")
         if strict and not _KEY.match(key):
             raise ValidationError(f"nccl.conf:{number}", f"{key!r} is not an NCCL variable name")
         if strict and key in settings:
             raise ValidationError(f"nccl.conf:{number}", f"{key} set twice")
-        settings.setdefault(key, value)  # NCCL's setenv(..., overwrite=0): the first value wins
+        if key:  # setenv refuses an empty name
+            settings.setdefault(key, value)  # NCCL's setenv(..., overwrite=0): the first value wins
     return settings
+
+
+def file_settings(environ: Mapping[str, str], *, system_conf: Path = SYSTEM_NCCL_CONF) -> dict[str, str]:
+    """What NCCL's ``initEnv`` adds to ``environ`` from its files: keys they set that ``environ`` does not.
+
+    NCCL reads ``$NCCL_CONF_FILE`` (or ``$HOME/.nccl.conf`` when that is unset or empty) and then, always,
+    ``/etc/nccl.conf``; the environment wins over both and the first file over the second. Setting
+    ``NCCL_CONF_FILE`` therefore does not keep ``/etc/nccl.conf`` out: its keys fill whatever the environment
+    and the first file leave unset. An unreadable file is skipped, as NCCL does.
+    """
+    first = environ.get("NCCL_CONF_FILE") or (f"{environ['HOME']}/.nccl.conf" if environ.get("HOME") else "")
+    added: dict[str, str] = {}
+    for path in (Path(first) if first else None, system_conf):
+        if path is None:
+            continue
+        try:
+            text = path.read_bytes().decode("utf-8", "surrogateescape")
+        except OSError:
+            continue
+        for key, value in parse_nccl_conf(text).items():
+            if key not in environ and key not in added:
+                added[key] = value
+    return added

@@ -1,4 +1,4 @@
-"""The agent is not a remote shell: each refused class of variable, and what stays allowed."""
+"""The agent is not a remote shell: an allow-list by name, each value of its type, every path confined."""
 
 from __future__ import annotations
 
@@ -6,14 +6,122 @@ from pathlib import Path
 
 import pytest
 
-from topo_tune.benchmark.env_policy import EnvPolicy, EnvPolicyError
+from topo_tune.benchmark.env_policy import OUTPUT_DIR, VARIABLES, EnvPolicy, EnvPolicyError
+
+# One accepted value per allowed name, written from NCCL's and torch's docs, not from the table: a name
+# dropped from (or renamed in) the allow-list fails here.
+ACCEPTED = {
+    "NCCL_MIN_CTAS": "1",
+    "NCCL_MAX_CTAS": "64",
+    "NCCL_MIN_NCHANNELS": "2",
+    "NCCL_MAX_NCHANNELS": "32",
+    "NCCL_MIN_P2P_NCHANNELS": "1",
+    "NCCL_MAX_P2P_NCHANNELS": "64",
+    "NCCL_NVLS_NCHANNELS": "16",
+    "NCCL_NCHANNELS_PER_NET_PEER": "2",
+    "NCCL_NTHREADS": "512",
+    "NCCL_LL128_NTHREADS": "640",
+    "NCCL_BUFFSIZE": "4194304",
+    "NCCL_LL_BUFFSIZE": "1",
+    "NCCL_LL128_BUFFSIZE": "1073741824",
+    "NCCL_CHUNK_SIZE": "0",
+    "NCCL_P2P_NET_CHUNKSIZE": "131072",
+    "NCCL_P2P_NVL_CHUNKSIZE": "524288",
+    "NCCL_P2P_PCI_CHUNKSIZE": "131072",
+    "NCCL_NVLS_CHUNKSIZE": "131072",
+    "NCCL_IB_QPS_PER_CONNECTION": "128",
+    "NCCL_IB_SPLIT_DATA_ON_QPS": "1",
+    "NCCL_CROSS_NIC": "2",
+    "NCCL_SOCKET_NTHREADS": "4",
+    "NCCL_NSOCKS_PERTHREAD": "16",
+    "NCCL_NVLS_ENABLE": "0",
+    "NCCL_PXN_DISABLE": "1",
+    "NCCL_P2P_PXN_LEVEL": "2",
+    "NCCL_ALGO": "allreduce:tree,ring;broadcast:^nvls",
+    "NCCL_PROTO": "allreduce:^LL128;broadcast:LL,Simple",
+    "NCCL_CTA_POLICY": "efficiency",
+    "NCCL_NETDEVS_POLICY": "MAX:2",
+    "NCCL_CUMEM_ENABLE": "1",
+    "NCCL_CUMEM_HOST_ENABLE": "0",
+    "NCCL_P2P_DISABLE": "0",
+    "NCCL_SHM_DISABLE": "1",
+    "NCCL_NET_GDR_READ": "1",
+    "NCCL_NET_GDR_C2C": "0",
+    "NCCL_P2P_LEVEL": "NVL",
+    "NCCL_NET_GDR_LEVEL": "LOC",
+    "NCCL_GRAPH_STREAM_ORDERING": "1",
+    "NCCL_MULTI_RANK_GPU_ENABLE": "0",
+    "NCCL_IB_TIMEOUT": "31",
+    "NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1",
+    "NCCL_IB_GID_INDEX": "-1",
+    "NCCL_IB_ADDR_FAMILY": "AF_INET6",
+    "NCCL_IB_ADDR_RANGE": "10.0.0.0/8",
+    "NCCL_IB_ROCE_VERSION_NUM": "2",
+    "NCCL_IB_TC": "106",
+    "NCCL_IB_SL": "15",
+    "NCCL_IB_FIFO_TC": "255",
+    "NCCL_IB_RETRY_CNT": "7",
+    "NCCL_IB_PCI_RELAXED_ORDERING": "1",
+    "NCCL_IB_ADAPTIVE_ROUTING": "1",
+    "NCCL_IB_AR_THRESHOLD": "8192",
+    "NCCL_IB_ECE_ENABLE": "0",
+    "NCCL_IB_MERGE_NICS": "0",
+    "NCCL_IB_MERGE_VFS": "1",
+    "NCCL_IB_DISABLE": "1",
+    "NCCL_SOCKET_IFNAME": "^docker,lo",
+    "NCCL_SOCKET_FAMILY": "AF_INET",
+    "NCCL_NET": "Socket",
+    "NCCL_IGNORE_CPU_AFFINITY": "1",
+    "NCCL_HOSTID": "node-17.rack3",
+    "NCCL_TOPO_FILE": "{config}/topo.xml",
+    "NCCL_GRAPH_FILE": "{config}/graph.xml",
+    "NCCL_CONF_FILE": "{config}/versions/cv-0123456789abcdef/nccl.conf",
+    "NCCL_TUNER_CONFIG_FILE": "{config}/nccl_tuner.conf",
+    "NCCL_TUNER_PLUGIN": "{plugins}/libnccl-tuner-topotune.so",
+    "NCCL_NET_PLUGIN": "none",
+    "NCCL_PROFILER_PLUGIN": "NONE",
+    "NCCL_ENV_PLUGIN": "{plugins}/libnccl-env.so",
+    "NCCL_DEBUG": "info",
+    "NCCL_DEBUG_SUBSYS": "INIT,GRAPH,TUNING",
+    "NCCL_DEBUG_FILE": "nccl.%h.%p.log",
+    "NCCL_TOPO_DUMP_FILE": "topo.xml",
+    "NCCL_TOPO_DUMP_FILE_RANK": "3",
+    "NCCL_GRAPH_DUMP_FILE": "graph.xml",
+    "NCCL_GRAPH_DUMP_FILE_RANK": "0",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
+    "TORCH_NCCL_BLOCKING_WAIT": "0",
+    "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "86400",
+    "TORCH_NCCL_ENABLE_MONITORING": "1",
+    "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+    "TORCH_NCCL_DESYNC_DEBUG": "1",
+    "TORCH_NCCL_TRACE_BUFFER_SIZE": "65536",
+    "TORCH_FR_BUFFER_SIZE": "0",
+    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "frdump_",
+    "TORCH_FR_DUMP_TEMP_FILE": "frdump_",
+    "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": "frpipe_",
+    "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+OUTPUT_FILES = {
+    "NCCL_DEBUG_FILE",
+    "NCCL_TOPO_DUMP_FILE",
+    "NCCL_GRAPH_DUMP_FILE",
+    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+    "TORCH_FR_DUMP_TEMP_FILE",
+    "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
+}
 
 
 @pytest.fixture
 def policy(tmp_path: Path) -> EnvPolicy:
     (tmp_path / "config").mkdir()
     (tmp_path / "plugins").mkdir()
-    return EnvPolicy(config_dirs=(tmp_path / "config",), plugin_dirs=(tmp_path / "plugins",))
+    return EnvPolicy(config_dirs=(tmp_path / "config",), plugin_dirs=(tmp_path / "plugins",), expert_mode=True)
+
+
+def _accepted(tmp_path: Path) -> dict[str, str]:
+    return {k: v.format(config=tmp_path / "config", plugins=tmp_path / "plugins") for k, v in ACCEPTED.items()}
 
 
 def _refused(policy: EnvPolicy, env: dict[str, str]) -> dict[str, str]:
@@ -22,27 +130,15 @@ def _refused(policy: EnvPolicy, env: dict[str, str]) -> dict[str, str]:
     return {v.key: v.reason for v in info.value.violations}
 
 
-def test_searchable_and_site_knobs_are_accepted(policy: EnvPolicy, tmp_path: Path) -> None:
-    policy.check(
-        {
-            "NCCL_MIN_CTAS": "16",
-            "NCCL_MAX_CTAS": "16",
-            "NCCL_NTHREADS": "256",
-            "NCCL_BUFFSIZE": "16777216",
-            "NCCL_ALGO": "Ring",
-            "NCCL_PROTO": "^LL128",
-            "NCCL_NVLS_ENABLE": "0",
-            "NCCL_P2P_LEVEL": "NVL",
-            "NCCL_IB_TIMEOUT": "20",
-            "NCCL_SOCKET_NTHREADS": "4",
-            "NCCL_NSOCKS_PERTHREAD": "4",
-            "NCCL_TUNER_PLUGIN": str(tmp_path / "plugins" / "libnccl-tuner-topo.so"),
-            "NCCL_NET_PLUGIN": "none",
-            "NCCL_TOPO_FILE": str(tmp_path / "config" / "topo.xml"),
-            "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
-            "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-        }
-    )
+def test_the_allow_list_is_exactly_the_reviewed_names() -> None:
+    assert set(VARIABLES) == set(ACCEPTED)
+
+
+def test_every_allowed_name_takes_a_value_of_its_type(policy: EnvPolicy, tmp_path: Path) -> None:
+    env = _accepted(tmp_path)
+    for key, value in env.items():
+        policy.check({key: value})  # each alone (the socket product counts the other as 1)
+    policy.check({k: v for k, v in env.items() if k != "NCCL_NSOCKS_PERTHREAD"})
 
 
 @pytest.mark.parametrize(
@@ -52,10 +148,33 @@ def test_loader_and_interpreter_variables_are_refused(policy: EnvPolicy, key: st
     assert "loader/interpreter" in _refused(policy, {key: "/tmp/evil"})[key]
 
 
-@pytest.mark.parametrize("key", ["HOME", "GLOO_SOCKET_IFNAME", "MY_VAR", "OMP_NUM_THREADS", "nccl_debug"])
-def test_anything_not_allow_listed_is_refused(policy: EnvPolicy, key: str) -> None:
-    reason = _refused(policy, {key: "x"})[key]
-    assert "allow-listed" in reason or "valid variable name" in reason
+@pytest.mark.parametrize(
+    "key",
+    [
+        "HOME",
+        "GLOO_SOCKET_IFNAME",
+        "MY_VAR",
+        "OMP_NUM_THREADS",
+        "NCCL_WHATEVER_NEW",
+        "NCCL_RAS_ADDR",
+        "NCCL_RAS_ADDR_FILE",
+        "TORCH_NCCL_SOMETHING",
+        "TORCH_NCCL_",
+        "NCCL_",
+        "NCCL_FOO_PLUGIN",
+    ],
+)
+def test_names_not_on_the_allow_list_are_refused(policy: EnvPolicy, key: str) -> None:
+    assert "allow-list" in _refused(policy, {key: "1"})[key]
+
+
+def test_invalid_names_are_refused(policy: EnvPolicy) -> None:
+    assert "valid variable name" in _refused(policy, {"nccl_debug": "INFO"})["nccl_debug"]
+    assert "valid variable name" in _refused(policy, {"1NCCL": "1"})["1NCCL"]
+
+
+def test_a_library_nccl_would_dlopen_is_refused_with_the_reason(policy: EnvPolicy) -> None:
+    assert "dlopen" in _refused(policy, {"NCCL_IBVERBS_LIB": "/tmp/libevil.so"})["NCCL_IBVERBS_LIB"]
 
 
 def test_gpu_placement_cannot_come_from_the_environment(policy: EnvPolicy) -> None:
@@ -66,25 +185,70 @@ def test_gpu_placement_cannot_come_from_the_environment(policy: EnvPolicy) -> No
 def test_plugins_outside_the_plugin_dirs_are_refused(policy: EnvPolicy, tmp_path: Path, key: str) -> None:
     assert "outside" in _refused(policy, {key: "/usr/lib/libevil.so"})[key]
     assert "absolute path" in _refused(policy, {key: "libevil.so"})[key]
-    # '..' and symlinks cannot climb out of the directory.
+    assert "absolute path" in _refused(policy, {key: ""})[key]
+    # '..' and symlinks cannot climb out of the directory, nor a sibling whose name starts the same.
     assert "outside" in _refused(policy, {key: str(tmp_path / "plugins" / ".." / "evil.so")})[key]
+    (tmp_path / "plugins-evil").mkdir()
+    assert "outside" in _refused(policy, {key: str(tmp_path / "plugins-evil" / "x.so")})[key]
     link = tmp_path / "plugins" / "link.so"
     link.symlink_to("/usr/lib/libevil.so")
     assert "outside" in _refused(policy, {key: str(link)})[key]
 
 
-@pytest.mark.parametrize(
-    "key",
-    ["NCCL_TOPO_FILE", "NCCL_CONF_FILE", "NCCL_TOPO_DUMP_FILE", "NCCL_DEBUG_FILE", "NCCL_TUNER_CONFIG_FILE"],
-)
-def test_files_outside_the_config_dirs_are_refused(policy: EnvPolicy, key: str) -> None:
+@pytest.mark.parametrize("key", ["NCCL_TOPO_FILE", "NCCL_CONF_FILE", "NCCL_TUNER_CONFIG_FILE", "NCCL_GRAPH_FILE"])
+def test_input_files_outside_the_config_dirs_are_refused(policy: EnvPolicy, tmp_path: Path, key: str) -> None:
     assert "outside" in _refused(policy, {key: "/etc/passwd"})[key]
+    assert "outside" in _refused(policy, {key: f"{tmp_path}/config-evil/x"})[key]
+    assert "absolute path" in _refused(policy, {key: "config/x"})[key]
+    assert "none configured" in _refused(EnvPolicy(expert_mode=True), {key: "/etc/passwd"})[key]
 
 
-def test_graph_file_needs_expert_mode(policy: EnvPolicy, tmp_path: Path) -> None:
+def test_graph_file_needs_expert_mode(tmp_path: Path) -> None:
     graph = str(tmp_path / "config" / "graph.xml")
-    assert "expert mode" in _refused(policy, {"NCCL_GRAPH_FILE": graph})["NCCL_GRAPH_FILE"]
-    EnvPolicy(config_dirs=(tmp_path / "config",), expert_mode=True).check({"NCCL_GRAPH_FILE": graph})
+    plain = EnvPolicy(config_dirs=(tmp_path / "config",))
+    assert "expert mode" in _refused(plain, {"NCCL_GRAPH_FILE": graph})["NCCL_GRAPH_FILE"]
+    plain.check({"NCCL_TOPO_FILE": graph})  # the other input files need no expert mode
+
+
+@pytest.mark.parametrize("key", sorted(OUTPUT_FILES))
+@pytest.mark.parametrize(
+    "value", ["/var/tmp/victim", "/etc/cron.d/x", "../x", "a/b", "..", ".hidden", "", "x" * 129, "a b"]
+)
+def test_output_files_must_be_bare_names(policy: EnvPolicy, key: str, value: str) -> None:
+    assert "bare file name" in _refused(policy, {key: value})[key]
+
+
+def test_output_files_are_rewritten_into_the_job_directory(tmp_path: Path) -> None:
+    env = {k: ACCEPTED[k] for k in OUTPUT_FILES} | {"NCCL_DEBUG": "WARN", "NCCL_TOPO_DUMP_FILE_RANK": "1"}
+    confined = EnvPolicy.confine(env, tmp_path / "job")
+    for key in OUTPUT_FILES:
+        assert confined[key] == str(tmp_path / "job" / OUTPUT_DIR / ACCEPTED[key])
+    assert confined["NCCL_DEBUG"] == "WARN" and confined["NCCL_TOPO_DUMP_FILE_RANK"] == "1"
+    assert env["NCCL_DEBUG_FILE"] == ACCEPTED["NCCL_DEBUG_FILE"]  # the caller's mapping is left alone
+
+
+@pytest.mark.parametrize("value", ["/etc/nccl/topo-tune/active/nccl.conf", "../../x", "a/b", ".."])
+def test_confine_refuses_what_it_cannot_confine(tmp_path: Path, value: str) -> None:
+    with pytest.raises(EnvPolicyError) as info:
+        EnvPolicy.confine({"NCCL_DEBUG_FILE": value, "NCCL_TOPO_DUMP_FILE": "ok.xml"}, tmp_path)
+    assert [v.key for v in info.value.violations] == ["NCCL_DEBUG_FILE"]
+
+
+def test_a_config_version_may_not_write_files(policy: EnvPolicy, tmp_path: Path) -> None:
+    for key in OUTPUT_FILES:
+        with pytest.raises(EnvPolicyError, match="every job write a file"):
+            policy.check_config({key: ACCEPTED[key]})
+    with pytest.raises(EnvPolicyError) as info:
+        policy.check_config({"NCCL_DEBUG_FILE": "x.log", "NCCL_PROTO": "LL128", "NCCL_DEBUG": "WARN"})
+    assert [v.key for v in info.value.violations] == ["NCCL_DEBUG_FILE", "NCCL_PROTO"]
+    policy.check_config({"NCCL_DEBUG": "WARN", "NCCL_TOPO_FILE": str(tmp_path / "config" / "t.xml")})
+
+
+def test_without_the_nodes_directories_paths_are_checked_for_form_only() -> None:
+    unknown = EnvPolicy(node_paths=False)
+    unknown.check({"NCCL_TOPO_FILE": "/etc/nccl/topo-tune/topo.xml", "NCCL_TUNER_PLUGIN": "/opt/x/lib.so"})
+    refused = _refused(unknown, {"NCCL_TOPO_FILE": "/etc/nccl/../passwd", "NCCL_CONF_FILE": "rel/x"})
+    assert "normalised" in refused["NCCL_TOPO_FILE"] and "absolute" in refused["NCCL_CONF_FILE"]
 
 
 @pytest.mark.parametrize(
@@ -94,30 +258,90 @@ def test_graph_file_needs_expert_mode(policy: EnvPolicy, tmp_path: Path) -> None
         ("NCCL_PROTO", "LL128", "forces it on"),
         ("NCCL_PROTO", "^LL", "keeps LL128"),
         ("NCCL_PROTO", "allreduce:simple;broadcast:ll128", "forces it on"),
+        ("NCCL_PROTO", ";allreduce:LL128", "empty"),
+        ("NCCL_PROTO", "^LL128;", "empty"),
         ("NCCL_PROTO", "fast", "unknown protocol"),
+        ("NCCL_PROTO", "LL,", "unknown protocol"),
+        ("NCCL_PROTO", "gather:LL", "unknown collective"),
+        ("NCCL_ALGO", "Ring;", "look like"),
+        ("NCCL_ALGO", "warp", "look like"),
         ("NCCL_P2P_LEVEL", "SYS", "P2P_LEVEL"),
+        ("NCCL_P2P_LEVEL", "4", "P2P_LEVEL"),
         ("NCCL_NET_GDR_LEVEL", "PHB", "GDR_LEVEL"),
+        ("NCCL_NET_GDR_LEVEL", "NVL", "GDR_LEVEL"),
         ("NCCL_GRAPH_STREAM_ORDERING", "0", "ordering"),
         ("NCCL_MULTI_RANK_GPU_ENABLE", "1", "hang"),
         ("NCCL_IB_TIMEOUT", "0", "forever"),
-        ("NCCL_IB_TIMEOUT", "40", "forever"),
+        ("NCCL_IB_TIMEOUT", "32", "forever"),
+        ("NCCL_IB_TIMEOUT", "-1", "forever"),
         ("NCCL_COMM_ID", "10.0.0.1:1234", "rendezvous"),
-        ("NCCL_SOCKET_NTHREADS", "16", "<= 64"),
+        ("NCCL_MIN_CTAS", "0", "outside 1..64"),
+        ("NCCL_MAX_CTAS", "65", "outside 1..64"),
+        ("NCCL_NTHREADS", "96", "one of"),
+        ("NCCL_BUFFSIZE", "1073741825", "outside"),
+        ("NCCL_IB_SL", "16", "outside"),
+        ("NCCL_IB_GID_INDEX", "-2", "outside"),
+        ("NCCL_DEBUG", "LOUD", "one of"),
+        ("NCCL_IB_HCA", "mlx5_0;rm -rf", "look like"),
+        ("NCCL_SOCKET_IFNAME", "eth0 ", "look like"),
+        ("NCCL_NETDEVS_POLICY", "MAX:0", "look like"),
     ],
 )
-def test_dangerous_knobs_are_refused_with_the_reason(policy: EnvPolicy, key: str, value: str, why: str) -> None:
-    env = {key: value}
-    if key == "NCCL_SOCKET_NTHREADS":
-        env["NCCL_NSOCKS_PERTHREAD"] = "8"
-    assert why in _refused(policy, env)[key]
+def test_values_outside_their_type_are_refused_with_the_reason(
+    policy: EnvPolicy, key: str, value: str, why: str
+) -> None:
+    assert why in _refused(policy, {key: value})[key]
+
+
+@pytest.mark.parametrize("value", ["010", "0x10", "12abc", " 12", "12 ", "+12", "1_2", "1e3", "", "٣"])
+def test_integers_are_decimal_as_written_so_nccl_reads_the_value_checked(policy: EnvPolicy, value: str) -> None:
+    # strtoll(value, NULL, 0) reads 010 as 8, 0x10 as 16 and 12abc as 12: only plain decimals pass.
+    assert "decimal integer" in _refused(policy, {"NCCL_MIN_CTAS": value})["NCCL_MIN_CTAS"]
+
+
+@pytest.mark.parametrize(
+    ("threads", "socks", "refused"),
+    [
+        ("16", "5", True),
+        ("16", "4", False),
+        ("8", "8", False),
+        ("4", "17", True),
+        (None, "65", True),
+        ("16", None, False),
+    ],
+)
+def test_the_socket_thread_product_is_bounded_also_when_one_is_set_alone(
+    policy: EnvPolicy, threads: str | None, socks: str | None, refused: bool
+) -> None:
+    env = {k: v for k, v in (("NCCL_SOCKET_NTHREADS", threads), ("NCCL_NSOCKS_PERTHREAD", socks)) if v is not None}
+    if not refused:
+        policy.check(env)
+        return
+    assert any("<= 64" in r or "outside" in r for r in _refused(policy, env).values())
+
+
+def test_the_socket_product_needs_both_decimal(policy: EnvPolicy) -> None:
+    reasons = _refused(policy, {"NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "0x4"})
+    assert "decimal" in reasons["NCCL_SOCKET_NTHREADS"] and "decimal" in reasons["NCCL_NSOCKS_PERTHREAD"]
 
 
 def test_every_violation_is_reported_at_once(policy: EnvPolicy) -> None:
     with pytest.raises(EnvPolicyError) as info:
         policy.check({"LD_PRELOAD": "x", "NCCL_PROTO": "LL128", "NCCL_DEBUG": "INFO"})
     assert [v.key for v in info.value.violations] == ["LD_PRELOAD", "NCCL_PROTO"]
-    assert "LD_PRELOAD" in str(info.value) and "NCCL_PROTO" in str(info.value)
+    assert str(info.value) == (
+        "benchmark env refused: LD_PRELOAD: loader/interpreter variables are never accepted (they load or run "
+        "code); NCCL_PROTO: listing LL128 in NCCL_PROTO forces it on, bypassing NCCL's safety checks (data "
+        "corruption)"
+    )
 
 
-def test_control_characters_in_values_are_refused(policy: EnvPolicy) -> None:
-    assert "control" in _refused(policy, {"NCCL_DEBUG": "INFO\nLD_PRELOAD=x"})["NCCL_DEBUG"]
+@pytest.mark.parametrize("char", ["\n", "\r", "\x0b", "\x1c", "\x1f", "\x7f", "\x85", "\x9f", "\x00"])
+def test_control_characters_in_values_are_refused(policy: EnvPolicy, char: str) -> None:
+    assert "control" in _refused(policy, {"NCCL_DEBUG": f"INFO{char}"})["NCCL_DEBUG"]
+
+
+def test_values_longer_than_nccl_keeps_are_refused(policy: EnvPolicy, tmp_path: Path) -> None:
+    root = str(tmp_path / "config") + "/"
+    policy.check({"NCCL_TOPO_FILE": root + "x" * (1023 - len(root))})
+    assert "longer than 1023" in _refused(policy, {"NCCL_TOPO_FILE": root + "x" * (1024 - len(root))})["NCCL_TOPO_FILE"]

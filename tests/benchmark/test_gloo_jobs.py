@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.waiting import wait_until
 from topo_tune.agent.bench.executor import BenchmarkExecutor
-from topo_tune.agent.bench.launcher import BASE_ENV
+from topo_tune.agent.bench.launcher import BASE_ENV, DUMP_DEFAULTS
 from topo_tune.agent.bench.worker_config import WorkerFault
 from topo_tune.agent.executor import Executor
 from topo_tune.agent.journal import Journal
@@ -139,7 +139,7 @@ def test_job_over_three_agents_is_correct_and_sees_only_its_env(
 
     # Environment isolation: exactly the base plus the job's variables, identical on every rank.
     started = _started_records(tmp_path, spec)
-    expected_keys = sorted({*BASE_ENV, "HOME", "TMPDIR", *env})
+    expected_keys = sorted({*BASE_ENV, *DUMP_DEFAULTS, "HOME", "TMPDIR", *env})
     assert all(rec["env_keys"] == expected_keys for rec in started)
     assert len({rec["env_digest"] for rec in started}) == 1
 

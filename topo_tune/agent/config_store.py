@@ -16,9 +16,10 @@ interrupted apply are removed by :meth:`ConfigStore.recover`.
 
 Everything is validated before the first byte is written: file names come from the allow-list of
 ``config_version.FILE_NAMES`` (so no name can leave the directory), the version id must be the hash of the
-files, and ``nccl.conf`` may only set what the benchmark env policy allows (:func:`check_settings`). Files are opened
-with ``O_NOFOLLOW | O_EXCL`` inside a directory this process just created, and a staged version that is a
-symlink or whose content no longer matches its id is refused, so a planted symlink cannot redirect a write.
+files, and ``nccl.conf`` may only set what the env policy allows in a version (``config_version.check_settings``).
+Files are opened with ``O_NOFOLLOW | O_EXCL`` inside a directory this process just created, and a staged
+version that is a symlink or whose content no longer matches its id is refused, so a planted symlink cannot
+redirect a write.
 
 Non-goals: deciding which version a node should run (the controller's rollout does) and keeping jobs off
 the node (``busy`` predicates report them; the caller decides what busy means).
@@ -38,35 +39,21 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from topo_tune.benchmark.env_policy import EnvPolicy, EnvPolicyError
 from topo_tune.config_layout import ACTIVE_LINK, JOBS_LOCK, VERSIONS_DIR, staged_path
-from topo_tune.config_version import NCCL_CONF, check_files, is_version_id, parse_nccl_conf, version_id
+from topo_tune.config_version import (
+    NCCL_CONF,
+    check_files,
+    check_settings,
+    is_version_id,
+    parse_nccl_conf,
+    version_id,
+)
 from topo_tune.errors import ConflictError, ValidationError
 
 logger = logging.getLogger(__name__)
 
 _STAGING_PREFIX = ".staging-"
 _LINK_PREFIX = ".active-"
-
-
-def check_settings(settings: Mapping[str, str], *, config_dir: Path | None = None) -> None:
-    """Refuse ``nccl.conf`` variables the benchmark env policy refuses, and anything not ``NCCL_*``.
-
-    The policy (``benchmark/env_policy.py``) is the one a benchmark job's environment passes: no loader or
-    interpreter variables, plugins only as ``none``, files only inside the config directory, none of the
-    knobs that hang or corrupt data. The agent runs privileged on every node, and a stolen controller token
-    must not become code execution or corruption through a rolled-out file either. Only NCCL reads
-    ``nccl.conf``, so only ``NCCL_*`` variables mean anything there.
-    """
-    for key in settings:
-        if not key.startswith("NCCL_"):
-            raise ValidationError(f"nccl.conf:{key}", "only NCCL_* variables belong in nccl.conf")
-    policy = EnvPolicy(config_dirs=(config_dir,) if config_dir is not None else ())
-    try:
-        policy.check(settings)
-    except EnvPolicyError as error:
-        first = error.violations[0]
-        raise ValidationError(f"nccl.conf:{first.key}", first.reason) from None
 
 
 def check_version(version: str, files: Mapping[str, str], *, config_dir: Path | None = None) -> None:

@@ -5,6 +5,8 @@ fixed base, and nothing else from the agent's environment:
 
 - ``HOME`` and ``TMPDIR`` point into the job's work directory (torch and NCCL write small
   files there);
+- every output-file variable (``NCCL_DEBUG_FILE``, dumps, torch's flight-recorder files, whose
+  defaults are set here) is rewritten into ``<job dir>/out/`` (``EnvPolicy.confine``);
 - ``PATH=/usr/bin:/bin`` (a fixed value, so any helper a library spawns resolves from system
   directories only);
 - ``LANG=C.UTF-8`` and ``PYTHONUNBUFFERED=1``;
@@ -57,14 +59,20 @@ from typing import Any
 
 from topo_tune.agent.bench.job_dirs import prune_job_dirs
 from topo_tune.agent.bench.worker_config import WorkerConfig, WorkerFault
+from topo_tune.benchmark.env_policy import OUTPUT_DIR, EnvPolicy
 from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
 from topo_tune.benchmark.results import RankOutcome, RankResult, RankStatus
 
-__all__ = ["BASE_ENV", "CANCELLED_KEPT", "JobCancelled", "JobOutcome", "Launcher", "LauncherBusy"]
+__all__ = ["BASE_ENV", "CANCELLED_KEPT", "DUMP_DEFAULTS", "JobCancelled", "JobOutcome", "Launcher", "LauncherBusy"]
 
 logger = logging.getLogger(__name__)
 
 BASE_ENV: Mapping[str, str] = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
+DUMP_DEFAULTS: Mapping[str, str] = {
+    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "nccl_trace_rank_",
+    "TORCH_FR_DUMP_TEMP_FILE": "nccl_trace_rank_",
+}
+"""Torch's dump files, named as torch names them but inside the job's output directory."""
 _BOOTSTRAP = (
     "import json, sys; sys.path[:0] = json.load(open(sys.argv[1]))['sys_path']; "
     "from topo_tune.agent.bench.worker import main; sys.exit(main(sys.argv[1:]))"
@@ -205,8 +213,9 @@ class Launcher:
     def worker_env(self, spec: BenchmarkSpec, work_dir: Path) -> dict[str, str]:
         """Exactly what a worker's environment holds (the same for every rank of the job)."""
         env = {**BASE_ENV, "HOME": str(work_dir), "TMPDIR": str(work_dir / "tmp"), **self._passthrough}
-        env.update(spec.env)
-        env.update(self._node_env)
+        # Output files (debug logs, dumps) land in the job's directory, torch's flight-recorder dump too,
+        # whose default is /tmp/nccl_trace_rank_<rank>.
+        env.update(EnvPolicy.confine({**DUMP_DEFAULTS, **spec.env, **self._node_env}, work_dir))
         return env
 
     def run(
@@ -298,6 +307,7 @@ class Launcher:
         job_dir = work_dir / spec.job_id
         prune_job_dirs(work_dir, now=time.time())  # older jobs' directories; never one a job may still use
         (job_dir / "tmp").mkdir(parents=True, exist_ok=True)
+        (job_dir / OUTPUT_DIR).mkdir(exist_ok=True)
         env = self.worker_env(spec, job_dir)
         workers: list[_Worker] = []
         try:
