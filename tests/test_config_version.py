@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
-from topo_tune.config_version import ConfigVersion, is_version_id, parse_nccl_conf, render_nccl_conf, version_id
+from topo_tune.config_version import (
+    ConfigVersion,
+    file_settings,
+    is_version_id,
+    parse_nccl_conf,
+    render_nccl_conf,
+    version_id,
+)
 from topo_tune.errors import ValidationError
 
 
@@ -55,3 +65,119 @@ def test_values_nccl_would_misread_are_refused(value: str) -> None:
 def test_parse_follows_nccl_reading_rules() -> None:
     text = "# comment\n #not a comment=1\nNCCL_A=x = y \nNCCL_A=second\nnoequals\n"
     assert parse_nccl_conf(text) == {" #not a comment": "1", "NCCL_A": "x = y "}
+
+
+def test_a_fixed_version_keeps_its_id() -> None:
+    # Golden: the id is the content address nodes, pins and stored results use; a change to the hashing
+    # (encoding, order, separators, digest length) would orphan every version already rolled out.
+    files = {"nccl.conf": "NCCL_MIN_CTAS=16\nNCCL_PROTO=^LL128\n", "rankmap.json": '{"order": ["n1", "n0"]}\n'}
+    # Worked out apart from the code: printf '%s' '[["nccl.conf","NCCL_DEBUG=WARN\n"]]' | sha256sum
+    assert ConfigVersion(files).id == "cv-6324e7a9ed34f372"
+    assert version_id({}) == "cv-4f53cda18c2baa0c"
+    assert version_id({"nccl.conf": "NCCL_DEBUG=WARN\n"}) == "cv-16c1939bfd28ea7d"
+    assert version_id({"nccl.conf": "# n\u00f6de\n"}) == "cv-4213b13e5a61dfcb"  # UTF-8, not \\u escapes
+
+
+@pytest.mark.parametrize("value", ["cv-0123456789abcdef", "cv-ffffffffffffffff"])
+def test_version_ids_are_recognised(value: str) -> None:
+    assert is_version_id(value)
+
+
+@pytest.mark.parametrize(
+    "value", ["cv-0123456789abcde", "cv-0123456789abcdef0", "cv-0123456789ABCDEF", "xcv-0123456789abcdef", "", "cv-"]
+)
+def test_other_strings_are_not_version_ids(value: str) -> None:
+    assert not is_version_id(value)
+
+
+# NCCL's reading rules (src/misc/param.cc, setEnvFile): fgets into char line[4096]; strip one '\n' then one
+# '\r'; '#' at column 0 is a comment; a line without '=' is skipped; key and value cut at 1023 bytes;
+# setenv(key, value, 0) so the first value wins.
+@pytest.mark.parametrize(
+    ("text", "settings"),
+    [
+        # Only '\n' ends a line: what str.splitlines() also breaks on stays inside the value.
+        ("NCCL_DEBUG=WARN\x0bNCCL_PROTO=LL128\n", {"NCCL_DEBUG": "WARN\x0bNCCL_PROTO=LL128"}),
+        ("NCCL_DEBUG=WARN\x1cNCCL_PROTO=LL128", {"NCCL_DEBUG": "WARN\x1cNCCL_PROTO=LL128"}),
+        ("NCCL_DEBUG=WARN\x85NCCL_PROTO=LL128", {"NCCL_DEBUG": "WARN\x85NCCL_PROTO=LL128"}),
+        ("NCCL_DEBUG=WARN\u2028NCCL_PROTO=LL128", {"NCCL_DEBUG": "WARN\u2028NCCL_PROTO=LL128"}),
+        ("NCCL_DEBUG=WARN\rNCCL_PROTO=LL128\n", {"NCCL_DEBUG": "WARN\rNCCL_PROTO=LL128"}),
+        # One trailing '\r' goes (NCCL 2.30), a second stays.
+        ("NCCL_DEBUG=WARN\r\n", {"NCCL_DEBUG": "WARN"}),
+        ("NCCL_DEBUG=WARN\r\r\n", {"NCCL_DEBUG": "WARN\r"}),
+        ("NCCL_DEBUG=WARN", {"NCCL_DEBUG": "WARN"}),
+        # A comment only at column 0; '=' inside the value is kept; no trimming.
+        ("#NCCL_DEBUG=INFO\n #x=1\nNCCL_A==b \n", {" #x": "1", "NCCL_A": "=b "}),
+        ("noequals\n\n=empty-key\nNCCL_A=\n", {"NCCL_A": ""}),
+        ("NCCL_A=1\nNCCL_A=2\n", {"NCCL_A": "1"}),
+        # A NUL ends the C string.
+        ("NCCL_A=ab\x00NCCL_B=1\nNCCL_C=2\n", {"NCCL_A": "ab", "NCCL_C": "2"}),
+        # Keys and values are cut at 1023 bytes.
+        ("NCCL_A=" + "v" * 1030 + "\n", {"NCCL_A": "v" * 1023}),
+        ("K" * 1030 + "=1\n", {"K" * 1023: "1"}),
+        # A line of 4095 bytes or more is read in pieces, each a line of its own.
+        ("#" + "c" * 4094 + "NCCL_PROTO=LL128\n", {"NCCL_PROTO": "LL128"}),
+        ("#" + "c" * 4093 + "\nNCCL_A=1\n", {"NCCL_A": "1"}),
+        ("#" + "c" * 4094 + "\nNCCL_A=1\n", {"NCCL_A": "1"}),
+    ],
+)
+def test_parse_reads_what_nccl_reads(text: str, settings: dict[str, str]) -> None:
+    assert parse_nccl_conf(text) == settings
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("NCCL_DEBUG=WARN\x0bNCCL_PROTO=LL128\n", "control characters"),
+        ("NCCL_DEBUG=WARN\u2028NCCL_PROTO=LL128\n", "must be one of"),
+        ("NCCL_DEBUG=WARN\r\n", "carriage return"),
+        ("NCCL_DEBUG=WARN\rNCCL_PROTO=LL128\n", "carriage return"),
+        ("#" + "c" * 4094 + "NCCL_PROTO=LL128\n", "nccl.conf:1: 4095 bytes or more"),
+        ("NCCL_TOPO_FILE=/" + "v" * 1023 + "\n", "longer than NCCL's 1023 bytes"),
+        ("NCCL_DEBUG=\n", "must be one of"),
+        ("NCCL_IBVERBS_LIB=/tmp/x.so\n", "dlopen"),
+        ("NCCL_WHATEVER=1\n", "allow-list"),
+        ("TORCH_NCCL_BLOCKING_WAIT=1\n", "only NCCL_"),
+        ("NCCL_TOPO_FILE=relative.xml\n", "absolute path"),
+        ("NCCL_TOPO_FILE=/etc/nccl/../../tmp/x.xml\n", "normalised"),
+    ],
+)
+def test_a_version_nccl_would_read_otherwise_or_the_policy_refuses_is_refused(text: str, message: str) -> None:
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        ConfigVersion({"nccl.conf": text})
+
+
+def test_a_version_may_name_a_site_file_by_absolute_path() -> None:
+    ConfigVersion({"nccl.conf": "NCCL_TOPO_FILE=/etc/nccl/topo-tune/site.xml\nNCCL_DEBUG=WARN\n"})
+
+
+@pytest.mark.parametrize("value", ["a\x00b", "a\rb", "v" * 1024])
+def test_render_refuses_what_would_not_read_back(value: str) -> None:
+    with pytest.raises(ValidationError):
+        render_nccl_conf({"NCCL_HOSTID": value})
+
+
+def test_render_keeps_a_header_with_line_breaks_commented() -> None:
+    text = render_nccl_conf({"NCCL_DEBUG": "WARN"}, header="a\x0bNCCL_PROTO=LL128\u2028NCCL_B=1")
+    assert parse_nccl_conf(text, strict=True) == {"NCCL_DEBUG": "WARN"}
+
+
+def test_file_settings_are_what_nccl_adds_from_its_files(tmp_path: Path) -> None:
+    system = tmp_path / "etc-nccl.conf"
+    system.write_text("NCCL_DEBUG=INFO\nNCCL_IB_HCA=mlx5_0\nNCCL_TOPO_FILE=/etc/t.xml\n")
+    user = tmp_path / "job.conf"
+    user.write_text("NCCL_IB_HCA=mlx5_1\nNCCL_MIN_CTAS=4\n")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".nccl.conf").write_text("NCCL_MAX_CTAS=8\n")
+    env = {"NCCL_DEBUG": "WARN", "NCCL_CONF_FILE": str(user), "HOME": str(home)}
+    # NCCL_CONF_FILE does not keep /etc/nccl.conf out; the environment wins, then the first file.
+    assert file_settings(env, system_conf=system) == {
+        "NCCL_IB_HCA": "mlx5_1",
+        "NCCL_MIN_CTAS": "4",
+        "NCCL_TOPO_FILE": "/etc/t.xml",
+    }
+    # Without NCCL_CONF_FILE (or with it empty) NCCL reads ~/.nccl.conf instead.
+    for without in ({"HOME": str(home)}, {"HOME": str(home), "NCCL_CONF_FILE": ""}):
+        assert file_settings(without, system_conf=system)["NCCL_MAX_CTAS"] == "8"
+    assert file_settings({}, system_conf=tmp_path / "absent") == {}

@@ -53,6 +53,7 @@ from topo_tune.benchmark.collectives import bandwidth, shape
 from topo_tune.benchmark.iteration_stats import IterationStats
 from topo_tune.benchmark.job_spec import BenchmarkSpec
 from topo_tune.benchmark.results import RankResult, SizeMeasurement
+from topo_tune.config_version import SYSTEM_NCCL_CONF, file_settings
 from topo_tune.plugin.job_env import TABLE_ENV
 
 __all__ = ["main"]
@@ -262,8 +263,18 @@ def process_environ() -> dict[str, str]:
 
 
 def _effective_env(spec: BenchmarkSpec, backend: str) -> dict[str, str]:
-    """The job's variables and every NCCL one as NCCL saw them (nccl.conf included), versions, the table's digest."""
+    """The job's variables and every NCCL one as NCCL saw them (nccl.conf included), versions, the table's digest.
+
+    NCCL always also reads ``/etc/nccl.conf`` (``NCCL_CONF_FILE`` does not stop it), so what it would add from
+    its files is recorded too, on a backend whose NCCL never started as well, with the system file's digest.
+    """
     env = {k: v for k, v in process_environ().items() if k in spec.env or k.startswith(("NCCL_", "TORCH_NCCL_"))}
+    for key, value in file_settings(os.environ, system_conf=SYSTEM_NCCL_CONF).items():
+        env.setdefault(key, value)
+    try:
+        env["topo_tune.system_nccl_conf_sha256"] = hashlib.sha256(SYSTEM_NCCL_CONF.read_bytes()).hexdigest()
+    except OSError:
+        env["topo_tune.system_nccl_conf_sha256"] = "absent"
     env["topo_tune.backend"] = backend
     table = os.environ.get(TABLE_ENV)
     if table:
