@@ -236,3 +236,34 @@ def test_an_agent_killed_at_random_moments_mid_apply_never_leaves_a_mix(tmp_path
         if (root / "active").is_symlink():
             seen.add(assert_one_whole_version_active(root))
     assert len(seen) >= 2, "the kills never landed after a swap; the test proves nothing"
+
+
+def test_a_tampered_active_version_is_reported_and_applying_it_again_repairs_it(store: ConfigStore) -> None:
+    store.apply(A.id, A.files)
+    assert store.damage() == ""
+    # What NCCL_DEBUG=WARN NCCL_DEBUG_FILE=<config dir>/active/nccl.conf did before job files were confined.
+    active_conf = store.root / "active" / "nccl.conf"
+    active_conf.chmod(0o644)
+    active_conf.write_text("host:1:1 [0] NCCL WARN something\n")
+    assert "does not match its id" in store.damage()
+    with pytest.raises(StoreBusy):
+        store.apply(A.id, A.files, busy=lambda: "a benchmark is running")
+    repaired = store.apply(A.id, A.files)
+    assert (repaired.version, repaired.previous, repaired.changed) == (A.id, A.id, True)
+    assert active_conf.read_text() == A.files["nccl.conf"]
+    assert store.damage() == ""
+    assert not store.apply(A.id, A.files).changed
+
+
+def test_a_file_added_to_the_active_version_is_damage_too(store: ConfigStore) -> None:
+    store.apply(A.id, A.files)
+    (store.root / "active" / "topo-dump.xml").write_text("<system/>")  # NCCL_TOPO_DUMP_FILE's old reach
+    assert "does not match its id" in store.damage()
+    store.apply(A.id, A.files)
+    assert sorted(p.name for p in (store.root / "active").iterdir()) == sorted(A.files)
+
+
+def test_no_active_version_is_no_damage(store: ConfigStore) -> None:
+    assert store.damage() == ""
+    store.apply("", {})
+    assert store.damage() == ""

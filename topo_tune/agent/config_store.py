@@ -84,7 +84,7 @@ class Applied:
     version: str
     previous: str
     changed: bool
-    """False when the version was already active (applying it again does nothing)."""
+    """False when the version was already active and intact (applying it again does nothing)."""
 
 
 Busy = Callable[[], str | None]
@@ -162,6 +162,20 @@ class ConfigStore:
             raise ConflictError(f"staged version {version} does not match its id; it was changed after staging")
         return files
 
+    def damage(self) -> str:
+        """Why the active version's files no longer hash to its id ("" when intact or when none is active).
+
+        Anything that rewrote, added or removed a file of the active version (a job's debug file, an operator's
+        edit) is found here; the agent reports it with every heartbeat until the controller re-applies it.
+        """
+        try:
+            version = self.active_version()
+            if version:
+                self.read(version)
+        except ConflictError as error:
+            return str(error)
+        return ""
+
     # -- changing -----------------------------------------------------------------------------------------
 
     def recover(self) -> None:
@@ -187,8 +201,15 @@ class ConfigStore:
         check_version(version, files, config_dir=self.root)
         self.recover()
         previous = self.active_version()
-        if previous == version:
+        if previous == version and (not version or not self.damage()):
             return Applied(version, previous, changed=False)
+        if previous == version:
+            # Same id, other content: the files were changed after staging. Stage them again from ``files``.
+            logger.warning("active config version %s does not match its id: %s; re-staging it", version, self.damage())
+            with self._no_jobs(busy):
+                self._stage(version, files)
+                self._step("repaired")
+            return Applied(version, previous, changed=True)
         with self._no_jobs(busy):
             if version:
                 self._stage(version, files)

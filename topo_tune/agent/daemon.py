@@ -260,6 +260,7 @@ class Agent:
             activity=self._activity(),
             running_command_ids=sorted(self._running),
             applied_config_version=self.executor.applied_config_version(),
+            config_damage=self.executor.config_damage(),
         )
         heartbeat.sent_at.FromDatetime(datetime.now(UTC))
         self._send(agent_pb2.AgentMessage(heartbeat=heartbeat))

@@ -70,6 +70,7 @@ class Executor:
     _bench_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _benchmarks_running: int = field(default=0, init=False)
     _config_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    _reported_damage: str = field(default="", init=False)
 
     @property
     def drained(self) -> bool:
@@ -228,6 +229,20 @@ class Executor:
         except ConflictError as error:
             logger.error("config store: %s", error)
             return ""
+
+    def config_damage(self) -> str:
+        """Why the active version's files no longer match its id, for Heartbeat ("" when intact).
+
+        Logged when it changes; the controller answers a report by applying the version again.
+        """
+        damage = "" if self.config_store is None else _bounded(self.config_store.damage())
+        if damage != self._reported_damage:
+            if damage:
+                logger.error("config store: %s", damage)
+            else:
+                logger.info("config store: the active version matches its id again")
+            self._reported_damage = damage
+        return damage
 
 
 def _bounded(message: str) -> str:

@@ -384,7 +384,7 @@ class EnvPolicy:
             return _REFUSED_WHY[key]
         kind = VARIABLES.get(key)
         if kind is None:
-            return "not on topo-tune's allow-list of NCCL/torch variables (see docs/security.md)"
+            return "not allow-listed: not an NCCL/torch variable topo-tune knows (docs/security.md lists them)"
         return self._value_reason(key, kind, value, env)
 
     def _value_reason(self, key: str, kind: ValueType, value: str, env: Mapping[str, str]) -> str | None:

@@ -92,7 +92,7 @@ def nodes(client: AdminClient, fmt: str, rack: str) -> None:
             STATE_NAMES.get(n.state, "?"),
             ACTIVITY_NAMES.get(n.activity, "?"),
             BACKEND_NAMES.get(n.backend, "?"),
-            n.applied_config_version or "-",
+            (n.applied_config_version or "-") + (" DAMAGED" if n.config_damage else ""),
             _age(n.last_heartbeat_at),
         )
         for n in found
@@ -121,6 +121,7 @@ def node(client: AdminClient, fmt: str, name: str) -> None:
         ("registrations", str(found.registrations)),
         ("last heartbeat", _age(found.last_heartbeat_at)),
         ("config version", found.applied_config_version or "-"),
+        ("config damage", found.config_damage or "-"),
         ("host", f"{topo.hostname}, {topo.cpu_count} CPUs, {topo.memory_bytes / 2**30:.1f} GiB"),
         ("GPUs", ", ".join(f"{g.index}:{g.name}" for g in topo.gpus) or "none"),
         ("NICs", ", ".join(n.name for n in topo.nics) or "none"),

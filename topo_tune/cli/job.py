@@ -2,9 +2,10 @@
 
 ``env`` prints ``export KEY=VALUE`` lines (``eval "$(topo-tune env ...)"``); ``exec`` runs the command with
 them, after checking that the version's files are staged on this node (a rank that silently fell back to
-NCCL's defaults would disagree with the job's other ranks). ``exec`` replaces itself with the command while
-holding a shared lock on this node's ``jobs.lock`` (inherited by the command and its children), so the agent
-never changes this node's config under the job.
+NCCL's defaults would disagree with the job's other ranks) and that their content still hashes to the version's
+id (a changed file is refused, by ``env`` too when the version is staged where it runs). ``exec`` replaces
+itself with the command while holding a shared lock on this node's ``jobs.lock`` (inherited by the command and
+its children), so the agent never changes this node's config under the job.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from typing import Any
 
 import click
 
-from topo_tune.agent.config_store import jobs_lock_shared
+from topo_tune.agent.config_store import ConfigStore, jobs_lock_shared
 from topo_tune.cli.admin import connected
 from topo_tune.cli.output import emit_data
 from topo_tune.client import AdminClient
 from topo_tune.config_layout import DEFAULT_CONFIG_DIR
+from topo_tune.errors import ConflictError
 from topo_tune.job_config import expand_hostlist, job_environment, job_id_from_env, nodes_from_env
 from topo_tune.v1 import admin_pb2
 
@@ -93,6 +95,18 @@ def _resolve(
     return config, env
 
 
+def _check_content(config_dir: Path, version: str) -> None:
+    """Refuse to hand out a staged version whose files no longer hash to its id (changed after staging)."""
+    if not version:
+        return
+    try:
+        ConfigStore(config_dir).read(version)
+    except ConflictError as error:
+        raise click.ClickException(
+            f"{error}; not handing it to a job (the agent reports it and the controller re-applies it)"
+        ) from None
+
+
 @click.command()
 @_job_options
 @connected
@@ -113,6 +127,8 @@ def env(
     config, variables = _resolve(
         client, node_args=node_args, job_id=job_id, config_dir=config_dir, tuner_plugin=tuner_plugin
     )
+    if os.path.exists(variables["NCCL_CONF_FILE"]):  # staged here (env may also run where nothing is)
+        _check_content(config_dir, config.config_version)
     if fmt != "table":
         emit_data({"job_id": config.job_id, "config_version": config.config_version, "env": variables}, fmt)
         return
@@ -153,6 +169,7 @@ def exec_(
             f"{config.config_version} is not staged on this node ({conf} is missing); not starting a rank "
             "whose NCCL config would differ from the others'"
         )
+    _check_content(config_dir, config.config_version)
     sys.stdout.flush()
     try:
         os.execvpe(command[0], list(command), {**os.environ, **variables})

@@ -63,6 +63,7 @@ def node_message(view: NodeView, *, with_topology: bool) -> admin_pb2.Node:
         applied_config_version=view.applied_config_version,
         registrations=view.registrations,
         address=view.address,
+        config_damage=view.config_damage,
     )
     if with_topology and view.topology:
         node.topology.CopyFrom(topology_pb2.NodeTopology.FromString(view.topology))

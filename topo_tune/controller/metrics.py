@@ -15,6 +15,11 @@ class ControllerMetrics:
         r = self.registry
         self.sessions = Gauge("topo_tune_agent_sessions", "Agents with an open session", registry=r)
         self.nodes = Gauge("topo_tune_nodes", "Registered nodes by state", ["state"], registry=r)
+        self.nodes_config_damaged = Gauge(
+            "topo_tune_nodes_config_damaged",
+            "Nodes whose active config version's files no longer hash to its id",
+            registry=r,
+        )
         self.registrations = Counter("topo_tune_registrations", "Agent registrations", registry=r)
         self.heartbeats = Counter("topo_tune_heartbeats", "Heartbeats received", registry=r)
         self.commands_sent = Counter("topo_tune_commands_sent", "Command deliveries put on the wire", registry=r)

@@ -76,6 +76,8 @@ class _Liveness:
     last_seen_at: datetime  # wall clock, for display and the database
     activity: str = "idle"
     applied_config_version: str = ""
+    config_damage: str = ""
+    """The agent's report that the active version's files no longer hash to its id (memory only)."""
     dirty: bool = False
 
 
@@ -86,6 +88,7 @@ class LiveReport:
     state: NodeState
     applied_config_version: str
     last_seen_at: datetime
+    config_damage: str = ""
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,7 @@ class NodeView:
     registrations: int
     registered_at: datetime
     last_heartbeat_at: datetime
+    config_damage: str = ""
 
 
 @dataclass
@@ -187,7 +191,7 @@ class NodeRegistry:
                 await listener(change)
         return view
 
-    def heartbeat(self, name: str, *, activity: str, applied_config_version: str) -> bool:
+    def heartbeat(self, name: str, *, activity: str, applied_config_version: str, config_damage: str = "") -> bool:
         """Record a heartbeat in memory. True when the node was ``lost`` and must be marked ready."""
         live = self._live.get(name)
         if live is None:
@@ -195,6 +199,10 @@ class NodeRegistry:
         live.last_seen, live.last_seen_at = self.clock(), self.wall_clock()
         live.activity = activity
         live.applied_config_version = applied_config_version
+        if config_damage != live.config_damage:
+            if config_damage:
+                logger.error("active config version damaged: %s", config_damage, extra={"node": name})
+            live.config_damage = config_damage
         live.dirty = True
         return live.state is NodeState.LOST
 
@@ -259,9 +267,13 @@ class NodeRegistry:
     def live_reports(self) -> dict[str, LiveReport]:
         """Every known node's state, reported config version and last heartbeat, without a database read."""
         return {
-            name: LiveReport(live.state, live.applied_config_version, live.last_seen_at)
+            name: LiveReport(live.state, live.applied_config_version, live.last_seen_at, live.config_damage)
             for name, live in self._live.items()
         }
+
+    def damaged(self) -> int:
+        """How many nodes report an active config version whose files no longer match its id."""
+        return sum(1 for live in self._live.values() if live.config_damage)
 
     def counts(self) -> dict[NodeState, int]:
         out = dict.fromkeys(NodeState, 0)
@@ -304,4 +316,5 @@ def _view(row: NodeRow, live: _Liveness | None) -> NodeView:
         registrations=row.registrations,
         registered_at=row.registered_at,
         last_heartbeat_at=max(row.last_heartbeat_at, live.last_seen_at) if live else row.last_heartbeat_at,
+        config_damage=live.config_damage if live else "",
     )

@@ -449,6 +449,7 @@ class Controller:
             await self.jobs.sweep()
         for state, count in self.registry.counts().items():
             self.metrics.nodes.labels(state=state.value).set(count)
+        self.metrics.nodes_config_damaged.set(self.registry.damaged())
 
     async def flush(self) -> None:
         if not self.leading:

@@ -146,6 +146,7 @@ class SessionHub:
                 session.node_name,
                 activity=ACTIVITY_NAMES[heartbeat.activity],
                 applied_config_version=heartbeat.applied_config_version,
+                config_damage=heartbeat.config_damage,
             )
             if was_lost:
                 await self.registry.mark_ready(session.node_name)

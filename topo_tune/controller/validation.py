@@ -104,6 +104,7 @@ def register(message: agent_pb2.Register) -> agent_pb2.Register:
 def heartbeat(message: agent_pb2.Heartbeat) -> agent_pb2.Heartbeat:
     enum_value(message, "activity", "heartbeat", allow_unspecified=True)
     short_text(message.applied_config_version, "heartbeat.applied_config_version")
+    short_text(message.config_damage, "heartbeat.config_damage", limit=MAX_TEXT)
     if len(message.running_command_ids) > 64:
         raise ValidationError("heartbeat.running_command_ids", "more than 64 entries")
     return message

@@ -177,6 +177,7 @@ class Node(_message.Message):
     TOPOLOGY_FIELD_NUMBER: _builtins.int
     REGISTRATIONS_FIELD_NUMBER: _builtins.int
     ADDRESS_FIELD_NUMBER: _builtins.int
+    CONFIG_DAMAGE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     rack: _builtins.str
     state: Global___NodeState.ValueType
@@ -189,6 +190,8 @@ class Node(_message.Message):
     """how many times this node has registered"""
     address: _builtins.str
     """where peers reach it for benchmarks"""
+    config_damage: _builtins.str
+    """the agent's last report of a changed active version; "" if intact"""
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
@@ -214,10 +217,11 @@ class Node(_message.Message):
         topology: _topology_pb2.NodeTopology | None = ...,
         registrations: _builtins.int = ...,
         address: _builtins.str = ...,
+        config_damage: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["last_heartbeat_at", b"last_heartbeat_at", "registered_at", b"registered_at", "topology", b"topology"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity", b"activity", "address", b"address", "agent_version", b"agent_version", "applied_config_version", b"applied_config_version", "backend", b"backend", "drained", b"drained", "labels", b"labels", "last_heartbeat_at", b"last_heartbeat_at", "name", b"name", "rack", b"rack", "registered_at", b"registered_at", "registrations", b"registrations", "state", b"state", "topology", b"topology"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity", b"activity", "address", b"address", "agent_version", b"agent_version", "applied_config_version", b"applied_config_version", "backend", b"backend", "config_damage", b"config_damage", "drained", b"drained", "labels", b"labels", "last_heartbeat_at", b"last_heartbeat_at", "name", b"name", "rack", b"rack", "registered_at", b"registered_at", "registrations", b"registrations", "state", b"state", "topology", b"topology"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

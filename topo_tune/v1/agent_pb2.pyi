@@ -348,9 +348,12 @@ class Heartbeat(_message.Message):
     ACTIVITY_FIELD_NUMBER: _builtins.int
     RUNNING_COMMAND_IDS_FIELD_NUMBER: _builtins.int
     APPLIED_CONFIG_VERSION_FIELD_NUMBER: _builtins.int
+    CONFIG_DAMAGE_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     activity: Global___AgentActivity.ValueType
     applied_config_version: _builtins.str
+    config_damage: _builtins.str
+    """why the active version's files no longer hash to its id; "" if intact"""
     @_builtins.property
     def sent_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -363,10 +366,11 @@ class Heartbeat(_message.Message):
         activity: Global___AgentActivity.ValueType = ...,
         running_command_ids: _abc.Iterable[_builtins.str] | None = ...,
         applied_config_version: _builtins.str = ...,
+        config_damage: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["sent_at", b"sent_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity", b"activity", "applied_config_version", b"applied_config_version", "running_command_ids", b"running_command_ids", "sent_at", b"sent_at", "seq", b"seq"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity", b"activity", "applied_config_version", b"applied_config_version", "config_damage", b"config_damage", "running_command_ids", b"running_command_ids", "sent_at", b"sent_at", "seq", b"seq"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -23,6 +23,7 @@ from tests.conftest import controller_settings
 from tests.controller.rollout.fleet import V1, V2, V3, SimVerifier, racks
 from tests.support.processes import TOKEN
 from tests.support.waiting import async_wait_until
+from topo_tune.agent.config_store import jobs_lock_shared
 from topo_tune.agent.daemon import Agent
 from topo_tune.agent.settings import AgentSettings
 from topo_tune.cli.main import cli
@@ -240,3 +241,57 @@ async def test_the_admin_rollout_commands(cluster: Cluster, tmp_path: Path) -> N
     assert "gate.cuda_graph: CUDA graphs need the nccl backend; node" in graphs.output
     assert "runs sim (and 7 more)" in graphs.output
     assert [r.id for r in await cluster.call(cluster.client.list_rollouts)] == ["ro-cli"], "nothing was created"
+
+
+async def test_a_changed_active_version_is_reported_refused_to_jobs_and_re_applied(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    cluster.controller.rollouts.verifier = SimVerifier(RACKS)
+    await cluster.call(cluster.client.create_rollout, create_request(V1, rollout_id="ro-v1", no_canary=True))
+    await cluster.wait_phase("ro-v1", "completed")
+    repaired = cluster.agents["r1n1"].config_store
+    conf = repaired.root / "active" / "nccl.conf"
+    runs_before = {name: len(list((tmp_path / name / "config" / "versions").iterdir())) for name in RACKS}
+
+    async def reported() -> admin_pb2.Node | None:
+        node = await cluster.call(cluster.client.get_node, "r1n1")
+        return node if node.config_damage else None
+
+    cluster.controller.rollouts.retry_after_s = 0.2
+    lock = jobs_lock_shared(repaired.root)  # a job runs on r1n1, so nothing may change its config yet
+    assert lock is not None
+    try:
+        # What NCCL_DEBUG_FILE=<config dir>/active/nccl.conf did: NCCL's log line in place of the settings.
+        conf.write_text("r1n1:1:1 [0] NCCL WARN Cuda failure\n")
+        refused = await _exec_conf(cluster, repaired.root, "job-t", "r1n1", returncode=1)
+        assert f"staged version {V1.id} does not match its id" in refused, "no job is handed the changed file"
+        # Reported with the heartbeat, in the admin output and the metric.
+        node = await async_wait_until(reported, timeout=20, what="r1n1 to report its damaged config")
+        assert "does not match its id" in node.config_damage and node.applied_config_version == V1.id
+        listed = await asyncio.to_thread(
+            CliRunner().invoke, cli, ["admin", "nodes", "--controller", cluster.address], env={"TOPO_TUNE_TOKEN": TOKEN}
+        )
+        assert f"{V1.id} DAMAGED" in listed.output, listed.output
+        await cluster.controller.sweep()
+        assert cluster.controller.metrics.registry.get_sample_value("topo_tune_nodes_config_damaged") == 1.0
+    finally:
+        os.close(lock)
+
+    # Once the job is gone, the controller's next attempt re-applies the version; the report clears.
+    async def whole() -> bool:
+        return conf.read_text() == V1.files["nccl.conf"]
+
+    await async_wait_until(whole, timeout=20, what="the controller to re-apply V1")
+
+    async def cleared() -> bool:
+        return not (await cluster.call(cluster.client.get_node, "r1n1")).config_damage
+
+    await async_wait_until(cleared, timeout=20, what="r1n1's report to clear")
+    shown = await _exec_conf(cluster, repaired.root, "job-t2", "r1n1")
+    assert shown == str(repaired.root / "versions" / V1.id / "nccl.conf")
+    await cluster.controller.sweep()
+    sample = cluster.controller.metrics.registry.get_sample_value("topo_tune_nodes_config_damaged")
+    assert sample == 0.0
+    assert cluster.active_versions() == dict.fromkeys(RACKS, V1.id)
+    after = {name: len(list((tmp_path / name / "config" / "versions").iterdir())) for name in RACKS}
+    assert after == runs_before, "only the damaged node was touched, and it kept one copy"

@@ -295,16 +295,18 @@ class RolloutEngine:
     async def _hold_stable(self) -> None:
         """No rollout is active: every reachable node must run the stable version.
 
-        This brings nodes that joined after the last rollout, nodes that drifted, and the nodes of an aborted
-        rollout to the version every job outside a rollout is given. Each node's attempts are numbered; an
-        attempt that failed (a job holds the node) is retried after ``retry_after_s``, one that succeeded but
-        did not stick (the node reported something else afterwards) is followed by the next.
+        This brings nodes that joined after the last rollout, nodes that drifted, nodes whose active version's
+        files were changed (the agent reports ``config_damage``; applying the version again re-stages it), and
+        the nodes of an aborted rollout to the version every job outside a rollout is given. Each node's
+        attempts are numbered; an attempt that failed (a job holds the node) is retried after ``retry_after_s``,
+        one that succeeded but did not stick (the node reported something else afterwards) is followed by the
+        next.
         """
         reports = self.registry.live_reports()
         stable = await self.store.stable_version()
         now = self.wall_clock()
         for name, view in sorted(reports.items()):
-            if view.state is NodeState.LOST or view.applied_config_version == stable:
+            if view.state is NodeState.LOST or (view.applied_config_version == stable and not view.config_damage):
                 continue
             attempt, record = 0, None
             while True:
@@ -329,8 +331,9 @@ class RolloutEngine:
             cid = command_id("stable", name, stable, attempt + 1)
             await self.hub.deliver_new(await self.commands.submit(name, command, command_id=cid))
             logger.info(
-                "node reports %s; sending the stable version %s",
+                "node reports %s%s; sending the stable version %s",
                 view.applied_config_version or "defaults",
+                " (damaged)" if view.config_damage else "",
                 stable or "defaults",
                 extra={"node": name},
             )
