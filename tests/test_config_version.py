@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from topo_tune.config_version import (
+    SYSTEM_NCCL_CONF,
     ConfigVersion,
+    check_settings,
     file_settings,
     is_version_id,
     parse_nccl_conf,
@@ -181,3 +183,96 @@ def test_file_settings_are_what_nccl_adds_from_its_files(tmp_path: Path) -> None
     for without in ({"HOME": str(home)}, {"HOME": str(home), "NCCL_CONF_FILE": ""}):
         assert file_settings(without, system_conf=system)["NCCL_MAX_CTAS"] == "8"
     assert file_settings({}, system_conf=tmp_path / "absent") == {}
+
+
+def test_a_version_keeps_its_provenance_read_only_and_its_settings() -> None:
+    version = ConfigVersion({"nccl.conf": "NCCL_MIN_CTAS=16\n"}, provenance={"study": "s1"})
+    assert dict(version.provenance) == {"study": "s1"}
+    with pytest.raises(TypeError):
+        version.provenance["study"] = "s2"  # type: ignore[index]
+    assert version.settings() == {"NCCL_MIN_CTAS": "16"}
+    assert ConfigVersion({"rankmap.json": "{}"}).settings() == {}
+
+
+@pytest.mark.parametrize(
+    ("files", "field", "reason"),
+    [
+        (
+            {"x.conf": "1"},
+            "files['x.conf']",
+            "not a config file name; allowed: nccl.conf, nccl_tuner.conf, rankmap.json, topology.xml",
+        ),
+        ({"rankmap.json": "x" * ((1 << 20) + 1)}, "files['rankmap.json']", "larger than 1048576 bytes"),
+        ({"rankmap.json": "a\x00"}, "files['rankmap.json']", "contains a NUL byte"),
+        ({"nccl.conf": "TORCH_X=1\n"}, "nccl.conf:TORCH_X", "only NCCL_* variables belong in nccl.conf"),
+        ({"nccl.conf": "NCCL_IB_SL=16\n"}, "nccl.conf:NCCL_IB_SL", "16 is outside 0..15"),
+        (
+            {"nccl.conf": "NCCL_DEBUG=WARN\r\n"},
+            "nccl.conf",
+            "contains a carriage return (NCCL before 2.30 keeps it in the value)",
+        ),
+        ({"nccl.conf": "NCCL_DEBUG=WARN\nwords\n"}, "nccl.conf:2", "no '=' (NCCL ignores such a line)"),
+        ({"nccl.conf": "\nNCCL_A=" + "v" * 1024 + "\n"}, "nccl.conf:2", "a key or value longer than NCCL's 1023 bytes"),
+        ({"nccl.conf": "nccl_a=1\n"}, "nccl.conf:1", "'nccl_a' is not an NCCL variable name"),
+    ],
+)
+def test_a_refused_version_names_the_field_and_the_reason(files: dict[str, str], field: str, reason: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        ConfigVersion(files)
+    assert (info.value.field, info.value.reason) == (field, reason)
+
+
+def test_the_size_and_length_limits_are_inclusive() -> None:
+    ConfigVersion({"rankmap.json": "x" * (1 << 20)})
+    assert parse_nccl_conf("NCCL_A=" + "v" * 1023 + "\n", strict=True) == {"NCCL_A": "v" * 1023}
+    assert render_nccl_conf({"NCCL_HOSTID": "v" * 1023}) == "NCCL_HOSTID=" + "v" * 1023 + "\n"
+
+
+@pytest.mark.parametrize(
+    ("settings", "field", "reason"),
+    [
+        ({"nccl_a": "1"}, "nccl_a", "not an NCCL variable name"),
+        ({"NCCL_A": " 1"}, "NCCL_A", "value ' 1' would not read back the same (empty, spaces or newline)"),
+        ({"NCCL_A": "1\x00"}, "NCCL_A", "value '1\\x00' would not read back the same (empty, spaces or newline)"),
+        ({"NCCL_A": "v" * 1024}, "NCCL_A", "value longer than NCCL's 1023 bytes"),
+    ],
+)
+def test_render_names_the_key_and_the_reason(settings: dict[str, str], field: str, reason: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        render_nccl_conf(settings)
+    assert (info.value.field, info.value.reason) == (field, reason)
+
+
+def test_render_accepts_any_other_printable_value() -> None:
+    assert render_nccl_conf({"NCCL_HOSTID": "XX"}) == "NCCL_HOSTID=XX\n"
+
+
+def test_check_settings_on_a_node_checks_paths_against_its_config_dir(tmp_path: Path) -> None:
+    check_settings({"NCCL_TOPO_FILE": str(tmp_path / "t.xml")}, config_dir=tmp_path)
+    with pytest.raises(ValidationError) as info:
+        check_settings({"NCCL_TOPO_FILE": "/etc/nccl/topo-tune/t.xml"}, config_dir=tmp_path)
+    assert info.value.field == "nccl.conf:NCCL_TOPO_FILE" and "outside the agent's config directories" in str(
+        info.value
+    )
+    check_settings({"NCCL_TOPO_FILE": "/etc/nccl/topo-tune/t.xml"})  # the controller: form only
+
+
+def test_bytes_that_are_not_utf8_are_read_as_nccl_reads_them(tmp_path: Path) -> None:
+    system = tmp_path / "nccl.conf"
+    system.write_bytes(b"NCCL_HOSTID=h\xff\nNCCL_\xfe=1\n")
+    assert file_settings({}, system_conf=system) == {"NCCL_HOSTID": "h\udcff", "NCCL_\udcfe": "1"}
+    # A cut at 1023 bytes may split a character; the bytes NCCL keeps are kept.
+    assert parse_nccl_conf("NCCL_A=" + "é" * 600) == {"NCCL_A": "é" * 511 + "\udcc3"}
+    assert parse_nccl_conf("NCCL_A=ab\x00x\x00y\n") == {"NCCL_A": "ab"}
+
+
+def test_etc_nccl_conf_is_read_whatever_happened_to_the_first_file(tmp_path: Path) -> None:
+    system = tmp_path / "nccl.conf"
+    system.write_text("NCCL_IB_HCA=mlx5_0\n")
+    assert file_settings({}, system_conf=system) == {"NCCL_IB_HCA": "mlx5_0"}  # no HOME, no NCCL_CONF_FILE
+    missing = {"NCCL_CONF_FILE": str(tmp_path / "missing.conf")}
+    assert file_settings(missing, system_conf=system) == {"NCCL_IB_HCA": "mlx5_0"}
+
+
+def test_the_system_file_is_the_one_nccl_reads() -> None:
+    assert Path("/etc/nccl.conf") == SYSTEM_NCCL_CONF  # src/misc/param.cc: initEnvFunc

@@ -345,3 +345,113 @@ def test_values_longer_than_nccl_keeps_are_refused(policy: EnvPolicy, tmp_path: 
     root = str(tmp_path / "config") + "/"
     policy.check({"NCCL_TOPO_FILE": root + "x" * (1023 - len(root))})
     assert "longer than 1023" in _refused(policy, {"NCCL_TOPO_FILE": root + "x" * (1024 - len(root))})["NCCL_TOPO_FILE"]
+
+
+@pytest.mark.parametrize(
+    ("env", "reasons"),
+    [
+        ({"nccl_x": "1"}, {"nccl_x": "not a valid variable name (upper-case letters, digits and '_')"}),
+        ({"NCCL_DEBUG": "WARN\x7f"}, {"NCCL_DEBUG": "the value contains control characters"}),
+        ({"NCCL_NET": "IB\xa0"}, {"NCCL_NET": "must look like IB or Socket (a network plugin's name)"}),
+        (
+            {"NVIDIA_VISIBLE_DEVICES": "0"},
+            {"NVIDIA_VISIBLE_DEVICES": "GPU placement comes from the job's rank map, not from the environment"},
+        ),
+        (
+            {"NCCL_NEW": "1"},
+            {"NCCL_NEW": "not allow-listed: not an NCCL/torch variable topo-tune knows (docs/security.md lists them)"},
+        ),
+        ({"NCCL_MIN_CTAS": "65"}, {"NCCL_MIN_CTAS": "65 is outside 1..64"}),
+        ({"NCCL_IB_TIMEOUT": "32"}, {"NCCL_IB_TIMEOUT": "32 is outside 1..31 (0 or >= 32 waits forever)"}),
+        ({"NCCL_MIN_CTAS": "x"}, {"NCCL_MIN_CTAS": "must be a decimal integer in 1..64"}),
+        ({"NCCL_CTA_POLICY": "fast"}, {"NCCL_CTA_POLICY": "must be one of DEFAULT, EFFICIENCY, ZERO"}),
+        (
+            {"NCCL_P2P_LEVEL": "SYS"},
+            {
+                "NCCL_P2P_LEVEL": "must be one of 0, LOC, NVL "
+                "(raising NCCL_P2P_LEVEL beyond NCCL's choice can hang or corrupt data)"
+            },
+        ),
+        ({"NCCL_PROTO": "LL;"}, {"NCCL_PROTO": "an empty NCCL_PROTO segment"}),
+        (
+            {"NCCL_PROTO": "^LL"},
+            {"NCCL_PROTO": "an NCCL_PROTO exclusion list that keeps LL128 forces LL128 on, which can corrupt data"},
+        ),
+        (
+            {"NCCL_PROTO": "LL,LL128"},
+            {
+                "NCCL_PROTO": "listing LL128 in NCCL_PROTO forces it on, "
+                "bypassing NCCL's safety checks (data corruption)"
+            },
+        ),
+        ({"NCCL_PROTO": "gather:LL"}, {"NCCL_PROTO": "unknown collective 'gather' in NCCL_PROTO"}),
+        ({"NCCL_PROTO": "LL,fast"}, {"NCCL_PROTO": "unknown protocol(s) ['FAST']"}),
+        (
+            {"NCCL_TUNER_PLUGIN": "lib.so"},
+            {"NCCL_TUNER_PLUGIN": "must be an absolute path inside the agent's plugin directories"},
+        ),
+        (
+            {"NCCL_TOPO_FILE": "t.xml"},
+            {"NCCL_TOPO_FILE": "must be an absolute path inside the agent's config directories"},
+        ),
+        (
+            {"NCCL_DEBUG_FILE": "a/b"},
+            {
+                "NCCL_DEBUG_FILE": "give a bare file name (letters, digits, '.', '_', '-', '%'); "
+                "the agent writes it into the job's own directory"
+            },
+        ),
+        (
+            {"NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "0x4"},
+            {
+                "NCCL_SOCKET_NTHREADS": "NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD must both be decimal integers",
+                "NCCL_NSOCKS_PERTHREAD": "must be a decimal integer in 1..64",
+            },
+        ),
+        (
+            {"NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "17"},
+            dict.fromkeys(
+                ("NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD"),
+                "NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD must be <= 64",
+            ),
+        ),
+        ({"NCCL_SOCKET_NTHREADS": "17"}, {"NCCL_SOCKET_NTHREADS": "17 is outside 1..16"}),
+        ({"NCCL_SOCKET_NTHREADS": "16", "NCCL_DEBUG": "WARN"}, {}),
+    ],
+)
+def test_each_refusal_says_exactly_why(policy: EnvPolicy, env: dict[str, str], reasons: dict[str, str]) -> None:
+    if not reasons:
+        policy.check(env)
+        return
+    assert _refused(policy, env) == reasons
+
+
+def test_a_path_outside_names_the_directories(tmp_path: Path) -> None:
+    two = EnvPolicy(config_dirs=(tmp_path / "a", tmp_path / "b"))
+    assert _refused(two, {"NCCL_TOPO_FILE": "/etc/x"}) == {
+        "NCCL_TOPO_FILE": f"'/etc/x' is outside the agent's config directories ({tmp_path / 'a'}, {tmp_path / 'b'})"
+    }
+    assert _refused(EnvPolicy(), {"NCCL_NET_PLUGIN": "/x.so"}) == {
+        "NCCL_NET_PLUGIN": "'/x.so' is outside the agent's plugin directories (none configured)"
+    }
+
+
+def test_a_config_version_checks_the_socket_product_across_its_settings(policy: EnvPolicy) -> None:
+    with pytest.raises(EnvPolicyError) as info:
+        policy.check_config({"NCCL_SOCKET_NTHREADS": "16", "NCCL_NSOCKS_PERTHREAD": "8"})
+    assert {v.key for v in info.value.violations} == {"NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD"}
+    with pytest.raises(EnvPolicyError) as info:
+        policy.check_config({"NCCL_DEBUG_FILE": "x.log"})
+    assert (
+        str(info.value)
+        == "benchmark env refused: NCCL_DEBUG_FILE: a config version may not make every job write a file"
+    )
+
+
+def test_confine_reports_every_name_it_cannot_confine(tmp_path: Path) -> None:
+    with pytest.raises(EnvPolicyError) as info:
+        EnvPolicy.confine({"NCCL_DEBUG_FILE": "/a", "NCCL_TOPO_DUMP_FILE": "../b", "NCCL_DEBUG": "WARN"}, tmp_path)
+    assert str(info.value) == (
+        "benchmark env refused: NCCL_DEBUG_FILE: not a bare file name; refusing to write it; "
+        "NCCL_TOPO_DUMP_FILE: not a bare file name; refusing to write it"
+    )

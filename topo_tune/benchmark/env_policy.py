@@ -61,7 +61,7 @@ OUTPUT_DIR = "out"
 
 _KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _DECIMAL_RE = re.compile(r"^-?(0|[1-9][0-9]*)$")
-_FILE_NAME_RE = re.compile(r"^[A-Za-z0-9_%][A-Za-z0-9_.%-]{0,127}$")
+_FILE_NAME_RE = re.compile(r"^[A-Za-z0-9_%][A-Za-z0-9_.%-]{0,127}$")  # no '/', no leading '.': stays put
 _MAX_VALUE_LEN = 1023  # NCCL keeps 1023 characters of a key or value read from nccl.conf
 
 _LOADER_INTERPRETER_EXACT = frozenset(
@@ -397,7 +397,7 @@ class EnvPolicy:
                 return f"{key} is for experiments only and needs the agent's expert mode"
             return self._path_reason(value, self.config_dirs, "config")
         if isinstance(kind, OutputFile):
-            if not _FILE_NAME_RE.match(value) or ".." in value:
+            if not _FILE_NAME_RE.match(value):
                 return (
                     "give a bare file name (letters, digits, '.', '_', '-', '%'); "
                     "the agent writes it into the job's own directory"
@@ -429,7 +429,7 @@ class EnvPolicy:
         violations = []
         for key, value in env.items():
             if isinstance(VARIABLES.get(key), OutputFile):
-                if not _FILE_NAME_RE.match(value) or ".." in value:
+                if not _FILE_NAME_RE.match(value):
                     violations.append(EnvViolation(key, "not a bare file name; refusing to write it"))
                     continue
                 out[key] = str(job_dir / OUTPUT_DIR / value)
