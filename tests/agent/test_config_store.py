@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import subprocess
@@ -12,8 +13,11 @@ import pytest
 
 from tests.agent.config_store_child import A, B
 from topo_tune.agent.config_store import ConfigStore, StoreBusy, check_version, jobs_lock_shared
+from topo_tune.agent.executor import Executor
+from topo_tune.agent.journal import Journal
 from topo_tune.config_version import ConfigVersion, render_nccl_conf, version_id
 from topo_tune.errors import ConflictError, ValidationError
+from topo_tune.v1 import agent_pb2
 
 CHILD = Path(__file__).with_name("config_store_child.py")
 ROOT_DIR = Path(__file__).resolve().parent.parent.parent
@@ -267,3 +271,23 @@ def test_no_active_version_is_no_damage(store: ConfigStore) -> None:
     assert store.damage() == ""
     store.apply("", {})
     assert store.damage() == ""
+
+
+def test_a_job_naming_a_changed_staged_version_is_rejected_before_it_runs(store: ConfigStore, tmp_path: Path) -> None:
+    store.apply(A.id, A.files)
+    executor = Executor(journal=Journal(tmp_path / "journal.db"), config_store=store, backend="sim")
+    pinned = str(store.path_of(A.id))
+    assert store.damage_of_file(pinned) == ""
+    assert store.damage_of_file(str(store.root / "active" / "nccl.conf")) == ""
+    assert store.damage_of_file("/etc/nccl.conf") == ""  # not a staged version: the env policy's business
+    store.path_of(A.id).write_text("NCCL_PROTO=LL128\n")  # what NCCL_DEBUG_FILE or an operator could do
+    for conf in (pinned, str(store.root / "active" / "nccl.conf")):
+        command = agent_pb2.Command(
+            command_id="gate-1", run_benchmark=agent_pb2.RunBenchmark(job_id="gate-1", env={"NCCL_CONF_FILE": conf})
+        )
+        result = asyncio.run(executor.run(command))
+        assert result.status == agent_pb2.COMMAND_STATUS_REJECTED
+        assert (
+            result.message
+            == f"NCCL_CONF_FILE: staged version {A.id} does not match its id; it was changed after staging"
+        )

@@ -176,6 +176,19 @@ class ConfigStore:
             return str(error)
         return ""
 
+    def damage_of_file(self, path: str) -> str:
+        """Why the staged version that ``path`` lies in (``versions/<id>/...`` or ``active/...``) no longer matches
+        its id; "" when it does, or when ``path`` is not in a staged version (a gate's or a trial's
+        ``NCCL_CONF_FILE`` is checked this way before its ranks start)."""
+        real = Path(os.path.realpath(path))
+        if real.parent.parent != Path(os.path.realpath(self.versions)) or not is_version_id(real.parent.name):
+            return ""
+        try:
+            self.read(real.parent.name)
+        except ConflictError as error:
+            return str(error)
+        return ""
+
     # -- changing -----------------------------------------------------------------------------------------
 
     def recover(self) -> None:

@@ -118,6 +118,13 @@ class Executor:
         logger.info("%s (%s)", result.message, request.reason, extra={"job": request.job_id})
 
     def _benchmark(self, command: agent_pb2.Command) -> agent_pb2.CommandResult:
+        conf = command.run_benchmark.env.get("NCCL_CONF_FILE", "")
+        damage = self.config_store.damage_of_file(conf) if conf and self.config_store is not None else ""
+        if damage:
+            # A gate or trial on a version whose staged files changed would measure something else.
+            return agent_pb2.CommandResult(
+                status=agent_pb2.COMMAND_STATUS_REJECTED, message=f"NCCL_CONF_FILE: {damage}"
+            )
         if self.backend == "sim":
             return run_simulated(
                 command.run_benchmark, node_name=self.node_name, policy=self.policy, now_ns=time.time_ns()
