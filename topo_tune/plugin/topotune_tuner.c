@@ -28,6 +28,17 @@
  *    channel count stay as NCCL made them and every entry point returns ncclSuccess: NCCL fails the whole
  *    communicator (init) or the collective (getCollInfo) when a plugin returns an error.
  *
+ * The record: with TOPOTUNE_TUNER_RECORD naming a file, the plugin appends one CSV line per distinct call
+ * (collective, bytes, numPipeOps, regBuff) of each communicator, once, saying which (algorithm, protocol)
+ * entries NCCL offered (cost >= 0), which one NCCL would have picked (the first smallest, as topoGetAlgoInfo
+ * picks), which one the table left smallest (what runs), and the channel count the table set (-1: NCCL's):
+ *   collective,bytes,numPipeOps,regBuff,nNodes,nRanks,nccl,applied,channels,offered
+ *   allreduce,1048576,1,0,2,16,tree/ll128,ring/simple,-1,tree/ll tree/simple ring/ll ring/ll128 ring/simple
+ * The benchmark worker reads it to report, per size, what NCCL offered and chose; the tuner composes per-size
+ * rows only from offered entries. Recording never changes a choice, and a record that cannot be written is
+ * given up with one WARN. Each communicator is called from one thread at a time (NCCL plans a communicator's
+ * collectives under its own lock), so a context's record needs no lock.
+ *
  * Non-goals: reloading the table, per-commId tables, changing NCCL's model constants (v5 init), chunk sizes
  * (v6 getChunkSize), and send/recv (NCCL does not consult tuners for point-to-point).
  */
@@ -49,6 +60,10 @@
 #define TT_FIELDS_MAX 10
 #define TT_MESSAGE_MAX 1024
 #define TT_ERROR_MAX 256
+#define TT_RECORD_ENV "TOPOTUNE_TUNER_RECORD"
+/* Distinct calls recorded per communicator (a benchmark sweep makes a few dozen); past it recording stops. */
+#define TT_RECORD_MAX 4096
+#define TT_RECORD_HEADER "collective,bytes,numPipeOps,regBuff,nNodes,nRanks,nccl,applied,channels,offered\n"
 
 /* One table row, already validated. -1 in a key field means "any". */
 typedef struct {
@@ -68,12 +83,23 @@ typedef struct {
   int announcedPassedOver;
 } ttRow;
 
+/* One call already recorded. */
+typedef struct {
+  int collType;
+  int numPipeOps;
+  int regBuff;
+  size_t nBytes;
+} ttRecordKey;
+
 typedef struct {
   ttRow* rows; /* the rows bound to this communicator, in file order */
   int nRows;
   size_t nRanks;
   size_t nNodes;
   ncclDebugLogger_t log;
+  FILE* record; /* NULL: no record (not asked for, or given up) */
+  ttRecordKey* recorded;
+  int nRecorded;
 } ttContext;
 
 typedef struct {
@@ -349,6 +375,86 @@ static void bindTable(ttContext* ctx, const char* path) {
   }
 }
 
+/* The entry NCCL's topoGetAlgoInfo picks: the first smallest cost >= 0 (algorithm-major); -1 when none. */
+static int cheapest(const float* table, int numAlgo, int numProto) {
+  int best = -1;
+  for (int i = 0; i < numAlgo * numProto; i++) {
+    if (table[i] >= 0.0f && (best == -1 || table[i] < table[best])) best = i;
+  }
+  return best;
+}
+
+static void entryName(char* out, size_t size, int entry, int numProto) {
+  if (entry < 0) {
+    snprintf(out, size, "none");
+  } else {
+    snprintf(out, size, "%s/%s", nameOf(kAlgorithms, entry / numProto), nameOf(kProtocols, entry % numProto));
+  }
+}
+
+static void openRecord(ttContext* ctx) {
+  const char* path = getenv(TT_RECORD_ENV);
+  if (path == NULL || *path == '\0') return;
+  ctx->record = fopen(path, "a");
+  if (ctx->record == NULL) {
+    ttLog(ctx->log, NCCL_LOG_WARN, NCCL_INIT | NCCL_TUNING, __LINE__, "cannot open the record %s (%s); not recording",
+          path, strerror(errno));
+    return;
+  }
+  /* "a" positions at the end: an empty file gets the header first. */
+  if (fseek(ctx->record, 0, SEEK_END) == 0 && ftell(ctx->record) == 0) {
+    fputs(TT_RECORD_HEADER, ctx->record);
+    fflush(ctx->record);
+  }
+}
+
+static void stopRecording(ttContext* ctx, const char* why) {
+  ttLog(ctx->log, NCCL_LOG_WARN, NCCL_TUNING, __LINE__, "record given up: %s", why);
+  fclose(ctx->record);
+  ctx->record = NULL;
+}
+
+/* Appends the call's line once per (collective, bytes, numPipeOps, regBuff). */
+static void recordCall(ttContext* ctx, ncclFunc_t collType, size_t nBytes, int numPipeOps, int regBuff,
+                       const float* before, const float* after, int numAlgo, int numProto, int nChannels) {
+  for (int i = 0; i < ctx->nRecorded; i++) {
+    const ttRecordKey* k = &ctx->recorded[i];
+    if (k->collType == (int)collType && k->nBytes == nBytes && k->numPipeOps == numPipeOps && k->regBuff == regBuff)
+      return;
+  }
+  if (ctx->nRecorded == TT_RECORD_MAX) {
+    stopRecording(ctx, "too many distinct calls on one communicator");
+    return;
+  }
+  if (ctx->recorded == NULL) {
+    ctx->recorded = (ttRecordKey*)calloc(TT_RECORD_MAX, sizeof(ttRecordKey));
+    if (ctx->recorded == NULL) {
+      stopRecording(ctx, "out of memory");
+      return;
+    }
+  }
+  ttRecordKey key = {(int)collType, numPipeOps, regBuff, nBytes};
+  ctx->recorded[ctx->nRecorded++] = key;
+  char nccl[48];
+  char applied[48];
+  entryName(nccl, sizeof(nccl), cheapest(before, numAlgo, numProto), numProto);
+  entryName(applied, sizeof(applied), cheapest(after, numAlgo, numProto), numProto);
+  char offered[TT_MESSAGE_MAX];
+  size_t used = 0;
+  offered[0] = '\0';
+  for (int i = 0; i < numAlgo * numProto; i++) {
+    if (!(before[i] >= 0.0f)) continue;
+    char entry[48];
+    entryName(entry, sizeof(entry), i, numProto);
+    int n = snprintf(offered + used, sizeof(offered) - used, "%s%s", used ? " " : "", entry);
+    if (n < 0 || (size_t)n >= sizeof(offered) - used) break;
+    used += (size_t)n;
+  }
+  fprintf(ctx->record, "%s,%zu,%d,%d,%zu,%zu,%s,%s,%d,%s\n", nameOf(kCollectives, (int)collType), nBytes, numPipeOps,
+          regBuff, ctx->nNodes, ctx->nRanks, nccl, applied, nChannels > 0 ? nChannels : -1, offered);
+  if (fflush(ctx->record) != 0 || ferror(ctx->record)) stopRecording(ctx, strerror(errno));
+}
+
 static ncclResult_t ttInit(void** context, uint64_t commId, int hasCommId, size_t nRanks, size_t nNodes,
                            ncclDebugLogger_t log) {
   if (context == NULL) return ncclSuccess;
@@ -375,18 +481,14 @@ static ncclResult_t ttInit(void** context, uint64_t commId, int hasCommId, size_
   } else {
     bindTable(ctx, path);
   }
+  openRecord(ctx);
   *context = ctx;
   return ncclSuccess;
 }
 
-static ncclResult_t ttGetCollInfo(void* context, ncclFunc_t collType, size_t nBytes, int numPipeOps,
-                                  float** collCostTable, int numAlgo, int numProto, int regBuff, int* nChannels) {
-  ttContext* ctx = (ttContext*)context;
-  if (ctx == NULL || collCostTable == NULL || nChannels == NULL || numAlgo <= 0 || numProto <= 0) {
-    return ncclSuccess;
-  }
-  /* NCCL passes its float[NCCL_NUM_ALGORITHMS][NCCL_NUM_PROTOCOLS] array cast to float**. */
-  float* table = (float*)collCostTable;
+/* Edits the cost table and channel count by the first row that matches the call and can apply. */
+static void applyRows(ttContext* ctx, ncclFunc_t collType, size_t nBytes, int numPipeOps, float* table, int numAlgo,
+                      int numProto, int regBuff, int* nChannels) {
   for (int i = 0; i < ctx->nRows; i++) {
     ttRow* row = &ctx->rows[i];
     if (row->collType != (int)collType) continue;
@@ -406,7 +508,7 @@ static ncclResult_t ttGetCollInfo(void* context, ncclFunc_t collType, size_t nBy
         ttLog(ctx->log, NCCL_LOG_TRACE, NCCL_TUNING, __LINE__, "row at line %d applied: %s of %zu bytes", row->lineNo,
               nameOf(kCollectives, row->collType), nBytes);
       }
-      return ncclSuccess;
+      return;
     }
     if (row->algorithm >= numAlgo || row->protocol >= numProto) {
       if (__atomic_exchange_n(&row->announcedPassedOver, 1, __ATOMIC_RELAXED) == 0) {
@@ -438,14 +540,32 @@ static ncclResult_t ttGetCollInfo(void* context, ncclFunc_t collType, size_t nBy
       ttLog(ctx->log, NCCL_LOG_TRACE, NCCL_TUNING, __LINE__, "row at line %d applied: %s of %zu bytes", row->lineNo,
             nameOf(kCollectives, row->collType), nBytes);
     }
+    return;
+  }
+}
+
+static ncclResult_t ttGetCollInfo(void* context, ncclFunc_t collType, size_t nBytes, int numPipeOps,
+                                  float** collCostTable, int numAlgo, int numProto, int regBuff, int* nChannels) {
+  ttContext* ctx = (ttContext*)context;
+  if (ctx == NULL || collCostTable == NULL || nChannels == NULL || numAlgo <= 0 || numProto <= 0) {
     return ncclSuccess;
   }
+  /* NCCL passes its float[NCCL_NUM_ALGORITHMS][NCCL_NUM_PROTOCOLS] array cast to float**. */
+  float* table = (float*)collCostTable;
+  int cells = numAlgo * numProto;
+  float before[64];
+  int recording = ctx->record != NULL && cells <= 64;
+  if (recording) memcpy(before, table, (size_t)cells * sizeof(float));
+  applyRows(ctx, collType, nBytes, numPipeOps, table, numAlgo, numProto, regBuff, nChannels);
+  if (recording) recordCall(ctx, collType, nBytes, numPipeOps, regBuff, before, table, numAlgo, numProto, *nChannels);
   return ncclSuccess;
 }
 
 static ncclResult_t ttFinalize(void* context) {
   ttContext* ctx = (ttContext*)context;
   if (ctx == NULL) return ncclSuccess;
+  if (ctx->record != NULL) fclose(ctx->record);
+  free(ctx->recorded);
   free(ctx->rows);
   free(ctx);
   return ncclSuccess;
