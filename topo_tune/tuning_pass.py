@@ -183,10 +183,26 @@ def _samples(collective: str, sweep: agent_pb2.SizeSweep, job: admin_pb2.Benchma
         raise TrialFailed(
             f"job {job.job_id} measured {len(measured)} sizes, {len(requested)} were asked", kind="failed"
         )
-    return [
-        SizeSample(collective, size, row.time_us, row.busbw_gbps, "", "", 0)
-        for size, row in zip(requested, measured, strict=True)
-    ]
+    return [_sample(collective, size, row) for size, row in zip(requested, measured, strict=True)]
+
+
+def _sample(collective: str, size: int, row: agent_pb2.SizeResult) -> SizeSample:
+    """One size, with what NCCL offered and ran there when the backend reported it (tuner-table names)."""
+    if not row.HasField("choice"):
+        return SizeSample(collective, size, row.time_us, row.busbw_gbps, "", "", 0)
+    choice = row.choice
+    algorithm, _, protocol = choice.applied.partition("/")
+    return SizeSample(
+        collective,
+        size,
+        row.time_us,
+        row.busbw_gbps,
+        algorithm,
+        protocol,
+        choice.channels,
+        tuple(choice.offered),
+        choice.nccl,
+    )
 
 
 def _ladder(cluster: ClusterConfig) -> tuple[int, ...]:

@@ -20,6 +20,10 @@ LARGE = 16 << 20
 
 
 def _times(table: str = "", env: dict[str, str] | None = None) -> dict[int, float]:
+    return {s.bytes: s.time_us for s in _sizes(table, env)}
+
+
+def _sizes(table: str = "", env: dict[str, str] | None = None) -> list[agent_pb2.SizeResult]:
     spec = plan_job(
         job_id="sim-table",
         collective=Collective.ALL_REDUCE,
@@ -38,7 +42,7 @@ def _times(table: str = "", env: dict[str, str] | None = None) -> dict[int, floa
     run.sim.seed = 7
     result = run_simulated(run, node_name="a", policy=EnvPolicy(), now_ns=0)
     assert result.status == agent_pb2.COMMAND_STATUS_SUCCEEDED, result.message
-    return {s.bytes: s.time_us for s in result.node_benchmark.ranks[0].sizes}
+    return list(result.node_benchmark.ranks[0].sizes)
 
 
 def test_rows_change_exactly_the_sizes_they_match() -> None:
@@ -67,3 +71,31 @@ def test_a_row_the_model_cannot_run_is_passed_over_for_the_next() -> None:
 def test_a_malformed_table_is_refused() -> None:
     with pytest.raises(ValueError, match="tuner_table line 1: channels '0'"):
         _times("allreduce,0,65536,ring,ll,0,-1,-1\n")
+
+
+def test_every_size_reports_what_nccl_offered_chose_and_ran() -> None:
+    # Two NVSwitch nodes: ring and tree with the three protocols (NVLink carries the ring, so LL128 is allowed),
+    # and NVLS inside the node with a tree between them (Simple only).
+    offered = ["tree/ll", "tree/ll128", "tree/simple", "ring/ll", "ring/ll128", "ring/simple", "nvls_tree/simple"]
+    plain = _sizes()
+    assert all(sorted(s.choice.offered) == sorted(offered) for s in plain)
+    assert all(s.choice.applied == s.choice.nccl and s.choice.channels == 0 for s in plain), "no table: NCCL's"
+    assert plain[0].choice.nccl == "tree/ll" and plain[-1].choice.nccl.startswith("ring/"), "latency, then bandwidth"
+
+    tabled = _sizes("allreduce,16777217,4294967296,tree,ll,2,-1,-1\n")
+    for before, after in zip(plain, tabled, strict=True):
+        assert after.choice.nccl == before.choice.nccl, "NCCL's own pick is reported, table or not"
+        if before.bytes > LARGE:
+            assert (after.choice.applied, after.choice.channels) == ("tree/ll", 2)
+        else:
+            assert after.choice == before.choice
+
+
+def test_a_row_naming_an_entry_nccl_does_not_offer_is_passed_over() -> None:
+    # NCCL_PROTO=^LL128 takes LL128 out of NCCL's table: a row asking for it must not revive it.
+    env = {"NCCL_PROTO": "LL,Simple"}
+    tabled = _sizes("allreduce,0,4294967296,ring,ll128,-1,-1,-1\n", env)
+    plain = _sizes(env=env)
+    assert all("ring/ll128" not in s.choice.offered for s in plain)
+    assert [s.time_us for s in tabled] == [s.time_us for s in plain]
+    assert all(s.choice.applied == s.choice.nccl for s in tabled)

@@ -12,7 +12,7 @@ from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.benchmark.job_spec import MAX_DEADLINE_S, BenchmarkSpec, RankSlot
-from topo_tune.benchmark.results import RankResult, SizeMeasurement
+from topo_tune.benchmark.results import NcclChoice, RankResult, SizeMeasurement
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import (
     rank_result_from_proto,
@@ -60,6 +60,18 @@ def test_results_round_trip_with_placement_and_check_flags() -> None:
     row = SizeMeasurement(4096, 1024, True, 12.5, 0.3, 0.45, 0, False, 12.0, 14.0, 0.05)
     result = RankResult("job-1", 1, (row,), {"NCCL_MIN_CTAS": "8"})
     assert rank_result_from_proto(rank_result_to_proto(result)) == result
+
+
+def test_nccls_choice_travels_with_its_size_through_the_wire_and_json() -> None:
+    choice = NcclChoice(("tree/ll", "ring/ll", "ring/simple"), "tree/ll", "ring/simple", 8)
+    rows = (
+        SizeMeasurement(4096, 1024, False, 12.5, 0.3, 0.45, 0, False, 12.0, 14.0, 0.05, choice),
+        SizeMeasurement(8192, 2048, False, 13.5, 0.6, 0.9, 0, False, 13.0, 15.0, 0.05),  # no record for it
+    )
+    result = RankResult("job-1", 0, rows)
+    assert rank_result_from_proto(rank_result_to_proto(result)) == result
+    assert RankResult.from_json(result.to_json()) == result
+    assert not rank_result_to_proto(result).sizes[1].HasField("choice"), "unknown stays unset, not empty"
 
 
 @pytest.mark.parametrize(

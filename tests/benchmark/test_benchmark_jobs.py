@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.job_spec import SpecError
-from topo_tune.benchmark.results import RankResult, SizeMeasurement
+from topo_tune.benchmark.results import NcclChoice, RankResult, SizeMeasurement
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import rank_result_to_proto
 from topo_tune.controller.benchmark_jobs import (
@@ -85,6 +86,17 @@ def test_aggregate_takes_the_slowest_rank_and_sums_wrong_elements() -> None:
     assert missing_ranks(spec, results[:1]) == (1,)
     with pytest.raises(ValueError, match=r"ranks \[1\]"):
         aggregate(spec, results[:1])
+
+
+def test_aggregate_keeps_nccls_reported_choice() -> None:
+    spec = _plan(nodes=(JobNode("a", "h", 1), JobNode("b", "h2", 1)), sweep=SizeSweep(1 << 20, 1 << 20, 0))
+    choice = NcclChoice(("tree/ll", "ring/simple"), "tree/ll", "ring/simple", 0)
+    results = [
+        RankResult("job-1", 0, (dataclasses.replace(_size(100.0), choice=choice),)),
+        RankResult("job-1", 1, (_size(250.0),)),  # a rank without the record (no plugin library there)
+    ]
+    (row,) = aggregate(spec, results)
+    assert (row.time_us, row.choice) == (250.0, choice)
 
 
 @given(st.integers(min_value=0, max_value=40))

@@ -66,3 +66,12 @@ def test_bad_profiles_and_measurements_name_the_field() -> None:
 def test_measurements_survive_their_json_form() -> None:
     m = Measurements((SizeSample("all_reduce", 8, 1.5, 0.1, "Ring", "LL", 4),), simulated=True)
     assert Measurements.from_json(m.to_json()) == m
+
+
+def test_measurements_keep_nccls_offered_entries_and_read_samples_stored_without_them() -> None:
+    with_choice = SizeSample("all_reduce", 4096, 12.0, 1.0, "tree", "ll", 0, ("tree/ll", "ring/ll"), "tree/ll")
+    plain = SizeSample("all_reduce", 8192, 14.0, 1.5)
+    m = Measurements((with_choice, plain), simulated=True)
+    assert Measurements.from_json(m.to_json()) == m
+    stored = '{"simulated":false,"samples":[["all_reduce",4096,12.0,1.0,"Ring","LL",4]]}'
+    assert Measurements.from_json(stored).samples[0] == SizeSample("all_reduce", 4096, 12.0, 1.0, "Ring", "LL", 4)

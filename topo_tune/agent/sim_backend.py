@@ -4,7 +4,8 @@ The controller sends the simulated cluster with the job (``RunBenchmark.sim``), 
 computes the same figures from the same inputs and seed; this node reports them for its own ranks. The
 job's environment goes through the same policy as on real hardware (a refused knob is refused here too),
 the file ``NCCL_CONF_FILE`` names is read as NCCL reads it (so a rollout's A/B gate compares versions here
-too), a candidate tuner table is applied per size as the plugin would, and every result is labelled simulated.
+too), a candidate tuner table is applied per size as the plugin would, every size reports what the model's NCCL
+offered and ran (as the ``nccl`` backend reports the plugin's record), and every result is labelled simulated.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from topo_tune.benchmark.wire import spec_from_proto
 from topo_tune.config_version import parse_nccl_conf
 from topo_tune.errors import SimInputError
 from topo_tune.sim import Spine
+from topo_tune.sim.simulate import choice_of
 from topo_tune.sim.topology_import import cluster_from_topologies
 from topo_tune.sim.tuner_table import simulate_with_table
 from topo_tune.v1 import agent_pb2
@@ -94,6 +96,7 @@ def run_simulated(
                 cv=size.cv,
                 in_place=False,
                 checked=False,
+                choice=choice_of(size),
             )
         node_result.rank_status.add(
             rank=slot.rank, outcome=agent_pb2.RANK_OUTCOME_FINISHED, phase="finished", joined=True

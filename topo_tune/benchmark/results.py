@@ -14,7 +14,31 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["RankOutcome", "RankResult", "RankStatus", "SizeMeasurement"]
+__all__ = ["NcclChoice", "RankOutcome", "RankResult", "RankStatus", "SizeMeasurement"]
+
+
+@dataclass(frozen=True, slots=True)
+class NcclChoice:
+    """NCCL's algorithm/protocol choice at one size (the tuner plugin's record, or the sim's model).
+
+    Entries are ``algorithm/protocol`` in the tuner table's names (``ring/ll128``).
+    """
+
+    offered: tuple[str, ...]
+    """The entries NCCL's cost table allowed (cost not -1): the only ones a tuner row may name."""
+    nccl: str
+    """NCCL's own pick."""
+    applied: str
+    """What ran: a tuner row's entry where one applied, else NCCL's."""
+    channels: int = 0
+    """The channel count a tuner row set; 0: NCCL's own."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"offered": list(self.offered), "nccl": self.nccl, "applied": self.applied, "channels": self.channels}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> NcclChoice:
+        return cls(tuple(data["offered"]), data["nccl"], data["applied"], int(data["channels"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,13 +59,18 @@ class SizeMeasurement:
     p50_us: float
     p99_us: float
     cv: float
+    choice: NcclChoice | None = None
+    """What NCCL offered and ran at this size, where the backend knows it."""
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["choice"] = self.choice.to_json() if self.choice is not None else None
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SizeMeasurement:
-        return cls(**data)
+        choice = data.get("choice")
+        return cls(**{**data, "choice": NcclChoice.from_json(choice) if choice else None})
 
 
 @dataclass(frozen=True, slots=True)

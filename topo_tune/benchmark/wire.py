@@ -14,13 +14,15 @@ from collections.abc import Iterable
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot, SpecError
-from topo_tune.benchmark.results import RankOutcome, RankResult, RankStatus, SizeMeasurement
+from topo_tune.benchmark.results import NcclChoice, RankOutcome, RankResult, RankStatus, SizeMeasurement
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.v1 import agent_pb2
 
 __all__ = [
     "COLLECTIVE_FROM_PROTO",
     "COLLECTIVE_TO_PROTO",
+    "choice_from_proto",
+    "choice_to_proto",
     "node_result_to_proto",
     "rank_result_from_proto",
     "rank_result_to_proto",
@@ -110,11 +112,25 @@ _SIZE_FIELDS = tuple(f.name for f in dataclasses.fields(SizeMeasurement))
 
 
 def size_to_proto(m: SizeMeasurement) -> agent_pb2.SizeResult:
-    return agent_pb2.SizeResult(**dataclasses.asdict(m))
+    msg = agent_pb2.SizeResult(**{name: getattr(m, name) for name in _SIZE_FIELDS if name != "choice"})
+    if m.choice is not None:
+        msg.choice.CopyFrom(choice_to_proto(m.choice))
+    return msg
 
 
 def size_from_proto(s: agent_pb2.SizeResult) -> SizeMeasurement:
-    return SizeMeasurement(**{name: getattr(s, name) for name in _SIZE_FIELDS})
+    values = {name: getattr(s, name) for name in _SIZE_FIELDS if name != "choice"}
+    return SizeMeasurement(**values, choice=choice_from_proto(s.choice) if s.HasField("choice") else None)
+
+
+def choice_to_proto(choice: NcclChoice) -> agent_pb2.NcclChoice:
+    return agent_pb2.NcclChoice(
+        offered=list(choice.offered), nccl=choice.nccl, applied=choice.applied, channels=choice.channels
+    )
+
+
+def choice_from_proto(msg: agent_pb2.NcclChoice) -> NcclChoice:
+    return NcclChoice(tuple(msg.offered), msg.nccl, msg.applied, msg.channels)
 
 
 def rank_result_to_proto(result: RankResult) -> agent_pb2.BenchmarkResult:

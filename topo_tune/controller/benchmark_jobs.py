@@ -158,6 +158,8 @@ def aggregate(spec: BenchmarkSpec, results: Iterable[RankResult]) -> tuple[SizeM
                 p50_us=max(m.p50_us for m in rows),
                 p99_us=max(m.p99_us for m in rows),
                 cv=max(m.cv for m in rows),
+                # Every rank of a communicator makes the same choice (or the job hangs): the first one that knows.
+                choice=next((m.choice for m in rows if m.choice is not None), None),
             )
         )
     return tuple(out)

@@ -230,6 +230,19 @@ def run(plan: Plan, collective: Collective, size: int) -> Choice:
     return Choice(time_us, algo, proto, nc)
 
 
+def offered(plan: Plan, collective: Collective) -> list[tuple[Algorithm, Protocol]]:
+    """The algorithm/protocol entries NCCL's cost table allows for ``collective`` (not -1): what a tuner may pick.
+
+    Point-to-point collectives and one-rank jobs never reach a tuner: none.
+    """
+    if plan.nranks == 1 or collective in (Collective.ALLTOALL, Collective.SENDRECV):
+        return []
+    candidates = plan.candidates.get(collective)
+    if candidates is None:
+        candidates = plan.candidates[collective] = _candidates(plan, collective)
+    return list(candidates)
+
+
 def _candidates(plan: Plan, collective: Collective) -> list[tuple[Algorithm, Protocol]]:
     knobs = plan.knobs
     protos = [p for p in (_LL, _LL128, _SIMPLE) if knobs.protocols is None or p in knobs.protocols]

@@ -24,7 +24,7 @@ from topo_tune.errors import SimInputError
 from topo_tune.sim.cluster import Cluster
 from topo_tune.sim.collective import Collective, bus_factor
 from topo_tune.sim.knobs import parse_env
-from topo_tune.sim.model import Plan, build_plan, run
+from topo_tune.sim.model import Plan, build_plan, offered, run
 from topo_tune.v1 import agent_pb2
 
 DTYPE_BYTES: Mapping[str, int] = {
@@ -59,6 +59,9 @@ class SimSizeResult:
     algorithm: str  # what NCCL would have run, e.g. "Ring"
     protocol: str
     channels: int
+    offered: tuple[str, ...] = ()  # the entries NCCL's cost table allows, "algorithm/protocol" in tuner-table names
+    nccl: str = ""  # NCCL's own pick in those names (differs from algorithm/protocol where a tuner row applied)
+    row_channels: int = 0  # the channel count a tuner row set; 0: none did
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ def simulate(
     rng = random.Random(seed)
     type_bytes = DTYPE_BYTES[dtype]
     factor = bus_factor(coll, plan.nranks)
+    entries = tuple(entry_name(a.value, p.value) for a, p in offered(plan, coll))
     results = []
     for size in sizes:
         choice = run(plan, coll, size)
@@ -130,6 +134,8 @@ def simulate(
                 algorithm=choice.algorithm.value,
                 protocol=choice.protocol.value,
                 channels=choice.channels,
+                offered=entries,
+                nccl=entry_name(choice.algorithm.value, choice.protocol.value) if entries else "",
             )
         )
     return SimResult(
@@ -142,6 +148,16 @@ def simulate(
         dtype=dtype,
         sizes=tuple(results),
     )
+
+
+# The model's (NCCL_ALGO/NCCL_PROTO) spellings -> the tuner table's.
+_TABLE_ALGORITHM: Mapping[str, str] = {"Ring": "ring", "Tree": "tree", "NVLS": "nvls", "NVLSTree": "nvls_tree"}
+_TABLE_PROTOCOL: Mapping[str, str] = {"LL": "ll", "LL128": "ll128", "Simple": "simple"}
+
+
+def entry_name(algorithm: str, protocol: str) -> str:
+    """``"Ring", "LL128"`` as the tuner table and the plugin's record spell it: ``ring/ll128``."""
+    return f"{_TABLE_ALGORITHM[algorithm]}/{_TABLE_PROTOCOL[protocol]}"
 
 
 def plan_for(cluster: Cluster, order: tuple[str, ...], env: Mapping[str, str]) -> Plan:
@@ -177,9 +193,22 @@ def to_benchmark_result(result: SimResult, *, job_id: str, rank: int = 0) -> age
                 p50_us=s.p50_us,
                 p99_us=s.p99_us,
                 cv=s.cv,
+                choice=choice_of(s),
             )
             for s in result.sizes
         ],
+    )
+
+
+def choice_of(size: SimSizeResult) -> agent_pb2.NcclChoice | None:
+    """The wire form of what the model's NCCL offered and ran at one size; None where no tuner is asked."""
+    if not size.offered:
+        return None
+    return agent_pb2.NcclChoice(
+        offered=list(size.offered),
+        nccl=size.nccl,
+        applied=entry_name(size.algorithm, size.protocol),
+        channels=size.row_channels,
     )
 
 

@@ -3,11 +3,11 @@
 Purpose: let a ``sim`` study measure a candidate table (``nccl_tuner.conf``'s columns) the way the ``nccl``
 backend does with the real plugin. For each size, the first table row that matches it (collective, size
 range, the communicator's nNodes/nRanks) and whose algorithm/protocol the model can run decides: the model is
-restricted to that entry (``NCCL_ALGO``/``NCCL_PROTO``; a row naming an entry the model rules out is passed
-over, as the plugin passes over NCCL's -1 entries) and runs the row's channel count, capped at the
-communicator's own as NCCL caps a plugin's. Rows with algorithm/protocol -1 only set the channel count. Each
-variant is simulated over the whole ladder with the same seed, so every size keeps the noise draw it had
-without the table (common random numbers).
+restricted to that entry (``NCCL_ALGO``/``NCCL_PROTO``; a row naming an entry the model's NCCL does not
+offer at that size is passed over, as the plugin passes over NCCL's -1 entries) and runs the row's channel
+count, capped at the communicator's own as NCCL caps a plugin's. Rows with algorithm/protocol -1 only set
+the channel count. Each variant is simulated over the whole ladder with the same seed, so every size keeps
+the noise draw it had without the table (common random numbers).
 
 Non-goals: validating tables beyond :func:`~topo_tune.plugin.table.parse_tuner_table`, and NCCL's cost
 model (the model's own choice stands wherever no row applies).
@@ -76,6 +76,8 @@ def simulate_with_table(
     for index, size in enumerate(sizes):
         picked = base.sizes[index]
         for row in (r for r in rows if r.applies(name, size)):
+            if row.algorithm is not None and f"{row.algorithm}/{row.protocol}" not in picked.offered:
+                continue  # an entry NCCL's cost table ruled out (-1): the plugin passes the row over
             variant = dict(env)
             if row.algorithm is not None and row.protocol is not None:
                 variant.update(NCCL_ALGO=_NCCL_ALGO[row.algorithm], NCCL_PROTO=_NCCL_PROTO[row.protocol])
@@ -98,7 +100,11 @@ def simulate_with_table(
                     variants[key] = None  # the model cannot run that entry here: NCCL's -1
             result = variants[key]
             if result is not None:
-                picked = result.sizes[index]
+                own = base.sizes[index]
+                # NCCL offered and would have picked what it does without the table; the row decided what ran.
+                picked = dataclasses.replace(
+                    result.sizes[index], offered=own.offered, nccl=own.nccl, row_channels=row.channels or 0
+                )
                 break
         chosen.append(picked)
     return dataclasses.replace(base, sizes=tuple(chosen))

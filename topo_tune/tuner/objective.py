@@ -74,6 +74,10 @@ class SizeSample:
     algorithm: str | None = None  # what NCCL ran, when the backend knows (sim, NCCL_DEBUG=TUNING)
     protocol: str | None = None
     channels: int | None = None
+    offered: tuple[str, ...] = ()
+    """The ``algorithm/protocol`` entries NCCL offered at this size (tuner-table names), when the backend knows."""
+    nccl: str = ""
+    """NCCL's own pick among them (what ran unless a tuner row applied)."""
 
     def __post_init__(self) -> None:
         if not (self.time_us > 0 and math.isfinite(self.time_us)):
@@ -119,6 +123,7 @@ class Measurements:
                 "simulated": self.simulated,
                 "samples": [
                     [s.collective, s.bytes, s.time_us, s.busbw_gbs, s.algorithm, s.protocol, s.channels]
+                    + ([list(s.offered), s.nccl] if s.offered else [])
                     for s in self.samples
                 ],
             },
@@ -128,8 +133,12 @@ class Measurements:
     @classmethod
     def from_json(cls, text: str) -> Measurements:
         data = json.loads(text)
+        # Samples stored before NCCL's choices were reported have seven fields.
         return cls(
-            tuple(SizeSample(c, int(b), float(t), float(bw), a, p, ch) for c, b, t, bw, a, p, ch in data["samples"]),
+            tuple(
+                SizeSample(c, int(b), float(t), float(bw), a, p, ch, tuple(rest[0]) if rest else (), *rest[1:])
+                for c, b, t, bw, a, p, ch, *rest in data["samples"]
+            ),
             simulated=bool(data["simulated"]),
         )
 

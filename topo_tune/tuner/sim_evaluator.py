@@ -56,6 +56,8 @@ class SimEvaluator:
                         s.algorithm,
                         s.protocol,
                         s.channels,
+                        s.offered,
+                        s.nccl,
                     )
                 )
         return Measurements(tuple(samples), simulated=True)

@@ -933,6 +933,7 @@ class SizeResult(_message.Message):
     CV_FIELD_NUMBER: _builtins.int
     IN_PLACE_FIELD_NUMBER: _builtins.int
     CHECKED_FIELD_NUMBER: _builtins.int
+    CHOICE_FIELD_NUMBER: _builtins.int
     bytes: _builtins.int
     count: _builtins.int
     time_us: _builtins.float
@@ -947,6 +948,10 @@ class SizeResult(_message.Message):
     """which placement this row measured"""
     checked: _builtins.bool
     """false: no data check covered it (wrong is meaningless)"""
+    @_builtins.property
+    def choice(self) -> Global___NcclChoice:
+        """what NCCL offered and ran at this size; unset when not known"""
+
     def __init__(
         self,
         *,
@@ -961,14 +966,53 @@ class SizeResult(_message.Message):
         cv: _builtins.float = ...,
         in_place: _builtins.bool = ...,
         checked: _builtins.bool = ...,
+        choice: Global___NcclChoice | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["choice", b"choice"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["algbw_gbps", b"algbw_gbps", "busbw_gbps", b"busbw_gbps", "bytes", b"bytes", "checked", b"checked", "count", b"count", "cv", b"cv", "in_place", b"in_place", "p50_us", b"p50_us", "p99_us", b"p99_us", "time_us", b"time_us", "wrong", b"wrong"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algbw_gbps", b"algbw_gbps", "busbw_gbps", b"busbw_gbps", "bytes", b"bytes", "checked", b"checked", "choice", b"choice", "count", b"count", "cv", b"cv", "in_place", b"in_place", "p50_us", b"p50_us", "p99_us", b"p99_us", "time_us", b"time_us", "wrong", b"wrong"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SizeResult: _TypeAlias = SizeResult  # noqa: Y015
+
+@_typing.final
+class NcclChoice(_message.Message):
+    """NCCL's algorithm/protocol choice for one size, from the tuner plugin's record (nccl) or the model (sim).
+    Entries are "algorithm/protocol" in the tuner table's names, e.g. "ring/ll128".
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OFFERED_FIELD_NUMBER: _builtins.int
+    NCCL_FIELD_NUMBER: _builtins.int
+    APPLIED_FIELD_NUMBER: _builtins.int
+    CHANNELS_FIELD_NUMBER: _builtins.int
+    nccl: _builtins.str
+    """NCCL's own pick"""
+    applied: _builtins.str
+    """what ran: the tuner table's entry where a row applied, else NCCL's"""
+    channels: _builtins.int
+    """the channel count a tuner row set; 0: NCCL's own"""
+    @_builtins.property
+    def offered(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the entries NCCL's cost table allowed (cost not -1)"""
+
+    def __init__(
+        self,
+        *,
+        offered: _abc.Iterable[_builtins.str] | None = ...,
+        nccl: _builtins.str = ...,
+        applied: _builtins.str = ...,
+        channels: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "channels", b"channels", "nccl", b"nccl", "offered", b"offered"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NcclChoice: _TypeAlias = NcclChoice  # noqa: Y015
 
 @_typing.final
 class BenchmarkResult(_message.Message):

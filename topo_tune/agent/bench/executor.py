@@ -15,7 +15,9 @@ this node's ranks through the ``Launcher`` and maps the outcome onto a status:
 
 A job with a candidate ``tuner_table`` has it staged by ``TunerPluginStage`` (the table in the agent's
 own directory, ``NCCL_TUNER_PLUGIN``/``NCCL_TUNER_CONFIG_FILE`` set) before the environment policy
-checks the result, so the paths must lie in the policy's directories like any other.
+checks the result, so the paths must lie in the policy's directories like any other. An ``nccl`` job
+without a table gets the plugin with an empty one, which changes nothing and records, per size, what
+NCCL offered and chose (reported with each size).
 
 ``probe`` measures the link between this node and one peer at two sizes (latency and bandwidth)
 through the same launcher, and reports the rate **one direction** of the link carries, as nccl-tests'
@@ -138,6 +140,8 @@ class BenchmarkExecutor:
                 if self._tuner_plugin is None:
                     raise ValueError("tuner_table: this agent runs no tuner plugin")
                 spec = self._tuner_plugin.staged(spec)
+            elif self._tuner_plugin is not None and launcher is self._launchers.get("nccl"):
+                spec = self._tuner_plugin.recording(spec)
             self._policy.check(spec.env)
         except ValueError as exc:
             return self._result(agent_pb2.COMMAND_STATUS_REJECTED, str(exc))

@@ -5,7 +5,8 @@ table once per communicator. The agent, not the job, chooses both files: the lib
 in the agent's plugin directories (the image builds it there), or, where none is installed, one the agent
 builds once into its own state directory; the table is written into the agent's own table directory under
 the job's id. Every rank of the job gets the same two variables, and every node the same table text (it
-travels in the job's command).
+travels in the job's command). A job without a table gets an empty one (:meth:`TunerPluginStage.recording`):
+NCCL decides as without a plugin, and the plugin records what NCCL offered and chose at every size.
 
 Non-goals: validating the table (``topo_tune.benchmark.job_spec`` does, with the plugin's rules) and
 deciding whether a table is worth running (the tuner's business).
@@ -14,6 +15,7 @@ deciding whether a table is worth running (the tuner's business).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -21,9 +23,13 @@ from pathlib import Path
 
 from topo_tune.benchmark.job_spec import BenchmarkSpec
 from topo_tune.errors import PluginBuildError
-from topo_tune.plugin import LIBRARY_FILE, BuiltPlugin, build_plugin, plugin_env
+from topo_tune.plugin import LIBRARY_FILE, PLUGIN_ENV, BuiltPlugin, build_plugin, plugin_env
 
 __all__ = ["TunerPluginStage"]
+
+logger = logging.getLogger(__name__)
+
+_RECORD_ONLY_TABLE = "# no rows: NCCL decides; the plugin only records what it offered and chose\n"
 
 
 class TunerPluginStage:
@@ -72,6 +78,21 @@ class TunerPluginStage:
                             f"tuner_table: no tuner plugin installed and building one failed: {exc}"
                         ) from exc
             return self._library
+
+    def recording(self, spec: BenchmarkSpec) -> BenchmarkSpec:
+        """``spec`` (a job without a table) with the plugin and an empty table, so NCCL's choices are recorded.
+
+        An empty table edits no cost entry and sets no channel count: NCCL decides as without a plugin. A job
+        that names a tuner plugin of its own keeps it, and where no library is available the job runs
+        unrecorded rather than fails (the record is a report, not a requirement).
+        """
+        if spec.tuner_table or PLUGIN_ENV in spec.env:
+            return spec
+        try:
+            return self.staged(dataclasses.replace(spec, tuner_table=_RECORD_ONLY_TABLE))
+        except ValueError as exc:
+            logger.info("job %s runs without the tuner plugin's record: %s", spec.job_id, exc)
+            return spec
 
     def staged(self, spec: BenchmarkSpec) -> BenchmarkSpec:
         """``spec`` with its table written to the table directory and the two variables in its env."""

@@ -12,7 +12,9 @@ Started by ``launcher`` in its own session with exactly the job's environment. I
    On GPUs the per-iteration samples come from a second loop with an event after every call,
    so that the events' launch cost never inflates the reported mean. A ``cuda_graph`` job times
    both as CUDA graphs instead (nccl-tests ``-G``, see ``_graph_loop``);
-4. writes its result atomically and reports ``finished``.
+4. with NCCL's tuner plugin loaded (``nccl``), reads the plugin's record of this rank's calls and reports,
+   with every size, the (algorithm, protocol) entries NCCL offered, its choice and what ran;
+5. writes its result atomically and reports ``finished``.
 
 Exit codes: 0 finished, 3 bad configuration, 4 a benchmark error (message on stderr and in the
 progress file).
@@ -23,6 +25,7 @@ Non-goals: deadlines and killing (the launcher owns them), protobuf (results are
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import datetime
 import hashlib
 import itertools
@@ -52,9 +55,10 @@ from topo_tune.agent.bench.worker_config import WorkerConfig
 from topo_tune.benchmark.collectives import bandwidth, shape
 from topo_tune.benchmark.iteration_stats import IterationStats
 from topo_tune.benchmark.job_spec import BenchmarkSpec
-from topo_tune.benchmark.results import RankResult, SizeMeasurement
+from topo_tune.benchmark.results import NcclChoice, RankResult, SizeMeasurement
 from topo_tune.config_version import SYSTEM_NCCL_CONF, file_settings
-from topo_tune.plugin.job_env import TABLE_ENV
+from topo_tune.plugin.job_env import PLUGIN_ENV, TABLE_ENV
+from topo_tune.plugin.record import RECORD_ENV, RecordedCall, RecordError, parse_record
 
 __all__ = ["main"]
 
@@ -289,6 +293,34 @@ def _effective_env(spec: BenchmarkSpec, backend: str) -> dict[str, str]:
     return env
 
 
+def with_choices(spec: BenchmarkSpec, sizes: list[SizeMeasurement], record: Path) -> list[SizeMeasurement]:
+    """``sizes`` with NCCL's choice from the tuner plugin's record, where it recorded the size's call.
+
+    The job's own communicator is the one over every rank; NCCL's nBytes for a call is the size nccl-tests
+    reports (all_gather and reduce_scatter: the whole buffer). A missing or unreadable record leaves the
+    sizes as they are: the record is a report, the measurement stands without it.
+    """
+    try:
+        calls = parse_record(record.read_text(encoding="utf-8"), source=record.name)
+    except (OSError, UnicodeDecodeError, RecordError) as exc:
+        logger.warning("no record of NCCL's choices: %s", exc)
+        return sizes
+    name = spec.collective.value.replace("_", "")
+    mine: dict[int, RecordedCall] = {}
+    for call in calls:
+        if call.collective == name and call.n_ranks == spec.world_size and call.num_pipe_ops == 1:
+            mine.setdefault(call.bytes, call)
+    out = []
+    for m in sizes:
+        found = mine.get(m.bytes)
+        if found is None:
+            out.append(m)
+            continue
+        choice = NcclChoice(found.offered, found.nccl, found.applied, found.channels or 0)
+        out.append(dataclasses.replace(m, choice=choice))
+    return out
+
+
 def run(config: WorkerConfig, progress: Progress) -> RankResult:
     spec = config.spec
     slot = next(s for s in spec.ranks if s.rank == config.rank)
@@ -298,6 +330,10 @@ def run(config: WorkerConfig, progress: Progress) -> RankResult:
     store = _rendezvous(config, progress)
     timeout = datetime.timedelta(seconds=config.rendezvous_timeout_s)
     pg_store = PrefixStore(f"topo_tune/{spec.job_id}/pg", store)
+    record = config.result_path.with_name("tuner_record.csv")
+    if config.backend == "nccl" and os.environ.get(PLUGIN_ENV):
+        # Read by the plugin when NCCL creates the communicator (putenv: NCCL's getenv sees it).
+        os.environ[RECORD_ENV] = str(record)
     if config.backend == "nccl":
         device = torch.device("cuda", slot.device)
         torch.cuda.set_device(device)
@@ -323,6 +359,8 @@ def run(config: WorkerConfig, progress: Progress) -> RankResult:
             progress.report("running", bytes=size, in_place=in_place)
             sizes.append(_measure(spec, size=size, in_place=in_place, rank=config.rank, device=device, corrupt=corrupt))
     dist.barrier()
+    if os.environ.get(RECORD_ENV):
+        sizes = with_choices(spec, sizes, record)
     result = RankResult(
         job_id=spec.job_id,
         rank=config.rank,
