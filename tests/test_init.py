@@ -17,6 +17,8 @@ import yaml
 
 from tests.support.processes import cli_env, run_cli
 from tests.support.waiting import wait_until
+from topo_tune.plugin.table import parse_tuner_table
+from topo_tune.tuner.objective import Measurements
 
 pytestmark = pytest.mark.slow
 
@@ -123,7 +125,8 @@ def test_init_resumes_after_sigkill_with_every_trial_counted_once(tmp_path: Path
     second = subprocess.run(command, env=cli_env(), capture_output=True, text=True, timeout=300, check=False)
     assert second.returncode == 0, second.stderr[-3000:]
     summary = json.loads((output / "summary.json").read_text())
-    counted = [t for t in summary["trials"] if not t["superseded"] and t["role"] != "table"]
+    after_budget = ("table", "option", "per_size")  # the composed tables and the per-size search
+    counted = [t for t in summary["trials"] if not t["superseded"] and t["role"] not in after_budget]
     assert len(counted) == 14, "every trial of the budget counted once, none lost"
     tables = [t for t in summary["trials"] if not t["superseded"] and t["role"] == "table"]
     assert len(tables) <= 1, "the composed tuner table is measured once, after the budget"
@@ -160,6 +163,41 @@ def test_search_tuner_table_off_runs_no_table_trial_and_ships_no_table(tmp_path:
         files = json.loads(connection.execute(query, {"id": version_id}).scalar_one())
     engine.dispose()
     assert "nccl.conf" in files and "nccl_tuner.conf" not in files, "the stored version has no plugin table"
+
+
+def test_init_on_a_tradeoff_cluster_ships_a_per_size_table_naming_algorithms_nccl_offered(tmp_path: Path) -> None:
+    # Rack-grouped rings double large all_reduce and slow the tree-sized ones: no order wins everywhere, but
+    # per-size rows of NCCL's own entries do (SIMULATED).
+    output = tmp_path / "out"
+    config = ROOT / "examples" / "tradeoff-cluster.yaml"
+    result = run_cli("init", "--cluster-config", str(config), "--output", str(output), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["simulated"] is True
+    trials = {t["number"]: t for t in summary["trials"]}
+    chosen = trials[summary["chosen"]["trial"]]
+    assert chosen["role"] == "per_size", "the composed per-size table is the proven result"
+    rows = parse_tuner_table((output / "nccl_tuner.conf").read_text())
+    assert rows and any(r.algorithm is not None for r in rows), "the shipped table names an algorithm"
+    assert (output / "nccl_tuner.conf").read_text() == chosen["tuner_table"], "what ships is what was proven"
+    # Every explicit row names an entry NCCL offered at every measured size of its bucket under the base.
+    (base,) = [
+        t
+        for t in summary["trials"]
+        if t["role"] in ("baseline", "candidate", "sampled")
+        and (t["env"], t["rank_order"]) == (chosen["env"], chosen["rank_order"])
+        and t["state"] == "complete"
+    ][:1]
+    storage = f"sqlite:///{output / '.topo-tune' / 'topo-tune.db'}"
+    stored = optuna.load_study(study_name=summary["study"]["name"], storage=storage).trials[base["number"]]
+    samples = Measurements.from_json(stored.user_attrs["measurements"]).samples
+    for row in rows:
+        if row.algorithm is None:
+            continue
+        sizes = [s for s in samples if s.collective == "all_reduce" and row.min_bytes <= s.bytes <= row.max_bytes]
+        assert sizes and all(f"{row.algorithm}/{row.protocol}" in s.offered for s in sizes), row
+    proven = {b["bucket"]: b for b in summary["buckets"] if b["collective"] == "all_reduce"}
+    assert proven["16M-4G"]["decision"] == "promote"
 
 
 def test_an_output_directory_that_cannot_be_made_is_refused_naming_the_option(tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.trial import FrozenTrial, TrialState
 
 from topo_tune.errors import ConfigError, TopoTuneError
-from topo_tune.tuner import statistics
+from topo_tune.tuner import size_options, statistics
 from topo_tune.tuner.coordinate_descent import CoordinateDescentSampler
 from topo_tune.tuner.objective import DEFAULT_LADDER, BucketScore, Measurements, Objective, SizeBucket
 from topo_tune.tuner.plugin_table import ScoredTrial, compose_table
@@ -461,6 +461,7 @@ class TunerStudy:
                 break
             self._run_trial(study, study.ask(self._distributions), baseline)
         self._table_trial(study, baseline)
+        self._per_size_trials(study, baseline)
         proofs = self._prove(study, baseline)
         outcome = self.outcome(study, proofs)
         self._progress("done", study)
@@ -694,6 +695,47 @@ class TunerStudy:
                 to_optuna(self.space, params), user_attrs={A_ROLE: "table", A_TABLE: composed.text, A_ATTEMPT: 1}
             )
 
+    # ---------------------------------------------------------------- per-size search (size_options)
+
+    def _per_size_trials(self, study: optuna.Study, baseline: Measurements) -> None:
+        """Measure NCCL's per-bucket options for the best bases, then each base's composed table, once."""
+        if self.settings.table_shape is None:
+            return
+        nodes, ranks = self.settings.table_shape
+        while True:
+            trials = study.get_trials(deepcopy=False)
+            if any(t.state == TrialState.WAITING and t.user_attrs.get(A_ROLE) in size_options.ROLES for t in trials):
+                self._run_trial(study, study.ask(self._distributions), baseline)
+                continue
+            stored = [self._stored(t) for t in _logical(trials) if _has_every_param(self.space, t.params)]
+            planned, pending = size_options.plan_next(stored, baseline, self.objective, nodes=nodes, ranks=ranks)
+            for trial in planned:
+                logger.info("study %s: per-size %s (base trial %d)", self.settings.name, trial.key, trial.base)
+                attrs = {A_ROLE: trial.role, A_CANDIDATE: trial.key, A_TABLE: trial.table, A_ATTEMPT: 1}
+                study.enqueue_trial(dict(trial.params), user_attrs=attrs)
+            if planned:
+                continue
+            if not pending:
+                return
+            self._sleep(self.settings.poll_interval_s)  # another worker's option trial: wait for it or its staleness
+            self._reclaim_stale(study)
+
+    def _stored(self, t: FrozenTrial) -> size_options.StoredTrial:
+        raw = t.user_attrs.get(A_MEASUREMENTS)
+        config = self._config_of(t.params, {})
+        return size_options.StoredTrial(
+            number=t.number,
+            role=str(t.user_attrs.get(A_ROLE, "sampled")),
+            key=str(t.user_attrs.get(A_CANDIDATE, "")),
+            finished=t.state.is_finished(),
+            value=t.value if t.state == TrialState.COMPLETE else None,
+            env=config.env,
+            rank_order=config.rank_order.name,
+            params=t.params,
+            measurements=Measurements.from_json(raw) if raw and t.state == TrialState.COMPLETE else None,
+            table=str(t.user_attrs.get(A_TABLE, "")),
+        )
+
     # ---------------------------------------------------------------- proof
 
     def _finalists(self, study: optuna.Study) -> list[FrozenTrial]:
@@ -849,7 +891,7 @@ class TunerStudy:
         values = [t.value for t in finished if t.state == TrialState.COMPLETE and t.value is not None]
         if done is None:
             # The table trial comes after the budget's searched trials: it adds itself to the total once asked for.
-            tables = sum(1 for t in _logical(trials) if t.user_attrs.get(A_ROLE) == "table")
+            tables = sum(1 for t in _logical(trials) if t.user_attrs.get(A_ROLE) in ("table", *size_options.ROLES))
             done, total = len(finished), self.settings.budget + tables
         assert total is not None
         elapsed = self._clock() - self._started

@@ -1,0 +1,227 @@
+"""The per-size search: options from what NCCL offered, composed rows, and the plan a study follows."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from topo_tune.plugin.table import parse_tuner_table
+from topo_tune.tuner.objective import Measurements, Objective, SizeSample, WorkloadProfile
+from topo_tune.tuner.size_options import (
+    MARGIN,
+    ROLE_COMPOSED,
+    ROLE_OPTION,
+    Option,
+    StoredTrial,
+    compose,
+    offered_by_bucket,
+    options_for,
+    plan_next,
+)
+
+KIB, MIB = 1024, 1 << 20
+# Two sizes in each of three buckets: 64K-1M (tree-sized), 1M-16M and 16M-4G.
+SIZES = (256 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB)
+MID, LARGE = (256 * KIB, MIB), (64 * MIB, 256 * MIB)
+ALL = ("tree/ll", "tree/ll128", "tree/simple", "ring/ll", "ring/ll128", "ring/simple")
+# NCCL's picks under the base: tree up to 16 MiB, ring/LL128 above.
+NCCL = {s: "tree/ll" if s <= 16 * MIB else "ring/ll128" for s in SIZES}
+OBJECTIVE = Objective(WorkloadProfile({"all_reduce": 1.0}, {"0-1K": 0.0, "1K-64K": 0.0}))
+NODES, RANKS = 8, 64
+
+
+def measured(
+    times: Mapping[int, float],
+    *,
+    offered: Mapping[int, tuple[str, ...]] | None = None,
+    nccl: Mapping[int, str] | None = None,
+    collective: str = "all_reduce",
+) -> Measurements:
+    return Measurements(
+        tuple(
+            SizeSample(
+                collective,
+                size,
+                time,
+                size / time / 1e3,
+                offered=(offered or {}).get(size, ALL),
+                nccl=(nccl or NCCL)[size],
+            )
+            for size, time in times.items()
+        )
+    )
+
+
+def times(scale: Mapping[int, float] | None = None) -> dict[int, float]:
+    """Baseline times (1 µs per KiB, at least 20 µs), divided by a per-size speedup."""
+    return {s: max(20.0, s / KIB) / (scale or {}).get(s, 1.0) for s in SIZES}
+
+
+BASELINE = measured(times())
+
+
+def trial(
+    number: int,
+    m: Measurements | None,
+    *,
+    role: str = "sampled",
+    env: Mapping[str, str] | None = None,
+    order: str = "natural",
+    key: str = "",
+    table: str = "",
+    finished: bool = True,
+    value: float | None = 1.0,
+) -> StoredTrial:
+    return StoredTrial(
+        number=number,
+        role=role,
+        key=key,
+        finished=finished,
+        value=value if finished and m is not None else None,
+        env=env or {},
+        rank_order=order,
+        params={"order": order, **(env or {})},
+        measurements=m,
+        table=table,
+    )
+
+
+def rows_of(text: str) -> list[tuple[str, int, int, str | None, str | None, int | None]]:
+    return [
+        (r.collective, r.min_bytes, r.max_bytes, r.algorithm, r.protocol, r.channels) for r in parse_tuner_table(text)
+    ]
+
+
+def test_an_option_that_wins_a_bucket_gets_an_explicit_algorithm_protocol_row() -> None:
+    base = trial(0, BASELINE, role="baseline")
+    ring = Option("ring/ll128", None)
+    tree = Option("tree/ll128", None)
+    everywhere = frozenset(offered_by_bucket(BASELINE, OBJECTIVE))
+    measured_options = {
+        ring: (everywhere, measured(times({s: 1.3 for s in MID}))),  # ring/LL128 wins the tree-sized bucket
+        tree: (everywhere, measured(times({s: 1.2 for s in LARGE}))),  # tree/LL128 wins the large one
+    }
+
+    table = compose(base, measured_options, BASELINE, OBJECTIVE, nodes=NODES, ranks=RANKS)
+
+    assert table is not None
+    assert rows_of(table.text) == [
+        ("allreduce", 65537, MIB, "ring", "ll128", None),
+        ("allreduce", 16 * MIB + 1, 4294967295, "tree", "ll128", None),
+    ]
+    assert all(line.endswith(f",{NODES},{RANKS}") for line in table.text.splitlines()[1:]), "keyed by communicator"
+    assert [round(r.speedup, 3) for r in table.rows] == [1.3, 1.2]
+
+
+def test_a_channel_count_that_wins_gets_a_channel_only_row_and_small_gains_get_none() -> None:
+    base = trial(0, BASELINE, role="baseline")
+    everywhere = frozenset(offered_by_bucket(BASELINE, OBJECTIVE))
+    options = {
+        Option(None, 8): (everywhere, measured(times({s: 1.1 for s in LARGE}))),
+        Option("ring/simple", None): (everywhere, measured(times({s: 1 + MARGIN / 2 for s in MID}))),
+    }
+    table = compose(base, options, BASELINE, OBJECTIVE, nodes=NODES, ranks=RANKS)
+    assert table is not None
+    assert rows_of(table.text) == [("allreduce", 16 * MIB + 1, 4294967295, None, None, 8)]
+
+
+def test_only_entries_nccl_offered_at_every_size_of_a_bucket_are_options_there() -> None:
+    # NCCL rules ring/LL128 out at 1 MiB (one size of the tree-sized bucket) and never offers tree/simple.
+    offered = {s: tuple(e for e in ALL if e != "tree/simple") for s in SIZES}
+    offered[MIB] = tuple(e for e in offered[MIB] if e != "ring/ll128")
+    base = trial(0, measured(times(), offered=offered), role="baseline")
+
+    options = options_for(base, [], BASELINE, OBJECTIVE)
+
+    assert Option("tree/simple", None) not in options
+    covered = {b.name for _, b in options[Option("ring/ll128", None)]}
+    assert covered == {"1M-16M"}, "not 64K-1M (ruled out at 1 MiB), not 16M-4G (NCCL's pick there already)"
+    # Even if the forced entry measured faster where it was not offered, no row may name it there.
+    m = measured(times({s: 1.5 for s in SIZES}))
+    table = compose(
+        base,
+        {Option("ring/ll128", None): (options[Option("ring/ll128", None)], m)},
+        BASELINE,
+        OBJECTIVE,
+        nodes=NODES,
+        ranks=RANKS,
+    )
+    assert table is not None
+    assert rows_of(table.text) == [("allreduce", MIB + 1, 16 * MIB, "ring", "ll128", None)]
+
+
+def test_buckets_the_workload_does_not_weigh_get_no_option_and_no_row() -> None:
+    small = (512, 4 * KIB)  # 0-1K and 1K-64K, both weight 0 in OBJECTIVE
+    sizes = {**{s: 20.0 for s in small}, **times()}
+    nccl = {**{s: "tree/ll" for s in small}, **NCCL}
+    base = trial(0, measured(sizes, nccl=nccl), role="baseline")
+    options = options_for(base, [], BASELINE, OBJECTIVE)
+    assert all(b.name not in ("0-1K", "1K-64K") for covered in options.values() for _, b in covered)
+    everything = frozenset((c, b) for c in OBJECTIVE.collectives for b in OBJECTIVE.buckets)
+    faster = measured({**{s: 10.0 for s in small}, **times()}, nccl=nccl)
+    assert (
+        compose(
+            base,
+            {Option("ring/ll", None): (everything, faster)},
+            measured(sizes, nccl=nccl),
+            OBJECTIVE,
+            nodes=NODES,
+            ranks=RANKS,
+        )
+        is None
+    )
+
+
+def test_a_backend_that_reports_no_choices_plans_nothing() -> None:
+    unknown = Measurements(tuple(SizeSample("all_reduce", s, t, s / t / 1e3) for s, t in times().items()))
+    assert plan_next([trial(0, unknown, role="baseline")], unknown, OBJECTIVE, nodes=NODES, ranks=RANKS) == ((), False)
+
+
+def test_channel_options_come_from_search_winners_below_the_bases_count() -> None:
+    base = trial(0, BASELINE, role="baseline")
+    winner = trial(3, measured(times({s: 1.2 for s in LARGE})), env={"NCCL_MIN_CTAS": "8", "NCCL_MAX_CTAS": "8"})
+    loser = trial(4, measured(times({s: 0.8 for s in SIZES})), env={"NCCL_MIN_CTAS": "2", "NCCL_MAX_CTAS": "2"})
+    options = options_for(base, [winner, loser], BASELINE, OBJECTIVE)
+    assert [o for o in options if o.entry is None] == [Option(None, 8)]
+    capped = trial(1, BASELINE, env={"NCCL_MIN_CTAS": "4", "NCCL_MAX_CTAS": "4"})
+    assert not [o for o in options_for(capped, [winner], BASELINE, OBJECTIVE) if o.entry is None], (
+        "NCCL caps a row at the communicator's 4 channels: 8 is no option there"
+    )
+
+
+def test_the_plan_measures_each_option_once_then_composes_once_per_base() -> None:
+    natural = trial(0, BASELINE, role="baseline", value=1.0)
+    racks = trial(1, measured(times({s: 1.9 for s in LARGE} | {s: 0.9 for s in MID})), order="racks", value=1.1)
+    worse_racks = trial(2, measured(times({s: 0.5 for s in SIZES})), order="racks", value=0.5)
+    trials = [natural, racks, worse_racks]
+
+    planned, pending = plan_next(trials, BASELINE, OBJECTIVE, nodes=NODES, ranks=RANKS)
+
+    assert not pending
+    assert {p.role for p in planned} == {ROLE_OPTION}
+    assert {p.base for p in planned} == {1, 0}, "the best configuration of each rank order"
+    assert len({p.key for p in planned}) == len(planned)
+    for p in planned:
+        assert all(r.algorithm is not None or r.channels is not None for r in parse_tuner_table(p.table))
+    # Enqueued, not yet measured: nothing new, and the study waits for them.
+    enqueued = [
+        trial(
+            10 + i, None, role=p.role, key=p.key, table=p.table, finished=False, order="racks" if p.base else "natural"
+        )
+        for i, p in enumerate(planned)
+    ]
+    assert plan_next(trials + enqueued, BASELINE, OBJECTIVE, nodes=NODES, ranks=RANKS) == ((), True)
+    # Measured: ring/LL128 wins the tree-sized bucket on the natural base; on the racks base, whose order slowed
+    # that bucket to 0.9x, every option that kept it at 1.0x wins it back.
+    done = []
+    for t, p in zip(enqueued, planned, strict=True):
+        scale = {s: 1.25 for s in MID} if p.key == "option:0:ring/ll128" else {}
+        done.append(trial(t.number, measured(times(scale)), role=p.role, key=p.key, table=p.table, order=t.rank_order))
+    composed, pending = plan_next(trials + done, BASELINE, OBJECTIVE, nodes=NODES, ranks=RANKS)
+    by_base = {c.base: c for c in composed}
+    assert ({c.role for c in composed}, sorted(by_base), pending) == ({ROLE_COMPOSED}, [0, 1], False)
+    assert rows_of(by_base[0].table) == [("allreduce", 65537, MIB, "ring", "ll128", None)]
+    ((collective, low, high, algorithm, protocol, _),) = rows_of(by_base[1].table)
+    assert (collective, low, high) == ("allreduce", 65537, MIB), "the large bucket the racks order wins stays NCCL's"
+    assert f"{algorithm}/{protocol}" in ALL
+    stored = [trial(40 + c.base, measured(times()), role=ROLE_COMPOSED, key=c.key, table=c.table) for c in composed]
+    assert plan_next([*trials, *done, *stored], BASELINE, OBJECTIVE, nodes=NODES, ranks=RANKS) == ((), False)

@@ -1,0 +1,348 @@
+"""Per-size search through the tuner plugin: NCCL's own (algorithm, protocol, channels) options per bucket.
+
+Purpose: an environment or a rank order that helps some sizes often hurts others (a rack-grouped ring that
+doubles large all_reduce slows the tree-sized messages). The tuner plugin can choose per collective and size,
+but only among the entries NCCL offers (its cost table's entries that are not -1): forcing ``NCCL_ALGO``/
+``NCCL_PROTO`` globally can pick unsafe ones, a plugin row cannot. After the environment/order search, for
+each base (the best configuration of each rank order, the baseline included, for the ``BASES`` best orders):
+
+1. **Options.** From the base's own measurements, the entries NCCL offered at every measured size of each
+   weighted (collective, bucket) of the plugin's collectives. One option trial per entry: the base with a
+   table forcing that entry in every weighted bucket that offers it (``algorithm,protocol,-1`` rows), except
+   buckets where NCCL already picks it at every size (the row would change nothing there). One option trial
+   per channel count that won a bucket during the search (``-1,-1,count`` rows: NCCL's entry, that count; at
+   most ``MAX_CHANNEL_OPTIONS``). A table trial measures every bucket at once, so the budget is one trial per
+   option, never per option x bucket.
+2. **Composition.** Once a base's options are measured: per weighted bucket, the option that beat the base
+   there by more than ``MARGIN`` (the best such) gives the bucket's row, an explicit ``algorithm,protocol``
+   row, or a channel-only row where a channel count won. Buckets no option beat and buckets of weight 0 get
+   no row: NCCL decides there exactly as under the base.
+
+The composed table is measured as one more trial (role ``per_size``) and is then a finalist like any other:
+it ships only by winning the study's proof, and what ships is exactly the table that was proven.
+
+Non-goals: measuring and proving (the study does), NCCL's cost model, and per-size knobs no tuner can set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from topo_tune.plugin.table import ALGORITHMS, PROTOCOLS
+from topo_tune.tuner.objective import Measurements, Objective, SizeBucket
+from topo_tune.tuner.plugin_table import PLUGIN_COLLECTIVES, TABLE_HEADER, forced_channels
+
+__all__ = [
+    "BASES",
+    "MARGIN",
+    "MAX_CHANNEL_OPTIONS",
+    "ROLES",
+    "ROLE_COMPOSED",
+    "ROLE_OPTION",
+    "ComposedRow",
+    "Option",
+    "PerSizeTable",
+    "PlannedTrial",
+    "StoredTrial",
+    "bases",
+    "compose",
+    "offered_by_bucket",
+    "options_for",
+    "plan_next",
+]
+
+ROLE_OPTION = "option"
+ROLE_COMPOSED = "per_size"
+ROLES = (ROLE_OPTION, ROLE_COMPOSED)
+BASES = 2
+"""How many of the best configurations get a per-size search (each costs its options plus one trial)."""
+MARGIN = 0.01
+"""How much faster than the base (in that bucket, one noisy measurement each) an option must be to get a row;
+a row that only won on noise is caught by the proof, this keeps the candidate from collecting such rows."""
+MAX_CHANNEL_OPTIONS = 2
+
+_KEEP = "-1"
+
+
+@dataclass(frozen=True)
+class StoredTrial:
+    """A trial of the study as the per-size search reads it."""
+
+    number: int
+    role: str
+    """baseline | candidate | sampled | table | option | per_size"""
+    key: str
+    """An option's or composed table's key; empty for other trials."""
+    finished: bool
+    value: float | None
+    """Set for completed trials."""
+    env: Mapping[str, str]
+    rank_order: str
+    params: Mapping[str, Any]
+    """The trial's stored (sampler-side) params: an option or composed trial re-uses its base's."""
+    measurements: Measurements | None
+    table: str = ""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a base: an entry NCCL offered (channels NCCL's), or NCCL's entry with a channel count."""
+
+    entry: str | None
+    """``algorithm/protocol`` in the tuner table's names; None: NCCL's own."""
+    channels: int | None
+
+    @property
+    def name(self) -> str:
+        return self.entry if self.entry is not None else f"channels={self.channels}"
+
+    def row(self, collective: str, bucket: SizeBucket, *, nodes: int, ranks: int) -> str:
+        algorithm, protocol = self.entry.split("/") if self.entry is not None else (_KEEP, _KEEP)
+        channels = str(self.channels) if self.channels is not None else _KEEP
+        return ",".join(
+            (
+                PLUGIN_COLLECTIVES[collective],
+                str(bucket.min_bytes),
+                str(bucket.max_bytes),
+                algorithm,
+                protocol,
+                channels,
+                str(nodes),
+                str(ranks),
+            )
+        )
+
+
+@dataclass(frozen=True)
+class PlannedTrial:
+    """A trial to enqueue: an option of a base, or a base's composed table."""
+
+    role: str
+    key: str
+    base: int
+    params: Mapping[str, Any]
+    table: str
+
+
+@dataclass(frozen=True)
+class ComposedRow:
+    collective: str
+    bucket: SizeBucket
+    option: Option
+    speedup: float
+    """The option's speedup over NCCL's defaults in this bucket, as measured in its option trial."""
+    base_speedup: float
+    """The base's, in the same bucket."""
+
+
+@dataclass(frozen=True)
+class PerSizeTable:
+    base: int
+    rows: tuple[ComposedRow, ...]
+    text: str
+
+
+def offered_by_bucket(measurements: Measurements, objective: Objective) -> dict[tuple[str, SizeBucket], frozenset[str]]:
+    """Per weighted (collective, bucket) of the plugin's collectives: the entries NCCL offered at every size.
+
+    A bucket where some size came without NCCL's choice (a backend that does not report it) offers nothing.
+    """
+    out: dict[tuple[str, SizeBucket], frozenset[str]] = {}
+    for collective in objective.collectives:
+        if collective not in PLUGIN_COLLECTIVES:
+            continue
+        for bucket in objective.buckets:
+            if objective.profile.weight(collective, bucket.name) <= 0:
+                continue
+            samples = [s for s in measurements.samples if s.collective == collective and bucket.holds(s.bytes)]
+            if not samples:
+                continue
+            offered = frozenset(samples[0].offered)
+            for s in samples[1:]:
+                offered &= frozenset(s.offered)
+            out[collective, bucket] = offered
+    return out
+
+
+def _nccl_always_picks(measurements: Measurements, collective: str, bucket: SizeBucket, entry: str) -> bool:
+    return all(s.nccl == entry for s in measurements.samples if s.collective == collective and bucket.holds(s.bytes))
+
+
+def options_for(
+    base: StoredTrial,
+    searched: Sequence[StoredTrial],
+    baseline: Measurements,
+    objective: Objective,
+) -> dict[Option, frozenset[tuple[str, SizeBucket]]]:
+    """The base's options, each with the (collective, bucket) its table covers; in a fixed order."""
+    assert base.measurements is not None
+    offered = offered_by_bucket(base.measurements, objective)
+    entries: dict[str, set[tuple[str, SizeBucket]]] = {}
+    for key, bucket_entries in offered.items():
+        for entry in bucket_entries:
+            entries.setdefault(entry, set()).add(key)
+    options: dict[Option, frozenset[tuple[str, SizeBucket]]] = {}
+    for entry in sorted(entries, key=_entry_order):
+        # A row forcing what NCCL already picks at every size of a bucket changes nothing there.
+        covered = {(c, b) for c, b in entries[entry] if not _nccl_always_picks(base.measurements, c, b, entry)}
+        if covered:
+            options[Option(entry, None)] = frozenset(covered)
+    for count in _channel_counts(base, searched, baseline, objective, frozenset(offered)):
+        options[Option(None, count)] = frozenset(offered)
+    return options
+
+
+def _entry_order(entry: str) -> tuple[int, int]:
+    algorithm, _, protocol = entry.partition("/")
+    a = ALGORITHMS.index(algorithm) if algorithm in ALGORITHMS else len(ALGORITHMS)
+    p = PROTOCOLS.index(protocol) if protocol in PROTOCOLS else len(PROTOCOLS)
+    return a, p
+
+
+def _channel_counts(
+    base: StoredTrial,
+    searched: Sequence[StoredTrial],
+    baseline: Measurements,
+    objective: Objective,
+    buckets: frozenset[tuple[str, SizeBucket]],
+) -> list[int]:
+    """Channel counts that won a bucket of the search against the base (most buckets won first)."""
+    assert base.measurements is not None
+    base_scores = {(s.collective, s.bucket): s.speedup for s in objective.bucket_scores(base.measurements, baseline)}
+    cap = forced_channels(base.env)
+    best: dict[tuple[str, SizeBucket], tuple[float, int]] = {}
+    for trial in sorted(searched, key=lambda t: t.number):
+        count = forced_channels(trial.env)
+        if trial.measurements is None or count is None or count == cap or (cap is not None and count > cap):
+            continue  # NCCL caps a row's count at the communicator's: a larger one is the base's count again
+        for score in objective.bucket_scores(trial.measurements, baseline):
+            key = (score.collective, score.bucket)
+            if key in buckets and (key not in best or score.speedup > best[key][0]):
+                best[key] = (score.speedup, count)
+    wins: dict[int, int] = {}
+    for key, (speedup, count) in best.items():
+        if speedup > base_scores.get(key, 1.0) * (1 + MARGIN):
+            wins[count] = wins.get(count, 0) + 1
+    ranked = sorted(wins, key=lambda c: (-wins[c], c))
+    return ranked[:MAX_CHANNEL_OPTIONS]
+
+
+def _table(rows: Sequence[str]) -> str:
+    return "\n".join([f"# {TABLE_HEADER}", *rows]) + "\n"
+
+
+def option_table(
+    option: Option, covered: frozenset[tuple[str, SizeBucket]], objective: Objective, *, nodes: int, ranks: int
+) -> str:
+    """The table of one option trial: the option's row in every bucket it covers, in the objective's order."""
+    rows = [
+        option.row(c, b, nodes=nodes, ranks=ranks)
+        for c in objective.collectives
+        for b in objective.buckets
+        if (c, b) in covered
+    ]
+    return _table(rows)
+
+
+def compose(
+    base: StoredTrial,
+    measured: Mapping[Option, tuple[frozenset[tuple[str, SizeBucket]], Measurements]],
+    baseline: Measurements,
+    objective: Objective,
+    *,
+    nodes: int,
+    ranks: int,
+) -> PerSizeTable | None:
+    """Per weighted bucket, the option that beat the base there by more than ``MARGIN``; None if none did.
+
+    Only an option whose table covered the bucket counts there, so a row only ever names an entry NCCL offered
+    at every measured size of that bucket under the base (the plugin passes over a row whose entry NCCL
+    rules out at some other size). Weight-0 buckets never get a row.
+    """
+    assert base.measurements is not None
+    base_scores = {(s.collective, s.bucket): s.speedup for s in objective.bucket_scores(base.measurements, baseline)}
+    option_scores = {
+        option: {(s.collective, s.bucket): s.speedup for s in objective.bucket_scores(m, baseline)}
+        for option, (_, m) in measured.items()
+    }
+    rows = []
+    for collective in objective.collectives:
+        if collective not in PLUGIN_COLLECTIVES:
+            continue
+        for bucket in objective.buckets:
+            key = (collective, bucket)
+            if objective.profile.weight(collective, bucket.name) <= 0 or key not in base_scores:
+                continue
+            floor = base_scores[key] * (1 + MARGIN)
+            contenders = [
+                (option_scores[option][key], option)
+                for option, (covered, _) in measured.items()
+                if key in covered and key in option_scores[option]
+            ]
+            winners = [(speedup, option) for speedup, option in contenders if speedup > floor]
+            if winners:
+                speedup, option = max(winners, key=lambda w: w[0])
+                rows.append(ComposedRow(collective, bucket, option, speedup, base_scores[key]))
+    if not rows:
+        return None
+    text = _table([r.option.row(r.collective, r.bucket, nodes=nodes, ranks=ranks) for r in rows])
+    return PerSizeTable(base.number, tuple(rows), text)
+
+
+def bases(trials: Sequence[StoredTrial]) -> list[StoredTrial]:
+    """The best searched configuration (the baseline included) of each rank order, best orders first.
+
+    One base per order: an order that helps some sizes and hurts others is exactly what per-size rows can
+    rescue, and its best environment is the one to rescue it with.
+    """
+    eligible = [
+        t
+        for t in trials
+        if t.role in ("baseline", "candidate", "sampled") and t.value is not None and t.measurements is not None
+    ]
+    out: dict[str, StoredTrial] = {}
+    for t in sorted(eligible, key=lambda t: (-(t.value or 0.0), t.number)):
+        out.setdefault(t.rank_order, t)
+    return list(out.values())[:BASES]
+
+
+def plan_next(
+    trials: Sequence[StoredTrial],
+    baseline: Measurements,
+    objective: Objective,
+    *,
+    nodes: int,
+    ranks: int,
+) -> tuple[tuple[PlannedTrial, ...], bool]:
+    """What to enqueue next, and whether trials of this search are still waiting or running.
+
+    Idempotent: a trial already enqueued (any state, a stale one's retry included) is never planned again,
+    and everything is recomputed from stored trials, so a resumed study plans exactly what is missing.
+    Nothing more to do: ``((), False)``.
+    """
+    by_key = {t.key: t for t in trials if t.role in ROLES}
+    pending = any(t.role in ROLES and not t.finished for t in trials)
+    searched = [t for t in trials if t.role in ("candidate", "sampled") and t.value is not None]
+    planned: list[PlannedTrial] = []
+    for base in bases(trials):
+        options = options_for(base, searched, baseline, objective)
+        keys = {option: f"{ROLE_OPTION}:{base.number}:{option.name}" for option in options}
+        missing = [option for option in options if keys[option] not in by_key]
+        for option in missing:
+            table = option_table(option, options[option], objective, nodes=nodes, ranks=ranks)
+            planned.append(PlannedTrial(ROLE_OPTION, keys[option], base.number, base.params, table))
+        composed_key = f"{ROLE_COMPOSED}:{base.number}"
+        if missing or composed_key in by_key or any(not by_key[keys[o]].finished for o in options):
+            continue
+        measured = {
+            option: (covered, trial.measurements)
+            for option, covered in options.items()
+            if (trial := by_key[keys[option]]).value is not None and trial.measurements is not None
+        }
+        composed = compose(base, measured, baseline, objective, nodes=nodes, ranks=ranks)
+        if composed is None or any(by_key[keys[o]].table == composed.text for o in options):
+            continue  # nothing won, or one option won everywhere it applies: that trial already measured it
+        planned.append(PlannedTrial(ROLE_COMPOSED, composed_key, base.number, base.params, composed.text))
+    return tuple(planned), pending
