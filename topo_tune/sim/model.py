@@ -233,7 +233,10 @@ def run(plan: Plan, collective: Collective, size: int) -> Choice:
 def offered(plan: Plan, collective: Collective) -> list[tuple[Algorithm, Protocol]]:
     """The algorithm/protocol entries NCCL's cost table allows for ``collective`` (not -1): what a tuner may pick.
 
-    Point-to-point collectives and one-rank jobs never reach a tuner: none.
+    The same entries the model's own selection weighs (NCCL_FACTS §3: NCCL hands a tuner its cost table with
+    the entries it ruled out at -1, e.g. LL128 behind its platform gate, NVLS with Simple only, and picks the
+    smallest entry >= 0 from what the tuner leaves). Point-to-point collectives and one-rank jobs never reach
+    a tuner (NCCL_FACTS §3, "Not covered"): none.
     """
     if plan.nranks == 1 or collective in (Collective.ALLTOALL, Collective.SENDRECV):
         return []

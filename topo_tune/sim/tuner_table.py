@@ -77,7 +77,7 @@ def simulate_with_table(
         picked = base.sizes[index]
         for row in (r for r in rows if r.applies(name, size)):
             if row.algorithm is not None and f"{row.algorithm}/{row.protocol}" not in picked.offered:
-                continue  # an entry NCCL's cost table ruled out (-1): the plugin passes the row over
+                continue  # an entry NCCL's cost table ruled out (-1): the plugin passes the row over (NCCL_FACTS §3)
             variant = dict(env)
             if row.algorithm is not None and row.protocol is not None:
                 variant.update(NCCL_ALGO=_NCCL_ALGO[row.algorithm], NCCL_PROTO=_NCCL_PROTO[row.protocol])
