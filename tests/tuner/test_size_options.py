@@ -12,8 +12,10 @@ from topo_tune.tuner.size_options import (
     ROLE_OPTION,
     Option,
     StoredTrial,
+    bases,
     compose,
     offered_by_bucket,
+    option_table,
     options_for,
     plan_next,
 )
@@ -225,3 +227,127 @@ def test_the_plan_measures_each_option_once_then_composes_once_per_base() -> Non
     assert f"{algorithm}/{protocol}" in ALL
     stored = [trial(40 + c.base, measured(times()), role=ROLE_COMPOSED, key=c.key, table=c.table) for c in composed]
     assert plan_next([*trials, *done, *stored], BASELINE, OBJECTIVE, nodes=NODES, ranks=RANKS) == ((), False)
+
+
+EVERY_BUCKET = Objective(WorkloadProfile({"all_reduce": 1.0, "alltoall": 1.0}))  # 0-1K and 1K-64K unmeasured
+
+
+def test_offered_entries_are_the_intersection_over_every_size_of_the_bucket() -> None:
+    offered: dict[int, tuple[str, ...]] = {s: ALL for s in SIZES}
+    offered[256 * KIB] = tuple(e for e in ALL if e != "tree/simple")  # first size of 64K-1M
+    offered[MIB] = tuple(e for e in ALL if e != "ring/ll")  # second size of 64K-1M
+    got = offered_by_bucket(measured(times(), offered=offered), EVERY_BUCKET)
+    by_name = {b.name: entries for (c, b), entries in got.items()}
+    assert set(by_name) == {"64K-1M", "1M-16M", "16M-4G"}, "weighted buckets without a measured size offer nothing"
+    assert by_name["64K-1M"] == frozenset(ALL) - {"tree/simple", "ring/ll"}
+    assert by_name["1M-16M"] == by_name["16M-4G"] == frozenset(ALL)
+
+
+def test_options_come_in_nccls_algorithm_then_protocol_order_with_tables_for_what_they_cover() -> None:
+    # The plugin records an entry of a newer NCCL it has no name for as "unknown/...": never an option.
+    base = trial(0, measured(times(), offered={s: ("unknown/simple", *ALL, "ring/ll256") for s in SIZES}))
+    options = options_for(base, [], BASELINE, OBJECTIVE)
+    assert [o.entry for o in options] == [
+        "tree/ll",
+        "tree/ll128",
+        "tree/simple",
+        "ring/ll",
+        "ring/ll128",
+        "ring/simple",
+    ]
+    ring = Option("ring/ll128", None)
+    rows = rows_of(option_table(ring, options[ring], OBJECTIVE, nodes=NODES, ranks=RANKS))
+    assert rows == [
+        ("allreduce", 65537, MIB, "ring", "ll128", None),
+        ("allreduce", MIB + 1, 16 * MIB, "ring", "ll128", None),
+    ], "not 16M-4G, where NCCL already picks ring/LL128"
+
+
+def forced(number: int, count: int, scale: Mapping[int, float], *, role: str = "sampled") -> StoredTrial:
+    return trial(
+        number, measured(times(scale)), role=role, env={"NCCL_MIN_CTAS": str(count), "NCCL_MAX_CTAS": str(count)}
+    )
+
+
+def channel_options(base: StoredTrial, searched: list[StoredTrial]) -> list[int | None]:
+    return [o.channels for o in options_for(base, searched, BASELINE, OBJECTIVE) if o.entry is None]
+
+
+def test_channel_counts_rank_by_buckets_won_and_skip_what_cannot_apply() -> None:
+    base = trial(0, BASELINE, role="baseline")
+    unforced = trial(1, measured(times({s: 2.0 for s in SIZES})))  # fastest, but forces no count
+    no_measurements = trial(2, None, env={"NCCL_MIN_CTAS": "16", "NCCL_MAX_CTAS": "16"})
+    wins_two = forced(3, 8, {s: 1.2 for s in (*LARGE, 4 * MIB, 16 * MIB)})
+    wins_mid = forced(4, 2, {s: 1.2 for s in MID}, role="candidate")
+    also_mid = forced(5, 4, {s: 1.1 for s in MID})
+    searched = [unforced, no_measurements, wins_two, wins_mid, also_mid]
+    assert channel_options(base, searched) == [8, 2], "most buckets won first, at most two, best per bucket"
+    # The same count measured later with a tie does not displace the first; a bigger win does.
+    tie = forced(6, 4, {s: 1.2 for s in MID})
+    assert channel_options(base, [wins_mid, tie]) == [2]
+    better = forced(7, 4, {s: 1.3 for s in MID})
+    assert channel_options(base, [wins_mid, better]) == [4]
+    # Within the margin is no win; under a 4-channel communicator 8 is capped to 4, the base's own.
+    assert channel_options(base, [forced(8, 8, {s: 1 + MARGIN / 2 for s in LARGE})]) == []
+    capped = trial(1, BASELINE, env={"NCCL_MIN_CTAS": "4", "NCCL_MAX_CTAS": "4"})
+    assert channel_options(capped, [unforced, wins_two, wins_mid]) == [2]
+
+
+def test_the_composed_table_records_its_base_and_each_rows_speedups() -> None:
+    base = trial(5, BASELINE, role="baseline")
+    everywhere = frozenset(offered_by_bucket(BASELINE, OBJECTIVE))
+    table = compose(
+        base,
+        {Option("tree/ll128", None): (everywhere, measured(times({s: 1.2 for s in LARGE})))},
+        BASELINE,
+        OBJECTIVE,
+        nodes=NODES,
+        ranks=RANKS,
+    )
+    assert table is not None and table.base == 5
+    (row,) = table.rows
+    assert (round(row.speedup, 6), row.base_speedup, row.bucket.name) == (1.2, 1.0, "16M-4G")
+
+
+def test_bases_are_searched_configurations_best_per_order() -> None:
+    natural = trial(0, BASELINE, role="baseline", value=1.0)
+    racks_first = trial(1, BASELINE, order="racks", value=0.9)
+    racks_best = trial(2, BASELINE, order="racks", role="candidate", value=1.2)
+    pruned = trial(3, BASELINE, order="hostname", value=None)
+    pruned = StoredTrial(**{**pruned.__dict__, "value": None, "measurements": BASELINE})
+    table = trial(4, BASELINE, order="optimized", role="table", value=2.0)
+    assert [b.number for b in bases([natural, racks_first, racks_best, pruned, table])] == [2, 0]
+
+
+def test_the_plan_uses_search_winners_for_channel_options_and_skips_failed_options() -> None:
+    natural = trial(0, BASELINE, role="baseline", value=1.0)
+    winner = forced(1, 8, {s: 1.2 for s in LARGE}, role="candidate")
+    winner = StoredTrial(**{**winner.__dict__, "rank_order": "racks", "params": {"order": "racks"}, "value": 1.5})
+    # A table trial is no search winner: its count (16) is not an option.
+    table = StoredTrial(**{**forced(2, 16, {s: 1.5 for s in LARGE}).__dict__, "role": "table", "params": {"t": 1}})
+    sampled = forced(3, 2, {s: 1.2 for s in MID}, role="sampled")
+    sampled = StoredTrial(**{**sampled.__dict__, "params": {"s": 1}, "value": 0.9})
+    searched = [natural, winner, table, sampled]
+    planned, _ = plan_next(searched, BASELINE, OBJECTIVE, nodes=NODES, ranks=RANKS)
+    assert not [p for p in planned if p.key.endswith("channels=16")]
+    assert [p.key for p in planned if p.key.startswith("option:0:channels")] == [
+        "option:0:channels=2",
+        "option:0:channels=8",
+    ], "candidates' and sampled trials' counts, one bucket each: the smaller first"
+    mine = [p for p in planned if p.base == 0]
+    assert all(p.params == natural.params for p in mine), "an option runs its base's configuration"
+    (channel,) = [p for p in mine if p.key == "option:0:channels=8"]
+    assert {r[3:] for r in rows_of(channel.table)} == {(None, None, 8)}
+    assert {r[1] for r in rows_of(channel.table)} == {65537, MIB + 1, 16 * MIB + 1}, "every weighted bucket"
+    # The racks base comes first (1.5x) and every one of its options failed; of the natural base's, one failed
+    # and ring/LL128 won the tree-sized bucket.
+    done = []
+    for i, p in enumerate(planned):
+        if p.base == 1 or p.key == "option:0:tree/ll":
+            done.append(trial(10 + i, None, role=p.role, key=p.key, table=p.table, finished=True))
+        else:
+            scale = {s: 1.2 for s in MID} if p.key == "option:0:ring/ll128" else {}
+            done.append(trial(10 + i, measured(times(scale)), role=p.role, key=p.key, table=p.table))
+    planned, pending = plan_next([*searched, *done], BASELINE, OBJECTIVE, nodes=NODES, ranks=RANKS)
+    (composed,) = planned
+    assert (composed.key, composed.params, pending) == ("per_size:0", natural.params, False)

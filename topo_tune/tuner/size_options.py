@@ -181,7 +181,8 @@ def options_for(
     offered = offered_by_bucket(base.measurements, objective)
     entries: dict[str, set[tuple[str, SizeBucket]]] = {}
     for key, bucket_entries in offered.items():
-        for entry in bucket_entries:
+        # A newer NCCL's entry the plugin cannot name (its record says "unknown/...") can be no row.
+        for entry in filter(_nameable, bucket_entries):
             entries.setdefault(entry, set()).add(key)
     options: dict[Option, frozenset[tuple[str, SizeBucket]]] = {}
     for entry in sorted(entries, key=_entry_order):
@@ -194,11 +195,15 @@ def options_for(
     return options
 
 
-def _entry_order(entry: str) -> tuple[int, int]:
+def _nameable(entry: str) -> bool:
     algorithm, _, protocol = entry.partition("/")
-    a = ALGORITHMS.index(algorithm) if algorithm in ALGORITHMS else len(ALGORITHMS)
-    p = PROTOCOLS.index(protocol) if protocol in PROTOCOLS else len(PROTOCOLS)
-    return a, p
+    return algorithm in ALGORITHMS and protocol in PROTOCOLS
+
+
+def _entry_order(entry: str) -> tuple[int, int]:
+    """NCCL's own order: algorithm index, then protocol index."""
+    algorithm, _, protocol = entry.partition("/")
+    return ALGORITHMS.index(algorithm), PROTOCOLS.index(protocol)
 
 
 def _channel_counts(
@@ -223,7 +228,7 @@ def _channel_counts(
                 best[key] = (score.speedup, count)
     wins: dict[int, int] = {}
     for key, (speedup, count) in best.items():
-        if speedup > base_scores.get(key, 1.0) * (1 + MARGIN):
+        if speedup > base_scores[key] * (1 + MARGIN):  # key is one of the base's measured buckets
             wins[count] = wins.get(count, 0) + 1
     ranked = sorted(wins, key=lambda c: (-wins[c], c))
     return ranked[:MAX_CHANNEL_OPTIONS]
