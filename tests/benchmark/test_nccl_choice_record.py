@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,20 @@ def test_each_size_gets_the_recorded_call_of_the_jobs_own_communicator(tmp_path:
     sizes = with_choices(_spec(), [_size(MIB), _size(4 * MIB)], record)
     assert sizes[0].choice == NcclChoice(("ring/ll", "ring/ll128", "ring/simple"), "ring/ll128", "ring/simple", 8)
     assert sizes[1].choice is None, "a size the record lacks reports no choice"
+
+
+def test_a_graph_timed_job_reports_the_captured_calls_choice(tmp_path: Path) -> None:
+    record = tmp_path / "tuner_record.csv"
+    record.write_text(
+        HEADER
+        + f"allgather,{MIB},1,0,2,4,ring/ll,ring/ll,-1,ring/ll ring/simple\n"  # the eager warm-up
+        + f"allgather,{MIB},1,1,2,4,ring/simple,ring/simple,-1,ring/simple\n"  # captured: registered buffers
+    )
+    spec = _spec()
+    eager = with_choices(spec, [_size(MIB)], record)[0].choice
+    graphed = with_choices(dataclasses.replace(spec, cuda_graph=True), [_size(MIB)], record)[0].choice
+    assert eager is not None and graphed is not None
+    assert (eager.nccl, graphed.nccl, graphed.offered) == ("ring/ll", "ring/simple", ("ring/simple",))
 
 
 def test_a_missing_record_leaves_the_measurements_as_they_are(tmp_path: Path) -> None:

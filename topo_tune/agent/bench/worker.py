@@ -306,10 +306,16 @@ def with_choices(spec: BenchmarkSpec, sizes: list[SizeMeasurement], record: Path
         logger.warning("no record of NCCL's choices: %s", exc)
         return sizes
     name = spec.collective.value.replace("_", "")
+    # A CUDA-graph job's timed calls run captured, and NCCL passes a tuner regBuff 1 while capturing with
+    # NCCL_GRAPH_REGISTER on (the default; src/enqueue.cc ncclGetAlgoInfo), so its choice may differ from the
+    # eager warm-up's. Prefer the record of the calls that were timed.
+    timed_reg_buff = 1 if spec.cuda_graph else 0
     mine: dict[int, RecordedCall] = {}
     for call in calls:
         if call.collective == name and call.n_ranks == spec.world_size and call.num_pipe_ops == 1:
-            mine.setdefault(call.bytes, call)
+            known = mine.get(call.bytes)
+            if known is None or (known.reg_buff != timed_reg_buff and call.reg_buff == timed_reg_buff):
+                mine[call.bytes] = call
     out = []
     for m in sizes:
         found = mine.get(m.bytes)
