@@ -36,8 +36,8 @@
  *   allreduce,1048576,1,0,2,16,tree/ll128,ring/simple,-1,tree/ll tree/simple ring/ll ring/ll128 ring/simple
  * The benchmark worker reads it to report, per size, what NCCL offered and chose; the tuner composes per-size
  * rows only from offered entries. Recording never changes a choice, and a record that cannot be written is
- * given up with one WARN. Each communicator is called from one thread at a time (NCCL plans a communicator's
- * collectives under its own lock), so a context's record needs no lock.
+ * given up with one WARN. A context's record needs no lock: NCCL asks about a communicator's collectives from
+ * the thread that enqueues them, and a communicator may not be used by two threads at once.
  *
  * Non-goals: reloading the table, per-commId tables, changing NCCL's model constants (v5 init), chunk sizes
  * (v6 getChunkSize), and send/recv (NCCL does not consult tuners for point-to-point).
