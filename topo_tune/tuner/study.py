@@ -1001,7 +1001,9 @@ def _mean_profile(runs: Sequence[Measurements]) -> Measurements:
         others = [m.get(s.collective, s.bytes) for m in runs]
         times = [o.time_us for o in others if o is not None]
         t = math.exp(sum(math.log(x) for x in times) / len(times))
-        samples.append(dataclasses.replace(s, time_us=t, busbw_gbs=s.busbw_gbs * s.time_us / t))
+        samples.append(
+            type(s)(s.collective, s.bytes, t, s.busbw_gbs * s.time_us / t, s.algorithm, s.protocol, s.channels)
+        )
     return Measurements(tuple(samples), simulated=any(m.simulated for m in runs))
 
 
