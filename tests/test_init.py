@@ -176,7 +176,9 @@ def test_init_on_a_tradeoff_cluster_ships_a_per_size_table_naming_algorithms_ncc
     assert summary["simulated"] is True
     trials = {t["number"]: t for t in summary["trials"]}
     chosen = trials[summary["chosen"]["trial"]]
-    assert chosen["role"] == "per_size", "the composed per-size table is the proven result"
+    # A table of the per-size search is the proven result: the composed one, or one option's where a single
+    # entry won every bucket it applies to.
+    assert chosen["role"] in ("per_size", "option"), chosen
     rows = parse_tuner_table((output / "nccl_tuner.conf").read_text())
     assert rows and any(r.algorithm is not None for r in rows), "the shipped table names an algorithm"
     assert (output / "nccl_tuner.conf").read_text() == chosen["tuner_table"], "what ships is what was proven"

@@ -11,7 +11,9 @@ from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import spec_to_proto
 from topo_tune.controller.benchmark_jobs import JobNode, plan_job
+from topo_tune.sim import simulate
 from topo_tune.sim.node_topology import simulated_node_topology
+from topo_tune.sim.topology_import import cluster_from_topologies
 from topo_tune.v1 import agent_pb2
 
 NODES = ("a", "b")
@@ -45,11 +47,23 @@ def _sizes(table: str = "", env: dict[str, str] | None = None) -> list[agent_pb2
     return list(result.node_benchmark.ranks[0].sizes)
 
 
+_MODEL_ALGO = {"ring": "Ring", "tree": "Tree", "nvls": "NVLS", "nvls_tree": "NVLSTree"}
+_MODEL_PROTO = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}
+
+
 def test_rows_change_exactly_the_sizes_they_match() -> None:
     plain = _times()
     # Two channels above 16 MiB, for this communicator (2 nodes x 8 ranks) only.
     tabled = _times("allreduce,16777217,4294967296,-1,-1,2,2,16\nallreduce,0,65536,-1,-1,2,4,32\n")
-    forced = _times(env={"NCCL_MIN_CTAS": "2", "NCCL_MAX_CTAS": "2"})
+    # NCCL picks before it applies a plugin's count: two channels on the pick it makes without the row.
+    (large,) = [s for s in _sizes() if s.bytes > LARGE]
+    algorithm, protocol = large.choice.nccl.split("/")
+    pick = {"NCCL_ALGO": _MODEL_ALGO[algorithm], "NCCL_PROTO": _MODEL_PROTO[protocol]}
+    # The model run directly (a job may not force LL128 through NCCL_PROTO), with the job's seed and ladder.
+    cluster = cluster_from_topologies([simulated_node_topology(n) for n in NODES], racks=dict.fromkeys(NODES, "r1"))
+    env = {"NCCL_MIN_CTAS": "2", "NCCL_MAX_CTAS": "2", **pick}
+    direct = simulate(cluster, collective="all_reduce", sizes=SWEEP.sizes(), env=env, rank_order=NODES, seed=7)
+    forced = {size: s.time_us for size, s in zip(plain, direct.sizes, strict=True)}
 
     for size in plain:
         if size > LARGE:

@@ -6,8 +6,9 @@ range, the communicator's nNodes/nRanks) and whose algorithm/protocol the model 
 restricted to that entry (``NCCL_ALGO``/``NCCL_PROTO``; a row naming an entry the model's NCCL does not
 offer at that size is passed over, as the plugin passes over NCCL's -1 entries) and runs the row's channel
 count, capped at the communicator's own as NCCL caps a plugin's. Rows with algorithm/protocol -1 only set
-the channel count. Each variant is simulated over the whole ladder with the same seed, so every size keeps
-the noise draw it had without the table (common random numbers).
+the channel count, on the algorithm/protocol NCCL picks without the table (NCCL selects before it applies a
+plugin's channel count). Each variant is simulated over the whole ladder with the same seed, so every size
+keeps the noise draw it had without the table (common random numbers).
 
 Non-goals: validating tables beyond :func:`~topo_tune.plugin.table.parse_tuner_table`, and NCCL's cost
 model (the model's own choice stands wherever no row applies).
@@ -81,6 +82,12 @@ def simulate_with_table(
             variant = dict(env)
             if row.algorithm is not None and row.protocol is not None:
                 variant.update(NCCL_ALGO=_NCCL_ALGO[row.algorithm], NCCL_PROTO=_NCCL_PROTO[row.protocol])
+            else:
+                # NCCL picks from the cost table before it applies a plugin's channel count (enqueue.cc: the
+                # tuner's nChannels only overrides nMaxChannels afterwards), so a channel-only row keeps the
+                # pick NCCL makes without it; forcing the count in the environment would let it move the pick.
+                own = base.sizes[index]
+                variant.update(NCCL_ALGO=own.algorithm, NCCL_PROTO=own.protocol)
             if row.channels is not None:
                 channels = str(min(row.channels, comm_channels))
                 variant.update(NCCL_MIN_CTAS=channels, NCCL_MAX_CTAS=channels)
