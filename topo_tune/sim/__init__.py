@@ -18,6 +18,7 @@ from topo_tune.sim.cluster import (
     Node,
     NodePairMeasurement,
     RackPairBandwidth,
+    RackUplink,
     Spine,
     Transport,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "NodePairMeasurement",
     "Protocol",
     "RackPairBandwidth",
+    "RackUplink",
     "SimInputError",
     "SimResult",
     "SimSizeResult",

@@ -147,6 +147,18 @@ class RackPairBandwidth:
 
 
 @dataclass(frozen=True)
+class RackUplink:
+    """A rack whose uplink carries only ``share`` of its nominal capacity (failed or flapping spine links)."""
+
+    rack: str
+    share: float
+
+    def __post_init__(self) -> None:
+        if not 0 < self.share <= 1:
+            raise SimInputError(f"uplinks[{self.rack}].share", f"must be within (0, 1], got {self.share!r}")
+
+
+@dataclass(frozen=True)
 class Spine:
     """The switch tier that joins the racks' leaf switches."""
 
@@ -157,6 +169,7 @@ class Spine:
     # Extra latency of a hop that crosses the spine.
     latency_us: float = 1.0
     rack_pairs: tuple[RackPairBandwidth, ...] = ()
+    uplinks: tuple[RackUplink, ...] = ()
 
     def __post_init__(self) -> None:
         if self.oversubscription < 1.0:
@@ -217,6 +230,10 @@ class Cluster:
         if self.spine is not None:
             for rack in uplink:
                 uplink[rack] /= self.spine.oversubscription
+            for degraded in self.spine.uplinks:
+                if degraded.rack not in uplink:
+                    raise SimInputError("spine.uplinks", f"unknown rack {degraded.rack!r}")
+                uplink[degraded.rack] *= degraded.share
         pairs: dict[tuple[str, str], float] = {}
         for pair in self.spine.rack_pairs if self.spine is not None else ():
             for rack in (pair.rack_a, pair.rack_b):

@@ -90,7 +90,7 @@ class PairEstimate:
     hops: int
     cross_numa: bool
     distance: float
-    source: Literal["modelled", "measured", "given"] = "modelled"
+    source: Literal["modelled", "measured", "given", "inferred"] = "modelled"
     measured_at: datetime | None = None
     method: str = ""
 

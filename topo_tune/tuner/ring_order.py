@@ -29,8 +29,9 @@ from topo_tune.errors import TopoTuneError
 logger = logging.getLogger(__name__)
 
 EXACT_LIMIT = 12
-Matrix = Sequence[Sequence[float]]
 FloatArray = npt.NDArray[np.float64]
+Matrix = Sequence[Sequence[float]] | FloatArray
+"""Nested lists, or an array (a 4,096-node matrix as lists of floats would take gigabytes)."""
 
 
 class RingOrderError(TopoTuneError, ValueError):
