@@ -9,8 +9,8 @@ from topo_tune.topology.distance import PairMatrix
 from topo_tune.tuner.objective import Measurements, SizeSample
 from topo_tune.tuner.space import TrialConfig
 from topo_tune.tuner.study import MeasurementRequest, run_study
-from topo_tune.tuning_pass import StudyPlan, plan_study
-from topo_tune.v1 import topology_pb2
+from topo_tune.tuning_pass import StudyPlan, _pair_matrix, plan_study
+from topo_tune.v1 import admin_pb2, topology_pb2
 
 NODES = ("node-1", "node-2", "node-3", "node-4")
 
@@ -87,3 +87,50 @@ def test_nvlink_multicast_kept_off_in_every_nodes_workers_is_not_searched() -> N
     assert "nvls" in space_of({}, {})
     assert "nvls" in space_of(off, {}), "one node with NVLS left on: still a choice there"
     assert "nvls" not in space_of(off, off)
+
+
+class _Probed:
+    """The admin API as the pass reads the matrix: topologies and the measured pairs of a sparse round."""
+
+    def __init__(self, names: list[str], measured: list[tuple[str, str, float]]) -> None:
+        self.names, self.measured = names, measured
+
+    def cluster_topology(self) -> admin_pb2.ClusterTopologyView:
+        nic = topology_pb2.Nic(name="eth0", rate_gbps=100.0)
+        return admin_pb2.ClusterTopologyView(
+            nodes=[admin_pb2.Node(name=n, topology=topology_pb2.NodeTopology(nics=[nic])) for n in self.names]
+        )
+
+    def measured_pairs(self) -> admin_pb2.MeasuredPairs:
+        return admin_pb2.MeasuredPairs(
+            pairs=[
+                admin_pb2.PairMeasurement(node_a=a, node_b=b, bandwidth_gbps=bw, latency_us=4.0)
+                for a, b, bw in self.measured
+            ]
+        )
+
+
+def test_a_sparse_sample_s_missing_pairs_are_inferred_from_what_it_measured_and_marked() -> None:
+    racks = {"a": ["a1", "a2", "a3", "a4"], "b": ["b1", "b2", "b3", "b4"]}
+    cluster = parse_cluster_config(
+        {
+            "apiVersion": "topo-tune/v1",
+            "kind": "Cluster",
+            "metadata": {"name": "sparse"},
+            "backend": "gloo",
+            "racks": [{"name": r, "nodes": [{"name": n, "gpus": 1} for n in nodes]} for r, nodes in racks.items()],
+            "search": {"probeSampling": "sparse"},
+        }
+    )
+    names = racks["a"] + racks["b"]
+    ring = [(nodes[i], nodes[(i + 1) % 4], 11.0) for nodes in racks.values() for i in range(4)]
+    client = _Probed(names, [*ring, ("a1", "b1", 5.0), ("a2", "b3", 5.2)])
+    pairs, _, _ = _pair_matrix(client, cluster, names)  # type: ignore[arg-type]
+    assert pairs.get("a1", "a2").source == "measured" and pairs.get("a1", "a2").bandwidth_gbps == 11.0
+    inside = pairs.get("a1", "a3")
+    assert inside.source == "inferred" and inside.bandwidth_gbps == 11.0, "the rack's measured median"
+    across = pairs.get("a3", "b2")
+    assert across.source == "inferred" and across.bandwidth_gbps == 5.1, "the rack pair's measured median"
+    # The nominal model would have said 12.5 GB/s (a 100 Gb/s NIC) for both.
+    full = parse_cluster_config({**cluster.model_dump(by_alias=True, mode="json"), "search": {"probeSampling": "full"}})
+    assert _pair_matrix(client, full, names)[0].get("a3", "b2").source == "modelled"  # type: ignore[arg-type]

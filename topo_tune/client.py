@@ -28,6 +28,13 @@ from topo_tune.v1 import admin_pb2, admin_pb2_grpc
 
 T = TypeVar("T")
 
+PROBE_SAMPLING = {
+    "auto": admin_pb2.PROBE_SAMPLING_UNSPECIFIED,
+    "full": admin_pb2.PROBE_SAMPLING_FULL,
+    "sparse": admin_pb2.PROBE_SAMPLING_SPARSE,
+}
+"""``--sampling`` / cluster.yaml ``search.probeSampling`` names on the wire; auto: the controller's default."""
+
 
 @contextmanager
 def _mapped(address: str) -> Iterator[None]:

@@ -250,6 +250,12 @@ class SearchConfig(_Section):
     proof_pairs: int = Field(default=10, ge=2, le=1000, description="interleaved baseline/candidate pairs")
     min_effect: float = Field(default=0.03, ge=0, lt=1, description="smallest gain worth promoting")
     nccl_version: str | None = Field(default=None, description="unset: what the agents report")
+    probe_sampling: Literal["auto", "full", "sparse"] = Field(
+        default="auto",
+        description="node-pair probes: full (every pair, about n rounds), sparse (rack rings, samples between "
+        "racks sized by their spread, escalation around slow pairs; the rest inferred from the rack model), "
+        "auto: sparse above 64 nodes",
+    )
     iters: int = Field(default=20, ge=1, le=10_000)
     warmup_iters: int = Field(default=5, ge=0, le=10_000)
     job_deadline: Duration = Field(

@@ -27,9 +27,11 @@ from typing import Protocol
 
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.wire import COLLECTIVE_TO_PROTO
+from topo_tune.client import PROBE_SAMPLING
 from topo_tune.cluster_config import ClusterConfig
 from topo_tune.errors import ConfigError, NodeBusy, TopoTuneError, ValidationError
 from topo_tune.topology import Measurement, PairMatrix, Spine, build_cluster
+from topo_tune.topology.sampling import default_mode, infer_pairs
 from topo_tune.tuner.objective import Measurements, Objective, SizeSample, WorkloadProfile
 from topo_tune.tuner.outputs import ClusterShape, WrittenOutputs, write_outputs
 from topo_tune.tuner.rank_map import plan_rank_map
@@ -272,9 +274,23 @@ def require_gpus(client: AdminPort, names: Sequence[str]) -> None:
         )
 
 
-def measure_pairs(client: AdminPort, names: Sequence[str], *, sleep: Callable[[float], None] = time.sleep) -> int:
-    """Probe every pair of the nodes; returns how many pairs were measured."""
-    found = client.start_probe_round(admin_pb2.StartProbeRoundRequest(nodes=list(names), message_bytes=1 << 20))
+def _sparse(cluster: ClusterConfig, nodes: int) -> bool:
+    policy = cluster.search.probe_sampling
+    return policy == "sparse" or (policy == "auto" and default_mode(nodes) == "sparse")
+
+
+def measure_pairs(
+    client: AdminPort,
+    names: Sequence[str],
+    *,
+    sampling: str = "auto",
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Probe the pairs of the nodes (every pair, or a sparse sample); returns how many pairs were measured."""
+    request = admin_pb2.StartProbeRoundRequest(
+        nodes=list(names), message_bytes=1 << 20, sampling=PROBE_SAMPLING[sampling]
+    )
+    found = client.start_probe_round(request)
     while found.status == admin_pb2.PROBE_ROUND_STATUS_RUNNING:
         sleep(0.2)
         found = client.get_probe_round(found.round_id)
@@ -294,19 +310,26 @@ def _pair_matrix(
             oversubscription=cluster.spine.oversubscription or 1.0, bandwidth_gbps=cluster.spine.bandwidth_gbps
         )
     model = build_cluster(topologies, {n: r for n, r in cluster.rack_of().items() if n in topologies}, spine=spine)
-    pairs = model.node_pairs()
-    for measured in client.measured_pairs().pairs:
-        if measured.node_a in topologies and measured.node_b in topologies:
-            pairs = pairs.with_measurement(
-                measured.node_a,
-                measured.node_b,
-                Measurement(
-                    bandwidth_gbps=measured.bandwidth_gbps,
-                    latency_us=measured.latency_us,
-                    measured_at=measured.measured_at.ToDatetime(UTC),
-                    method=measured.method,
-                ),
-            )
+    found = [m for m in client.measured_pairs().pairs if m.node_a in topologies and m.node_b in topologies]
+    if _sparse(cluster, len(topologies)) and found:
+        # A sparse sample: the pairs it left out are inferred from what it measured (rack by rack), not from
+        # nominal NIC rates, and marked inferred.
+        rack_of = model.rack_of
+        inferred = infer_pairs(rack_of, [(m.node_a, m.node_b, m.bandwidth_gbps, m.latency_us) for m in found])
+        pairs = inferred.to_pair_matrix(method="sparse probe sample").reordered(model.node_order())
+    else:
+        pairs = model.node_pairs()
+    for measured in found:
+        pairs = pairs.with_measurement(
+            measured.node_a,
+            measured.node_b,
+            Measurement(
+                bandwidth_gbps=measured.bandwidth_gbps,
+                latency_us=measured.latency_us,
+                measured_at=measured.measured_at.ToDatetime(UTC),
+                method=measured.method,
+            ),
+        )
     return pairs, topologies, model.fingerprint
 
 
@@ -419,8 +442,11 @@ def run_pass(
         require_gpus(client, names)
     measured = 0
     if cluster.backend != "sim" and len(names) > 1:
-        on_status(f"probing {len(names) * (len(names) - 1) // 2} node pairs")
-        measured = measure_pairs(client, names)
+        if _sparse(cluster, len(names)):
+            on_status(f"probing a sparse sample of {len(names) * (len(names) - 1) // 2} node pairs")
+        else:
+            on_status(f"probing {len(names) * (len(names) - 1) // 2} node pairs")
+        measured = measure_pairs(client, names, sampling=cluster.search.probe_sampling)
     pairs, topologies, fingerprint = _pair_matrix(client, cluster, names)
     # Ranks per node as the benchmark jobs place them: every GPU (nccl, sim), one process (gloo).
     slots = {name: max(1, len(topologies[name].gpus)) if cluster.backend != "gloo" else 1 for name in names}

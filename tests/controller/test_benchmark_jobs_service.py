@@ -23,6 +23,7 @@ from topo_tune.controller.job_ends import cancel_command
 from topo_tune.controller.server import Controller
 from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, ValidationError
 from topo_tune.sim.node_topology import simulated_node_topology
+from topo_tune.topology.sampling import SamplingPolicy
 from topo_tune.v1 import admin_pb2, agent_pb2
 
 pytestmark = pytest.mark.slow
@@ -41,9 +42,9 @@ async def agents(tmp_path: Path, jobs_controller: Controller) -> AsyncIterator[C
     """In-process agents (their benchmark workers are real processes); all stopped afterwards."""
     running: list[RunningAgent] = []
 
-    def start(name: str, backend: str, *, address: str = "") -> RunningAgent:
+    def start(name: str, backend: str, rack: str = "", *, address: str = "") -> RunningAgent:
         settings = agent_settings(f"127.0.0.1:{jobs_controller.port}", tmp_path / name, name)
-        settings = replace(settings, backend=backend, address=address)
+        settings = replace(settings, backend=backend, rack=rack, address=address)
         if backend == "sim":
             agent = Agent(settings, rng=random.Random(0), discover=lambda: simulated_node_topology(name, gpus=4))
         else:
@@ -299,6 +300,44 @@ async def test_a_probe_round_measures_every_pair_once(
     assert all(m.bandwidth_gbps > 0 and m.latency_us > 0 for m in finished_round.measurements)
     measured = await jobs_controller.probes.measured_pairs()
     assert len(measured.pairs) == 6
+
+
+async def test_a_sparse_probe_round_probes_rack_rings_and_samples_across_racks(
+    jobs_controller: Controller, agents: Callable[..., RunningAgent]
+) -> None:
+    racks = {"a1": "ra", "a2": "ra", "a3": "ra", "a4": "ra", "b1": "rb", "b2": "rb", "b3": "rb", "b4": "rb"}
+    # One cross-rack pair, and loopback's spread taken for a fabric's: a short round of real probes.
+    jobs_controller.probes.sampling_policy = SamplingPolicy(inter_first=1, inter_max=1, outlier=0.95)
+    await registered(*(agents(name, "gloo", rack) for name, rack in racks.items()))
+    started = await jobs_controller.probes.start(
+        admin_pb2.StartProbeRoundRequest(
+            message_bytes=1 << 16, pair_deadline_s=60, sampling=admin_pb2.PROBE_SAMPLING_SPARSE
+        )
+    )
+    assert started.sampling == admin_pb2.PROBE_SAMPLING_SPARSE
+
+    async def done() -> admin_pb2.ProbeRound | None:
+        found = await jobs_controller.probes.get(started.round_id)
+        return found if found.status != admin_pb2.PROBE_ROUND_STATUS_RUNNING else None
+
+    finished_round = await async_wait_until(done, timeout=180, what="the sparse probe round")
+    assert finished_round.status == admin_pb2.PROBE_ROUND_STATUS_SUCCEEDED, finished_round.message
+    pairs = {tuple(sorted((m.node_a, m.node_b))) for m in finished_round.measurements}
+    assert len(pairs) == finished_round.pairs_total == 4 + 4 + 1, "two rack rings and one cross-rack pair"
+    intra = [p for p in pairs if racks[p[0]] == racks[p[1]]]
+    assert all(sum(node in p for p in intra) >= 2 for node in racks), "a ring through each rack"
+    assert 2 <= finished_round.rounds <= 3, "in rounds of disjoint pairs"
+    assert list(finished_round.degraded_nodes) == list(finished_round.degraded_uplinks) == []
+
+
+async def test_the_sampling_policy_defaults_to_full_for_small_clusters_and_refuses_unknown_values(
+    jobs_controller: Controller, agents: Callable[..., RunningAgent]
+) -> None:
+    await registered(*(agents(name, "gloo") for name in ("a", "b")))
+    with pytest.raises(ValidationError, match="sampling"):
+        await jobs_controller.probes.start(admin_pb2.StartProbeRoundRequest(sampling=7))  # type: ignore[arg-type]
+    started = await jobs_controller.probes.start(admin_pb2.StartProbeRoundRequest(pair_deadline_s=60))
+    assert started.sampling == admin_pb2.PROBE_SAMPLING_FULL
 
 
 async def test_a_probe_deadline_no_agent_would_keep_is_refused(

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from topo_tune.topology.distance import node_pair_matrix
+from topo_tune.topology.sampling import PairSampler, SamplingPolicy
 from topo_tune.tuner.rank_map import plan_rank_map
 
 
@@ -64,3 +65,21 @@ def test_a_single_node_has_no_ring_and_still_valid_json() -> None:
     assert data["planned"]["ring_bottleneck_gbps"] is None
     assert [r["local_rank"] for r in data["ranks"]] == [0, 1, 2, 3]
     assert plan.hostfile("mpi").splitlines() == ["# topo-tune ring order: one node, no inter-node ring", "solo slots=4"]
+
+
+def test_rank_map_marks_ring_edges_inferred_by_sparse_probing() -> None:
+    rack_of = {f"{rack}{i}": rack for rack in "ab" for i in range(5)}
+    sampler = PairSampler(rack_of, SamplingPolicy(inter_first=1, inter_max=1))
+    while batch := sampler.next_pairs():
+        for a, b in batch:
+            sampler.record(a, b, 100.0 if rack_of[a] == rack_of[b] else 50.0, 3.0)
+    pairs = sampler.matrix().to_pair_matrix()
+    data = json.loads(plan_rank_map(pairs, slots=1, rack_of=rack_of).to_json())
+    measured = {tuple(sorted(p)) for p in sampler.planned}
+    assert data["pairs"] == {"inferred": 45 - len(measured), "measured": len(measured)}
+    edges = data["planned"]["edges"]
+    assert len(edges) == 10
+    for edge in edges:
+        pair = tuple(sorted((edge["node_a"], edge["node_b"])))
+        assert edge["source"] == ("measured" if pair in measured else "inferred")
+    assert {e["source"] for e in edges} == {"measured", "inferred"}

@@ -9,7 +9,7 @@ import click
 from topo_tune.cli.admin import admin, connected
 from topo_tune.cli.bench import ByteSize
 from topo_tune.cli.output import emit_data, emit_table, to_data
-from topo_tune.client import AdminClient
+from topo_tune.client import PROBE_SAMPLING, AdminClient
 from topo_tune.errors import ControllerError
 from topo_tune.v1 import admin_pb2
 
@@ -33,6 +33,14 @@ def _print_round(found: admin_pb2.ProbeRound, fmt: str) -> None:
     )
     if found.message:
         click.echo(f"# {found.message}")
+    if found.sampling == admin_pb2.PROBE_SAMPLING_SPARSE:
+        click.echo("# sparse sample: the pairs not listed are inferred from the rack model")
+        for label, items in (
+            ("slow NICs (slow with every peer)", list(found.degraded_nodes)),
+            ("slow rack uplinks (slow with every other rack)", list(found.degraded_uplinks)),
+            ("single slow pairs (a cable or port)", [f"{p.node_a}-{p.node_b}" for p in found.slow_pairs]),
+        ):
+            click.echo(f"# {label}: {', '.join(items) if items else 'none'}")
 
 
 @admin.group()
@@ -44,18 +52,35 @@ def probe() -> None:
 @click.option("--nodes", default="", help="Comma-separated node names [every ready node].")
 @click.option("--size", "message_bytes", type=ByteSize(), default="16M", show_default=True, help="Bandwidth size.")
 @click.option("--pair-deadline", type=click.IntRange(1, 3600), default=120, show_default=True, help="Seconds.")
+@click.option(
+    "--sampling",
+    type=click.Choice(["auto", "full", "sparse"]),
+    default="auto",
+    show_default=True,
+    help="full: every pair; sparse: rack rings, samples between racks, escalation around slow pairs, the rest "
+    "inferred; auto: sparse above 64 nodes.",
+)
 @click.option("--wait/--no-wait", default=True, show_default=True)
 @connected
-def run(client: AdminClient, fmt: str, nodes: str, message_bytes: int, pair_deadline: int, wait: bool) -> None:
-    """Probe every pair of NODES, in rounds of disjoint pairs (n nodes: about n rounds)."""
+def run(
+    client: AdminClient, fmt: str, nodes: str, message_bytes: int, pair_deadline: int, sampling: str, wait: bool
+) -> None:
+    """Probe the pairs of NODES in rounds of disjoint pairs: every pair (n nodes: about n rounds), or a sparse
+    sample that finds slow NICs, rack uplinks and cables in far fewer rounds."""
     request = admin_pb2.StartProbeRoundRequest(
         nodes=[n.strip() for n in nodes.split(",") if n.strip()],
         message_bytes=message_bytes,
         pair_deadline_s=pair_deadline,
+        sampling=PROBE_SAMPLING[sampling],
     )
     found = client.start_probe_round(request)
     if wait:
-        click.echo(f"# probe round {found.round_id}: {found.pairs_total} pairs in {found.rounds} rounds ...", err=True)
+        if found.sampling == admin_pb2.PROBE_SAMPLING_SPARSE:
+            click.echo(f"# probe round {found.round_id}: sparse sample, planned batch by batch ...", err=True)
+        else:
+            click.echo(
+                f"# probe round {found.round_id}: {found.pairs_total} pairs in {found.rounds} rounds ...", err=True
+            )
         while found.status == admin_pb2.PROBE_ROUND_STATUS_RUNNING:
             time.sleep(0.5)
             found = client.get_probe_round(found.round_id)

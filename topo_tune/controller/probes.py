@@ -1,7 +1,11 @@
 """Probe rounds: measure node-to-node bandwidth and latency for every pair, in parallel rounds.
 
 A round over n nodes is split into about n rounds of disjoint pairs (``benchmark_jobs.probe_rounds``), so
-it takes O(n) steps of parallel probes, not n(n-1)/2 serial ones. Each probe is run by the pair's agents at
+it takes O(n) steps of parallel probes, not n(n-1)/2 serial ones. A ``sparse`` round (the default above 64
+nodes) probes what the rack model cannot predict, batch by batch as `topo_tune.topology.sampling` plans it
+(rack rings, rack-pair samples, escalation around outliers), each batch in rounds of disjoint pairs; the
+pairs it leaves out are inferred where the matrix is built, and the round names the slow NICs, rack
+uplinks and pairs it found. Each probe is run by the pair's agents at
 two sizes (a small one for latency, a large one for bandwidth), rank 0 on the first node.
 
 A pair's bandwidth is the rate **one direction** of its link carries, in GB/s — nccl-tests' sendrecv algbw,
@@ -26,13 +30,14 @@ once: the other node's command is closed and a ``CancelJob`` for ``probe-<probe_
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
@@ -48,12 +53,19 @@ from topo_tune.controller.db.models import CommandRow, PairMeasurementRow, Probe
 from topo_tune.controller.job_ends import OpenPart, cancel_command, cancel_command_id, why_it_cannot_finish
 from topo_tune.controller.nodes import NodeRegistry, NodeState
 from topo_tune.errors import ConflictError, NotFoundError, ValidationError
+from topo_tune.topology.sampling import PairSampler, SamplingMode, SamplingPolicy, default_mode, pair_rounds
 from topo_tune.v1 import admin_pb2, agent_pb2
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MESSAGE_BYTES = 16 << 20
 LATENCY_BYTES = 8
+SAMPLING_FROM_WIRE: dict[int, SamplingMode] = {
+    admin_pb2.PROBE_SAMPLING_FULL: "full",
+    admin_pb2.PROBE_SAMPLING_SPARSE: "sparse",
+}
+SAMPLING_TO_WIRE: dict[str, int] = {mode: wire for wire, mode in SAMPLING_FROM_WIRE.items()}
+Figures = tuple[float, float]
 STATUS_TO_WIRE = {
     "running": admin_pb2.PROBE_ROUND_STATUS_RUNNING,
     "succeeded": admin_pb2.PROBE_ROUND_STATUS_SUCCEEDED,
@@ -74,6 +86,12 @@ def _close_open_probes(
         )
         .values(status=status.value, message=why, finished_at=now)
     )
+
+
+def _set_progress(session: Session, *, round_id: str, progress: dict[str, object]) -> None:
+    row = session.get(ProbeRoundRow, round_id)
+    if row is not None:
+        row.progress = progress
 
 
 def _stamp(at: datetime) -> Timestamp:
@@ -104,6 +122,8 @@ class Probes:
     port_range: tuple[int, int] = (20000, 29999)
     result_grace_s: float = 10.0
     """After a pair's deadline, how long results already on their way may still arrive."""
+    sampling_policy: SamplingPolicy = field(default_factory=SamplingPolicy)
+    """How sparse a ``sparse`` round is (its seed is drawn per round)."""
     check_s: float = 0.25
     """How often a waiting probe looks for a lost node."""
     _waiters: dict[str, asyncio.Future[agent_pb2.CommandResult]] = field(default_factory=dict, init=False)
@@ -129,7 +149,11 @@ class Probes:
             raise ValidationError("nodes", "a probe round needs at least two ready nodes")
         if len(set(nodes)) != len(nodes):
             raise ValidationError("nodes", "a node is listed twice")
+        if request.sampling not in (admin_pb2.PROBE_SAMPLING_UNSPECIFIED, *SAMPLING_FROM_WIRE):
+            raise ValidationError("sampling", "full or sparse")
+        mode = SAMPLING_FROM_WIRE.get(request.sampling) or default_mode(len(nodes))
         backends = set()
+        racks: dict[str, str] = {}
         for i, name in enumerate(nodes):
             validation.node_name(name, f"nodes[{i}]")
             if self.registry.state_of(name) is None:
@@ -140,6 +164,7 @@ class Probes:
                     f"node {name} is {'drained' if view.drained else view.state.value}: it takes no probe"
                 )
             backends.add(view.backend)
+            racks[name] = view.rack or "default"
         if "sim" in backends:
             raise ValidationError("nodes", "sim nodes have no network to probe; the model's figures stand in")
         if request.pair_deadline_s > MAX_DEADLINE_S:
@@ -153,12 +178,25 @@ class Probes:
         def write(session: Session) -> None:
             session.add(
                 ProbeRoundRow(
-                    id=round_id, status="running", message="", nodes=nodes, message_bytes=message_bytes, created_at=now
+                    id=round_id,
+                    status="running",
+                    message="",
+                    nodes=nodes,
+                    message_bytes=message_bytes,
+                    created_at=now,
+                    sampling=mode,
+                    progress={"pairs": 0, "rounds": 0} if mode == "sparse" else None,
                 )
             )
 
         await self.db.run(write)
-        task = asyncio.create_task(self._run(round_id, nodes, message_bytes, float(request.pair_deadline_s or 120)))
+        deadline_s = float(request.pair_deadline_s or 120)
+        run = (
+            self._run_sparse(round_id, racks, message_bytes, deadline_s)
+            if mode == "sparse"
+            else self._run(round_id, nodes, message_bytes, deadline_s)
+        )
+        task = asyncio.create_task(run)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return await self.get(round_id)
@@ -167,16 +205,56 @@ class Probes:
         failures: list[str] = []
         try:
             for number, pairs in enumerate(probe_rounds(nodes)):
-                outcomes = await asyncio.gather(
-                    *(
-                        self._probe(round_id, f"{number}-{i}", a, b, message_bytes=message_bytes, deadline_s=deadline_s)
-                        for i, (a, b) in enumerate(pairs)
-                    )
-                )
-                failures.extend(f for f in outcomes if f)
+                outcomes = await self._probe_round(round_id, number, pairs, message_bytes, deadline_s)
+                failures.extend(reason for reason, _ in outcomes if reason)
         except Exception as error:
             logger.exception("probe round failed", extra={"round": round_id})
             failures.append(f"{error.__class__.__name__}: {error}")
+        await self._finish(round_id, failures)
+
+    async def _run_sparse(self, round_id: str, racks: dict[str, str], message_bytes: int, deadline_s: float) -> None:
+        failures: list[str] = []
+        sampler = PairSampler(racks, replace(self.sampling_policy, seed=self.rng.randrange(1 << 31)))
+        number = 0
+        try:
+            while batch := sampler.next_pairs():
+                for pairs in pair_rounds(batch):
+                    outcomes = await self._probe_round(round_id, number, pairs, message_bytes, deadline_s)
+                    number += 1
+                    for (a, b), (reason, figures) in zip(pairs, outcomes, strict=True):
+                        if figures is None:
+                            sampler.failed(a, b)
+                            failures.append(reason)
+                        else:
+                            sampler.record(a, b, *figures)
+                found = sampler.findings()
+                progress: dict[str, object] = {
+                    "pairs": len(sampler.planned),
+                    "rounds": number,
+                    "degraded_nodes": list(found.degraded_nodes),
+                    "degraded_uplinks": list(found.degraded_uplinks),
+                    "slow_pairs": [list(pair) for pair in found.outlier_pairs],
+                }
+                await self.db.run(functools.partial(_set_progress, round_id=round_id, progress=progress))
+        except Exception as error:
+            logger.exception("probe round failed", extra={"round": round_id})
+            failures.append(f"{error.__class__.__name__}: {error}")
+        await self._finish(round_id, failures)
+
+    async def _probe_round(
+        self, round_id: str, number: int, pairs: Sequence[tuple[str, str]], message_bytes: int, deadline_s: float
+    ) -> list[tuple[str, Figures | None]]:
+        """One round of disjoint pairs, in parallel."""
+        return list(
+            await asyncio.gather(
+                *(
+                    self._probe(round_id, f"{number}-{i}", a, b, message_bytes=message_bytes, deadline_s=deadline_s)
+                    for i, (a, b) in enumerate(pairs)
+                )
+            )
+        )
+
+    async def _finish(self, round_id: str, failures: list[str]) -> None:
         now = self.wall_clock()
 
         def finish(session: Session) -> None:
@@ -191,8 +269,8 @@ class Probes:
 
     async def _probe(
         self, round_id: str, pair_id: str, a: str, b: str, *, message_bytes: int, deadline_s: float
-    ) -> str:
-        """Probe one pair; returns '' on success or a reason."""
+    ) -> tuple[str, Figures | None]:
+        """Probe one pair; returns ('', (bandwidth, latency)) on success, else (a reason, None)."""
         first, second = await self.registry.get(a), await self.registry.get(b)
         probe = agent_pb2.Probe(
             probe_id=f"{round_id}-{pair_id}",
@@ -226,7 +304,7 @@ class Probes:
                 self._waiters.pop(cid, None)
         if cannot:
             await self._cancel(probe.probe_id, (a, b), results, cannot)
-            return f"{a}-{b}: {cannot}"
+            return f"{a}-{b}: {cannot}", None
         if any(result is None for result in results):
             # Otherwise a node that comes back later is sent the probe again and waits out its deadline
             # for a peer that has long moved on, holding its benchmark slot.
@@ -238,12 +316,13 @@ class Probes:
             )
         for node, result in zip((a, b), results, strict=True):
             if result is None or result.status != agent_pb2.COMMAND_STATUS_SUCCEEDED or not result.HasField("probe"):
-                return f"{a}-{b}: {node}: {result.message if result is not None else 'no result by the deadline'}"
+                why = result.message if result is not None else "no result by the deadline"
+                return f"{a}-{b}: {node}: {why}", None
             figures = {"bandwidth_gbps": result.probe.bandwidth_gbps, "latency_us": result.probe.latency_us}
             for name, value in figures.items():
                 # The measured matrix replaces the model's figures everywhere; no link has these.
                 if not (math.isfinite(value) and value > 0):
-                    return f"{a}-{b}: {node}: reported {name} {value}, which no link has"
+                    return f"{a}-{b}: {node}: reported {name} {value}, which no link has", None
         measured = [result.probe for result in results if result is not None]
         bandwidth = min(m.bandwidth_gbps for m in measured)  # the slower direction
         latency = max(m.latency_us for m in measured)
@@ -264,7 +343,7 @@ class Probes:
             )
 
         await self.db.run(store)
-        return ""
+        return "", (bandwidth, latency)
 
     async def _wait(
         self, ids: list[str], nodes: tuple[str, str], *, until: float
@@ -322,7 +401,7 @@ class Probes:
                 .order_by(PairMeasurementRow.id)
             )
             n = len(row.nodes)
-            return admin_pb2.ProbeRound(
+            found = admin_pb2.ProbeRound(
                 round_id=row.id,
                 status=STATUS_TO_WIRE[row.status],
                 message=row.message,
@@ -330,7 +409,17 @@ class Probes:
                 rounds=len(probe_rounds(list(row.nodes))),
                 pairs_total=n * (n - 1) // 2,
                 measurements=[_measurement(m) for m in rows],
+                sampling=SAMPLING_TO_WIRE.get(row.sampling, admin_pb2.PROBE_SAMPLING_FULL),  # type: ignore[arg-type]
             )
+            if row.sampling == "sparse":
+                progress = row.progress or {}
+                found.rounds, found.pairs_total = progress.get("rounds", 0), progress.get("pairs", 0)
+                found.degraded_nodes.extend(progress.get("degraded_nodes", []))
+                found.degraded_uplinks.extend(progress.get("degraded_uplinks", []))
+                found.slow_pairs.extend(
+                    admin_pb2.NodePair(node_a=a, node_b=b) for a, b in progress.get("slow_pairs", [])
+                )
+            return found
 
         return await self.db.run(read)
 

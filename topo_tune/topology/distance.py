@@ -171,6 +171,12 @@ class PairMatrix:
         estimates[(a, b)] = new
         return replace(self, estimates=estimates)
 
+    def reordered(self, names: Sequence[str]) -> PairMatrix:
+        """The same pairs over ``names`` in this order (the same set of names)."""
+        if sorted(names) != sorted(self.names):
+            raise ValueError("reordered: names must be the matrix's own")
+        return replace(self, names=tuple(names))
+
     def bandwidth(self) -> list[list[float]]:
         """Bandwidth matrix (GB/s); the diagonal is infinite (a device to itself)."""
         return [[float("inf") if a == b else self.get(a, b).bandwidth_gbps for b in self.names] for a in self.names]

@@ -481,6 +481,17 @@ class PairSampler:
         return SampledMatrix(names=names, bandwidth=bandwidth, latency=latency, measured=measured)
 
 
+def infer_pairs(rack_of: Mapping[str, str], measured: Iterable[tuple[str, str, float, float]]) -> SampledMatrix:
+    """The mixed matrix from stored measurements (node a, node b, GB/s, µs): what a finished sparse round
+    leaves, read back without its sampler. Pairs naming a node outside ``rack_of`` are left out."""
+    sampler = PairSampler(rack_of)
+    for a, b, bandwidth, latency in measured:
+        if a in rack_of and b in rack_of and a != b:
+            sampler._planned.add(_key(a, b))
+            sampler.record(a, b, bandwidth, latency)
+    return sampler.matrix()
+
+
 def pair_rounds(pairs: Iterable[Pair]) -> list[list[Pair]]:
     """Pack pairs into rounds of disjoint pairs (a node probes one peer at a time), greedily: pairs of the
     busiest nodes first, each into the first round in which both its nodes are free."""

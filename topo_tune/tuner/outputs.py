@@ -170,6 +170,7 @@ def rank_map(outcome: StudyOutcome, shape: ClusterShape) -> RankMap:
         naive=predict(natural.nodes),
         slots={n: shape.slots[n] for n in order.nodes},
         method=f"study order {order.name!r}",
+        pairs=shape.pairs,
     )
 
 

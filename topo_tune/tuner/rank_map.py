@@ -37,6 +37,9 @@ class RankMap:
     naive: RingPrediction
     slots: Mapping[str, int]
     method: str
+    pairs: PairMatrix | None = None
+    """The matrix the rings were predicted from: each ring edge says whether its pair was measured, inferred
+    from the rack model (sparse probing) or modelled, and the JSON counts each kind."""
 
     def ranks(self) -> list[tuple[int, str, int]]:
         """(global rank, node, local rank) for every GPU, node by node in ring order."""
@@ -58,7 +61,7 @@ class RankMap:
                 "ring_latency_us": round(p.total_latency_us, 6),
             }
 
-        payload = {
+        payload: dict[str, object] = {
             "version": RANK_MAP_VERSION,
             "method": self.method,
             "world_size": sum(self.slots[n] for n in self.planned.order),
@@ -66,6 +69,26 @@ class RankMap:
             "naive": pred(self.naive),
             "ranks": [{"rank": r, "node": n, "local_rank": lr} for r, n, lr in self.ranks()],
         }
+        if self.pairs is not None:
+            pairs = self.pairs
+            for key, prediction in (("planned", self.planned), ("naive", self.naive)):
+                order = prediction.order
+                edges = [(order[i], order[(i + 1) % len(order)]) for i in range(len(order))] if len(order) > 1 else []
+                entry = payload[key]
+                assert isinstance(entry, dict)
+                entry["edges"] = [
+                    {
+                        "node_a": a,
+                        "node_b": b,
+                        "bandwidth_gbps": round(pairs.get(a, b).bandwidth_gbps, 6),
+                        "source": pairs.get(a, b).source,
+                    }
+                    for a, b in (edges[:1] if len(order) == 2 else edges)
+                ]
+            counts: dict[str, int] = {}
+            for estimate in pairs.estimates.values():
+                counts[estimate.source] = counts.get(estimate.source, 0) + 1
+            payload["pairs"] = dict(sorted(counts.items()))
         return json.dumps(payload, indent=2) + "\n"
 
     def hostfile(self, flavour: HostfileFlavour) -> str:
@@ -125,4 +148,5 @@ def plan_rank_map(
         naive=RingPrediction(tuple(naive), naive_b, naive_l),
         slots=counts,
         method=ring.method,
+        pairs=pairs,
     )

@@ -68,6 +68,27 @@ BENCHMARK_JOB_STATUS_TIMED_OUT: BenchmarkJobStatus.ValueType  # 4
 """the deadline passed; missing/hung ranks say which"""
 Global___BenchmarkJobStatus: _TypeAlias = BenchmarkJobStatus  # noqa: Y015
 
+class _ProbeSampling:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ProbeSamplingEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ProbeSampling.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PROBE_SAMPLING_UNSPECIFIED: _ProbeSampling.ValueType  # 0
+    PROBE_SAMPLING_FULL: _ProbeSampling.ValueType  # 1
+    """every pair"""
+    PROBE_SAMPLING_SPARSE: _ProbeSampling.ValueType  # 2
+    """rack rings, rack-pair samples, escalation; the rest inferred"""
+
+class ProbeSampling(_ProbeSampling, metaclass=_ProbeSamplingEnumTypeWrapper): ...
+
+PROBE_SAMPLING_UNSPECIFIED: ProbeSampling.ValueType  # 0
+PROBE_SAMPLING_FULL: ProbeSampling.ValueType  # 1
+"""every pair"""
+PROBE_SAMPLING_SPARSE: ProbeSampling.ValueType  # 2
+"""rack rings, rack-pair samples, escalation; the rest inferred"""
+Global___ProbeSampling: _TypeAlias = ProbeSampling  # noqa: Y015
+
 class _ProbeRoundStatus:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -753,10 +774,13 @@ class StartProbeRoundRequest(_message.Message):
     NODES_FIELD_NUMBER: _builtins.int
     MESSAGE_BYTES_FIELD_NUMBER: _builtins.int
     PAIR_DEADLINE_S_FIELD_NUMBER: _builtins.int
+    SAMPLING_FIELD_NUMBER: _builtins.int
     message_bytes: _builtins.int
     """bandwidth size; 0: 16 MiB"""
     pair_deadline_s: _builtins.int
     """0: 120"""
+    sampling: Global___ProbeSampling.ValueType
+    """unspecified: sparse above 64 nodes, else full"""
     @_builtins.property
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """empty: every ready, undrained node"""
@@ -767,14 +791,37 @@ class StartProbeRoundRequest(_message.Message):
         nodes: _abc.Iterable[_builtins.str] | None = ...,
         message_bytes: _builtins.int = ...,
         pair_deadline_s: _builtins.int = ...,
+        sampling: Global___ProbeSampling.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_bytes", b"message_bytes", "nodes", b"nodes", "pair_deadline_s", b"pair_deadline_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_bytes", b"message_bytes", "nodes", b"nodes", "pair_deadline_s", b"pair_deadline_s", "sampling", b"sampling"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StartProbeRoundRequest: _TypeAlias = StartProbeRoundRequest  # noqa: Y015
+
+@_typing.final
+class NodePair(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_A_FIELD_NUMBER: _builtins.int
+    NODE_B_FIELD_NUMBER: _builtins.int
+    node_a: _builtins.str
+    node_b: _builtins.str
+    def __init__(
+        self,
+        *,
+        node_a: _builtins.str = ...,
+        node_b: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_a", b"node_a", "node_b", b"node_b"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodePair: _TypeAlias = NodePair  # noqa: Y015
 
 @_typing.final
 class PairMeasurement(_message.Message):
@@ -824,16 +871,34 @@ class ProbeRound(_message.Message):
     ROUNDS_FIELD_NUMBER: _builtins.int
     PAIRS_TOTAL_FIELD_NUMBER: _builtins.int
     MEASUREMENTS_FIELD_NUMBER: _builtins.int
+    SAMPLING_FIELD_NUMBER: _builtins.int
+    DEGRADED_NODES_FIELD_NUMBER: _builtins.int
+    DEGRADED_UPLINKS_FIELD_NUMBER: _builtins.int
+    SLOW_PAIRS_FIELD_NUMBER: _builtins.int
     round_id: _builtins.str
     status: Global___ProbeRoundStatus.ValueType
     message: _builtins.str
     rounds: _builtins.int
     """rounds of disjoint pairs"""
     pairs_total: _builtins.int
+    """pairs planned (sparse: so far)"""
+    sampling: Global___ProbeSampling.ValueType
     @_builtins.property
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def measurements(self) -> _containers.RepeatedCompositeFieldContainer[Global___PairMeasurement]: ...
+    @_builtins.property
+    def degraded_nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """sparse: nodes slow with every peer (their NIC)"""
+
+    @_builtins.property
+    def degraded_uplinks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """sparse: racks slow with every other rack (their uplink)"""
+
+    @_builtins.property
+    def slow_pairs(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodePair]:
+        """sparse: single slow pairs neither explains (a cable, a port)"""
+
     def __init__(
         self,
         *,
@@ -844,10 +909,14 @@ class ProbeRound(_message.Message):
         rounds: _builtins.int = ...,
         pairs_total: _builtins.int = ...,
         measurements: _abc.Iterable[Global___PairMeasurement] | None = ...,
+        sampling: Global___ProbeSampling.ValueType = ...,
+        degraded_nodes: _abc.Iterable[_builtins.str] | None = ...,
+        degraded_uplinks: _abc.Iterable[_builtins.str] | None = ...,
+        slow_pairs: _abc.Iterable[Global___NodePair] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["measurements", b"measurements", "message", b"message", "nodes", b"nodes", "pairs_total", b"pairs_total", "round_id", b"round_id", "rounds", b"rounds", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["degraded_nodes", b"degraded_nodes", "degraded_uplinks", b"degraded_uplinks", "measurements", b"measurements", "message", b"message", "nodes", b"nodes", "pairs_total", b"pairs_total", "round_id", b"round_id", "rounds", b"rounds", "sampling", b"sampling", "slow_pairs", b"slow_pairs", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -125,6 +125,9 @@ class ProbeRoundRow(Base):
     message_bytes: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime]
     finished_at: Mapped[datetime | None]
+    sampling: Mapped[str] = mapped_column(String(16), default="full", server_default="full")  # full, sparse
+    progress: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    """Sparse rounds: pairs planned, rounds run and what the sample shows (slow NICs, uplinks, pairs)."""
 
 
 class PairMeasurementRow(Base):
