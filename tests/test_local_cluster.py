@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 import yaml
 
 from tests.support.liveness import assert_lost_after_the_expiry
@@ -141,6 +143,73 @@ def assert_plain_scripting_output(cluster: LocalCluster) -> None:
             check=True,
         )
         assert sorted(picked.stdout.split()) == list(AGENTS)
+
+
+def _stored_fanout(database_url: str, prefix: str) -> int:
+    engine = sa.create_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            query = sa.text("SELECT count(*) FROM commands WHERE id LIKE :p")
+            return int(connection.execute(query, {"p": f"{prefix}-%"}).scalar_one())
+    except sa.exc.OperationalError:  # the schema is not there yet
+        return 0
+    finally:
+        engine.dispose()
+
+
+def test_a_fan_out_survives_a_controller_killed_mid_way_without_losing_or_doubling_a_command(
+    cluster: LocalCluster, database_url: str
+) -> None:
+    fleet = [f"fan-{i}" for i in range(8)]
+    cluster.start_controller()
+    for name in fleet:
+        cluster.start_agent(name)
+    wait_until(lambda: set(states(cluster).values()) == {"ready"} and len(states(cluster)) == 8, what="8 ready")
+
+    # The fan-out goes out from its own CLI process; the controller is SIGKILLed as soon as the commands are
+    # stored, while they are being sent, acknowledged and answered.
+    sender = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "topo_tune",
+            "admin",
+            "rediscover",
+            "--all",
+            "--id",
+            "op-7",
+            "--controller",
+            cluster.address,
+        ],
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_until(lambda: _stored_fanout(database_url, "op-7") > 0, what="the fan-out stored", interval=0.005)
+    assert cluster.controller is not None
+    cluster.controller.kill()
+    sender.communicate(timeout=30)
+    assert _stored_fanout(database_url, "op-7") == 8, "stored in one transaction: all or none"
+
+    # A new controller; the operator retries the same fan-out (same id): nothing is stored twice.
+    cluster.start_controller()
+    wait_until(lambda: len(states(cluster)) == 8 and all_ready_of(cluster, fleet), what="the agents back")
+    again = cluster.admin("rediscover", "--all", "--id", "op-7", "-o", "json")
+    assert again.returncode == 0, again.stderr
+    assert sorted(c["command_id"] for c in json.loads(again.stdout)) == sorted(f"op-7-{n}" for n in fleet)
+    wait_until(
+        lambda: [c["status"] for c in commands_json(cluster).values()] == ["succeeded"] * 8,
+        what="every node's command succeeded",
+    )
+    assert sorted(commands_json(cluster)) == sorted(f"op-7-{n}" for n in fleet), "none lost, none doubled"
+    for name in fleet:
+        assert cluster.agents[name].output().count(f"executing command op-7-{name}") == 1, name
+
+
+def all_ready_of(cluster: LocalCluster, names: list[str]) -> bool:
+    found = states(cluster)
+    return all(found.get(n) == "ready" for n in names)
 
 
 def test_sigterm_stops_the_controller_cleanly(cluster: LocalCluster) -> None:

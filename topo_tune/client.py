@@ -94,6 +94,9 @@ class AdminClient:
     def send_command(self, request: admin_pb2.SendCommandRequest) -> admin_pb2.CommandInfo:
         return self._call(self._stub.SendCommand, request)
 
+    def send_commands(self, request: admin_pb2.SendCommandsRequest) -> admin_pb2.SendCommandsResponse:
+        return self._call(self._stub.SendCommands, request)
+
     def get_command(self, command_id: str) -> admin_pb2.CommandInfo:
         return self._call(self._stub.GetCommand, admin_pb2.GetCommandRequest(command_id=command_id))
 

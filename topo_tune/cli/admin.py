@@ -156,16 +156,40 @@ _COMMAND_ID = click.option("--id", "command_id", default="", help="Your own comm
 
 
 @admin.command()
-@click.argument("node_name", metavar="NODE")
-@_COMMAND_ID
+@click.argument("node_names", metavar="NODE...", nargs=-1)
+@click.option("--all", "every", is_flag=True, help="Every node the controller knows, in one fan-out.")
+@click.option(
+    "--id",
+    "command_id",
+    default="",
+    help="Your own command id, for idempotent retries (with several nodes: a prefix, ids become ID-NODE).",
+)
 @connected
-def rediscover(client: AdminClient, fmt: str, node_name: str, command_id: str) -> None:
-    """Ask NODE's agent to discover its topology again (delivered when it next connects)."""
-    _send(
-        client,
-        fmt,
-        admin_pb2.SendCommandRequest(node_name=node_name, command_id=command_id, rediscover=agent_pb2.Rediscover()),
+def rediscover(client: AdminClient, fmt: str, node_names: tuple[str, ...], every: bool, command_id: str) -> None:
+    """Ask the agents of NODE... (or --all) to discover their topology again (delivered when each next connects).
+
+    Several nodes go out as one fan-out: stored together in one transaction, then sent concurrently."""
+    if every == bool(node_names):
+        raise click.UsageError("give NODE... or --all")
+    if len(node_names) == 1:
+        _send(
+            client,
+            fmt,
+            admin_pb2.SendCommandRequest(
+                node_name=node_names[0], command_id=command_id, rediscover=agent_pb2.Rediscover()
+            ),
+        )
+        return
+    sent = client.send_commands(
+        admin_pb2.SendCommandsRequest(
+            node_names=list(node_names), command_id_prefix=command_id, rediscover=agent_pb2.Rediscover()
+        )
     )
+    if fmt != "table":
+        emit_data([to_data(c) for c in sent.commands], fmt)
+        return
+    rows = [(c.command_id, c.node_name, STATUS_NAMES.get(c.status, "?"), str(c.deliveries)) for c in sent.commands]
+    emit_table(f"{len(rows)} commands", ("ID", "NODE", "STATUS", "DELIVERIES"), rows)
 
 
 @admin.command()

@@ -158,6 +158,30 @@ class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
         return command_message(record)
 
     @maps_errors
+    async def SendCommands(
+        self, request: admin_pb2.SendCommandsRequest, context: Ctx
+    ) -> admin_pb2.SendCommandsResponse:
+        validation.send_commands(request)
+        command = agent_pb2.Command()
+        kind = request.WhichOneof("body")
+        if kind == "rediscover":
+            command.rediscover.CopyFrom(request.rediscover)
+        elif kind == "drain":
+            command.drain.CopyFrom(request.drain)
+        else:  # pragma: no cover - validation.send_commands refuses it
+            raise ValidationError("body", f"unsupported command {kind!r}")
+        nodes = list(request.node_names) or [view.name for view in await self._registry.list()]
+        prefix = request.command_id_prefix
+        if prefix:
+            # The ids stay within the command-id limit with every node name appended.
+            for name in nodes:
+                validation.command_id(f"{prefix}-{name}", "command_id_prefix")
+        records = await self._commands.submit_many(nodes, command, command_id_prefix=prefix)
+        await self._hub.deliver_many(records)
+        now = await self._commands.get_many([r.id for r in records])
+        return admin_pb2.SendCommandsResponse(commands=[command_message(r) for r in now])
+
+    @maps_errors
     async def GetCommand(self, request: admin_pb2.GetCommandRequest, context: Ctx) -> admin_pb2.CommandInfo:
         validation.command_id(request.command_id, "command_id")
         return command_message(await self._commands.get(request.command_id))

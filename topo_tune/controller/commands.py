@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import CommandRow, EventRow, NodeRow
+from topo_tune.controller.group_commit import GroupCommit
 from topo_tune.errors import ConflictError, NotFoundError
 from topo_tune.v1 import agent_pb2
 
@@ -108,6 +109,14 @@ class CommandBook:
     new_id: Callable[[], str] = lambda: uuid.uuid4().hex
     ignored_results_kept: int = 100
     """``result.ignored`` events kept per node: a misbehaving agent cannot fill the database with them."""
+    _sent: GroupCommit[tuple[list[str], datetime], None] = field(init=False, repr=False)
+    _acks: GroupCommit[tuple[str, str, datetime], bool] = field(init=False, repr=False)
+    _results: GroupCommit[tuple[str, agent_pb2.CommandResult, datetime], Finished] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._sent = GroupCommit(self.db, self._mark_sent_in)
+        self._acks = GroupCommit(self.db, self._acked_in)
+        self._results = GroupCommit(self.db, self._finish_in)
 
     async def submit(self, node_name: str, command: agent_pb2.Command, *, command_id: str = "") -> CommandRecord:
         """Store a new command for a node (status ``pending``), or return the same one if the id exists."""
@@ -165,6 +174,24 @@ class CommandBook:
         session.flush()
         return _record(row)
 
+    async def submit_many(
+        self, node_names: Sequence[str], command: agent_pb2.Command, *, command_id_prefix: str = ""
+    ) -> list[CommandRecord]:
+        """One command per node, all stored in one transaction (none if any node is unknown). With a prefix
+        the ids are ``PREFIX-NODE``, so a retried fan-out returns the commands it already stored."""
+        wall = self.wall_clock()
+        ids = [f"{command_id_prefix}-{node}" if command_id_prefix else self.new_id() for node in node_names]
+
+        def write(session: Session) -> list[CommandRecord]:
+            return [
+                self.add(session, node, command, command_id=cid, now=wall)
+                for node, cid in zip(node_names, ids, strict=True)
+            ]
+
+        records = await self.db.run(write)
+        logger.info("fan-out stored", extra={"nodes": len(records), "kind": command.WhichOneof("body") or ""})
+        return records
+
     async def outstanding(self, node_name: str) -> list[CommandRecord]:
         """Commands of a node that are not final, oldest first."""
 
@@ -179,80 +206,55 @@ class CommandBook:
         return await self.db.run(read)
 
     async def mark_sent(self, ids: list[str]) -> None:
-        """Record that these commands are about to go on the wire (call before sending)."""
-        if not ids:
-            return
-        wall = self.wall_clock()
+        """Record that these commands are about to go on the wire (call before sending). Concurrent calls
+        share transactions (a fan-out marks thousands at once)."""
+        if ids:
+            await self._sent.submit((ids, self.wall_clock()))
 
-        def write(session: Session) -> None:
-            session.execute(
-                sa.update(CommandRow)
-                .where(CommandRow.id.in_(ids))
-                .values(
-                    deliveries=CommandRow.deliveries + 1,
-                    sent_at=wall,
-                    status=sa.case(
-                        (CommandRow.status == CommandStatus.PENDING.value, CommandStatus.SENT.value),
-                        else_=CommandRow.status,
-                    ),
+    def _mark_sent_in(self, session: Session, batch: Sequence[tuple[list[str], datetime]]) -> list[None]:
+        for ids, wall in batch:
+            for chunk in range(0, len(ids), 500):  # SQLite binds at most a few thousand parameters
+                session.execute(
+                    sa.update(CommandRow)
+                    .where(CommandRow.id.in_(ids[chunk : chunk + 500]))
+                    .values(
+                        deliveries=CommandRow.deliveries + 1,
+                        sent_at=wall,
+                        status=sa.case(
+                            (CommandRow.status == CommandStatus.PENDING.value, CommandStatus.SENT.value),
+                            else_=CommandRow.status,
+                        ),
+                    )
                 )
-            )
-
-        await self.db.run(write)
+        return [None] * len(batch)
 
     async def acked(self, node_name: str, command_id: str) -> bool:
-        """The agent has the command. False if the command is unknown or another node's."""
-        wall = self.wall_clock()
+        """The agent has the command. False if the command is unknown or another node's. Acknowledgements
+        arriving together are committed together."""
+        return await self._acks.submit((node_name, command_id, self.wall_clock()))
 
-        def write(session: Session) -> bool:
-            row = session.get(CommandRow, command_id)
+    def _acked_in(self, session: Session, batch: Sequence[tuple[str, str, datetime]]) -> list[bool]:
+        rows = {
+            row.id: row
+            for row in session.scalars(sa.select(CommandRow).where(CommandRow.id.in_({cid for _, cid, _ in batch})))
+        }
+        out = []
+        for node_name, command_id, wall in batch:
+            row = rows.get(command_id)
             if row is None or row.node_name != node_name:
-                return False
+                out.append(False)
+                continue
             if row.status in (CommandStatus.PENDING, CommandStatus.SENT):
                 row.status = CommandStatus.ACKED
                 row.acked_at = wall
-            return True
-
-        return await self.db.run(write)
+            out.append(True)
+        return out
 
     async def finish(self, node_name: str, result: agent_pb2.CommandResult) -> Finished:
-        """Record a command's final result, with its effect on the node, in one transaction."""
-        wall = self.wall_clock()
+        """Record a command's final result, with its effect on the node, in one transaction (shared with
+        results that arrive at the same time; returns once it is committed)."""
         status = STATUS_FROM_WIRE[result.status]
-
-        def write(session: Session) -> Finished:
-            row = session.get(CommandRow, result.command_id)
-            if row is None or row.node_name != node_name:
-                session.add(
-                    EventRow(
-                        node_name=node_name,
-                        kind="result.ignored",
-                        message="result for a command this node was never sent",
-                        command_id=result.command_id,
-                        at=wall,
-                    )
-                )
-                session.flush()
-                stale = session.scalars(
-                    sa.select(EventRow.id)
-                    .where(EventRow.node_name == node_name, EventRow.kind == "result.ignored")
-                    .order_by(EventRow.id.desc())
-                    .offset(self.ignored_results_kept)
-                ).all()
-                if stale:  # only the newest ones tell an operator anything new
-                    session.execute(sa.delete(EventRow).where(EventRow.id.in_(stale)))
-                return Finished(known=False, recorded=False)
-            if CommandStatus(row.status).final:
-                return Finished(known=True, recorded=False)
-            row.status = status
-            row.message = result.message
-            row.result = result.SerializeToString()
-            row.finished_at = wall
-            if status is CommandStatus.SUCCEEDED:
-                _apply_effect(session, row, result)
-            return Finished(known=True, recorded=True)
-
-        finished = await self.db.run(write)
+        finished = await self._results.submit((node_name, result, self.wall_clock()))
         if finished.recorded:
             logger.info(
                 "command finished",
@@ -260,11 +262,63 @@ class CommandBook:
             )
         return finished
 
+    def _finish_in(
+        self, session: Session, batch: Sequence[tuple[str, agent_pb2.CommandResult, datetime]]
+    ) -> list[Finished]:
+        return [self._finish_one(session, node_name, result, wall) for node_name, result, wall in batch]
+
+    def _finish_one(
+        self, session: Session, node_name: str, result: agent_pb2.CommandResult, wall: datetime
+    ) -> Finished:
+        status = STATUS_FROM_WIRE[result.status]
+        row = session.get(CommandRow, result.command_id)
+        if row is None or row.node_name != node_name:
+            session.add(
+                EventRow(
+                    node_name=node_name,
+                    kind="result.ignored",
+                    message="result for a command this node was never sent",
+                    command_id=result.command_id,
+                    at=wall,
+                )
+            )
+            session.flush()
+            stale = session.scalars(
+                sa.select(EventRow.id)
+                .where(EventRow.node_name == node_name, EventRow.kind == "result.ignored")
+                .order_by(EventRow.id.desc())
+                .offset(self.ignored_results_kept)
+            ).all()
+            if stale:  # only the newest ones tell an operator anything new
+                session.execute(sa.delete(EventRow).where(EventRow.id.in_(stale)))
+            return Finished(known=False, recorded=False)
+        if CommandStatus(row.status).final:
+            return Finished(known=True, recorded=False)
+        row.status = status
+        row.message = result.message
+        row.result = result.SerializeToString()
+        row.finished_at = wall
+        if status is CommandStatus.SUCCEEDED:
+            _apply_effect(session, row, result)
+        return Finished(known=True, recorded=True)
+
     async def get(self, command_id: str) -> CommandRecord:
         row = await self.db.run(lambda session: session.get(CommandRow, command_id))
         if row is None:
             raise NotFoundError(f"no command with id {command_id!r}")
         return _record(row)
+
+    async def get_many(self, ids: Sequence[str]) -> list[CommandRecord]:
+        """The commands with these ids, in the same order, read in one transaction; unknown ids are left out."""
+
+        def read(session: Session) -> list[CommandRecord]:
+            rows: dict[str, CommandRow] = {}
+            for chunk in range(0, len(ids), 500):
+                query = sa.select(CommandRow).where(CommandRow.id.in_(ids[chunk : chunk + 500]))
+                rows.update((row.id, row) for row in session.scalars(query))
+            return [_record(rows[i]) for i in ids if i in rows]
+
+        return await self.db.run(read)
 
     async def list(self, *, node_name: str = "", limit: int = 100) -> list[CommandRecord]:
         def read(session: Session) -> list[CommandRecord]:

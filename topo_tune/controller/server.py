@@ -105,6 +105,7 @@ class Controller:
             metrics=self.metrics,
             heartbeat_interval_ms=int(settings.heartbeat_interval_s * 1000),
             controller_id=self.controller_id,
+            fanout_window=settings.fanout_window,
         )
         self.jobs = BenchmarkJobs(
             db=self.db,

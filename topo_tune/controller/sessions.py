@@ -64,6 +64,8 @@ class SessionHub:
     metrics: ControllerMetrics
     heartbeat_interval_ms: int
     controller_id: str
+    fanout_window: int = 512
+    """Nodes `deliver_many` sends to at once."""
     result_listeners: list[Callable[[str, agent_pb2.CommandResult], Awaitable[None]]] = field(default_factory=list)
     """Called with (node, result) after a result is committed for the first time."""
     _sessions: dict[str, AgentSession] = field(default_factory=dict, init=False)
@@ -125,6 +127,18 @@ class SessionHub:
         async with self._lock(record.node_name):
             await self._deliver(session, [record])
         return True
+
+    async def deliver_many(self, records: list[CommandRecord]) -> int:
+        """Send freshly stored commands to their connected nodes, ``fanout_window`` nodes at a time (their
+        ``sent`` marks share transactions); returns how many went out. The rest wait for a reconnect."""
+        window = asyncio.Semaphore(max(1, self.fanout_window))
+
+        async def one(record: CommandRecord) -> bool:
+            async with window:
+                return await self.deliver_new(record)
+
+        sent = await asyncio.gather(*(one(r) for r in records if not r.status.final and r.deliveries == 0))
+        return sum(sent)
 
     async def _deliver(self, session: AgentSession, records: list[CommandRecord]) -> None:
         records = [r for r in records if r.id not in session.sent_commands]

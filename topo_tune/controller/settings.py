@@ -32,6 +32,8 @@ class ControllerSettings:
     heartbeat_interval_s: float = 10.0
     heartbeat_expiry_s: float = 30.0
     """Silence after which a node is ``lost``: three missed heartbeats by default."""
+    fanout_window: int = 512
+    """Nodes a fan-out (``SendCommands``) delivers to at once."""
     rack_of: Mapping[str, str] = field(default_factory=dict)
     """Node → rack from cluster.yaml; it wins over what an agent says."""
     spine_oversubscription: float | None = None

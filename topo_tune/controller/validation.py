@@ -129,6 +129,25 @@ def event(message: agent_pb2.AgentEvent) -> agent_pb2.AgentEvent:
     return message
 
 
+MAX_FANOUT_NODES = 100_000
+
+
+def send_commands(request: admin_pb2.SendCommandsRequest) -> admin_pb2.SendCommandsRequest:
+    if len(request.node_names) > MAX_FANOUT_NODES:
+        raise ValidationError("node_names", f"at most {MAX_FANOUT_NODES} nodes")
+    seen: set[str] = set()
+    for i, name in enumerate(request.node_names):
+        node_name(name, f"node_names[{i}]")
+        if name in seen:
+            raise ValidationError(f"node_names[{i}]", f"{name!r} is listed twice")
+        seen.add(name)
+    if request.command_id_prefix:
+        command_id(request.command_id_prefix, "command_id_prefix")
+    if request.WhichOneof("body") is None:
+        raise ValidationError("body", "one of rediscover, drain is required")
+    return request
+
+
 def send_command(request: admin_pb2.SendCommandRequest) -> admin_pb2.SendCommandRequest:
     node_name(request.node_name, "node_name")
     if request.command_id:

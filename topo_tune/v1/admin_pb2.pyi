@@ -341,6 +341,62 @@ class SendCommandRequest(_message.Message):
 Global___SendCommandRequest: _TypeAlias = SendCommandRequest  # noqa: Y015
 
 @_typing.final
+class SendCommandsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_NAMES_FIELD_NUMBER: _builtins.int
+    COMMAND_ID_PREFIX_FIELD_NUMBER: _builtins.int
+    REDISCOVER_FIELD_NUMBER: _builtins.int
+    DRAIN_FIELD_NUMBER: _builtins.int
+    command_id_prefix: _builtins.str
+    """ids become PREFIX-NODE (idempotent retries); empty: the controller picks"""
+    @_builtins.property
+    def node_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """empty: every node the controller knows"""
+
+    @_builtins.property
+    def rediscover(self) -> _agent_pb2.Rediscover: ...
+    @_builtins.property
+    def drain(self) -> _agent_pb2.Drain: ...
+    def __init__(
+        self,
+        *,
+        node_names: _abc.Iterable[_builtins.str] | None = ...,
+        command_id_prefix: _builtins.str = ...,
+        rediscover: _agent_pb2.Rediscover | None = ...,
+        drain: _agent_pb2.Drain | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "drain", b"drain", "rediscover", b"rediscover"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "command_id_prefix", b"command_id_prefix", "drain", b"drain", "node_names", b"node_names", "rediscover", b"rediscover"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["rediscover", "drain"]  # noqa: Y015
+    _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
+
+Global___SendCommandsRequest: _TypeAlias = SendCommandsRequest  # noqa: Y015
+
+@_typing.final
+class SendCommandsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMMANDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def commands(self) -> _containers.RepeatedCompositeFieldContainer[Global___CommandInfo]: ...
+    def __init__(
+        self,
+        *,
+        commands: _abc.Iterable[Global___CommandInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commands", b"commands"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SendCommandsResponse: _TypeAlias = SendCommandsResponse  # noqa: Y015
+
+@_typing.final
 class GetCommandRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

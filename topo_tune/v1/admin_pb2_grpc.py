@@ -49,6 +49,11 @@ class AdminServiceStub:
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.SendCommandRequest.SerializeToString,
                 response_deserializer=topo__tune_dot_v1_dot_admin__pb2.CommandInfo.FromString,
                 _registered_method=True)
+        self.SendCommands = channel.unary_unary(
+                '/topo_tune.v1.AdminService/SendCommands',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.SendCommandsRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.SendCommandsResponse.FromString,
+                _registered_method=True)
         self.GetCommand = channel.unary_unary(
                 '/topo_tune.v1.AdminService/GetCommand',
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.GetCommandRequest.SerializeToString,
@@ -198,6 +203,14 @@ class AdminServiceServicer:
 
     def SendCommand(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SendCommands(self, request, context):
+        """One command to many nodes: stored in one transaction, then sent concurrently (bounded by the controller's
+        fan-out window); returns once every connected node's copy is on its stream.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -379,6 +392,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.SendCommand,
                     request_deserializer=topo__tune_dot_v1_dot_admin__pb2.SendCommandRequest.FromString,
                     response_serializer=topo__tune_dot_v1_dot_admin__pb2.CommandInfo.SerializeToString,
+            ),
+            'SendCommands': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendCommands,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.SendCommandsRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.SendCommandsResponse.SerializeToString,
             ),
             'GetCommand': grpc.unary_unary_rpc_method_handler(
                     servicer.GetCommand,
@@ -592,6 +610,33 @@ class AdminService:
             '/topo_tune.v1.AdminService/SendCommand',
             topo__tune_dot_v1_dot_admin__pb2.SendCommandRequest.SerializeToString,
             topo__tune_dot_v1_dot_admin__pb2.CommandInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendCommands(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/SendCommands',
+            topo__tune_dot_v1_dot_admin__pb2.SendCommandsRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.SendCommandsResponse.FromString,
             options,
             channel_credentials,
             insecure,

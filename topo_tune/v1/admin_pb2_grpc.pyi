@@ -34,6 +34,10 @@ class AdminServiceStub:
     ListNodes: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListNodesRequest, _admin_pb2.ListNodesResponse]
     GetNode: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetNodeRequest, _admin_pb2.Node]
     SendCommand: _grpc.UnaryUnaryMultiCallable[_admin_pb2.SendCommandRequest, _admin_pb2.CommandInfo]
+    SendCommands: _grpc.UnaryUnaryMultiCallable[_admin_pb2.SendCommandsRequest, _admin_pb2.SendCommandsResponse]
+    """One command to many nodes: stored in one transaction, then sent concurrently (bounded by the controller's
+    fan-out window); returns once every connected node's copy is on its stream.
+    """
     GetCommand: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetCommandRequest, _admin_pb2.CommandInfo]
     ListCommands: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListCommandsRequest, _admin_pb2.ListCommandsResponse]
     GetClusterTopology: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetClusterTopologyRequest, _admin_pb2.ClusterTopologyView]
@@ -71,6 +75,10 @@ class AdminServiceAsyncStub(AdminServiceStub):
     ListNodes: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListNodesRequest, _admin_pb2.ListNodesResponse]  # type: ignore[assignment]
     GetNode: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetNodeRequest, _admin_pb2.Node]  # type: ignore[assignment]
     SendCommand: _aio.UnaryUnaryMultiCallable[_admin_pb2.SendCommandRequest, _admin_pb2.CommandInfo]  # type: ignore[assignment]
+    SendCommands: _aio.UnaryUnaryMultiCallable[_admin_pb2.SendCommandsRequest, _admin_pb2.SendCommandsResponse]  # type: ignore[assignment]
+    """One command to many nodes: stored in one transaction, then sent concurrently (bounded by the controller's
+    fan-out window); returns once every connected node's copy is on its stream.
+    """
     GetCommand: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetCommandRequest, _admin_pb2.CommandInfo]  # type: ignore[assignment]
     ListCommands: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListCommandsRequest, _admin_pb2.ListCommandsResponse]  # type: ignore[assignment]
     GetClusterTopology: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetClusterTopologyRequest, _admin_pb2.ClusterTopologyView]  # type: ignore[assignment]
@@ -123,6 +131,16 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.SendCommandRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.CommandInfo, _abc.Awaitable[_admin_pb2.CommandInfo]]: ...
+
+    @_abc_1.abstractmethod
+    def SendCommands(
+        self,
+        request: _admin_pb2.SendCommandsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.SendCommandsResponse, _abc.Awaitable[_admin_pb2.SendCommandsResponse]]:
+        """One command to many nodes: stored in one transaction, then sent concurrently (bounded by the controller's
+        fan-out window); returns once every connected node's copy is on its stream.
+        """
 
     @_abc_1.abstractmethod
     def GetCommand(
