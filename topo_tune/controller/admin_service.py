@@ -99,6 +99,18 @@ def command_message(record: CommandRecord) -> admin_pb2.CommandInfo:
     return info
 
 
+def _command_body(request: admin_pb2.SendCommandRequest | admin_pb2.SendCommandsRequest) -> agent_pb2.Command:
+    command = agent_pb2.Command()
+    kind = request.WhichOneof("body")
+    if kind == "rediscover":
+        command.rediscover.CopyFrom(request.rediscover)
+    elif kind == "drain":
+        command.drain.CopyFrom(request.drain)
+    else:  # pragma: no cover - validation refuses it
+        raise ValidationError("body", f"unsupported command {kind!r}")
+    return command
+
+
 class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
     def __init__(
         self,
@@ -143,14 +155,7 @@ class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
     @maps_errors
     async def SendCommand(self, request: admin_pb2.SendCommandRequest, context: Ctx) -> admin_pb2.CommandInfo:
         validation.send_command(request)
-        command = agent_pb2.Command()
-        kind = request.WhichOneof("body")
-        if kind == "rediscover":
-            command.rediscover.CopyFrom(request.rediscover)
-        elif kind == "drain":
-            command.drain.CopyFrom(request.drain)
-        else:  # pragma: no cover - validation.send_command refuses it
-            raise ValidationError("body", f"unsupported command {kind!r}")
+        command = _command_body(request)
         record = await self._commands.submit(request.node_name, command, command_id=request.command_id)
         if not record.status.final and record.deliveries == 0:
             await self._hub.deliver_new(record)
@@ -162,14 +167,7 @@ class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.SendCommandsRequest, context: Ctx
     ) -> admin_pb2.SendCommandsResponse:
         validation.send_commands(request)
-        command = agent_pb2.Command()
-        kind = request.WhichOneof("body")
-        if kind == "rediscover":
-            command.rediscover.CopyFrom(request.rediscover)
-        elif kind == "drain":
-            command.drain.CopyFrom(request.drain)
-        else:  # pragma: no cover - validation.send_commands refuses it
-            raise ValidationError("body", f"unsupported command {kind!r}")
+        command = _command_body(request)
         nodes = list(request.node_names) or [view.name for view in await self._registry.list()]
         prefix = request.command_id_prefix
         if prefix:
