@@ -22,6 +22,7 @@ from enum import StrEnum
 
 import sqlalchemy as sa
 from google.protobuf.timestamp_pb2 import Timestamp
+from sqlalchemy import orm
 from sqlalchemy.orm import Session
 
 from topo_tune.controller.db.database import Database
@@ -183,10 +184,42 @@ class CommandBook:
         ids = [f"{command_id_prefix}-{node}" if command_id_prefix else self.new_id() for node in node_names]
 
         def write(session: Session) -> list[CommandRecord]:
-            return [
-                self.add(session, node, command, command_id=cid, now=wall)
-                for node, cid in zip(node_names, ids, strict=True)
-            ]
+            known = {
+                name
+                for chunk in _chunks(list(node_names))
+                for name in session.scalars(sa.select(NodeRow.name).where(NodeRow.name.in_(chunk)))
+            }
+            missing = [node for node in node_names if node not in known]
+            if missing:
+                raise NotFoundError(
+                    f"no node named {missing[0]!r}" + (f" (and {len(missing) - 1} more)" if missing[1:] else "")
+                )
+            existing = _rows(session, ids)
+            kind = command.WhichOneof("body") or ""
+            out: list[CommandRecord] = []
+            for node, cid in zip(node_names, ids, strict=True):
+                if cid in existing:  # a retried fan-out: the same command, or a conflict
+                    out.append(self.add(session, node, command, command_id=cid, now=wall))
+                    continue
+                body = agent_pb2.Command()
+                body.CopyFrom(command)
+                body.command_id = cid
+                body.created_at.CopyFrom(_timestamp(wall))
+                row = CommandRow(
+                    id=cid,
+                    node_name=node,
+                    kind=kind,
+                    job_id=None,
+                    body=body.SerializeToString(),
+                    status=CommandStatus.PENDING,
+                    deliveries=0,
+                    message="",
+                    created_at=wall,
+                )
+                session.add(row)
+                out.append(_record(row))
+            session.flush()
+            return out
 
         records = await self.db.run(write)
         logger.info("fan-out stored", extra={"nodes": len(records), "kind": command.WhichOneof("body") or ""})
@@ -212,20 +245,21 @@ class CommandBook:
             await self._sent.submit((ids, self.wall_clock()))
 
     def _mark_sent_in(self, session: Session, batch: Sequence[tuple[list[str], datetime]]) -> list[None]:
-        for ids, wall in batch:
-            for chunk in range(0, len(ids), 500):  # SQLite binds at most a few thousand parameters
-                session.execute(
-                    sa.update(CommandRow)
-                    .where(CommandRow.id.in_(ids[chunk : chunk + 500]))
-                    .values(
-                        deliveries=CommandRow.deliveries + 1,
-                        sent_at=wall,
-                        status=sa.case(
-                            (CommandRow.status == CommandStatus.PENDING.value, CommandStatus.SENT.value),
-                            else_=CommandRow.status,
-                        ),
-                    )
+        ids = sorted({cid for ids, _ in batch for cid in ids})
+        wall = max(at for _, at in batch)
+        for chunk in _chunks(ids):
+            session.execute(
+                sa.update(CommandRow)
+                .where(CommandRow.id.in_(chunk))
+                .values(
+                    deliveries=CommandRow.deliveries + 1,
+                    sent_at=wall,
+                    status=sa.case(
+                        (CommandRow.status == CommandStatus.PENDING.value, CommandStatus.SENT.value),
+                        else_=CommandRow.status,
+                    ),
                 )
+            )
         return [None] * len(batch)
 
     async def acked(self, node_name: str, command_id: str) -> bool:
@@ -234,10 +268,7 @@ class CommandBook:
         return await self._acks.submit((node_name, command_id, self.wall_clock()))
 
     def _acked_in(self, session: Session, batch: Sequence[tuple[str, str, datetime]]) -> list[bool]:
-        rows = {
-            row.id: row
-            for row in session.scalars(sa.select(CommandRow).where(CommandRow.id.in_({cid for _, cid, _ in batch})))
-        }
+        rows = _rows(session, [cid for _, cid, _ in batch])
         out = []
         for node_name, command_id, wall in batch:
             row = rows.get(command_id)
@@ -265,7 +296,20 @@ class CommandBook:
     def _finish_in(
         self, session: Session, batch: Sequence[tuple[str, agent_pb2.CommandResult, datetime]]
     ) -> list[Finished]:
-        return [self._finish_one(session, node_name, result, wall) for node_name, result, wall in batch]
+        # Load the batch's rows in a few queries and hold them (the identity map keeps rows only while they are
+        # referenced), so the per-result lookups below cost no query and no autoflush.
+        rows = _rows(session, [result.command_id for _, result, _ in batch])
+        nodes = {
+            node.name: node
+            for chunk in _chunks(sorted({row.node_name for row in rows.values()}))
+            for node in session.scalars(
+                sa.select(NodeRow).where(NodeRow.name.in_(chunk)).options(orm.defer(NodeRow.topology))
+            )
+        }
+        with session.no_autoflush:
+            out = [self._finish_one(session, node_name, result, wall) for node_name, result, wall in batch]
+        del nodes
+        return out
 
     def _finish_one(
         self, session: Session, node_name: str, result: agent_pb2.CommandResult, wall: datetime
@@ -328,6 +372,21 @@ class CommandBook:
             return [_record(row) for row in session.scalars(query)]
 
         return await self.db.run(read)
+
+
+def _chunks(ids: Sequence[str], size: int = 500) -> list[Sequence[str]]:
+    """Ids in slices small enough for one ``IN`` (SQLite binds a limited number of parameters)."""
+    return [ids[i : i + size] for i in range(0, len(ids), size)]
+
+
+def _rows(session: Session, ids: Sequence[str]) -> dict[str, CommandRow]:
+    """The command rows with these ids, loaded in a few queries."""
+    unique = sorted(set(ids))
+    return {
+        row.id: row
+        for chunk in _chunks(unique)
+        for row in session.scalars(sa.select(CommandRow).where(CommandRow.id.in_(chunk)))
+    }
 
 
 def _apply_effect(session: Session, row: CommandRow, result: agent_pb2.CommandResult) -> None:

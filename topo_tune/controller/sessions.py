@@ -10,6 +10,7 @@ the agent only after it is committed, so an agent never drops a result the contr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -129,16 +130,31 @@ class SessionHub:
         return True
 
     async def deliver_many(self, records: list[CommandRecord]) -> int:
-        """Send freshly stored commands to their connected nodes, ``fanout_window`` nodes at a time (their
-        ``sent`` marks share transactions); returns how many went out. The rest wait for a reconnect."""
-        window = asyncio.Semaphore(max(1, self.fanout_window))
-
-        async def one(record: CommandRecord) -> bool:
-            async with window:
-                return await self.deliver_new(record)
-
-        sent = await asyncio.gather(*(one(r) for r in records if not r.status.final and r.deliveries == 0))
-        return sum(sent)
+        """Send freshly stored commands to their connected nodes, ``fanout_window`` nodes at a time: each
+        window's ``sent`` marks are one transaction, then its commands go on their streams at once. Returns
+        how many went out; the rest wait for their nodes to reconnect."""
+        fresh = [r for r in records if not r.status.final and r.deliveries == 0]
+        window = max(1, self.fanout_window)
+        sent = 0
+        for start in range(0, len(fresh), window):
+            chunk = fresh[start : start + window]
+            locks = [self._lock(name) for name in sorted({r.node_name for r in chunk})]
+            async with contextlib.AsyncExitStack() as held:
+                for lock in locks:  # sorted: two fan-outs never wait on each other's locks in a cycle
+                    await held.enter_async_context(lock)
+                targets = [
+                    (session, record)
+                    for record in chunk
+                    if (session := self._sessions.get(record.node_name)) is not None
+                    and record.id not in session.sent_commands
+                ]
+                await self.commands.mark_sent([record.id for _, record in targets])  # persist, then send
+                for session, record in targets:
+                    session.sent_commands.add(record.id)
+                    session.send(agent_pb2.ControllerMessage(command=record.body))
+            self.metrics.commands_sent.inc(len(targets))
+            sent += len(targets)
+        return sent
 
     async def _deliver(self, session: AgentSession, records: list[CommandRecord]) -> None:
         records = [r for r in records if r.id not in session.sent_commands]
