@@ -217,3 +217,14 @@ def test_a_planned_ring_has_its_unprobed_edges_measured() -> None:
     assert sampler.ring_pairs(order) == [], "each edge is handed out once"
     with pytest.raises(KeyError, match="not sampled"):
         sampler.ring_pairs(["r0n00", "elsewhere", "r1n00"])
+
+
+def test_a_slow_uplink_is_not_escalated_pair_by_pair() -> None:
+    # Every cross-rack pair of a slow rack is an outlier; once the rack's uplink explains them, its pairs are
+    # not each escalated (that would probe the slow rack against the whole cluster).
+    rack_of = _racks(10, 8)
+    healthy, slow = PairSampler(rack_of), PairSampler(rack_of)
+    _run(healthy, _healthy(rack_of))
+    _run(slow, _healthy(rack_of, slow_racks={"rack-4"}))
+    assert slow.findings().degraded_uplinks == ("rack-4",)
+    assert len(slow.planned) <= len(healthy.planned) + 2 * 8
