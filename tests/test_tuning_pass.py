@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from topo_tune.cluster_config import parse_cluster_config
+from topo_tune.cluster_config import ClusterConfig, parse_cluster_config
 from topo_tune.topology.distance import PairMatrix
 from topo_tune.tuner.objective import Measurements, SizeSample
+from topo_tune.tuner.rank_map import plan_rank_map
 from topo_tune.tuner.space import TrialConfig
 from topo_tune.tuner.study import MeasurementRequest, run_study
-from topo_tune.tuning_pass import StudyPlan, _pair_matrix, plan_study
+from topo_tune.tuning_pass import StudyPlan, _pair_matrix, check_ring, plan_study
 from topo_tune.v1 import admin_pb2, topology_pb2
 
 NODES = ("node-1", "node-2", "node-3", "node-4")
@@ -89,6 +90,23 @@ def test_nvlink_multicast_kept_off_in_every_nodes_workers_is_not_searched() -> N
     assert "nvls" not in space_of(off, off)
 
 
+def _two_racks_sampled() -> tuple[ClusterConfig, list[str], list[tuple[str, str, float]]]:
+    """Two racks of four with probeSampling sparse, and a measured ring (11 GB/s) through each rack."""
+    racks = {"a": ["a1", "a2", "a3", "a4"], "b": ["b1", "b2", "b3", "b4"]}
+    cluster = parse_cluster_config(
+        {
+            "apiVersion": "topo-tune/v1",
+            "kind": "Cluster",
+            "metadata": {"name": "sparse"},
+            "backend": "gloo",
+            "racks": [{"name": r, "nodes": [{"name": n, "gpus": 1} for n in nodes]} for r, nodes in racks.items()],
+            "search": {"probeSampling": "sparse"},
+        }
+    )
+    ring = [(nodes[i], nodes[(i + 1) % 4], 11.0) for nodes in racks.values() for i in range(4)]
+    return cluster, racks["a"] + racks["b"], ring
+
+
 class _Probed:
     """The admin API as the pass reads the matrix: topologies and the measured pairs of a sparse round."""
 
@@ -111,19 +129,7 @@ class _Probed:
 
 
 def test_a_sparse_sample_s_missing_pairs_are_inferred_from_what_it_measured_and_marked() -> None:
-    racks = {"a": ["a1", "a2", "a3", "a4"], "b": ["b1", "b2", "b3", "b4"]}
-    cluster = parse_cluster_config(
-        {
-            "apiVersion": "topo-tune/v1",
-            "kind": "Cluster",
-            "metadata": {"name": "sparse"},
-            "backend": "gloo",
-            "racks": [{"name": r, "nodes": [{"name": n, "gpus": 1} for n in nodes]} for r, nodes in racks.items()],
-            "search": {"probeSampling": "sparse"},
-        }
-    )
-    names = racks["a"] + racks["b"]
-    ring = [(nodes[i], nodes[(i + 1) % 4], 11.0) for nodes in racks.values() for i in range(4)]
+    cluster, names, ring = _two_racks_sampled()
     client = _Probed(names, [*ring, ("a1", "b1", 5.0), ("a2", "b3", 5.2)])
     pairs, _, _ = _pair_matrix(client, cluster, names)  # type: ignore[arg-type]
     assert pairs.get("a1", "a2").source == "measured" and pairs.get("a1", "a2").bandwidth_gbps == 11.0
@@ -134,3 +140,41 @@ def test_a_sparse_sample_s_missing_pairs_are_inferred_from_what_it_measured_and_
     # The nominal model would have said 12.5 GB/s (a 100 Gb/s NIC) for both.
     full = parse_cluster_config({**cluster.model_dump(by_alias=True, mode="json"), "search": {"probeSampling": "full"}})
     assert _pair_matrix(client, full, names)[0].get("a3", "b2").source == "modelled"  # type: ignore[arg-type]
+
+
+class _Prober(_Probed):
+    """Also runs probe rounds of listed pairs at once, with figures from ``truth``."""
+
+    def __init__(self, names: list[str], measured: list[tuple[str, str, float]], truth: dict[str, float]) -> None:
+        super().__init__(names, measured)
+        self.truth, self.rounds = truth, []  # type: list[list[tuple[str, str]]]
+
+    def start_probe_round(self, request: admin_pb2.StartProbeRoundRequest) -> admin_pb2.ProbeRound:
+        assert not request.nodes, "a ring check lists its pairs"
+        pairs = [(p.node_a, p.node_b) for p in request.pairs]
+        self.rounds.append(pairs)
+        found = [(a, b, self.truth.get(a[0] + b[0], 5.0)) for a, b in pairs]
+        self.measured += found
+        return admin_pb2.ProbeRound(
+            round_id=f"pr-{len(self.rounds)}",
+            status=admin_pb2.PROBE_ROUND_STATUS_SUCCEEDED,
+            measurements=[admin_pb2.PairMeasurement(node_a=a, node_b=b, bandwidth_gbps=bw) for a, b, bw in found],
+        )
+
+
+def test_the_ring_planned_from_a_sparse_sample_has_its_inferred_pairs_probed() -> None:
+    cluster, names, ring = _two_racks_sampled()
+    sampled = [*ring, ("a1", "b1", 5.0), ("a2", "b3", 5.2)]
+    client = _Prober(names, list(sampled), truth={"ab": 4.0, "ba": 4.0})
+    assert check_ring(client, cluster, names, sleep=lambda _: None) >= 1  # type: ignore[arg-type]
+    probed = {tuple(sorted(p)) for r in client.rounds for p in r}
+    assert probed and not probed & {tuple(sorted((a, b))) for a, b, _ in sampled}, "only pairs not yet measured"
+    assert any(a[0] != b[0] for a, b in probed), "the ring's crossings were inferred, now measured"
+    pairs, _, _ = _pair_matrix(client, cluster, names)  # type: ignore[arg-type]
+    assert all(pairs.get(*p).source == "measured" for p in probed)
+    # Nothing left to check on a ring whose edges are all measured: no further round.
+    order = plan_rank_map(pairs, slots=1, rack_of=cluster.rack_of()).planned.order
+    if all(pairs.get(order[i], order[(i + 1) % 8]).source == "measured" for i in range(8)):
+        before = len(client.rounds)
+        check_ring(client, cluster, names, sleep=lambda _: None)  # type: ignore[arg-type]
+        assert len(client.rounds) == before

@@ -290,7 +290,35 @@ def measure_pairs(
     request = admin_pb2.StartProbeRoundRequest(
         nodes=list(names), message_bytes=1 << 20, sampling=PROBE_SAMPLING[sampling]
     )
-    found = client.start_probe_round(request)
+    return _finished_round(client, client.start_probe_round(request), sleep)
+
+
+RING_CHECKS = 2
+"""Rounds of probing the inferred pairs on the ring planned from a sparse sample."""
+
+
+def check_ring(
+    client: AdminPort, cluster: ClusterConfig, names: Sequence[str], *, sleep: Callable[[float], None] = time.sleep
+) -> int:
+    """After a sparse sample: plan the ring on the mixed matrix and probe the pairs on it that were inferred
+    (an inferred pair may be slower than its group's median), up to `RING_CHECKS` times; returns how many
+    pairs were measured."""
+    measured = 0
+    for _ in range(RING_CHECKS):
+        pairs, _, _ = _pair_matrix(client, cluster, names)
+        order = plan_rank_map(pairs, slots=1, rack_of=cluster.rack_of()).planned.order
+        edges = [(order[i], order[(i + 1) % len(order)]) for i in range(len(order))] if len(order) > 2 else []
+        unprobed = sorted({(min(a, b), max(a, b)) for a, b in edges if pairs.get(a, b).source == "inferred"})
+        if not unprobed:
+            break
+        request = admin_pb2.StartProbeRoundRequest(
+            pairs=[admin_pb2.NodePair(node_a=a, node_b=b) for a, b in unprobed], message_bytes=1 << 20
+        )
+        measured += _finished_round(client, client.start_probe_round(request), sleep)
+    return measured
+
+
+def _finished_round(client: AdminPort, found: admin_pb2.ProbeRound, sleep: Callable[[float], None]) -> int:
     while found.status == admin_pb2.PROBE_ROUND_STATUS_RUNNING:
         sleep(0.2)
         found = client.get_probe_round(found.round_id)
@@ -447,6 +475,9 @@ def run_pass(
         else:
             on_status(f"probing {len(names) * (len(names) - 1) // 2} node pairs")
         measured = measure_pairs(client, names, sampling=cluster.search.probe_sampling)
+        if _sparse(cluster, len(names)):
+            on_status("probing the inferred pairs on the planned ring")
+            measured += check_ring(client, cluster, names)
     pairs, topologies, fingerprint = _pair_matrix(client, cluster, names)
     # Ranks per node as the benchmark jobs place them: every GPU (nccl, sim), one process (gloo).
     slots = {name: max(1, len(topologies[name].gpus)) if cluster.backend != "gloo" else 1 for name in names}

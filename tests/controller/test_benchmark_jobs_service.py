@@ -330,6 +330,36 @@ async def test_a_sparse_probe_round_probes_rack_rings_and_samples_across_racks(
     assert list(finished_round.degraded_nodes) == list(finished_round.degraded_uplinks) == []
 
 
+async def test_a_probe_round_of_listed_pairs_measures_exactly_those(
+    jobs_controller: Controller, agents: Callable[..., RunningAgent]
+) -> None:
+    await registered(*(agents(name, "gloo") for name in ("a", "b", "c")))
+    with pytest.raises(ValidationError, match="pairs"):
+        await jobs_controller.probes.start(
+            admin_pb2.StartProbeRoundRequest(nodes=["a"], pairs=[admin_pb2.NodePair(node_a="a", node_b="b")])
+        )
+    with pytest.raises(ValidationError, match=r"pairs\[1\]"):
+        await jobs_controller.probes.start(
+            admin_pb2.StartProbeRoundRequest(
+                pairs=[admin_pb2.NodePair(node_a="a", node_b="b"), admin_pb2.NodePair(node_a="b", node_b="a")]
+            )
+        )
+    started = await jobs_controller.probes.start(
+        admin_pb2.StartProbeRoundRequest(
+            pairs=[admin_pb2.NodePair(node_a="c", node_b="a")], message_bytes=1 << 16, pair_deadline_s=60
+        )
+    )
+    assert (started.pairs_total, started.rounds) == (1, 1)
+
+    async def done() -> admin_pb2.ProbeRound | None:
+        found = await jobs_controller.probes.get(started.round_id)
+        return found if found.status != admin_pb2.PROBE_ROUND_STATUS_RUNNING else None
+
+    finished_round = await async_wait_until(done, timeout=120, what="the listed probe round")
+    assert finished_round.status == admin_pb2.PROBE_ROUND_STATUS_SUCCEEDED, finished_round.message
+    assert [(m.node_a, m.node_b) for m in finished_round.measurements] == [("c", "a")]
+
+
 async def test_the_sampling_policy_defaults_to_full_for_small_clusters_and_refuses_unknown_values(
     jobs_controller: Controller, agents: Callable[..., RunningAgent]
 ) -> None:

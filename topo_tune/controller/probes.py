@@ -144,14 +144,27 @@ class Probes:
         return await self.db.run(write)
 
     async def start(self, request: admin_pb2.StartProbeRoundRequest) -> admin_pb2.ProbeRound:
-        nodes = list(request.nodes) or [v.name for v in await self.registry.list() if v.state is NodeState.READY]
+        listed = [(p.node_a, p.node_b) for p in request.pairs]
+        if listed:
+            if request.nodes or request.sampling:
+                raise ValidationError("pairs", "give pairs, or nodes and a sampling policy, not both")
+            seen: set[frozenset[str]] = set()
+            for i, (a, b) in enumerate(listed):
+                if a == b or frozenset((a, b)) in seen:
+                    raise ValidationError(f"pairs[{i}]", f"{a}-{b} pairs a node with itself or is listed twice")
+                seen.add(frozenset((a, b)))
+        nodes = (
+            sorted({n for pair in listed for n in pair})
+            if listed
+            else list(request.nodes) or [v.name for v in await self.registry.list() if v.state is NodeState.READY]
+        )
         if len(nodes) < 2:
             raise ValidationError("nodes", "a probe round needs at least two ready nodes")
         if len(set(nodes)) != len(nodes):
             raise ValidationError("nodes", "a node is listed twice")
         if request.sampling not in (admin_pb2.PROBE_SAMPLING_UNSPECIFIED, *SAMPLING_FROM_WIRE):
             raise ValidationError("sampling", "full or sparse")
-        mode = SAMPLING_FROM_WIRE.get(request.sampling) or default_mode(len(nodes))
+        mode: str = "listed" if listed else SAMPLING_FROM_WIRE.get(request.sampling) or default_mode(len(nodes))
         backends = set()
         racks: dict[str, str] = {}
         for i, name in enumerate(nodes):
@@ -185,26 +198,32 @@ class Probes:
                     message_bytes=message_bytes,
                     created_at=now,
                     sampling=mode,
-                    progress={"pairs": 0, "rounds": 0} if mode == "sparse" else None,
+                    progress={"pairs": len(listed), "rounds": len(pair_rounds(listed))}
+                    if listed
+                    else {"pairs": 0, "rounds": 0}
+                    if mode == "sparse"
+                    else None,
                 )
             )
 
         await self.db.run(write)
         deadline_s = float(request.pair_deadline_s or 120)
-        run = (
-            self._run_sparse(round_id, racks, message_bytes, deadline_s)
-            if mode == "sparse"
-            else self._run(round_id, nodes, message_bytes, deadline_s)
-        )
+        if mode == "sparse":
+            run = self._run_sparse(round_id, racks, message_bytes, deadline_s)
+        else:
+            rounds = pair_rounds(listed) if listed else probe_rounds(nodes)
+            run = self._run(round_id, rounds, message_bytes, deadline_s)
         task = asyncio.create_task(run)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return await self.get(round_id)
 
-    async def _run(self, round_id: str, nodes: list[str], message_bytes: int, deadline_s: float) -> None:
+    async def _run(
+        self, round_id: str, rounds: Sequence[Sequence[tuple[str, str]]], message_bytes: int, deadline_s: float
+    ) -> None:
         failures: list[str] = []
         try:
-            for number, pairs in enumerate(probe_rounds(nodes)):
+            for number, pairs in enumerate(rounds):
                 outcomes = await self._probe_round(round_id, number, pairs, message_bytes, deadline_s)
                 failures.extend(reason for reason, _ in outcomes if reason)
         except Exception as error:
@@ -406,12 +425,13 @@ class Probes:
                 status=STATUS_TO_WIRE[row.status],
                 message=row.message,
                 nodes=list(row.nodes),
-                rounds=len(probe_rounds(list(row.nodes))),
-                pairs_total=n * (n - 1) // 2,
                 measurements=[_measurement(m) for m in rows],
-                sampling=SAMPLING_TO_WIRE.get(row.sampling, admin_pb2.PROBE_SAMPLING_FULL),  # type: ignore[arg-type]
+                sampling=SAMPLING_TO_WIRE.get(row.sampling, admin_pb2.PROBE_SAMPLING_UNSPECIFIED),  # type: ignore[arg-type]
             )
-            if row.sampling == "sparse":
+            if row.sampling == "full":
+                # Every pair: n - 1 rounds for even n, n for odd (what `probe_rounds` plans).
+                found.rounds, found.pairs_total = (n - 1 if n % 2 == 0 else n) if n > 1 else 0, n * (n - 1) // 2
+            else:
                 progress = row.progress or {}
                 found.rounds, found.pairs_total = progress.get("rounds", 0), progress.get("pairs", 0)
                 found.degraded_nodes.extend(progress.get("degraded_nodes", []))

@@ -831,6 +831,7 @@ class StartProbeRoundRequest(_message.Message):
     MESSAGE_BYTES_FIELD_NUMBER: _builtins.int
     PAIR_DEADLINE_S_FIELD_NUMBER: _builtins.int
     SAMPLING_FIELD_NUMBER: _builtins.int
+    PAIRS_FIELD_NUMBER: _builtins.int
     message_bytes: _builtins.int
     """bandwidth size; 0: 16 MiB"""
     pair_deadline_s: _builtins.int
@@ -841,6 +842,10 @@ class StartProbeRoundRequest(_message.Message):
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """empty: every ready, undrained node"""
 
+    @_builtins.property
+    def pairs(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodePair]:
+        """set: probe exactly these pairs (leave nodes and sampling unset)"""
+
     def __init__(
         self,
         *,
@@ -848,10 +853,11 @@ class StartProbeRoundRequest(_message.Message):
         message_bytes: _builtins.int = ...,
         pair_deadline_s: _builtins.int = ...,
         sampling: Global___ProbeSampling.ValueType = ...,
+        pairs: _abc.Iterable[Global___NodePair] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_bytes", b"message_bytes", "nodes", b"nodes", "pair_deadline_s", b"pair_deadline_s", "sampling", b"sampling"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_bytes", b"message_bytes", "nodes", b"nodes", "pair_deadline_s", b"pair_deadline_s", "pairs", b"pairs", "sampling", b"sampling"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
