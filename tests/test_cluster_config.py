@@ -166,3 +166,50 @@ def test_one_box_example_is_a_graph_timed_nccl_node_with_nvls_off() -> None:
     (node,) = (node for rack in cluster.racks for node in rack.nodes)
     assert cluster.backend == "nccl" and cluster.controller.address is None
     assert cluster.search.cuda_graph and node.worker_env == {"NCCL_NVLS_ENABLE": "0"}
+
+
+def _alias_bomb(levels: int = 9, width: int = 9) -> str:
+    """``levels`` anchors, each a list of ``width`` aliases of the one before: ``width ** levels`` leaves."""
+    lines = ["apiVersion: topo-tune/v1", "racks:", "  - name: r0", '    labels: {a0: &a0 ["x"]}']
+    for level in range(1, levels + 1):
+        items = ", ".join([f"*a{level - 1}"] * width)
+        lines.append(f"  - name: r{level}")
+        lines.append(f"    labels: {{a{level}: &a{level} [{items}]}}")
+    return "\n".join(lines) + "\n"
+
+
+def test_an_alias_bomb_in_racks_is_refused_before_it_expands(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(_alias_bomb())
+    with pytest.raises(ConfigError) as caught:
+        load_cluster_config(path)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.endswith("refused: more than 1000000 values once aliases are expanded (an alias bomb?)")
+    assert str(path) in message
+
+
+def test_aliases_that_stay_small_are_still_yaml() -> None:
+    text = "apiVersion: topo-tune/v1\nracks:\n  - {name: r1, nodes: [{name: a, gpus: &g 8}, {name: b, gpus: *g}]}\n"
+    config = loads_cluster_config(text)
+    assert [node.gpus for node in config.racks[0].nodes] == [8, 8]
+
+
+@pytest.mark.parametrize("opening", ["[", "{a: "], ids=["lists", "mappings"])
+def test_deep_nesting_is_one_line_naming_the_bound_not_a_recursion_error(opening: str) -> None:
+    closing = "]" if opening == "[" else "}"
+    text = "apiVersion: topo-tune/v1\nracks: " + opening * 5000 + "1" + closing * 5000 + "\n"
+    with pytest.raises(ConfigError) as caught:
+        loads_cluster_config(text)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "nested more than 64 levels deep" in message
+    assert message.startswith("cluster.yaml: refused: line 2:")
+
+
+def test_a_file_larger_than_the_bound_is_refused_unread(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    with path.open("wb") as handle:
+        handle.truncate(16 * 1024 * 1024 + 1)  # sparse: nothing is written, the size is what counts
+    with pytest.raises(ConfigError, match=r"larger than 16 MiB$"):
+        load_cluster_config(path)

@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from topo_tune import bounded_yaml
 from topo_tune.benchmark.job_spec import MAX_DEADLINE_S
 from topo_tune.config_layout import DEFAULT_CONFIG_DIR
 from topo_tune.errors import ConfigError
@@ -474,6 +475,8 @@ def parse_cluster_config(data: object, *, source: str = "cluster.yaml") -> Clust
 def load_cluster_config(path: Path) -> ClusterConfig:
     """Read and validate a ``cluster.yaml``."""
     try:
+        if path.stat().st_size > bounded_yaml.MAX_BYTES:
+            raise ConfigError("", f"{path}: larger than {bounded_yaml.MAX_BYTES // (1024 * 1024)} MiB")
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError("", f"cannot read {path}: {exc.strerror or exc}") from None
@@ -485,7 +488,9 @@ def load_cluster_config(path: Path) -> ClusterConfig:
 def loads_cluster_config(text: str, *, source: str = "cluster.yaml") -> ClusterConfig:
     """Validate ``cluster.yaml`` text."""
     try:
-        data: Any = yaml.safe_load(text)
+        data: Any = bounded_yaml.load(text)
+    except bounded_yaml.YamlLimitError as exc:
+        raise ConfigError("", f"{source}: refused: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source

@@ -22,6 +22,8 @@ from topo_tune.v1 import admin_pb2, agent_pb2
 
 _SIZE = re.compile(r"^(\d+)([KMG]?)B?$", re.IGNORECASE)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+MAX_SIZE = (1 << 64) - 1
+"""The largest size the wire can carry (an unsigned 64-bit field)."""
 STATUS_NAMES = {v: k.removeprefix("BENCHMARK_JOB_STATUS_").lower() for k, v in admin_pb2.BenchmarkJobStatus.items()}
 
 
@@ -36,7 +38,10 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]
         match = _SIZE.match(str(value).strip())
         if match is None:
             self.fail(f"{value!r} is not a size like 8, 64K, 1M or 4G", param, ctx)
-        return int(match.group(1)) * _UNITS[match.group(2).upper()]
+        size = int(match.group(1)) * _UNITS[match.group(2).upper()]
+        if size > MAX_SIZE:
+            self.fail(f"{value!r} is larger than the largest size, {MAX_SIZE} bytes", param, ctx)
+        return size
 
 
 class TunerTableFile(click.ParamType):  # type: ignore[type-arg]

@@ -1,0 +1,34 @@
+"""Out-of-range numbers on the command line: a one-line usage error naming the option, never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from topo_tune.cli.main import cli
+
+CLOSED = "127.0.0.1:1"
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        pytest.param(["admin", "bench", "run", "-e", "18446744073709551616"], "'--max-bytes' / '-e'", id="bench-e"),
+        pytest.param(["admin", "bench", "run", "-b", "99999999999999999999G"], "'--min-bytes' / '-b'", id="bench-b"),
+        pytest.param(
+            ["admin", "rollout", "create", "v1", "--gate-max-bytes", "99999999999999999999999"],
+            "'--gate-max-bytes'",
+            id="gate-max-bytes",
+        ),
+    ],
+)
+def test_a_size_past_the_wire_limit_is_a_usage_error_naming_the_option(argv: list[str], option: str) -> None:
+    result = CliRunner().invoke(
+        cli, [*argv, "--controller", CLOSED], env={"TOPO_TUNE_TOKEN": "t"}, prog_name="topo-tune"
+    )
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith(f"Error: Invalid value for {option}: "), result.output
+    assert "larger than the largest size" in last
+    assert "Traceback" not in result.output
