@@ -1,12 +1,13 @@
-"""Bearer-token authentication and TLS credentials, shared by both services and all their clients.
+"""Bearer tokens on the wire, the guard that refuses calls before their body is read, and TLS credentials.
 
-Every RPC on the agent and admin services must carry ``authorization: Bearer <token>``; the token is
-compared in constant time. A missing or wrong token gets ``UNAUTHENTICATED`` with a fixed message, so a
-caller learns nothing else (not which services exist, not whether the token was close). The standard
-health service stays open: kubelet probes carry no credentials.
+Every RPC on the agent and admin services must carry ``authorization: Bearer <token>`` (the ``Bearer ``
+prefix is required); tokens are compared in constant time. A missing or wrong token gets
+``UNAUTHENTICATED`` with a fixed message, so a caller learns nothing else (not which services or methods
+exist, not whether the token was close). The standard health service stays open: kubelet probes carry no
+credentials. Which token may call what (admin, agent, job) is the controller's ``credentials.py``.
 
-Non-goal: per-user identities or token rotation; one shared secret per cluster, delivered as a Kubernetes
-Secret or a file.
+Non-goal: token rotation; the admin token is one secret per cluster, delivered as a Kubernetes Secret or a
+file.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import grpc.aio
 from topo_tune.errors import ConfigError
 
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
-_REFUSED = "missing or invalid bearer token"
+REFUSED = "missing or invalid bearer token"
+_BEARER = b"Bearer "
 
 
 def read_token(*, token_file: Path | None, token_env: str | None) -> str:
@@ -48,37 +50,44 @@ def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),)
 
 
-def token_matches(expected: str, metadata: tuple[tuple[str, str | bytes], ...] | None) -> bool:
-    presented = b""
+def presented_token(metadata: tuple[tuple[str, str | bytes], ...] | None) -> bytes | None:
+    """The token of the call's ``authorization: Bearer <token>``; None without one (or without ``Bearer ``)."""
     for key, value in metadata or ():
         if key == "authorization":
             raw = value.encode() if isinstance(value, str) else value
-            presented = raw.removeprefix(b"Bearer ")
-            break
+            return raw[len(_BEARER) :] if raw.startswith(_BEARER) else None
+    return None
+
+
+def token_matches(expected: str, metadata: tuple[tuple[str, str | bytes], ...] | None) -> bool:
+    presented = presented_token(metadata)
     # compare_digest takes time independent of where the inputs differ.
-    return hmac.compare_digest(presented, expected.encode())
+    return presented is not None and hmac.compare_digest(presented, expected.encode())
 
 
 class GuardInterceptor(grpc.aio.ServerInterceptor):
-    """Answers every call but health checks with ``code`` unless ``admits`` lets it through."""
+    """Answers every call but health checks with the status ``refusal`` names, before its body is read.
 
-    code = grpc.StatusCode.UNAUTHENTICATED
-    details = _REFUSED
+    A refused call never reaches its method's handler: it gets a handler that reads no request message, so
+    an unauthenticated caller cannot make the server buffer or deserialize anything, and a method that does
+    not exist is refused like any other (``UNIMPLEMENTED`` only for callers that may call).
+    """
 
     @abc.abstractmethod
-    def admits(self, handler_call_details: grpc.HandlerCallDetails) -> bool:
-        """Whether this call may go on to its handler."""
+    def refusal(self, handler_call_details: grpc.HandlerCallDetails) -> tuple[grpc.StatusCode, str] | None:
+        """The code and message that refuse this call; None lets it go on."""
 
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        handler = await continuation(handler_call_details)
         method: str = handler_call_details.method
-        if method.startswith(HEALTH_PREFIX) or handler is None or self.admits(handler_call_details):
-            return handler
-        return refusing_handler(handler, self.code, self.details)
+        if not method.startswith(HEALTH_PREFIX):
+            refused = self.refusal(handler_call_details)
+            if refused is not None:
+                return refusing_handler(*refused)
+        return await continuation(handler_call_details)
 
 
 class BearerTokenInterceptor(GuardInterceptor):
@@ -87,28 +96,23 @@ class BearerTokenInterceptor(GuardInterceptor):
     def __init__(self, token: str) -> None:
         self._token = token
 
-    def admits(self, handler_call_details: grpc.HandlerCallDetails) -> bool:
-        return token_matches(self._token, handler_call_details.invocation_metadata)
+    def refusal(self, handler_call_details: grpc.HandlerCallDetails) -> tuple[grpc.StatusCode, str] | None:
+        if token_matches(self._token, handler_call_details.invocation_metadata):
+            return None
+        return grpc.StatusCode.UNAUTHENTICATED, REFUSED
 
 
-def refusing_handler(
-    like: grpc.RpcMethodHandler[Any, Any], code: grpc.StatusCode, details: str
-) -> grpc.RpcMethodHandler[Any, Any]:
-    """A handler of ``like``'s shape that answers every call with ``code`` and ``details`` (interceptors)."""
+def refusing_handler(code: grpc.StatusCode, details: str) -> grpc.RpcMethodHandler[Any, Any]:
+    """A handler that answers with ``code`` and ``details`` without reading a request message.
 
-    async def refuse(_request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    It takes the request as a stream (whatever the method's shape: the wire is the same) and never iterates
+    it, so not one byte of the body is deserialized or held beyond HTTP/2's flow-control window.
+    """
+
+    async def refuse(_requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         await context.abort(code, details)
 
-    # The replacement must have the original's streaming shape, or the server would wait for a
-    # request message that a streaming client may never send. grpc.aio accepts a coroutine for a
-    # streaming response: it aborts before anything is written.
-    if like.request_streaming and like.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(refuse)
-    if like.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(refuse)
-    if like.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(refuse)
-    return grpc.unary_unary_rpc_method_handler(refuse)
+    return grpc.stream_stream_rpc_method_handler(refuse)
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 Transport errors never escape this module: every ``grpc.RpcError`` becomes a ``ControllerError`` (or its
 subclasses ``ControllerUnavailable`` / ``Unauthenticated``), or the domain error its status code stands for
-(``NOT_FOUND`` → ``NotFoundError``, ``INVALID_ARGUMENT`` → ``ValidationError``, ``ALREADY_EXISTS`` →
-``ConflictError``), with the controller's own message.
+(``NOT_FOUND`` → ``NotFoundError``, ``PERMISSION_DENIED`` → ``PermissionDenied``, ``INVALID_ARGUMENT`` →
+``ValidationError``, ``ALREADY_EXISTS`` → ``ConflictError``), with the controller's own message.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from topo_tune.errors import (
     ControllerUnavailable,
     NodeBusy,
     NotFoundError,
+    PermissionDenied,
     Unauthenticated,
     ValidationError,
 )
@@ -45,6 +46,8 @@ def _mapped(address: str) -> Iterator[None]:
         details: str = error.details() or code.name
         if code == grpc.StatusCode.UNAUTHENTICATED:
             raise Unauthenticated(f"controller {address} refused the token: {details}") from None
+        if code == grpc.StatusCode.PERMISSION_DENIED:
+            raise PermissionDenied(f"controller {address} refused: {details}") from None
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             raise ControllerUnavailable(f"controller {address} is unreachable: {details}") from None
         if code == grpc.StatusCode.NOT_FOUND:
@@ -183,6 +186,12 @@ class AdminClient:
     def rollout_history(self, rollout_id: str) -> list[admin_pb2.RolloutTransition]:
         request = admin_pb2.GetRolloutHistoryRequest(rollout_id=rollout_id)
         return list(self._call(self._stub.GetRolloutHistory, request).transitions)
+
+    def issue_credential(
+        self, role: admin_pb2.CredentialRole.ValueType, node_name: str = ""
+    ) -> admin_pb2.IssuedCredential:
+        request = admin_pb2.IssueCredentialRequest(role=role, node_name=node_name)
+        return self._call(self._stub.IssueCredential, request)
 
     def resolve_job_config(self, job_id: str, nodes: list[str]) -> admin_pb2.JobConfig:
         request = admin_pb2.ResolveJobConfigRequest(job_id=job_id, nodes=nodes)

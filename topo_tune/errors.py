@@ -5,6 +5,7 @@
     ├── ValidationError           a wire message or request that breaks the contract; carries the field path
     ├── SimInputError             a cluster description, environment or argument the simulator cannot use
     ├── NotFoundError             a node, command or other object that does not exist
+    ├── PermissionDenied          the caller's credential does not allow this (e.g. an agent naming another node)
     ├── ConflictError             the request contradicts current state (e.g. same command id, other body)
     │   └── NodeBusy              a node runs another benchmark job (ABORTED: retry later)
     ├── StorageError              the database failed after retries
@@ -36,6 +37,10 @@ class FieldError(TopoTuneError):
 
 class ConfigError(FieldError):
     """A configuration file, setting or command-line value is invalid."""
+
+
+class PermissionDenied(TopoTuneError):
+    """The caller's credential does not allow this call or this node name."""
 
 
 class ValidationError(FieldError):

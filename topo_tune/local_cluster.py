@@ -29,6 +29,7 @@ from pathlib import Path
 from topo_tune.agent.daemon import Agent
 from topo_tune.agent.settings import AgentSettings
 from topo_tune.cluster_config import ClusterConfig, NodeConfig
+from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.server import Controller
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.errors import ConfigError
@@ -219,7 +220,7 @@ class EmbeddedCluster:
         settings = AgentSettings(
             controller=self.address,
             node_name=name,
-            token=self.token,
+            token=Credentials(self.token).issue_agent(name),  # each agent as its own node only, like a daemon
             rack=rack,
             backend=backend,
             address=address,

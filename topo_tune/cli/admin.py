@@ -43,14 +43,13 @@ def connected(function: F) -> F:
         address: str,
         fmt: str,
         token_file: Path | None,
-        token: str | None,
         tls_ca: Path | None,
         tls_cert: Path | None,
         tls_key: Path | None,
         **kwargs: Any,
     ) -> Any:
         tls = client_tls(tls_ca, tls_cert, tls_key)
-        with AdminClient(address, token=resolve_token(token_file, token), tls=tls) as client:
+        with AdminClient(address, token=resolve_token(token_file), tls=tls) as client:
             return function(client=client, fmt=fmt, **kwargs)
 
     return wrapper  # type: ignore[return-value]

@@ -134,7 +134,6 @@ def run(
     worker_env: dict[str, str],
     reconnect_max_s: float,
     token_file: Path | None,
-    token: str | None,
     tls_ca: Path | None,
     tls_cert: Path | None,
     tls_key: Path | None,
@@ -151,7 +150,7 @@ def run(
     settings = AgentSettings(
         controller=controller_address,
         node_name=node_name or socket.gethostname(),
-        token=resolve_token(token_file, token),
+        token=resolve_token(token_file),
         rack=rack,
         labels=labels,
         backend=backend,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,10 +17,10 @@ _PATH = click.Path(path_type=Path, dir_okay=False)
 
 
 def token_options(function: F) -> F:
-    function = click.option(
-        "--token-file", type=_PATH, help="File holding the shared bearer token (default: $TOPO_TUNE_TOKEN)."
-    )(function)
-    return click.option("--token", envvar="TOPO_TUNE_TOKEN", hidden=True)(function)
+    # No --token: a value in argv is visible to every user of the machine (ps, /proc/PID/cmdline).
+    return click.option("--token-file", type=_PATH, help="File holding the bearer token (default: $TOPO_TUNE_TOKEN).")(
+        function
+    )
 
 
 def client_tls_options(function: F) -> F:
@@ -28,8 +29,9 @@ def client_tls_options(function: F) -> F:
     return click.option("--tls-key", type=_PATH, help="Client key, for mTLS.")(function)
 
 
-def resolve_token(token_file: Path | None, token: str | None) -> str:
-    return read_token(token_file=token_file, token_env=token)
+def resolve_token(token_file: Path | None) -> str:
+    """The token from ``token_file``, else from ``$TOPO_TUNE_TOKEN``."""
+    return read_token(token_file=token_file, token_env=os.environ.get("TOPO_TUNE_TOKEN"))
 
 
 def client_tls(ca: Path | None, cert: Path | None, key: Path | None) -> TlsFiles | None:

@@ -140,7 +140,6 @@ def serve(
     heartbeat_interval: float | None,
     heartbeat_expiry: float | None,
     token_file: Path | None,
-    token: str | None,
     tls_cert: Path | None,
     tls_key: Path | None,
     tls_client_ca: Path | None,
@@ -197,7 +196,7 @@ def serve(
     settings = ControllerSettings(
         listen=listen or section.listen,
         database_url=database or section.database,
-        token=resolve_token(token_path, token),
+        token=resolve_token(token_path),
         tls=tls,
         metrics_listen=metrics_listen or section.metrics_listen,
         health_listen=health_listen or section.health_listen,

@@ -114,7 +114,6 @@ def _controller(
     cluster: ClusterConfig,
     output: Path,
     token_file: Path | None,
-    token: str | None,
     tls: object,
     *,
     console: Console,
@@ -127,7 +126,7 @@ def _controller(
     """
     if cluster.controller.address:
         resolved = resolve_token(
-            token_file or (Path(cluster.controller.token_file) if cluster.controller.token_file else None), token
+            token_file or (Path(cluster.controller.token_file) if cluster.controller.token_file else None)
         )
         with AdminClient(cluster.controller.address, token=resolved, tls=tls, timeout_s=60) as client:  # type: ignore[arg-type]
             yield client, f"sqlite:///{output / 'study.db'}"
@@ -202,7 +201,6 @@ def init(
     node_timeout: float,
     worker_env: dict[str, str],
     token_file: Path | None,
-    token: str | None,
     tls_ca: Path | None,
     tls_cert: Path | None,
     tls_key: Path | None,
@@ -246,7 +244,6 @@ def init(
             cluster,
             output,
             token_file,
-            token,
             client_tls(tls_ca, tls_cert, tls_key),
             console=console,
             node_timeout=node_timeout,

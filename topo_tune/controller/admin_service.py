@@ -5,6 +5,7 @@ The rollout and job-config RPCs come from ``rollout/service.py`` (a mixin), next
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from topo_tune.controller import validation
 from topo_tune.controller.commands import STATUS_TO_WIRE, CommandBook, CommandRecord
 from topo_tune.controller.config_versions import ConfigVersions
+from topo_tune.controller.credentials import Credentials
 
 if TYPE_CHECKING:
     from topo_tune.controller.drift import DriftChecker
@@ -26,8 +28,10 @@ from topo_tune.controller.rollout.job_pins import JobResolver
 from topo_tune.controller.rollout.service import RolloutServicerMixin
 from topo_tune.controller.sessions import SessionHub
 from topo_tune.controller.status_codes import maps_errors
-from topo_tune.errors import ConflictError, ValidationError
+from topo_tune.errors import ConflictError, TopoTuneError, ValidationError
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2, topology_pb2
+
+logger = logging.getLogger(__name__)
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 
@@ -127,6 +131,7 @@ class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
         config_versions: ConfigVersions,
         studies: Studies | None = None,
         drift: DriftChecker | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         self._registry = registry
         self._commands = commands
@@ -139,6 +144,7 @@ class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
         self._config_versions = config_versions
         self._studies = studies
         self._drift = drift
+        self._credentials = credentials
 
     @maps_errors
     async def ListNodes(self, request: admin_pb2.ListNodesRequest, context: Ctx) -> admin_pb2.ListNodesResponse:
@@ -310,3 +316,24 @@ class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
     async def RunDriftCheck(self, request: admin_pb2.RunDriftCheckRequest, context: Ctx) -> admin_pb2.DriftCheck:
         validation.short_text(request.config_version, "config_version")
         return await self._drift_checks().start(version=request.config_version)
+
+    @maps_errors
+    async def IssueCredential(
+        self, request: admin_pb2.IssueCredentialRequest, context: Ctx
+    ) -> admin_pb2.IssuedCredential:
+        if self._credentials is None:
+            raise TopoTuneError("this controller issues no credentials")
+        if request.role == admin_pb2.CREDENTIAL_ROLE_AGENT:
+            token = self._credentials.issue_agent(request.node_name)
+        elif request.role == admin_pb2.CREDENTIAL_ROLE_JOB:
+            if request.node_name:
+                raise ValidationError("node_name", "a job credential is not bound to a node; leave it empty")
+            token = self._credentials.issue_job()
+        else:
+            raise ValidationError("role", "credentials are issued for the agent or the job role only")
+        logger.info(
+            "issued a %s credential",
+            admin_pb2.CredentialRole.Name(request.role).removeprefix("CREDENTIAL_ROLE_").lower(),
+            extra={"node": request.node_name},
+        )
+        return admin_pb2.IssuedCredential(token=token, role=request.role, node_name=request.node_name)

@@ -12,8 +12,9 @@ import grpc.aio
 from google.protobuf.message import DecodeError
 
 from topo_tune.controller import status_codes
+from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.sessions import AgentSession, SessionHub
-from topo_tune.errors import TopoTuneError, ValidationError
+from topo_tune.errors import PermissionDenied, TopoTuneError, ValidationError
 from topo_tune.v1 import agent_pb2, agent_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -23,8 +24,10 @@ NOT_AN_AGENT_MESSAGE = "the bytes received are not an AgentMessage"
 
 
 class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
-    def __init__(self, hub: SessionHub) -> None:
+    def __init__(self, hub: SessionHub, credentials: Credentials | None = None) -> None:
         self._hub = hub
+        self._credentials = credentials
+        """Given: a session registers only as the node its credential names (admins as any)."""
 
     async def Session(
         self,
@@ -44,6 +47,16 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         if first.WhichOneof("kind") != "register":
             self._hub.metrics.rejected_messages.inc()
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "register: the first message must register")
+        if self._credentials is not None:
+            credential = self._credentials.of_call(context.invocation_metadata())
+            if credential is None or not credential.may_register_as(first.register.node_name):
+                # Before the registry is touched: the node's own session stays up.
+                self._hub.metrics.rejected_messages.inc()
+                bound = f"node {credential.node_name!r}" if credential is not None else "no node"
+                await status_codes.abort(
+                    context,
+                    PermissionDenied(f"register: this credential is {bound}'s; it cannot register as another node"),
+                )
         try:
             session, registered = await self._hub.open(first.register, peer_host=peer_host(context.peer()))
         except TopoTuneError as error:

@@ -22,11 +22,8 @@ NOT_LEADER = "this controller is a standby, not the leader; retry (the Service r
 class LeaderOnlyInterceptor(GuardInterceptor):
     """Refuses every call but health checks with ``UNAVAILABLE`` while ``leading()`` is False."""
 
-    code = grpc.StatusCode.UNAVAILABLE
-    details = NOT_LEADER
-
     def __init__(self, leading: Callable[[], bool]) -> None:
         self._leading = leading
 
-    def admits(self, handler_call_details: grpc.HandlerCallDetails) -> bool:
-        return self._leading()
+    def refusal(self, handler_call_details: grpc.HandlerCallDetails) -> tuple[grpc.StatusCode, str] | None:
+        return None if self._leading() else (grpc.StatusCode.UNAVAILABLE, NOT_LEADER)

@@ -1,7 +1,7 @@
 """Wiring and lifecycle of the controller daemon: start, serve, shut down gracefully.
 
 Start-up: migrate the database, load the node registry, register the periodic jobs, start the gRPC
-server (agent + admin + health services, bearer-token interceptor, optional TLS), the optional plaintext
+server (agent + admin + health services, the credential interceptor, optional TLS), the optional plaintext
 health port and the Prometheus endpoint. Shutdown (SIGTERM): health goes ``NOT_SERVING`` first so load
 balancers stop sending, sessions are closed so agents reconnect elsewhere, in-flight RPCs get a grace
 period, the last heartbeats are flushed, the database is closed.
@@ -37,11 +37,12 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
-from topo_tune.auth import BearerTokenInterceptor, server_credentials
+from topo_tune.auth import server_credentials
 from topo_tune.config_version import TUNER_TABLE
 from topo_tune.controller.admin_service import AdminServicer
 from topo_tune.controller.agent_service import AgentServicer
 from topo_tune.controller.commands import CommandBook
+from topo_tune.controller.credentials import CredentialInterceptor, Credentials
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.fence import FencedError
 from topo_tune.controller.drift import DriftChecker
@@ -85,6 +86,7 @@ class Controller:
             raise ConfigError("--token-file", "the controller needs a token: --token-file FILE or TOPO_TUNE_TOKEN")
         self.settings = settings
         self.controller_id = settings.controller_id or uuid.uuid4().hex[:12]
+        self.credentials = Credentials(settings.token)
         self.metrics = ControllerMetrics()
         self.db = Database(settings.database_url)
         self.registry = NodeRegistry(
@@ -240,9 +242,9 @@ class Controller:
             ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
             ("grpc.keepalive_permit_without_calls", 1),
         ]
-        interceptors = [BearerTokenInterceptor(self.settings.token), LeaderOnlyInterceptor(lambda: self.leading)]
+        interceptors = [CredentialInterceptor(self.credentials), LeaderOnlyInterceptor(lambda: self.leading)]
         server = grpc.aio.server(interceptors=interceptors, options=options)
-        agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(self.hub), server)
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(self.hub, self.credentials), server)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminServicer(
                 registry=self.registry,
@@ -257,6 +259,7 @@ class Controller:
                 studies=self.studies,
                 job_configs=self.job_configs,
                 drift=self.drift,
+                credentials=self.credentials,
             ),
             server,
         )

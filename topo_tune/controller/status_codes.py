@@ -14,13 +14,22 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 import grpc.aio
 
-from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, StorageError, TopoTuneError, ValidationError
+from topo_tune.errors import (
+    ConflictError,
+    NodeBusy,
+    NotFoundError,
+    PermissionDenied,
+    StorageError,
+    TopoTuneError,
+    ValidationError,
+)
 
 logger = logging.getLogger(__name__)
 
 CODES: tuple[tuple[type[TopoTuneError], grpc.StatusCode], ...] = (
     (ValidationError, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
+    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (NodeBusy, grpc.StatusCode.ABORTED),
     (ConflictError, grpc.StatusCode.ALREADY_EXISTS),
     (StorageError, grpc.StatusCode.UNAVAILABLE),

@@ -160,6 +160,31 @@ STUDY_STATUS_CANCELLED: StudyStatus.ValueType  # 4
 """stopped by `admin study cancel`; starting it again resumes"""
 Global___StudyStatus: _TypeAlias = StudyStatus  # noqa: Y015
 
+class _CredentialRole:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _CredentialRoleEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CredentialRole.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CREDENTIAL_ROLE_UNSPECIFIED: _CredentialRole.ValueType  # 0
+    CREDENTIAL_ROLE_ADMIN: _CredentialRole.ValueType  # 1
+    """everything (the controller's own token; never issued)"""
+    CREDENTIAL_ROLE_AGENT: _CredentialRole.ValueType  # 2
+    """the agent service, registering as its one node only"""
+    CREDENTIAL_ROLE_JOB: _CredentialRole.ValueType  # 3
+    """ResolveJobConfig only: `topo-tune env` / `topo-tune exec`"""
+
+class CredentialRole(_CredentialRole, metaclass=_CredentialRoleEnumTypeWrapper): ...
+
+CREDENTIAL_ROLE_UNSPECIFIED: CredentialRole.ValueType  # 0
+CREDENTIAL_ROLE_ADMIN: CredentialRole.ValueType  # 1
+"""everything (the controller's own token; never issued)"""
+CREDENTIAL_ROLE_AGENT: CredentialRole.ValueType  # 2
+"""the agent service, registering as its one node only"""
+CREDENTIAL_ROLE_JOB: CredentialRole.ValueType  # 3
+"""ResolveJobConfig only: `topo-tune env` / `topo-tune exec`"""
+Global___CredentialRole: _TypeAlias = CredentialRole  # noqa: Y015
+
 @_typing.final
 class Node(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -2359,3 +2384,53 @@ class RunDriftCheckRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RunDriftCheckRequest: _TypeAlias = RunDriftCheckRequest  # noqa: Y015
+
+@_typing.final
+class IssueCredentialRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROLE_FIELD_NUMBER: _builtins.int
+    NODE_NAME_FIELD_NUMBER: _builtins.int
+    role: Global___CredentialRole.ValueType
+    """AGENT or JOB"""
+    node_name: _builtins.str
+    """AGENT: the node the credential registers as"""
+    def __init__(
+        self,
+        *,
+        role: Global___CredentialRole.ValueType = ...,
+        node_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_name", b"node_name", "role", b"role"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IssueCredentialRequest: _TypeAlias = IssueCredentialRequest  # noqa: Y015
+
+@_typing.final
+class IssuedCredential(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKEN_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    NODE_NAME_FIELD_NUMBER: _builtins.int
+    token: _builtins.str
+    """a bearer token; secret: hand it to the node or the job's users only"""
+    role: Global___CredentialRole.ValueType
+    node_name: _builtins.str
+    def __init__(
+        self,
+        *,
+        token: _builtins.str = ...,
+        role: Global___CredentialRole.ValueType = ...,
+        node_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_name", b"node_name", "role", b"role", "token", b"token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IssuedCredential: _TypeAlias = IssuedCredential  # noqa: Y015

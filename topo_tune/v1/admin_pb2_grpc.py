@@ -184,6 +184,11 @@ class AdminServiceStub:
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.RunDriftCheckRequest.SerializeToString,
                 response_deserializer=topo__tune_dot_v1_dot_admin__pb2.DriftCheck.FromString,
                 _registered_method=True)
+        self.IssueCredential = channel.unary_unary(
+                '/topo_tune.v1.AdminService/IssueCredential',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.IssueCredentialRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.IssuedCredential.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -375,6 +380,13 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def IssueCredential(self, request, context):
+        """Credentials of the narrower roles (admin only): one node's agent, or the jobs.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -527,6 +539,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.RunDriftCheck,
                     request_deserializer=topo__tune_dot_v1_dot_admin__pb2.RunDriftCheckRequest.FromString,
                     response_serializer=topo__tune_dot_v1_dot_admin__pb2.DriftCheck.SerializeToString,
+            ),
+            'IssueCredential': grpc.unary_unary_rpc_method_handler(
+                    servicer.IssueCredential,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.IssueCredentialRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.IssuedCredential.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1339,6 +1356,33 @@ class AdminService:
             '/topo_tune.v1.AdminService/RunDriftCheck',
             topo__tune_dot_v1_dot_admin__pb2.RunDriftCheckRequest.SerializeToString,
             topo__tune_dot_v1_dot_admin__pb2.DriftCheck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def IssueCredential(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/IssueCredential',
+            topo__tune_dot_v1_dot_admin__pb2.IssueCredentialRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.IssuedCredential.FromString,
             options,
             channel_credentials,
             insecure,

@@ -68,6 +68,8 @@ class AdminServiceStub:
     GetDriftCheck: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetDriftCheckRequest, _admin_pb2.DriftCheck]
     RunDriftCheck: _grpc.UnaryUnaryMultiCallable[_admin_pb2.RunDriftCheckRequest, _admin_pb2.DriftCheck]
     """A drift check now, as the periodic one runs: returned once stored, `running` while its jobs measure."""
+    IssueCredential: _grpc.UnaryUnaryMultiCallable[_admin_pb2.IssueCredentialRequest, _admin_pb2.IssuedCredential]
+    """Credentials of the narrower roles (admin only): one node's agent, or the jobs."""
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -109,6 +111,8 @@ class AdminServiceAsyncStub(AdminServiceStub):
     GetDriftCheck: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetDriftCheckRequest, _admin_pb2.DriftCheck]  # type: ignore[assignment]
     RunDriftCheck: _aio.UnaryUnaryMultiCallable[_admin_pb2.RunDriftCheckRequest, _admin_pb2.DriftCheck]  # type: ignore[assignment]
     """A drift check now, as the periodic one runs: returned once stored, `running` while its jobs measure."""
+    IssueCredential: _aio.UnaryUnaryMultiCallable[_admin_pb2.IssueCredentialRequest, _admin_pb2.IssuedCredential]  # type: ignore[assignment]
+    """Credentials of the narrower roles (admin only): one node's agent, or the jobs."""
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -327,5 +331,13 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.DriftCheck, _abc.Awaitable[_admin_pb2.DriftCheck]]:
         """A drift check now, as the periodic one runs: returned once stored, `running` while its jobs measure."""
+
+    @_abc_1.abstractmethod
+    def IssueCredential(
+        self,
+        request: _admin_pb2.IssueCredentialRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.IssuedCredential, _abc.Awaitable[_admin_pb2.IssuedCredential]]:
+        """Credentials of the narrower roles (admin only): one node's agent, or the jobs."""
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

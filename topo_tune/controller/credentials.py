@@ -1,0 +1,117 @@
+"""Who may call what: the admin, agent and job credentials, how they are issued, and the guard that checks them.
+
+Three roles. The **admin** token (``--token-file``) may call everything. An **agent** credential is bound to
+one node: it opens the agent service's session and may register only as that node, so a stolen node token
+cannot pose as, or disconnect, another node. A **job** credential (``topo-tune env`` / ``exec``) may only ask
+for a job's pinned config (``ResolveJobConfig``): no benchmark, command or config push.
+
+Agent and job credentials are derived from the admin token with HMAC-SHA256 (``topo-tune-agent:NODE:MAC``,
+``topo-tune-job:MAC``): the controller issues them (``topo-tune admin credential issue``) and checks them
+without storing anything, and replacing the admin token revokes every one of them at once. The guard decides
+from the call's metadata alone, before its body is read.
+
+Non-goal: revoking one credential alone (replace the admin token and re-issue), user identities.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import grpc
+
+from topo_tune.auth import REFUSED, GuardInterceptor, presented_token
+from topo_tune.controller import validation
+
+AGENT_SESSION = "/topo_tune.v1.AgentService/Session"
+RESOLVE_JOB_CONFIG = "/topo_tune.v1.AdminService/ResolveJobConfig"
+_AGENT_PREFIX = "topo-tune-agent:"
+_JOB_PREFIX = "topo-tune-job:"
+_KEY_LABEL = b"topo-tune credentials v1"
+
+
+class Role(enum.Enum):
+    ADMIN = "admin"
+    AGENT = "agent"
+    JOB = "job"
+
+
+ALLOWED_METHODS: dict[Role, frozenset[str] | None] = {
+    Role.ADMIN: None,  # everything
+    Role.AGENT: frozenset({AGENT_SESSION}),
+    Role.JOB: frozenset({RESOLVE_JOB_CONFIG}),
+}
+
+
+@dataclass(frozen=True)
+class Credential:
+    role: Role
+    node_name: str = ""
+    """For ``Role.AGENT``: the one node this credential registers as."""
+
+    def may_call(self, method: str) -> bool:
+        allowed = ALLOWED_METHODS[self.role]
+        return allowed is None or method in allowed
+
+    def may_register_as(self, node_name: str) -> bool:
+        return self.role is Role.ADMIN or (self.role is Role.AGENT and node_name == self.node_name)
+
+
+class Credentials:
+    """Issues agent and job credentials from the admin token and recognises all three kinds."""
+
+    def __init__(self, admin_token: str) -> None:
+        self._admin = admin_token.encode()
+        # A key of its own, so that no issued token reveals anything usable about the admin token.
+        self._key = hmac.new(self._admin, _KEY_LABEL, hashlib.sha256).digest()
+
+    def _mac(self, role: Role, node_name: str = "") -> str:
+        return hmac.new(self._key, f"{role.value}\0{node_name}".encode(), hashlib.sha256).hexdigest()
+
+    def issue_agent(self, node_name: str) -> str:
+        """The credential of ``node_name``'s agent (a valid node name, else ``ValidationError``)."""
+        validation.node_name(node_name, "node_name")
+        return f"{_AGENT_PREFIX}{node_name}:{self._mac(Role.AGENT, node_name)}"
+
+    def issue_job(self) -> str:
+        return f"{_JOB_PREFIX}{self._mac(Role.JOB)}"
+
+    def identify(self, token: bytes | None) -> Credential | None:
+        """What ``token`` may do; None when it is no credential of this cluster."""
+        if token is None:
+            return None
+        if hmac.compare_digest(token, self._admin):
+            return Credential(Role.ADMIN)
+        try:
+            text = token.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+        if text.startswith(_AGENT_PREFIX):
+            node_name, _, mac = text.removeprefix(_AGENT_PREFIX).rpartition(":")
+            if node_name and hmac.compare_digest(mac, self._mac(Role.AGENT, node_name)):
+                return Credential(Role.AGENT, node_name)
+        elif text.startswith(_JOB_PREFIX) and hmac.compare_digest(text.removeprefix(_JOB_PREFIX), self._mac(Role.JOB)):
+            return Credential(Role.JOB)
+        return None
+
+    def of_call(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> Credential | None:
+        return self.identify(presented_token(tuple(metadata or ())))
+
+
+class CredentialInterceptor(GuardInterceptor):
+    """``UNAUTHENTICATED`` without a credential of this cluster; ``PERMISSION_DENIED`` outside its role."""
+
+    def __init__(self, credentials: Credentials) -> None:
+        self._credentials = credentials
+
+    def refusal(self, handler_call_details: grpc.HandlerCallDetails) -> tuple[grpc.StatusCode, str] | None:
+        credential = self._credentials.of_call(handler_call_details.invocation_metadata)
+        if credential is None:
+            return grpc.StatusCode.UNAUTHENTICATED, REFUSED
+        method: str = handler_call_details.method
+        if not credential.may_call(method):
+            return grpc.StatusCode.PERMISSION_DENIED, f"{credential.role.value} credentials may not call {method}"
+        return None
