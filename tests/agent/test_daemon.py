@@ -275,3 +275,37 @@ async def test_a_result_with_a_huge_message_is_delivered_and_the_session_stays_u
     assert "characters left out" in done.message and len(done.message) <= 16 * 1024
     assert running.agent.sessions == 1, "the session was never torn down over it"
     await running.shutdown()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [asyncio.InvalidStateError("RPC already finished"), RuntimeError("boom"), KeyError("kind")],
+    ids=["rpc-already-finished", "runtime-error", "key-error"],
+)
+async def test_any_exception_of_a_session_ends_that_session_only(
+    controller: Controller,
+    start_agent: Callable[..., RunningAgent],
+    monkeypatch: pytest.MonkeyPatch,
+    error: Exception,
+) -> None:
+    # grpc raises InvalidStateError from a write on a stream the controller's death already finished; any
+    # other surprise from a session task must end the same way: that session, not the agent.
+    raised: list[Exception] = []
+    write_loop = Agent._write_loop
+
+    async def failing_once(self: Agent, call: object, outgoing: asyncio.Queue[agent_pb2.AgentMessage]) -> None:
+        if not raised:
+            raised.append(error)
+            raise error
+        await write_loop(self, call, outgoing)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Agent, "_write_loop", failing_once)
+    running = start_agent(address(controller), CountingDiscovery())
+
+    async def registered_again() -> bool:
+        return running.agent.sessions >= 2 and running.agent.registered.is_set()
+
+    await async_wait_until(registered_again, what="a second session after the error")
+    assert raised == [error]
+    assert not running.task.done()
+    await running.shutdown()

@@ -2,9 +2,10 @@
 
 The agent dials out (nodes often cannot be reached from the controller's side), registers with its
 topology, heartbeats, and executes the commands it is pushed. It survives controller restarts: the
-connection is retried with capped exponential backoff and full jitter, commands keep running while the
-controller is away, and their results wait in the journal until a controller acknowledges them. The agent
-never changes its node's configuration on its own because the controller is gone.
+connection is retried with capped exponential backoff and full jitter after whatever ended a session (any
+exception: only ``stop`` ends the agent), commands keep running while the controller is away, and their
+results wait in the journal until a controller acknowledges them. The agent never changes its node's
+configuration on its own because the controller is gone.
 """
 
 from __future__ import annotations
@@ -175,6 +176,16 @@ class Agent:
             registered = self.registered.is_set() or registered
         except (SessionRefused, OSError) as error:
             logger.warning("session failed: %s", error, extra={"node": self.settings.node_name})
+        except Exception as error:
+            # Anything else a session meets (grpc's "RPC already finished" when the controller dies under a
+            # write, a bad message, a bug) ends that session only: the agent reconnects. Only stop ends it.
+            logger.warning(
+                "session ended by an unexpected error: %s: %s",
+                type(error).__name__,
+                error,
+                exc_info=error,
+                extra={"node": self.settings.node_name},
+            )
         finally:
             registered = registered or self.registered.is_set()
             self.registered.clear()
