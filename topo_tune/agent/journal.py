@@ -6,7 +6,9 @@ acknowledges it, across reconnects and agent restarts. A command found ``running
 was interrupted by a crash; it is finished as ``failed`` rather than run a second time.
 
 SQLite (standard library) gives atomic, durable writes without a server; the file lives in the agent's
-state directory.
+state directory. Rows whose result the controller acknowledged are pruned past the newest ``keep_delivered``:
+an acknowledged command is final at the controller and never sent again, so the journal stays bounded on an
+agent that runs for years.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ class Taken:
 class Journal:
     """Thread-safe; every method commits before it returns."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, keep_delivered: int = 1000) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._keep_delivered = keep_delivered
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -72,6 +75,11 @@ class Journal:
     def delivered(self, command_id: str) -> None:
         with self._lock:
             self._db.execute("UPDATE commands SET delivered = 1 WHERE id = ?", (command_id,))
+            self._db.execute(
+                "DELETE FROM commands WHERE delivered = 1 AND id NOT IN "
+                "(SELECT id FROM commands WHERE delivered = 1 ORDER BY taken_at DESC, id DESC LIMIT ?)",
+                (self._keep_delivered,),
+            )
 
     def undelivered(self) -> list[agent_pb2.CommandResult]:
         with self._lock:
@@ -84,6 +92,11 @@ class Journal:
         """Commands left ``running`` by a previous agent process."""
         with self._lock:
             return [r[0] for r in self._db.execute("SELECT id FROM commands WHERE status = 'running'")]
+
+    def command_ids(self) -> list[str]:
+        """Every command the journal still holds, oldest first."""
+        with self._lock:
+            return [r[0] for r in self._db.execute("SELECT id FROM commands ORDER BY taken_at, id")]
 
     def get_state(self, key: str, default: str = "") -> str:
         with self._lock:

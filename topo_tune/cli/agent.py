@@ -157,8 +157,9 @@ def run(
         address=address,
         sim_profile=sim_profile,
         sim_gpus=sim_gpus,
-        state_dir=state_dir,
-        config_dir=config_dir,
+        # Absolute: benchmark workers run in their job's directory and are handed paths under these.
+        state_dir=state_dir.absolute(),
+        config_dir=config_dir.absolute(),
         tls=client_tls(tls_ca, tls_cert, tls_key),
         kubernetes=detect_in_cluster(os.environ),
         rack_label=rack_label,

@@ -78,6 +78,16 @@ def _wall_clock() -> datetime:
     return datetime.now(UTC)
 
 
+async def _ends_quietly_on_shutdown(job: Callable[[], Awaitable[object]], job_id: str) -> None:
+    """Run one periodic job. The scheduler's shutdown (stop, or no longer leading) cancels a run in flight:
+    every periodic job is level-triggered (the next pass or the next leader does it again), so that run ends
+    with a log line, not the traceback APScheduler would print for a cancelled job."""
+    try:
+        await job()
+    except asyncio.CancelledError:
+        logger.info("periodic job %s cut short by shutdown", job_id)
+
+
 class Controller:
     """One controller process's services and state."""
 
@@ -396,7 +406,14 @@ class Controller:
         def every(seconds: float, job: Callable[[], Awaitable[object]], job_id: str) -> None:
             # One run at a time; runs missed while one was busy collapse into one.
             scheduler.add_job(
-                job, "interval", seconds=seconds, id=job_id, replace_existing=True, max_instances=1, coalesce=True
+                _ends_quietly_on_shutdown,
+                "interval",
+                args=(job, job_id),
+                seconds=seconds,
+                id=job_id,
+                replace_existing=True,
+                max_instances=1,
+                coalesce=True,
             )
 
         every(max(0.05, min(1.0, self.settings.heartbeat_expiry_s / 4)), self.sweep, "expiry-sweep")

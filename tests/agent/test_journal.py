@@ -1,0 +1,28 @@
+"""The agent's journal stays bounded: results the controller acknowledged are pruned past the newest N, while
+running commands and results still waiting for delivery are never dropped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from topo_tune.agent.journal import Entry, Journal
+from topo_tune.v1 import agent_pb2
+
+
+def _finish(journal: Journal, command_id: str) -> None:
+    assert journal.take(command_id).entry is Entry.NEW
+    journal.finish(agent_pb2.CommandResult(command_id=command_id, status=agent_pb2.COMMAND_STATUS_SUCCEEDED))
+
+
+def test_acknowledged_rows_are_pruned_past_the_bound(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "journal.sqlite3", keep_delivered=3)
+    journal.take("running")
+    _finish(journal, "waiting")  # finished, not yet acknowledged
+    for i in range(10):
+        _finish(journal, f"c{i}")
+        journal.delivered(f"c{i}")
+    assert journal.command_ids() == ["running", "waiting", "c7", "c8", "c9"]
+    assert [r.command_id for r in journal.undelivered()] == ["waiting"]
+    assert journal.interrupted() == ["running"]
+    assert journal.take("c9").entry is Entry.DONE, "a kept command is still never run twice"
+    journal.close()
