@@ -240,6 +240,18 @@ def test_token_secret_is_generated_or_taken_from_values(default: Rendered) -> No
     assert test_env["TOPO_TUNE_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "my-token", "key": "bearer"}
 
 
+def test_agents_can_hold_their_own_node_credentials_instead_of_the_admin_token() -> None:
+    rendered = render({"auth": {"agentCredentials": {"existingSecret": "node-credentials"}}})
+    (agent,) = containers(rendered.agent)
+    assert flag_values(agent["args"])["--token-file"] == "/etc/topo-tune/agent-credentials/$(TOPO_TUNE_NODE_NAME)"
+    assert env_of(agent)["TOPO_TUNE_NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    volumes = volumes_of(rendered.agent)
+    assert volumes["agent-credentials"]["secret"]["secretName"] == "node-credentials"
+    assert "token" not in volumes, "no agent pod mounts the admin token"
+    (controller, *_) = containers(rendered.controller)
+    assert flag_values(controller["args"])["--token-file"] == "/etc/topo-tune/auth/token"
+
+
 def test_rbac_is_read_only_by_default(default: Rendered) -> None:
     for role in default.all("ClusterRole") + default.all("Role"):
         for rule in role["rules"]:
