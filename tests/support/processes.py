@@ -127,7 +127,7 @@ class LocalCluster:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start_controller(self) -> Daemon:
+    def start_controller(self, *, timeout: float = 20.0) -> Daemon:
         self.controller = Daemon(
             [
                 "--log-format",
@@ -145,7 +145,9 @@ class LocalCluster:
             ],
             self.workdir / "controller.log",
         ).start()
-        wait_until(lambda: self.admin("nodes", "-o", "json").returncode == 0, what="controller to serve")
+        wait_until(
+            lambda: self.admin("nodes", "-o", "json").returncode == 0, timeout=timeout, what="controller to serve"
+        )
         return self.controller
 
     def start_agent(self, name: str, *, rack: str = "") -> Daemon:
