@@ -74,7 +74,7 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
     """
 
     @abc.abstractmethod
-    def refusal(self, handler_call_details: grpc.HandlerCallDetails) -> tuple[grpc.StatusCode, str] | None:
+    async def refusal(self, handler_call_details: grpc.HandlerCallDetails) -> tuple[grpc.StatusCode, str] | None:
         """The code and message that refuse this call; None lets it go on."""
 
     async def intercept_service(
@@ -84,7 +84,7 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         method: str = handler_call_details.method
         if not method.startswith(HEALTH_PREFIX):
-            refused = self.refusal(handler_call_details)
+            refused = await self.refusal(handler_call_details)
             if refused is not None:
                 return refusing_handler(*refused)
         return await continuation(handler_call_details)
@@ -96,7 +96,7 @@ class BearerTokenInterceptor(GuardInterceptor):
     def __init__(self, token: str) -> None:
         self._token = token
 
-    def refusal(self, handler_call_details: grpc.HandlerCallDetails) -> tuple[grpc.StatusCode, str] | None:
+    async def refusal(self, handler_call_details: grpc.HandlerCallDetails) -> tuple[grpc.StatusCode, str] | None:
         if token_matches(self._token, handler_call_details.invocation_metadata):
             return None
         return grpc.StatusCode.UNAUTHENTICATED, REFUSED

@@ -15,6 +15,7 @@ import click
 import pytest
 
 from tests.deploy.chart_render import Manifest, Rendered, ci_values, containers, env_of, render
+from topo_tune.cli.connection import TOKEN_ENVVAR
 from topo_tune.cli.main import cli
 from topo_tune.cluster_config import loads_cluster_config
 from topo_tune.controller.server import SERVICE_NAMES
@@ -62,6 +63,8 @@ def _envvars(context: click.Context | None) -> set[str]:
         for param in context.command.params:
             envvar = getattr(param, "envvar", None)
             names |= {envvar} if isinstance(envvar, str) else set(envvar or ())
+            if param.name == "token_file":
+                names.add(TOKEN_ENVVAR)  # the token's fallback: read by resolve_token, not a flag of its own
         context = context.parent
     return names
 

@@ -252,6 +252,22 @@ def test_agents_can_hold_their_own_node_credentials_instead_of_the_admin_token()
     assert flag_values(controller["args"])["--token-file"] == "/etc/topo-tune/auth/token"
 
 
+def test_agents_can_authenticate_with_their_pods_service_account_token(default: Rendered) -> None:
+    rendered = render({"auth": {"agentCredentials": {"serviceAccountTokens": True}}})
+    (agent,) = containers(rendered.agent)
+    assert flag_values(agent["args"])["--token-file"] == "/var/run/secrets/topo-tune/token"
+    volumes = volumes_of(rendered.agent)
+    (source,) = volumes["agent-identity"]["projected"]["sources"]
+    assert source["serviceAccountToken"] == {"audience": "topo-tune", "expirationSeconds": 3600, "path": "token"}
+    assert "token" not in volumes, "no agent pod mounts the admin token"
+    (controller, *_) = containers(rendered.controller)
+    agent_account = rendered.agent["spec"]["template"]["spec"]["serviceAccountName"]
+    assert flag_values(controller["args"])["--agent-service-account"] == f"{NAMESPACE}:{agent_account}"
+    review = {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}
+    assert review in rendered.one("ClusterRole", rendered.controller["metadata"]["name"])["rules"]
+    assert all(review not in role["rules"] for role in default.all("ClusterRole"))
+
+
 def test_rbac_is_read_only_by_default(default: Rendered) -> None:
     for role in default.all("ClusterRole") + default.all("Role"):
         for rule in role["rules"]:

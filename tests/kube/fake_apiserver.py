@@ -26,6 +26,7 @@ MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d
 LEASE_PATH = re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/([^/]+)/leases(?:/([^/]+))?$")
 NODE_PATH = re.compile(r"^/api/v1/nodes/([^/]+)$")
 POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$")
+TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 
 
 class _Refused(Exception):
@@ -44,6 +45,8 @@ class FakeApiServer:
     stalled: set[str] = field(default_factory=set)
     requests: list[tuple[str, str, str]] = field(default_factory=list)
     """(method, path with query, token) of every request, in order."""
+    reviewable: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Token → the TokenReview ``status.user`` it authenticates as, with the audiences it was issued for."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _versions: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
     _release: threading.Event = field(default_factory=threading.Event)
@@ -184,7 +187,33 @@ class FakeApiServer:
                 return self._patch_pod(match[1], match[2], body, request_type)
             if match := LEASE_PATH.match(url.path):
                 return self._lease_call(method, match[1], match[2], body)
+            if method == "POST" and url.path == TOKEN_REVIEWS:
+                return 201, self._review(body)
         raise _Refused(404, "NotFound", f"the server could not find the requested resource ({method} {url.path})")
+
+    def add_service_account_token(
+        self, token: str, *, namespace: str, name: str, node: str | None, audiences: tuple[str, ...] = ("topo-tune",)
+    ) -> None:
+        """A projected service-account token of a pod on ``node`` (None: a token without node information)."""
+        extra = {"authentication.kubernetes.io/node-name": [node]} if node else {}
+        self.reviewable[token] = {
+            "user": {"username": f"system:serviceaccount:{namespace}:{name}", "extra": extra},
+            "audiences": list(audiences),
+        }
+
+    def _review(self, body: Any) -> dict[str, Any]:
+        spec = body.get("spec", {}) if isinstance(body, dict) else {}
+        known = self.reviewable.get(str(spec.get("token", "")))
+        wanted = set(spec.get("audiences") or [])
+        if known is None or (wanted and not wanted & set(known["audiences"])):
+            status: dict[str, Any] = {"authenticated": False, "error": "invalid bearer token"}
+        else:
+            status = {
+                "authenticated": True,
+                "user": known["user"],
+                "audiences": sorted(wanted & set(known["audiences"])),
+            }
+        return {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec, "status": status}
 
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:

@@ -29,7 +29,7 @@ from topo_tune.agent.config_store import ConfigStore
 from topo_tune.agent.executor import Executor
 from topo_tune.agent.journal import Entry, Journal
 from topo_tune.agent.settings import AgentSettings
-from topo_tune.auth import bearer_metadata, open_channel
+from topo_tune.auth import bearer_metadata, open_channel, read_token
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.kube.rack import NodeRackReader
 from topo_tune.v1 import agent_pb2, agent_pb2_grpc, topology_pb2
@@ -211,7 +211,10 @@ class Agent:
     async def _session(self, topology: topology_pb2.NodeTopology, stop: asyncio.Event) -> bool:
         async with open_channel(self.settings.controller, tls=self.settings.tls, options=_CHANNEL_OPTIONS) as channel:
             stub = agent_pb2_grpc.AgentServiceStub(channel)
-            call = stub.Session(metadata=bearer_metadata(self.settings.token))
+            token = self.settings.token
+            if self.settings.token_file is not None:
+                token = await asyncio.to_thread(read_token, token_file=self.settings.token_file, token_env=None)
+            call = stub.Session(metadata=bearer_metadata(token))
             await call.write(self._register_message(topology))
             first = await call.read()
             if not isinstance(first, agent_pb2.ControllerMessage) or first.WhichOneof("kind") != "registered":

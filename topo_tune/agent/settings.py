@@ -18,6 +18,8 @@ class AgentSettings:
     """HOST:PORT of the controller."""
     node_name: str
     token: str
+    token_file: Path | None = None
+    """Where ``token`` came from: read again at every session (a Kubernetes projected token is rotated)."""
     rack: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     backend: str = "gloo"

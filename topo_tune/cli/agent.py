@@ -151,6 +151,7 @@ def run(
         controller=controller_address,
         node_name=node_name or socket.gethostname(),
         token=resolve_token(token_file),
+        token_file=token_file.absolute() if token_file else None,
         rack=rack,
         labels=labels,
         backend=backend,

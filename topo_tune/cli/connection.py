@@ -14,6 +14,8 @@ from topo_tune.auth import TlsFiles, read_token
 F = TypeVar("F", bound=Callable[..., Any])
 
 _PATH = click.Path(path_type=Path, dir_okay=False)
+TOKEN_ENVVAR = "TOPO_TUNE_TOKEN"
+"""Read by every command with ``--token-file`` when the flag is not given (the token itself is never a flag)."""
 
 
 def token_options(function: F) -> F:
@@ -31,7 +33,7 @@ def client_tls_options(function: F) -> F:
 
 def resolve_token(token_file: Path | None) -> str:
     """The token from ``token_file``, else from ``$TOPO_TUNE_TOKEN``."""
-    return read_token(token_file=token_file, token_env=os.environ.get("TOPO_TUNE_TOKEN"))
+    return read_token(token_file=token_file, token_env=os.environ.get(TOKEN_ENVVAR))
 
 
 def client_tls(ca: Path | None, cert: Path | None, key: Path | None) -> TlsFiles | None:

@@ -67,6 +67,14 @@ def controller() -> None:
 @click.option("--tls-key", type=_PATH, help="Server key.")
 @click.option("--tls-client-ca", type=_PATH, help="CA for client certificates (enables mTLS).")
 @click.option(
+    "--agent-service-account",
+    metavar="NAMESPACE:NAME",
+    default="",
+    envvar="TOPO_TUNE_AGENT_SERVICE_ACCOUNT",
+    help="In Kubernetes: accept an agent pod's projected token (audience topo-tune) of this service account as "
+    "the credential of the node TokenReview names [$TOPO_TUNE_AGENT_SERVICE_ACCOUNT].",
+)
+@click.option(
     "--leader-election/--no-leader-election",
     envvar="TOPO_TUNE_LEADER_ELECTION",
     default=False,
@@ -143,6 +151,7 @@ def serve(
     tls_cert: Path | None,
     tls_key: Path | None,
     tls_client_ca: Path | None,
+    agent_service_account: str,
     leader_election: bool,
     lease_namespace: str | None,
     lease_name: str,
@@ -218,6 +227,7 @@ def serve(
         rollout_thresholds=GateThresholds(**cluster.rollout.thresholds.model_dump()),
         agent_config_dir=Path(cluster.rollout.agent_config_dir),
         kubernetes=kubernetes,
+        agent_service_account=_service_account(agent_service_account),
         leader_election=_leader_election(
             kubernetes,
             enabled=leader_election,
@@ -260,6 +270,13 @@ def _retention_settings(section: RetentionConfig, *, max_age: float | None) -> R
         batch_size=section.batch_size,
         ignored_results_per_node=section.ignored_results_per_node,
     )
+
+
+def _service_account(value: str) -> str:
+    namespace, sep, name = value.partition(":")
+    if value and not (sep and namespace and name):
+        raise click.BadParameter(f"{value!r} is not NAMESPACE:NAME", param_hint="--agent-service-account")
+    return value
 
 
 def _leader_election(

@@ -48,7 +48,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             self._hub.metrics.rejected_messages.inc()
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "register: the first message must register")
         if self._credentials is not None:
-            credential = self._credentials.of_call(context.invocation_metadata())
+            credential = await self._credentials.of_call(context.invocation_metadata())
             if credential is None or not credential.may_register_as(first.register.node_name):
                 # Before the registry is touched: the node's own session stays up.
                 self._hub.metrics.rejected_messages.inc()

@@ -7,8 +7,10 @@ for a job's pinned config (``ResolveJobConfig``): no benchmark, command or confi
 
 Agent and job credentials are derived from the admin token with HMAC-SHA256 (``topo-tune-agent:NODE:MAC``,
 ``topo-tune-job:MAC``): the controller issues them (``topo-tune admin credential issue``) and checks them
-without storing anything, and replacing the admin token revokes every one of them at once. The guard decides
-from the call's metadata alone, before its body is read.
+without storing anything, and replacing the admin token revokes every one of them at once. In a Kubernetes
+cluster an agent may instead present its pod's projected service-account token, which the API server's
+TokenReview binds to the pod's node (``kube/agent_identity.py``). The guard decides from the call's metadata
+alone, before its body is read.
 
 Non-goal: revoking one credential alone (replace the admin token and re-issue), user identities.
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 import grpc
@@ -63,8 +65,12 @@ class Credential:
 class Credentials:
     """Issues agent and job credentials from the admin token and recognises all three kinds."""
 
-    def __init__(self, admin_token: str) -> None:
+    def __init__(
+        self, admin_token: str, *, review_agent: Callable[[bytes], Awaitable[str | None]] | None = None
+    ) -> None:
         self._admin = admin_token.encode()
+        self.review_agent = review_agent
+        """In a cluster: the node a Kubernetes service-account token of an agent pod is bound to, or None."""
         # A key of its own, so that no issued token reveals anything usable about the admin token.
         self._key = hmac.new(self._admin, _KEY_LABEL, hashlib.sha256).digest()
 
@@ -97,8 +103,15 @@ class Credentials:
             return Credential(Role.JOB)
         return None
 
-    def of_call(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> Credential | None:
-        return self.identify(presented_token(tuple(metadata or ())))
+    async def of_call(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> Credential | None:
+        """The credential of a call's metadata: one of ours, else (in a cluster) a reviewed agent pod's token."""
+        token = presented_token(tuple(metadata or ()))
+        credential = self.identify(token)
+        if credential is None and token and self.review_agent is not None:
+            node_name = await self.review_agent(token)
+            if node_name:
+                credential = Credential(Role.AGENT, node_name)
+        return credential
 
 
 class CredentialInterceptor(GuardInterceptor):
@@ -107,8 +120,8 @@ class CredentialInterceptor(GuardInterceptor):
     def __init__(self, credentials: Credentials) -> None:
         self._credentials = credentials
 
-    def refusal(self, handler_call_details: grpc.HandlerCallDetails) -> tuple[grpc.StatusCode, str] | None:
-        credential = self._credentials.of_call(handler_call_details.invocation_metadata)
+    async def refusal(self, handler_call_details: grpc.HandlerCallDetails) -> tuple[grpc.StatusCode, str] | None:
+        credential = await self._credentials.of_call(handler_call_details.invocation_metadata)
         if credential is None:
             return grpc.StatusCode.UNAUTHENTICATED, REFUSED
         method: str = handler_call_details.method

@@ -25,5 +25,5 @@ class LeaderOnlyInterceptor(GuardInterceptor):
     def __init__(self, leading: Callable[[], bool]) -> None:
         self._leading = leading
 
-    def refusal(self, handler_call_details: grpc.HandlerCallDetails) -> tuple[grpc.StatusCode, str] | None:
+    async def refusal(self, handler_call_details: grpc.HandlerCallDetails) -> tuple[grpc.StatusCode, str] | None:
         return None if self._leading() else (grpc.StatusCode.UNAVAILABLE, NOT_LEADER)

@@ -243,6 +243,8 @@ class Controller:
             self._connect_kubernetes()
         elif self.settings.leader_election is not None:
             raise ConfigError("--leader-election", "needs the Kubernetes API: run the controller in a pod")
+        elif self.settings.agent_service_account:
+            raise ConfigError("--agent-service-account", "needs the Kubernetes API: run the controller in a pod")
         if self._elector is None:
             await self._load_state()  # before binding: a bad database fails start-up before anyone connects
         options = [
@@ -311,6 +313,14 @@ class Controller:
 
         assert self.settings.kubernetes is not None
         api = KubeApi.connect(self.settings.kubernetes)
+        if self.settings.agent_service_account:
+            from topo_tune.kube.agent_identity import AgentTokenReviewer  # noqa: PLC0415
+
+            reviewer = AgentTokenReviewer(
+                lambda token, audiences: api.review_token(token, audiences=audiences),
+                service_account=self.settings.agent_service_account,
+            )
+            self.credentials.review_agent = reviewer.node_of
         if not self._idleness_injected:
             self.idleness = KubernetesNodeIdleness(api)
         election = self.settings.leader_election

@@ -51,6 +51,9 @@ class ControllerSettings:
     controller_id: str = ""
     kubernetes: KubeEnvironment | None = None
     """The Kubernetes API (in-cluster): node idleness checks, and leader election when enabled."""
+    agent_service_account: str = ""
+    """``NAMESPACE:NAME`` of the agents' service account (in-cluster): an agent pod's projected token (audience
+    ``topo-tune``) is then accepted as the agent credential of the node TokenReview names."""
     leader_election: LeaderElectionSettings | None = None
     """None: this controller is the only one and always leads. Set: only the Lease holder acts."""
     agent_config_dir: Path = DEFAULT_CONFIG_DIR

@@ -5,7 +5,8 @@ Every client exception is converted here into ``KubernetesError`` (with the HTTP
 exception type. Calls block: asyncio callers run them in a worker thread.
 
 Calls: read a node, list the pods bound to a node (field selector ``spec.nodeName``), read/create/replace a
-Lease. Writes carry ``metadata.resourceVersion`` so the API server refuses a stale one with 409 Conflict.
+Lease, review a service-account token (TokenReview). Writes carry ``metadata.resourceVersion`` so the API
+server refuses a stale one with 409 Conflict.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from topo_tune.errors import KubernetesError
 from topo_tune.kube.environment import KubeEnvironment
-from topo_tune.kube.objects import Lease, NodeInfo, PodInfo
+from topo_tune.kube.objects import Lease, NodeInfo, PodInfo, TokenReview
 
 LEASE_API_VERSION = "coordination.k8s.io/v1"
 
@@ -70,6 +71,7 @@ class KubeApi:
         self._client = api_client
         self._core = client.CoreV1Api(api_client)
         self._coordination = client.CoordinationV1Api(api_client)
+        self._authentication = client.AuthenticationV1Api(api_client)
         self._timeout = request_timeout_s
 
     @classmethod
@@ -93,6 +95,22 @@ class KubeApi:
 
     def close(self) -> None:
         self._client.close()  # type: ignore[no-untyped-call]
+
+    def review_token(self, token: str, *, audiences: list[str]) -> TokenReview:
+        """Ask the API server who ``token`` is (it must be valid for one of ``audiences``)."""
+        body = client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token, audiences=audiences))
+        with _translated("reviewing a service-account token"):
+            review = self._authentication.create_token_review(body, _request_timeout=self._timeout)
+        status = review.status
+        if status is None or not status.authenticated:
+            return TokenReview(authenticated=False)
+        user = status.user
+        return TokenReview(
+            authenticated=True,
+            username=str(user.username or "") if user else "",
+            audiences=tuple(status.audiences or ()),
+            extra={k: tuple(v or ()) for k, v in ((user.extra or {}) if user else {}).items()},
+        )
 
     def read_node(self, name: str) -> NodeInfo:
         with _translated(f"reading node {name}"):

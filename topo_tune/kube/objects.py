@@ -47,3 +47,14 @@ class Lease:
     """``spec.leaseTransitions``: how many times the holder changed; the cluster-wide leadership epoch."""
     resource_version: str = ""
     """``metadata.resourceVersion``: a write carrying an old one is refused with 409 Conflict."""
+
+
+@dataclass(frozen=True)
+class TokenReview:
+    """What the API server says about a bearer token (``authentication.k8s.io/v1`` TokenReview)."""
+
+    authenticated: bool
+    username: str = ""
+    audiences: tuple[str, ...] = ()
+    extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """E.g. ``authentication.kubernetes.io/node-name``: the node of the pod a projected token is bound to."""

@@ -1,0 +1,86 @@
+"""In a cluster, an agent pod's projected service-account token is its node's agent credential: the API
+server's TokenReview (here a fake one on loopback) names the node, and the agent may register as that node
+only. Tokens of other service accounts, other audiences or without a node are refused."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+import grpc.aio
+import pytest
+
+from tests.conftest import controller_settings
+from tests.controller.test_services import expect_status, open_session, register
+from tests.kube.conftest import KubeEnvFactory
+from tests.kube.fake_apiserver import TOKEN_REVIEWS, FakeApiServer
+from topo_tune.auth import bearer_metadata
+from topo_tune.controller.server import Controller
+from topo_tune.errors import ConfigError
+from topo_tune.v1 import admin_pb2, admin_pb2_grpc
+
+AGENTS = "topo-tune:topo-tune-agent"
+
+
+@pytest.fixture
+async def controller(sqlite_url: str, kube_env: KubeEnvFactory) -> AsyncIterator[Controller]:
+    server = Controller(
+        controller_settings(sqlite_url, kubernetes=kube_env("controller"), agent_service_account=AGENTS)
+    )
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+async def channel(controller: Controller) -> AsyncIterator[grpc.aio.Channel]:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{controller.port}") as opened:
+        yield opened
+
+
+async def test_a_pod_token_registers_as_its_own_node_only(channel: grpc.aio.Channel, apiserver: FakeApiServer) -> None:
+    apiserver.add_service_account_token("pod-on-n4", namespace="topo-tune", name="topo-tune-agent", node="n4")
+    call = await open_session(channel, register("n4"), token="pod-on-n4")
+    assert (await asyncio.wait_for(call.read(), 10)).registered.node_name == "n4"
+    impostor = await open_session(channel, register("n5"), token="pod-on-n4")
+    await expect_status(impostor, grpc.StatusCode.PERMISSION_DENIED, "this credential is node 'n4''s")
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await admin_pb2_grpc.AdminServiceStub(channel).ListNodes(
+            admin_pb2.ListNodesRequest(), metadata=bearer_metadata("pod-on-n4")
+        )
+    assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    reviews = [r for r in apiserver.requests if r[1] == TOKEN_REVIEWS]
+    assert len(reviews) == 1, "one review per token while it is cached"
+    call.cancel()
+
+
+@pytest.mark.parametrize(
+    ("namespace", "name", "node", "audiences"),
+    [
+        ("topo-tune", "default", "n4", ("topo-tune",)),
+        ("training", "topo-tune-agent", "n4", ("topo-tune",)),
+        ("topo-tune", "topo-tune-agent", None, ("topo-tune",)),
+        ("topo-tune", "topo-tune-agent", "n4", ("https://kubernetes.default.svc",)),
+    ],
+    ids=["other-account", "other-namespace", "no-node", "other-audience"],
+)
+async def test_other_kubernetes_identities_are_unauthenticated(
+    channel: grpc.aio.Channel,
+    apiserver: FakeApiServer,
+    namespace: str,
+    name: str,
+    node: str | None,
+    audiences: tuple[str, ...],
+) -> None:
+    apiserver.add_service_account_token("t", namespace=namespace, name=name, node=node, audiences=audiences)
+    call = await open_session(channel, register("n4"), token="t")
+    await expect_status(call, grpc.StatusCode.UNAUTHENTICATED, "bearer token")
+
+
+async def test_the_agent_service_account_needs_the_kubernetes_api(sqlite_url: str) -> None:
+    controller = Controller(controller_settings(sqlite_url, agent_service_account=AGENTS))
+    with pytest.raises(ConfigError, match="--agent-service-account: needs the Kubernetes API"):
+        await controller.start()
