@@ -17,7 +17,9 @@ from tests.kube.conftest import KubeEnvFactory
 from tests.kube.fake_apiserver import TOKEN_REVIEWS, FakeApiServer
 from topo_tune.auth import bearer_metadata
 from topo_tune.controller.server import Controller
-from topo_tune.errors import ConfigError
+from topo_tune.errors import ConfigError, KubernetesError
+from topo_tune.kube.agent_identity import AgentTokenReviewer
+from topo_tune.kube.objects import TokenReview
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
 
 AGENTS = "topo-tune:topo-tune-agent"
@@ -84,3 +86,33 @@ async def test_the_agent_service_account_needs_the_kubernetes_api(sqlite_url: st
     controller = Controller(controller_settings(sqlite_url, agent_service_account=AGENTS))
     with pytest.raises(ConfigError, match="--agent-service-account: needs the Kubernetes API"):
         await controller.start()
+
+
+async def test_a_failed_review_refuses_and_is_asked_again_while_answers_are_cached_for_a_minute() -> None:
+    now = [0.0]
+    calls: list[str] = []
+    answers: list[TokenReview | KubernetesError] = [
+        KubernetesError("reviewing a service-account token: 503 ServiceUnavailable", status=503),
+        TokenReview(
+            authenticated=True,
+            username="system:serviceaccount:topo-tune:topo-tune-agent",
+            audiences=("topo-tune",),
+            extra={"authentication.kubernetes.io/node-name": ("n4",)},
+        ),
+    ]
+
+    def review(token: str, audiences: list[str]) -> TokenReview:
+        calls.append(token)
+        answer = answers[min(len(calls), len(answers)) - 1]
+        if isinstance(answer, KubernetesError):
+            raise answer
+        return answer
+
+    reviewer = AgentTokenReviewer(review, service_account=AGENTS, clock=lambda: now[0])
+    assert await reviewer.node_of(b"tok") is None  # the API server is away: refused, not let through
+    assert await reviewer.node_of(b"tok") == "n4"
+    assert await reviewer.node_of(b"tok") == "n4"
+    assert calls == ["tok", "tok"]
+    now[0] = 61.0
+    assert await reviewer.node_of(b"tok") == "n4"
+    assert calls == ["tok", "tok", "tok"]
