@@ -127,6 +127,7 @@ def test_nodes_elsewhere_are_told_how_to_join_counted_and_named_when_missing(tmp
         assert lines["far-2"].count("--worker-env") == 1
         token = Path(flags["--token-file"])
         assert token.is_file() and stat.S_IMODE(token.stat().st_mode) == 0o600
+        assert token.read_text().startswith("topo-tune-agent:far-1:"), "its own node's credential, not the admin token"
         # The line is the whole recipe: run it (with this test's directories) and far-1 joins.
         state = ["--state-dir", str(tmp_path / "far-1"), "--config-dir", str(tmp_path / "far-1" / "config")]
         joined = subprocess.Popen(

@@ -119,6 +119,21 @@ def token_file_for(path: Path) -> str:
     except (OSError, UnicodeDecodeError):
         pass
     token = secrets.token_hex(16)
+    _write_private(path, token)
+    return token
+
+
+def node_credential_file(directory: Path, node_name: str, admin_token: str) -> Path:
+    """``directory/agent-NODE.token`` (mode 0600): the node's own agent credential, to copy to that node only.
+
+    A node elsewhere gets this rather than the controller's admin token: it may register as itself, nothing else.
+    """
+    path = directory / f"agent-{node_name}.token"
+    _write_private(path, Credentials(admin_token).issue_agent(node_name))
+    return path
+
+
+def _write_private(path: Path, token: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
     descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
@@ -128,7 +143,6 @@ def token_file_for(path: Path) -> str:
     finally:
         os.close(descriptor)
     os.replace(partial, path)
-    return token
 
 
 def agent_command(

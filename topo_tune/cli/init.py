@@ -78,18 +78,18 @@ def _check_node_env(cluster: ClusterConfig) -> None:
 
 
 def _tell_how_to_join(
-    console: Console, embedded: EmbeddedCluster, elsewhere: Sequence[str], token_file: Path, node_timeout: float
+    console: Console, embedded: EmbeddedCluster, elsewhere: Sequence[str], token_dir: Path, node_timeout: float
 ) -> None:
-    """Before the wait: the ``agent run`` line for each node that is not this machine."""
-    from topo_tune.local_cluster import agent_command  # noqa: PLC0415 - only the embedded path needs the daemons
+    """Before the wait: the ``agent run`` line for each node that is not this machine, with its own credential."""
+    from topo_tune.local_cluster import agent_command, node_credential_file  # noqa: PLC0415 - embedded path only
 
     cluster = embedded.cluster
     rack_of = cluster.rack_of()
     nodes = {node.name: node for rack in cluster.racks for node in rack.nodes}
     total = len(rack_of)
     console.print(
-        f"{len(elsewhere)} of {total} nodes are not this machine: on each, start an agent (copy {token_file} "
-        "there first and keep it private, mode 0600). The controller listens on "
+        f"{len(elsewhere)} of {total} nodes are not this machine: on each, start an agent (copy its own token "
+        f"file, {token_dir}/agent-NODE.token, there first and keep it private, mode 0600). The controller listens on "
         f"{embedded.public_address} for {node_timeout:g} s (--node-timeout):",
         highlight=False,
     )
@@ -99,7 +99,7 @@ def _tell_how_to_join(
             rack=rack_of[name],
             backend=cluster.backend,
             controller=embedded.public_address,
-            token_file=token_file,
+            token_file=node_credential_file(token_dir, name, embedded.token),
         )
         console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
     console.print(
@@ -157,7 +157,7 @@ def _controller(
                 "controller.listen in cluster.yaml)",
             ) from None
         if elsewhere:
-            _tell_how_to_join(console, embedded, elsewhere, agent_token, node_timeout)
+            _tell_how_to_join(console, embedded, elsewhere, workdir, node_timeout)
         with AdminClient(embedded.address, token=embedded.token, timeout_s=60) as client:
             yield client, embedded.database_url
     finally:
