@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -309,3 +310,23 @@ async def test_any_exception_of_a_session_ends_that_session_only(
     assert raised == [error]
     assert not running.task.done()
     await running.shutdown()
+
+
+async def test_the_token_file_is_read_again_at_every_session(controller: Controller, tmp_path: Path) -> None:
+    # A Kubernetes projected token is rotated in place by kubelet: a reconnect must present the new one.
+    token_file = tmp_path / "token"
+    token_file.write_text("expired-token\n")
+    settings = dataclasses.replace(
+        agent_settings(address(controller), tmp_path / "n1"), token="expired-token", token_file=token_file
+    )
+    agent = Agent(settings, discover=CountingDiscovery(), rng=random.Random(1))
+    stop = asyncio.Event()
+    task = asyncio.create_task(agent.run(stop))
+    try:
+        await asyncio.sleep(0.5)  # several refused attempts
+        assert agent.sessions == 0
+        token_file.write_text(f"{TOKEN}\n")
+        await asyncio.wait_for(agent.registered.wait(), 20)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
