@@ -23,6 +23,8 @@ from topo_tune.kube.objects import TokenReview
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
 
 AGENTS = "topo-tune:topo-tune-agent"
+POD_TOKEN = "eyJhbGciOiJSUzI1NiJ9.eyJwb2QiOiJuNCJ9.c2lnbmF0dXJl"  # the shape of a service-account JWT
+OTHER_TOKEN = "eyJhbGciOiJSUzI1NiJ9.eyJvdGhlciI6MX0.c2lnbmF0dXJl"
 
 
 @pytest.fixture
@@ -44,18 +46,21 @@ async def channel(controller: Controller) -> AsyncIterator[grpc.aio.Channel]:
 
 
 async def test_a_pod_token_registers_as_its_own_node_only(channel: grpc.aio.Channel, apiserver: FakeApiServer) -> None:
-    apiserver.add_service_account_token("pod-on-n4", namespace="topo-tune", name="topo-tune-agent", node="n4")
-    call = await open_session(channel, register("n4"), token="pod-on-n4")
+    apiserver.add_service_account_token(POD_TOKEN, namespace="topo-tune", name="topo-tune-agent", node="n4")
+    call = await open_session(channel, register("n4"), token=POD_TOKEN)
     assert (await asyncio.wait_for(call.read(), 10)).registered.node_name == "n4"
-    impostor = await open_session(channel, register("n5"), token="pod-on-n4")
+    impostor = await open_session(channel, register("n5"), token=POD_TOKEN)
     await expect_status(impostor, grpc.StatusCode.PERMISSION_DENIED, "this credential is node 'n4''s")
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await admin_pb2_grpc.AdminServiceStub(channel).ListNodes(
-            admin_pb2.ListNodesRequest(), metadata=bearer_metadata("pod-on-n4")
+            admin_pb2.ListNodesRequest(), metadata=bearer_metadata(POD_TOKEN)
         )
     assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
     reviews = [r for r in apiserver.requests if r[1] == TOKEN_REVIEWS]
     assert len(reviews) == 1, "one review per token while it is cached"
+    refused = await open_session(channel, register("n4"), token="not-a-jwt")
+    await expect_status(refused, grpc.StatusCode.UNAUTHENTICATED, "bearer token")
+    assert [r for r in apiserver.requests if r[1] == TOKEN_REVIEWS] == reviews, "what is no JWT is never reviewed"
     call.cancel()
 
 
@@ -77,8 +82,8 @@ async def test_other_kubernetes_identities_are_unauthenticated(
     node: str | None,
     audiences: tuple[str, ...],
 ) -> None:
-    apiserver.add_service_account_token("t", namespace=namespace, name=name, node=node, audiences=audiences)
-    call = await open_session(channel, register("n4"), token="t")
+    apiserver.add_service_account_token(OTHER_TOKEN, namespace=namespace, name=name, node=node, audiences=audiences)
+    call = await open_session(channel, register("n4"), token=OTHER_TOKEN)
     await expect_status(call, grpc.StatusCode.UNAUTHENTICATED, "bearer token")
 
 
@@ -109,10 +114,10 @@ async def test_a_failed_review_refuses_and_is_asked_again_while_answers_are_cach
         return answer
 
     reviewer = AgentTokenReviewer(review, service_account=AGENTS, clock=lambda: now[0])
-    assert await reviewer.node_of(b"tok") is None  # the API server is away: refused, not let through
-    assert await reviewer.node_of(b"tok") == "n4"
-    assert await reviewer.node_of(b"tok") == "n4"
-    assert calls == ["tok", "tok"]
+    assert await reviewer.node_of(b"hdr.tok.sig") is None  # the API server is away: refused, not let through
+    assert await reviewer.node_of(b"hdr.tok.sig") == "n4"
+    assert await reviewer.node_of(b"hdr.tok.sig") == "n4"
+    assert calls == ["hdr.tok.sig"] * 2
     now[0] = 61.0
-    assert await reviewer.node_of(b"tok") == "n4"
-    assert calls == ["tok", "tok", "tok"]
+    assert await reviewer.node_of(b"hdr.tok.sig") == "n4"
+    assert calls == ["hdr.tok.sig"] * 3

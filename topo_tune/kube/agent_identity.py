@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 import time
 from collections.abc import Callable
 
@@ -24,6 +25,11 @@ logger = logging.getLogger(__name__)
 
 AUDIENCE = "topo-tune"
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+_JWT = re.compile(rb"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$")
+MAX_TOKEN_BYTES = 8192
+"""A service-account token is a JWT of a few hundred bytes to a few KiB; anything else is not reviewed."""
+MAX_CONCURRENT_REVIEWS = 4
+"""Unauthenticated callers cannot turn the controller into a TokenReview flood against the API server."""
 
 
 class AgentTokenReviewer:
@@ -43,17 +49,19 @@ class AgentTokenReviewer:
         self._ttl_s = ttl_s
         self._clock = clock
         self._cache: dict[bytes, tuple[float, str | None]] = {}
+        self._reviews = asyncio.Semaphore(MAX_CONCURRENT_REVIEWS)
 
     async def node_of(self, token: bytes) -> str | None:
+        if len(token) > MAX_TOKEN_BYTES or not _JWT.match(token):
+            return None
         key = hashlib.sha256(token).digest()
         now = self._clock()
         cached = self._cache.get(key)
         if cached is not None and cached[0] > now:
             return cached[1]
         try:
-            review = await asyncio.to_thread(self._review, token.decode("ascii"), [AUDIENCE])
-        except UnicodeDecodeError:
-            return None
+            async with self._reviews:
+                review = await asyncio.to_thread(self._review, token.decode("ascii"), [AUDIENCE])
         except KubernetesError as error:
             logger.warning("could not review an agent's token: %s", error)
             return None  # not cached: the next attempt asks again
