@@ -13,7 +13,6 @@ file.
 from __future__ import annotations
 
 import abc
-import hmac
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,12 +58,6 @@ def presented_token(metadata: tuple[tuple[str, str | bytes], ...] | None) -> byt
     return None
 
 
-def token_matches(expected: str, metadata: tuple[tuple[str, str | bytes], ...] | None) -> bool:
-    presented = presented_token(metadata)
-    # compare_digest takes time independent of where the inputs differ.
-    return presented is not None and hmac.compare_digest(presented, expected.encode())
-
-
 class GuardInterceptor(grpc.aio.ServerInterceptor):
     """Answers every call but health checks with the status ``refusal`` names, before its body is read.
 
@@ -88,18 +81,6 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
             if refused is not None:
                 return refusing_handler(*refused)
         return await continuation(handler_call_details)
-
-
-class BearerTokenInterceptor(GuardInterceptor):
-    """Refuses every call but health checks unless it carries the cluster's token."""
-
-    def __init__(self, token: str) -> None:
-        self._token = token
-
-    async def refusal(self, handler_call_details: grpc.HandlerCallDetails) -> tuple[grpc.StatusCode, str] | None:
-        if token_matches(self._token, handler_call_details.invocation_metadata):
-            return None
-        return grpc.StatusCode.UNAUTHENTICATED, REFUSED
 
 
 def refusing_handler(code: grpc.StatusCode, details: str) -> grpc.RpcMethodHandler[Any, Any]:
