@@ -150,3 +150,11 @@ async def test_a_node_cannot_register_as_another_and_the_real_agent_stays_up(
         assert agent.alive()
     finally:
         agent.kill()
+
+
+def test_issued_credentials_are_stable_across_releases() -> None:
+    # Golden values: a change here would revoke every agent and job credential deployed with the old code.
+    assert CREDENTIALS.issue_agent("gpu-07") == (
+        "topo-tune-agent:gpu-07:bc01d51f948dc6fb97e72e0c5ff8f16073f23f9d03768cb7b14403963d0c68c8"
+    )
+    assert CREDENTIALS.issue_job() == "topo-tune-job:9fe8bfe246efb196c21923a848091379a55f5c3c14c509ad55fe5f193c4b6dd4"
