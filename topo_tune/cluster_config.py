@@ -248,8 +248,24 @@ class SearchConfig(_Section):
     knobs: list[str] | None = Field(default=None, description="search only these knobs; unset: every safe knob")
     rungs: int = Field(default=3, ge=1, le=16, description="steps of the size ladder at which weak trials are pruned")
     finalists: int = Field(default=3, ge=0, le=20)
-    proof_pairs: int = Field(default=10, ge=2, le=1000, description="interleaved baseline/candidate pairs")
+    proof_pairs: int = Field(
+        default=10, ge=2, le=1000, description="interleaved baseline/candidate pairs per look of the proof"
+    )
+    proof_pairs_max: int = Field(
+        default=30,
+        ge=2,
+        le=1000,
+        description="pairs a finalist may get in all, in looks of proofPairs, while a weighted bucket is neither "
+        "shown safe nor shown slower (below proofPairs: one look of proofPairs)",
+    )
     min_effect: float = Field(default=0.03, ge=0, lt=1, description="smallest gain worth promoting")
+    max_loss: float = Field(
+        default=0.02,
+        ge=0,
+        lt=1,
+        description="largest loss a promoted config may have in any weighted bucket: each one's lower confidence "
+        "bound of the speedup must be at least 1 - maxLoss",
+    )
     nccl_version: str | None = Field(default=None, description="unset: what the agents report")
     probe_sampling: Literal["auto", "full", "sparse"] = Field(
         default="auto",

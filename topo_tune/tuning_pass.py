@@ -439,7 +439,9 @@ def plan_study(
         rungs=min(search.rungs, len(_ladder(cluster))),
         finalists=search.finalists,
         proof_pairs=search.proof_pairs,
+        proof_pairs_max=max(search.proof_pairs_max, search.proof_pairs),
         min_effect=search.min_effect,
+        max_loss=search.max_loss,
     )
     candidates = tuple(Candidate(o.name, space.params_for(rank_order=o.name)) for o in orders[1:])
     return StudyPlan(space, objective, settings, candidates)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -30,19 +31,22 @@ ROOT = Path(__file__).resolve().parents[2]
 TOPO_XML = '<system version="1"><cpu numaid="0"><pci busid="0000:01:00.0" class="0x030200"/></cpu></system>\n'
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[StudyOutcome, ClusterShape]:
+# The demo's rack-grouped ring doubles large collectives but slows tree-sized all_reduce messages: a workload of
+# large messages only (what weighs) makes it a safe win; with every bucket weighed it is a trade-off.
+LARGE_ONLY = {"0-1K": 0.0, "1K-64K": 0.0, "64K-1M": 0.0, "1M-16M": 0.0}
+
+
+def demo_study(url: str, buckets: dict[str, float]) -> tuple[StudyOutcome, ClusterShape]:
     cluster = demo_cluster()
     names = cluster.node_names
     grouped = [n for n in names if cluster.node(n).rack == "rack-a"] + [
         n for n in names if cluster.node(n).rack == "rack-b"
     ]
     space = sim_space(cluster, nccl_version="2.28.3", collectives=["all_reduce", "all_gather"], optimized=grouped)
-    url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'demo.db'}"
     outcome = run_study(
         study_settings(url, budget=24),
         space=space,
-        objective=Objective(WorkloadProfile({"all_reduce": 2, "all_gather": 1})),
+        objective=Objective(WorkloadProfile({"all_reduce": 2, "all_gather": 1}, buckets)),
         evaluate=SimEvaluator(cluster),
         candidates=[],
     )
@@ -51,6 +55,51 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[StudyOutcome, Cluste
         for a in names
     )
     return outcome, ClusterShape({n: 8 for n in names}, PairMatrix.from_matrices(names, bandwidth, method="test"))
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[StudyOutcome, ClusterShape]:
+    return demo_study(f"sqlite:///{tmp_path_factory.mktemp('db') / 'demo.db'}", LARGE_ONLY)
+
+
+def test_a_trade_off_is_named_with_what_would_accept_it_and_its_files_are_not_the_result(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    outcome, shape = demo_study(f"sqlite:///{tmp_path_factory.mktemp('db') / 'demo.db'}", {})
+    assert outcome.chosen is None, "every finalist loses in a tree-sized all_reduce bucket"
+    assert outcome.tradeoff is not None and outcome.tradeoff.proof.speedup > 1.2
+    written = write_outputs(
+        outcome, tmp_path, shape=shape, nccl_version="2.28.3", topology_fingerprint="t", plots=False
+    )
+    assert parse_nccl_conf((tmp_path / "nccl.conf").read_text(), strict=False) == {}, "the result: NCCL's defaults"
+    assert "tradeoff/nccl.conf" not in written.config_version.files and "nccl.conf" in written.config_version.files
+    alternative = parse_nccl_conf((tmp_path / "tradeoff" / "nccl.conf").read_text(), strict=True)
+    assert alternative == dict(outcome.tradeoff.proof.config.env)
+    hosts = [
+        line.split()[0] for line in (tmp_path / "tradeoff" / "hostfile").read_text().splitlines() if line[:1] != "#"
+    ]
+    assert hosts == list(outcome.tradeoff.proof.config.rank_order.nodes)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["result"] == "keep NCCL's defaults" and summary["chosen"] is None
+    trade = summary["tradeoff"]
+    assert trade["trial"] == outcome.tradeoff.proof.trial and trade["files"] == "tradeoff"
+    slow = next(r for r in trade["buckets"] if (r["collective"], r["bucket"]) == ("all_reduce", "1M-16M"))
+    assert slow["decision"] in ("slower", "not shown safe") and slow["ci_low"] < 0.98 <= slow["ci_high"] + 0.05
+    assert {"collective": "all_reduce", "bucket": "1M-16M"} in trade["not_shown_safe"]
+    assert any(a.startswith("search.maxLoss: ") for a in trade["accepted_by"])
+    assert trade["accepted_by_max_loss"] > 1 - slow["ci_low"] - 0.001
+    report = (tmp_path / "report.html").read_text()
+    assert "Trade-off (not the result)" in report and "search.maxLoss" in report
+    # A later run that finds no trade-off leaves no stale alternative behind.
+    write_outputs(
+        dataclasses.replace(outcome, tradeoff=None),
+        tmp_path,
+        shape=shape,
+        nccl_version="2.28.3",
+        topology_fingerprint="t",
+        plots=False,
+    )
+    assert not (tmp_path / "tradeoff").exists()
 
 
 def test_a_promoted_result_writes_every_file_as_its_reader_reads_it(
@@ -83,6 +132,7 @@ def test_a_promoted_result_writes_every_file_as_its_reader_reads_it(
     ET.fromstring((tmp_path / "topology.xml").read_text())  # re-imports
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["simulated"] is True and summary["result"] == "promote"
+    assert summary["decision_rule"]["max_loss"] == 0.02 and summary["tradeoff"] is None
     assert summary["config_version"] == written.config_version.id
     assert summary["chosen"]["speedup"] == pytest.approx(outcome.chosen.speedup)
     row = next(r for r in summary["buckets"] if r["bucket"] == "16M-4G" and r["collective"] == "all_reduce")
@@ -90,6 +140,8 @@ def test_a_promoted_result_writes_every_file_as_its_reader_reads_it(
     assert (
         row["p_value"] == pytest.approx(proof.comparison.p_value) and row["ci_low"] <= row["speedup"] <= row["ci_high"]
     )
+    assert row["decision"] == "faster" and row["ci_low"] >= 0.98 and row["weight"] == 2.0 and row["pairs"] >= 6
+    assert all(r["decision"] in ("faster", "no difference shown") for r in summary["buckets"] if r["weight"] > 0)
     assert len(summary["trials"]) == len(outcome.trials)
     assert summary["timeout_advice"]["process_group_timeout_s"] >= 300
     report = (tmp_path / "report.html").read_text()
@@ -202,7 +254,7 @@ def test_outputs_that_cannot_all_be_written_leave_the_previous_ones_whole(tmp_pa
     outcome = run_study(settings, space=synthetic_space(), objective=synthetic_objective(), evaluate=Landscape())
     out = tmp_path / "out"
     write_outputs(outcome, out, shape=shape(), nccl_version="2.28.3", topology_fingerprint="t", plots=False)
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    before = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert len((out / "summary.json").read_bytes()) > 4096 > len((out / "nccl.conf").read_bytes())
     child = subprocess.run(
         [sys.executable, "-m", "tests.tuner.output_writer", database, str(out), "4096"],
@@ -214,6 +266,6 @@ def test_outputs_that_cannot_all_be_written_leave_the_previous_ones_whole(tmp_pa
         check=False,
     )
     assert child.returncode == 3, child.stderr[-2000:]
-    after = {p.name: p.read_bytes() for p in out.iterdir()}
+    after = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert after == before, "no file cut short, none from the new set next to old ones, no scratch file left"
     json.loads(after["summary.json"])

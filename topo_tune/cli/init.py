@@ -19,6 +19,7 @@ from topo_tune.cli.connection import client_tls, client_tls_options, resolve_tok
 from topo_tune.client import AdminClient
 from topo_tune.cluster_config import ClusterConfig, load_cluster_config
 from topo_tune.errors import ConfigError
+from topo_tune.tuner.outputs import verdict_lines
 from topo_tune.tuner.study import StudyProgress
 
 if TYPE_CHECKING:
@@ -290,7 +291,7 @@ def init(
     counted = sum(1 for t in outcome.trials if not t.superseded)
     console.print(f"{counted} trials on {len(result.nodes)} nodes{simulated}")
     if outcome.chosen is None:
-        console.print("[bold]Result: keep NCCL's defaults[/bold] — no configuration beat them beyond noise.")
+        console.print("[bold]Result: keep NCCL's defaults[/bold]")
     else:
         chosen = outcome.chosen
         console.print(
@@ -301,6 +302,8 @@ def init(
         tuned = chosen.config.tuned_env(outcome.site_fixed)
         for key, value in sorted(tuned.items()):
             console.print(f"  {key}={value}")
+    for line in verdict_lines(outcome):
+        console.print(line, markup=False, highlight=False)
     click.echo(json.dumps({"config_version": summary.get("config_version"), "output": str(output)}, indent=None))
     for name in result.written.files:
         console.print(f"  wrote {output / name}")

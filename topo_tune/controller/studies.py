@@ -35,6 +35,7 @@ from topo_tune.controller.jobs import BenchmarkJobs
 from topo_tune.controller.nodes import NodeRegistry, NodeState
 from topo_tune.controller.probes import Probes
 from topo_tune.errors import ConfigError, ConflictError, NotFoundError, TopoTuneError, ValidationError
+from topo_tune.tuner.outputs import verdict_lines
 from topo_tune.tuner.study import A_FAILURE, A_REASON, StudyProgress
 from topo_tune.tuning_pass import run_pass
 from topo_tune.v1 import admin_pb2
@@ -237,7 +238,9 @@ class Studies:
             status = "succeeded"
             result = "promoted" if outcome.outcome.chosen is not None else "keep NCCL's defaults"
             version, name = outcome.written.config_version.id, outcome.outcome.name
-            message = f"{len(outcome.outcome.trials)} trials; {result}"
+            message = f"{len(outcome.outcome.trials)} trials; " + "; ".join(
+                " ".join(line.split()) for line in verdict_lines(outcome.outcome)
+            )
         except StudyCancelled:
             status, message = "cancelled", "cancelled by an admin; start it again with this id to resume"
         except TopoTuneError as error:

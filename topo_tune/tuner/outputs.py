@@ -12,8 +12,12 @@ Purpose: from a :class:`~topo_tune.tuner.study.StudyOutcome`, write into one dir
 * ``hostfile`` (Open MPI, ``slots=``) and ``rankmap.json`` — the chosen rank order, with its ring predicted
   from the node-pair matrix next to NCCL's natural order (``rank_map``);
 * ``topology.xml`` — when the caller has an ``NCCL_TOPO_FILE`` to ship;
-* ``summary.json`` — baseline, best, per-bucket speedups with CI and p-values, trials, the simulated flag;
-* ``report.html`` (``report``: one self-contained page, images inline) and its figures as PNGs under ``plots/``.
+* ``summary.json`` — baseline, best, per-bucket decisions with speedups, bounds and pairs, the decision rule,
+  the trade-off (when one was found), trials, the simulated flag;
+* ``report.html`` (``report``: one self-contained page, images inline) and its figures as PNGs under ``plots/``;
+* ``tradeoff/`` — when the best finalist measured could not be chosen (some weighted bucket not shown safe),
+  its ``nccl.conf``, ``nccl_tuner.conf``, ``hostfile`` and ``rankmap.json``: a non-default alternative a user
+  may adopt knowingly, never the result and never part of the ConfigVersion.
 
 File contents carry nothing study-specific beyond the settings, so the same settings give the same
 ConfigVersion id; the provenance travels beside the files.
@@ -23,6 +27,8 @@ Non-goals: persisting anything, and rendering a topology file (the caller passes
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -33,12 +39,13 @@ from topo_tune.config_version import NCCL_CONF, RANK_MAP, TOPO_FILE, TUNER_TABLE
 from topo_tune.errors import ConfigError
 from topo_tune.topology.distance import PairMatrix
 from topo_tune.tuner.objective import Measurements, Objective
+from topo_tune.tuner.proof import FinalistProof, Tradeoff
 from topo_tune.tuner.rank_map import RankMap, RingPrediction
 from topo_tune.tuner.report import render_report, report_figures
 from topo_tune.tuner.ring_order import ring_metrics
 from topo_tune.tuner.space import NATURAL_ORDER
 from topo_tune.tuner.statistics import Decision
-from topo_tune.tuner.study import FinalistProof, StudyOutcome
+from topo_tune.tuner.study import StudyOutcome
 from topo_tune.tuner.timeout_advice import TimeoutAdvice
 
 __all__ = [
@@ -48,9 +55,11 @@ __all__ = [
     "TUNER_HEADER",
     "ClusterShape",
     "WrittenOutputs",
+    "bucket_lines",
     "rank_map",
     "summary",
     "tuner_table",
+    "verdict_lines",
     "write_outputs",
 ]
 
@@ -58,7 +67,8 @@ HOSTFILE = "hostfile"
 SUMMARY = "summary.json"
 REPORT = "report.html"
 PLOTS = "plots"
-SUMMARY_VERSION = 1
+TRADEOFF = "tradeoff"
+SUMMARY_VERSION = 2
 
 TUNER_HEADER = "collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff"
 # nccl-tests names → the tuner plugin's; point-to-point collectives never reach a tuner.
@@ -110,14 +120,14 @@ class WrittenOutputs:
 
 def tuner_table(outcome: StudyOutcome, shape: ClusterShape, *, bucket_rows: bool = True) -> str:
     """The plugin CSV: the table the promoted configuration was measured and proven with, when it ran one;
-    else (with ``bucket_rows``) one row per promoted bucket whose algorithm/protocol the benchmark reported."""
+    else (with ``bucket_rows``) one row per bucket shown faster whose algorithm/protocol the benchmark reported."""
     lines = [f"# {TUNER_HEADER}"]
     chosen = outcome.chosen
     if chosen is not None and chosen.config.tuner_table:
         return chosen.config.tuner_table
     if bucket_rows and chosen is not None and chosen.candidate is not None:
         for proof in chosen.buckets:
-            if proof.decision is not Decision.PROMOTE or proof.collective not in PLUGIN_COLLECTIVES:
+            if proof.decision is not Decision.FASTER or proof.collective not in PLUGIN_COLLECTIVES:
                 continue
             samples = [
                 s for s in chosen.candidate.samples if s.collective == proof.collective and proof.bucket.holds(s.bytes)
@@ -174,30 +184,85 @@ def rank_map(outcome: StudyOutcome, shape: ClusterShape) -> RankMap:
     )
 
 
-def _bucket_rows(proof: FinalistProof | None, objective: Objective | None = None) -> list[dict[str, object]]:
+def _bucket_rows(proof: FinalistProof | None) -> list[dict[str, object]]:
     if proof is None:
         return []
     return [
         {
             "collective": b.collective,
             "bucket": b.bucket.name,
-            **({} if objective is None else {"weight": objective.profile.weight(b.collective, b.bucket.name)}),
             "min_bytes": b.bucket.min_bytes,
             "max_bytes": b.bucket.max_bytes,
             "scored_by": "time" if b.bucket.latency_bound else "busbw",
+            "weight": b.weight,
             "decision": b.decision.value,
             "speedup": b.comparison.speedup,
-            "ci_low": b.comparison.ci_low,
-            "ci_high": b.comparison.ci_high,
+            "ci_low": b.ci_low,
+            "ci_high": b.ci_high,
             "confidence": b.comparison.confidence,
             "p_value": b.comparison.p_value,
             "p_value_min_effect": b.comparison.p_margin,
             "cv_baseline": b.comparison.cv_baseline,
             "cv_tuned": b.comparison.cv_candidate,
             "pairs": b.comparison.pairs,
+            "decided_at_pairs": b.decided_at,
         }
         for b in proof.buckets
     ]
+
+
+def _tradeoff(t: Tradeoff | None, outcome: StudyOutcome) -> dict[str, object] | None:
+    if t is None:
+        return None
+    site = dict(outcome.site_fixed)
+    return {
+        "trial": t.proof.trial,
+        "speedup": t.proof.speedup,
+        "env": t.proof.config.tuned_env(site),
+        "rank_order": t.proof.config.rank_order.name,
+        "tuner_table": t.proof.config.tuner_table,
+        "not_shown_safe": [{"collective": b.collective, "bucket": b.bucket.name} for b in t.unsafe],
+        "accepted_by": t.accepts(),
+        "accepted_by_max_loss": t.max_loss,
+        "accepted_by_zero_buckets": list(t.zero_buckets),
+        "files": TRADEOFF,
+        "buckets": _bucket_rows(t.proof),
+    }
+
+
+def bucket_lines(proof: FinalistProof) -> list[str]:
+    """One line per weighted bucket: speedup, one-sided bounds, decision and pairs."""
+    return [
+        f"  {b.collective:<14} {b.bucket.name:<7} {b.comparison.speedup:.3f}x "
+        f"[{b.ci_low:.3f}, {b.ci_high:.3f}] {b.decision.value} ({b.comparison.pairs} pairs)"
+        for b in proof.weighted
+    ]
+
+
+def verdict_lines(outcome: StudyOutcome) -> list[str]:
+    """What was decided, in words a user reads: the result, and the trade-off with what would accept it."""
+    lines = []
+    floor = f"lower bound >= {1 - outcome.max_loss:.3f}"
+    if outcome.chosen is not None:
+        lines.append(
+            f"promoted trial {outcome.chosen.trial}: {outcome.chosen.speedup:.3f}x the defaults (weighted); every "
+            f"weighted bucket shown safe ({floor}) and one shown faster"
+        )
+        lines.extend(bucket_lines(outcome.chosen))
+    else:
+        lines.append(
+            f"keep NCCL's defaults: no finalist was shown safe ({floor}) in every weighted bucket and faster in one"
+        )
+    t = outcome.tradeoff
+    if t is not None:
+        lines.append(
+            f"trade-off (not the result): trial {t.proof.trial}, {t.proof.speedup:.3f}x weighted, not shown safe in "
+            + ", ".join(f"{b.collective} {b.bucket.name}" for b in t.unsafe)
+        )
+        lines.extend(bucket_lines(t.proof))
+        lines.extend(f"  to accept it: {a}" for a in t.accepts())
+        lines.append(f"  its files: {TRADEOFF}/")
+    return lines
 
 
 def _profile(m: Measurements | None) -> list[dict[str, object]]:
@@ -218,8 +283,9 @@ def summary(
     advice: TimeoutAdvice | None,
     objective: Objective | None = None,
 ) -> dict[str, object]:
-    """The machine-readable summary (``summary.json``); with ``objective``, each bucket row carries its workload
-    weight (what the weighted speedup and its CI combine by)."""
+    """The machine-readable summary (``summary.json``). Each bucket row carries its workload weight (what the
+    weighted speedup and its CI combine by) from the proof itself; ``objective`` adds nothing any more."""
+    del objective
     chosen = outcome.chosen
     shown = chosen or max(outcome.proofs, key=lambda p: p.speedup, default=None)
     site = dict(outcome.site_fixed)
@@ -262,7 +328,15 @@ def summary(
             "tuner_table": chosen.config.tuner_table,
         },
         "proven_trial": None if shown is None else shown.trial,
-        "buckets": _bucket_rows(shown, objective),
+        "decision_rule": {
+            "safe": "one-sided lower bound of the speedup >= 1 - max_loss in every weighted bucket",
+            "faster": "gain beyond min_effect significant, Holm-corrected over every bucket of the proof",
+            "max_loss": outcome.max_loss,
+            "min_effect": outcome.min_effect,
+            "alpha": outcome.alpha,
+        },
+        "buckets": _bucket_rows(shown),
+        "tradeoff": _tradeoff(outcome.tradeoff, outcome),
         "finalists": [
             {
                 "trial": p.trial,
@@ -354,6 +428,22 @@ def write_outputs(
     }
     if topology_xml is not None:
         written[TOPO_FILE] = topology_xml
+    if outcome.tradeoff is not None:
+        alternative = dataclasses.replace(outcome, chosen=outcome.tradeoff.proof)
+        alt_env = dict(outcome.site_fixed)
+        alt_env.update(outcome.tradeoff.proof.config.tuned_env(outcome.site_fixed))
+        alt_ranks = rank_map(alternative, shape)
+        written[f"{TRADEOFF}/{NCCL_CONF}"] = render_nccl_conf(alt_env) if alt_env else ""
+        written[f"{TRADEOFF}/{TUNER_TABLE}"] = tuner_table(alternative, shape, bucket_rows=table_bucket_rows)
+        written[f"{TRADEOFF}/{RANK_MAP}"] = alt_ranks.to_json()
+        written[f"{TRADEOFF}/{HOSTFILE}"] = alt_ranks.hostfile("mpi")
+        (directory / TRADEOFF).mkdir(exist_ok=True)
+    else:
+        stale = directory / TRADEOFF
+        for name in (NCCL_CONF, TUNER_TABLE, RANK_MAP, HOSTFILE):
+            (stale / name).unlink(missing_ok=True)  # an earlier run's alternative is not this run's
+        with contextlib.suppress(OSError):
+            stale.rmdir()
     # Every file is written beside its target first, then all are renamed over the old ones: a run that fails
     # while writing (a full disk, a kill) leaves the previous outputs whole, never a file cut short or a mix.
     staged: list[tuple[Path, Path]] = []

@@ -7,7 +7,8 @@ shows) and the study's measurements, render
   commands that use the result (``topo-tune exec``/``env``, ``admin rollout create``, the hostfile);
 * per collective, the speedup per message size with each bucket's CI as a band and the 1.0 line, and busbw
   of NCCL's defaults vs the tuned configuration on log–log axes, with the nccl-tests-style table behind them;
-* the closest candidate (and any trade-off candidate the summary carries) when nothing was promoted;
+* the closest candidate when nothing was promoted, and the trade-off (the best finalist that could not be
+  chosen, with its per-bucket decisions and what would accept it) whenever the summary carries one;
 * the knobs' effects (Optuna's PED-ANOVA parameter importances, drawn by Optuna's own visualization module);
 * the trial history, failed and pruned trials listed with their reasons;
 * the node-pair bandwidth heatmap with rack boundaries.
@@ -429,7 +430,7 @@ def _summary_box(summary: Mapping[str, Any], files: Sequence[str], nodes: Sequen
     if chosen:
         ci = weighted_ci(rows)
         level = rows[0].get("confidence") if rows else None
-        named = f"{float(level) * 100:g}% CI" if isinstance(level, (int, float)) else "CI"
+        named = f"bounds {float(level) * 100:g}% each side" if isinstance(level, (int, float)) else "bounds"
         ci_text = f" ({named} {ci[0]:.3f}× – {ci[1]:.3f}×, conservative)" if ci else ""
         verdict = (
             f"<div class='verdict promote'>Promote: {float(chosen['speedup']):.3f}× NCCL's defaults{e(ci_text)}</div>"
@@ -454,7 +455,7 @@ def _summary_box(summary: Mapping[str, Any], files: Sequence[str], nodes: Sequen
             ("config version", f"<code>{e(version)}</code> (site settings only)"),
             (
                 "why",
-                "no configuration was shown faster than NCCL's defaults in every bucket it changes; "
+                "no configuration was shown safe in every weighted bucket and faster in one; "
                 "see “What came closest” below",
             ),
         ]
@@ -477,29 +478,58 @@ def _bucket_table(summary: Mapping[str, Any]) -> str:
     rows = [r for r in summary.get("buckets") or [] if isinstance(r, Mapping)]
     if not rows:
         return "<p class='note'>No finalist was proven: no per-bucket comparison.</p>"
-    known = ["collective", "bucket", "decision", "speedup", "ci_low", "ci_high", "p_value", "cv_baseline", "cv_tuned"]
-    skip = {"min_bytes", "max_bytes", "scored_by", "confidence", "p_value_min_effect", "pairs"}
-    extra = [k for k in rows[0] if k not in known and k not in skip]
-    columns = [
-        "collective",
-        "bucket",
-        "decision",
-        "speedup",
-        "CI low",
-        "CI high",
-        "p",
-        "CV defaults",
-        "CV tuned",
-        *extra,
-    ]
+    return _decision_table(rows) + _rule_note(summary, rows)
+
+
+_KNOWN = ["collective", "bucket", "weight", "decision", "speedup", "ci_low", "ci_high", "pairs"]
+_KNOWN += ["p_value", "cv_baseline", "cv_tuned"]
+
+
+def _decision_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    skip = {"min_bytes", "max_bytes", "scored_by", "confidence", "p_value_min_effect", "decided_at_pairs"}
+    extra = [k for k in rows[0] if k not in _KNOWN and k not in skip]
+    columns = ["collective", "bucket", "weight", "decision", "speedup", "lower bound", "upper bound", "pairs"]
+    columns += ["p", "CV defaults", "CV tuned", *extra]
     body, classes = [], []
     for r in rows:
-        body.append([_fmt(r.get(k)) for k in known] + [_fmt(r.get(k)) for k in extra])
+        body.append([_fmt(r.get(k)) for k in _KNOWN] + [_fmt(r.get(k)) for k in extra])
         decision = str(r.get("decision", ""))
-        classes.append("good" if decision == "promote" else "bad" if "regress" in decision else "")
+        classes.append("good" if decision == "faster" else "bad" if decision in ("slower", "not shown safe") else "")
+    return _table(columns, body, left=4, classes=classes)
+
+
+def _rule_note(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
+    rule = summary.get("decision_rule") or {}
     confidence = rows[0].get("confidence")
-    note = f"CI: {float(confidence) * 100:g}% confidence interval of the speedup" if confidence else ""
-    return _table(columns, body, left=3, classes=classes) + f"<p class='note'>{html.escape(note)}</p>"
+    parts = []
+    if isinstance(confidence, (int, float)):
+        parts.append(f"Bounds: one-sided, each at {float(confidence) * 100:g}% confidence (sequential, over the looks)")
+    if isinstance(rule, Mapping) and isinstance(rule.get("max_loss"), (int, float)):
+        floor = 1 - float(rule["max_loss"])
+        parts.append(
+            f"shipped only when every bucket of weight > 0 is faster or no difference shown (lower bound >= "
+            f"{floor:.3f}) and one is faster"
+        )
+    return f"<p class='note'>{html.escape('; '.join(parts))}</p>" if parts else ""
+
+
+def _tradeoff_section(summary: Mapping[str, Any]) -> str:
+    t = summary.get("tradeoff")
+    if not isinstance(t, Mapping) or not t:
+        return ""
+    e = html.escape
+    rows = [r for r in t.get("buckets") or [] if isinstance(r, Mapping) and (r.get("weight") or 0) > 0]
+    accepts = "".join(f"<li>{e(str(a))}</li>" for a in t.get("accepted_by") or [])
+    env = ", ".join(f"{k}={v}" for k, v in sorted((t.get("env") or {}).items())) or "no NCCL variable"
+    return (
+        "<h2 id='tradeoff'>Trade-off (not the result)</h2>"
+        f"<p>Trial {e(str(t.get('trial')))} ({e(env)}, order {e(str(t.get('rank_order', '?')))}) measured "
+        f"{_fmt(t.get('speedup'))}× weighted but was not shown safe in every weighted bucket. Its files are in "
+        f"<code>{e(str(t.get('files', 'tradeoff')))}/</code> beside the result, for a user who accepts its losses; "
+        "they are not the config version.</p>"
+        + (_decision_table(rows) if rows else "")
+        + f"<p>What would accept it:</p><ul>{accepts}</ul>"
+    )
 
 
 def _size_table(outcome: StudyOutcome) -> str:
@@ -551,8 +581,8 @@ def _closest(summary: Mapping[str, Any]) -> str:
         trial = trials.get(best.get("trial"), {})
         env = ", ".join(f"{k}={v}" for k, v in sorted((trial.get("env") or {}).items())) or "no NCCL variable"
         buckets = [r for r in summary.get("buckets") or [] if isinstance(r, Mapping)]
-        worse = [r for r in buckets if "regress" in str(r.get("decision", "")) or "worse" in str(r.get("decision", ""))]
-        better = [r for r in buckets if r.get("decision") == "promote"]
+        worse = [r for r in buckets if r.get("decision") in ("slower", "not shown safe") and (r.get("weight") or 0) > 0]
+        better = [r for r in buckets if r.get("decision") == "faster"]
         reasons = [
             f"{r.get('collective')} {r.get('bucket')}: {r.get('decision')} ({_fmt(r.get('speedup'))}×, "
             f"CI {_fmt(r.get('ci_low'))}–{_fmt(r.get('ci_high'))})"
@@ -563,7 +593,7 @@ def _closest(summary: Mapping[str, Any]) -> str:
             if reasons
             else "no bucket was shown faster beyond noise and the minimum gain"
             if not better
-            else "a bucket it changes was not shown at least as fast as NCCL's defaults"
+            else "no bucket was shown faster"
         )
         parts.append(
             f"<p>Trial {e(str(best.get('trial')))} ({e(env)}, order {e(str(trial.get('rank_order', '?')))}): "
@@ -581,11 +611,6 @@ def _closest(summary: Mapping[str, Any]) -> str:
             for f in finalists
         ]
         parts.append(_table(["trial", "search ×", "proven ×", "promoted", "failure"], rows, left=1))
-    for key in ("trade_off", "tradeoff"):
-        extra = summary.get(key)
-        if isinstance(extra, Mapping) and extra:
-            rows = [[str(k), _fmt(v) if not isinstance(v, (dict, list)) else str(v)] for k, v in extra.items()]
-            parts.append("<h3>Trade-off candidate</h3>" + _table(["field", "value"], rows, left=2))
     return "".join(parts)
 
 
@@ -667,6 +692,7 @@ def render_report(
         "<h2 id='buckets'>Per collective and size bucket</h2>" + _bucket_table(summary),
         "<h2 id='busbw'>Bus bandwidth, defaults vs tuned</h2>" + figs("busbw") + _size_table(outcome),
         _closest(summary),
+        _tradeoff_section(summary),
         "<h2 id='trials'>What was tried</h2>" + figs("knobs", "history") + no_knobs + _trial_table(summary),
         "<h2 id='topology'>Topology</h2>" + figs("topology") if "topology" in by_section else "",
     ]

@@ -1,4 +1,4 @@
-"""An :class:`~topo_tune.tuner.study.Evaluator` over the ``sim`` model, and the space that fits a sim cluster.
+"""An :class:`~topo_tune.tuner.evaluation.Evaluator` over the ``sim`` model, and the space that fits a sim cluster.
 
 Purpose: studies without hardware — the search-efficiency benchmark, the acceptance tests (the demo
 cluster, the cluster where NCCL's defaults are optimal) and offline what-ifs. Each call simulates the
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from topo_tune.sim import Cluster, Transport
 from topo_tune.sim.tuner_table import simulate_with_table
+from topo_tune.tuner.evaluation import MeasurementRequest
 from topo_tune.tuner.objective import Measurements, SizeSample
 from topo_tune.tuner.space import NATURAL_ORDER, Fabric, RankOrder, SearchSpace, TrialConfig
-from topo_tune.tuner.study import MeasurementRequest
 
 __all__ = ["SimEvaluator", "sim_fabric", "sim_rank_orders", "sim_space"]
 

@@ -1,20 +1,31 @@
-"""The proof: does a finalist beat NCCL's defaults beyond noise, per (collective, size bucket)?
+"""The statistics of the proof: is a finalist safe, and faster, per (collective, size bucket)?
 
 Purpose: the finalists are re-measured interleaved with the baseline (A B A B …), so slow drift of the
 machine hits both sides alike; each pair gives one log time ratio ``d = ln(t_baseline / t_candidate)``. On
-those paired differences, a one-sided t-test decides:
+those paired differences (a t model, ``n - 1`` degrees of freedom) each bucket gets one-sided confidence
+bounds of its speedup ``exp(mean d)`` and one of four decisions, each saying exactly what was shown:
 
-* **promote** when the gain is significantly larger than the minimum effect: the p-value of
-  H0 "speedup ≤ 1 + min_effect" is below ``alpha`` (after Holm's correction over every comparison of the
-  proof). This implies the plain p-value (H0 "speedup ≤ 1") is below ``alpha`` and the observed gain is at
-  least the minimum effect, and it keeps the false-win rate with equal distributions far below ``alpha``;
-* **regression** when the loss is significantly larger than the minimum effect (the mirror test);
-* otherwise **keep NCCL's defaults**.
+* ``faster`` — shown safe, and the gain beyond ``min_effect`` is significant after Holm's correction over
+  every bucket of the proof (a false "faster" anywhere is a family-wise error, so gains are corrected);
+* ``no difference shown`` — shown safe: the lower bound is at least ``1 - max_loss``; no gain shown;
+* ``slower`` — shown to lose more than ``max_loss``: the upper bound is below ``1 - max_loss``;
+* ``not shown safe`` — neither: the data cannot rule out a loss beyond ``max_loss``.
 
-The reported speedup is ``exp(mean d)`` with a t-based confidence interval on the log scale, the p-value
-against "no gain", and each side's coefficient of variation.
+Safety is an **intersection-union test** (Berger 1982, Technometrics 24:295): a configuration is shown
+safe only if *every* weighted bucket is shown non-inferior, so the null "some bucket loses more than
+``max_loss``" is a union and is rejected only when each of its parts is rejected at level ``alpha``. The
+family's error is then at most ``alpha`` with no multiplicity correction; correcting (Holm, Bonferroni) would
+only make each bucket's bound wider and shipping *harder*, never safer, so it is not done on this side.
 
-Non-goals: choosing finalists and scheduling the re-measurements (``study``).
+The proof may look at the data more than once (:class:`SequentialDesign`): up to ``max_pairs`` in looks of
+``first`` pairs. Each look spends part of ``alpha`` along a pre-set alpha-spending function (Lan & DeMets
+1983, Biometrika 70:659); the bound of a look uses that look's share, and by the Bonferroni inequality over
+the looks the running bounds (the best lower and upper bound seen so far) hold together with probability at
+least ``1 - alpha`` whenever the proof stops. This is conservative next to exact group-sequential boundaries
+(which need the looks' joint distribution) but valid for any stopping rule, which naive repeated peeking at
+a fixed-n test is not.
+
+Non-goals: choosing finalists and scheduling the re-measurements (``proof``).
 """
 
 from __future__ import annotations
@@ -30,10 +41,12 @@ from topo_tune.errors import ConfigError
 
 __all__ = [
     "DEFAULT_ALPHA",
-    "DEFAULT_CONFIDENCE",
+    "DEFAULT_MAX_LOSS",
     "DEFAULT_MIN_EFFECT",
+    "Bounds",
     "Comparison",
     "Decision",
+    "SequentialDesign",
     "compare",
     "decide",
     "holm",
@@ -41,37 +54,52 @@ __all__ = [
 
 DEFAULT_ALPHA = 0.01
 DEFAULT_MIN_EFFECT = 0.03
-DEFAULT_CONFIDENCE = 0.99
+DEFAULT_MAX_LOSS = 0.02
 
 
 class Decision(enum.Enum):
-    PROMOTE = "promote"
-    KEEP_DEFAULTS = "keep NCCL's defaults"
-    REGRESSION = "regression"
+    FASTER = "faster"
+    NO_DIFFERENCE = "no difference shown"
+    NOT_SHOWN_SAFE = "not shown safe"
+    SLOWER = "slower"
+
+    @property
+    def safe(self) -> bool:
+        """Shown non-inferior (speedup >= 1 - max_loss at the proof's level)."""
+        return self in (Decision.FASTER, Decision.NO_DIFFERENCE)
+
+    @property
+    def decided(self) -> bool:
+        """Nothing more to measure for this bucket's safety."""
+        return self is not Decision.NOT_SHOWN_SAFE
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """Paired baseline/candidate times of one (collective, bucket), and what they prove."""
+    """Paired baseline/candidate times of one (collective, bucket) at one look, and their one-sided bounds."""
 
     speedup: float
-    ci_low: float
-    ci_high: float
-    confidence: float
+    ci_low: float  # one-sided lower bound of the speedup at level ``alpha``
+    ci_high: float  # one-sided upper bound at level ``alpha``
+    alpha: float  # the one-sided error of each bound
     p_value: float  # H0: speedup <= 1 (no gain)
     p_margin: float  # H0: speedup <= 1 + min_effect
-    p_loss: float  # H0: speedup >= 1 - min_effect
     cv_baseline: float
     cv_candidate: float
     pairs: int
+
+    @property
+    def confidence(self) -> float:
+        """Each bound's one-sided confidence level."""
+        return 1.0 - self.alpha
 
 
 def compare(
     baseline: Sequence[float],
     candidate: Sequence[float],
     *,
+    alpha: float = DEFAULT_ALPHA,
     min_effect: float = DEFAULT_MIN_EFFECT,
-    confidence: float = DEFAULT_CONFIDENCE,
 ) -> Comparison:
     """Compare paired times (``baseline[i]`` measured right before ``candidate[i]``; lower is better)."""
     if len(baseline) != len(candidate):
@@ -82,53 +110,155 @@ def compare(
         bad = [v for v in values if not (v > 0 and math.isfinite(v))]
         if bad:
             raise ConfigError(side, f"times must be finite and > 0, got {bad[0]!r}")
-    if not 0 <= min_effect < 1:
-        raise ConfigError("min_effect", f"must be within [0, 1), got {min_effect}")
-    if not 0.5 < confidence < 1:
-        raise ConfigError("confidence", f"must be within (0.5, 1), got {confidence}")
+    _check_fraction("min_effect", min_effect)
+    _check_alpha(alpha)
     n = len(baseline)
     diffs = [math.log(b / c) for b, c in zip(baseline, candidate, strict=True)]
     mean = sum(diffs) / n
     sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
     se = sd / math.sqrt(n)
     gain_margin = math.log1p(min_effect)
-    loss_margin = math.log1p(-min_effect)
     if se == 0.0:
-        # Identical ratios in every pair (a deterministic backend): the sign of the difference is certain.
+        # Identical ratios in every pair (a deterministic backend): the sign of each difference is certain.
         p_value = 0.0 if mean > 0 else 1.0
         p_margin = 0.0 if mean > gain_margin else 1.0
-        p_loss = 0.0 if mean < loss_margin else 1.0
         half = 0.0
     else:
         df = n - 1
         p_value = float(stats.t.sf(mean / se, df))
         p_margin = float(stats.t.sf((mean - gain_margin) / se, df))
-        p_loss = float(stats.t.cdf((mean - loss_margin) / se, df))
-        half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
+        half = float(stats.t.isf(alpha, df)) * se
     return Comparison(
         speedup=math.exp(mean),
         ci_low=math.exp(mean - half),
         ci_high=math.exp(mean + half),
-        confidence=confidence,
+        alpha=alpha,
         p_value=p_value,
         p_margin=p_margin,
-        p_loss=p_loss,
         cv_baseline=_cv(baseline),
         cv_candidate=_cv(candidate),
         pairs=n,
     )
 
 
-def decide(comparisons: Sequence[Comparison], *, alpha: float = DEFAULT_ALPHA) -> list[Decision]:
-    """One decision per comparison, Holm-corrected over all of them (a proof tests many buckets at once)."""
-    if not 0 < alpha < 0.5:
-        raise ConfigError("alpha", f"must be within (0, 0.5), got {alpha}")
+@dataclass(frozen=True)
+class Bounds:
+    """What the looks so far have shown about one bucket: the running bounds and the decision."""
+
+    low: float  # the largest lower bound over the looks (each at its look's share of alpha)
+    high: float  # the smallest upper bound
+    faster: bool  # the gain beyond min_effect was shown at some look (Holm-corrected)
+    decided_at: int  # pairs at the look that decided the bucket's safety (the last look's if undecided)
+
+    def decision(self, max_loss: float) -> Decision:
+        floor = 1.0 - max_loss
+        if self.low >= floor:
+            return Decision.FASTER if self.faster else Decision.NO_DIFFERENCE
+        if self.high < floor:
+            return Decision.SLOWER
+        return Decision.NOT_SHOWN_SAFE
+
+
+@dataclass(frozen=True)
+class SequentialDesign:
+    """Looks after ``first``, ``2 * first``, … pairs up to ``max_pairs``, with ``alpha`` spent over them.
+
+    The spending function gives half of ``alpha`` to the first look (so a clear answer at ``first`` pairs
+    costs little power next to a single fixed-size test) and the other half in equal parts to the later looks;
+    with one look, all of it.
+    """
+
+    first: int
+    max_pairs: int
+    alpha: float = DEFAULT_ALPHA
+
+    def __post_init__(self) -> None:
+        if self.first < 2:
+            raise ConfigError("search.proofPairs", f"must be at least 2, got {self.first}")
+        if self.max_pairs < self.first:
+            raise ConfigError(
+                "search.proofPairsMax", f"must be at least proofPairs ({self.first}), got {self.max_pairs}"
+            )
+        _check_alpha(self.alpha)
+
+    @property
+    def looks(self) -> tuple[int, ...]:
+        """The pair counts at which the data are looked at."""
+        sizes = list(range(self.first, self.max_pairs + 1, self.first))
+        if sizes[-1] != self.max_pairs:
+            sizes.append(self.max_pairs)
+        return tuple(sizes)
+
+    @property
+    def alphas(self) -> tuple[float, ...]:
+        """The share of ``alpha`` each look spends; they sum to ``alpha``."""
+        k = len(self.looks)
+        if k == 1:
+            return (self.alpha,)
+        rest = self.alpha / 2 / (k - 1)
+        return (self.alpha / 2, *([rest] * (k - 1)))
+
+    def next_look(self, pairs: int) -> int | None:
+        """The pair count of the first look after ``pairs``; None after the last."""
+        return next((n for n in self.looks if n > pairs), None)
+
+    def bounds(
+        self,
+        series: Sequence[Sequence[tuple[float, float]]],
+        *,
+        min_effect: float = DEFAULT_MIN_EFFECT,
+        max_loss: float = DEFAULT_MAX_LOSS,
+    ) -> list[Bounds]:
+        """Running bounds of every bucket of the proof over the looks its pairs reached.
+
+        ``series[i]`` is bucket i's (baseline, candidate) time pairs in measurement order. A bucket whose
+        safety was decided at a look keeps that decision (its bounds stop moving); gains are tested at each
+        look over every bucket of the proof with Holm's correction at the look's share of alpha, a bucket not
+        measured to that look counting with p = 1.
+        """
+        _check_fraction("max_loss", max_loss)
+        floor = 1.0 - max_loss
+        m = len(series)
+        low = [0.0] * m
+        high = [math.inf] * m
+        faster = [False] * m
+        decided_at = [0] * m
+        done = [False] * m
+        for n, share in zip(self.looks, self.alphas, strict=True):
+            p_margin = [1.0] * m
+            for i, pairs in enumerate(series):
+                if len(pairs) < n:
+                    continue
+                c = compare([a for a, _ in pairs[:n]], [b for _, b in pairs[:n]], alpha=share, min_effect=min_effect)
+                p_margin[i] = c.p_margin
+                if done[i]:
+                    continue
+                low[i] = max(low[i], c.ci_low)
+                high[i] = min(high[i], c.ci_high)
+                decided_at[i] = n
+                done[i] = low[i] >= floor or high[i] < floor
+            for i, shown in enumerate(holm(p_margin, share)):
+                faster[i] = faster[i] or shown
+        return [Bounds(low[i], high[i], faster[i], decided_at[i]) for i in range(m)]
+
+
+def decide(
+    comparisons: Sequence[Comparison],
+    *,
+    alpha: float = DEFAULT_ALPHA,
+    max_loss: float = DEFAULT_MAX_LOSS,
+) -> list[Decision]:
+    """One fixed-size look: each comparison's decision, gains Holm-corrected over all of them.
+
+    The comparisons' bounds must be at level ``alpha`` (as :func:`compare` made them).
+    """
+    _check_alpha(alpha)
+    _check_fraction("max_loss", max_loss)
+    for c in comparisons:
+        if not math.isclose(c.alpha, alpha):
+            raise ConfigError("alpha", f"the comparisons' bounds are at {c.alpha}, not {alpha}")
     gains = holm([c.p_margin for c in comparisons], alpha)
-    losses = holm([c.p_loss for c in comparisons], alpha)
-    out = []
-    for gain, loss in zip(gains, losses, strict=True):
-        out.append(Decision.PROMOTE if gain else Decision.REGRESSION if loss else Decision.KEEP_DEFAULTS)
-    return out
+    return [Bounds(c.ci_low, c.ci_high, g, c.pairs).decision(max_loss) for c, g in zip(comparisons, gains, strict=True)]
 
 
 def holm(p_values: Sequence[float], alpha: float) -> list[bool]:
@@ -137,11 +267,21 @@ def holm(p_values: Sequence[float], alpha: float) -> list[bool]:
     rejected = [False] * len(p_values)
     m = len(p_values)
     for rank, index in enumerate(order):
-        if p_values[index] < alpha / (m - rank):
+        if p_values[index] <= alpha / (m - rank):
             rejected[index] = True
         else:
             break
     return rejected
+
+
+def _check_alpha(alpha: float) -> None:
+    if not 0 < alpha < 0.5:
+        raise ConfigError("alpha", f"must be within (0, 0.5), got {alpha}")
+
+
+def _check_fraction(name: str, value: float) -> None:
+    if not 0 <= value < 1:
+        raise ConfigError(name, f"must be within [0, 1), got {value}")
 
 
 def _cv(values: Sequence[float]) -> float:

@@ -16,10 +16,8 @@ Purpose: run one study end to end, resumable at any point.
    failed as ``stale`` and enqueued again once. A study killed at any point and run again with the same
    settings finishes with every trial counted once: waiting trials are picked up, stale ones retried once,
    and the enqueueing steps are idempotent.
-5. The **proof**: the best finalists are re-measured interleaved with the baseline (A B A B …); the pairs
-   are stored in the study as they are measured, so a resumed proof continues where it stopped. Per
-   (collective, bucket) ``statistics`` decides promote / keep NCCL's defaults / regression; a finalist with
-   at least one promotion and no regression can be chosen, the best such by weighted speedup.
+5. The **proof** (``proof``): the best finalists are re-measured interleaved with the baseline; a finalist is
+   chosen only when every weighted (collective, bucket) is shown safe and one is shown faster.
 
 The measurement is injected (:class:`Evaluator`), as are the clock and the sleep used while waiting for
 another worker's trial, so the controller plugs in real benchmark jobs and tests a model.
@@ -33,13 +31,12 @@ import contextlib
 import dataclasses
 import json
 import logging
-import math
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import optuna
 import sqlalchemy
@@ -49,8 +46,10 @@ from optuna.trial import FrozenTrial, TrialState
 from topo_tune.errors import ConfigError, TopoTuneError
 from topo_tune.tuner import size_options, statistics
 from topo_tune.tuner.coordinate_descent import CoordinateDescentSampler
-from topo_tune.tuner.objective import DEFAULT_LADDER, BucketScore, Measurements, Objective, SizeBucket
+from topo_tune.tuner.evaluation import Evaluator, FailureKind, MeasurementRequest, TrialFailed, requested
+from topo_tune.tuner.objective import DEFAULT_LADDER, Measurements, Objective
 from topo_tune.tuner.plugin_table import ScoredTrial, compose_table
+from topo_tune.tuner.proof import BucketProof, FinalistProof, ProofSettings, Prover, Tradeoff, tradeoff
 from topo_tune.tuner.space import RankOrder, SearchSpace, TrialConfig
 
 __all__ = [
@@ -66,6 +65,7 @@ __all__ = [
     "StudyOutcome",
     "StudyProgress",
     "StudySettings",
+    "Tradeoff",
     "TrialFailed",
     "TrialRecord",
     "TunerStudy",
@@ -75,10 +75,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-FailureKind = Literal["failed", "wrong_result", "timeout"]
 SamplerName = Literal["tpe", "random", "cmaes", "coordinate"]
 SAMPLERS: tuple[SamplerName, ...] = ("tpe", "random", "cmaes", "coordinate")
-_FAILURE_KINDS = ("failed", "wrong_result", "timeout")
 _MAX_ATTEMPTS = 2  # a stale trial is retried once
 _UNLABELED_GRACE_S = 10.0
 """How long a running trial without a worker label is left alone (labelling takes milliseconds)."""
@@ -97,40 +95,10 @@ A_MEASUREMENTS = "measurements"
 S_FINGERPRINT = "space_fingerprint"
 S_RANK_ORDERS = "rank_orders"  # the space's orders as the study started: a resume searches these again
 S_MEASURED = "measured"  # the sizes and workload the stored values and proof pairs were measured for
-S_PROOF = "proof"
-
-
-class TrialFailed(TopoTuneError):
-    """Raised by an evaluator when a trial's benchmark failed, returned a wrong result or timed out."""
-
-    def __init__(self, reason: str, *, kind: FailureKind = "failed") -> None:
-        if kind not in _FAILURE_KINDS:
-            raise ValueError(f"kind must be one of {_FAILURE_KINDS}, got {kind!r}")
-        self.reason = reason
-        self.kind: FailureKind = kind
-        super().__init__(f"{kind}: {reason}")
 
 
 class StudyError(TopoTuneError):
     """The study cannot go on (the baseline failed, or the stored study belongs to another space)."""
-
-
-@dataclass(frozen=True)
-class MeasurementRequest:
-    """What to measure for one call: collectives × sizes, for which trial and why."""
-
-    collectives: tuple[str, ...]
-    sizes: tuple[int, ...]
-    trial: int  # the Optuna trial number the call measures (for a proof, the finalist's)
-    purpose: Literal["search", "proof"]
-    repeat: int = 0  # the pair index in a proof
-    side: Literal["baseline", "candidate"] = "candidate"
-
-
-class Evaluator(Protocol):
-    """Measures one configuration. Raises :class:`TrialFailed` (never anything else on purpose)."""
-
-    def __call__(self, config: TrialConfig, request: MeasurementRequest) -> Measurements: ...
 
 
 @dataclass(frozen=True)
@@ -163,8 +131,12 @@ class StudySettings:
     tpe_ei_candidates: int = 64
     finalists: int = 3
     proof_pairs: int = 10
+    proof_pairs_max: int = 30
+    """Pairs a finalist may get in all (looks of ``proof_pairs``) while a weighted bucket is undecided."""
     alpha: float = statistics.DEFAULT_ALPHA
     min_effect: float = statistics.DEFAULT_MIN_EFFECT
+    max_loss: float = statistics.DEFAULT_MAX_LOSS
+    """The largest loss a shipped configuration may have in any weighted bucket (at its lower bound)."""
     worker_id: str = "topo-tune"
     table_shape: tuple[int, int] | None = None
     """(nNodes, nRanks) of the job's communicator: after the search, compose a tuner-plugin table from the
@@ -185,6 +157,12 @@ class StudySettings:
             ("prune_ratio", 0 <= self.prune_ratio < 1, f"must be within [0, 1), got {self.prune_ratio}"),
             ("finalists", self.finalists >= 0, f"must be >= 0, got {self.finalists}"),
             ("proof_pairs", self.proof_pairs >= 2, f"must be at least 2, got {self.proof_pairs}"),
+            (
+                "proof_pairs_max",
+                self.proof_pairs_max >= self.proof_pairs,
+                f"must be at least proof_pairs ({self.proof_pairs}), got {self.proof_pairs_max}",
+            ),
+            ("max_loss", 0 <= self.max_loss < 1, f"must be within [0, 1), got {self.max_loss}"),
             ("heartbeat_interval_s", self.heartbeat_interval_s > 0, "must be > 0"),
             (
                 "stale_after_s",
@@ -217,39 +195,6 @@ class TrialRecord:
 
 
 @dataclass(frozen=True)
-class BucketProof:
-    """The proof of one (collective, bucket) for one finalist."""
-
-    collective: str
-    bucket: SizeBucket
-    comparison: statistics.Comparison
-    decision: statistics.Decision
-
-
-@dataclass(frozen=True)
-class FinalistProof:
-    """A finalist re-measured against the baseline, pair by pair."""
-
-    trial: int
-    config: TrialConfig
-    search_value: float
-    buckets: tuple[BucketProof, ...]
-    speedup: float  # weighted geometric mean of the per-bucket point speedups
-    baseline: Measurements | None  # per size, geometric mean over the pairs (for plots and tables)
-    candidate: Measurements | None
-    failure: str | None = None
-
-    @property
-    def promoted(self) -> bool:
-        decisions = [b.decision for b in self.buckets]
-        return (
-            self.failure is None
-            and statistics.Decision.PROMOTE in decisions
-            and statistics.Decision.REGRESSION not in decisions
-        )
-
-
-@dataclass(frozen=True)
 class StudyOutcome:
     """Everything a study found; ``chosen`` is None when the answer is "keep NCCL's defaults"."""
 
@@ -265,6 +210,11 @@ class StudyOutcome:
     simulated: bool
     natural_order: RankOrder
     site_fixed: Mapping[str, str] = field(default_factory=dict)
+    tradeoff: Tradeoff | None = None
+    """The best finalist measured faster overall that could not be chosen (never the result)."""
+    max_loss: float = statistics.DEFAULT_MAX_LOSS
+    alpha: float = statistics.DEFAULT_ALPHA
+    min_effect: float = statistics.DEFAULT_MIN_EFFECT
 
 
 @dataclass(frozen=True)
@@ -378,6 +328,7 @@ class TunerStudy:
         self._rungs = objective.rungs(settings.ladder, settings.rungs)
         self._active: set[int] = set()
         self._storages: list[optuna.storages.RDBStorage] = []
+        self._storage: optuna.storages.RDBStorage  # the one open() opened last
         self._started = clock()
         self._finished_here = 0
         names = [c.name for c in self._candidates]
@@ -392,6 +343,7 @@ class TunerStudy:
         """Create the study, or load it when it exists (then it must have been made for the same space)."""
         storage = optuna.storages.RDBStorage(self.settings.storage, engine_kwargs=_engine_kwargs(self.settings.storage))
         self._storages.append(storage)
+        self._storage = storage
         study = optuna.create_study(
             study_name=self.settings.name,
             storage=storage,
@@ -420,6 +372,11 @@ class TunerStudy:
                 "measure other sizes or another workload"
             )
         return study
+
+    def _trial_id(self, study: optuna.Study, number: int) -> int:
+        """The storage's id of trial ``number`` (through the storage's public API, not Optuna's private fields)."""
+        study_id = self._storage.get_study_id_from_name(study.study_name)
+        return self._storage.get_trial_id_from_study_id_trial_number(study_id, number)
 
     def _measured(self) -> str:
         profile = self.objective.profile
@@ -518,8 +475,8 @@ class TunerStudy:
             )
 
     def _run_trial(self, study: optuna.Study, trial: optuna.Trial, baseline: Measurements | None) -> None:
-        storage = study._storage
-        trial_id = trial._trial_id
+        storage = self._storage
+        trial_id = self._trial_id(study, trial.number)
         self._active.add(trial.number)
         try:
             # A sampled trial carries no role/attempt attributes: readers default them (one commit less each).
@@ -564,7 +521,7 @@ class TunerStudy:
             for step, sizes in enumerate(self._rungs):
                 request = MeasurementRequest(self.objective.collectives, sizes, trial.number, "search")
                 try:
-                    got = _requested(self._evaluate(config, request), request)
+                    got = requested(self._evaluate(config, request), request)
                 except TrialFailed as failure:
                     logger.warning("trial %d %s: %s", trial.number, failure.kind, failure.reason)
                     trial.set_user_attr(A_FAILURE, failure.kind)
@@ -600,7 +557,7 @@ class TunerStudy:
         now = self._clock()
         trials = study.get_trials(deepcopy=False)
         retried = {t.user_attrs.get(A_RETRY_OF) for t in trials}
-        storage = study._storage
+        storage = self._storage
         for t in trials:
             if t.state != TrialState.RUNNING or t.number in self._active:
                 continue
@@ -621,8 +578,9 @@ class TunerStudy:
             else:
                 reason = f"no heartbeat for {now - float(beat):.0f} s (worker {t.user_attrs.get(A_WORKER, 'unknown')})"
             logger.warning("trial %d is stale: %s", t.number, reason)
-            storage.set_trial_user_attr(t._trial_id, A_FAILURE, "stale")
-            storage.set_trial_user_attr(t._trial_id, A_REASON, reason)
+            trial_id = self._trial_id(study, t.number)
+            storage.set_trial_user_attr(trial_id, A_FAILURE, "stale")
+            storage.set_trial_user_attr(trial_id, A_REASON, reason)
             attempt = int(t.user_attrs.get(A_ATTEMPT, 1))
             if attempt < _MAX_ATTEMPTS and t.number not in retried:
                 attrs = {k: v for k, v in t.user_attrs.items() if k in (A_ROLE, A_CANDIDATE, A_TABLE)}
@@ -630,7 +588,7 @@ class TunerStudy:
                 study.enqueue_trial(self._retry_params(t), user_attrs=attrs)
             # If it finished meanwhile its result stands; the retry, if any, just measures it again.
             with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-                storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+                storage.set_trial_state_values(trial_id, TrialState.FAIL)
 
     def _retry_params(self, t: FrozenTrial) -> dict[str, Any]:
         """What a stale trial's retry measures: its own params, once every one of them was stored.
@@ -738,10 +696,16 @@ class TunerStudy:
 
     # ---------------------------------------------------------------- proof
 
-    def _finalists(self, study: optuna.Study) -> list[FrozenTrial]:
+    def _finalists(self, study: optuna.Study, baseline: Measurements) -> list[FrozenTrial]:
+        """The best trials by search value; one place goes to the best that looked safe in the search.
+
+        The best value may trade a loss in some bucket for a gain elsewhere: proven, it is named as the
+        trade-off. The best trial whose search measurement was within ``max_loss`` in every weighted bucket is
+        the one the proof can most likely ship, so it is proven too, second, when it is not among the first.
+        """
         seen: set[tuple[tuple[str, Any], ...]] = set()  # params and table: a table trial is its own finalist
         baseline_key = tuple(sorted(to_optuna(self.space, self.space.baseline_params()).items()))
-        out = []
+        ranked = []
         complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         for t in sorted(complete, key=lambda t: (-(t.value or 0.0), t.number)):
             key = (*sorted(t.params.items()), (A_TABLE, t.user_attrs.get(A_TABLE, "")))
@@ -750,76 +714,42 @@ class TunerStudy:
             if t.value is None or t.value <= 1.0:
                 break
             seen.add(key)
-            out.append(t)
-            if len(out) >= self.settings.finalists:
-                break
+            ranked.append(t)
+        safe = next((t for t in ranked if self._looked_safe(t, baseline)), None)
+        out = ranked[: self.settings.finalists]
+        if safe is not None and safe not in out and self.settings.finalists >= 2:
+            out = [*out[:1], safe, *out[1 : self.settings.finalists - 1]]
         return out
 
-    def _prove(self, study: optuna.Study, baseline: Measurements) -> list[FinalistProof]:
-        finalists = self._finalists(study)
-        base_config = self.space.config(self.space.baseline_params())
-        collectives = self.objective.collectives
-        total = len(finalists) * self.settings.proof_pairs
-        for f_index, finalist in enumerate(finalists):
-            config = self._config_of(finalist.params, finalist.user_attrs)
-            for pair in range(self.settings.proof_pairs):
-                key = f"{S_PROOF}:{finalist.number}:{pair}"
-                attrs = study.user_attrs
-                if key in attrs or f"{S_PROOF}:{finalist.number}:failed" in attrs:
-                    continue
-                sides: dict[str, str] = {}
-                plan: tuple[tuple[Literal["baseline", "candidate"], TrialConfig], ...] = (
-                    ("baseline", base_config),
-                    ("candidate", config),
-                )
-                try:
-                    for side, cfg in plan:
-                        request = MeasurementRequest(
-                            collectives, tuple(sorted(set(self.settings.ladder))), finalist.number, "proof", pair, side
-                        )
-                        got = _requested(self._evaluate(cfg, request), request)
-                        sides[side] = got.to_json()
-                except TrialFailed as failure:
-                    study.set_user_attr(f"{S_PROOF}:{finalist.number}:failed", f"{failure.kind}: {failure.reason}")
-                    break
-                study.set_user_attr(key, json.dumps(sides))
-                self._progress("proof", study, done=f_index * self.settings.proof_pairs + pair + 1, total=total)
-        proofs = [self._proof_of(study, f) for f in finalists]
-        return _decide(proofs, self.objective, alpha=self.settings.alpha)
+    def _looked_safe(self, trial: FrozenTrial, baseline: Measurements) -> bool:
+        raw = trial.user_attrs.get(A_MEASUREMENTS)
+        if not raw:
+            return False
+        scores = self.objective.bucket_scores(Measurements.from_json(raw), baseline)
+        weighted = [s for s in scores if self.objective.profile.weight(s.collective, s.bucket.name) > 0]
+        return bool(weighted) and all(s.speedup >= 1 - self.settings.max_loss for s in weighted)
 
-    def _proof_of(self, study: optuna.Study, finalist: FrozenTrial) -> FinalistProof:
-        attrs = study.user_attrs
-        config = self._config_of(finalist.params, finalist.user_attrs)
-        failure = attrs.get(f"{S_PROOF}:{finalist.number}:failed")
-        pairs = []
-        for pair in range(self.settings.proof_pairs):
-            raw = attrs.get(f"{S_PROOF}:{finalist.number}:{pair}")
-            if raw is not None:
-                sides = json.loads(raw)
-                pairs.append((Measurements.from_json(sides["baseline"]), Measurements.from_json(sides["candidate"])))
-        if failure is not None or len(pairs) < 2:
-            return FinalistProof(
-                finalist.number, config, finalist.value or 0.0, (), 0.0, None, None, failure or "too few pairs"
-            )
-        buckets = []
-        for collective in self.objective.collectives:
-            for bucket in self.objective.buckets:
-                sizes = [s for s in sorted(set(self.settings.ladder)) if bucket.holds(s)]
-                if not sizes:
-                    continue
-                a = [_geomean_time(m, collective, sizes) for m, _ in pairs]
-                b = [_geomean_time(m, collective, sizes) for _, m in pairs]
-                comparison = statistics.compare(a, b, min_effect=self.settings.min_effect)
-                buckets.append(BucketProof(collective, bucket, comparison, statistics.Decision.KEEP_DEFAULTS))
-        return FinalistProof(
-            finalist.number,
-            config,
-            finalist.value or 0.0,
-            tuple(buckets),
-            0.0,
-            _mean_profile([a for a, _ in pairs]),
-            _mean_profile([b for _, b in pairs]),
+    def _prover(self, on_pair: Callable[[int, int], None] = lambda done, total: None) -> Prover:
+        st = self.settings
+        return Prover(
+            ProofSettings(
+                sizes=tuple(sorted(set(st.ladder))),
+                pairs=st.proof_pairs,
+                max_pairs=st.proof_pairs_max,
+                alpha=st.alpha,
+                min_effect=st.min_effect,
+                max_loss=st.max_loss,
+            ),
+            objective=self.objective,
+            evaluate=self._evaluate,
+            baseline_config=self.space.config(self.space.baseline_params()),
+            config_of=self._config_of,
+            on_pair=on_pair,
         )
+
+    def _prove(self, study: optuna.Study, baseline: Measurements) -> list[FinalistProof]:
+        prover = self._prover(lambda done, total: self._progress("proof", study, done=done, total=total))
+        return prover.prove(study, self._finalists(study, baseline))
 
     # ---------------------------------------------------------------- reporting
 
@@ -832,6 +762,7 @@ class TunerStudy:
         best = max(searched, key=lambda r: (r.value or 0.0, -r.number), default=None)
         promoted = [p for p in proofs if p.promoted]
         chosen = max(promoted, key=lambda p: (p.speedup, -p.trial), default=None)
+        alternative = tradeoff(proofs, chosen, max_loss=self.settings.max_loss)
         simulated = any(r.measurements is not None and r.measurements.simulated for r in records)
         return StudyOutcome(
             name=self.settings.name,
@@ -846,6 +777,10 @@ class TunerStudy:
             simulated=simulated,
             natural_order=self.space.rank_orders[0],
             site_fixed=dict(self.space.site_fixed),
+            tradeoff=alternative,
+            max_loss=self.settings.max_loss,
+            alpha=self.settings.alpha,
+            min_effect=self.settings.min_effect,
         )
 
     def _record(self, t: FrozenTrial, superseded: bool) -> TrialRecord:
@@ -972,54 +907,3 @@ def _logical(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
     """Trials counted against the budget: a stale trial that was retried counts through its retry."""
     gone = _superseded(trials)
     return [t for t in trials if t.number not in gone]
-
-
-def _requested(got: Measurements, request: MeasurementRequest) -> Measurements:
-    """The samples the request asked for; a missing one fails the trial (a benchmark that skipped sizes)."""
-    missing = [(c, s) for c in request.collectives for s in request.sizes if got.get(c, s) is None]
-    if missing:
-        c, s = missing[0]
-        raise TrialFailed(f"the benchmark reported no result for {c} at {s} bytes ({len(missing)} missing)")
-    wanted = {(c, s) for c in request.collectives for s in request.sizes}
-    return Measurements(tuple(s for s in got.samples if (s.collective, s.bytes) in wanted), simulated=got.simulated)
-
-
-def _geomean_time(m: Measurements, collective: str, sizes: Sequence[int]) -> float:
-    logs = []
-    for size in sizes:
-        sample = m.get(collective, size)
-        assert sample is not None  # _requested kept exactly the requested sizes of every stored proof run
-        logs.append(math.log(sample.time_us))
-    return math.exp(sum(logs) / len(logs))
-
-
-def _mean_profile(runs: Sequence[Measurements]) -> Measurements:
-    """Per (collective, size): the geometric mean time over the runs, busbw recomputed to match."""
-    first = runs[0]
-    samples = []
-    for s in first.samples:
-        others = [m.get(s.collective, s.bytes) for m in runs]
-        times = [o.time_us for o in others if o is not None]
-        t = math.exp(sum(math.log(x) for x in times) / len(times))
-        samples.append(
-            type(s)(s.collective, s.bytes, t, s.busbw_gbs * s.time_us / t, s.algorithm, s.protocol, s.channels)
-        )
-    return Measurements(tuple(samples), simulated=any(m.simulated for m in runs))
-
-
-def _decide(proofs: Sequence[FinalistProof], objective: Objective, *, alpha: float) -> list[FinalistProof]:
-    """Holm-corrected decisions over every bucket of every finalist, and each finalist's weighted speedup."""
-    flat = [b.comparison for p in proofs for b in p.buckets]
-    decisions = iter(statistics.decide(flat, alpha=alpha)) if flat else iter(())
-    out = []
-    for p in proofs:
-        buckets = tuple(BucketProof(b.collective, b.bucket, b.comparison, next(decisions)) for b in p.buckets)
-        speedup = (
-            objective.combine(BucketScore(b.collective, b.bucket, b.comparison.speedup, 0.0, 0.0, ()) for b in buckets)
-            if buckets
-            else 0.0
-        )
-        out.append(
-            FinalistProof(p.trial, p.config, p.search_value, buckets, speedup, p.baseline, p.candidate, p.failure)
-        )
-    return out

@@ -1,0 +1,60 @@
+"""What a study asks its measurement for: the request, the evaluator protocol, and the failure it raises.
+
+Purpose: the one interface between the tuner (search and proof) and whatever measures — real benchmark jobs
+in the controller, the sim model in tests and benchmarks.
+
+Non-goals: measuring anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from topo_tune.errors import TopoTuneError
+from topo_tune.tuner.objective import Measurements
+from topo_tune.tuner.space import TrialConfig
+
+__all__ = ["FAILURE_KINDS", "Evaluator", "FailureKind", "MeasurementRequest", "TrialFailed", "requested"]
+
+FailureKind = Literal["failed", "wrong_result", "timeout"]
+FAILURE_KINDS = ("failed", "wrong_result", "timeout")
+
+
+class TrialFailed(TopoTuneError):
+    """Raised by an evaluator when a trial's benchmark failed, returned a wrong result or timed out."""
+
+    def __init__(self, reason: str, *, kind: FailureKind = "failed") -> None:
+        if kind not in FAILURE_KINDS:
+            raise ValueError(f"kind must be one of {FAILURE_KINDS}, got {kind!r}")
+        self.reason = reason
+        self.kind: FailureKind = kind
+        super().__init__(f"{kind}: {reason}")
+
+
+@dataclass(frozen=True)
+class MeasurementRequest:
+    """What to measure for one call: collectives × sizes, for which trial and why."""
+
+    collectives: tuple[str, ...]
+    sizes: tuple[int, ...]
+    trial: int  # the Optuna trial number the call measures (for a proof, the finalist's)
+    purpose: Literal["search", "proof"]
+    repeat: int = 0  # the pair index in a proof
+    side: Literal["baseline", "candidate"] = "candidate"
+
+
+class Evaluator(Protocol):
+    """Measures one configuration. Raises :class:`TrialFailed` (never anything else on purpose)."""
+
+    def __call__(self, config: TrialConfig, request: MeasurementRequest) -> Measurements: ...
+
+
+def requested(got: Measurements, request: MeasurementRequest) -> Measurements:
+    """The samples the request asked for; a missing one fails the trial (a benchmark that skipped sizes)."""
+    missing = [(c, s) for c in request.collectives for s in request.sizes if got.get(c, s) is None]
+    if missing:
+        c, s = missing[0]
+        raise TrialFailed(f"the benchmark reported no result for {c} at {s} bytes ({len(missing)} missing)")
+    wanted = {(c, s) for c in request.collectives for s in request.sizes}
+    return Measurements(tuple(s for s in got.samples if (s.collective, s.bytes) in wanted), simulated=got.simulated)

@@ -1,0 +1,338 @@
+"""The proof: re-measure the best finalists against NCCL's defaults and decide which, if any, ships.
+
+Purpose: each finalist is measured interleaved with the baseline (A B A B …), one pair per step, every
+(collective, bucket) at once; the pairs are stored in the study as they are measured, so a resumed proof
+continues where it stopped and reaches the same decisions. The pairs come in looks of ``proofPairs`` up to
+``proofPairsMax`` (``statistics.SequentialDesign``): a finalist gets its next look only while some weighted
+bucket is neither shown safe nor shown slower, or while all are safe, none is shown faster yet and one measured
+a gain beyond ``min_effect``; never after a weighted bucket was shown slower.
+
+A finalist can be chosen only when every (collective, bucket) the workload weighs is shown safe (its lower
+bound is at least ``1 - maxLoss``) and at least one is shown faster; the chosen one is the best such by
+weighted speedup. The best finalist that was not chosen but measured faster overall is the **trade-off**: it
+is named with what would accept it, never shipped as the result.
+
+Non-goals: the statistics themselves (``statistics``), the search (``study``), writing files (``outputs``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from topo_tune.tuner import statistics
+from topo_tune.tuner.evaluation import Evaluator, MeasurementRequest, TrialFailed, requested
+from topo_tune.tuner.objective import BucketScore, Measurements, Objective, SizeBucket
+from topo_tune.tuner.space import TrialConfig
+
+__all__ = ["BucketProof", "FinalistProof", "ProofSettings", "Prover", "Tradeoff", "tradeoff"]
+
+S_PROOF = "proof"
+
+
+@dataclass(frozen=True)
+class ProofSettings:
+    sizes: tuple[int, ...]
+    pairs: int = 10
+    max_pairs: int = 30
+    alpha: float = statistics.DEFAULT_ALPHA
+    min_effect: float = statistics.DEFAULT_MIN_EFFECT
+    max_loss: float = statistics.DEFAULT_MAX_LOSS
+
+    @property
+    def design(self) -> statistics.SequentialDesign:
+        return statistics.SequentialDesign(self.pairs, self.max_pairs, self.alpha)
+
+
+@dataclass(frozen=True)
+class BucketProof:
+    """The proof of one (collective, bucket) for one finalist."""
+
+    collective: str
+    bucket: SizeBucket
+    comparison: statistics.Comparison  # over every pair measured (speedup, p-value, CVs)
+    decision: statistics.Decision
+    bounds: statistics.Bounds | None = None  # the sequential running bounds the decision rests on
+    weight: float = 1.0
+
+    @property
+    def ci_low(self) -> float:
+        return self.bounds.low if self.bounds is not None else self.comparison.ci_low
+
+    @property
+    def ci_high(self) -> float:
+        return self.bounds.high if self.bounds is not None else self.comparison.ci_high
+
+    @property
+    def decided_at(self) -> int:
+        return self.bounds.decided_at if self.bounds is not None else self.comparison.pairs
+
+
+@dataclass(frozen=True)
+class FinalistProof:
+    """A finalist re-measured against the baseline, pair by pair."""
+
+    trial: int
+    config: TrialConfig
+    search_value: float
+    buckets: tuple[BucketProof, ...]
+    speedup: float  # weighted geometric mean of the per-bucket point speedups
+    baseline: Measurements | None  # per size, geometric mean over the pairs (for plots and tables)
+    candidate: Measurements | None
+    failure: str | None = None
+
+    @property
+    def weighted(self) -> tuple[BucketProof, ...]:
+        return tuple(b for b in self.buckets if b.weight > 0)
+
+    @property
+    def promoted(self) -> bool:
+        """Every weighted bucket shown safe, at least one shown faster (an intersection-union test)."""
+        weighted = self.weighted
+        return (
+            self.failure is None
+            and bool(weighted)
+            and all(b.decision.safe for b in weighted)
+            and any(b.decision is statistics.Decision.FASTER for b in weighted)
+        )
+
+
+@dataclass(frozen=True)
+class Tradeoff:
+    """The best finalist that was measured faster overall but could not be chosen, and what would accept it."""
+
+    proof: FinalistProof
+    unsafe: tuple[BucketProof, ...]  # weighted buckets not shown safe
+    max_loss: float | None  # the search.maxLoss at which the measured bounds would accept it
+    zero_buckets: tuple[str, ...]  # workload.buckets to weigh 0 so that only shown-safe buckets count
+
+    def accepts(self) -> list[str]:
+        """What would accept it, as a user would change cluster.yaml."""
+        out = []
+        if self.zero_buckets:
+            weights = ", ".join(f"{name}: 0" for name in self.zero_buckets)
+            out.append(f"workload.buckets: {{{weights}}} (stop weighing the sizes it slows), then run again")
+        if self.max_loss is not None:
+            out.append(f"search.maxLoss: {self.max_loss:.3f} (accept a loss this large in those buckets)")
+        if not out:
+            out.append("nothing short of new measurements: no weighted bucket was shown faster")
+        return out
+
+
+def tradeoff(proofs: Sequence[FinalistProof], chosen: FinalistProof | None, *, max_loss: float) -> Tradeoff | None:
+    """The finalist with the best weighted speedup when it is not the chosen one and beats it (or the defaults)."""
+    floor = chosen.speedup if chosen is not None else 1.0
+    candidates = [p for p in proofs if p.failure is None and not p.promoted and p.buckets and p.speedup > floor]
+    best = max(candidates, key=lambda p: (p.speedup, -p.trial), default=None)
+    if best is None:
+        return None
+    weighted = best.weighted
+    unsafe = tuple(b for b in weighted if not b.decision.safe)
+    faster = [b for b in weighted if b.decision is statistics.Decision.FASTER]
+    needed: float | None = None
+    if faster and unsafe:
+        lowest = min(b.ci_low for b in unsafe)
+        needed = math.ceil((1.0 - lowest) * 1000) / 1000
+        needed = needed if needed < 1 else None
+    names = tuple(dict.fromkeys(b.bucket.name for b in unsafe))
+    # Weighing a bucket 0 drops it for every collective: only useful when a faster bucket survives that.
+    survivors = [b for b in faster if b.bucket.name not in names]
+    return Tradeoff(best, unsafe, needed if needed is None or needed > max_loss else None, names if survivors else ())
+
+
+class Prover:
+    """Runs and decides the proof of a study's finalists; its pairs live in the study's user attributes."""
+
+    def __init__(
+        self,
+        settings: ProofSettings,
+        *,
+        objective: Objective,
+        evaluate: Evaluator,
+        baseline_config: TrialConfig,
+        config_of: Callable[[Mapping[str, Any], Mapping[str, Any]], TrialConfig],
+        on_pair: Callable[[int, int], None] = lambda done, total: None,
+    ) -> None:
+        self.settings = settings
+        self.objective = objective
+        self._evaluate = evaluate
+        self._baseline_config = baseline_config
+        self._config_of = config_of
+        self._on_pair = on_pair
+        self._design = settings.design
+
+    def prove(self, study: optuna.Study, finalists: Sequence[FrozenTrial]) -> list[FinalistProof]:
+        """Measure each finalist look by look until it is decided or at ``max_pairs``, then decide all."""
+        total = len(finalists) * self.settings.max_pairs
+        for index, finalist in enumerate(finalists):
+            config = self._config_of(finalist.params, finalist.user_attrs)
+            look: int | None = self.settings.pairs
+            while look is not None:
+                for pair in range(look):
+                    got = self._measure_pair(study, finalist.number, config, pair)
+                    if got == "failed":
+                        break
+                    if got == "measured":
+                        self._on_pair(index * self.settings.max_pairs + pair + 1, total)
+                if not self._undecided(study, finalists, finalist.number):
+                    break
+                look = self._design.next_look(look)
+        return self.decide(study, finalists)
+
+    def decide(self, study: optuna.Study, finalists: Sequence[FrozenTrial]) -> list[FinalistProof]:
+        """The decisions on the stored pairs (what ``prove`` returns; also for a finished study)."""
+        raw = [self._raw(study, f) for f in finalists]
+        series = [s for _, _, per_bucket in raw for s in per_bucket]
+        bounds = iter(
+            self._design.bounds(series, min_effect=self.settings.min_effect, max_loss=self.settings.max_loss)
+            if series
+            else []
+        )
+        out = []
+        for finalist, (pairs, failure, per_bucket) in zip(finalists, raw, strict=True):
+            config = self._config_of(finalist.params, finalist.user_attrs)
+            if failure is not None or len(pairs) < 2:
+                for _ in per_bucket:
+                    next(bounds)
+                out.append(
+                    FinalistProof(
+                        finalist.number, config, finalist.value or 0.0, (), 0.0, None, None, failure or "too few pairs"
+                    )
+                )
+                continue
+            buckets = []
+            for (collective, bucket), series_of in zip(self._buckets(), per_bucket, strict=True):
+                b = next(bounds)
+                comparison = statistics.compare(
+                    [x for x, _ in series_of],
+                    [y for _, y in series_of],
+                    alpha=self.settings.alpha,
+                    min_effect=self.settings.min_effect,
+                )
+                weight = self.objective.profile.weight(collective, bucket.name)
+                buckets.append(
+                    BucketProof(collective, bucket, comparison, b.decision(self.settings.max_loss), b, weight)
+                )
+            speedup = self.objective.combine(
+                BucketScore(b.collective, b.bucket, b.comparison.speedup, 0.0, 0.0, ()) for b in buckets
+            )
+            out.append(
+                FinalistProof(
+                    finalist.number,
+                    config,
+                    finalist.value or 0.0,
+                    tuple(buckets),
+                    speedup,
+                    _mean_profile([a for a, _ in pairs]),
+                    _mean_profile([b for _, b in pairs]),
+                )
+            )
+        return out
+
+    # ---------------------------------------------------------------- internals
+
+    def _measure_pair(
+        self, study: optuna.Study, trial: int, config: TrialConfig, pair: int
+    ) -> Literal["measured", "stored", "failed"]:
+        """Measure pair ``pair`` of ``trial`` unless it is stored or the finalist failed (now or before)."""
+        key = f"{S_PROOF}:{trial}:{pair}"
+        attrs = study.user_attrs
+        if f"{S_PROOF}:{trial}:failed" in attrs:
+            return "failed"
+        if key in attrs:
+            return "stored"
+        sides: dict[str, str] = {}
+        plan: tuple[tuple[Literal["baseline", "candidate"], TrialConfig], ...] = (
+            ("baseline", self._baseline_config),
+            ("candidate", config),
+        )
+        try:
+            for side, cfg in plan:
+                request = MeasurementRequest(
+                    self.objective.collectives, self.settings.sizes, trial, "proof", pair, side
+                )
+                sides[side] = requested(self._evaluate(cfg, request), request).to_json()
+        except TrialFailed as failure:
+            study.set_user_attr(f"{S_PROOF}:{trial}:failed", f"{failure.kind}: {failure.reason}")
+            return "failed"
+        study.set_user_attr(key, json.dumps(sides))
+        return "measured"
+
+    def _undecided(self, study: optuna.Study, finalists: Sequence[FrozenTrial], trial: int) -> bool:
+        """Whether ``trial`` needs another look: no weighted bucket slower, and its choice still open."""
+        proofs = self.decide(study, [f for f in finalists if self._stored(study, f.number)])
+        proof = next((p for p in proofs if p.trial == trial), None)
+        if proof is None or proof.failure is not None:
+            return False
+        weighted = proof.weighted
+        decisions = [b.decision for b in weighted]
+        if statistics.Decision.SLOWER in decisions:
+            return False  # can never be chosen
+        if statistics.Decision.NOT_SHOWN_SAFE in decisions:
+            return True
+        # Every weighted bucket shown safe: more pairs only while a gain is still to show and was measured.
+        plausible = any(b.comparison.speedup > 1 + self.settings.min_effect for b in weighted)
+        return statistics.Decision.FASTER not in decisions and plausible
+
+    @staticmethod
+    def _stored(study: optuna.Study, trial: int) -> bool:
+        return f"{S_PROOF}:{trial}:0" in study.user_attrs
+
+    def _buckets(self) -> list[tuple[str, SizeBucket]]:
+        return [
+            (collective, bucket)
+            for collective in self.objective.collectives
+            for bucket in self.objective.buckets
+            if any(bucket.holds(s) for s in self.settings.sizes)
+        ]
+
+    def _raw(
+        self, study: optuna.Study, finalist: FrozenTrial
+    ) -> tuple[list[tuple[Measurements, Measurements]], str | None, list[list[tuple[float, float]]]]:
+        attrs = study.user_attrs
+        pairs = []
+        for pair in range(self.settings.max_pairs):
+            raw = attrs.get(f"{S_PROOF}:{finalist.number}:{pair}")
+            if raw is None:
+                break
+            sides = json.loads(raw)
+            pairs.append((Measurements.from_json(sides["baseline"]), Measurements.from_json(sides["candidate"])))
+        failure = attrs.get(f"{S_PROOF}:{finalist.number}:failed")
+        per_bucket = []
+        for collective, bucket in self._buckets():
+            sizes = [s for s in self.settings.sizes if bucket.holds(s)]
+            per_bucket.append(
+                [(_geomean_time(a, collective, sizes), _geomean_time(b, collective, sizes)) for a, b in pairs]
+            )
+        if failure is not None or len(pairs) < 2:
+            per_bucket = [[] for _ in per_bucket]
+        return pairs, failure, per_bucket
+
+
+def _geomean_time(m: Measurements, collective: str, sizes: Sequence[int]) -> float:
+    logs = []
+    for size in sizes:
+        sample = m.get(collective, size)
+        assert sample is not None  # requested() kept exactly the requested sizes of every stored proof run
+        logs.append(math.log(sample.time_us))
+    return math.exp(sum(logs) / len(logs))
+
+
+def _mean_profile(runs: Sequence[Measurements]) -> Measurements:
+    """Per (collective, size): the geometric mean time over the runs, busbw recomputed to match."""
+    first = runs[0]
+    samples = []
+    for s in first.samples:
+        others = [m.get(s.collective, s.bytes) for m in runs]
+        times = [o.time_us for o in others if o is not None]
+        t = math.exp(sum(math.log(x) for x in times) / len(times))
+        samples.append(
+            type(s)(s.collective, s.bytes, t, s.busbw_gbs * s.time_us / t, s.algorithm, s.protocol, s.channels)
+        )
+    return Measurements(tuple(samples), simulated=any(m.simulated for m in runs))
