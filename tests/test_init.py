@@ -151,6 +151,19 @@ def test_search_tuner_table_off_runs_no_table_trial_and_ships_no_table(tmp_path:
         # The study composes a table from the search's per-bucket winners (rows), or says none asks for one.
         composed = "table row: " in result.stderr or "no size bucket asks for its own channel count" in result.stderr
         runs[switch] = ([t["role"] for t in summary["trials"]].count("table"), composed, table_rows, output)
+        # init's last lines: the decision, and per weighted bucket of the chosen or trade-off finalist its
+        # speedup, bounds, decision and pairs, as summary.json has them.
+        lines = result.stderr.rstrip().splitlines()
+        head = max(i for i, line in enumerate(lines) if line.startswith(("promoted trial", "keep NCCL's defaults:")))
+        shown = summary["buckets"] if summary["chosen"] else (summary["tradeoff"] or {}).get("buckets", [])
+        expected = [
+            f"  {r['collective']:<14} {r['bucket']:<7} {r['speedup']:.3f}x [{r['ci_low']:.3f}, {r['ci_high']:.3f}] "
+            f"{r['decision']} ({r['pairs']} pairs)"
+            for r in shown
+            if r["weight"] > 0
+        ]
+        assert expected and all(line in lines[head:] for line in expected), lines[head:]
+        assert {r["decision"] for r in shown} <= {"faster", "no difference shown", "not shown safe", "slower"}
     tables_on, composed_on, _, _ = runs[True]
     assert composed_on and tables_on <= 1, "on (the default), the study tries to compose a table"
     tables, composed, rows, output = runs[False]

@@ -249,28 +249,33 @@ def test_holm_is_holm_not_bonferroni_nor_stricter() -> None:
 
 
 def test_bad_inputs_name_the_argument() -> None:
-    with pytest.raises(ConfigError, match=r"candidate"):
+    with pytest.raises(ConfigError, match=r"^candidate: needs one time per baseline time \(2\), got 1$"):
         compare([1.0, 2.0], [1.0])
-    with pytest.raises(ConfigError, match=r"baseline"):
+    with pytest.raises(ConfigError, match=r"^baseline: needs at least 2 pairs, got 1$"):
         compare([1.0], [1.0])
-    with pytest.raises(ConfigError, match=r"candidate"):
+    with pytest.raises(ConfigError, match=r"^candidate: times must be finite and > 0, got -2.0$"):
         compare([1.0, 2.0], [1.0, -2.0])
-    with pytest.raises(ConfigError, match=r"baseline"):
+    with pytest.raises(ConfigError, match=r"^baseline: times must be finite and > 0, got inf$"):
         compare([1.0, math.inf], [1.0, 2.0])
-    with pytest.raises(ConfigError, match=r"alpha"):
+    with pytest.raises(ConfigError, match=r"^alpha: must be within \(0, 0.5\), got 0.9$"):
         decide([], alpha=0.9)
-    with pytest.raises(ConfigError, match=r"alpha"):
+    with pytest.raises(ConfigError, match=r"^alpha: must be within \(0, 0.5\), got 0.0$"):
         compare([1.0, 2.0], [1.0, 2.0], alpha=0.0)
-    with pytest.raises(ConfigError, match=r"alpha"):
+    with pytest.raises(ConfigError, match=r"^alpha: the comparisons' bounds are at 0.05, not 0.01$"):
         decide([compare([1.0, 2.0], [1.0, 2.0], alpha=0.05)], alpha=0.01)
-    with pytest.raises(ConfigError, match=r"min_effect"):
+    with pytest.raises(ConfigError, match=r"^min_effect: must be within \[0, 1\), got 1.0$"):
         compare([1.0, 2.0], [1.0, 2.0], min_effect=1.0)
-    with pytest.raises(ConfigError, match=r"max_loss"):
+    with pytest.raises(ConfigError, match=r"^max_loss: must be within \[0, 1\), got -0.01$"):
         decide([], max_loss=-0.01)
-    with pytest.raises(ConfigError, match=r"proofPairsMax"):
+    with pytest.raises(ConfigError, match=r"^max_loss: must be within \[0, 1\), got 1.0$"):
+        SequentialDesign(2, 4).bounds([], max_loss=1.0)
+    with pytest.raises(ConfigError, match=r"^search.proofPairsMax: must be at least proofPairs \(10\), got 9$"):
         SequentialDesign(10, 9)
-    with pytest.raises(ConfigError, match=r"proofPairs"):
+    with pytest.raises(ConfigError, match=r"^search.proofPairs: must be at least 2, got 1$"):
         SequentialDesign(1, 9)
+    with pytest.raises(ConfigError, match=r"^alpha: "):
+        SequentialDesign(2, 4, alpha=0.5)
     # The edges of each range are accepted.
     compare([1.0, 2.0], [1.0, 2.0], min_effect=0.0, alpha=0.49)
     SequentialDesign(2, 2)
+    assert SequentialDesign(2, 4).bounds([]) == []

@@ -302,8 +302,9 @@ def init(
         tuned = chosen.config.tuned_env(outcome.site_fixed)
         for key, value in sorted(tuned.items()):
             console.print(f"  {key}={value}")
-    for line in verdict_lines(outcome):
-        console.print(line, markup=False, highlight=False)
     click.echo(json.dumps({"config_version": summary.get("config_version"), "output": str(output)}, indent=None))
     for name in result.written.files:
         console.print(f"  wrote {output / name}")
+    # Last: what was decided per weighted bucket, with its bounds, and the trade-off when there is one.
+    for line in verdict_lines(outcome):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)

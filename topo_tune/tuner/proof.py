@@ -125,7 +125,7 @@ class Tradeoff:
         return out
 
 
-def tradeoff(proofs: Sequence[FinalistProof], chosen: FinalistProof | None, *, max_loss: float) -> Tradeoff | None:
+def tradeoff(proofs: Sequence[FinalistProof], chosen: FinalistProof | None) -> Tradeoff | None:
     """The finalist with the best weighted speedup when it is not the chosen one and beats it (or the defaults)."""
     floor = chosen.speedup if chosen is not None else 1.0
     candidates = [p for p in proofs if p.failure is None and not p.promoted and p.buckets and p.speedup > floor]
@@ -137,13 +137,13 @@ def tradeoff(proofs: Sequence[FinalistProof], chosen: FinalistProof | None, *, m
     faster = [b for b in weighted if b.decision is statistics.Decision.FASTER]
     needed: float | None = None
     if faster and unsafe:
-        lowest = min(b.ci_low for b in unsafe)
-        needed = math.ceil((1.0 - lowest) * 1000) / 1000
+        # The smallest maxLoss (in thousandths) its lowest bound passes; never 1 or more (cluster.yaml's range).
+        needed = math.ceil(round((1.0 - min(b.ci_low for b in unsafe)) * 1000, 6)) / 1000
         needed = needed if needed < 1 else None
     names = tuple(dict.fromkeys(b.bucket.name for b in unsafe))
     # Weighing a bucket 0 drops it for every collective: only useful when a faster bucket survives that.
     survivors = [b for b in faster if b.bucket.name not in names]
-    return Tradeoff(best, unsafe, needed if needed is None or needed > max_loss else None, names if survivors else ())
+    return Tradeoff(best, unsafe, needed, names if survivors else ())
 
 
 class Prover:
@@ -175,10 +175,9 @@ class Prover:
             look: int | None = self.settings.pairs
             while look is not None:
                 for pair in range(look):
-                    got = self._measure_pair(study, finalist.number, config, pair)
-                    if got == "failed":
+                    if self._failed(study, finalist.number):
                         break
-                    if got == "measured":
+                    if self._measure_pair(study, finalist.number, config, pair):
                         self._on_pair(index * self.settings.max_pairs + pair + 1, total)
                 if not self._undecided(study, finalists, finalist.number):
                     break
@@ -189,20 +188,17 @@ class Prover:
         """The decisions on the stored pairs (what ``prove`` returns; also for a finished study)."""
         raw = [self._raw(study, f) for f in finalists]
         series = [s for _, _, per_bucket in raw for s in per_bucket]
-        bounds = iter(
-            self._design.bounds(series, min_effect=self.settings.min_effect, max_loss=self.settings.max_loss)
-            if series
-            else []
-        )
+        bounds = iter(self._design.bounds(series, min_effect=self.settings.min_effect, max_loss=self.settings.max_loss))
         out = []
         for finalist, (pairs, failure, per_bucket) in zip(finalists, raw, strict=True):
             config = self._config_of(finalist.params, finalist.user_attrs)
+            search_value = finalist.value if finalist.value is not None else 0.0
             if failure is not None or len(pairs) < 2:
                 for _ in per_bucket:
                     next(bounds)
                 out.append(
                     FinalistProof(
-                        finalist.number, config, finalist.value or 0.0, (), 0.0, None, None, failure or "too few pairs"
+                        finalist.number, config, search_value, (), 0.0, None, None, failure or "too few pairs"
                     )
                 )
                 continue
@@ -226,7 +222,7 @@ class Prover:
                 FinalistProof(
                     finalist.number,
                     config,
-                    finalist.value or 0.0,
+                    search_value,
                     tuple(buckets),
                     speedup,
                     _mean_profile([a for a, _ in pairs]),
@@ -237,16 +233,18 @@ class Prover:
 
     # ---------------------------------------------------------------- internals
 
-    def _measure_pair(
-        self, study: optuna.Study, trial: int, config: TrialConfig, pair: int
-    ) -> Literal["measured", "stored", "failed"]:
-        """Measure pair ``pair`` of ``trial`` unless it is stored or the finalist failed (now or before)."""
+    @staticmethod
+    def _failed(study: optuna.Study, trial: int) -> bool:
+        return f"{S_PROOF}:{trial}:failed" in study.user_attrs
+
+    def _measure_pair(self, study: optuna.Study, trial: int, config: TrialConfig, pair: int) -> bool:
+        """Measure and store pair ``pair`` of ``trial`` unless it is stored; whether it was measured now.
+
+        A failed measurement is stored as the finalist's failure (no further pair is measured for it).
+        """
         key = f"{S_PROOF}:{trial}:{pair}"
-        attrs = study.user_attrs
-        if f"{S_PROOF}:{trial}:failed" in attrs:
-            return "failed"
-        if key in attrs:
-            return "stored"
+        if key in study.user_attrs:
+            return False
         sides: dict[str, str] = {}
         plan: tuple[tuple[Literal["baseline", "candidate"], TrialConfig], ...] = (
             ("baseline", self._baseline_config),
@@ -260,9 +258,9 @@ class Prover:
                 sides[side] = requested(self._evaluate(cfg, request), request).to_json()
         except TrialFailed as failure:
             study.set_user_attr(f"{S_PROOF}:{trial}:failed", f"{failure.kind}: {failure.reason}")
-            return "failed"
+            return False
         study.set_user_attr(key, json.dumps(sides))
-        return "measured"
+        return True
 
     def _undecided(self, study: optuna.Study, finalists: Sequence[FrozenTrial], trial: int) -> bool:
         """Whether ``trial`` needs another look: no weighted bucket slower, and its choice still open."""

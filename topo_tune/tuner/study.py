@@ -762,7 +762,7 @@ class TunerStudy:
         best = max(searched, key=lambda r: (r.value or 0.0, -r.number), default=None)
         promoted = [p for p in proofs if p.promoted]
         chosen = max(promoted, key=lambda p: (p.speedup, -p.trial), default=None)
-        alternative = tradeoff(proofs, chosen, max_loss=self.settings.max_loss)
+        alternative = tradeoff(proofs, chosen)
         simulated = any(r.measurements is not None and r.measurements.simulated for r in records)
         return StudyOutcome(
             name=self.settings.name,

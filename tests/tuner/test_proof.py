@@ -1,0 +1,274 @@
+"""The proof's schedule and choice: looks until decided, a loss stops a finalist, weight-0 buckets do not
+count, a resumed proof measures nothing twice, the trade-off says what would accept it."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution
+
+from topo_tune.tuner.evaluation import MeasurementRequest, TrialFailed
+from topo_tune.tuner.objective import DEFAULT_BUCKETS, Measurements, Objective, SizeSample, WorkloadProfile
+from topo_tune.tuner.proof import BucketProof, FinalistProof, ProofSettings, Prover, tradeoff
+from topo_tune.tuner.space import RankOrder, TrialConfig
+from topo_tune.tuner.statistics import Bounds, Decision, compare
+
+SIZES = (1024, 65536, 1 << 20, 1 << 24, 1 << 28)  # one per default bucket
+ORDER = RankOrder("natural", ("a", "b"))
+BASELINE = TrialConfig(env={}, rank_order=ORDER)
+
+
+@dataclass
+class Model:
+    """True speedup per (finalist name, bucket); log-normal noise per pair and side, seeded."""
+
+    speedups: Mapping[str, Mapping[str, float]]
+    noise: float = 0.01
+    fail: set[str] = field(default_factory=set)
+    calls: int = 0
+
+    def __call__(self, config: TrialConfig, request: MeasurementRequest) -> Measurements:
+        assert request.purpose == "proof" and request.sizes == SIZES
+        self.calls += 1
+        name = config.env.get("NAME", "")
+        if request.side == "candidate" and name in self.fail:
+            raise TrialFailed(f"{name} hung", kind="timeout")
+        token = f"{name}|{request.trial}|{request.repeat}|{request.side}"
+        rng = random.Random(hashlib.sha256(token.encode()).digest())
+        samples = []
+        for collective in request.collectives:
+            for size in request.sizes:
+                bucket = next(b for b in DEFAULT_BUCKETS if b.holds(size))
+                speedup = self.speedups.get(name, {}).get(bucket.name, 1.0) if request.side == "candidate" else 1.0
+                t = (10.0 + size / 1e4) / speedup * math.exp(rng.gauss(0, self.noise))
+                samples.append(SizeSample(collective, size, t, size / t / 1e3))
+        return Measurements(tuple(samples), simulated=True)
+
+
+def config_of(params: Mapping[str, Any], attrs: Mapping[str, Any]) -> TrialConfig:
+    return TrialConfig(env={"NAME": str(params["name"])}, rank_order=ORDER, tuner_table=str(attrs.get("table", "")))
+
+
+def prove(
+    model: Model,
+    names: list[str],
+    *,
+    buckets: Mapping[str, float] | None = None,
+    study: optuna.Study | None = None,
+    pairs: int = 4,
+    max_pairs: int = 12,
+    on_pair: Callable[[int, int], None] = lambda done, total: None,
+    **settings: float,
+) -> tuple[list[FinalistProof], optuna.Study]:
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    if study is None:
+        study = optuna.create_study(direction="maximize")
+        for i, name in enumerate(names):
+            study.add_trial(
+                optuna.trial.create_trial(
+                    value=1.5 + i,
+                    params={"name": name},
+                    distributions={"name": CategoricalDistribution(names)},
+                    user_attrs={"table": f"# table of {name}"},
+                )
+            )
+    prover = Prover(
+        ProofSettings(sizes=SIZES, pairs=pairs, max_pairs=max_pairs, **settings),
+        objective=Objective(WorkloadProfile({"all_reduce": 1}, dict(buckets or {}))),
+        evaluate=model,
+        baseline_config=BASELINE,
+        config_of=config_of,
+        on_pair=on_pair,
+    )
+    finalists = study.get_trials(deepcopy=False)
+    return prover.prove(study, finalists), study
+
+
+ALL_FASTER = {b.name: 1.2 for b in DEFAULT_BUCKETS}
+
+
+def test_a_clear_win_is_decided_and_chosen_at_the_first_look() -> None:
+    model = Model({"win": ALL_FASTER})
+    progress: list[tuple[int, int]] = []
+    [proof], _ = prove(model, ["win"], on_pair=lambda done, total: progress.append((done, total)))
+    assert progress == [(1, 12), (2, 12), (3, 12), (4, 12)], "each measured pair, out of the most it may take"
+    assert proof.trial == 0 and proof.search_value == 1.5 and proof.failure is None
+    assert proof.config.env == {"NAME": "win"} and proof.config.tuner_table == "# table of win"
+    assert proof.promoted and all(b.decision is Decision.FASTER for b in proof.buckets)
+    assert model.calls == 2 * 4, "one look of four pairs, two sides each"
+    assert all(b.comparison.pairs == 4 and b.decided_at == 4 for b in proof.buckets)
+    assert proof.speedup == pytest.approx(1.2, rel=0.01)
+    assert proof.baseline is not None and proof.candidate is not None
+
+
+def test_a_bucket_shown_slower_stops_the_finalist_at_once_and_it_is_never_chosen() -> None:
+    model = Model({"trade": {**ALL_FASTER, "1M-16M": 0.92}})
+    [proof], _ = prove(model, ["trade"])
+    decisions = {b.bucket.name: b.decision for b in proof.buckets}
+    assert decisions["1M-16M"] is Decision.SLOWER and decisions["16M-4G"] is Decision.FASTER
+    assert not proof.promoted and model.calls == 2 * 4
+
+
+def test_an_undecided_bucket_gets_more_looks_up_to_the_maximum() -> None:
+    model = Model({"close": {**ALL_FASTER, "64K-1M": 0.985}}, noise=0.02)
+    [proof], _ = prove(model, ["close"])
+    close = next(b for b in proof.buckets if b.bucket.name == "64K-1M")
+    assert close.comparison.pairs == 12 and model.calls == 2 * 12, "looks at 4, 8 and 12 pairs"
+    assert close.decision is Decision.NOT_SHOWN_SAFE and not proof.promoted
+    assert close.ci_low < 0.98 <= close.ci_high
+
+
+def test_a_marginal_bucket_decided_at_a_later_look_reports_that_look() -> None:
+    model = Model({"later": {**ALL_FASTER, "0-1K": 1.0}}, noise=0.012)
+    [proof], _ = prove(model, ["later"], pairs=3, max_pairs=30)
+    flat = next(b for b in proof.buckets if b.bucket.name == "0-1K")
+    assert flat.decision is Decision.NO_DIFFERENCE and proof.promoted
+    assert 3 < flat.decided_at == flat.comparison.pairs < 30, "stopped at the look that decided it"
+
+
+def test_a_bucket_the_workload_weighs_zero_does_not_block_the_choice() -> None:
+    model = Model({"trade": {**ALL_FASTER, "0-1K": 0.5}})
+    [proof], _ = prove(model, ["trade"], buckets={"0-1K": 0.0})
+    small = next(b for b in proof.buckets if b.bucket.name == "0-1K")
+    assert small.decision is Decision.SLOWER and small.weight == 0.0
+    assert proof.promoted, "only weighted buckets must be shown safe"
+    assert all(b.bucket.name != "0-1K" for b in proof.weighted)
+
+
+def test_all_safe_but_none_faster_is_not_chosen_and_not_measured_on() -> None:
+    model = Model({"flat": {}}, noise=0.002)
+    [proof], _ = prove(model, ["flat"])
+    assert all(b.decision is Decision.NO_DIFFERENCE for b in proof.buckets)
+    assert not proof.promoted and model.calls == 2 * 4, "no gain measured: no more looks"
+
+
+def test_a_resumed_proof_measures_nothing_again_and_decides_the_same() -> None:
+    model = Model({"close": {**ALL_FASTER, "64K-1M": 0.985}, "win": ALL_FASTER}, noise=0.02)
+    first, study = prove(model, ["close", "win"])
+    calls = model.calls
+    progress: list[tuple[int, int]] = []
+    again, _ = prove(model, ["close", "win"], study=study, on_pair=lambda d, t: progress.append((d, t)))
+    assert model.calls == calls and progress == [], "nothing measured, nothing reported as measured"
+    assert [[b.decision for b in p.buckets] for p in again] == [[b.decision for b in p.buckets] for p in first]
+    assert [p.speedup for p in again] == [p.speedup for p in first]
+
+
+def test_a_finalist_whose_measurement_fails_is_recorded_and_never_chosen() -> None:
+    model = Model({"hangs": ALL_FASTER, "win": ALL_FASTER}, fail={"hangs"})
+    proofs, study = prove(model, ["hangs", "win"])
+    hangs, win = proofs
+    assert hangs.failure == "timeout: hangs hung" and not hangs.promoted and hangs.buckets == ()
+    assert (hangs.trial, hangs.search_value, hangs.speedup, hangs.baseline) == (0, 1.5, 0.0, None)
+    assert hangs.config.env == {"NAME": "hangs"}
+    assert model.calls == 2 + 2 * 4, "the failed finalist's first pair (its candidate side raised), the other's look"
+    assert win.promoted and win.search_value == 2.5
+    assert "proof:0:failed" in study.user_attrs
+
+
+def test_more_pairs_are_needed_at_min_effect_and_max_loss_from_the_settings() -> None:
+    # A 6% gain is "faster" at the default 3% minimum effect, not at 10%.
+    model = Model({"gain": {b.name: 1.06 for b in DEFAULT_BUCKETS}}, noise=0.002)
+    [default], _ = prove(model, ["gain"])
+    [strict], _ = prove(Model(model.speedups, noise=0.002), ["gain"], min_effect=0.10)
+    assert all(b.decision is Decision.FASTER for b in default.buckets)
+    assert all(b.decision is Decision.NO_DIFFERENCE for b in strict.buckets)
+    assert strict.buckets[0].comparison.p_margin > 0.5 > default.buckets[0].comparison.p_margin
+    # At maxLoss 10% a 1.5% loss is safe at the first look, while a noisy bucket keeps the finalist measured.
+    model = Model({"mixed": {**ALL_FASTER, "0-1K": 0.985, "64K-1M": 0.97}}, noise=0.004)
+    [loose], _ = prove(model, ["mixed"], max_loss=0.10)
+    small = next(b for b in loose.buckets if b.bucket.name == "0-1K")
+    assert small.decision.safe and small.decided_at == 4
+    assert not prove(Model(model.speedups, noise=0.004), ["mixed"])[0][0].promoted, "at 2% it is not safe"
+
+
+def test_a_finalist_never_measured_has_too_few_pairs_and_two_pairs_are_enough() -> None:
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(
+        optuna.trial.create_trial(
+            value=1.3, params={"name": "x"}, distributions={"name": CategoricalDistribution(["x"])}
+        )
+    )
+    prover = Prover(
+        ProofSettings(sizes=SIZES, pairs=2, max_pairs=2),
+        objective=Objective(WorkloadProfile({"all_reduce": 1})),
+        evaluate=Model({"x": ALL_FASTER}, noise=0.0),
+        baseline_config=BASELINE,
+        config_of=config_of,
+    )
+    [unmeasured] = prover.decide(study, study.get_trials())
+    assert unmeasured.failure == "too few pairs" and unmeasured.buckets == () and unmeasured.search_value == 1.3
+    assert unmeasured.config.env == {"NAME": "x"}
+    [proof] = prover.prove(study, study.get_trials())
+    assert proof.failure is None and proof.promoted and proof.buckets[0].comparison.pairs == 2
+
+
+def proof_of(trial: int, speedups: Mapping[str, tuple[float, float, Decision]]) -> FinalistProof:
+    """A finalist with the given (point speedup, lower bound, decision) per bucket of all_reduce."""
+    buckets = []
+    for b in DEFAULT_BUCKETS:
+        point, low, decision = speedups.get(b.name, (1.0, 0.99, Decision.NO_DIFFERENCE))
+        comparison = compare([100.0, 100.0], [100.0 / point, 100.0 / point])
+        bounds = Bounds(low, point * 1.05, decision is Decision.FASTER, 4)
+        buckets.append(BucketProof("all_reduce", b, comparison, decision, bounds, 1.0))
+    speedup = math.exp(sum(math.log(b.comparison.speedup) for b in buckets) / len(buckets))
+    return FinalistProof(trial, BASELINE, 1.5, tuple(buckets), speedup, None, None)
+
+
+FAST = (1.5, 1.4, Decision.FASTER)
+
+
+def test_the_trade_off_names_what_would_accept_it() -> None:
+    trade = proof_of(
+        3, {"1M-16M": (0.95, 0.95, Decision.SLOWER), "0-1K": (0.99, 0.97, Decision.NOT_SHOWN_SAFE), "16M-4G": FAST}
+    )
+    safe = proof_of(4, {"16M-4G": (1.1, 1.05, Decision.FASTER)})
+    assert safe.promoted and not trade.promoted and trade.speedup > safe.speedup
+    t = tradeoff([safe, trade], safe)
+    assert t is not None and t.proof is trade
+    assert [b.bucket.name for b in t.unsafe] == ["0-1K", "1M-16M"]
+    assert t.max_loss == 0.05, "the lowest bound, 0.95, passes at maxLoss 0.050 exactly"
+    assert t.zero_buckets == ("0-1K", "1M-16M")
+    assert t.accepts() == [
+        "workload.buckets: {0-1K: 0, 1M-16M: 0} (stop weighing the sizes it slows), then run again",
+        "search.maxLoss: 0.050 (accept a loss this large in those buckets)",
+    ]
+    assert tradeoff([safe, trade], trade) is None, "nothing unchosen beats the chosen one"
+    assert tradeoff([safe], None) is None, "a finalist that can be chosen is no trade-off"
+    assert tradeoff([trade], None) is not None, "without a chosen one, anything above the defaults"
+    slow = proof_of(5, {"1M-16M": (0.5, 0.4, Decision.SLOWER)})
+    assert tradeoff([slow], None) is None, "below the defaults overall: no trade-off"
+
+
+def test_the_best_of_several_trade_offs_is_named_ties_to_the_earlier_trial() -> None:
+    worse = proof_of(1, {"1M-16M": (0.95, 0.95, Decision.SLOWER), "16M-4G": (1.3, 1.2, Decision.FASTER)})
+    better = proof_of(2, {"1M-16M": (0.95, 0.95, Decision.SLOWER), "16M-4G": FAST})
+    twin = proof_of(0, {"1M-16M": (0.95, 0.95, Decision.SLOWER), "16M-4G": FAST})
+    t = tradeoff([worse, better], None)
+    assert t is not None and t.proof is better
+    t = tradeoff([worse, better, twin], None)
+    assert t is not None and t.proof is twin
+
+
+def test_a_trade_off_whose_loss_is_beyond_any_max_loss_or_whose_gain_sits_in_the_lost_bucket() -> None:
+    hopeless = proof_of(1, {"1M-16M": (0.9, 0.0004, Decision.NOT_SHOWN_SAFE), "16M-4G": FAST})
+    t = tradeoff([hopeless], None)
+    assert t is not None and t.max_loss is None, "a maxLoss of 1 or more is no setting"
+    assert t.accepts() == ["workload.buckets: {1M-16M: 0} (stop weighing the sizes it slows), then run again"]
+    # The only faster bucket is the one weighing 0 would drop (bucket weights hold for every collective).
+    same = proof_of(
+        2,
+        {"16M-4G": (1.5, 0.97, Decision.NOT_SHOWN_SAFE), "1M-16M": FAST, "0-1K": (0.99, 0.9, Decision.NOT_SHOWN_SAFE)},
+    )
+    t = tradeoff([same], None)
+    assert t is not None and t.zero_buckets == ("0-1K", "16M-4G")
+    lone = proof_of(3, {"16M-4G": (1.5, 0.97, Decision.NOT_SHOWN_SAFE)})
+    t = tradeoff([lone], None)
+    assert t is not None and t.zero_buckets == () and t.max_loss is None
+    assert t.accepts() == ["nothing short of new measurements: no weighted bucket was shown faster"]
