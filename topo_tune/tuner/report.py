@@ -611,6 +611,10 @@ def _closest(summary: Mapping[str, Any]) -> str:
             for f in finalists
         ]
         parts.append(_table(["trial", "search ×", "proven ×", "promoted", "failure"], rows, left=1))
+    extra = summary.get("trade_off")  # a summary from elsewhere may carry one in its own shape: shown as given
+    if isinstance(extra, Mapping) and extra:
+        rows = [[str(k), _fmt(v) if not isinstance(v, (dict, list)) else str(v)] for k, v in extra.items()]
+        parts.append("<h3>Trade-off candidate</h3>" + _table(["field", "value"], rows, left=2))
     return "".join(parts)
 
 
