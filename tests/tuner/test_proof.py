@@ -4,6 +4,7 @@ count, a resumed proof measures nothing twice, the trade-off says what would acc
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import random
 from collections.abc import Callable, Mapping
@@ -21,6 +22,7 @@ from topo_tune.tuner.space import RankOrder, TrialConfig
 from topo_tune.tuner.statistics import Bounds, Decision, compare
 
 SIZES = (1024, 65536, 1 << 20, 1 << 24, 1 << 28)  # one per default bucket
+TWO_LARGE = (1 << 28, 1 << 30)  # two sizes in one bucket
 ORDER = RankOrder("natural", ("a", "b"))
 BASELINE = TrialConfig(env={}, rank_order=ORDER)
 
@@ -35,7 +37,8 @@ class Model:
     calls: int = 0
 
     def __call__(self, config: TrialConfig, request: MeasurementRequest) -> Measurements:
-        assert request.purpose == "proof" and request.sizes == SIZES
+        assert request.purpose == "proof" and request.sizes in (SIZES, TWO_LARGE)
+        assert isinstance(request.trial, int) and (config is BASELINE) == (request.side == "baseline")
         self.calls += 1
         name = config.env.get("NAME", "")
         if request.side == "candidate" and name in self.fail:
@@ -48,7 +51,7 @@ class Model:
                 bucket = next(b for b in DEFAULT_BUCKETS if b.holds(size))
                 speedup = self.speedups.get(name, {}).get(bucket.name, 1.0) if request.side == "candidate" else 1.0
                 t = (10.0 + size / 1e4) / speedup * math.exp(rng.gauss(0, self.noise))
-                samples.append(SizeSample(collective, size, t, size / t / 1e3))
+                samples.append(SizeSample(collective, size, t, size / t / 1e3, "ring", "simple", 8))
         return Measurements(tuple(samples), simulated=True)
 
 
@@ -65,6 +68,7 @@ def prove(
     pairs: int = 4,
     max_pairs: int = 12,
     on_pair: Callable[[int, int], None] = lambda done, total: None,
+    sizes: tuple[int, ...] = SIZES,
     **settings: float,
 ) -> tuple[list[FinalistProof], optuna.Study]:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -80,7 +84,7 @@ def prove(
                 )
             )
     prover = Prover(
-        ProofSettings(sizes=SIZES, pairs=pairs, max_pairs=max_pairs, **settings),
+        ProofSettings(sizes=sizes, pairs=pairs, max_pairs=max_pairs, **settings),
         objective=Objective(WorkloadProfile({"all_reduce": 1}, dict(buckets or {}))),
         evaluate=model,
         baseline_config=BASELINE,
@@ -272,3 +276,69 @@ def test_a_trade_off_whose_loss_is_beyond_any_max_loss_or_whose_gain_sits_in_the
     t = tradeoff([lone], None)
     assert t is not None and t.zero_buckets == () and t.max_loss is None
     assert t.accepts() == ["nothing short of new measurements: no weighted bucket was shown faster"]
+
+
+def test_progress_counts_pairs_per_finalist_and_a_failed_pair_is_not_progress() -> None:
+    model = Model({"a": ALL_FASTER, "b": ALL_FASTER}, fail={"b"})
+    progress: list[tuple[int, int]] = []
+    prove(model, ["a", "b"], on_pair=lambda done, total: progress.append((done, total)))
+    assert progress == [(1, 24), (2, 24), (3, 24), (4, 24)], "b's first pair failed: nothing measured for it"
+
+
+def test_all_safe_with_a_gain_still_to_show_gets_more_looks() -> None:
+    model = Model({"gain": {**{b.name: 1.0 for b in DEFAULT_BUCKETS}, "16M-4G": 1.045}}, noise=0.012)
+    [proof], _ = prove(model, ["gain"], pairs=3, max_pairs=30)
+    big = next(b for b in proof.buckets if b.bucket.name == "16M-4G")
+    assert big.comparison.pairs > 3, "a measured 4.5% gain not yet shown: more pairs"
+    assert all(b.decision.safe for b in proof.buckets)
+
+
+def test_max_loss_decides_when_a_bucket_is_done_and_alpha_sets_the_reported_level() -> None:
+    # At maxLoss 10%, a 1.5% loss is settled at the first look while a bucket at the floor keeps the finalist
+    # measured: the settled bucket reports the first look.
+    model = Model({"m": {**ALL_FASTER, "0-1K": 0.985, "1M-16M": 0.90}}, noise=0.004)
+    [proof], _ = prove(model, ["m"], max_loss=0.10, alpha=0.05)
+    small = next(b for b in proof.buckets if b.bucket.name == "0-1K")
+    floor = next(b for b in proof.buckets if b.bucket.name == "1M-16M")
+    assert floor.comparison.pairs == 12 and small.decided_at == 4 and small.decision.safe
+    assert small.comparison.confidence == pytest.approx(0.95)
+
+
+def test_a_bucket_of_several_sizes_is_their_geometric_mean_and_the_profiles_are_per_size() -> None:
+    model = Model({"w": {"16M-4G": 1.25}}, noise=0.0)
+    [proof], _ = prove(model, ["w"], sizes=TWO_LARGE)
+    [bucket] = [b for b in proof.buckets if b.bucket.name == "16M-4G"]
+    assert bucket.comparison.speedup == pytest.approx(1.25)
+    assert proof.baseline is not None and proof.candidate is not None and proof.candidate.simulated
+    for size in TWO_LARGE:
+        base, tuned = proof.baseline.get("all_reduce", size), proof.candidate.get("all_reduce", size)
+        assert base is not None and tuned is not None
+        assert base.time_us == pytest.approx(10.0 + size / 1e4) and tuned.time_us == pytest.approx(base.time_us / 1.25)
+        assert tuned.busbw_gbs == pytest.approx(size / tuned.time_us / 1e3)
+        assert (tuned.collective, tuned.algorithm, tuned.protocol, tuned.channels) == (
+            "all_reduce",
+            "ring",
+            "simple",
+            8,
+        )
+
+
+def test_the_mean_profile_is_the_geometric_mean_over_the_pairs() -> None:
+    model = Model({"n": ALL_FASTER}, noise=0.05)
+    [proof], study = prove(model, ["n"])
+    runs = []
+    n = proof.buckets[0].comparison.pairs
+    assert n > 4
+    for i in range(n):
+        sides = json.loads(study.user_attrs[f"proof:0:{i}"])
+        runs.append(Measurements.from_json(sides["candidate"]))
+    assert proof.candidate is not None
+    for s in proof.candidate.samples:
+        times = [r.get(s.collective, s.bytes).time_us for r in runs]  # type: ignore[union-attr]
+        assert s.time_us == pytest.approx(math.exp(sum(math.log(t) for t in times) / n))
+
+
+def test_the_trade_off_max_loss_rounds_up_to_the_next_thousandth() -> None:
+    trade = proof_of(1, {"1M-16M": (0.95, 0.9477, Decision.SLOWER), "16M-4G": FAST})
+    t = tradeoff([trade], None)
+    assert t is not None and t.max_loss == 0.053, "1 - 0.9477 = 0.0523: 0.053 accepts it, 0.052 does not"

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from topo_tune.errors import ConfigError
-from topo_tune.tuner.statistics import Decision, SequentialDesign, compare, decide, holm
+from topo_tune.tuner.statistics import Bounds, Decision, SequentialDesign, compare, decide, holm
 
 
 def pairs(rng: random.Random, *, n: int, gain: float, cv: float, drift: float = 0.0) -> tuple[list[float], list[float]]:
@@ -88,6 +88,16 @@ def test_the_safety_boundary_is_inclusive_and_exactly_one_minus_max_loss() -> No
     assert at.ci_low == pytest.approx(0.98)
     assert decide([at], max_loss=0.02 + 1e-9) == [Decision.NO_DIFFERENCE]
     assert decide([at], max_loss=0.02 - 1e-9) == [Decision.SLOWER]
+
+
+def test_the_decision_boundaries_are_exact() -> None:
+    floor = 1 - 0.02
+    assert Bounds(floor, 1.1, False, 4).decision(0.02) is Decision.NO_DIFFERENCE, "a bound on the floor is safe"
+    assert Bounds(floor, 1.1, True, 4).decision(0.02) is Decision.FASTER
+    assert Bounds(0.5, floor, False, 4).decision(0.02) is Decision.NOT_SHOWN_SAFE, "an upper bound on it is not slower"
+    assert Bounds(0.5, floor - 1e-12, True, 4).decision(0.02) is Decision.SLOWER, "slower even if a gain was seen"
+    same = compare([10.0] * 3, [10.0] * 3)  # certain: no difference at all
+    assert same.p_value == 1.0 and same.p_margin == 1.0 and same.speedup == 1.0
 
 
 def test_safety_is_not_corrected_for_multiplicity_and_gains_are() -> None:
@@ -257,6 +267,8 @@ def test_bad_inputs_name_the_argument() -> None:
         compare([1.0, 2.0], [1.0, -2.0])
     with pytest.raises(ConfigError, match=r"^baseline: times must be finite and > 0, got inf$"):
         compare([1.0, math.inf], [1.0, 2.0])
+    with pytest.raises(ConfigError, match=r"^candidate: times must be finite and > 0, got 0.0$"):
+        compare([1.0, 2.0], [0.0, 2.0])
     with pytest.raises(ConfigError, match=r"^alpha: must be within \(0, 0.5\), got 0.9$"):
         decide([], alpha=0.9)
     with pytest.raises(ConfigError, match=r"^alpha: must be within \(0, 0.5\), got 0.0$"):
