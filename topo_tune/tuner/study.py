@@ -13,8 +13,9 @@ Purpose: run one study end to end, resumable at any point.
 4. **Our own heartbeats**: every running trial carries the time of its last heartbeat and its worker's id.
    Optuna's (``heartbeat_interval``, ``fail_stale_trials``, ``RetryFailedTrialCallback``) are beaten only
    inside ``study.optimize``, judge staleness by the database's wall clock (not the injected one a resume
-   test drives) and cannot tell a restarted worker's own trials, so they do not fit ask/tell here. A running trial whose worker is this one (a restarted controller reusing
-   its id) but that this process is not running, or whose heartbeat is older than ``stale_after_s``, is
+   test drives) and cannot tell a restarted worker's own trials, so they do not fit ask/tell here. A running
+   trial whose worker is this one (a restarted controller reusing its id) but that this process is not
+   running, or whose heartbeat is older than ``stale_after_s``, is
    failed as ``stale`` and enqueued again once. A study killed at any point and run again with the same
    settings finishes with every trial counted once: waiting trials are picked up, stale ones retried once,
    and the enqueueing steps are idempotent.
