@@ -283,6 +283,9 @@ def test_progress_counts_pairs_per_finalist_and_a_failed_pair_is_not_progress() 
     progress: list[tuple[int, int]] = []
     prove(model, ["a", "b"], on_pair=lambda done, total: progress.append((done, total)))
     assert progress == [(1, 24), (2, 24), (3, 24), (4, 24)], "b's first pair failed: nothing measured for it"
+    progress.clear()
+    prove(Model({"a": ALL_FASTER, "b": ALL_FASTER}), ["a", "b"], on_pair=lambda d, t: progress.append((d, t)))
+    assert [d for d, _ in progress] == [1, 2, 3, 4, 13, 14, 15, 16], "the second finalist counts from its share"
 
 
 def test_all_safe_with_a_gain_still_to_show_gets_more_looks() -> None:
@@ -291,6 +294,18 @@ def test_all_safe_with_a_gain_still_to_show_gets_more_looks() -> None:
     big = next(b for b in proof.buckets if b.bucket.name == "16M-4G")
     assert big.comparison.pairs > 3, "a measured 4.5% gain not yet shown: more pairs"
     assert all(b.decision.safe for b in proof.buckets)
+    # Only the large bucket weighed: safe at the first look, the gain not shown yet, but measured beyond 3%.
+    only_large = {"0-1K": 0.0, "1K-64K": 0.0, "64K-1M": 0.0, "1M-16M": 0.0}
+    model = Model({"gain": {"16M-4G": 1.045}}, noise=0.004)
+    [first], _ = prove(model, ["gain"], pairs=4, max_pairs=4, buckets=only_large)
+    [big] = first.weighted
+    assert big.decision is Decision.NO_DIFFERENCE and big.comparison.speedup > 1.03, "the case this is about"
+    [proof], _ = prove(Model(model.speedups, noise=0.004), ["gain"], pairs=4, max_pairs=30, buckets=only_large)
+    assert proof.weighted[0].comparison.pairs > 4
+    # ... while a measured gain below the minimum effect stops at the first look.
+    flat = Model({"flat": {"16M-4G": 1.01}}, noise=0.004)
+    [stopped], _ = prove(flat, ["flat"], pairs=4, max_pairs=30, buckets=only_large)
+    assert stopped.weighted[0].comparison.pairs == 4 and stopped.weighted[0].decision.safe
 
 
 def test_max_loss_decides_when_a_bucket_is_done_and_alpha_sets_the_reported_level() -> None:
