@@ -700,11 +700,11 @@ class TunerStudy:
     # ---------------------------------------------------------------- proof
 
     def _finalists(self, study: optuna.Study, baseline: Measurements) -> list[FrozenTrial]:
-        """The best trials by search value; one place goes to the best that looked safe in the search.
+        """The best trial by search value, then the table trials, then the best that looked safe, then by value.
 
         The best value may trade a loss in some bucket for a gain elsewhere: proven, it is named as the
-        trade-off. The best trial whose search measurement was within ``max_loss`` in every weighted bucket is
-        the one the proof can most likely ship, so it is proven too, second, when it is not among the first.
+        trade-off. A composed table and the best trial whose search measurement was within ``max_loss`` in every
+        weighted bucket are the ones the proof can most likely ship, so they are proven next.
         """
         seen: set[tuple[tuple[str, Any], ...]] = set()  # params and table: a table trial is its own finalist
         baseline_key = tuple(sorted(to_optuna(self.space, self.space.baseline_params()).items()))
@@ -718,11 +718,15 @@ class TunerStudy:
                 break
             seen.add(key)
             ranked.append(t)
-        safe = next((t for t in ranked if self._looked_safe(t, baseline)), None)
-        out = ranked[: self.settings.finalists]
-        if safe is not None and safe not in out and self.settings.finalists >= 2:
-            out = [*out[:1], safe, *out[1 : self.settings.finalists - 1]]
-        return out
+        # After the best: the composed tables (built from per-bucket winners, the likeliest to be safe everywhere),
+        # then the best that looked safe, then the rest by value.
+        tables = [t for t in ranked if t.user_attrs.get(A_ROLE) in ("table", size_options.ROLE_COMPOSED)]
+        safe = [t for t in ranked if self._looked_safe(t, baseline)][:1]
+        out: list[FrozenTrial] = []
+        for t in [*ranked[:1], *tables, *safe, *ranked]:
+            if t not in out:
+                out.append(t)
+        return out[: self.settings.finalists]
 
     def _looked_safe(self, trial: FrozenTrial, baseline: Measurements) -> bool:
         raw = trial.user_attrs.get(A_MEASUREMENTS)
