@@ -116,7 +116,8 @@ async def test_cancel_then_resume_counts_every_trial_once(
     agents: Callable[..., RunningAgent],  # noqa: F811
 ) -> None:
     await registered(*(agents(name, "sim") for name in ("s1", "s2")))
-    request = study_request(study_id="st-resume", budget=14)
+    # No per-size table search: its option trials (one per entry NCCL offers) would blur the count.
+    request = study_request(study_id="st-resume", budget=14, no_tuner_table=True)
     await jobs_controller.studies.start(request)
 
     async def some_trials() -> bool:
@@ -134,8 +135,8 @@ async def test_cancel_then_resume_counts_every_trial_once(
     numbers = [t.number for t in trials]
     assert len(numbers) == len(set(numbers))
     finished = [t for t in trials if t.state in ("complete", "pruned")]
-    # 14 of the budget, one retry of the trial the cancel interrupted, and the composed tuner-table trial if any.
-    assert 14 <= len(trials) <= 16 and len(finished) >= 13, [(t.number, t.state) for t in trials]
+    # 14 of the budget and one retry of the trial the cancel interrupted.
+    assert 14 <= len(trials) <= 15 and len(finished) >= 13, [(t.number, t.state) for t in trials]
 
 
 async def test_a_study_on_nccl_nodes_is_graph_timed_unless_asked_eager(

@@ -313,8 +313,7 @@ class Studies:
 
         def read() -> admin_pb2.StudyTrials:
             out = admin_pb2.StudyTrials(study_id=study_id)
-            # Opening Optuna's storage creates its tables; leave that to the study itself (two creators race).
-            if not sa.inspect(self.db.engine).has_table("trials"):
+            if not _optuna_storage_ready(self.db.engine):
                 return out
             names = [s.study_name for s in optuna.get_all_study_summaries(storage) if s.study_name.startswith(prefix)]
             if not names:
@@ -342,3 +341,16 @@ def _stamp(at: datetime) -> Timestamp:
     stamp = Timestamp()
     stamp.FromDatetime(at)
     return stamp
+
+
+def _optuna_storage_ready(engine: sa.Engine) -> bool:
+    """Whether Optuna has made its tables and stamped their version, the last step of opening its storage.
+
+    Opening the storage creates the tables and stamps the version when they are missing, so a reader that
+    opened it while the study itself was doing so raced it: the study lost with an IntegrityError on
+    ``alembic_version``. Readers leave the creation to the study.
+    """
+    if not sa.inspect(engine).has_table("alembic_version"):
+        return False
+    with engine.connect() as connection:
+        return bool(connection.execute(sa.text("SELECT COUNT(*) FROM alembic_version")).scalar_one())
