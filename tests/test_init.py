@@ -49,7 +49,7 @@ def test_gloo_init_runs_real_collectives_and_writes_every_output(tmp_path: Path)
     assert list((output / "plots").glob("*.png"))
     summary = json.loads((output / "summary.json").read_text())
     assert summary["simulated"] is False
-    assert summary["result"] in ("keep NCCL's defaults", "promoted")
+    assert summary["result"] in ("keep NCCL's defaults", "promote")
     # The numbers in summary.json are the ones stored in the database.
     study = study_of(output, summary)
     stored = {t.number: t for t in study.trials}
@@ -259,3 +259,34 @@ def test_a_seeded_sim_study_reproduces_byte_for_byte(tmp_path: Path) -> None:
     assert summaries[0] == summaries[1], "the same result"
     for name in files:
         assert (first / name).read_bytes() == (second / name).read_bytes(), f"{name} differs between the runs"
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_init_says_up_front_when_one_rank_in_all_has_nothing_to_tune(tmp_path: Path, gpus: int) -> None:
+    # One GPU box with one GPU: a single-rank collective moves no data, so a user is told before the search.
+    config = tmp_path / "cluster.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "topo-tune/v1",
+                "kind": "Cluster",
+                "metadata": {"name": "one-rank"},
+                "backend": "sim",
+                "racks": [{"name": "r1", "nodes": [{"name": "solo", "gpus": gpus}]}],
+                "workload": {"collectives": {"all_reduce": 1}},
+                "search": {
+                    "budget": 2,
+                    "finalists": 1,
+                    "proofPairs": 2,
+                    "proofPairsMax": 2,
+                    "minBytes": "1M",
+                    "maxBytes": "4M",
+                    "tunerTable": False,
+                },
+            }
+        )
+    )
+    result = run_cli("--log-level", "error", "init", "--cluster-config", str(config), "--output", str(tmp_path / "o"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    warned = "one rank in all: a collective on one rank moves no data" in " ".join(result.stderr.split())
+    assert warned == (gpus == 1), result.stderr[-3000:]

@@ -483,6 +483,11 @@ def run_pass(
     pairs, topologies, fingerprint = _pair_matrix(client, cluster, names)
     # Ranks per node as the benchmark jobs place them: every GPU (nccl, sim), one process (gloo).
     slots = {name: max(1, len(topologies[name].gpus)) if cluster.backend != "gloo" else 1 for name in names}
+    if sum(slots.values()) == 1:
+        on_status(
+            "one rank in all: a collective on one rank moves no data, so the trials measure launch jitter and "
+            "nothing is expected to be shown faster; tune with two or more GPUs for a result that counts"
+        )
     nccl_version = _nccl_version(cluster, topologies)
     plan = plan_study(
         cluster,
