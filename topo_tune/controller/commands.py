@@ -84,6 +84,27 @@ class Finished:
     recorded: bool  # this report moved it to its final status (False for a repeat)
 
 
+def _pending_row(
+    command: agent_pb2.Command, *, command_id: str, node_name: str, now: datetime, job_id: str | None = None
+) -> CommandRow:
+    """A new ``pending`` row holding ``command`` under ``command_id``, stamped with when it was stored."""
+    body = agent_pb2.Command()
+    body.CopyFrom(command)
+    body.command_id = command_id
+    body.created_at.CopyFrom(_timestamp(now))
+    return CommandRow(
+        id=command_id,
+        node_name=node_name,
+        kind=command.WhichOneof("body") or "",
+        job_id=job_id,
+        body=body.SerializeToString(),
+        status=CommandStatus.PENDING,
+        deliveries=0,
+        message="",
+        created_at=now,
+    )
+
+
 def _record(row: CommandRow) -> CommandRecord:
     body = agent_pb2.Command.FromString(row.body)
     result = agent_pb2.CommandResult.FromString(row.result) if row.result is not None else None
@@ -159,18 +180,7 @@ class CommandBook:
             ):
                 raise ConflictError(f"command id {command_id!r} already names a different command")
             return _record(existing)
-        body.created_at.CopyFrom(_timestamp(now))
-        row = CommandRow(
-            id=command_id,
-            node_name=node_name,
-            kind=kind,
-            job_id=job_id,
-            body=body.SerializeToString(),
-            status=CommandStatus.PENDING,
-            deliveries=0,
-            message="",
-            created_at=now,
-        )
+        row = _pending_row(command, command_id=command_id, node_name=node_name, now=now, job_id=job_id)
         session.add(row)
         session.flush()
         return _record(row)
@@ -195,27 +205,12 @@ class CommandBook:
                     f"no node named {missing[0]!r}" + (f" (and {len(missing) - 1} more)" if missing[1:] else "")
                 )
             existing = _rows(session, ids)
-            kind = command.WhichOneof("body") or ""
             out: list[CommandRecord] = []
             for node, cid in zip(node_names, ids, strict=True):
                 if cid in existing:  # a retried fan-out: the same command, or a conflict
                     out.append(self.add(session, node, command, command_id=cid, now=wall))
                     continue
-                body = agent_pb2.Command()
-                body.CopyFrom(command)
-                body.command_id = cid
-                body.created_at.CopyFrom(_timestamp(wall))
-                row = CommandRow(
-                    id=cid,
-                    node_name=node,
-                    kind=kind,
-                    job_id=None,
-                    body=body.SerializeToString(),
-                    status=CommandStatus.PENDING,
-                    deliveries=0,
-                    message="",
-                    created_at=wall,
-                )
+                row = _pending_row(command, command_id=cid, node_name=node, now=wall)
                 session.add(row)
                 out.append(_record(row))
             session.flush()
