@@ -24,7 +24,7 @@ _ALIGN_BYTES = 16
 
 
 class Collective(enum.StrEnum):
-    """A benchmarked collective, named as nccl-tests names its binaries (``all_reduce_perf``...)."""
+    """A benchmarked (or simulated) collective, named as nccl-tests names its binaries (``all_reduce_perf``...)."""
 
     ALL_REDUCE = "all_reduce"
     ALL_GATHER = "all_gather"
@@ -117,6 +117,8 @@ _BUS_FACTOR_KIND = {
 
 def bus_factor(collective: Collective, nranks: int) -> float:
     """busbw / algbw: 2(n-1)/n for all_reduce, (n-1)/n for gathers/scatters/alltoall, else 1."""
+    if nranks < 1:
+        raise ValueError(f"nranks must be at least 1, got {nranks}")
     kind = _BUS_FACTOR_KIND[collective]
     if kind == "allreduce":
         return 2.0 * (nranks - 1) / nranks

@@ -8,6 +8,7 @@ calibration sources are described in ``docs/sim.md``.
 Pure: no gRPC, no hardware, no I/O. Non-goal: predicting a specific cluster to the percent.
 """
 
+from topo_tune.benchmark.collectives import Collective, bus_factor
 from topo_tune.errors import SimInputError
 from topo_tune.sim.cluster import (
     Cluster,
@@ -22,7 +23,6 @@ from topo_tune.sim.cluster import (
     Spine,
     Transport,
 )
-from topo_tune.sim.collective import Collective, algbw_gbs, bus_factor, busbw_gbs
 from topo_tune.sim.demo import defaults_optimal_cluster, demo_cluster
 from topo_tune.sim.knobs import MODELLED_VARIABLES, Algorithm, NcclKnobs, Protocol, parse_env
 from topo_tune.sim.simulate import SimResult, SimSizeResult, simulate, to_benchmark_result
@@ -47,9 +47,7 @@ __all__ = [
     "SimSizeResult",
     "Spine",
     "Transport",
-    "algbw_gbs",
     "bus_factor",
-    "busbw_gbs",
     "defaults_optimal_cluster",
     "demo_cluster",
     "parse_env",

@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from topo_tune.benchmark.collectives import Collective
 from topo_tune.errors import SimInputError
 from topo_tune.sim.cluster import Cluster, FabricKind, GpuProfile, Node, Transport
-from topo_tune.sim.collective import Collective
 from topo_tune.sim.knobs import MAX_CHANNELS, Algorithm, NcclKnobs, Protocol
 
 _LL, _LL128, _SIMPLE = Protocol.LL, Protocol.LL128, Protocol.SIMPLE
