@@ -24,6 +24,7 @@ from pydantic.alias_generators import to_camel
 
 from topo_tune import bounded_yaml
 from topo_tune.benchmark.job_spec import MAX_DEADLINE_S
+from topo_tune.benchmark.sweep import size_ladder
 from topo_tune.config_layout import DEFAULT_CONFIG_DIR
 from topo_tune.errors import ConfigError
 
@@ -294,7 +295,7 @@ class SearchConfig(_Section):
 
     @model_validator(mode="after")
     def _ladder(self) -> SearchConfig:
-        if self.max_bytes < self.min_bytes:
+        if not size_ladder(self.min_bytes, self.max_bytes, self.step_factor):
             raise ValueError("maxBytes must not be below minBytes")
         return self
 
@@ -318,7 +319,7 @@ class RolloutGateConfig(_Section):
 
     @model_validator(mode="after")
     def _ladder(self) -> RolloutGateConfig:
-        if self.max_bytes < self.min_bytes:
+        if not size_ladder(self.min_bytes, self.max_bytes, self.step_factor):
             raise ValueError("maxBytes must not be below minBytes")
         return self
 

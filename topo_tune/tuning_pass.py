@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from topo_tune.benchmark.collectives import Collective
+from topo_tune.benchmark.sweep import size_ladder
 from topo_tune.benchmark.wire import COLLECTIVE_TO_PROTO
 from topo_tune.client import PROBE_SAMPLING
 from topo_tune.cluster_config import ClusterConfig
@@ -173,13 +174,7 @@ def _samples(collective: str, sweep: agent_pb2.SizeSweep, job: admin_pb2.Benchma
     for row in job.sizes:
         if row.bytes not in rows or not row.in_place:
             rows[row.bytes] = row
-    requested = []
-    size = sweep.min_bytes
-    while size <= sweep.max_bytes:
-        requested.append(size)
-        if sweep.step_factor < 2:
-            break
-        size *= sweep.step_factor
+    requested = size_ladder(sweep.min_bytes, sweep.max_bytes, sweep.step_factor)
     measured = [rows[b] for b in sorted(rows)]
     if len(measured) != len(requested):
         raise TrialFailed(
@@ -205,16 +200,6 @@ def _sample(collective: str, size: int, row: agent_pb2.SizeResult) -> SizeSample
         tuple(choice.offered),
         choice.nccl,
     )
-
-
-def _ladder(cluster: ClusterConfig) -> tuple[int, ...]:
-    search = cluster.search
-    ladder = []
-    size = search.min_bytes
-    while size <= search.max_bytes:
-        ladder.append(size)
-        size *= search.step_factor
-    return tuple(ladder)
 
 
 def last_heard(node: admin_pb2.Node | None, now: float) -> str:
@@ -429,14 +414,15 @@ def plan_study(
     )
     objective = Objective(WorkloadProfile(dict(cluster.workload.collectives), dict(cluster.workload.buckets)))
     search = cluster.search
+    ladder = size_ladder(search.min_bytes, search.max_bytes, search.step_factor)
     settings = StudySettings(
         name=name,
         storage=storage,
         budget=search.budget,
         sampler=search.sampler,
         seed=search.seed,
-        ladder=_ladder(cluster),
-        rungs=min(search.rungs, len(_ladder(cluster))),
+        ladder=ladder,
+        rungs=min(search.rungs, len(ladder)),
         finalists=search.finalists,
         proof_pairs=search.proof_pairs,
         proof_pairs_max=max(search.proof_pairs_max, search.proof_pairs),

@@ -6,7 +6,7 @@ import pytest
 
 from topo_tune.benchmark.collectives import Collective, bandwidth, bus_factor, shape
 from topo_tune.benchmark.iteration_stats import IterationStats
-from topo_tune.benchmark.sweep import MAX_BYTES_LIMIT, SizeSweep, SweepError
+from topo_tune.benchmark.sweep import MAX_BYTES_LIMIT, SizeSweep, SweepError, size_ladder
 
 
 def test_sweep_walks_like_nccl_tests_b_e_f() -> None:
@@ -85,3 +85,11 @@ def test_iteration_stats_follow_nccl_tests_definitions() -> None:
     assert IterationStats.from_samples([5.0]).cv == 0.0
     with pytest.raises(ValueError, match="at least one"):
         IterationStats.from_samples([])
+
+
+def test_the_size_ladder_is_nccl_tests_walk() -> None:
+    assert size_ladder(1024, 1 << 20, 4) == (1024, 4096, 16384, 65536, 262144, 1048576)
+    assert size_ladder(4096, 1 << 20, 1) == (4096,)
+    assert size_ladder(4096, 1024, 2) == ()
+    with pytest.raises(SweepError, match="min_bytes"):
+        size_ladder(0, 1024, 2)

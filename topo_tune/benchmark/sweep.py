@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["MAX_BYTES_LIMIT", "SizeSweep", "SweepError"]
+__all__ = ["MAX_BYTES_LIMIT", "SizeSweep", "SweepError", "size_ladder"]
 
 MAX_BYTES_LIMIT = 16 * 1024**3
 """Largest size one step may ask for (16 GiB, beyond nccl-tests' usual 8 GB tops)."""
@@ -43,11 +43,22 @@ class SizeSweep:
 
     def sizes(self) -> tuple[int, ...]:
         """Requested sizes in bytes, smallest first."""
-        if self.step_factor < 2:
-            return (self.min_bytes,)
-        out = []
-        size = self.min_bytes
-        while size <= self.max_bytes:
-            out.append(size)
-            size *= self.step_factor
-        return tuple(out)
+        return size_ladder(self.min_bytes, self.max_bytes, self.step_factor)
+
+
+def size_ladder(min_bytes: int, max_bytes: int, step_factor: int) -> tuple[int, ...]:
+    """The sizes nccl-tests walks for ``-b min -e max -f factor``, smallest first.
+
+    A factor below 2 gives ``min_bytes`` alone; a ``max_bytes`` below ``min_bytes`` gives no size at all.
+    Raises ``SweepError`` on a ``min_bytes`` below 1 (the walk would never end).
+    """
+    if min_bytes < 1:
+        raise SweepError(f"min_bytes must be >= 1, got {min_bytes}")
+    ladder = []
+    size = min_bytes
+    while size <= max_bytes:
+        ladder.append(size)
+        if step_factor < 2:
+            break
+        size *= step_factor
+    return tuple(ladder)
