@@ -17,7 +17,8 @@ from topo_tune.sim import demo_cluster
 from topo_tune.topology.distance import PairMatrix
 from topo_tune.tuner.objective import Objective, WorkloadProfile
 from topo_tune.tuner.outputs import ClusterShape, write_outputs
-from topo_tune.tuner.report import render_report, weighted_ci
+from topo_tune.tuner.report.page import render_report
+from topo_tune.tuner.report.summary_box import weighted_ci
 from topo_tune.tuner.sim_evaluator import SimEvaluator, sim_space
 from topo_tune.tuner.study import StudyOutcome, run_study
 

@@ -41,7 +41,8 @@ from topo_tune.topology.distance import PairMatrix
 from topo_tune.tuner.objective import Measurements, Objective
 from topo_tune.tuner.proof import FinalistProof, Tradeoff
 from topo_tune.tuner.rank_map import RankMap, RingPrediction
-from topo_tune.tuner.report import render_report, report_figures
+from topo_tune.tuner.report.figures import report_figures
+from topo_tune.tuner.report.page import render_report
 from topo_tune.tuner.ring_order import ring_metrics
 from topo_tune.tuner.space import NATURAL_ORDER
 from topo_tune.tuner.statistics import Decision
