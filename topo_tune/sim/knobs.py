@@ -51,6 +51,7 @@ DEFAULT_BUFFSIZE = 4 * 1024 * 1024
 DEFAULT_P2P_NET_CHUNKSIZE = 128 * 1024
 DEFAULT_P2P_NVL_CHUNKSIZE = 512 * 1024
 MAX_CHANNELS = 64
+MAX_THREADS = 512  # threads per CTA at most (NCCL_NTHREADS)
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ def _parse(env: dict[str, str]) -> NcclKnobs:
     max_ctas = _int(env, "NCCL_MAX_CTAS", 1, MAX_CHANNELS)
     if max_ctas is None:
         max_ctas = _int(env, "NCCL_MAX_NCHANNELS", 1, MAX_CHANNELS)
-    nthreads = _int(env, "NCCL_NTHREADS", 64, 512)
+    nthreads = _int(env, "NCCL_NTHREADS", 64, MAX_THREADS)
     if nthreads is not None and nthreads % 32:
         raise SimInputError("env.NCCL_NTHREADS", f"must be a multiple of 32, got {nthreads}")
     socket_nthreads = _int(env, "NCCL_SOCKET_NTHREADS", 1, 16) or 1

@@ -24,7 +24,8 @@ from topo_tune.benchmark.collectives import Collective, bus_factor
 from topo_tune.errors import SimInputError
 from topo_tune.sim.cluster import Cluster
 from topo_tune.sim.knobs import parse_env
-from topo_tune.sim.model import Plan, build_plan, offered, run
+from topo_tune.sim.model import offered, run
+from topo_tune.sim.plan import Plan, build_plan
 from topo_tune.v1 import agent_pb2
 
 DTYPE_BYTES: Mapping[str, int] = {
