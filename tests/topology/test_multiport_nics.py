@@ -6,7 +6,9 @@ from collections.abc import Callable
 
 from topo_tune.sim.topology_import import nics_of
 from topo_tune.topology.matrix import node_matrix, render_node_matrix
-from topo_tune.topology.nccl_xml import nccl_topology_xml, parse_xml, read_nccl_topology
+from topo_tune.topology.nccl_dump import read_nccl_topology
+from topo_tune.topology.nccl_topo_file import nccl_topology_xml
+from topo_tune.topology.nccl_xml import parse_xml
 from topo_tune.topology.nic_ports import Endpoint, folded_bus_id, nccl_ports
 from topo_tune.v1 import topology_pb2
 

@@ -7,7 +7,9 @@ import pytest
 
 from tests.topology.conftest import FIXTURES
 from topo_tune.topology.matrix import node_matrix
-from topo_tune.topology.nccl_xml import NcclXmlError, parse_xml, read_nccl_topology, render_xml, vm_topology_file
+from topo_tune.topology.nccl_dump import read_nccl_topology
+from topo_tune.topology.nccl_topo_file import vm_topology_file
+from topo_tune.topology.nccl_xml import NcclXmlError, parse_xml, render_xml
 from topo_tune.v1 import topology_pb2
 
 XML = [

@@ -17,7 +17,8 @@ from topo_tune.cli.output import emit_data, to_data
 from topo_tune.topology.distance import PairMatrix
 from topo_tune.topology.fingerprint import topology_fingerprint
 from topo_tune.topology.matrix import render_node_matrix
-from topo_tune.topology.nccl_xml import nccl_topology_xml, read_nccl_topology, vm_topology_file
+from topo_tune.topology.nccl_dump import read_nccl_topology
+from topo_tune.topology.nccl_topo_file import nccl_topology_xml, vm_topology_file
 from topo_tune.tuner.rank_map import HostfileFlavour, plan_rank_map
 
 

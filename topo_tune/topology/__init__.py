@@ -1,7 +1,8 @@
 """The topology model shared by agent, controller and tuner (no gRPC here; protobuf messages only).
 
 - `matrix`: the `nvidia-smi topo -m`-style node view; `levels`: the link vocabulary.
-- `nccl_xml`: NCCL topology XML in (``NCCL_TOPO_DUMP_FILE``) and out (``NCCL_TOPO_FILE`` for VMs).
+- `nccl_xml`: NCCL topology XML's element tree; `nccl_dump` reads ``NCCL_TOPO_DUMP_FILE``, `nccl_topo_file`
+  writes ``NCCL_TOPO_FILE`` (for VMs).
 - `fingerprint`: stable hashes of node and cluster topology.
 - `distance`: the distance/bandwidth model with measured overrides.
 - `cluster`: racks, spine and the ``admin topology`` views.
@@ -27,7 +28,9 @@ from topo_tune.topology.distance import (
 )
 from topo_tune.topology.fingerprint import cluster_fingerprint, topology_fingerprint
 from topo_tune.topology.matrix import node_matrix, render_node_matrix
-from topo_tune.topology.nccl_xml import NcclXmlError, read_nccl_topology, render_xml, vm_topology_file
+from topo_tune.topology.nccl_dump import read_nccl_topology
+from topo_tune.topology.nccl_topo_file import vm_topology_file
+from topo_tune.topology.nccl_xml import NcclXmlError, render_xml
 
 __all__ = [
     "ClusterModelError",

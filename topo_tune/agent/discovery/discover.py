@@ -3,7 +3,7 @@
 Purpose: the one function the agent calls to describe its node: GPUs, the GPU↔GPU matrix (NVLink counted per
 remote bus id, NVSwitch recognised, otherwise the PCIe level), NICs with their GPU affinity, NUMA/CPU affinity and
 versions. Whatever NVML or sysfs cannot tell is left unset and named in ``unknowns``; nothing is guessed, and
-`discover` never raises. Non-goals: benchmarks, NCCL's own topology dump (see `topo_tune.topology.nccl_xml`).
+`discover` never raises. Non-goals: benchmarks, NCCL's own topology dump (see `topo_tune.topology.nccl_dump`).
 """
 
 from __future__ import annotations
