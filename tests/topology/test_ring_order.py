@@ -4,8 +4,9 @@ import random
 
 import pytest
 
+from topo_tune.tuner.ring import RingOrderError, canonical_rotation, ring_metrics, upper_bound
 from topo_tune.tuner.ring_instances import rack_instance
-from topo_tune.tuner.ring_order import RingOrderError, canonical_rotation, optimize_ring, ring_metrics, upper_bound
+from topo_tune.tuner.ring_order import optimize_ring
 
 
 def _brute_force(bw: list[list[float]], lat: list[list[float]]) -> tuple[float, float]:

@@ -43,7 +43,7 @@ from topo_tune.tuner.proof import FinalistProof, Tradeoff
 from topo_tune.tuner.rank_map import RankMap, RingPrediction
 from topo_tune.tuner.report.figures import report_figures
 from topo_tune.tuner.report.page import render_report
-from topo_tune.tuner.ring_order import ring_metrics
+from topo_tune.tuner.ring import ring_metrics
 from topo_tune.tuner.space import NATURAL_ORDER
 from topo_tune.tuner.statistics import Decision
 from topo_tune.tuner.study import StudyOutcome

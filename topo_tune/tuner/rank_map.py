@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from topo_tune.topology.distance import PairMatrix
-from topo_tune.tuner.ring_order import Ring, optimize_ring, ring_metrics
+from topo_tune.tuner.ring import Ring, ring_metrics
+from topo_tune.tuner.ring_order import optimize_ring
 
 HostfileFlavour = Literal["mpi", "slurm", "torchrun"]
 RANK_MAP_VERSION = 1
