@@ -6,7 +6,8 @@ intra-rack pair; for every pair of racks a sample of cross-rack pairs, grown unt
 ``rel_error``; at least two pairs for every node. When a measured pair reads as an outlier it escalates: each
 end is probed with other peers, so that a slow NIC (every pair of the node slow), a slow cable (one pair) and
 a slow rack uplink (every cross-rack pair of the rack) tell apart. Every other pair is inferred from the rack
-model (the median of its group, capped by what each end reached) and marked inferred.
+model (``sampled_matrix``: the median of its group, capped by what each end reached) and marked inferred.
+``pair_rounds`` packs a batch into rounds of disjoint pairs.
 Non-goals: running probes (the controller does) and rate models of particular fabrics.
 """
 
@@ -20,12 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-import numpy as np
-import numpy.typing as npt
+from topo_tune.topology.sampled_matrix import Pair, PairFigure, SampledMatrix, infer_matrix, rack_group
 
-from topo_tune.topology.distance import PairEstimate, PairMatrix
-
-Pair = tuple[str, str]
 SamplingMode = Literal["full", "sparse"]
 SAMPLING_MODES: tuple[SamplingMode, ...] = ("full", "sparse")
 SPARSE_ABOVE = 64
@@ -81,50 +78,6 @@ class Findings:
     outlier_pairs: tuple[Pair, ...]
 
 
-@dataclass(frozen=True)
-class SampledMatrix:
-    """The mixed matrix: measured pairs as measured, the rest inferred. Bandwidth GB/s (diagonal infinite),
-    latency µs; ``measured[i, j]`` says which."""
-
-    names: tuple[str, ...]
-    bandwidth: npt.NDArray[np.float64]
-    latency: npt.NDArray[np.float64]
-    measured: npt.NDArray[np.bool_]
-
-    def source(self, a: str, b: str) -> Literal["measured", "inferred"]:
-        i, j = self.names.index(a), self.names.index(b)
-        return "measured" if self.measured[i, j] else "inferred"
-
-    @property
-    def measured_pairs(self) -> int:
-        return int(np.triu(self.measured, 1).sum())
-
-    def to_pair_matrix(self, *, method: str = "sparse probe sample") -> PairMatrix:
-        """As a `PairMatrix` (measured entries ``measured``, the rest ``inferred``), for the rank-map planner."""
-        estimates: dict[Pair, PairEstimate] = {}
-        weights = PairMatrix(names=(), estimates={}).weights
-        n = len(self.names)
-        for i in range(n):
-            for j in range(i + 1, n):
-                rate = float(self.bandwidth[i, j])
-                estimates[(self.names[i], self.names[j])] = PairEstimate(
-                    bandwidth_gbps=rate,
-                    latency_us=float(self.latency[i, j]),
-                    hops=0,
-                    cross_numa=False,
-                    distance=weights.distance(hops=0, bandwidth_gbps=rate, cross_numa=False),
-                    source="measured" if self.measured[i, j] else "inferred",
-                    method=method if self.measured[i, j] else "inferred from the rack model",
-                )
-        return PairMatrix(names=self.names, estimates=estimates, weights=weights)
-
-
-@dataclass
-class _Figure:
-    bandwidth: float
-    latency: float
-
-
 @dataclass
 class PairSampler:
     """Plans probe batches over nodes in racks and infers the pairs it does not probe.
@@ -137,7 +90,7 @@ class PairSampler:
     policy: SamplingPolicy = field(default_factory=SamplingPolicy)
     _racks: dict[str, list[str]] = field(init=False)
     _planned: set[Pair] = field(init=False, default_factory=set)
-    _figures: dict[Pair, _Figure] = field(init=False, default_factory=dict)
+    _figures: dict[Pair, PairFigure] = field(init=False, default_factory=dict)
     _escalated: set[str] = field(init=False, default_factory=set)
     _fresh: list[Pair] = field(init=False, default_factory=list)
     _cursor: dict[str, int] = field(init=False, default_factory=dict)
@@ -293,7 +246,7 @@ class PairSampler:
         groups = self._inter_groups(exclude=degraded)
         planned: dict[tuple[str, str], int] = {}
         for pair in self._planned:
-            group = self._group(*pair)
+            group = rack_group(self.rack_of, *pair)
             planned[group] = planned.get(group, 0) + 1
         names = list(self._racks)
         for x, rack_a in enumerate(names):
@@ -336,16 +289,12 @@ class PairSampler:
             raise ValueError(f"{a}-{b}: bandwidth {bandwidth_gbps} is not a positive number")
         if not (math.isfinite(latency_us) and latency_us >= 0):
             raise ValueError(f"{a}-{b}: latency {latency_us} is not a non-negative number")
-        self._figures[key] = _Figure(bandwidth_gbps, latency_us)
+        self._figures[key] = PairFigure(bandwidth_gbps, latency_us)
         self._fresh.append(key)
 
     def failed(self, a: str, b: str) -> None:
         """A probe that measured nothing: the pair stays inferred, its nodes may be given other peers."""
         self._failed.add(_key(a, b))
-
-    def _group(self, a: str, b: str) -> tuple[str, str]:
-        ra, rb = self.rack_of[a], self.rack_of[b]
-        return (ra, rb) if ra <= rb else (rb, ra)
 
     def _reference(self) -> tuple[dict[str, float], float | None]:
         """Medians: of intra-rack pairs per rack, and across racks the median of the rack pairs' medians (each
@@ -357,7 +306,7 @@ class PairSampler:
             if ra == rb:
                 intra.setdefault(ra, []).append(fig.bandwidth)
             else:
-                inter.setdefault(self._group(a, b), []).append(fig.bandwidth)
+                inter.setdefault(rack_group(self.rack_of, a, b), []).append(fig.bandwidth)
         cross = statistics.median(statistics.median(v) for v in inter.values()) if inter else None
         return {r: statistics.median(v) for r, v in intra.items()}, cross
 
@@ -394,7 +343,7 @@ class PairSampler:
         groups: dict[tuple[str, str], list[float]] = {}
         for (a, b), fig in self._figures.items():
             if self.rack_of[a] != self.rack_of[b] and a not in exclude and b not in exclude:
-                groups.setdefault(self._group(a, b), []).append(fig.bandwidth)
+                groups.setdefault(rack_group(self.rack_of, a, b), []).append(fig.bandwidth)
         return groups
 
     def _degraded_uplinks(self, degraded: set[str]) -> list[str]:
@@ -427,58 +376,9 @@ class PairSampler:
                 cables.append((a, b))
         return Findings(tuple(degraded), tuple(uplinks), tuple(cables))
 
-    # --- the mixed matrix -------------------------------------------------------------------------------
-
     def matrix(self) -> SampledMatrix:
-        """Every pair: measured where probed, else ``min(group median, best figure of each end)``."""
-        names = tuple(sorted(self.rack_of))
-        index = {n: i for i, n in enumerate(names)}
-        n = len(names)
-        degraded = set(self._degraded_nodes())
-        cap = np.full(n, np.inf)
-        groups: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
-        for (a, b), fig in self._figures.items():
-            for node in (a, b):
-                cap[index[node]] = (
-                    fig.bandwidth if math.isinf(cap[index[node]]) else max(cap[index[node]], fig.bandwidth)
-                )
-            if a in degraded or b in degraded:
-                continue
-            bws, lats = groups.setdefault(self._group(a, b), ([], []))
-            bws.append(fig.bandwidth)
-            lats.append(fig.latency)
-        inter_bw = [v for (ra, rb), (bws, _) in groups.items() if ra != rb for v in bws]
-        inter_lat = [v for (ra, rb), (_, lats) in groups.items() if ra != rb for v in lats]
-        all_bw = [f.bandwidth for f in self._figures.values()] or [1.0]
-        all_lat = [f.latency for f in self._figures.values()] or [0.0]
-        fallback_inter = (statistics.median(inter_bw or all_bw), statistics.median(inter_lat or all_lat))
-        rack_names = list(self._racks)
-        rack_index = {r: k for k, r in enumerate(rack_names)}
-        r = len(rack_names)
-        group_bw = np.empty((r, r))
-        group_lat = np.empty((r, r))
-        for x, ra in enumerate(rack_names):
-            for y, rb in enumerate(rack_names):
-                found = groups.get((ra, rb) if ra <= rb else (rb, ra))
-                if found:
-                    group_bw[x, y], group_lat[x, y] = statistics.median(found[0]), statistics.median(found[1])
-                elif x != y:
-                    group_bw[x, y], group_lat[x, y] = fallback_inter
-                else:
-                    group_bw[x, y], group_lat[x, y] = statistics.median(all_bw), statistics.median(all_lat)
-        racks = np.array([rack_index[self.rack_of[name]] for name in names])
-        bandwidth = group_bw[racks[:, None], racks[None, :]]
-        bandwidth = np.minimum(bandwidth, np.minimum(cap[:, None], cap[None, :]))
-        latency = group_lat[racks[:, None], racks[None, :]].copy()
-        measured = np.zeros((n, n), dtype=bool)
-        for (a, b), fig in self._figures.items():
-            i, j = index[a], index[b]
-            bandwidth[i, j] = bandwidth[j, i] = fig.bandwidth
-            latency[i, j] = latency[j, i] = fig.latency
-            measured[i, j] = measured[j, i] = True
-        np.fill_diagonal(bandwidth, np.inf)
-        np.fill_diagonal(latency, 0.0)
-        return SampledMatrix(names=names, bandwidth=bandwidth, latency=latency, measured=measured)
+        """Every pair: measured where probed, else inferred from its group (slow NICs left out of the medians)."""
+        return infer_matrix(self.rack_of, self._figures, unreliable=set(self._degraded_nodes()))
 
 
 def infer_pairs(rack_of: Mapping[str, str], measured: Iterable[tuple[str, str, float, float]]) -> SampledMatrix:
