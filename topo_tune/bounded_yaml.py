@@ -13,16 +13,14 @@ from typing import Any
 
 import yaml
 
+from topo_tune.errors import YamlLimitError
+
 MAX_BYTES = 16 * 1024 * 1024
 """Largest text accepted (a cluster.yaml of tens of thousands of nodes stays far below)."""
 MAX_DEPTH = 64
 """Deepest nesting of mappings and sequences."""
 MAX_NODES = 1_000_000
 """Most nodes the document may have once every alias is expanded."""
-
-
-class YamlLimitError(ValueError):
-    """The text exceeds one of the bounds; the message is one line."""
 
 
 class _BoundedLoader(yaml.SafeLoader):

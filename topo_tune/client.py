@@ -3,7 +3,8 @@
 Transport errors never escape this module: every ``grpc.RpcError`` becomes a ``ControllerError`` (or its
 subclasses ``ControllerUnavailable`` / ``Unauthenticated``), or the domain error its status code stands for
 (``NOT_FOUND`` → ``NotFoundError``, ``PERMISSION_DENIED`` → ``PermissionDenied``, ``INVALID_ARGUMENT`` →
-``ValidationError``, ``ALREADY_EXISTS`` → ``ConflictError``), with the controller's own message.
+``ValidationError``, ``FAILED_PRECONDITION`` → ``ConflictError``, ``ALREADY_EXISTS`` → ``AlreadyExists``, ``ABORTED``
+→ ``NodeBusy``), with the controller's own message.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import grpc
 
 from topo_tune.auth import TlsFiles, bearer_metadata, channel_credentials
 from topo_tune.errors import (
+    AlreadyExists,
     ConflictError,
     ControllerError,
     ControllerUnavailable,
@@ -58,6 +60,8 @@ def _mapped(address: str) -> Iterator[None]:
         if code == grpc.StatusCode.ABORTED:
             raise NodeBusy(details) from None
         if code == grpc.StatusCode.ALREADY_EXISTS:
+            raise AlreadyExists(details) from None
+        if code == grpc.StatusCode.FAILED_PRECONDITION:
             raise ConflictError(details) from None
         raise ControllerError(f"controller {address}: {code.name}: {details}") from None
 

@@ -26,7 +26,7 @@ from topo_tune import bounded_yaml
 from topo_tune.benchmark.job_spec import MAX_DEADLINE_S
 from topo_tune.benchmark.sweep import size_ladder
 from topo_tune.config_layout import DEFAULT_CONFIG_DIR
-from topo_tune.errors import ConfigError
+from topo_tune.errors import ConfigError, YamlLimitError
 
 API_VERSION = "topo-tune/v1"
 
@@ -506,7 +506,7 @@ def loads_cluster_config(text: str, *, source: str = "cluster.yaml") -> ClusterC
     """Validate ``cluster.yaml`` text."""
     try:
         data: Any = bounded_yaml.load(text)
-    except bounded_yaml.YamlLimitError as exc:
+    except YamlLimitError as exc:
         raise ConfigError("", f"{source}: refused: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from topo_tune.benchmark.env_policy import EnvPolicy, EnvPolicyError
-from topo_tune.errors import ValidationError
+from topo_tune.benchmark.env_policy import EnvPolicy
+from topo_tune.errors import EnvPolicyError, ValidationError
 
 NCCL_CONF = "nccl.conf"
 TUNER_TABLE = "nccl_tuner.conf"

@@ -1,25 +1,50 @@
-"""The exception tree of topo-tune, documented in one place.
+"""The exception tree of topo-tune: every exception class of the package is defined here.
 
     TopoTuneError                 base of everything topo-tune raises on purpose
-    ├── ConfigError               bad cluster.yaml, settings or CLI value; carries the field path
-    ├── ValidationError           a wire message or request that breaks the contract; carries the field path
-    ├── SimInputError             a cluster description, environment or argument the simulator cannot use
+    ├── FieldError                an error about one field of an input; ``str()`` is "<field>: <reason>"
+    │   ├── ConfigError           bad cluster.yaml, settings or CLI value
+    │   │   └── UnsafeKnobError   a knob that can hang a job or corrupt data was asked to be searched
+    │   ├── ValidationError       a wire message or request that breaks the contract
+    │   └── SimInputError         a cluster description, environment or argument the simulator cannot use
     ├── NotFoundError             a node, command or other object that does not exist
     ├── PermissionDenied          the caller's credential does not allow this (e.g. an agent naming another node)
-    ├── ConflictError             the request contradicts current state (e.g. same command id, other body)
-    │   └── NodeBusy              a node runs another benchmark job (ABORTED: retry later)
+    ├── ConflictError             the request does not fit the current state (e.g. the node is drained)
+    │   ├── AlreadyExists         the id names an object that exists already, with another body
+    │   ├── NodeBusy              a node runs another benchmark job (retry later)
+    │   └── StoreBusy             (agent) the node runs a benchmark or a job: its configuration must not change now
     ├── StorageError              the database failed after retries
+    │   └── FencedError           a leader's write was refused: the database holds a newer leader's epoch
+    ├── StaleTermError            a new leadership term is already behind the database's epoch
     ├── PluginBuildError          the NCCL tuner plugin could not be compiled (no compiler, failed compile)
     ├── KubernetesError           the Kubernetes API refused a request or could not be reached; carries the status
-    └── ControllerError           talking to the controller failed (client side)
-        ├── ControllerUnavailable the controller cannot be reached
-        └── Unauthenticated       the controller refused the token
+    ├── ControllerError           talking to the controller failed (client side)
+    │   ├── ControllerUnavailable the controller cannot be reached
+    │   └── Unauthenticated       the controller refused the token
+    ├── input that cannot be used (also ``ValueError``; the message names the field, line or entry):
+    │   SpecError (benchmark job), SweepError (size sweep), EnvPolicyError (benchmark env),
+    │   RecordError (plugin record line), TunerTableError (tuner table line), CpuListError (sysfs cpulist),
+    │   YamlLimitError (YAML over a bound), ClusterModelError (node/rack description),
+    │   NcclXmlError (NCCL topology file), RingOrderError (ring problem matrices)
+    ├── the agent: LauncherBusy, JobCancelled (benchmark launcher; also ``RuntimeError``),
+    │   SessionRefused (the controller did not register the agent), NvmlCallError (one NVML call failed)
+    └── tuning: TrialFailed (one trial's benchmark), StudyError (a study cannot go on), StudyCancelled
+        (an admin stopped a study), PassError (a tuning pass cannot go on), ExpertModeRequired
+        (an NCCL graph file without expert mode; also ``RuntimeError``)
 
-Servicers map these to gRPC status codes (``ValidationError`` → INVALID_ARGUMENT, ``NotFoundError`` →
-NOT_FOUND, ``ConflictError`` → ALREADY_EXISTS / FAILED_PRECONDITION); clients map status codes back.
+Servicers map these to gRPC status codes in one table (``controller/status_codes.py``: e.g. ``ValidationError``
+→ INVALID_ARGUMENT, ``ConflictError`` → FAILED_PRECONDITION, ``AlreadyExists`` → ALREADY_EXISTS); the admin
+client maps status codes back (``client.py``). Non-goal: foreign exceptions (``OSError``, ``grpc.RpcError``)
+are converted where they are caught, not wrapped here.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+FailureKind = Literal["failed", "wrong_result", "timeout"]
+FAILURE_KINDS: tuple[FailureKind, ...] = ("failed", "wrong_result", "timeout")
 
 
 class TopoTuneError(Exception):
@@ -39,6 +64,10 @@ class ConfigError(FieldError):
     """A configuration file, setting or command-line value is invalid."""
 
 
+class UnsafeKnobError(ConfigError):
+    """A knob that can hang a job or corrupt data was asked to be searched; the message says why not."""
+
+
 class PermissionDenied(TopoTuneError):
     """The caller's credential does not allow this call or this node name."""
 
@@ -56,15 +85,45 @@ class NotFoundError(TopoTuneError):
 
 
 class ConflictError(TopoTuneError):
-    """The request contradicts the current state."""
+    """The request does not fit the current state (a drained node, a rollout in another phase)."""
+
+
+class AlreadyExists(ConflictError):
+    """The request's id names an object that exists already with another body; use another id."""
 
 
 class NodeBusy(ConflictError):
     """A node is running another benchmark job; the same request can succeed once it ends."""
 
 
+class StoreBusy(ConflictError):
+    """The node is running a benchmark or a job; its configuration must not change now."""
+
+
 class StorageError(TopoTuneError):
     """The database failed, after retries."""
+
+
+class FencedError(StorageError):
+    """A leader's write was refused: the database holds another leader's epoch. Nothing was written."""
+
+    def __init__(self, *, ours: int, current: int, holder: str) -> None:
+        self.ours = ours
+        self.current = current
+        self.holder = holder
+        super().__init__(
+            f"fenced off: this controller led epoch {ours}, but the database is at epoch {current}"
+            f" (claimed by {holder or 'an unnamed leader'}); nothing was written"
+        )
+
+
+class StaleTermError(TopoTuneError):
+    """Raised by ``on_started_leading``: the term's epoch is already behind ``newer`` (seen where writes land)."""
+
+    def __init__(self, *, epoch: int, newer: int) -> None:
+        self.epoch = epoch
+        self.newer = newer
+        super().__init__(f"the term's epoch {epoch} is behind epoch {newer}")
 
 
 class PluginBuildError(TopoTuneError):
@@ -89,3 +148,127 @@ class ControllerUnavailable(ControllerError):
 
 class Unauthenticated(ControllerError):
     """The controller refused the bearer token (missing or wrong)."""
+
+
+# Input that cannot be used. Also ValueError: parsers are called where a ValueError is the expected failure.
+
+
+class SpecError(TopoTuneError, ValueError):
+    """A benchmark job that cannot be run as given; the message names the field."""
+
+
+class SweepError(TopoTuneError, ValueError):
+    """A size sweep that cannot be run; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class EnvViolation:
+    """One key of a benchmark environment that was refused, and why."""
+
+    key: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.reason}"
+
+
+class EnvPolicyError(TopoTuneError, ValueError):
+    """The environment was refused; ``violations`` lists every refused key with its reason."""
+
+    def __init__(self, violations: Iterable[EnvViolation]) -> None:
+        self.violations = tuple(violations)
+        super().__init__("benchmark env refused: " + "; ".join(str(v) for v in self.violations))
+
+
+class RecordError(TopoTuneError, ValueError):
+    """A record line the plugin would not have written; the message names the line."""
+
+
+class TunerTableError(TopoTuneError, ValueError):
+    """A table line the plugin would skip; the message names the line and the field."""
+
+    def __init__(self, source: str, line: int, reason: str) -> None:
+        self.line = line
+        self.reason = reason
+        super().__init__(f"{source}:{line}: {reason}")
+
+
+class CpuListError(TopoTuneError, ValueError):
+    """A cpulist string that is not in the kernel's format."""
+
+
+class YamlLimitError(TopoTuneError, ValueError):
+    """The text exceeds one of the bounds; the message is one line."""
+
+
+class ClusterModelError(TopoTuneError, ValueError):
+    """The node/rack description does not fit together; the message names the node or rack."""
+
+
+class NcclXmlError(TopoTuneError, ValueError):
+    """An NCCL topology file that cannot be read; the message names the line."""
+
+    def __init__(self, message: str, *, line: int | None, source: str) -> None:
+        where = f"{source}, line {line}" if line is not None else source
+        super().__init__(f"{where}: {message}")
+        self.line = line
+        self.source = source
+
+
+class RingOrderError(TopoTuneError, ValueError):
+    """Input matrices that cannot describe a ring problem; the message names the argument and entry."""
+
+
+# The agent.
+
+
+class LauncherBusy(TopoTuneError, RuntimeError):
+    """A benchmark job is already running on this node."""
+
+
+class JobCancelled(TopoTuneError, RuntimeError):
+    """The job was cancelled before it started here; nothing ran."""
+
+
+class SessionRefused(TopoTuneError):
+    """The controller answered the registration with something other than ``Registered``."""
+
+
+class NvmlCallError(TopoTuneError):
+    """One NVML call failed; ``message`` is NVML's own wording (e.g. "Not Supported")."""
+
+    def __init__(self, call: str, code: int, message: str) -> None:
+        super().__init__(f"{call}: {message} (NVML error {code})")
+        self.call = call
+        self.code = code
+        self.message = message
+
+
+# Tuning.
+
+
+class TrialFailed(TopoTuneError):
+    """Raised by an evaluator when a trial's benchmark failed, returned a wrong result or timed out."""
+
+    def __init__(self, reason: str, *, kind: FailureKind = "failed") -> None:
+        if kind not in FAILURE_KINDS:
+            raise ValueError(f"kind must be one of {FAILURE_KINDS}, got {kind!r}")
+        self.reason = reason
+        self.kind: FailureKind = kind
+        super().__init__(f"{kind}: {reason}")
+
+
+class StudyError(TopoTuneError):
+    """The study cannot go on (the baseline failed, or the stored study belongs to another space)."""
+
+
+class StudyCancelled(TopoTuneError):
+    """Raised inside a study's thread when ``admin study cancel`` stops it."""
+
+
+class PassError(TopoTuneError):
+    """The pass cannot go on; the message says which node or step."""
+
+
+class ExpertModeRequired(TopoTuneError, RuntimeError):
+    """Rendering an NCCL graph file was asked for without the explicit expert mode."""

@@ -30,7 +30,7 @@ from topo_tune.benchmark.sweep import size_ladder
 from topo_tune.benchmark.wire import COLLECTIVE_TO_PROTO
 from topo_tune.client import PROBE_SAMPLING
 from topo_tune.cluster_config import ClusterConfig
-from topo_tune.errors import ConfigError, NodeBusy, TopoTuneError, ValidationError
+from topo_tune.errors import ConfigError, NodeBusy, PassError, TrialFailed, ValidationError
 from topo_tune.topology import Measurement, PairMatrix, Spine, build_cluster
 from topo_tune.topology.sampling import default_mode, infer_pairs
 from topo_tune.tuner.objective import Measurements, Objective, SizeSample, WorkloadProfile
@@ -43,7 +43,6 @@ from topo_tune.tuner.study import (
     StudyOutcome,
     StudyProgress,
     StudySettings,
-    TrialFailed,
     run_study,
     stored_rank_orders,
 )
@@ -69,10 +68,6 @@ class AdminPort(Protocol):
     def put_config_version(
         self, files: dict[str, str], provenance: dict[str, str], *, version_id: str = ""
     ) -> admin_pb2.ConfigVersionInfo: ...
-
-
-class PassError(TopoTuneError):
-    """The pass cannot go on; the message says which node or step."""
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from topo_tune.benchmark.env_policy import OUTPUT_DIR, VARIABLES, EnvPolicy, EnvPolicyError
+from topo_tune.benchmark.env_policy import OUTPUT_DIR, VARIABLES, EnvPolicy
+from topo_tune.errors import EnvPolicyError
 
 # One accepted value per allowed name, written from NCCL's and torch's docs, not from the table: a name
 # dropped from (or renamed in) the allow-list fails here.

@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
 
+import grpc
+import grpc.aio
 import pytest
 from click.testing import CliRunner, Result
 
@@ -18,13 +20,14 @@ from tests.conftest import controller_settings
 from tests.support.processes import TOKEN, process_gone
 from tests.support.waiting import async_wait_until
 from topo_tune.agent.daemon import Agent
+from topo_tune.auth import bearer_metadata
 from topo_tune.cli.main import cli
 from topo_tune.controller.job_ends import cancel_command
 from topo_tune.controller.server import Controller
 from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, ValidationError
 from topo_tune.sim.node_topology import simulated_node_topology
 from topo_tune.topology.sampling import SamplingPolicy
-from topo_tune.v1 import admin_pb2, agent_pb2
+from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2
 
 pytestmark = pytest.mark.slow
 
@@ -176,6 +179,24 @@ async def test_bad_requests_name_their_field(jobs_controller: Controller, agents
     await async_wait_until(lambda: _drained(jobs_controller, "a"), what="drain")
     with pytest.raises(ConflictError, match="drained"):
         await jobs_controller.jobs.start(request(["a"]))
+    # Through real gRPC: the node's state is wrong (FAILED_PRECONDITION), not the request's id (ALREADY_EXISTS).
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{jobs_controller.port}") as channel:
+        stub = admin_pb2_grpc.AdminServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.StartBenchmark(request(["a"]), metadata=bearer_metadata(TOKEN))
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert refused.value.details() == "node a is drained: it takes no benchmark job"
+    # ... and the CLI prints it as that one line.
+    printed = await asyncio.to_thread(
+        CliRunner().invoke,
+        cli,
+        ["admin", "bench", "run", "--nodes", "a", "--controller", f"127.0.0.1:{jobs_controller.port}"],
+        env={"TOPO_TUNE_TOKEN": TOKEN},
+    )
+    assert (printed.exit_code, printed.output) == (
+        1,
+        "topo-tune: error: node a is drained: it takes no benchmark job\n",
+    )
     assert await jobs_controller.jobs.list() == []
 
 

@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session
 from tests.support.postgres import PostgresServer
 from tests.support.waiting import wait_until
 from topo_tune.controller.db.database import Database
-from topo_tune.controller.db.fence import FencedError
 from topo_tune.controller.db.models import EventRow, LeaderEpochRow
+from topo_tune.errors import FencedError
 
 AT = datetime(2026, 11, 29, tzinfo=UTC)
 

@@ -27,11 +27,10 @@ from tests.support.processes import TOKEN
 from tests.support.waiting import async_wait_until
 from topo_tune.auth import bearer_metadata
 from topo_tune.controller.db.database import Database
-from topo_tune.controller.db.fence import FencedError
 from topo_tune.controller.db.models import EventRow, LeaderEpochRow
 from topo_tune.controller.leadership import NOT_LEADER
 from topo_tune.controller.server import Controller
-from topo_tune.errors import ConfigError
+from topo_tune.errors import ConfigError, FencedError
 from topo_tune.kube.idleness import IdleVerdict
 from topo_tune.kube.leader_election import LeaderElectionSettings
 from topo_tune.kube.serving_label import LEADER_LABEL

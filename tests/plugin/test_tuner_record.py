@@ -17,7 +17,8 @@ from tests.plugin.nccl_tuner_harness import (
     TunerLibrary,
     nccl_like_table,
 )
-from topo_tune.plugin.record import RECORD_ENV, RecordError, parse_record
+from topo_tune.errors import RecordError
+from topo_tune.plugin.record import RECORD_ENV, parse_record
 
 MIB = 1024 * 1024
 # nccl_like_table: tree/LL128, CollNet and NVLS ruled out; tree/LL is NCCL's cheapest (10.0).

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from tests.plugin.nccl_tuner_harness import LOG_WARN, TunerLibrary
-from topo_tune.plugin import MAX_TABLE_BYTES, TunerRow, TunerTableError, parse_tuner_table
+from topo_tune.errors import TunerTableError
+from topo_tune.plugin import MAX_TABLE_BYTES, TunerRow, parse_tuner_table
 
 MALFORMED = [
     "alltoall,0,1024,ring,simple,4,-1,-1",

@@ -5,13 +5,8 @@ from collections.abc import Callable
 
 import pytest
 
-from topo_tune.topology.cluster import (
-    ClusterModelError,
-    Spine,
-    build_cluster,
-    racks_from_labels,
-    render_admin_topology,
-)
+from topo_tune.errors import ClusterModelError
+from topo_tune.topology.cluster import Spine, build_cluster, racks_from_labels, render_admin_topology
 from topo_tune.topology.fingerprint import topology_fingerprint
 from topo_tune.topology.matrix import render_node_matrix
 from topo_tune.v1 import topology_pb2

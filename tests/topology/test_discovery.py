@@ -9,8 +9,9 @@ from google.protobuf import json_format
 
 from tests.topology.conftest import FIXTURES, MACHINES, replay
 from topo_tune.agent.discovery import discover
-from topo_tune.agent.discovery.nvml import NvmlAnswer, NvmlCallError, RecordingNvml, ReplayNvml
+from topo_tune.agent.discovery.nvml import NvmlAnswer, RecordingNvml, ReplayNvml
 from topo_tune.agent.discovery.snapshot import load_snapshot, materialize, take_snapshot
+from topo_tune.errors import NvmlCallError
 from topo_tune.topology.matrix import node_matrix, parse_topo_m
 from topo_tune.v1 import topology_pb2
 

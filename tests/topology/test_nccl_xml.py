@@ -6,10 +6,11 @@ from pathlib import Path
 import pytest
 
 from tests.topology.conftest import FIXTURES
+from topo_tune.errors import NcclXmlError
 from topo_tune.topology.matrix import node_matrix
 from topo_tune.topology.nccl_dump import read_nccl_topology
 from topo_tune.topology.nccl_topo_file import vm_topology_file
-from topo_tune.topology.nccl_xml import NcclXmlError, parse_xml, render_xml
+from topo_tune.topology.nccl_xml import parse_xml, render_xml
 from topo_tune.v1 import topology_pb2
 
 XML = [

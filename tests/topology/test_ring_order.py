@@ -4,7 +4,8 @@ import random
 
 import pytest
 
-from topo_tune.tuner.ring import RingOrderError, canonical_rotation, ring_metrics, upper_bound
+from topo_tune.errors import RingOrderError
+from topo_tune.tuner.ring import canonical_rotation, ring_metrics, upper_bound
 from topo_tune.tuner.ring_instances import rack_instance
 from topo_tune.tuner.ring_order import optimize_ring
 

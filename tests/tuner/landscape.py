@@ -16,9 +16,10 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from topo_tune.errors import FailureKind, TrialFailed
 from topo_tune.tuner.objective import Measurements, Objective, SizeSample
 from topo_tune.tuner.space import NATURAL_ORDER, Fabric, RankOrder, SearchSpace, TrialConfig
-from topo_tune.tuner.study import FailureKind, MeasurementRequest, TrialFailed
+from topo_tune.tuner.study import MeasurementRequest
 
 NODES = ("node-1", "node-2", "node-3", "node-4")
 ORDERS = (

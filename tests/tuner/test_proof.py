@@ -15,7 +15,8 @@ import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution
 
-from topo_tune.tuner.evaluation import MeasurementRequest, TrialFailed
+from topo_tune.errors import TrialFailed
+from topo_tune.tuner.evaluation import MeasurementRequest
 from topo_tune.tuner.objective import DEFAULT_BUCKETS, Measurements, Objective, SizeSample, WorkloadProfile
 from topo_tune.tuner.proof import BucketProof, FinalistProof, ProofSettings, Prover, tradeoff
 from topo_tune.tuner.space import RankOrder, TrialConfig

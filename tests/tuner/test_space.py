@@ -5,17 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.tuner.landscape import NODES, ORDERS, synthetic_space
-from topo_tune.errors import ConfigError
-from topo_tune.tuner.space import (
-    FORBIDDEN,
-    NATURAL_ORDER,
-    RANK_ORDER,
-    UNSET,
-    Fabric,
-    RankOrder,
-    SearchSpace,
-    UnsafeKnobError,
-)
+from topo_tune.errors import ConfigError, UnsafeKnobError
+from topo_tune.tuner.space import FORBIDDEN, NATURAL_ORDER, RANK_ORDER, UNSET, Fabric, RankOrder, SearchSpace
 
 
 def test_asking_to_search_nccl_proto_is_refused_citing_ll128_forcing() -> None:

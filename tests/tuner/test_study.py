@@ -17,7 +17,7 @@ import pytest
 
 from tests.support.waiting import wait_until
 from tests.tuner.landscape import Landscape, exhaustive_optimum, synthetic_space
-from topo_tune.errors import ConfigError
+from topo_tune.errors import ConfigError, StudyError, TrialFailed
 from topo_tune.sim import defaults_optimal_cluster, demo_cluster
 from topo_tune.tuner.objective import Measurements, Objective, WorkloadProfile
 from topo_tune.tuner.sim_evaluator import SimEvaluator, sim_space
@@ -27,11 +27,9 @@ from topo_tune.tuner.study import (
     A_WORKER,
     Candidate,
     MeasurementRequest,
-    StudyError,
     StudyOutcome,
     StudyProgress,
     StudySettings,
-    TrialFailed,
     TunerStudy,
     distributions,
     from_optuna,

@@ -48,7 +48,7 @@ from topo_tune.config_version import (
     parse_nccl_conf,
     version_id,
 )
-from topo_tune.errors import ConflictError, ValidationError
+from topo_tune.errors import ConflictError, StoreBusy, ValidationError
 
 logger = logging.getLogger(__name__)
 
@@ -73,10 +73,6 @@ def check_version(version: str, files: Mapping[str, str], *, config_dir: Path | 
         check_settings(parse_nccl_conf(files[NCCL_CONF], strict=True), config_dir=config_dir)
     if version_id(files) != version:
         raise ValidationError("version", f"{version} is not the hash of the files given ({version_id(files)})")
-
-
-class StoreBusy(ConflictError):
-    """The node is running a benchmark or a job; its configuration must not change now."""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from topo_tune.agent.journal import Entry, Journal
 from topo_tune.agent.settings import AgentSettings
 from topo_tune.auth import bearer_metadata, open_channel, read_token
 from topo_tune.benchmark.env_policy import EnvPolicy
+from topo_tune.errors import SessionRefused
 from topo_tune.kube.rack import NodeRackReader
 from topo_tune.v1 import agent_pb2, agent_pb2_grpc, topology_pb2
 
@@ -44,10 +45,6 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 16 * 1024 * 1024),
     ("grpc.max_send_message_length", 16 * 1024 * 1024),
 ]
-
-
-class SessionRefused(Exception):
-    """The controller answered the registration with something other than ``Registered``."""
 
 
 class Agent:

@@ -34,11 +34,11 @@ from pathlib import Path
 from topo_tune.agent import discovery
 from topo_tune.agent.bench.executor import BenchmarkExecutor
 from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
-from topo_tune.agent.config_store import ConfigStore, StoreBusy
+from topo_tune.agent.config_store import ConfigStore
 from topo_tune.agent.journal import Journal
 from topo_tune.agent.sim_backend import run_simulated
 from topo_tune.benchmark.env_policy import EnvPolicy
-from topo_tune.errors import ConflictError, ValidationError
+from topo_tune.errors import ConflictError, StoreBusy, ValidationError
 from topo_tune.v1 import agent_pb2, topology_pb2
 
 logger = logging.getLogger(__name__)

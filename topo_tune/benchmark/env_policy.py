@@ -41,6 +41,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from topo_tune.errors import EnvPolicyError, EnvViolation
+
 __all__ = [
     "OUTPUT_DIR",
     "VARIABLES",
@@ -297,23 +299,6 @@ _REFUSED_WHY = {
     "NCCL_COMM_ID": "the rendezvous is chosen by the agent from the job, not from the environment",
     "NCCL_IBVERBS_LIB": "NCCL dlopen()s this library: it would run code as the agent",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class EnvViolation:
-    key: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.key}: {self.reason}"
-
-
-class EnvPolicyError(ValueError):
-    """The environment was refused; ``violations`` lists every refused key with its reason."""
-
-    def __init__(self, violations: Iterable[EnvViolation]) -> None:
-        self.violations = tuple(violations)
-        super().__init__("benchmark env refused: " + "; ".join(str(v) for v in self.violations))
 
 
 def _inside(value: str, roots: Iterable[Path]) -> bool:

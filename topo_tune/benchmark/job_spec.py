@@ -18,8 +18,9 @@ from typing import Any
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import DType, dtype_named
 from topo_tune.benchmark.sweep import SizeSweep
+from topo_tune.errors import SpecError, TunerTableError
 from topo_tune.plugin.job_env import PLUGIN_ENV, TABLE_ENV
-from topo_tune.plugin.table import TunerTableError, parse_tuner_table
+from topo_tune.plugin.table import parse_tuner_table
 
 __all__ = ["MAX_DEADLINE_S", "MAX_ITERS", "BenchmarkSpec", "RankSlot", "SpecError"]
 
@@ -28,10 +29,6 @@ MAX_DEADLINE_S = 24 * 3600
 """The longest deadline a benchmark job or probe may have: the controller refuses more, and so does the agent
 (the wire field is a uint32; far beyond this the launcher's wait could not even be expressed)."""
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-
-
-class SpecError(ValueError):
-    """A benchmark job that cannot be run as given; the message names the field."""
 
 
 @dataclass(frozen=True, slots=True)

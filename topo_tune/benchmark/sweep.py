@@ -13,14 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from topo_tune.errors import SweepError
+
 __all__ = ["MAX_BYTES_LIMIT", "SizeSweep", "SweepError", "size_ladder"]
 
 MAX_BYTES_LIMIT = 16 * 1024**3
 """Largest size one step may ask for (16 GiB, beyond nccl-tests' usual 8 GB tops)."""
-
-
-class SweepError(ValueError):
-    """A size sweep that cannot be run; the message names the field."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,10 @@ from collections.abc import Iterable
 
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
-from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot, SpecError
+from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
 from topo_tune.benchmark.results import NcclChoice, RankOutcome, RankResult, RankStatus, SizeMeasurement
 from topo_tune.benchmark.sweep import SizeSweep
+from topo_tune.errors import SpecError
 from topo_tune.v1 import agent_pb2
 
 __all__ = [

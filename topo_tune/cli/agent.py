@@ -11,8 +11,9 @@ from pathlib import Path
 import click
 
 from topo_tune.agent.settings import AgentSettings
-from topo_tune.benchmark.env_policy import EnvPolicy, EnvPolicyError
+from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.cli.connection import client_tls, client_tls_options, resolve_token, token_options
+from topo_tune.errors import EnvPolicyError
 from topo_tune.kube.environment import detect_in_cluster
 from topo_tune.kube.rack import DEFAULT_RACK_LABEL
 from topo_tune.v1 import topology_pb2

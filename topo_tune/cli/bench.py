@@ -16,8 +16,8 @@ from topo_tune.benchmark.wire import COLLECTIVE_FROM_PROTO, COLLECTIVE_TO_PROTO,
 from topo_tune.cli.admin import admin, connected
 from topo_tune.cli.output import emit_data, emit_table, to_data
 from topo_tune.client import AdminClient
-from topo_tune.errors import ControllerError
-from topo_tune.plugin.table import TunerTableError, parse_tuner_table
+from topo_tune.errors import ControllerError, TunerTableError
+from topo_tune.plugin.table import parse_tuner_table
 from topo_tune.v1 import admin_pb2, agent_pb2
 
 _SIZE = re.compile(r"^(\d+)([KMG]?)B?$", re.IGNORECASE)

@@ -14,11 +14,11 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from topo_tune.benchmark.env_policy import EnvPolicy, EnvPolicyError
+from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.cli.connection import client_tls, client_tls_options, resolve_token, token_options
 from topo_tune.client import AdminClient
 from topo_tune.cluster_config import ClusterConfig, load_cluster_config
-from topo_tune.errors import ConfigError
+from topo_tune.errors import ConfigError, EnvPolicyError
 from topo_tune.tuner.outputs import verdict_lines
 from topo_tune.tuner.study import StudyProgress
 

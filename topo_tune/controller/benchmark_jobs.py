@@ -27,10 +27,11 @@ from dataclasses import dataclass
 
 from topo_tune.benchmark.collectives import Collective, bandwidth, shape
 from topo_tune.benchmark.dtypes import DType
-from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot, SpecError
+from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
 from topo_tune.benchmark.results import RankResult, SizeMeasurement
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import rank_result_from_proto
+from topo_tune.errors import SpecError
 from topo_tune.v1 import agent_pb2
 
 __all__ = [

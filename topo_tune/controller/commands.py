@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import CommandRow, EventRow, NodeRow
 from topo_tune.controller.group_commit import GroupCommit
-from topo_tune.errors import ConflictError, NotFoundError
+from topo_tune.errors import AlreadyExists, NotFoundError
 from topo_tune.v1 import agent_pb2
 
 logger = logging.getLogger(__name__)
@@ -178,7 +178,7 @@ class CommandBook:
                 or stored.WhichOneof("body") != kind
                 or getattr(stored, kind) != getattr(body, kind)
             ):
-                raise ConflictError(f"command id {command_id!r} already names a different command")
+                raise AlreadyExists(f"command id {command_id!r} already names a different command")
             return _record(existing)
         row = _pending_row(command, command_id=command_id, node_name=node_name, now=now, job_id=job_id)
         session.add(row)

@@ -37,8 +37,8 @@ from sqlalchemy.orm import Session
 
 from topo_tune.benchmark.collectives import Collective, shape
 from topo_tune.benchmark.dtypes import dtype_named
-from topo_tune.benchmark.job_spec import MAX_DEADLINE_S, BenchmarkSpec, SpecError
-from topo_tune.benchmark.sweep import SizeSweep, SweepError
+from topo_tune.benchmark.job_spec import MAX_DEADLINE_S, BenchmarkSpec
+from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import COLLECTIVE_FROM_PROTO, size_to_proto, spec_from_proto, spec_to_proto
 from topo_tune.controller import validation
 from topo_tune.controller.benchmark_jobs import JobNode, JobStatus, JobSummary, plan_job, summarize
@@ -47,7 +47,7 @@ from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import BenchmarkJobRow, CommandRow
 from topo_tune.controller.job_ends import OpenPart, cancel_command, cancel_command_id, why_it_cannot_finish
 from topo_tune.controller.nodes import NodeRegistry, NodeState, NodeView
-from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, ValidationError
+from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, SpecError, SweepError, ValidationError
 from topo_tune.v1 import admin_pb2, agent_pb2, topology_pb2
 
 logger = logging.getLogger(__name__)

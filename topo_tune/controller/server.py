@@ -44,7 +44,6 @@ from topo_tune.controller.agent_service import AgentServicer
 from topo_tune.controller.commands import CommandBook
 from topo_tune.controller.credentials import CredentialInterceptor, Credentials
 from topo_tune.controller.db.database import Database
-from topo_tune.controller.db.fence import FencedError
 from topo_tune.controller.drift import DriftChecker
 from topo_tune.controller.jobs import BenchmarkJobs, JobSettings
 from topo_tune.controller.leadership import LeaderOnlyInterceptor
@@ -59,9 +58,9 @@ from topo_tune.controller.rollout.verification import BenchmarkVerifier
 from topo_tune.controller.sessions import SessionHub
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.controller.studies import Studies
-from topo_tune.errors import ConfigError
+from topo_tune.errors import ConfigError, FencedError, StaleTermError
 from topo_tune.kube.idleness import AssumeIdle, NodeIdleness, busy_nodes
-from topo_tune.kube.leader_election import LeaderElector, LeadershipTerm, StaleTermError
+from topo_tune.kube.leader_election import LeaderElector, LeadershipTerm
 from topo_tune.kube.serving_label import ServingLabel
 from topo_tune.plugin.table import parse_tuner_table
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2, agent_pb2_grpc

@@ -37,10 +37,6 @@ BACKEND_NAMES = {
 }
 
 
-class SessionClosed(Exception):
-    """Raised into a stream whose session was superseded or shut down."""
-
-
 @dataclass(eq=False)
 class AgentSession:
     node_name: str

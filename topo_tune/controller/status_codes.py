@@ -14,37 +14,54 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 import grpc.aio
 
-from topo_tune.errors import (
-    ConflictError,
-    NodeBusy,
-    NotFoundError,
-    PermissionDenied,
-    StorageError,
-    TopoTuneError,
-    ValidationError,
-)
+from topo_tune import errors
 
 logger = logging.getLogger(__name__)
 
-CODES: tuple[tuple[type[TopoTuneError], grpc.StatusCode], ...] = (
-    (ValidationError, grpc.StatusCode.INVALID_ARGUMENT),
-    (NotFoundError, grpc.StatusCode.NOT_FOUND),
-    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
-    (NodeBusy, grpc.StatusCode.ABORTED),
-    (ConflictError, grpc.StatusCode.ALREADY_EXISTS),
-    (StorageError, grpc.StatusCode.UNAVAILABLE),
-)
+C = grpc.StatusCode
+CODES: dict[type[errors.TopoTuneError], grpc.StatusCode] = {
+    errors.TopoTuneError: C.FAILED_PRECONDITION,
+    # The caller's input: the message names the field, line or entry.
+    errors.FieldError: C.INVALID_ARGUMENT,
+    errors.SpecError: C.INVALID_ARGUMENT,
+    errors.SweepError: C.INVALID_ARGUMENT,
+    errors.EnvPolicyError: C.INVALID_ARGUMENT,
+    errors.RecordError: C.INVALID_ARGUMENT,
+    errors.TunerTableError: C.INVALID_ARGUMENT,
+    errors.CpuListError: C.INVALID_ARGUMENT,
+    errors.YamlLimitError: C.INVALID_ARGUMENT,
+    errors.ClusterModelError: C.INVALID_ARGUMENT,
+    errors.NcclXmlError: C.INVALID_ARGUMENT,
+    errors.RingOrderError: C.INVALID_ARGUMENT,
+    errors.NotFoundError: C.NOT_FOUND,
+    errors.PermissionDenied: C.PERMISSION_DENIED,
+    errors.Unauthenticated: C.UNAUTHENTICATED,
+    # The state: wrong now (a drained node), taken (an id), or busy (the same call can succeed later).
+    errors.ConflictError: C.FAILED_PRECONDITION,
+    errors.AlreadyExists: C.ALREADY_EXISTS,
+    errors.NodeBusy: C.ABORTED,
+    errors.StoreBusy: C.ABORTED,
+    errors.LauncherBusy: C.ABORTED,
+    errors.StudyCancelled: C.CANCELLED,
+    errors.JobCancelled: C.CANCELLED,
+    # Somewhere else is away: the caller retries, or goes to the new leader.
+    errors.StorageError: C.UNAVAILABLE,
+    errors.StaleTermError: C.UNAVAILABLE,
+    errors.KubernetesError: C.UNAVAILABLE,
+    errors.ControllerError: C.UNAVAILABLE,
+}
+"""Each class's code; a class not listed takes its nearest listed base's (``TopoTuneError``: FAILED_PRECONDITION)."""
 
 
-def code_for(error: TopoTuneError) -> grpc.StatusCode:
-    for kind, code in CODES:
-        if isinstance(error, kind):
-            return code
-    return grpc.StatusCode.FAILED_PRECONDITION
+def code_for(error: errors.TopoTuneError) -> grpc.StatusCode:
+    for kind in type(error).__mro__:
+        if kind in CODES:
+            return CODES[kind]
+    raise AssertionError(f"{type(error).__name__} is not a TopoTuneError")
 
 
 async def abort(context: grpc.aio.ServicerContext[Any, Any], error: BaseException) -> NoReturn:
-    if isinstance(error, TopoTuneError):
+    if isinstance(error, errors.TopoTuneError):
         await context.abort(code_for(error), str(error))
     logger.exception("unexpected error in an RPC", exc_info=error)
     await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the controller's log")

@@ -34,7 +34,15 @@ from topo_tune.controller.db.models import StudyRow
 from topo_tune.controller.jobs import BenchmarkJobs
 from topo_tune.controller.nodes import NodeRegistry, NodeState
 from topo_tune.controller.probes import Probes
-from topo_tune.errors import ConfigError, ConflictError, NotFoundError, TopoTuneError, ValidationError
+from topo_tune.errors import (
+    AlreadyExists,
+    ConfigError,
+    ConflictError,
+    NotFoundError,
+    StudyCancelled,
+    TopoTuneError,
+    ValidationError,
+)
 from topo_tune.tuner.outputs import verdict_lines
 from topo_tune.tuner.study import A_FAILURE, A_REASON, StudyProgress
 from topo_tune.tuning_pass import run_pass
@@ -50,10 +58,6 @@ STATUS_TO_WIRE = {
     "cancelled": admin_pb2.STUDY_STATUS_CANCELLED,
 }
 _OPTUNA_STATES = {"COMPLETE": "complete", "PRUNED": "pruned", "RUNNING": "running", "WAITING": "waiting"}
-
-
-class StudyCancelled(TopoTuneError):
-    """Raised inside a study's thread when ``admin study cancel`` stops it."""
 
 
 @dataclass
@@ -136,7 +140,7 @@ class Studies:
         if existing is not None and existing.status == "succeeded":
             return await self.get(study_id)
         if existing is not None and existing.request != request.SerializeToString(deterministic=True):
-            raise ConflictError(f"study {study_id} exists with other settings; use another id")
+            raise AlreadyExists(f"study {study_id} exists with other settings; use another id")
         cluster = await self._cluster(study_id, request)
         nodes = [n.name for rack in cluster.racks for n in rack.nodes]
         now = self.wall_clock()

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from topo_tune.errors import ConfigError, KubernetesError, TopoTuneError
+from topo_tune.errors import ConfigError, KubernetesError, StaleTermError
 from topo_tune.kube.objects import Lease
 
 logger = logging.getLogger(__name__)
@@ -100,15 +100,6 @@ class LeadershipTerm:
     """Counts this candidate's terms (1, 2, …)."""
     transitions: int
     """The Lease's ``leaseTransitions`` when the term began: the cluster-wide epoch."""
-
-
-class StaleTermError(TopoTuneError):
-    """Raised by ``on_started_leading``: the term's epoch is already behind ``newer`` (seen where writes land)."""
-
-    def __init__(self, *, epoch: int, newer: int) -> None:
-        self.epoch = epoch
-        self.newer = newer
-        super().__init__(f"the term's epoch {epoch} is behind epoch {newer}")
 
 
 class LeaseApi(Protocol):

@@ -5,6 +5,7 @@ it with the system C compiler, and :func:`plugin_env` gives the environment that
 table. Non-goals: producing the table (the tuner renders it) and loading NCCL here.
 """
 
+from topo_tune.errors import TunerTableError
 from topo_tune.plugin.build import (
     LIBRARY_FILE,
     SOURCE_FILES,
@@ -14,7 +15,7 @@ from topo_tune.plugin.build import (
     find_compiler,
 )
 from topo_tune.plugin.job_env import PLUGIN_ENV, TABLE_ENV, plugin_env
-from topo_tune.plugin.table import MAX_TABLE_BYTES, TunerRow, TunerTableError, parse_tuner_table
+from topo_tune.plugin.table import MAX_TABLE_BYTES, TunerRow, parse_tuner_table
 
 __all__ = [
     "LIBRARY_FILE",

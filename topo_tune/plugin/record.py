@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from topo_tune.errors import RecordError
+
 __all__ = ["RECORD_ENV", "RecordError", "RecordedCall", "parse_record"]
 
 RECORD_ENV = "TOPOTUNE_TUNER_RECORD"
@@ -24,10 +26,6 @@ _HEADER = "collective,bytes,numPipeOps,regBuff,nNodes,nRanks,nccl,applied,channe
 _FIELDS = len(_HEADER.split(","))
 MAX_RECORD_BYTES = 4 * 1024 * 1024
 """A record larger than this is refused: the plugin writes a few dozen short lines per benchmark."""
-
-
-class RecordError(ValueError):
-    """A record line the plugin would not have written; the message names the line."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from topo_tune.errors import TunerTableError
+
 __all__ = [
     "ALGORITHMS",
     "COLLECTIVES",
@@ -37,15 +39,6 @@ _FIELDS_MIN, _FIELDS_MAX = 8, 10
 _INT32_MAX = 2**31 - 1
 _UINT64_MAX = 2**64 - 1
 _HEADER = "collective_type,"
-
-
-class TunerTableError(ValueError):
-    """A table line the plugin would skip; the message names the line and the field."""
-
-    def __init__(self, source: str, line: int, reason: str) -> None:
-        self.line = line
-        self.reason = reason
-        super().__init__(f"{source}:{line}: {reason}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,8 +8,8 @@
 - `cluster`: racks, spine and the ``admin topology`` views.
 """
 
+from topo_tune.errors import ClusterModelError, NcclXmlError
 from topo_tune.topology.cluster import (
-    ClusterModelError,
     ClusterTopology,
     Rack,
     Spine,
@@ -30,7 +30,7 @@ from topo_tune.topology.fingerprint import cluster_fingerprint, topology_fingerp
 from topo_tune.topology.matrix import node_matrix, render_node_matrix
 from topo_tune.topology.nccl_dump import read_nccl_topology
 from topo_tune.topology.nccl_topo_file import vm_topology_file
-from topo_tune.topology.nccl_xml import NcclXmlError, render_xml
+from topo_tune.topology.nccl_xml import render_xml
 
 __all__ = [
     "ClusterModelError",

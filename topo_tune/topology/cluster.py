@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from google.protobuf import json_format
 
-from topo_tune.errors import TopoTuneError
+from topo_tune.errors import ClusterModelError
 from topo_tune.topology.distance import PairMatrix, node_injection_gbps, node_pair_matrix
 from topo_tune.topology.fingerprint import cluster_fingerprint, topology_fingerprint
 from topo_tune.topology.levels import link_label
@@ -23,10 +23,6 @@ from topo_tune.topology.matrix import render_node_matrix
 from topo_tune.v1 import topology_pb2
 
 DEFAULT_RACK = "default"
-
-
-class ClusterModelError(TopoTuneError, ValueError):
-    """The node/rack description does not fit together; the message names the node or rack."""
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-
-class CpuListError(ValueError):
-    """A cpulist string that is not in the kernel's format."""
+from topo_tune.errors import CpuListError
 
 
 def parse_cpulist(text: str) -> tuple[int, ...]:

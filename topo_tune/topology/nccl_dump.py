@@ -12,17 +12,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from topo_tune.errors import NcclXmlError
 from topo_tune.topology.cpulist import cpulist_from_hex_mask
-from topo_tune.topology.nccl_xml import (
-    ETH_CLASS,
-    GPU_CLASSES,
-    IB_CLASS,
-    NVSWITCH_CLASS,
-    NcclXmlError,
-    XmlNode,
-    attr,
-    parse_xml,
-)
+from topo_tune.topology.nccl_xml import ETH_CLASS, GPU_CLASSES, IB_CLASS, NVSWITCH_CLASS, XmlNode, attr, parse_xml
 from topo_tune.topology.nic_ports import device_ports, endpoint_name
 from topo_tune.topology.pci import PciPath, parse_pci_path, pcie_level
 from topo_tune.v1 import topology_pb2

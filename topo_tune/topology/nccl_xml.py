@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from xml.parsers import expat
 
-from topo_tune.errors import TopoTuneError
+from topo_tune.errors import NcclXmlError
 from topo_tune.v1 import topology_pb2
 
 Element = topology_pb2.NcclXmlElement
@@ -23,16 +23,6 @@ IB_CLASS = "0x0207"
 ETH_CLASS = "0x0200"
 BRIDGE_CLASS = "0x060400"
 NVSWITCH_CLASS = "0x0680"
-
-
-class NcclXmlError(TopoTuneError, ValueError):
-    """An NCCL topology file that cannot be read; the message names the line."""
-
-    def __init__(self, message: str, *, line: int | None, source: str) -> None:
-        where = f"{source}, line {line}" if line is not None else source
-        super().__init__(f"{where}: {message}")
-        self.line = line
-        self.source = source
 
 
 @dataclass

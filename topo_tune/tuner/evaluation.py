@@ -11,25 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from topo_tune.errors import TopoTuneError
+from topo_tune.errors import FAILURE_KINDS, FailureKind, TrialFailed
 from topo_tune.tuner.objective import Measurements
 from topo_tune.tuner.space import TrialConfig
 
 __all__ = ["FAILURE_KINDS", "Evaluator", "FailureKind", "MeasurementRequest", "TrialFailed", "requested"]
-
-FailureKind = Literal["failed", "wrong_result", "timeout"]
-FAILURE_KINDS = ("failed", "wrong_result", "timeout")
-
-
-class TrialFailed(TopoTuneError):
-    """Raised by an evaluator when a trial's benchmark failed, returned a wrong result or timed out."""
-
-    def __init__(self, reason: str, *, kind: FailureKind = "failed") -> None:
-        if kind not in FAILURE_KINDS:
-            raise ValueError(f"kind must be one of {FAILURE_KINDS}, got {kind!r}")
-        self.reason = reason
-        self.kind: FailureKind = kind
-        super().__init__(f"{kind}: {reason}")
 
 
 @dataclass(frozen=True)

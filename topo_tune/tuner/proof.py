@@ -26,8 +26,9 @@ from typing import Any, Literal
 import optuna
 from optuna.trial import FrozenTrial
 
+from topo_tune.errors import TrialFailed
 from topo_tune.tuner import statistics
-from topo_tune.tuner.evaluation import Evaluator, MeasurementRequest, TrialFailed, requested
+from topo_tune.tuner.evaluation import Evaluator, MeasurementRequest, requested
 from topo_tune.tuner.objective import BucketScore, Measurements, Objective, SizeBucket
 from topo_tune.tuner.space import TrialConfig
 

@@ -16,17 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from topo_tune.errors import TopoTuneError
+from topo_tune.errors import RingOrderError
 
 FloatArray = npt.NDArray[np.float64]
 Matrix = Sequence[Sequence[float]] | FloatArray
 
 
 """Nested lists, or an array (a 4,096-node matrix as lists of floats would take gigabytes)."""
-
-
-class RingOrderError(TopoTuneError, ValueError):
-    """Input matrices that cannot describe a ring problem; the message names the argument and entry."""
 
 
 @dataclass(frozen=True)

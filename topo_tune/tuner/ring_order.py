@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from topo_tune.tuner.ring import Matrix, Ring, RingOrderError, array_metrics, checked_arrays
+from topo_tune.errors import RingOrderError
+from topo_tune.tuner.ring import Matrix, Ring, array_metrics, checked_arrays
 from topo_tune.tuner.ring_exact import EXACT_LIMIT, exact_ring
 from topo_tune.tuner.ring_heuristic import heuristic_ring
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from topo_tune.errors import ConfigError
+from topo_tune.errors import ConfigError, UnsafeKnobError
 
 __all__ = [
     "FORBIDDEN",
@@ -308,10 +308,6 @@ def _catalogue(version: tuple[int, int, int], fabric: Fabric, collectives: froze
 
 def _search_name(key: str) -> str:
     return key if key.startswith("NCCL_") else "NCCL_" + key
-
-
-class UnsafeKnobError(ConfigError):
-    """A knob that can hang a job or corrupt data was asked to be searched; the message says why not."""
 
 
 @dataclass(frozen=True)

@@ -46,10 +46,10 @@ import sqlalchemy
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from topo_tune.errors import ConfigError, TopoTuneError
+from topo_tune.errors import ConfigError, FailureKind, StudyError, TrialFailed
 from topo_tune.tuner import size_options, statistics
 from topo_tune.tuner.coordinate_descent import CoordinateDescentSampler
-from topo_tune.tuner.evaluation import Evaluator, FailureKind, MeasurementRequest, TrialFailed, requested
+from topo_tune.tuner.evaluation import Evaluator, MeasurementRequest, requested
 from topo_tune.tuner.objective import DEFAULT_LADDER, Measurements, Objective
 from topo_tune.tuner.plugin_table import ScoredTrial, compose_table
 from topo_tune.tuner.proof import BucketProof, FinalistProof, ProofSettings, Prover, Tradeoff, tradeoff
@@ -98,10 +98,6 @@ A_MEASUREMENTS = "measurements"
 S_FINGERPRINT = "space_fingerprint"
 S_RANK_ORDERS = "rank_orders"  # the space's orders as the study started: a resume searches these again
 S_MEASURED = "measured"  # the sizes and workload the stored values and proof pairs were measured for
-
-
-class StudyError(TopoTuneError):
-    """The study cannot go on (the baseline failed, or the stored study belongs to another space)."""
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from topo_tune.agent.bench.launcher import JobCancelled, JobOutcome, Launcher, LauncherBusy
+from topo_tune.agent.bench.launcher import JobOutcome, Launcher
 from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
 from topo_tune.agent.bench.worker_config import WorkerFault
 from topo_tune.benchmark.collectives import Collective
@@ -52,6 +52,7 @@ from topo_tune.benchmark.job_spec import MAX_DEADLINE_S, BenchmarkSpec, RankSlot
 from topo_tune.benchmark.results import RankOutcome
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import node_result_to_proto, spec_from_proto
+from topo_tune.errors import JobCancelled, LauncherBusy
 from topo_tune.v1 import agent_pb2
 
 __all__ = ["DEFAULT_PROBE_ITERS", "BenchmarkExecutor", "probe_specs"]

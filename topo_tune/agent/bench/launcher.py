@@ -62,6 +62,7 @@ from topo_tune.agent.bench.worker_config import WorkerConfig, WorkerFault
 from topo_tune.benchmark.env_policy import OUTPUT_DIR, EnvPolicy
 from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
 from topo_tune.benchmark.results import RankOutcome, RankResult, RankStatus
+from topo_tune.errors import JobCancelled, LauncherBusy
 
 __all__ = ["BASE_ENV", "CANCELLED_KEPT", "DUMP_DEFAULTS", "JobCancelled", "JobOutcome", "Launcher", "LauncherBusy"]
 
@@ -83,14 +84,6 @@ CANCELLED_KEPT = 256
 _REAP_WAIT_S = 30.0
 """How long ``cancel`` waits for the job's thread to reap its killed ranks (it takes milliseconds)."""
 """Cancelled job ids a launcher remembers, so that a job's command arriving after its cancel starts nothing."""
-
-
-class LauncherBusy(RuntimeError):
-    """A benchmark job is already running on this node."""
-
-
-class JobCancelled(RuntimeError):
-    """The job was cancelled before it started here; nothing ran."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,8 +57,9 @@ from topo_tune.benchmark.iteration_stats import IterationStats
 from topo_tune.benchmark.job_spec import BenchmarkSpec
 from topo_tune.benchmark.results import NcclChoice, RankResult, SizeMeasurement
 from topo_tune.config_version import SYSTEM_NCCL_CONF, file_settings
+from topo_tune.errors import RecordError
 from topo_tune.plugin.job_env import PLUGIN_ENV, TABLE_ENV
-from topo_tune.plugin.record import RECORD_ENV, RecordedCall, RecordError, parse_record
+from topo_tune.plugin.record import RECORD_ENV, RecordedCall, parse_record
 
 __all__ = ["main"]
 

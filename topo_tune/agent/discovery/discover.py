@@ -28,11 +28,11 @@ from topo_tune.agent.discovery.nvml import (
     P2P_STATUS_OK,
     P2P_STATUS_UNKNOWN,
     NvmlApi,
-    NvmlCallError,
     PynvmlBackend,
 )
 from topo_tune.agent.discovery.sysfs import Sysfs, SysfsNic
-from topo_tune.topology.cpulist import CpuListError, cpulist_from_mask_words, parse_cpulist
+from topo_tune.errors import CpuListError, NvmlCallError
+from topo_tune.topology.cpulist import cpulist_from_mask_words, parse_cpulist
 from topo_tune.topology.levels import kind_from_nvml_level
 from topo_tune.topology.nic_ports import endpoint_name
 from topo_tune.topology.pci import normalize_bus_id, parse_pci_path, pcie_level

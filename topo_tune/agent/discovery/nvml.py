@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from topo_tune.errors import NvmlCallError
+
 T = TypeVar("T")
 
 # Remote NVLink device types (nvmlIntNvLinkDeviceType_t).
@@ -29,16 +31,6 @@ P2P_STATUS_OK = 0
 P2P_STATUS_UNKNOWN = 5
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
-
-
-class NvmlCallError(Exception):
-    """One NVML call failed; ``message`` is NVML's own wording (e.g. "Not Supported")."""
-
-    def __init__(self, call: str, code: int, message: str) -> None:
-        super().__init__(f"{call}: {message} (NVML error {code})")
-        self.call = call
-        self.code = code
-        self.message = message
 
 
 class NvmlApi(Protocol):

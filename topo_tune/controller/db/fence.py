@@ -42,24 +42,11 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from topo_tune.controller.db.models import LeaderEpochRow
-from topo_tune.errors import StorageError
+from topo_tune.errors import FencedError
 
 logger = logging.getLogger(__name__)
 
 ROW_ID = 1
-
-
-class FencedError(StorageError):
-    """A leader's write was refused: the database holds another leader's epoch. Nothing was written."""
-
-    def __init__(self, *, ours: int, current: int, holder: str) -> None:
-        self.ours = ours
-        self.current = current
-        self.holder = holder
-        super().__init__(
-            f"fenced off: this controller led epoch {ours}, but the database is at epoch {current}"
-            f" (claimed by {holder or 'an unnamed leader'}); nothing was written"
-        )
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from topo_tune.controller.rollout.state import (
     WavePhase,
     WaveState,
 )
-from topo_tune.errors import ConflictError, NotFoundError, StorageError
+from topo_tune.errors import AlreadyExists, ConflictError, NotFoundError, StorageError
 from topo_tune.job_config import JobPin
 
 ACTIVE_PHASES = [p.value for p in RolloutPhase if not p.final]
@@ -150,7 +150,7 @@ class RolloutStore:
             if active is not None:
                 raise ConflictError(f"rollout {active} is still active; finish, abort or roll it back first")
             if session.get(RolloutRow, rollout.id) is not None:
-                raise ConflictError(f"a rollout named {rollout.id!r} exists already")
+                raise AlreadyExists(f"a rollout named {rollout.id!r} exists already")
             if session.get(ConfigVersionRow, rollout.config_version) is None:
                 raise NotFoundError(f"no config version {rollout.config_version!r}")
             position = {n: i for i, n in enumerate(n for w in snapshot.waves for n in w.nodes)}

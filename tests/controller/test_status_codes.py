@@ -1,0 +1,64 @@
+"""The one table of status codes: each exception class of the tree has the code its meaning calls for."""
+
+from __future__ import annotations
+
+import inspect
+
+import grpc
+import pytest
+
+from topo_tune import errors
+from topo_tune.controller.status_codes import code_for
+
+C = grpc.StatusCode
+EXPECTED: dict[type[errors.TopoTuneError], grpc.StatusCode] = {
+    errors.TopoTuneError: C.FAILED_PRECONDITION,
+    errors.FieldError: C.INVALID_ARGUMENT,
+    errors.ConfigError: C.INVALID_ARGUMENT,
+    errors.UnsafeKnobError: C.INVALID_ARGUMENT,
+    errors.ValidationError: C.INVALID_ARGUMENT,
+    errors.SimInputError: C.INVALID_ARGUMENT,
+    errors.SpecError: C.INVALID_ARGUMENT,
+    errors.SweepError: C.INVALID_ARGUMENT,
+    errors.EnvPolicyError: C.INVALID_ARGUMENT,
+    errors.RecordError: C.INVALID_ARGUMENT,
+    errors.TunerTableError: C.INVALID_ARGUMENT,
+    errors.CpuListError: C.INVALID_ARGUMENT,
+    errors.YamlLimitError: C.INVALID_ARGUMENT,
+    errors.ClusterModelError: C.INVALID_ARGUMENT,
+    errors.NcclXmlError: C.INVALID_ARGUMENT,
+    errors.RingOrderError: C.INVALID_ARGUMENT,
+    errors.NotFoundError: C.NOT_FOUND,
+    errors.PermissionDenied: C.PERMISSION_DENIED,
+    errors.Unauthenticated: C.UNAUTHENTICATED,
+    errors.ConflictError: C.FAILED_PRECONDITION,  # e.g. "node a is drained": the state, not the id, is wrong
+    errors.AlreadyExists: C.ALREADY_EXISTS,
+    errors.NodeBusy: C.ABORTED,
+    errors.StoreBusy: C.ABORTED,
+    errors.LauncherBusy: C.ABORTED,
+    errors.StudyCancelled: C.CANCELLED,
+    errors.JobCancelled: C.CANCELLED,
+    errors.StorageError: C.UNAVAILABLE,
+    errors.FencedError: C.UNAVAILABLE,
+    errors.StaleTermError: C.UNAVAILABLE,
+    errors.KubernetesError: C.UNAVAILABLE,
+    errors.ControllerError: C.UNAVAILABLE,
+    errors.ControllerUnavailable: C.UNAVAILABLE,
+    errors.PluginBuildError: C.FAILED_PRECONDITION,
+    errors.SessionRefused: C.FAILED_PRECONDITION,
+    errors.NvmlCallError: C.FAILED_PRECONDITION,
+    errors.TrialFailed: C.FAILED_PRECONDITION,
+    errors.StudyError: C.FAILED_PRECONDITION,
+    errors.PassError: C.FAILED_PRECONDITION,
+    errors.ExpertModeRequired: C.FAILED_PRECONDITION,
+}
+
+
+def test_the_table_decides_every_class_of_the_tree() -> None:
+    tree = {c for _, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, errors.TopoTuneError)}
+    assert tree == set(EXPECTED)
+
+
+@pytest.mark.parametrize("kind", list(EXPECTED), ids=lambda kind: kind.__name__)
+def test_each_class_has_its_code(kind: type[errors.TopoTuneError]) -> None:
+    assert code_for(kind.__new__(kind)) == EXPECTED[kind]
