@@ -46,6 +46,7 @@ from sqlalchemy.orm import Session
 
 from topo_tune.controller.bandwidth_drop import drop_beyond
 from topo_tune.controller.db.database import Database
+from topo_tune.controller.db.left_running import end_left_running
 from topo_tune.controller.db.models import DriftCheckRow, EventRow
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import NodeRegistry, NodeState
@@ -208,16 +209,13 @@ class DriftChecker:
 
     async def recover(self) -> int:
         """At start-up: checks a previous controller was running end ``failed`` (the next check measures again)."""
-        now = self.wall_clock()
-
-        def write(session: Session) -> int:
-            rows = list(session.scalars(sa.select(DriftCheckRow).where(DriftCheckRow.status == DriftStatus.RUNNING)))
-            for row in rows:
-                row.status, row.finished_at = DriftStatus.FAILED.value, now
-                row.message = "the controller stopped during the check"
-            return len(rows)
-
-        return await self.db.run(write)
+        return await end_left_running(
+            self.db,
+            DriftCheckRow,
+            status=DriftStatus.FAILED.value,
+            message="the controller stopped during the check",
+            at=self.wall_clock(),
+        )
 
     async def _prepare(self, check_id: str, *, expected: str) -> _Planned | None:
         """Store the check: ``skipped`` with the reason (None), or ``running`` with what it will measure."""

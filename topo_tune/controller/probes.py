@@ -49,6 +49,7 @@ from topo_tune.controller import validation
 from topo_tune.controller.benchmark_jobs import probe_rounds
 from topo_tune.controller.commands import CommandBook, CommandRecord, CommandStatus
 from topo_tune.controller.db.database import Database
+from topo_tune.controller.db.left_running import end_left_running
 from topo_tune.controller.db.models import CommandRow, PairMeasurementRow, ProbeRoundRow
 from topo_tune.controller.job_ends import OpenPart, cancel_command, cancel_command_id, why_it_cannot_finish
 from topo_tune.controller.nodes import NodeRegistry, NodeState
@@ -133,15 +134,17 @@ class Probes:
         """At start-up: rounds left running by a previous controller process are failed."""
         now = self.wall_clock()
 
-        def write(session: Session) -> int:
-            rows = list(session.scalars(sa.select(ProbeRoundRow).where(ProbeRoundRow.status == "running")))
-            for row in rows:
-                row.status, row.finished_at = "failed", now
-                row.message = "the controller restarted during the round; its measured pairs are kept"
-                _close_open_probes(session, f"{row.id}-", now=now, why="the controller restarted during its round")
-            return len(rows)
+        def close_probes(session: Session, row: ProbeRoundRow) -> None:
+            _close_open_probes(session, f"{row.id}-", now=now, why="the controller restarted during its round")
 
-        return await self.db.run(write)
+        return await end_left_running(
+            self.db,
+            ProbeRoundRow,
+            status="failed",
+            message="the controller restarted during the round; its measured pairs are kept",
+            at=now,
+            also=close_probes,
+        )
 
     async def start(self, request: admin_pb2.StartProbeRoundRequest) -> admin_pb2.ProbeRound:
         listed = [(p.node_a, p.node_b) for p in request.pairs]

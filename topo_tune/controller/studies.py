@@ -30,6 +30,7 @@ from topo_tune.controller import validation
 from topo_tune.controller.admin_service import cluster_topology_view, node_message
 from topo_tune.controller.config_versions import ConfigVersions
 from topo_tune.controller.db.database import Database
+from topo_tune.controller.db.left_running import end_left_running
 from topo_tune.controller.db.models import StudyRow
 from topo_tune.controller.jobs import BenchmarkJobs
 from topo_tune.controller.nodes import NodeRegistry, NodeState
@@ -120,16 +121,13 @@ class Studies:
 
     async def recover(self) -> int:
         """At start-up: studies a previous controller process was running are marked cancelled."""
-        now = self.wall_clock()
-
-        def write(session: Session) -> int:
-            rows = list(session.scalars(sa.select(StudyRow).where(StudyRow.status == "running")))
-            for row in rows:
-                row.status, row.finished_at = "cancelled", now
-                row.message = "the controller restarted during the study; start it again with this id to resume"
-            return len(rows)
-
-        return await self.db.run(write)
+        return await end_left_running(
+            self.db,
+            StudyRow,
+            status="cancelled",
+            message="the controller restarted during the study; start it again with this id to resume",
+            at=self.wall_clock(),
+        )
 
     async def start(self, request: admin_pb2.StartStudyRequest) -> admin_pb2.StudyInfo:
         study_id = request.study_id or "st-" + uuid.uuid4().hex[:12]
