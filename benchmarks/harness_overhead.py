@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from topo_tune.agent.bench.executor import BenchmarkExecutor
+from topo_tune.agent.bench.benchmark_executor import BenchmarkExecutor
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.env_policy import EnvPolicy

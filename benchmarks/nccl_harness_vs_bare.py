@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from topo_tune.agent.bench.executor import BenchmarkExecutor
+from topo_tune.agent.bench.benchmark_executor import BenchmarkExecutor
 from topo_tune.agent.bench.launcher import BASE_ENV
 from topo_tune.benchmark.collectives import Collective, bandwidth, shape
 from topo_tune.benchmark.dtypes import dtype_named

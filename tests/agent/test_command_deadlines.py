@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.processes import free_port
 from tests.support.waiting import async_wait_until
-from topo_tune.agent.executor import Executor
+from topo_tune.agent.command_executor import CommandExecutor
 from topo_tune.agent.journal import Journal
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
@@ -26,8 +26,8 @@ from topo_tune.controller.benchmark_jobs import JobNode, plan_job
 from topo_tune.v1 import agent_pb2
 
 
-def _executor(tmp_path: Path) -> Executor:
-    return Executor(journal=Journal(tmp_path / "journal.sqlite3"), node_name="n0", work_dir=tmp_path / "bench")
+def _executor(tmp_path: Path) -> CommandExecutor:
+    return CommandExecutor(journal=Journal(tmp_path / "journal.sqlite3"), node_name="n0", work_dir=tmp_path / "bench")
 
 
 def _run(job_id: str, *, deadline_s: int, deadline_at: datetime | None) -> agent_pb2.Command:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.agent.config_store_child import A, B
+from topo_tune.agent.command_executor import CommandExecutor
 from topo_tune.agent.config_store import ConfigStore, check_version, jobs_lock_shared
-from topo_tune.agent.executor import Executor
 from topo_tune.agent.journal import Journal
 from topo_tune.config_version import ConfigVersion, render_nccl_conf, version_id
 from topo_tune.errors import ConflictError, StoreBusy, ValidationError
@@ -275,7 +275,7 @@ def test_no_active_version_is_no_damage(store: ConfigStore) -> None:
 
 def test_a_job_naming_a_changed_staged_version_is_rejected_before_it_runs(store: ConfigStore, tmp_path: Path) -> None:
     store.apply(A.id, A.files)
-    executor = Executor(journal=Journal(tmp_path / "journal.db"), config_store=store, backend="sim")
+    executor = CommandExecutor(journal=Journal(tmp_path / "journal.db"), config_store=store, backend="sim")
     pinned = str(store.path_of(A.id))
     assert store.damage_of_file(pinned) == ""
     assert store.damage_of_file(str(store.root / "active" / "nccl.conf")) == ""

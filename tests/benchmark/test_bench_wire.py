@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from topo_tune.agent.bench.executor import BenchmarkExecutor, probe_specs
+from topo_tune.agent.bench.benchmark_executor import BenchmarkExecutor, probe_specs
 from topo_tune.agent.bench.worker_config import WorkerConfig, WorkerFault
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.waiting import wait_until
-from topo_tune.agent.bench.executor import BenchmarkExecutor
+from topo_tune.agent.bench.benchmark_executor import BenchmarkExecutor
 from topo_tune.agent.bench.launcher import BASE_ENV, DUMP_DEFAULTS
 from topo_tune.agent.bench.worker_config import WorkerFault
-from topo_tune.agent.executor import Executor
+from topo_tune.agent.command_executor import CommandExecutor
 from topo_tune.agent.journal import Journal
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
@@ -262,7 +262,7 @@ def test_the_nodes_own_worker_env_wins_over_the_jobs(tmp_path: Path) -> None:
 async def test_a_new_address_does_not_let_a_second_job_run_beside_the_first(tmp_path: Path) -> None:
     # The controller reports another address at a re-registration (another controller, an IPv6 path) while
     # a job runs: that job keeps its sockets, and the node still runs one job at a time.
-    executor = Executor(
+    executor = CommandExecutor(
         journal=Journal(tmp_path / "journal.sqlite3"), node_name="n0", backend="gloo", work_dir=tmp_path
     )
     # Rank 1 lives on a node that never runs it, so rank 0 waits at the rendezvous.

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from topo_tune.agent.bench.executor import BenchmarkExecutor
+from topo_tune.agent.bench.benchmark_executor import BenchmarkExecutor
 from topo_tune.agent.config_store import ConfigStore
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named

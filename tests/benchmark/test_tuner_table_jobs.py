@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.benchmark.test_gloo_jobs import _free_port, _on_nodes
-from topo_tune.agent.bench.executor import BenchmarkExecutor
+from topo_tune.agent.bench.benchmark_executor import BenchmarkExecutor
 from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named

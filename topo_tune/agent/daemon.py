@@ -25,8 +25,8 @@ from topo_tune import __version__
 from topo_tune.agent import discovery
 from topo_tune.agent.backoff import Backoff
 from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
+from topo_tune.agent.command_executor import CommandExecutor
 from topo_tune.agent.config_store import ConfigStore
-from topo_tune.agent.executor import Executor
 from topo_tune.agent.journal import Entry, Journal
 from topo_tune.agent.settings import AgentSettings
 from topo_tune.auth import bearer_metadata, open_channel, read_token
@@ -75,7 +75,7 @@ class Agent:
             build_dir=settings.state_dir / "plugin",
             table_dir=settings.state_dir / "tuner-tables",
         )
-        self.executor = Executor(
+        self.executor = CommandExecutor(
             journal=self.journal,
             config_store=self.config_store,
             node_name=settings.node_name,

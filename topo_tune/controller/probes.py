@@ -13,7 +13,7 @@ and what the ``sim`` model's node-pair figure means — and, when the two direct
 each agent reports a figure and the pair keeps the lower bandwidth and the higher latency. ``nccl`` agents
 run a sendrecv (both directions at once, so each reports about the slower one); ``gloo`` agents time each
 direction alone, since gloo's sendrecv moves one direction at a time and would read half a full-duplex link
-(``topo_tune.agent.bench.executor``). Over TCP a figure is goodput: a link shaped to R bit/s carries about
+(``topo_tune.agent.bench.benchmark_executor``). Over TCP a figure is goodput: a link shaped to R bit/s carries about
 0.956 R of payload (1448-byte segments in 1514-byte frames).
 
 Every measured pair is stored with its time and method; ``measured_pairs`` gives the newest figure of every

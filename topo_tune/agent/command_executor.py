@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from topo_tune.agent import discovery
-from topo_tune.agent.bench.executor import BenchmarkExecutor
+from topo_tune.agent.bench.benchmark_executor import BenchmarkExecutor
 from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
 from topo_tune.agent.config_store import ConfigStore
 from topo_tune.agent.journal import Journal
@@ -51,7 +51,7 @@ BACKENDS = {"nccl": agent_pb2.BACKEND_NCCL, "gloo": agent_pb2.BACKEND_GLOO, "sim
 
 
 @dataclass
-class Executor:
+class CommandExecutor:
     journal: Journal
     node_name: str = "localhost"
     backend: str = "gloo"
