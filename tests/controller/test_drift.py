@@ -12,7 +12,7 @@ import asyncio
 import itertools
 import random
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 import sqlalchemy as sa
@@ -251,20 +251,23 @@ async def test_a_regression_opens_a_study_unless_one_is_running(world: World) ->
 
 async def test_a_changed_topology_fingerprint_is_an_event_and_a_drift_record(world: World) -> None:
     checker = world.checker(open_study=True)
-    world.parts.registry.topology_listeners.append(
-        lambda change: checker.on_topology_change(
-            change.node_name, before=change.before, after=change.after, version=change.applied_config_version
-        )
+    registry = replace(
+        world.parts.registry,
+        topology_listeners=(
+            lambda change: checker.on_topology_change(
+                change.node_name, before=change.before, after=change.after, version=change.applied_config_version
+            ),
+        ),
     )
 
     def registration(profile: str) -> Registration:
         topology = simulated_node_topology("r1n1", profile=profile).SerializeToString()
         return Registration("r1n1", "rack-1", {}, topology, "test", "sim", "i", V1.id, False)
 
-    await world.parts.registry.register(registration("h100-nvswitch"))
-    await world.parts.registry.register(registration("h100-nvswitch"))  # same hardware: nothing to say
+    await registry.register(registration("h100-nvswitch"))
+    await registry.register(registration("h100-nvswitch"))  # same hardware: nothing to say
     assert await checker.list() == []
-    await world.parts.registry.register(registration("pcie"))
+    await registry.register(registration("pcie"))
     [changed] = await checker.list()
     assert (changed.kind, changed.status, list(changed.nodes)) == ("topology", "changed", ["r1n1"])
     assert changed.message.startswith("topology fingerprint tf1-") and changed.config_version == V1.id

@@ -95,7 +95,7 @@ async def test_drift_check_finds_the_version_as_fast_then_reports_a_slower_node(
             return view.applied_config_version == NEUTRAL.id and view.activity == "idle"
 
         await async_wait_until(on_version, timeout=30, what="gpu1 to report the version, idle")
-        healthy = await controller.drift_check()
+        healthy = await controller.schedule.drift_check()
         assert healthy is not None and healthy.status == "ok", healthy
         assert healthy.simulated and "[simulated]" in healthy.message
         assert list(healthy.nodes) == ["gpu1"] and healthy.rollout_id == rollout_id
@@ -115,7 +115,7 @@ async def test_drift_check_finds_the_version_as_fast_then_reports_a_slower_node(
 
     async with sim_agent(controller.port, tmp_path, profile="pcie"):  # the same node back on PCIe-only hardware
         await async_wait_until(on_version, timeout=30, what="gpu1 to register again")
-        slower = await controller.drift_check()
+        slower = await controller.schedule.drift_check()
         assert slower is not None and slower.status == "regressed", slower
         assert slower.measured_busbw_gbps < 0.9 * slower.reference_busbw_gbps
 

@@ -263,7 +263,7 @@ async def test_graceful_stop_reports_not_serving_and_closes_sessions(sqlite_url:
         await call.read()
         health = health_pb2_grpc.HealthStub(health_channel)
         assert (await health.Check(health_pb2.HealthCheckRequest())).status == health_pb2.HealthCheckResponse.SERVING
-        await server.health.enter_graceful_shutdown()
+        await server.serving.enter_shutdown()
         assert (
             await health.Check(health_pb2.HealthCheckRequest())
         ).status == health_pb2.HealthCheckResponse.NOT_SERVING

@@ -88,9 +88,8 @@ async def test_other_kubernetes_identities_are_unauthenticated(
 
 
 async def test_the_agent_service_account_needs_the_kubernetes_api(sqlite_url: str) -> None:
-    controller = Controller(controller_settings(sqlite_url, agent_service_account=AGENTS))
     with pytest.raises(ConfigError, match="--agent-service-account: needs the Kubernetes API"):
-        await controller.start()
+        Controller(controller_settings(sqlite_url, agent_service_account=AGENTS))
 
 
 async def test_a_failed_review_refuses_and_is_asked_again_while_answers_are_cached_for_a_minute() -> None:

@@ -130,7 +130,7 @@ async def test_one_leads_and_the_other_stands_by(pair: dict[str, Controller], ap
 
     assert stored_epoch(leader) == (0, leader.controller_id), "the first leader claimed the Lease's epoch"
     assert leader.db.fence is not None and leader.db.fence.idle_timeout_s == 2.5, "--fence-idle-timeout"
-    assert leader.job_ids() == [
+    assert leader.schedule.job_ids() == [
         "drift-check",
         "expiry-sweep",
         "heartbeat-flush",
@@ -138,8 +138,10 @@ async def test_one_leads_and_the_other_stands_by(pair: dict[str, Controller], ap
         "retention",
         "rollout-reconcile",
     ]
-    assert standby.job_ids() == []
-    assert await standby.drift_check() is None and await standby.retain() is None, "a standby measures, deletes nothing"
+    assert standby.schedule.job_ids() == []
+    assert await standby.schedule.drift_check() is None and await standby.schedule.retain() is None, (
+        "a standby measures, deletes nothing"
+    )
     assert await health(leader) == {"": SERVING, AGENT_SERVICE: SERVING, ADMIN_SERVICE: SERVING}
     assert await health(standby) == {"": SERVING, AGENT_SERVICE: NOT_SERVING, ADMIN_SERVICE: NOT_SERVING}
 
@@ -177,10 +179,10 @@ async def test_a_leader_that_stops_renewing_is_fenced_off_and_replaced(
         assert closed.value.code() == grpc.StatusCode.UNAVAILABLE
         assert "no longer the leader" in (closed.value.details() or "")
 
-    assert old.job_ids() == []
+    assert old.schedule.job_ids() == []
     assert (await health(old))[AGENT_SERVICE] == NOT_SERVING
     with caplog.at_level(logging.WARNING):
-        await old.sweep()  # a job that was already running when leadership was lost
+        await old.schedule.sweep()  # a job that was already running when leadership was lost
     assert "expiry sweep skipped: not the leader" in caplog.text
 
     assert await the_leader(pair, never_two=problems) is new
@@ -255,9 +257,8 @@ def add_event(kind: str) -> Callable[[Session], None]:
 
 
 async def test_leader_election_needs_the_kubernetes_api(sqlite_url: str) -> None:
-    controller = Controller(controller_settings(sqlite_url, leader_election=election("a")))
     with pytest.raises(ConfigError, match="--leader-election: needs the Kubernetes API"):
-        await controller.start()
+        Controller(controller_settings(sqlite_url, leader_election=election("a")))
 
 
 async def test_the_idleness_check_is_injectable(sqlite_url: str) -> None:

@@ -16,7 +16,7 @@ A node that registers again with another topology fingerprint (a GPU or a NIC go
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -121,7 +121,7 @@ class NodeRegistry:
     clock: Callable[[], float]
     wall_clock: Callable[[], datetime]
     rack_of: Mapping[str, str] = field(default_factory=dict)
-    topology_listeners: list[Callable[[TopologyChange], Awaitable[None]]] = field(default_factory=list)
+    topology_listeners: Sequence[Callable[[TopologyChange], Awaitable[None]]] = ()
     """Told, after the registration is committed, about a node whose topology fingerprint changed."""
     _live: dict[str, _Liveness] = field(default_factory=dict, init=False)
 

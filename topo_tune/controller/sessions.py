@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from topo_tune.controller import validation
@@ -63,7 +63,7 @@ class SessionHub:
     controller_id: str
     fanout_window: int = 512
     """Nodes `deliver_many` sends to at once."""
-    result_listeners: list[Callable[[str, agent_pb2.CommandResult], Awaitable[None]]] = field(default_factory=list)
+    result_listeners: Sequence[Callable[[str, agent_pb2.CommandResult], Awaitable[None]]] = ()
     """Called with (node, result) after a result is committed for the first time."""
     _sessions: dict[str, AgentSession] = field(default_factory=dict, init=False)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict, init=False)

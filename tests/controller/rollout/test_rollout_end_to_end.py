@@ -272,7 +272,7 @@ async def test_a_changed_active_version_is_reported_refused_to_jobs_and_re_appli
             CliRunner().invoke, cli, ["admin", "nodes", "--controller", cluster.address], env={"TOPO_TUNE_TOKEN": TOKEN}
         )
         assert f"{V1.id} DAMAGED" in listed.output, listed.output
-        await cluster.controller.sweep()
+        await cluster.controller.schedule.sweep()
         assert cluster.controller.metrics.registry.get_sample_value("topo_tune_nodes_config_damaged") == 1.0
     finally:
         os.close(lock)
@@ -289,7 +289,7 @@ async def test_a_changed_active_version_is_reported_refused_to_jobs_and_re_appli
     await async_wait_until(cleared, timeout=20, what="r1n1's report to clear")
     shown = await _exec_conf(cluster, repaired.root, "job-t2", "r1n1")
     assert shown == str(repaired.root / "versions" / V1.id / "nccl.conf")
-    await cluster.controller.sweep()
+    await cluster.controller.schedule.sweep()
     sample = cluster.controller.metrics.registry.get_sample_value("topo_tune_nodes_config_damaged")
     assert sample == 0.0
     assert cluster.active_versions() == dict.fromkeys(RACKS, V1.id)

@@ -1,0 +1,136 @@
+"""The periodic jobs of a leading controller, and their schedule.
+
+Six jobs run in APScheduler 3.x (in-memory job store; the intervals come from settings, so they are simply
+registered again each time leadership begins): the expiry sweep (nodes gone silent, benchmark jobs past
+their deadline), the heartbeat flush, the rollout reconcile pass, job-pin retention, the drift check
+(``drift.py``) and the retention of old results (``retention.py``). Each runs one at a time; runs missed
+while one was busy collapse into one. Every job checks leadership first (the fence): a standby, or a
+controller whose term just lapsed, does nothing. Non-goal: deciding when leadership begins and ends
+(``leadership.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, timedelta
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from topo_tune.controller.retention import RetentionReport
+from topo_tune.controller.settings import ControllerSettings
+from topo_tune.controller.wiring import Services, wall_clock
+from topo_tune.v1 import admin_pb2
+
+logger = logging.getLogger(__name__)
+
+
+async def _ends_quietly_on_shutdown(job: Callable[[], Awaitable[object]], job_id: str) -> None:
+    """Run one periodic job. The scheduler's shutdown (stop, or no longer leading) cancels a run in flight:
+    every periodic job is level-triggered (the next pass or the next leader does it again), so that run ends
+    with a log line, not the traceback APScheduler would print for a cancelled job."""
+    try:
+        await job()
+    except asyncio.CancelledError:
+        logger.info("periodic job %s cut short by shutdown", job_id)
+
+
+class Schedule:
+    """The periodic jobs: their bodies, and their registration while this controller leads."""
+
+    def __init__(self, services: Services, *, settings: ControllerSettings, leading: Callable[[], bool]) -> None:
+        self._services = services
+        self._settings = settings
+        self._leading = leading
+        self._controller_id = services.hub.controller_id
+        self._scheduler: AsyncIOScheduler | None = None
+
+    def start(self) -> None:
+        scheduler = AsyncIOScheduler(timezone=UTC)
+
+        def every(seconds: float, job: Callable[[], Awaitable[object]], job_id: str) -> None:
+            scheduler.add_job(
+                _ends_quietly_on_shutdown,
+                "interval",
+                args=(job, job_id),
+                seconds=seconds,
+                id=job_id,
+                replace_existing=True,
+                max_instances=1,
+                coalesce=True,
+            )
+
+        settings = self._settings
+        every(max(0.05, min(1.0, settings.heartbeat_expiry_s / 4)), self.sweep, "expiry-sweep")
+        every(max(0.1, min(5.0, settings.heartbeat_interval_s)), self.flush, "heartbeat-flush")
+        every(settings.rollout_interval_s, self.reconcile_rollouts, "rollout-reconcile")
+        every(3600.0, self.prune_job_pins, "job-pin-retention")
+        if settings.drift.interval_s > 0:
+            every(settings.drift.interval_s, self.drift_check, "drift-check")
+        if settings.retention.max_age_s > 0:
+            every(settings.retention.interval_s, self.retain, "retention")
+        scheduler.start()
+        self._scheduler = scheduler
+
+    def stop(self) -> None:
+        """Unschedule every job; a run in flight is cancelled."""
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
+            self._scheduler = None
+
+    def job_ids(self) -> list[str]:
+        """The periodic jobs scheduled now (none on a standby)."""
+        return sorted(job.id for job in self._scheduler.get_jobs()) if self._scheduler else []
+
+    async def sweep(self) -> None:
+        if not self._leading():
+            logger.warning("expiry sweep skipped: not the leader", extra={"controller": self._controller_id})
+            return
+        services = self._services
+        with services.metrics.db_seconds.time():
+            await services.registry.sweep()
+            await services.jobs.sweep()
+        for state, count in services.registry.counts().items():
+            services.metrics.nodes.labels(state=state.value).set(count)
+        services.metrics.nodes_config_damaged.set(services.registry.damaged())
+
+    async def flush(self) -> None:
+        if not self._leading():
+            logger.warning("heartbeat flush skipped: not the leader", extra={"controller": self._controller_id})
+            return
+        await self._services.registry.flush()
+
+    async def reconcile_rollouts(self) -> None:
+        """One level-triggered pass over the active rollout; an error is logged and retried next tick."""
+        if not self._leading():
+            return
+        try:
+            await self._services.rollouts.reconcile()
+        except Exception:
+            logger.exception("rollout reconcile pass failed; retrying at the next tick")
+
+    async def prune_job_pins(self) -> int:
+        if not self._leading():
+            return 0
+        cutoff = wall_clock() - timedelta(days=self._settings.job_pin_retention_days)
+        pruned = await self._services.rollout_store.prune_pins(older_than=cutoff)
+        if pruned:
+            logger.info("forgot %d job pins older than %s", pruned, cutoff.isoformat())
+        return pruned
+
+    async def drift_check(self) -> admin_pb2.DriftCheck | None:
+        """One drift check of the active config version (None on a standby); an error is logged, not raised."""
+        if not self._leading():
+            return None
+        try:
+            return await self._services.drift.check()
+        except Exception:
+            logger.exception("drift check failed; the next one runs at the next interval")
+            return None
+
+    async def retain(self) -> RetentionReport | None:
+        """One retention pass (None on a standby)."""
+        if not self._leading():
+            return None
+        return await self._services.retention.run()
