@@ -52,16 +52,16 @@ class LeaderOnlyInterceptor(GuardInterceptor):
 class LeaderWork(Protocol):
     """What a term of leadership starts and ends."""
 
-    async def load(self) -> None:
+    async def load_state(self) -> None:
         """Load the state the database holds (after the term's epoch is claimed)."""
 
-    async def begin(self, term: LeadershipTerm) -> None:
+    async def begin_leading(self, term: LeadershipTerm) -> None:
         """Start leader-only work; ``term`` is current from now on."""
 
-    async def end(self, term: LeadershipTerm, *, still_holds: bool) -> None:
+    async def end_leading(self, term: LeadershipTerm, *, still_holds: bool) -> None:
         """Stop leader-only work at once; ``still_holds``: the term had not lapsed yet (last writes may land)."""
 
-    async def failed(self) -> None:
+    async def cannot_lead(self) -> None:
         """Leadership can never begin (e.g. the database is unreachable): report the process unhealthy."""
 
 
@@ -99,11 +99,6 @@ class Leadership:
         self._labelling: asyncio.Task[None] | None = None
 
     @property
-    def elected(self) -> bool:
-        """True with leader election: leadership comes and goes with the Lease."""
-        return self._elector is not None
-
-    @property
     def leading(self) -> bool:
         """True while this controller may do leader-only work (always, without leader election)."""
         return self.holds(self._term)
@@ -118,7 +113,7 @@ class Leadership:
         """Alone: migrate and load before serving, so that a bad database fails start-up before anyone connects."""
         if self._elector is None:
             await asyncio.to_thread(self._db.migrate)
-            await self._work.load()
+            await self._work.load_state()
 
     async def start(self) -> None:
         """Alone: lead from now on. With election: campaign for the Lease (and keep the leader label true)."""
@@ -147,14 +142,14 @@ class Leadership:
         """End leader-only work at once. Pending writes are made only if the term still holds."""
         still_holds = self.holds(term)
         self._term = None  # the fence: from here on no job and no call does leader-only work
-        await self._work.end(term, still_holds=still_holds)
+        await self._work.end_leading(term, still_holds=still_holds)
         logger.info("no longer leading", extra={"controller": self.controller_id, "term": term.term})
 
     async def _started(self, term: LeadershipTerm) -> None:
         """On gaining the Lease: migrate, claim the term's epoch, reload the state the previous leader left."""
         await asyncio.to_thread(self._db.migrate)
         await self._claim_epoch(term)
-        await self._work.load()
+        await self._work.load_state()
         await self._begin(term)
 
     async def _claim_epoch(self, term: LeadershipTerm) -> None:
@@ -171,7 +166,7 @@ class Leadership:
 
     async def _begin(self, term: LeadershipTerm) -> None:
         self._term = term
-        await self._work.begin(term)
+        await self._work.begin_leading(term)
         logger.info("leading", extra={"controller": self.controller_id, "term": term.term})
 
     async def _campaign(self, elector: LeaderElector) -> None:
@@ -181,7 +176,7 @@ class Leadership:
             # Leader work could not start (e.g. the database is unreachable): report the process unhealthy
             # so that kubelet restarts it, rather than idling as a standby that can never lead.
             logger.exception("leader election ended with an error", extra={"controller": self.controller_id})
-            await self._work.failed()
+            await self._work.cannot_lead()
 
     async def _unlabel(self) -> None:
         """After the last term ended: the label leaves this pod before the process does."""

@@ -116,16 +116,16 @@ class Controller:
 
     # Leader work (``leadership.LeaderWork``): what a term starts and ends.
 
-    async def load(self) -> None:
+    async def load_state(self) -> None:
         known = await self.services.load()
         logger.info("database ready", extra={"nodes": known, "url": self.db.url.render_as_string()})
 
-    async def begin(self, term: LeadershipTerm) -> None:
+    async def begin_leading(self, term: LeadershipTerm) -> None:
         self.schedule.start()
         await self.serving.set_leading(True)
         self.metrics.leader.set(1)
 
-    async def end(self, term: LeadershipTerm, *, still_holds: bool) -> None:
+    async def end_leading(self, term: LeadershipTerm, *, still_holds: bool) -> None:
         self.metrics.leader.set(0)
         await self.serving.set_leading(False)
         self.schedule.stop()
@@ -135,7 +135,7 @@ class Controller:
         if still_holds:
             await self.registry.flush()
 
-    async def failed(self) -> None:
+    async def cannot_lead(self) -> None:
         await self.serving.unhealthy()
 
 
