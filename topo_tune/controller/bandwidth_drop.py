@@ -9,7 +9,7 @@ bandwidth figures. A side with a single figure is taken as known (it adds no var
 a one-sample t-test on the other side), and two sides without spread (a deterministic backend) decide by
 the sign alone.
 
-Non-goals: choosing nodes and running the benchmark (``drift.py``), and paired A/B comparisons (the gates'
+Non-goals: choosing nodes and running the benchmark (``drift/checker.py``), and paired A/B comparisons (the gates'
 sign-flip test in ``rollout/gates.py``, the proof's t-test in ``tuner/statistics.py``).
 """
 
