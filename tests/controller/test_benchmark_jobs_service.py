@@ -25,6 +25,7 @@ from topo_tune.cli.main import cli
 from topo_tune.controller.job_ends import cancel_command
 from topo_tune.controller.server import Controller
 from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, ValidationError
+from topo_tune.kube.idleness import IdleVerdict
 from topo_tune.sim.node_topology import simulated_node_topology
 from topo_tune.topology.sampling import SamplingPolicy
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2
@@ -33,8 +34,10 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-async def jobs_controller(sqlite_url: str) -> AsyncIterator[Controller]:
-    server = Controller(controller_settings(sqlite_url, benchmark_result_grace_s=0.5, heartbeat_expiry_s=30))
+async def jobs_controller(sqlite_url: str, request: pytest.FixtureRequest) -> AsyncIterator[Controller]:
+    """A controller; a test parametrizing this fixture indirectly passes the node idleness check it is built with."""
+    settings = controller_settings(sqlite_url, benchmark_result_grace_s=0.5, heartbeat_expiry_s=30)
+    server = Controller(settings, idleness=getattr(request, "param", None))
     await server.start()
     yield server
     await server.stop()
@@ -282,18 +285,19 @@ async def test_cli_runs_a_candidate_tuner_table_and_shows_its_digest(
     assert len(await jobs_controller.jobs.list()) == 2, "a refused table starts no job"
 
 
+class TrainingOnS2:
+    """Kubernetes says node s2 runs a training pod."""
+
+    async def check(self, node_name: str) -> IdleVerdict:
+        if node_name == "s2":
+            return IdleVerdict(node_name, idle=False, reason="GPU pods on the node: team/train-0")
+        return IdleVerdict(node_name, idle=True, reason="no GPU pods")
+
+
+@pytest.mark.parametrize("jobs_controller", [TrainingOnS2()], indirect=True)
 async def test_nodes_with_gpu_pods_take_no_benchmark(
     jobs_controller: Controller, agents: Callable[..., RunningAgent]
 ) -> None:
-    from topo_tune.kube.idleness import IdleVerdict
-
-    class TrainingOnS2:
-        async def check(self, node_name: str) -> IdleVerdict:
-            if node_name == "s2":
-                return IdleVerdict(node_name, idle=False, reason="GPU pods on the node: team/train-0")
-            return IdleVerdict(node_name, idle=True, reason="no GPU pods")
-
-    jobs_controller.idleness = TrainingOnS2()
     await registered(agents("s1", "sim"), agents("s2", "sim"))
     with pytest.raises(ConflictError, match="s2: GPU pods on the node: team/train-0"):
         await jobs_controller.jobs.start(request(["s1", "s2"]))
