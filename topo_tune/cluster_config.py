@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal, TypeVar
 
 import pydantic
 import yaml
@@ -26,86 +26,10 @@ from topo_tune import bounded_yaml
 from topo_tune.benchmark.job_spec import MAX_DEADLINE_S
 from topo_tune.benchmark.sweep import size_ladder
 from topo_tune.config_layout import DEFAULT_CONFIG_DIR
-from topo_tune.errors import ConfigError, YamlLimitError
+from topo_tune.config_values import Backend, ByteSize, Duration, HostPort, NodeName
+from topo_tune.errors import ConfigError, FieldError, YamlLimitError
 
 API_VERSION = "topo-tune/v1"
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-
-
-def parse_duration(value: object) -> object:
-    """Seconds from ``10``, ``2.5``, ``"500ms"``, ``"10s"``, ``"2m"``, ``"1h"`` or ``"30d"``; anything else is
-    left for pydantic to reject with its own message."""
-    if isinstance(value, str):
-        match = _DURATION.match(value)
-        if match is None:
-            raise ValueError(f"expected a duration such as 10s, 500ms, 2m or 30d, got {value!r}")
-        return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-    return value
-
-
-Duration = Annotated[
-    float,
-    pydantic.BeforeValidator(parse_duration),
-    Field(gt=0),
-    pydantic.WithJsonSchema(
-        {
-            "oneOf": [
-                {"type": "number", "exclusiveMinimum": 0},
-                {"type": "string", "pattern": r"^\d+(\.\d+)?(ms|s|m|h|d)?$"},
-            ],
-            "description": "seconds, or a string with a unit: 500ms, 10s, 2m, 1h, 30d",
-        }
-    ),
-]
-
-HostPort = Annotated[
-    str,
-    Field(pattern=r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.\-]+):\d{1,5}$", description="HOST:PORT"),
-]
-
-# RFC 1123 host names, which Kubernetes node names also are.
-NodeName = Annotated[
-    str,
-    Field(
-        min_length=1,
-        max_length=253,
-        pattern=r"^[A-Za-z0-9]([A-Za-z0-9\-_.]{0,251}[A-Za-z0-9])?$",
-        description="a host name (RFC 1123), as the node's agent registers it",
-    ),
-]
-
-Backend = Literal["nccl", "gloo", "sim"]
-
-_BYTES = re.compile(r"^\s*(\d+)\s*([KMG]?)i?B?\s*$", re.IGNORECASE)
-_BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
-
-def parse_bytes(value: object) -> object:
-    """Bytes from ``4096``, ``"64K"``, ``"16M"``, ``"1G"`` (powers of 1024, like nccl-tests)."""
-    if isinstance(value, str):
-        match = _BYTES.match(value)
-        if match is None:
-            raise ValueError(f"expected a size such as 256, 64K, 16M or 1G, got {value!r}")
-        return int(match.group(1)) * _BYTE_UNITS[match.group(2).upper()]
-    return value
-
-
-ByteSize = Annotated[
-    int,
-    pydantic.BeforeValidator(parse_bytes),
-    Field(ge=1, le=16 << 30),
-    pydantic.WithJsonSchema(
-        {
-            "oneOf": [
-                {"type": "integer", "minimum": 1},
-                {"type": "string", "pattern": r"^\d+[KMGkmg]?(i?B)?$"},
-            ],
-            "description": "bytes, or a size with a unit: 64K, 16M, 1G",
-        }
-    ),
-]
 
 
 def _no_schema_default(schema: dict[str, Any]) -> None:
@@ -474,19 +398,40 @@ def _errors(exc: pydantic.ValidationError) -> list[tuple[str, str]]:
     return found
 
 
+Section = TypeVar("Section", bound=BaseModel)
+
+
+def validated(
+    model: type[Section], data: Mapping[str, object], *, where: str = "", error: type[FieldError] = ConfigError
+) -> Section:
+    """``data`` as a ``model``, or ``error`` naming every bad field (under ``where``, e.g. ``gate``)."""
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        errors = [(".".join(p for p in (where, f) if p), r) for f, r in _errors(exc)]
+        first_field, first_reason = errors[0]
+        more = "; ".join(f"{f}: {r}" for f, r in errors[1:])
+        raise error(first_field, first_reason + (f"; {more}" if more else "")) from None
+
+
+def overridden(
+    settings: Section, updates: Mapping[str, object], *, where: str = "", error: type[FieldError] = ConfigError
+) -> Section:
+    """``settings`` with ``updates`` in place (snake_case names), validated again as a whole: a command-line
+    flag or a request's value gets the checks, and the error, of the file's own key (``model_copy`` checks
+    nothing)."""
+    if not updates:
+        return settings
+    return validated(type(settings), {**settings.model_dump(exclude_unset=True), **updates}, where=where, error=error)
+
+
 def parse_cluster_config(data: object, *, source: str = "cluster.yaml") -> ClusterConfig:
     """Validate an already-loaded document. Raises ``ConfigError`` naming every bad field."""
     if not isinstance(data, Mapping):
         raise ConfigError("", f"{source}: expected a mapping at the top level, got {type(data).__name__}")
     if data.get("apiVersion") not in (None, API_VERSION):
         raise ConfigError("apiVersion", f"expected {API_VERSION!r}, got {data.get('apiVersion')!r}")
-    try:
-        return ClusterConfig.model_validate(data)
-    except pydantic.ValidationError as exc:
-        errors = _errors(exc)
-        first_field, first_reason = errors[0]
-        more = "; ".join(f"{f}: {r}" for f, r in errors[1:])
-        raise ConfigError(first_field, first_reason + (f"; {more}" if more else "")) from None
+    return validated(ClusterConfig, data)
 
 
 def load_cluster_config(path: Path) -> ClusterConfig:

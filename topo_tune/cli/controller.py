@@ -19,8 +19,8 @@ from topo_tune.cluster_config import (
     RetentionConfig,
     load_cluster_config,
     parse_cluster_config,
-    parse_duration,
 )
+from topo_tune.config_values import parse_duration
 from topo_tune.controller.drift import DriftSettings
 from topo_tune.controller.retention import RetentionSettings
 from topo_tune.controller.rollout.gate_measurement import GateMeasurement
