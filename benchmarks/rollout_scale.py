@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from tests.controller.rollout.fleet import V1, Clock, ControllerParts, SimFleet, SimVerifier, racks
-from topo_tune.controller.rollout.gates import GateThresholds
+from topo_tune.cluster_config import RolloutThresholdsConfig
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase, desired_versions
 
@@ -31,7 +31,7 @@ async def run(rack_count: int, per_rack: int, directory: Path) -> None:
     parts = await ControllerParts.start(f"sqlite:///{directory / 'bench.db'}", clock, SimVerifier(rack_of))
     await fleet.register_all(parts.registry)
     started = time.perf_counter()
-    created = await parts.engine.create(V1, policy=PlanPolicy(), thresholds=GateThresholds(), actor="bench")
+    created = await parts.engine.create(V1, policy=PlanPolicy(), thresholds=RolloutThresholdsConfig(), actor="bench")
     create_s = time.perf_counter() - started
     per_wave: dict[int, float] = {}
     controller_s = create_s

@@ -12,6 +12,7 @@ over what it returns.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -225,7 +226,14 @@ class SearchConfig(_Section):
 
 
 class RolloutGateConfig(_Section):
-    """A wave gate's verification benchmark: all_reduce over the wave's nodes, one job per version and repeat."""
+    """A wave gate's verification benchmark: all_reduce over the wave's nodes, one job per version and repeat.
+
+    The site's defaults (``rollout.gate``), overridden per rollout (``admin rollout create --gate-*``) and
+    stored with it, so a resumed controller measures every wave of it the same way. The defaults suit GPU
+    fabrics; a slow or noisy fabric wants a single large-enough size and more repeats, so that a repeat's time
+    is dominated by the link, not by the workers' start-up. Drift checks measure as the stable rollout's
+    gates did.
+    """
 
     repeats: int = Field(default=8, ge=1, le=1000, description="interleaved A/B repeats (two jobs each)")
     min_bytes: ByteSize = 1 << 20
@@ -249,7 +257,7 @@ class RolloutGateConfig(_Section):
 
 
 class RolloutThresholdsConfig(_Section):
-    """What a wave's gate judges by (docs/rollout.md)."""
+    """What a wave's gate judges by (docs/rollout.md; ``admin rollout create --threshold`` overrides)."""
 
     min_gain: float = Field(
         default=0.03, ge=-0.5, lt=1, description="time gain to show; negative: a non-inferiority margin"
@@ -261,6 +269,11 @@ class RolloutThresholdsConfig(_Section):
     max_drop: float = Field(
         default=0.2, ge=0, lt=1, description="busbw drop against an earlier wave of as many nodes that fails"
     )
+
+    @property
+    def min_pairs(self) -> int:
+        """Fewer A/B pairs than this can never reach ``alpha`` (the sign-flip test's smallest p is 2^-n)."""
+        return math.ceil(math.log2(1 / self.alpha))
 
 
 class RolloutConfig(_Section):

@@ -19,12 +19,11 @@ import sqlalchemy as sa
 
 from tests.controller.rollout.fleet import V1, V2, Clock, ControllerParts, SimFleet, SimVerifier, racks
 from tests.support.waiting import async_wait_until
+from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.controller.db.models import EventRow
 from topo_tune.controller.drift import DriftChecker, DriftSettings
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import Registration
-from topo_tune.controller.rollout.gate_measurement import GateMeasurement
-from topo_tune.controller.rollout.gates import GateThresholds
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase
 from topo_tune.errors import NodeBusy, NotFoundError, ValidationError
@@ -46,7 +45,7 @@ class MeasuredJobs:
     """Multiply ``busbw_gbps`` by these, one per job in turn (a noisy fabric); empty: every job measures it."""
 
     async def run_job(
-        self, job_id: str, nodes: Sequence[str], version: str, *, measurement: GateMeasurement
+        self, job_id: str, nodes: Sequence[str], version: str, *, measurement: RolloutGateConfig
     ) -> admin_pb2.BenchmarkJob:
         self.calls.append((job_id, tuple(nodes), version))
         if self.busy:
@@ -105,7 +104,7 @@ class World:
         created = await self.parts.engine.create(
             version,  # type: ignore[arg-type]
             policy=PlanPolicy(canary_nodes=1),
-            thresholds=GateThresholds(),
+            thresholds=RolloutThresholdsConfig(),
             actor="alice",
         )
         for _ in range(100):
@@ -136,7 +135,9 @@ async def test_nothing_is_measured_before_a_version_is_stable_or_during_a_rollou
     first = await checker.check()
     assert (first.status, first.message) == ("skipped", "no config version is active yet (no completed rollout)")
     await world.complete()
-    pending = await world.parts.engine.create(V2, policy=PlanPolicy(), thresholds=GateThresholds(), actor="bob")
+    pending = await world.parts.engine.create(
+        V2, policy=PlanPolicy(), thresholds=RolloutThresholdsConfig(), actor="bob"
+    )
     during = await checker.check()
     assert during.status == "skipped"
     assert f"rollout {pending.rollout.id} is active" in during.message
@@ -286,7 +287,7 @@ async def test_a_check_interrupted_by_a_restart_is_failed_at_start_up(world: Wor
     hung = MeasuredJobs()
 
     async def never(
-        job_id: str, nodes: Sequence[str], version: str, *, measurement: GateMeasurement
+        job_id: str, nodes: Sequence[str], version: str, *, measurement: RolloutGateConfig
     ) -> admin_pb2.BenchmarkJob:
         hung.calls.append((job_id, tuple(nodes), version))
         raise KeyboardInterrupt  # the process dies mid-check: the row stays ``running``
@@ -312,7 +313,7 @@ async def test_a_check_started_on_request_measures_in_the_background_one_at_a_ti
     measure = world.jobs.run_job
 
     async def held(
-        job_id: str, nodes: Sequence[str], version: str, *, measurement: GateMeasurement
+        job_id: str, nodes: Sequence[str], version: str, *, measurement: RolloutGateConfig
     ) -> admin_pb2.BenchmarkJob:
         await release.wait()  # the benchmark takes its time; the request must not wait for it
         return await measure(job_id, nodes, version, measurement=measurement)
@@ -339,7 +340,7 @@ async def test_a_check_that_crashes_ends_failed_and_does_not_hold_off_the_next(w
     measure = world.jobs.run_job
 
     async def broken(
-        job_id: str, nodes: Sequence[str], version: str, *, measurement: GateMeasurement
+        job_id: str, nodes: Sequence[str], version: str, *, measurement: RolloutGateConfig
     ) -> admin_pb2.BenchmarkJob:
         raise RuntimeError("a bug in the job runner")
 

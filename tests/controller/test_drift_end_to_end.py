@@ -25,10 +25,9 @@ from tests.support.sim_agent import sim_agent
 from tests.support.waiting import async_wait_until
 from topo_tune.auth import bearer_metadata
 from topo_tune.cli.main import cli
+from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.config_version import ConfigVersion, render_nccl_conf
 from topo_tune.controller.drift import DriftSettings
-from topo_tune.controller.rollout.gate_measurement import GateMeasurement
-from topo_tune.controller.rollout.gates import GateThresholds
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase
 from topo_tune.controller.rollout.verification import BenchmarkVerifier
@@ -74,8 +73,8 @@ async def test_drift_check_finds_the_version_as_fast_then_reports_a_slower_node(
     async with sim_agent(controller.port, tmp_path, profile="h100-nvswitch"):
         snapshot = await controller.rollouts.create(
             NEUTRAL,
-            policy=PlanPolicy(canary_nodes=0, gate=GateMeasurement(repeats=3)),
-            thresholds=GateThresholds(),
+            policy=PlanPolicy(canary_nodes=0, gate=RolloutGateConfig(repeats=3)),
+            thresholds=RolloutThresholdsConfig(),
             actor="t",
         )
         rollout_id = snapshot.rollout.id

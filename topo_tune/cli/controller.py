@@ -23,8 +23,6 @@ from topo_tune.cluster_config import (
 from topo_tune.config_values import parse_duration
 from topo_tune.controller.drift import DriftSettings
 from topo_tune.controller.retention import RetentionSettings
-from topo_tune.controller.rollout.gate_measurement import GateMeasurement
-from topo_tune.controller.rollout.gates import GateThresholds
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.errors import ConfigError
 from topo_tune.kube.environment import KubeEnvironment, detect_in_cluster
@@ -223,8 +221,8 @@ def serve(
             open_study=drift_open_study,
         ),
         retention=_retention_settings(section.retention, max_age=retention_max_age),
-        rollout_gate=GateMeasurement(**cluster.rollout.gate.model_dump()),
-        rollout_thresholds=GateThresholds(**cluster.rollout.thresholds.model_dump()),
+        rollout_gate=cluster.rollout.gate,
+        rollout_thresholds=cluster.rollout.thresholds,
         agent_config_dir=Path(cluster.rollout.agent_config_dir),
         kubernetes=kubernetes,
         agent_service_account=_service_account(agent_service_account),

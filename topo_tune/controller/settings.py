@@ -7,11 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from topo_tune.auth import TlsFiles
+from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.config_layout import DEFAULT_CONFIG_DIR
 from topo_tune.controller.drift import DriftSettings
 from topo_tune.controller.retention import RetentionSettings
-from topo_tune.controller.rollout.gate_measurement import GateMeasurement
-from topo_tune.controller.rollout.gates import GateThresholds
 from topo_tune.kube.environment import KubeEnvironment
 from topo_tune.kube.leader_election import LeaderElectionSettings
 
@@ -58,8 +57,8 @@ class ControllerSettings:
     """None: this controller is the only one and always leads. Set: only the Lease holder acts."""
     agent_config_dir: Path = DEFAULT_CONFIG_DIR
     """Where the agents stage config versions (the same path on every node): gate benchmarks point there."""
-    rollout_gate: GateMeasurement = field(default_factory=GateMeasurement)
-    rollout_thresholds: GateThresholds = field(default_factory=GateThresholds)
+    rollout_gate: RolloutGateConfig = field(default_factory=RolloutGateConfig)
+    rollout_thresholds: RolloutThresholdsConfig = field(default_factory=RolloutThresholdsConfig)
     """What a rollout's wave gates measure and judge by unless its request says otherwise (cluster.yaml's
     ``rollout`` section)."""
     rollout_interval_s: float = 1.0

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from tests.controller.rollout.fleet import V1, V2, V3, Clock, ControllerParts, SimFleet, SimVerifier, racks
+from topo_tune.cluster_config import RolloutThresholdsConfig
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.rollout.engine import NoVerifier
-from topo_tune.controller.rollout.gates import GateThresholds, Outcome
+from topo_tune.controller.rollout.gates import Outcome
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase, Snapshot, WavePhase
 from topo_tune.errors import ConflictError, NotFoundError
@@ -47,7 +48,7 @@ async def drive(parts: ControllerParts, fleet: SimFleet, clock: Clock, rollout_i
 async def complete_v1(parts: ControllerParts, fleet: SimFleet, clock: Clock) -> None:
     await fleet.register_all(parts.registry)
     parts.engine.verifier = SimVerifier(fleet.rack_of)
-    first = await parts.engine.create(V1, policy=PlanPolicy(), thresholds=GateThresholds(), actor="alice")
+    first = await parts.engine.create(V1, policy=PlanPolicy(), thresholds=RolloutThresholdsConfig(), actor="alice")
     assert (await drive(parts, fleet, clock, first.rollout.id)).rollout.phase is RolloutPhase.COMPLETED
 
 
@@ -55,7 +56,7 @@ async def test_a_full_rollout_goes_canary_then_rack_by_rack(parts: ControllerPar
     fleet = SimFleet(RACKS)
     await fleet.register_all(parts.registry)
     created = await parts.engine.create(
-        V1, policy=PlanPolicy(canary_nodes=1), thresholds=GateThresholds(), actor="alice", rollout_id="ro-1"
+        V1, policy=PlanPolicy(canary_nodes=1), thresholds=RolloutThresholdsConfig(), actor="alice", rollout_id="ro-1"
     )
     assert [w.racks for w in created.waves] == [("rack-1",), ("rack-1",), ("rack-2",), ("rack-3",), ("rack-4",)]
     final = await drive(parts, fleet, clock, "ro-1")
@@ -79,7 +80,7 @@ async def test_a_regressed_rack_fails_its_gate_and_every_applied_wave_rolls_back
     fleet = SimFleet(RACKS)
     await complete_v1(parts, fleet, clock)
     parts.engine.verifier = SimVerifier(RACKS, regressed_racks=frozenset({"rack-3"}))
-    rollout = await parts.engine.create(V2, policy=PlanPolicy(), thresholds=GateThresholds(), actor="bob")
+    rollout = await parts.engine.create(V2, policy=PlanPolicy(), thresholds=RolloutThresholdsConfig(), actor="bob")
     final = await drive(parts, fleet, clock, rollout.rollout.id)
     assert final.rollout.phase is RolloutPhase.ROLLED_BACK
     assert "wave 3 gate failed" in final.rollout.reason
@@ -100,7 +101,7 @@ async def test_a_rack_slower_than_the_canary_rack_fails_its_gate_although_its_ab
     await complete_v1(parts, fleet, clock)
     parts.engine.verifier = SimVerifier(RACKS, slow_racks=frozenset({"rack-3"}))
     policy = PlanPolicy(canary_rack="rack-1")
-    rollout = await parts.engine.create(V2, policy=policy, thresholds=GateThresholds(), actor="bob")
+    rollout = await parts.engine.create(V2, policy=policy, thresholds=RolloutThresholdsConfig(), actor="bob")
     final = await drive(parts, fleet, clock, rollout.rollout.id)
     assert final.rollout.phase is RolloutPhase.ROLLED_BACK
     assert "wave 2 gate failed" in final.rollout.reason and "below the reference" in final.rollout.reason
@@ -117,7 +118,7 @@ async def test_require_approval_pauses_after_each_wave_until_promoted(parts: Con
     await fleet.register_all(parts.registry)
     parts.engine.verifier = SimVerifier(fleet.rack_of)
     created = await parts.engine.create(
-        V1, policy=PlanPolicy(canary_nodes=0, require_approval=True), thresholds=GateThresholds(), actor="a"
+        V1, policy=PlanPolicy(canary_nodes=0, require_approval=True), thresholds=RolloutThresholdsConfig(), actor="a"
     )
     rid = created.rollout.id
     paused = await drive(parts, fleet, clock, rid)
@@ -137,7 +138,9 @@ async def test_an_inconclusive_gate_pauses_and_a_resume_runs_it_again(parts: Con
     fleet = SimFleet(racks(2, 1))
     await fleet.register_all(parts.registry)
     parts.engine.verifier = NoVerifier()
-    created = await parts.engine.create(V1, policy=PlanPolicy(canary_nodes=0), thresholds=GateThresholds(), actor="a")
+    created = await parts.engine.create(
+        V1, policy=PlanPolicy(canary_nodes=0), thresholds=RolloutThresholdsConfig(), actor="a"
+    )
     rid = created.rollout.id
     paused = await drive(parts, fleet, clock, rid)
     assert paused.rollout.phase is RolloutPhase.PAUSED
@@ -164,7 +167,9 @@ async def test_a_lost_node_pauses_the_rollout_which_never_proceeds_past_it(
     clock.advance(60)  # everyone heartbeats in tick() except the lost node
     await fleet.tick(parts.registry, parts.commands)
     assert await parts.registry.sweep() == ["r2n2"]
-    created = await parts.engine.create(V1, policy=PlanPolicy(canary_nodes=0), thresholds=GateThresholds(), actor="a")
+    created = await parts.engine.create(
+        V1, policy=PlanPolicy(canary_nodes=0), thresholds=RolloutThresholdsConfig(), actor="a"
+    )
     paused = await drive(parts, fleet, clock, created.rollout.id)
     assert (paused.rollout.phase, paused.rollout.wave) == (RolloutPhase.PAUSED, 1)
     assert "r2n2" in paused.rollout.reason
@@ -181,7 +186,7 @@ async def test_pause_between_waves_waits_on_the_clock(parts: ControllerParts, cl
     await fleet.register_all(parts.registry)
     parts.engine.verifier = SimVerifier(fleet.rack_of)
     created = await parts.engine.create(
-        V1, policy=PlanPolicy(canary_nodes=0, pause_between_s=30), thresholds=GateThresholds(), actor="a"
+        V1, policy=PlanPolicy(canary_nodes=0, pause_between_s=30), thresholds=RolloutThresholdsConfig(), actor="a"
     )
     for _ in range(10):
         await fleet.tick(parts.registry, parts.commands)
@@ -197,9 +202,11 @@ async def test_pause_between_waves_waits_on_the_clock(parts: ControllerParts, cl
 async def test_operator_rollback_of_a_completed_rollout_is_idempotent(parts: ControllerParts, clock: Clock) -> None:
     fleet = SimFleet(racks(2, 1))
     await complete_v1(parts, fleet, clock)
-    second = await parts.engine.create(V2, policy=PlanPolicy(canary_nodes=0), thresholds=GateThresholds(), actor="a")
+    second = await parts.engine.create(
+        V2, policy=PlanPolicy(canary_nodes=0), thresholds=RolloutThresholdsConfig(), actor="a"
+    )
     with pytest.raises(ConflictError, match="still active"):
-        await parts.engine.create(V3, policy=PlanPolicy(), thresholds=GateThresholds(), actor="a")
+        await parts.engine.create(V3, policy=PlanPolicy(), thresholds=RolloutThresholdsConfig(), actor="a")
     assert (await drive(parts, fleet, clock, second.rollout.id)).rollout.phase is RolloutPhase.COMPLETED
     await parts.engine.rollback(second.rollout.id, actor="dave", reason="users complain")
     again = await parts.engine.rollback(second.rollout.id, actor="dave")
@@ -223,7 +230,9 @@ async def test_abort_stops_the_rollout_and_the_fleet_returns_to_the_stable_versi
     fleet = SimFleet(racks(2, 1))
     await complete_v1(parts, fleet, clock)
     parts.engine.verifier = NoVerifier()
-    created = await parts.engine.create(V2, policy=PlanPolicy(canary_nodes=0), thresholds=GateThresholds(), actor="a")
+    created = await parts.engine.create(
+        V2, policy=PlanPolicy(canary_nodes=0), thresholds=RolloutThresholdsConfig(), actor="a"
+    )
     await drive(parts, fleet, clock, created.rollout.id)
     assert fleet.active["r1n1"] == V2.id, "the first wave got the new version before the gate paused"
     aborted = await parts.engine.abort(created.rollout.id, actor="erin")
@@ -259,7 +268,9 @@ async def test_a_busy_node_is_retried_after_a_delay_and_pauses_the_rollout_when_
     fleet = SimFleet(racks(2, 1), busy={"r1n1": 2, "r2n1": 99})
     await fleet.register_all(parts.registry)
     parts.engine.verifier = SimVerifier(fleet.rack_of)
-    created = await parts.engine.create(V1, policy=PlanPolicy(canary_nodes=0), thresholds=GateThresholds(), actor="a")
+    created = await parts.engine.create(
+        V1, policy=PlanPolicy(canary_nodes=0), thresholds=RolloutThresholdsConfig(), actor="a"
+    )
     rid = created.rollout.id
     for _ in range(5):  # no time passes: the refused command is not retried yet
         await fleet.tick(parts.registry, parts.commands)
@@ -309,7 +320,11 @@ async def run_with_crash(
     crashed = False
     try:
         await parts.engine.create(
-            V2, policy=PlanPolicy(canary_nodes=0), thresholds=GateThresholds(), actor="a", rollout_id=rollout_id
+            V2,
+            policy=PlanPolicy(canary_nodes=0),
+            thresholds=RolloutThresholdsConfig(),
+            actor="a",
+            rollout_id=rollout_id,
         )
         await drive(parts, fleet, clock, rollout_id)
     except Crash:
@@ -320,7 +335,11 @@ async def run_with_crash(
         try:
             if (await parts.engine.store.recent()) == []:
                 await parts.engine.create(
-                    V2, policy=PlanPolicy(canary_nodes=0), thresholds=GateThresholds(), actor="a", rollout_id=rollout_id
+                    V2,
+                    policy=PlanPolicy(canary_nodes=0),
+                    thresholds=RolloutThresholdsConfig(),
+                    actor="a",
+                    rollout_id=rollout_id,
                 )
             final = await drive(parts, fleet, clock, rollout_id)
         finally:

@@ -17,9 +17,9 @@ from tests.conftest import controller_settings
 from tests.support.sim_agent import sim_agent
 from tests.support.waiting import async_wait_until
 from topo_tune.agent.daemon import Agent
+from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.config_version import ConfigVersion, render_nccl_conf
-from topo_tune.controller.rollout.gate_measurement import GateMeasurement
-from topo_tune.controller.rollout.gates import GateThresholds, Outcome
+from topo_tune.controller.rollout.gates import Outcome
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase, Snapshot
 from topo_tune.controller.rollout.verification import BenchmarkVerifier
@@ -65,8 +65,8 @@ async def test_gates_measured_by_benchmark_jobs_roll_back_a_slow_version_and_pau
     one_sim_node: tuple[Controller, Agent], tmp_path: Path
 ) -> None:
     controller, agent = one_sim_node
-    policy = PlanPolicy(canary_nodes=0, gate=GateMeasurement(repeats=7))
-    slow = await controller.rollouts.create(SLOW, policy=policy, thresholds=GateThresholds(), actor="t")
+    policy = PlanPolicy(canary_nodes=0, gate=RolloutGateConfig(repeats=7))
+    slow = await controller.rollouts.create(SLOW, policy=policy, thresholds=RolloutThresholdsConfig(), actor="t")
     final = await settled(controller, slow.rollout.id, RolloutPhase.ROLLED_BACK)
     [gate] = await controller.rollout_store.gates(slow.rollout.id)
     assert gate.verdict.outcome is Outcome.FAILED, gate.verdict.reasons
@@ -78,7 +78,7 @@ async def test_gates_measured_by_benchmark_jobs_roll_back_a_slow_version_and_pau
     assert conf_files == {str(tmp_path / "config" / "versions" / SLOW.id / "nccl.conf"), "defaults"}
     assert all(job.simulated for job in jobs) and len(jobs) == 14, "7 interleaved A/B repeats"
 
-    neutral = await controller.rollouts.create(NEUTRAL, policy=policy, thresholds=GateThresholds(), actor="t")
+    neutral = await controller.rollouts.create(NEUTRAL, policy=policy, thresholds=RolloutThresholdsConfig(), actor="t")
     paused = await settled(controller, neutral.rollout.id, RolloutPhase.PAUSED)
     assert "gain of 3% not shown" in paused.rollout.reason
     await controller.rollouts.promote(neutral.rollout.id, actor="operator")
@@ -101,8 +101,10 @@ async def test_a_gate_measures_the_versions_tuner_table_not_only_its_environment
     # The environment alone is neutral (see NEUTRAL above); the table holds every all_reduce to ring/simple on
     # one channel. Only a gate whose jobs carry the version's table can see it.
     controller, agent = one_sim_node
-    policy = PlanPolicy(canary_nodes=0, gate=GateMeasurement(repeats=7))
-    table = await controller.rollouts.create(ONE_CHANNEL_TABLE, policy=policy, thresholds=GateThresholds(), actor="t")
+    policy = PlanPolicy(canary_nodes=0, gate=RolloutGateConfig(repeats=7))
+    table = await controller.rollouts.create(
+        ONE_CHANNEL_TABLE, policy=policy, thresholds=RolloutThresholdsConfig(), actor="t"
+    )
     await settled(controller, table.rollout.id, RolloutPhase.ROLLED_BACK)
     [gate] = await controller.rollout_store.gates(table.rollout.id)
     assert gate.verdict.outcome is Outcome.FAILED, gate.verdict.reasons
@@ -116,8 +118,8 @@ async def test_a_graph_timed_gate_on_nodes_without_nccl_is_inconclusive_with_the
     # The admin API refuses such a rollout up front; one created before a node changed backend meets the
     # controller's own job check: the gate cannot run, so the rollout waits for a human instead of judging.
     controller, _ = one_sim_node
-    policy = PlanPolicy(canary_nodes=0, gate=GateMeasurement(repeats=2, cuda_graph=True))
-    created = await controller.rollouts.create(NEUTRAL, policy=policy, thresholds=GateThresholds(), actor="t")
+    policy = PlanPolicy(canary_nodes=0, gate=RolloutGateConfig(repeats=2, cuda_graph=True))
+    created = await controller.rollouts.create(NEUTRAL, policy=policy, thresholds=RolloutThresholdsConfig(), actor="t")
     paused = await settled(controller, created.rollout.id, RolloutPhase.PAUSED)
     [gate] = await controller.rollout_store.gates(created.rollout.id)
     assert gate.verdict.outcome is Outcome.INCONCLUSIVE

@@ -22,9 +22,9 @@ from tests.conftest import controller_settings
 from tests.controller.rollout.test_gate_benchmarks import NEUTRAL, settled
 from tests.support.processes import Daemon
 from tests.support.waiting import async_wait_until
+from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.controller.nodes import NodeState
-from topo_tune.controller.rollout.gate_measurement import GateMeasurement
-from topo_tune.controller.rollout.gates import GateThresholds, Outcome
+from topo_tune.controller.rollout.gates import Outcome
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase
 from topo_tune.controller.rollout.verification import BenchmarkVerifier
@@ -85,8 +85,10 @@ async def test_a_node_lost_mid_gate_ends_the_gate_inconclusive_within_a_heartbea
             return controller.registry.state_of("gpu1") is NodeState.READY
 
         await async_wait_until(ready, timeout=60, what="the agent to register")
-        policy = PlanPolicy(canary_nodes=0, gate=GateMeasurement(repeats=4, min_bytes=1 << 10, max_bytes=1 << 16))
-        created = await controller.rollouts.create(NEUTRAL, policy=policy, thresholds=GateThresholds(), actor="t")
+        policy = PlanPolicy(canary_nodes=0, gate=RolloutGateConfig(repeats=4, min_bytes=1 << 10, max_bytes=1 << 16))
+        created = await controller.rollouts.create(
+            NEUTRAL, policy=policy, thresholds=RolloutThresholdsConfig(), actor="t"
+        )
 
         async def gate_job_running() -> list[admin_pb2.BenchmarkJob]:
             jobs = await controller.jobs.list()

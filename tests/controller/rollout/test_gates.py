@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from topo_tune.controller.rollout.gates import GateThresholds, Outcome, Sample, judge, sign_flip_p
+from topo_tune.cluster_config import RolloutThresholdsConfig, overridden
+from topo_tune.controller.rollout.gates import Outcome, Sample, judge, sign_flip_p
 from topo_tune.errors import ValidationError
 
 
@@ -26,69 +27,69 @@ def ab(
 
 
 def test_a_clear_gain_passes() -> None:
-    verdict = judge(ab(change=-0.08), GateThresholds())
+    verdict = judge(ab(change=-0.08), RolloutThresholdsConfig())
     assert verdict.outcome is Outcome.SUCCESSFUL, verdict.reasons
     assert verdict.time_change == pytest.approx(-0.08, abs=0.01)
     assert verdict.p_gain < 0.01
 
 
 def test_a_gain_below_the_required_one_pauses() -> None:
-    verdict = judge(ab(change=-0.01), GateThresholds())
+    verdict = judge(ab(change=-0.01), RolloutThresholdsConfig())
     assert verdict.outcome is Outcome.INCONCLUSIVE
     assert "gain of 3% not shown" in verdict.reasons[0]
-    assert judge(ab(change=-0.01), GateThresholds(min_gain=0.0)).outcome is Outcome.SUCCESSFUL, "configurable"
+    assert judge(ab(change=-0.01), RolloutThresholdsConfig(min_gain=0.0)).outcome is Outcome.SUCCESSFUL, "configurable"
 
 
 def test_a_slowdown_beyond_three_percent_fails() -> None:
-    verdict = judge(ab(change=0.06), GateThresholds())
+    verdict = judge(ab(change=0.06), RolloutThresholdsConfig())
     assert verdict.outcome is Outcome.FAILED
     assert "communication time +6" in verdict.reasons[0]
 
 
 def test_a_p99_increase_fails_even_when_the_mean_time_improves() -> None:
-    verdict = judge(ab(change=-0.08, p99_change=0.2), GateThresholds())
+    verdict = judge(ab(change=-0.08, p99_change=0.2), RolloutThresholdsConfig())
     assert verdict.outcome is Outcome.FAILED
     assert "p99 latency +20" in verdict.reasons[0]
 
 
 def test_unstable_throughput_pauses() -> None:
-    verdict = judge(ab(change=-0.08, busbw_cv=0.2), GateThresholds())
+    verdict = judge(ab(change=-0.08, busbw_cv=0.2), RolloutThresholdsConfig())
     assert verdict.outcome is Outcome.INCONCLUSIVE
     assert any("throughput unstable" in r for r in verdict.reasons)
 
 
 def test_a_lost_node_pauses_and_never_passes() -> None:
-    verdict = judge(ab(change=-0.08), GateThresholds(), lost_nodes=["r1-n2"])
+    verdict = judge(ab(change=-0.08), RolloutThresholdsConfig(), lost_nodes=["r1-n2"])
     assert verdict.outcome is Outcome.INCONCLUSIVE
     assert verdict.reasons == ("lost nodes: r1-n2",)
-    assert judge(ab(change=0.1), GateThresholds(), lost_nodes=["x"]).outcome is Outcome.FAILED, "rollback wins"
+    assert judge(ab(change=0.1), RolloutThresholdsConfig(), lost_nodes=["x"]).outcome is Outcome.FAILED, "rollback wins"
 
 
 def test_a_negative_min_gain_passes_a_version_shown_no_slower_than_the_margin() -> None:
-    thresholds = GateThresholds(min_gain=-0.05)
+    thresholds = RolloutThresholdsConfig(min_gain=-0.05)
     assert judge(ab(change=0.0), thresholds).outcome is Outcome.SUCCESSFUL, "no change: not inferior"
-    slower = judge(ab(change=0.08, p99_change=0.0), GateThresholds(min_gain=-0.05, max_regression=0.1))
+    slower = judge(ab(change=0.08, p99_change=0.0), RolloutThresholdsConfig(min_gain=-0.05, max_regression=0.1))
     assert slower.outcome is Outcome.INCONCLUSIVE, slower.reasons
     assert "slowdown of at most 5% not shown" in slower.reasons[0]
-    with pytest.raises(ValidationError, match=r"thresholds\.min_gain"):
-        GateThresholds(min_gain=-0.6)
+    with pytest.raises(ValidationError, match=r"thresholds\.min_gain: input should be greater than or equal to -0\.5"):
+        overridden(RolloutThresholdsConfig(), {"min_gain": -0.6}, where="thresholds", error=ValidationError)
 
 
 def test_a_wave_whose_bandwidth_falls_below_the_reference_fails_although_its_ab_passes() -> None:
     samples = ab(change=-0.08)  # the A/B alone passes: both arms share the wave's (slow) links
-    on_par = judge(samples, GateThresholds(), reference_busbw=52.0)
+    on_par = judge(samples, RolloutThresholdsConfig(), reference_busbw=52.0)
     assert on_par.outcome is Outcome.SUCCESSFUL, on_par.reasons
     assert on_par.busbw_new == pytest.approx(50.0, rel=0.02) and on_par.reference_busbw == 52.0
-    slow = judge(samples, GateThresholds(), reference_busbw=100.0)
+    slow = judge(samples, RolloutThresholdsConfig(), reference_busbw=100.0)
     assert slow.outcome is Outcome.FAILED
     assert slow.busbw_drop == pytest.approx(0.5, abs=0.02) and slow.p_drop < 0.01
     assert "50% below the reference 100 GB/s" in slow.reasons[0]
-    assert judge(samples, GateThresholds(max_drop=0.6), reference_busbw=100.0).outcome is Outcome.SUCCESSFUL
-    assert judge(samples, GateThresholds()).reference_busbw == 0.0, "no reference: not compared"
+    assert judge(samples, RolloutThresholdsConfig(max_drop=0.6), reference_busbw=100.0).outcome is Outcome.SUCCESSFUL
+    assert judge(samples, RolloutThresholdsConfig()).reference_busbw == 0.0, "no reference: not compared"
 
 
 def test_too_few_pairs_can_never_pass() -> None:
-    verdict = judge(ab(change=-0.5, pairs=6), GateThresholds())
+    verdict = judge(ab(change=-0.5, pairs=6), RolloutThresholdsConfig())
     assert verdict.outcome is Outcome.INCONCLUSIVE
     assert "at least 7" in verdict.reasons[0]
 
@@ -104,16 +105,18 @@ def test_the_sign_flip_test_is_exact_and_calibrated() -> None:
         assert 5 <= hits <= 30, (n, hits)
 
 
-def test_thresholds_from_a_mapping_name_unknown_or_bad_keys() -> None:
-    assert GateThresholds.from_mapping({"min_gain": "0.05"}).min_gain == 0.05
-    with pytest.raises(ValidationError, match=r"thresholds\.gain"):
-        GateThresholds.from_mapping({"gain": 0.05})
-    with pytest.raises(ValidationError, match=r"thresholds\.max_cv"):
-        GateThresholds(max_cv=1.5)
+def test_threshold_overrides_keep_the_rest_and_name_unknown_or_bad_keys() -> None:
+    site = RolloutThresholdsConfig(max_cv=0.2)
+    asked = overridden(site, {"min_gain": "0.05"}, where="thresholds", error=ValidationError)
+    assert (asked.min_gain, asked.max_cv) == (0.05, 0.2)
+    with pytest.raises(ValidationError, match=r"^thresholds\.gain: unknown key$"):
+        overridden(site, {"gain": 0.05}, where="thresholds", error=ValidationError)
+    with pytest.raises(ValidationError, match=r"^thresholds\.max_cv: input should be less than 1$"):
+        overridden(site, {"max_cv": 1.5}, where="thresholds", error=ValidationError)
 
 
 def test_malformed_samples_name_the_field() -> None:
     with pytest.raises(ValidationError, match=r"samples\.arm"):
-        judge([Sample(0, "canary", 1, 1, 1)], GateThresholds())
+        judge([Sample(0, "canary", 1, 1, 1)], RolloutThresholdsConfig())
     with pytest.raises(ValidationError, match=r"samples\.repeat"):
-        judge([Sample(0, "new", 1, 1, 1), Sample(0, "new", 1, 1, 1)], GateThresholds())
+        judge([Sample(0, "new", 1, 1, 1), Sample(0, "new", 1, 1, 1)], RolloutThresholdsConfig())

@@ -14,8 +14,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from topo_tune.cluster_config import RolloutThresholdsConfig
 from topo_tune.controller.rollout import state
-from topo_tune.controller.rollout.gates import GateThresholds, Outcome, Verdict
+from topo_tune.controller.rollout.gates import Outcome, Verdict
 from topo_tune.controller.rollout.plan import PlanPolicy, build_plan
 from topo_tune.controller.rollout.state import NodePhase, RolloutPhase, WavePhase
 from topo_tune.errors import ConflictError
@@ -35,7 +36,7 @@ class RolloutMachine(RuleBasedStateMachine):
             previous_version=OLD,
             plan=build_plan(RACK_OF, policy),
             policy=policy,
-            thresholds=GateThresholds(),
+            thresholds=RolloutThresholdsConfig(),
             created_by="test",
         )
         self.snapshot = step.snapshot

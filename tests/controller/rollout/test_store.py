@@ -9,9 +9,10 @@ from datetime import timedelta
 import pytest
 
 from tests.controller.rollout.fleet import V1, V2, Clock, racks
+from topo_tune.cluster_config import RolloutThresholdsConfig
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.rollout import state
-from topo_tune.controller.rollout.gates import GateThresholds, Outcome, Sample, Verdict
+from topo_tune.controller.rollout.gates import Outcome, Sample, Verdict
 from topo_tune.controller.rollout.plan import PlanPolicy, build_plan
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.errors import ConflictError, NotFoundError
@@ -36,7 +37,7 @@ def new_rollout(rollout_id: str = "ro-1") -> state.Step:
         previous_version=V1.id,
         plan=build_plan(RACKS, policy),
         policy=policy,
-        thresholds=GateThresholds(min_gain=0.05),
+        thresholds=RolloutThresholdsConfig(min_gain=0.05),
         created_by="alice",
     )
 

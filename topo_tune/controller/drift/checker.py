@@ -41,13 +41,13 @@ from datetime import datetime
 from statistics import fmean
 from typing import Any, Protocol
 
+from topo_tune.cluster_config import RolloutGateConfig
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.drift.settings import DriftSettings
 from topo_tune.controller.drift.store import DriftStore
 from topo_tune.controller.drift.verdict import DriftStatus, Reference, judge
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import NodeRegistry, NodeState
-from topo_tune.controller.rollout.gate_measurement import GateMeasurement
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.rollout.verification import job_sample
 from topo_tune.errors import TopoTuneError, ValidationError
@@ -64,14 +64,14 @@ class _Planned:
     reference: Reference
     nodes: tuple[str, ...]
     job_ids: tuple[str, ...]
-    measurement: GateMeasurement
+    measurement: RolloutGateConfig
 
 
 class VerificationJobs(Protocol):
     """What drift checks need to run the gates' benchmark (``verification.BenchmarkVerifier``)."""
 
     async def run_job(
-        self, job_id: str, nodes: Sequence[str], version: str, *, measurement: GateMeasurement
+        self, job_id: str, nodes: Sequence[str], version: str, *, measurement: RolloutGateConfig
     ) -> admin_pb2.BenchmarkJob: ...
 
 

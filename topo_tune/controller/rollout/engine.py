@@ -35,13 +35,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.config_version import ConfigVersion
 from topo_tune.controller.commands import CommandBook, CommandStatus
 from topo_tune.controller.nodes import NodeRegistry, NodeState
 from topo_tune.controller.rollout import state
-from topo_tune.controller.rollout.gate_measurement import GateMeasurement
 from topo_tune.controller.rollout.gate_run import GateRun
-from topo_tune.controller.rollout.gates import GateThresholds, Outcome, Sample, judge
+from topo_tune.controller.rollout.gates import Outcome, Sample, judge
 from topo_tune.controller.rollout.plan import PlanPolicy, build_plan
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.sessions import SessionHub
@@ -86,8 +86,8 @@ class RolloutEngine:
     max_steps_per_pass: int = 10_000
     background_gates: bool = False
     """Run gates as tasks of their own (the controller: a gate takes minutes, a scheduled pass must not)."""
-    gate_defaults: GateMeasurement = field(default_factory=GateMeasurement)
-    threshold_defaults: GateThresholds = field(default_factory=GateThresholds)
+    gate_defaults: RolloutGateConfig = field(default_factory=RolloutGateConfig)
+    threshold_defaults: RolloutThresholdsConfig = field(default_factory=RolloutThresholdsConfig)
     """What a new rollout's gates measure and judge by when its request leaves them out (cluster.yaml's
     ``rollout`` section)."""
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
@@ -99,7 +99,7 @@ class RolloutEngine:
         version: ConfigVersion,
         *,
         policy: PlanPolicy,
-        thresholds: GateThresholds,
+        thresholds: RolloutThresholdsConfig,
         actor: str,
         rollout_id: str = "",
     ) -> state.Snapshot:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from topo_tune.controller.rollout.gate_measurement import GateMeasurement
+from topo_tune.cluster_config import RolloutGateConfig
 
 
 @dataclass(frozen=True)
@@ -25,4 +25,4 @@ class GateRun:
     """The version being rolled out ("" would be NCCL's defaults)."""
     previous: str
     """The version it replaces ("": NCCL's defaults)."""
-    measurement: GateMeasurement
+    measurement: RolloutGateConfig

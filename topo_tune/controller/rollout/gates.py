@@ -30,13 +30,14 @@ Non-goals: running the benchmark (the engine's verifier does) and storing the ve
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
+from topo_tune.cluster_config import RolloutThresholdsConfig
 from topo_tune.errors import ValidationError
 
 _EXACT_MAX_PAIRS = 16
@@ -47,36 +48,6 @@ class Outcome(StrEnum):
     SUCCESSFUL = "successful"
     FAILED = "failed"
     INCONCLUSIVE = "inconclusive"
-
-
-@dataclass(frozen=True)
-class GateThresholds:
-    min_gain: float = 0.03
-    alpha: float = 0.01
-    max_regression: float = 0.03
-    max_p99_regression: float = 0.05
-    max_cv: float = 0.09
-    max_drop: float = 0.2
-
-    def __post_init__(self) -> None:
-        for name in ("max_regression", "max_p99_regression", "max_cv", "max_drop"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ValidationError(f"thresholds.{name}", "must be in [0, 1)")
-        if not -0.5 <= self.min_gain < 1:
-            raise ValidationError("thresholds.min_gain", "must be in [-0.5, 1) (negative: a non-inferiority margin)")
-        if not 0 < self.alpha < 0.5:
-            raise ValidationError("thresholds.alpha", "must be in (0, 0.5)")
-
-    @property
-    def min_pairs(self) -> int:
-        return math.ceil(math.log2(1 / self.alpha))
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> GateThresholds:
-        unknown = set(values) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValidationError(f"thresholds.{sorted(unknown)[0]}", "unknown threshold")
-        return cls(**{k: float(v) for k, v in values.items()})
 
 
 @dataclass(frozen=True)
@@ -150,7 +121,7 @@ def _pairs(samples: Sequence[Sample]) -> list[tuple[Sample, Sample]]:
 
 def judge(
     samples: Sequence[Sample],
-    thresholds: GateThresholds,
+    thresholds: RolloutThresholdsConfig,
     *,
     lost_nodes: Sequence[str] = (),
     reference_busbw: float = 0.0,

@@ -11,13 +11,14 @@ Non-goals: applying anything (``engine.py``) and judging a wave (``gates.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from topo_tune.controller.rollout.gate_measurement import GateMeasurement
+from topo_tune.cluster_config import RolloutGateConfig, validated
 from topo_tune.errors import ValidationError
 
 
@@ -37,7 +38,7 @@ class PlanPolicy:
     """Wait this long after a wave's gate passes before the next wave starts."""
     require_approval: bool = False
     """Pause after every successful wave until an operator promotes."""
-    gate: GateMeasurement = field(default_factory=GateMeasurement)
+    gate: RolloutGateConfig = field(default_factory=RolloutGateConfig)
     """What each wave's gate measures (fixed when the rollout is created)."""
 
     def __post_init__(self) -> None:
@@ -48,11 +49,16 @@ class PlanPolicy:
         if self.pause_between_s < 0:
             raise ValidationError("pause_between_s", "must be 0 or more")
 
+    def to_json(self) -> dict[str, Any]:
+        """The stored form."""
+        return {**dataclasses.asdict(self), "gate": self.gate.model_dump()}
+
     @classmethod
     def from_json(cls, values: Mapping[str, Any]) -> PlanPolicy:
-        """From the stored form (``dataclasses.asdict``); a rollout stored before gates were configurable
-        has no ``gate`` and gets the defaults."""
-        return cls(**{**values, "gate": GateMeasurement.from_mapping(values.get("gate", {}))})
+        """From the stored form (``to_json``); a rollout stored before gates were configurable has no ``gate``
+        and gets the defaults."""
+        gate = validated(RolloutGateConfig, values.get("gate", {}), where="gate", error=ValidationError)
+        return cls(**{**values, "gate": gate})
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ After a change it asks the engine for a reconcile pass at once, so operators do 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from datetime import datetime
 from typing import Any
@@ -16,11 +15,10 @@ from typing import Any
 import grpc.aio
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from topo_tune.cluster_config import RolloutGateConfig, overridden
 from topo_tune.config_version import ConfigVersion
 from topo_tune.controller import validation
 from topo_tune.controller.rollout.engine import RolloutEngine
-from topo_tune.controller.rollout.gate_measurement import GateMeasurement
-from topo_tune.controller.rollout.gates import GateThresholds
 from topo_tune.controller.rollout.job_pins import JobResolver
 from topo_tune.controller.rollout.plan import Plan, PlanPolicy, Wave, build_plan
 from topo_tune.controller.rollout.state import Snapshot
@@ -48,7 +46,7 @@ def _actor(value: str) -> str:
 _GATE_FIELDS = ("repeats", "min_bytes", "max_bytes", "step_factor", "iters", "warmup_iters")
 
 
-def policy_from(request: admin_pb2.CreateRolloutRequest, *, gate_defaults: GateMeasurement) -> PlanPolicy:
+def policy_from(request: admin_pb2.CreateRolloutRequest, *, gate_defaults: RolloutGateConfig) -> PlanPolicy:
     canary = 0 if request.no_canary else (request.canary_nodes or (0 if request.canary_rack else 1))
     return PlanPolicy(
         canary_nodes=canary,
@@ -56,16 +54,19 @@ def policy_from(request: admin_pb2.CreateRolloutRequest, *, gate_defaults: GateM
         max_parallel_racks=request.max_parallel_racks or 1,
         pause_between_s=request.pause_between_s,
         require_approval=request.require_approval,
-        gate=gate_defaults.overridden(
-            {
-                **{name: getattr(request.gate, name) for name in _GATE_FIELDS},
-                "cuda_graph": request.gate.cuda_graph if request.gate.HasField("cuda_graph") else None,
-            }
-        ),
+        gate=overridden(gate_defaults, _gate_overrides(request.gate), where="gate", error=ValidationError),
     )
 
 
-def gate_message(gate: GateMeasurement) -> admin_pb2.GateMeasurement:
+def _gate_overrides(gate: admin_pb2.GateMeasurement) -> dict[str, int | bool]:
+    """What the request sets: a number where it is non-zero (0: the default), ``cuda_graph`` where present."""
+    given: dict[str, int | bool] = {name: getattr(gate, name) for name in _GATE_FIELDS if getattr(gate, name)}
+    if gate.HasField("cuda_graph"):
+        given["cuda_graph"] = gate.cuda_graph
+    return given
+
+
+def gate_message(gate: RolloutGateConfig) -> admin_pb2.GateMeasurement:
     return admin_pb2.GateMeasurement(**{name: getattr(gate, name) for name in _GATE_FIELDS}, cuda_graph=gate.cuda_graph)
 
 
@@ -107,7 +108,7 @@ def rollout_message(snapshot: Snapshot, gates: list[GateRecord]) -> admin_pb2.Ro
         plan=plan.render(),
         node_phases={name: n.phase.value for name, n in snapshot.nodes.items()},
         gate=gate_message(rollout.policy.gate),
-        thresholds=dataclasses.asdict(rollout.thresholds),
+        thresholds=rollout.thresholds.model_dump(),
     )
 
 
@@ -143,8 +144,8 @@ class RolloutServicerMixin:
                     f"CUDA graphs need the nccl backend; node {other[0].name} runs {other[0].backend}"
                     + (f" (and {len(other) - 1} more)" if len(other) > 1 else ""),
                 )
-        thresholds = GateThresholds.from_mapping(
-            {**dataclasses.asdict(self._rollouts.threshold_defaults), **dict(request.thresholds)}
+        thresholds = overridden(
+            self._rollouts.threshold_defaults, dict(request.thresholds), where="thresholds", error=ValidationError
         )
         if request.files:
             version = ConfigVersion(dict(request.files), {"source": "admin"})
@@ -164,7 +165,7 @@ class RolloutServicerMixin:
                 plan=plan.render(),
                 dry_run=True,
                 gate=gate_message(policy.gate),
-                thresholds=dataclasses.asdict(thresholds),
+                thresholds=thresholds.model_dump(),
                 waves=[
                     admin_pb2.RolloutWave(index=w.index, kind=w.kind.value, racks=list(w.racks), nodes=list(w.nodes))
                     for w in plan.waves

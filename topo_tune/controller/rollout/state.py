@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from topo_tune.controller.rollout.gates import GateThresholds, Outcome, Verdict
+from topo_tune.cluster_config import RolloutThresholdsConfig
+from topo_tune.controller.rollout.gates import Outcome, Verdict
 from topo_tune.controller.rollout.plan import Plan, PlanPolicy, WaveKind
 from topo_tune.errors import ConflictError
 
@@ -77,7 +78,7 @@ class Rollout:
     """What a rollback returns to: the stable version when the rollout was created ("" = NCCL defaults)."""
     phase: RolloutPhase
     policy: PlanPolicy
-    thresholds: GateThresholds
+    thresholds: RolloutThresholdsConfig
     created_by: str
     wave: int = 0
     """The wave being applied or verified (after the last wave: the number of waves)."""
@@ -154,7 +155,7 @@ def new_snapshot(
     previous_version: str,
     plan: Plan,
     policy: PlanPolicy,
-    thresholds: GateThresholds,
+    thresholds: RolloutThresholdsConfig,
     created_by: str,
 ) -> Step:
     if config_version == previous_version:

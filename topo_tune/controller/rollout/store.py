@@ -19,6 +19,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from topo_tune.cluster_config import RolloutThresholdsConfig
 from topo_tune.controller.config_versions import ConfigVersions
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import (
@@ -30,7 +31,7 @@ from topo_tune.controller.db.models import (
     RolloutRow,
     RolloutWaveRow,
 )
-from topo_tune.controller.rollout.gates import GateThresholds, Outcome, Sample, Verdict
+from topo_tune.controller.rollout.gates import Outcome, Sample, Verdict
 from topo_tune.controller.rollout.plan import PlanPolicy, WaveKind
 from topo_tune.controller.rollout.state import (
     NodePhase,
@@ -75,7 +76,7 @@ def _rollout_from_row(row: RolloutRow) -> Rollout:
         previous_version=row.previous_version,
         phase=RolloutPhase(row.phase),
         policy=PlanPolicy.from_json(row.policy),
-        thresholds=GateThresholds(**row.thresholds),
+        thresholds=RolloutThresholdsConfig.model_validate(row.thresholds),
         created_by=row.created_by,
         wave=row.wave,
         gate_attempt=row.gate_attempt,
@@ -158,8 +159,8 @@ class RolloutStore:
                 id=rollout.id,
                 config_version=rollout.config_version,
                 previous_version=rollout.previous_version,
-                policy=dataclasses.asdict(rollout.policy),
-                thresholds=dataclasses.asdict(rollout.thresholds),
+                policy=rollout.policy.to_json(),
+                thresholds=rollout.thresholds.model_dump(),
                 created_by=rollout.created_by,
                 created_at=at,
             )

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from topo_tune.cluster_config import RolloutGateConfig
 from topo_tune.config_layout import DEFAULT_CONFIG_DIR, staged_path
 from topo_tune.config_version import NCCL_CONF
-from topo_tune.controller.rollout.gate_measurement import GateMeasurement
 from topo_tune.controller.rollout.gate_run import GateRun
 from topo_tune.controller.rollout.gates import Sample
 from topo_tune.v1 import admin_pb2, agent_pb2
@@ -88,7 +88,7 @@ class BenchmarkVerifier:
         return samples
 
     async def run_job(
-        self, job_id: str, nodes: Sequence[str], version: str, *, measurement: GateMeasurement
+        self, job_id: str, nodes: Sequence[str], version: str, *, measurement: RolloutGateConfig
     ) -> admin_pb2.BenchmarkJob:
         """Run the verification benchmark (as ``measurement`` says) with ``version`` on ``nodes`` under ``job_id``;
         wait for its end.
