@@ -56,7 +56,9 @@ class DriftConfig(_Section):
     """The periodic drift check: the active config version re-measured on a few idle nodes of one wave."""
 
     enabled: bool = True
-    interval: Duration = Field(default=6 * 3600.0, description="how often the active version is re-measured")
+    interval: Duration = Field(
+        default=6 * 3600.0, description="how often the active config version is re-measured on idle nodes"
+    )
     sample_nodes: int = Field(default=2, ge=1, le=1024, description="nodes measured per check, from one wave")
     repeats: int = Field(default=3, ge=2, le=100, description="benchmark jobs per check: the test's samples")
     threshold: float = Field(
@@ -75,7 +77,9 @@ class RetentionConfig(_Section):
     """How long benchmark results, events and drift checks are kept (gate samples and chosen trials stay)."""
 
     enabled: bool = True
-    max_age: Duration = Field(default=90 * 86400.0, description="older results, events and drift checks go")
+    max_age: Duration = Field(
+        default=90 * 86400.0, description="benchmark results, events and drift checks older than this are deleted"
+    )
     interval: Duration = Field(default=3600.0, description="how often the retention pass runs")
     batch_size: int = Field(default=500, ge=1, le=100_000, description="rows deleted per transaction")
     ignored_results_per_node: int = Field(
@@ -392,7 +396,8 @@ def _format_path(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-def _errors(exc: pydantic.ValidationError) -> list[tuple[str, str]]:
+def field_errors(exc: pydantic.ValidationError) -> list[tuple[str, str]]:
+    """(path, reason) of each error, as cluster.yaml's messages spell them."""
     found: list[tuple[str, str]] = []
     for err in exc.errors(include_url=False):
         path = _format_path(tuple(err["loc"]))
@@ -421,7 +426,7 @@ def validated(
     try:
         return model.model_validate(data)
     except pydantic.ValidationError as exc:
-        errors = [(".".join(p for p in (where, f) if p), r) for f, r in _errors(exc)]
+        errors = [(".".join(p for p in (where, f) if p), r) for f, r in field_errors(exc)]
         first_field, first_reason = errors[0]
         more = "; ".join(f"{f}: {r}" for f, r in errors[1:])
         raise error(first_field, first_reason + (f"; {more}" if more else "")) from None

@@ -19,14 +19,14 @@ import sqlalchemy as sa
 
 from tests.controller.rollout.fleet import V1, V2, Clock, ControllerParts, SimFleet, SimVerifier, racks
 from tests.support.waiting import async_wait_until
-from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
+from topo_tune.cluster_config import DriftConfig, RolloutGateConfig, RolloutThresholdsConfig, parse_cluster_config
 from topo_tune.controller.db.models import EventRow
-from topo_tune.controller.drift import DriftChecker, DriftSettings
+from topo_tune.controller.drift import DriftChecker
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import Registration
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase
-from topo_tune.errors import NodeBusy, NotFoundError, ValidationError
+from topo_tune.errors import ConfigError, NodeBusy, NotFoundError, ValidationError
 from topo_tune.sim.node_topology import simulated_node_topology
 from topo_tune.v1 import admin_pb2, agent_pb2
 
@@ -94,7 +94,7 @@ class World:
             studies=self.studies,
             metrics=self.metrics,
             wall_clock=self.clock.wall,
-            settings=DriftSettings(**settings),  # type: ignore[arg-type]
+            settings=DriftConfig.model_validate(settings),
             rng=random.Random(7),
             new_id=lambda: f"dc-{next(self.ids)}",
         )
@@ -353,12 +353,16 @@ async def test_a_check_that_crashes_ends_failed_and_does_not_hold_off_the_next(w
     assert (await checker.check()).status == "ok"
 
 
-def test_settings_name_the_bad_field() -> None:
-    with pytest.raises(ValidationError, match=r"drift\.threshold"):
-        DriftSettings(threshold=1.5)
-    with pytest.raises(ValidationError, match=r"drift\.sampleNodes"):
-        DriftSettings(sample_nodes=0)
-    with pytest.raises(ValidationError, match=r"drift\.repeats: must be >= 2"):
-        DriftSettings(repeats=1)
-    with pytest.raises(ValidationError, match=r"drift\.alpha"):
-        DriftSettings(alpha=0.5)
+@pytest.mark.parametrize(
+    ("drift", "error"),
+    [
+        ({"threshold": 1.5}, "controller.drift.threshold: input should be less than 1"),
+        ({"sampleNodes": 0}, "controller.drift.sampleNodes: input should be greater than or equal to 1"),
+        ({"repeats": 1}, "controller.drift.repeats: input should be greater than or equal to 2"),
+        ({"alpha": 0.5}, "controller.drift.alpha: input should be less than 0.5"),
+    ],
+)
+def test_settings_name_the_bad_field(drift: dict[str, object], error: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_cluster_config({"apiVersion": "topo-tune/v1", "controller": {"drift": drift}})
+    assert str(raised.value) == error

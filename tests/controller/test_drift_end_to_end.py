@@ -25,9 +25,8 @@ from tests.support.sim_agent import sim_agent
 from tests.support.waiting import async_wait_until
 from topo_tune.auth import bearer_metadata
 from topo_tune.cli.main import cli
-from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
+from topo_tune.cluster_config import DriftConfig, RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.config_version import ConfigVersion, render_nccl_conf
-from topo_tune.controller.drift import DriftSettings
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase
 from topo_tune.controller.rollout.verification import BenchmarkVerifier
@@ -55,7 +54,7 @@ async def controller(sqlite_url: str, tmp_path: Path) -> AsyncIterator[Controlle
             heartbeat_expiry_s=30,
             benchmark_result_grace_s=0.5,
             agent_config_dir=tmp_path / "config",
-            drift=DriftSettings(sample_nodes=2, repeats=2, threshold=0.10),
+            drift=DriftConfig(sample_nodes=2, repeats=2, threshold=0.10),
         )
     )
     await server.start()

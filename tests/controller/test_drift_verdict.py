@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from topo_tune.controller.drift.settings import DriftSettings
+from topo_tune.cluster_config import DriftConfig
 from topo_tune.controller.drift.verdict import DriftStatus, Reference, judge
 
-SETTINGS = DriftSettings(threshold=0.10, alpha=0.05, repeats=3)
+SETTINGS = DriftConfig(threshold=0.10, alpha=0.05, repeats=3)
 STEADY = Reference("ro-1", 0, ("a", "b"), 100.0, (99.0, 100.0, 101.0))
 
 

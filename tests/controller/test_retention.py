@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from tests.controller.rollout.fleet import V1
+from topo_tune.cluster_config import RetentionConfig
 from topo_tune.controller.commands import CommandBook
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import (
@@ -27,9 +28,8 @@ from topo_tune.controller.db.models import (
     StudyRow,
 )
 from topo_tune.controller.metrics import ControllerMetrics
-from topo_tune.controller.retention import Retention, RetentionReport, RetentionSettings
+from topo_tune.controller.retention import Retention, RetentionReport
 from topo_tune.controller.rollout.verification import gate_job_id
-from topo_tune.errors import ValidationError
 from topo_tune.v1 import agent_pb2
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -86,12 +86,12 @@ def remaining(db: Database) -> tuple[set[str], set[str]]:
 
 
 def retention(db: Database, **settings: object) -> Retention:
-    values: dict[str, object] = {"max_age_s": 90 * 86400.0, "batch_size": 2}
+    values: dict[str, object] = {"max_age": 90 * 86400.0, "batch_size": 2}
     values.update(settings)
     return Retention(
         db=db,
         wall_clock=lambda: NOW,
-        settings=RetentionSettings(**values),
+        settings=RetentionConfig.model_validate(values),
         metrics=ControllerMetrics(),  # type: ignore[arg-type]
     )
 
@@ -216,14 +216,7 @@ async def test_old_events_go_and_a_misbehaving_agent_keeps_only_its_newest_ignor
     assert db.transact(kinds) == ["node.lost"]
 
 
-async def test_max_age_zero_keeps_everything(db: Database) -> None:
+async def test_retention_turned_off_keeps_everything(db: Database) -> None:
     db.transact(lambda session: job(session, "ancient", at=LONG_AGO - timedelta(days=3000)))
-    assert await retention(db, max_age_s=0).run() == RetentionReport()
+    assert await retention(db, enabled=False).run() == RetentionReport()
     assert remaining(db)[0] == {"ancient"}
-
-
-def test_settings_name_the_bad_field() -> None:
-    with pytest.raises(ValidationError, match=r"retention\.batchSize"):
-        RetentionSettings(batch_size=0)
-    with pytest.raises(ValidationError, match=r"retention\.maxAge"):
-        RetentionSettings(max_age_s=-1)

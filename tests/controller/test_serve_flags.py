@@ -39,20 +39,55 @@ def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *flags: str) -> tuple
 def test_cluster_yaml_gives_the_settings_and_flags_win(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     code, output, [from_file] = serve(tmp_path, monkeypatch)
     assert code == 0, output
-    assert (from_file.drift.interval_s, from_file.drift.sample_nodes, from_file.drift.threshold) == (43200.0, 3, 0.2)
+    assert (from_file.drift.interval, from_file.drift.sample_nodes, from_file.drift.threshold) == (43200.0, 3, 0.2)
     assert from_file.drift.open_study
     assert (from_file.drift.repeats, from_file.drift.alpha) == (5, 0.01), "the drop's test as cluster.yaml sets it"
-    assert (from_file.retention.max_age_s, from_file.retention.batch_size) == (30 * 86400.0, 50)
+    assert (from_file.retention.max_age, from_file.retention.batch_size) == (30 * 86400.0, 50)
 
     code, output, [flagged] = serve(
         tmp_path, monkeypatch, "--drift-interval", "0", "--no-drift-open-study", "--retention-max-age", "7d"
     )
     assert code == 0, output
-    assert flagged.drift.interval_s == 0 and not flagged.drift.open_study, "0 turns the drift check off"
-    assert flagged.retention.max_age_s == 7 * 86400.0
+    assert not flagged.drift.enabled and not flagged.drift.open_study, "0 turns the drift check off"
+    assert flagged.drift.sample_nodes == 3, "what no flag gives stays as cluster.yaml says"
+    assert flagged.retention.enabled and flagged.retention.max_age == 7 * 86400.0
+
+    code, output, [again] = serve(tmp_path, monkeypatch, "--drift-interval", "1h", "--heartbeat-interval", "2s")
+    assert code == 0, output
+    assert again.drift.enabled and again.drift.interval == 3600.0
+    assert (again.heartbeat_interval_s, again.heartbeat_expiry_s) == (2.0, 30.0)
 
 
 def test_a_bad_duration_is_a_usage_error_naming_the_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     code, output, seen = serve(tmp_path, monkeypatch, "--retention-max-age", "forever")
     assert code == 2 and not seen
-    assert "--retention-max-age" in output and "a duration such as 0, 90s, 6h or 30d" in output
+    assert "--retention-max-age" in output and "expected a duration such as 10s, 500ms, 2m or 30d" in output
+
+
+@pytest.mark.parametrize(
+    ("flags", "error"),
+    [
+        (("--drift-threshold", "1.5"), "'--drift-threshold': input should be less than 1"),
+        (("--drift-sample-nodes", "0"), "'--drift-sample-nodes': input should be greater than or equal to 1"),
+        (("--heartbeat-interval", "0s"), "'--heartbeat-interval': input should be greater than 0"),
+    ],
+)
+def test_a_flag_gets_the_bounds_of_its_cluster_yaml_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: tuple[str, ...], error: str
+) -> None:
+    code, output, seen = serve(tmp_path, monkeypatch, *flags)
+    assert code == 2 and not seen
+    assert error in output
+
+
+def test_flags_are_checked_with_the_file_as_a_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code, output, seen = serve(tmp_path, monkeypatch, "--heartbeat-interval", "45s")
+    assert code != 0 and not seen
+    assert "controller: heartbeatExpiry must be longer than heartbeatInterval" in output
+
+
+def test_help_gives_each_flags_key_and_default_from_the_model() -> None:
+    text = " ".join(CliRunner().invoke(cli, ["controller", "serve", "--help"]).output.split())
+    assert "[cluster.yaml controller.drift.sampleNodes, else 2]" in text
+    assert "[cluster.yaml controller.retention.maxAge, else 90d]" in text
+    assert "[cluster.yaml controller.heartbeatExpiry, else 30s]" in text

@@ -13,34 +13,22 @@ import click
 
 from topo_tune.auth import TlsFiles
 from topo_tune.cli.connection import resolve_token, token_options
+from topo_tune.cli.setting_options import setting_option
 from topo_tune.cluster_config import (
     ClusterConfig,
+    ControllerConfig,
     DriftConfig,
     RetentionConfig,
     load_cluster_config,
+    overridden,
     parse_cluster_config,
 )
-from topo_tune.config_values import parse_duration
-from topo_tune.controller.drift import DriftSettings
-from topo_tune.controller.retention import RetentionSettings
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.errors import ConfigError
 from topo_tune.kube.environment import KubeEnvironment, detect_in_cluster
 from topo_tune.kube.leader_election import LeaderElectionSettings
 
 _PATH = click.Path(path_type=Path, dir_okay=False)
-
-
-def _duration(context: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        seconds = parse_duration(value)
-    except ValueError:
-        seconds = None
-    if not isinstance(seconds, float) or seconds < 0:
-        raise click.BadParameter(f"{value!r}: a duration such as 0, 90s, 6h or 30d")
-    return seconds
 
 
 @click.group()
@@ -58,8 +46,8 @@ def controller() -> None:
 )
 @click.option("--metrics-listen", help="HOST:PORT for Prometheus /metrics [off].")
 @click.option("--health-listen", help="HOST:PORT for a plaintext gRPC health port, for probes when mTLS is on.")
-@click.option("--heartbeat-interval", type=float, help="Seconds between agent heartbeats [10].")
-@click.option("--heartbeat-expiry", type=float, help="Seconds of silence before a node is lost [30].")
+@setting_option(ControllerConfig, "heartbeat_interval", "--heartbeat-interval", key="controller")
+@setting_option(ControllerConfig, "heartbeat_expiry", "--heartbeat-expiry", key="controller")
 @token_options
 @click.option("--tls-cert", type=_PATH, help="Server certificate (enables TLS).")
 @click.option("--tls-key", type=_PATH, help="Server key.")
@@ -114,29 +102,11 @@ def controller() -> None:
     help="This controller's pod: labelled topo-tune.io/leader=true while it leads, for the Service to select "
     "[$TOPO_TUNE_POD_NAME].",
 )
-@click.option(
-    "--drift-interval",
-    metavar="DURATION",
-    callback=_duration,
-    help="How often the active config version is re-measured on idle nodes, e.g. 6h; 0: off [cluster.yaml, else 6h].",
-)
-@click.option(
-    "--drift-threshold",
-    type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),
-    help="Bus-bandwidth drop (fraction of the version's reference) that raises a drift event [0.10].",
-)
-@click.option("--drift-sample-nodes", type=click.IntRange(min=1), help="Nodes measured per drift check [2].")
-@click.option(
-    "--drift-open-study/--no-drift-open-study",
-    default=None,
-    help="Open a study when a drift check regresses or a node's topology changes [cluster.yaml, else no].",
-)
-@click.option(
-    "--retention-max-age",
-    metavar="DURATION",
-    callback=_duration,
-    help="Delete benchmark results, events and drift checks older than this, e.g. 30d; 0: keep all [90d].",
-)
+@setting_option(DriftConfig, "interval", "--drift-interval", key="controller.drift", off="0")
+@setting_option(DriftConfig, "threshold", "--drift-threshold", key="controller.drift")
+@setting_option(DriftConfig, "sample_nodes", "--drift-sample-nodes", key="controller.drift")
+@setting_option(DriftConfig, "open_study", "--drift-open-study", key="controller.drift")
+@setting_option(RetentionConfig, "max_age", "--retention-max-age", key="controller.retention", off="0")
 def serve(
     config_file: Path | None,
     listen: str | None,
@@ -185,7 +155,18 @@ def serve(
     cluster: ClusterConfig = (
         load_cluster_config(config_file) if config_file else parse_cluster_config({"apiVersion": "topo-tune/v1"})
     )
-    section = cluster.controller
+    section = overridden(
+        cluster.controller,
+        _given(
+            listen=listen,
+            database=database,
+            metrics_listen=metrics_listen,
+            health_listen=health_listen,
+            heartbeat_interval=heartbeat_interval,
+            heartbeat_expiry=heartbeat_expiry,
+        ),
+        where="controller",
+    )
     token_path = token_file or (Path(section.token_file) if section.token_file else None)
     tls = None
     if tls_cert or tls_key or section.tls:
@@ -195,32 +176,33 @@ def serve(
             ca=tls_client_ca
             or (Path(section.tls.client_ca_file) if section.tls and section.tls.client_ca_file else None),
         )
-    interval = heartbeat_interval or section.heartbeat_interval
-    expiry = heartbeat_expiry or section.heartbeat_expiry
-    if expiry <= interval:
-        raise ConfigError("--heartbeat-expiry", f"{expiry:g} s must be longer than the interval {interval:g} s")
     kubernetes = detect_in_cluster(os.environ)
     settings = ControllerSettings(
-        listen=listen or section.listen,
-        database_url=database or section.database,
+        listen=section.listen,
+        database_url=section.database,
         token=resolve_token(token_path),
         tls=tls,
-        metrics_listen=metrics_listen or section.metrics_listen,
-        health_listen=health_listen or section.health_listen,
-        heartbeat_interval_s=interval,
-        heartbeat_expiry_s=expiry,
+        metrics_listen=section.metrics_listen,
+        health_listen=section.health_listen,
+        heartbeat_interval_s=section.heartbeat_interval,
+        heartbeat_expiry_s=section.heartbeat_expiry,
         rack_of=cluster.rack_of(),
         spine_oversubscription=cluster.spine.oversubscription if cluster.spine else None,
         spine_bandwidth_gbps=cluster.spine.bandwidth_gbps if cluster.spine else None,
         spine_ecmp_paths=cluster.spine.ecmp_paths if cluster.spine else 1,
-        drift=_drift_settings(
+        drift=overridden(
             section.drift,
-            interval=drift_interval,
-            threshold=drift_threshold,
-            sample_nodes=drift_sample_nodes,
-            open_study=drift_open_study,
+            _given(
+                **_turned_on_or_off("interval", drift_interval),
+                threshold=drift_threshold,
+                sample_nodes=drift_sample_nodes,
+                open_study=drift_open_study,
+            ),
+            where="controller.drift",
         ),
-        retention=_retention_settings(section.retention, max_age=retention_max_age),
+        retention=overridden(
+            section.retention, _given(**_turned_on_or_off("max_age", retention_max_age)), where="controller.retention"
+        ),
         rollout_gate=cluster.rollout.gate,
         rollout_thresholds=cluster.rollout.thresholds,
         agent_config_dir=Path(cluster.rollout.agent_config_dir),
@@ -241,33 +223,16 @@ def serve(
     asyncio.run(_serve(settings))
 
 
-def _drift_settings(
-    section: DriftConfig,
-    *,
-    interval: float | None,
-    threshold: float | None,
-    sample_nodes: int | None,
-    open_study: bool | None,
-) -> DriftSettings:
-    """cluster.yaml's ``controller.drift`` with the flags over it (``--drift-interval 0`` turns it off)."""
-    return DriftSettings(
-        interval_s=interval if interval is not None else (section.interval if section.enabled else 0.0),
-        sample_nodes=sample_nodes or section.sample_nodes,
-        threshold=threshold or section.threshold,
-        repeats=section.repeats,
-        alpha=section.alpha,
-        open_study=section.open_study if open_study is None else open_study,
-    )
+def _given(**flags: object) -> dict[str, object]:
+    """The flags given (None: not given), to apply over cluster.yaml's section."""
+    return {name: value for name, value in flags.items() if value is not None}
 
 
-def _retention_settings(section: RetentionConfig, *, max_age: float | None) -> RetentionSettings:
-    """cluster.yaml's ``controller.retention`` with the flag over it (``--retention-max-age 0`` keeps all)."""
-    return RetentionSettings(
-        max_age_s=max_age if max_age is not None else (section.max_age if section.enabled else 0.0),
-        interval_s=section.interval,
-        batch_size=section.batch_size,
-        ignored_results_per_node=section.ignored_results_per_node,
-    )
+def _turned_on_or_off(name: str, value: float | None) -> dict[str, object]:
+    """A duration flag of a periodic pass: 0 turns the pass off, another value sets it and turns it on."""
+    if value is None:
+        return {}
+    return {"enabled": False} if value == 0 else {"enabled": True, name: value}
 
 
 def _service_account(value: str) -> str:

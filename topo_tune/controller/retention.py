@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from topo_tune.cluster_config import RetentionConfig
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import (
     BenchmarkJobRow,
@@ -41,35 +42,10 @@ from topo_tune.controller.db.models import (
 )
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.rollout.verification import gate_job_id
-from topo_tune.errors import ValidationError
 
 logger = logging.getLogger(__name__)
 
 _RUNNING = "running"
-
-
-@dataclass(frozen=True)
-class RetentionSettings:
-    max_age_s: float = 90 * 86400.0
-    """Results, events and drift checks older than this are deleted; 0 turns retention off."""
-    interval_s: float = 3600.0
-    """How often the retention pass runs."""
-    batch_size: int = 500
-    """Rows deleted per transaction."""
-    ignored_results_per_node: int = 100
-    """``result.ignored`` events kept per node (the newest)."""
-
-    def __post_init__(self) -> None:
-        if self.max_age_s < 0:
-            raise ValidationError("retention.maxAge", f"must be >= 0 (0: off), got {self.max_age_s:g}")
-        if self.interval_s <= 0:
-            raise ValidationError("retention.interval", f"must be > 0, got {self.interval_s:g}")
-        if self.batch_size < 1:
-            raise ValidationError("retention.batchSize", f"must be >= 1, got {self.batch_size}")
-        if self.ignored_results_per_node < 1:
-            raise ValidationError(
-                "retention.ignoredResultsPerNode", f"must be >= 1, got {self.ignored_results_per_node}"
-            )
 
 
 @dataclass(frozen=True)
@@ -100,15 +76,15 @@ class _Keep:
 class Retention:
     db: Database
     wall_clock: Callable[[], datetime]
-    settings: RetentionSettings = field(default_factory=RetentionSettings)
+    settings: RetentionConfig = field(default_factory=RetentionConfig)
     metrics: ControllerMetrics | None = None
 
     async def run(self) -> RetentionReport:
         """One pass: delete everything older than ``max_age`` that nothing refers to."""
-        if self.settings.max_age_s == 0:
+        if not self.settings.enabled:
             return RetentionReport()
         now = self.wall_clock()
-        cutoff = now - timedelta(seconds=self.settings.max_age_s)
+        cutoff = now - timedelta(seconds=self.settings.max_age)
         drift_checks = await self._delete_drift_checks(cutoff)
         keep = await self.db.run(lambda session: _what_to_keep(session, now))
         jobs, commands = await self._delete_jobs(cutoff, keep)

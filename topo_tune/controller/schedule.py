@@ -66,10 +66,10 @@ class Schedule:
         every(max(0.1, min(5.0, settings.heartbeat_interval_s)), self.flush, "heartbeat-flush")
         every(settings.rollout_interval_s, self.reconcile_rollouts, "rollout-reconcile")
         every(3600.0, self.prune_job_pins, "job-pin-retention")
-        if settings.drift.interval_s > 0:
-            every(settings.drift.interval_s, self.drift_check, "drift-check")
-        if settings.retention.max_age_s > 0:
-            every(settings.retention.interval_s, self.retain, "retention")
+        if settings.drift.enabled:
+            every(settings.drift.interval, self.drift_check, "drift-check")
+        if settings.retention.enabled:
+            every(settings.retention.interval, self.retain, "retention")
         scheduler.start()
         self._scheduler = scheduler
 

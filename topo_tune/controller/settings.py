@@ -7,10 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from topo_tune.auth import TlsFiles
-from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
+from topo_tune.cluster_config import DriftConfig, RetentionConfig, RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.config_layout import DEFAULT_CONFIG_DIR
-from topo_tune.controller.drift import DriftSettings
-from topo_tune.controller.retention import RetentionSettings
 from topo_tune.kube.environment import KubeEnvironment
 from topo_tune.kube.leader_election import LeaderElectionSettings
 
@@ -65,7 +63,7 @@ class ControllerSettings:
     """How often the active rollout is reconciled with what the agents report."""
     job_pin_retention_days: float = 30.0
     """Job pins older than this are forgotten (a job asking again after that gets a fresh answer)."""
-    drift: DriftSettings = field(default_factory=DriftSettings)
+    drift: DriftConfig = field(default_factory=DriftConfig)
     """The periodic drift check of the active config version (``controller.drift`` in cluster.yaml)."""
-    retention: RetentionSettings = field(default_factory=RetentionSettings)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
     """How long benchmark results, events and drift checks are kept (``controller.retention``)."""

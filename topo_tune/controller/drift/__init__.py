@@ -3,11 +3,12 @@
 - ``checker``: ``DriftChecker``, when a check runs, on which nodes, its benchmark jobs, a study on a regression;
 - ``verdict``: the status and message of a check from its figures (pure);
 - ``store``: the ``drift_checks`` rows and a regression's events;
-- ``settings``: interval, sample size, threshold, significance, repeats.
+
+Their settings (interval, sample size, threshold, significance, repeats) are cluster.yaml's
+``controller.drift``: ``cluster_config.DriftConfig``.
 """
 
 from topo_tune.controller.drift.checker import DriftChecker
-from topo_tune.controller.drift.settings import DriftSettings
 from topo_tune.controller.drift.verdict import DriftKind, DriftStatus
 
-__all__ = ["DriftChecker", "DriftKind", "DriftSettings", "DriftStatus"]
+__all__ = ["DriftChecker", "DriftKind", "DriftStatus"]

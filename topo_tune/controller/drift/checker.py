@@ -41,9 +41,8 @@ from datetime import datetime
 from statistics import fmean
 from typing import Any, Protocol
 
-from topo_tune.cluster_config import RolloutGateConfig
+from topo_tune.cluster_config import DriftConfig, RolloutGateConfig
 from topo_tune.controller.db.database import Database
-from topo_tune.controller.drift.settings import DriftSettings
 from topo_tune.controller.drift.store import DriftStore
 from topo_tune.controller.drift.verdict import DriftStatus, Reference, judge
 from topo_tune.controller.metrics import ControllerMetrics
@@ -92,7 +91,7 @@ class DriftChecker:
     studies: StudyStarter
     metrics: ControllerMetrics
     wall_clock: Callable[[], datetime]
-    settings: DriftSettings = field(default_factory=DriftSettings)
+    settings: DriftConfig = field(default_factory=DriftConfig)
     idle: Callable[[list[str]], Awaitable[list[str]]] | None = None
     """The idle subset of the given nodes (Kubernetes: no GPU pods, not cordoned); None: all are idle."""
     rng: random.Random = field(default_factory=random.Random)

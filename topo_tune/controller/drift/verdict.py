@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from statistics import fmean
 
+from topo_tune.cluster_config import DriftConfig
 from topo_tune.controller.bandwidth_drop import drop_beyond
-from topo_tune.controller.drift.settings import DriftSettings
 
 
 class DriftStatus(StrEnum):
@@ -62,7 +62,7 @@ def drop_of(*, reference: float, measured: float) -> float:
 
 
 def judge(
-    reference: Reference, measured: Sequence[float], *, failure: str, simulated: bool, settings: DriftSettings
+    reference: Reference, measured: Sequence[float], *, failure: str, simulated: bool, settings: DriftConfig
 ) -> Verdict:
     """The verdict on ``measured`` (one bus bandwidth per usable job) against ``reference``; ``failure`` says
     why a job gave no figure ("" when all did)."""
