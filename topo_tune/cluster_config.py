@@ -170,14 +170,16 @@ class SearchConfig(_Section):
     """How `topo-tune init` searches and proves."""
 
     budget: int = Field(default=60, ge=1, le=100_000, description="trials, the baseline included")
-    sampler: Literal["tpe", "random", "cmaes", "coordinate"] = "tpe"
-    seed: int = Field(default=0, ge=0)
-    min_bytes: ByteSize = 256
-    max_bytes: ByteSize = 1 << 30
+    sampler: Literal["tpe", "random", "cmaes", "coordinate"] = Field(
+        default="tpe", description="how trials are proposed (Optuna's TPE, random, CMA-ES, or one knob at a time)"
+    )
+    seed: int = Field(default=0, ge=0, description="the sampler's seed")
+    min_bytes: ByteSize = Field(default=256, description="smallest message size of the size ladder")
+    max_bytes: ByteSize = Field(default=1 << 30, description="largest message size of the size ladder")
     step_factor: int = Field(default=4, ge=2, le=1024, description="the size ladder's multiplier")
     knobs: list[str] | None = Field(default=None, description="search only these knobs; unset: every safe knob")
     rungs: int = Field(default=3, ge=1, le=16, description="steps of the size ladder at which weak trials are pruned")
-    finalists: int = Field(default=3, ge=0, le=20)
+    finalists: int = Field(default=3, ge=0, le=20, description="best trials proven against the defaults at the end")
     proof_pairs: int = Field(
         default=10, ge=2, le=1000, description="interleaved baseline/candidate pairs per look of the proof"
     )
@@ -203,8 +205,8 @@ class SearchConfig(_Section):
         "racks sized by their spread, escalation around slow pairs; the rest inferred from the rack model), "
         "auto: sparse above 64 nodes",
     )
-    iters: int = Field(default=20, ge=1, le=10_000)
-    warmup_iters: int = Field(default=5, ge=0, le=10_000)
+    iters: int = Field(default=20, ge=1, le=10_000, description="timed iterations per size")
+    warmup_iters: int = Field(default=5, ge=0, le=10_000, description="warm-up iterations per size")
     job_deadline: Duration = Field(
         default=600.0, ge=1.0, le=MAX_DEADLINE_S, description="deadline of each benchmark job (1 s to 24 h)"
     )
@@ -240,11 +242,11 @@ class RolloutGateConfig(_Section):
     """
 
     repeats: int = Field(default=8, ge=1, le=1000, description="interleaved A/B repeats (two jobs each)")
-    min_bytes: ByteSize = 1 << 20
-    max_bytes: ByteSize = 1 << 28
+    min_bytes: ByteSize = Field(default=1 << 20, description="smallest all_reduce size of the gate benchmark")
+    max_bytes: ByteSize = Field(default=1 << 28, description="largest all_reduce size of the gate benchmark")
     step_factor: int = Field(default=4, ge=2, le=1024, description="the size ladder's multiplier")
-    iters: int = Field(default=20, ge=1, le=10_000)
-    warmup_iters: int = Field(default=5, ge=1, le=10_000)
+    iters: int = Field(default=20, ge=1, le=10_000, description="timed iterations per size")
+    warmup_iters: int = Field(default=5, ge=1, le=10_000, description="warm-up iterations per size")
     cuda_graph: bool = Field(
         default=False,
         description="time each size as CUDA graphs (nccl-tests -G; backend nccl only), as search.cudaGraph does "

@@ -3,31 +3,34 @@
 from __future__ import annotations
 
 import getpass
-import re
 import socket
 from pathlib import Path
 
 import click
 
 from topo_tune.cli.admin import connected
-from topo_tune.cli.bench import ByteSize
 from topo_tune.cli.output import emit_data, emit_table, to_data
+from topo_tune.cli.setting_options import setting_option
 from topo_tune.client import AdminClient
+from topo_tune.cluster_config import RolloutGateConfig
+from topo_tune.config_values import parse_duration
 from topo_tune.config_version import FILE_NAMES
 from topo_tune.v1 import admin_pb2
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)?$")
+_GATE = "rollout.gate"  # the controller's cluster.yaml: its defaults for every rollout
 
 
 def actor() -> str:
     return f"{getpass.getuser()}@{socket.gethostname()}"
 
 
-def parse_duration(value: str) -> float:
-    match = _DURATION.match(value.strip())
-    if not match:
-        raise click.BadParameter(f"{value!r}: a duration like 90, 30s, 5m or 1h", param_hint="--pause-between")
-    return float(match.group(1)) * {"s": 1, "m": 60, "h": 3600}[match.group(2) or "s"]
+def _seconds(value: str) -> float:
+    try:
+        seconds = parse_duration(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--pause-between") from None
+    assert isinstance(seconds, float)
+    return seconds
 
 
 def _key_values(values: tuple[str, ...], option: str) -> dict[str, str]:
@@ -104,12 +107,12 @@ def rollout() -> None:
 @click.option(
     "--threshold", "thresholds", multiple=True, metavar="KEY=VALUE", help="Gate threshold, e.g. min_gain=0.05."
 )
-@click.option("--gate-repeats", type=click.IntRange(1, 1000), help="A/B repeats of each gate [cluster.yaml: 8].")
-@click.option("--gate-min-bytes", type=ByteSize(), help="Smallest size of the gate benchmark [1M].")
-@click.option("--gate-max-bytes", type=ByteSize(), help="Largest size of the gate benchmark [256M].")
-@click.option("--gate-step-factor", type=click.IntRange(2, 1024), help="Size multiplier from min to max [4].")
-@click.option("--gate-iters", type=click.IntRange(1, 10_000), help="Timed iterations per size [20].")
-@click.option("--gate-warmup-iters", type=click.IntRange(1, 10_000), help="Warm-up iterations per size [5].")
+@setting_option(RolloutGateConfig, "repeats", "--gate-repeats", key=_GATE)
+@setting_option(RolloutGateConfig, "min_bytes", "--gate-min-bytes", key=_GATE)
+@setting_option(RolloutGateConfig, "max_bytes", "--gate-max-bytes", key=_GATE)
+@setting_option(RolloutGateConfig, "step_factor", "--gate-step-factor", key=_GATE)
+@setting_option(RolloutGateConfig, "iters", "--gate-iters", key=_GATE)
+@setting_option(RolloutGateConfig, "warmup_iters", "--gate-warmup-iters", key=_GATE)
 @click.option(
     "--gate-cuda-graph/--gate-eager",
     "gate_cuda_graph",
@@ -165,7 +168,7 @@ def create(
         canary_rack=canary_rack,
         no_canary=no_canary,
         max_parallel_racks=max_parallel_racks,
-        pause_between_s=parse_duration(pause_between),
+        pause_between_s=_seconds(pause_between),
         require_approval=require_approval,
         thresholds=limits,
         gate=admin_pb2.GateMeasurement(  # unset: 0, the controller's default (cluster.yaml's rollout.gate)
