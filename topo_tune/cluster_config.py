@@ -11,12 +11,13 @@ over what it returns.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import pydantic
 import yaml
@@ -30,7 +31,7 @@ from topo_tune.config_layout import DEFAULT_CONFIG_DIR
 from topo_tune.config_values import Backend, ByteSize, Duration, HostPort, NodeName
 from topo_tune.errors import ConfigError, FieldError, YamlLimitError
 
-API_VERSION = "topo-tune/v1"
+API_VERSION: Final = "topo-tune/v1"
 
 
 def _no_schema_default(schema: dict[str, Any]) -> None:
@@ -421,17 +422,25 @@ def field_errors(exc: pydantic.ValidationError) -> list[tuple[str, str]]:
 Section = TypeVar("Section", bound=BaseModel)
 
 
-def validated(
-    model: type[Section], data: Mapping[str, object], *, where: str = "", error: type[FieldError] = ConfigError
-) -> Section:
-    """``data`` as a ``model``, or ``error`` naming every bad field (under ``where``, e.g. ``gate``)."""
+@contextlib.contextmanager
+def naming_fields(*, where: str = "", error: type[FieldError] = ConfigError) -> Iterator[None]:
+    """Turns a model's ``pydantic.ValidationError`` into one ``error`` naming every bad field (under ``where``)."""
     try:
-        return model.model_validate(data)
+        yield
     except pydantic.ValidationError as exc:
         errors = [(".".join(p for p in (where, f) if p), r) for f, r in field_errors(exc)]
         first_field, first_reason = errors[0]
         more = "; ".join(f"{f}: {r}" for f, r in errors[1:])
         raise error(first_field, first_reason + (f"; {more}" if more else "")) from None
+
+
+def validated(
+    model: type[Section], data: Mapping[str, object], *, where: str = "", error: type[FieldError] = ConfigError
+) -> Section:
+    """``data`` as a ``model``, or ``error`` naming every bad field (under ``where``, e.g. ``gate``)."""
+    with naming_fields(where=where, error=error):
+        return model.model_validate(data)
+    raise AssertionError("unreachable")  # for mypy: the context manager re-raises
 
 
 def overridden(

@@ -15,6 +15,7 @@ from tests.controller.test_benchmark_jobs_service import RunningAgent, agents, r
 from tests.support.processes import TOKEN
 from tests.support.waiting import async_wait_until
 from topo_tune.cli.main import cli
+from topo_tune.cluster_config import SearchConfig, WorkloadConfig
 from topo_tune.controller.server import Controller
 from topo_tune.errors import NotFoundError, ValidationError
 from topo_tune.v1 import admin_pb2
@@ -150,3 +151,8 @@ async def test_a_study_on_nccl_nodes_is_graph_timed_unless_asked_eager(
     assert (await studies._cluster("st-g", study_request(nodes=nccl))).search.cuda_graph
     assert not (await studies._cluster("st-e", study_request(nodes=nccl, cuda_graph=False))).search.cuda_graph
     assert not (await studies._cluster("st-c", study_request(nodes=["s3"]))).search.cuda_graph, "gloo stays eager"
+    bare = await studies._cluster("st-d", admin_pb2.StartStudyRequest(nodes=nccl))
+    assert bare.search == SearchConfig(cuda_graph=True), "an empty request gets cluster.yaml's search defaults"
+    assert bare.workload == WorkloadConfig() and [n.name for r in bare.racks for n in r.nodes] == nccl
+    with pytest.raises(ValidationError, match=r"^search\.proof_pairs: input should be greater than or equal to 2$"):
+        await studies._cluster("st-b", study_request(nodes=nccl, proof_pairs=1))

@@ -12,7 +12,7 @@ Non-goal: flags that no cluster.yaml key backs (they stay plain click options).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 import click
 import pydantic
@@ -74,21 +74,24 @@ def setting_option(
     model: type[BaseModel],
     name: str,
     *decls: str,
-    key: str,
+    key: str | None,
     off: str | None = None,
     default_text: str | None = None,
     help: str | None = None,
 ) -> Callable[[F], F]:
-    """A flag for ``model``'s field ``name``, documented as cluster.yaml's ``key`` (the section's path)."""
+    """A flag for ``model``'s field ``name``, documented as cluster.yaml's ``key`` (the section's path; None:
+    the flag's default is the model's, whatever cluster.yaml says)."""
     field = model.model_fields[name]
     description = help or field.description or name.replace("_", " ")
-    yaml_key = f"{key}.{field.alias or to_camel(name)}"
     default = default_text or show_default(field)
+    source = f"cluster.yaml {key}.{field.alias or to_camel(name)}, else " if key is not None else ""
     off_note = f"; {off}: off" if off is not None else ""
-    text = f"{description[:1].upper()}{description[1:]}{off_note} [cluster.yaml {yaml_key}, else {default}]."
+    text = f"{description[:1].upper()}{description[1:]}{off_note} [{source}{default}]."
     if field.annotation is bool:
         if len(decls) == 1:
             flag = decls[0].removeprefix("--")
             decls = (f"--{flag}/--no-{flag}",)
         return click.option(*decls, default=None, help=text)
+    if get_origin(field.annotation) is Literal:
+        return click.option(*decls, type=click.Choice(get_args(field.annotation)), default=None, help=text)
     return click.option(*decls, type=SettingValue(field, off=off), default=None, help=text)

@@ -7,9 +7,10 @@ import time
 import click
 
 from topo_tune.cli.admin import admin, connected
-from topo_tune.cli.bench import ByteSize
 from topo_tune.cli.output import emit_data, emit_table, to_data
+from topo_tune.cli.setting_options import setting_option
 from topo_tune.client import AdminClient
+from topo_tune.cluster_config import SearchConfig
 from topo_tune.v1 import admin_pb2
 
 STATUS_NAMES = {v: k.removeprefix("STUDY_STATUS_").lower() for k, v in admin_pb2.StudyStatus.items()}
@@ -62,27 +63,26 @@ def study() -> None:
 @click.option("--id", "study_id", default="", help="Your own study id (starting it again resumes it).")
 @click.option("--nodes", default="", help="Comma-separated node names [every ready node].")
 @click.option("--collective", "collectives", multiple=True, callback=_weights, help="COLLECTIVE[=WEIGHT]; repeatable.")
-@click.option("--budget", type=click.IntRange(1, 100_000), default=60, show_default=True)
-@click.option(
-    "--sampler", type=click.Choice(["tpe", "random", "cmaes", "coordinate"]), default="tpe", show_default=True
-)
-@click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
-@click.option("--min-bytes", type=ByteSize(), default="256", show_default=True)
-@click.option("--max-bytes", type=ByteSize(), default="1G", show_default=True)
+@setting_option(SearchConfig, "budget", "--budget", key=None)
+@setting_option(SearchConfig, "sampler", "--sampler", key=None)
+@setting_option(SearchConfig, "seed", "--seed", key=None)
+@setting_option(SearchConfig, "min_bytes", "--min-bytes", key=None)
+@setting_option(SearchConfig, "max_bytes", "--max-bytes", key=None)
 @click.option("--site", "site_fixed", multiple=True, callback=_pairs, help="Site-fixed NCCL_KEY=VALUE; repeatable.")
-@click.option("--finalists", type=click.IntRange(1, 20), help="Trials proven at the end [3].")
-@click.option("--proof-pairs", type=click.IntRange(2, 1000), help="A/B pairs per finalist [10].")
+@setting_option(SearchConfig, "finalists", "--finalists", key=None)
+@setting_option(SearchConfig, "proof_pairs", "--proof-pairs", key=None)
 @click.option(
     "--cuda-graph/--eager",
     default=None,
     help="Time trials as CUDA graphs (nccl-tests -G; nccl nodes only), so sizes under a few MiB show NCCL, not "
     "Python, or eagerly (each call pays the CPU's 25-45 us launch cost) [graphs on nccl nodes, eager otherwise].",
 )
-@click.option(
-    "--tuner-table/--no-tuner-table",
-    default=True,
-    show_default=True,
-    help="Measure a tuner-plugin table composed from the per-size winners as one more trial.",
+@setting_option(
+    SearchConfig,
+    "tuner_table",
+    "--tuner-table",
+    key=None,
+    help="measure a tuner-plugin table composed from the per-size winners as one more trial",
 )
 @click.option("--wait/--no-wait", default=False, show_default=True, help="Wait until the study ends.")
 @connected
@@ -92,34 +92,38 @@ def start(
     study_id: str,
     nodes: str,
     collectives: dict[str, float],
-    budget: int,
-    sampler: str,
-    seed: int,
-    min_bytes: int,
-    max_bytes: int,
+    budget: int | None,
+    sampler: str | None,
+    seed: int | None,
+    min_bytes: int | None,
+    max_bytes: int | None,
     site_fixed: dict[str, str],
     finalists: int | None,
     proof_pairs: int | None,
     cuda_graph: bool | None,
-    tuner_table: bool,
+    tuner_table: bool | None,
     wait: bool,
 ) -> None:
     """Start a study on the controller (or resume one with the same --id)."""
+    if finalists == 0:
+        raise click.BadParameter(
+            "0 cannot be sent (0 on the wire asks for the default): give 1 or more", param_hint="--finalists"
+        )
     info = client.start_study(
         admin_pb2.StartStudyRequest(
             study_id=study_id,
             nodes=[n.strip() for n in nodes.split(",") if n.strip()],
             collectives=collectives,
-            budget=budget,
-            sampler=sampler,
-            seed=seed,
-            min_bytes=min_bytes,
-            max_bytes=max_bytes,
+            budget=budget or 0,  # 0, "" or unset: the controller's default, the model's (cluster_config.SearchConfig)
+            sampler=sampler or "",
+            seed=seed or 0,
+            min_bytes=min_bytes or 0,
+            max_bytes=max_bytes or 0,
             site_fixed=site_fixed,
-            finalists=finalists or 0,  # 0: the controller's default
+            finalists=finalists or 0,
             proof_pairs=proof_pairs or 0,
             cuda_graph=cuda_graph,
-            no_tuner_table=not tuner_table,
+            no_tuner_table=tuner_table is False,
         )
     )
     while wait and info.status == admin_pb2.STUDY_STATUS_RUNNING:

@@ -18,14 +18,26 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import optuna
 import sqlalchemy as sa
 from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy.orm import Session
 
-from topo_tune.cluster_config import ClusterConfig, parse_cluster_config
+from topo_tune.cluster_config import (
+    API_VERSION,
+    ClusterConfig,
+    Metadata,
+    NodeConfig,
+    RackConfig,
+    SearchConfig,
+    SpineConfig,
+    WorkloadConfig,
+    naming_fields,
+    validated,
+)
+from topo_tune.config_values import Backend
 from topo_tune.controller import validation
 from topo_tune.controller.admin_service import cluster_topology_view, node_message
 from topo_tune.controller.config_versions import ConfigVersions
@@ -37,7 +49,6 @@ from topo_tune.controller.nodes import NodeRegistry, NodeState
 from topo_tune.controller.probes import Probes
 from topo_tune.errors import (
     AlreadyExists,
-    ConfigError,
     ConflictError,
     NotFoundError,
     StudyCancelled,
@@ -192,40 +203,37 @@ class Studies:
         backends = {known[n].backend for n in names}
         if len(backends) != 1:
             raise ValidationError("nodes", f"the nodes run different backends ({', '.join(sorted(backends))})")
-        racks: dict[str, list[dict[str, object]]] = {}
-        for name in names:
-            rack = self.rack_of.get(name) or known[name].rack or "default"
-            racks.setdefault(rack, []).append({"name": name})
-        search: dict[str, object] = {
-            "budget": request.budget or 60,
-            "sampler": request.sampler or "tpe",
-            "seed": request.seed,
-            "minBytes": request.min_bytes or 256,
-            "maxBytes": request.max_bytes or (1 << 30),
-            "stepFactor": request.step_factor or 4,
-            "finalists": request.finalists or 3,
-            "proofPairs": request.proof_pairs or 10,
-            "tunerTable": not request.no_tuner_table,
-        }
+        racks: dict[str, list[NodeConfig]] = {}
+        with naming_fields(error=ValidationError):
+            for name in names:
+                rack = self.rack_of.get(name) or known[name].rack or "default"
+                racks.setdefault(rack, []).append(NodeConfig(name=name))
+        # 0 or empty on the wire leaves search's own default; cuda_graph unset, the backend's (graphs on nccl).
+        numbers = ("budget", "seed", "min_bytes", "max_bytes", "step_factor", "finalists", "proof_pairs")
+        given: dict[str, object] = {name: getattr(request, name) for name in numbers if getattr(request, name)}
+        if request.sampler:
+            given["sampler"] = request.sampler
         if request.knobs:
-            search["knobs"] = list(request.knobs)
+            given["knobs"] = list(request.knobs)
         if request.HasField("cuda_graph"):
-            search["cudaGraph"] = request.cuda_graph  # unset: cluster.yaml's default (graphs on nccl nodes)
-        document: dict[str, object] = {
-            "apiVersion": "topo-tune/v1",
-            "metadata": {"name": study_id},
-            "backend": backends.pop(),
-            "racks": [{"name": rack, "nodes": members} for rack, members in racks.items()],
-            "workload": {"collectives": dict(request.collectives) or {"all_reduce": 1.0}},
-            "search": search,
-            "siteFixed": dict(request.site_fixed),
-        }
-        if self.spine[0] is not None:
-            document["spine"] = {"oversubscription": self.spine[0]}
-        try:
-            return parse_cluster_config(document, source="study request")
-        except ConfigError as error:
-            raise ValidationError(error.field, error.reason) from None
+            given["cuda_graph"] = request.cuda_graph
+        if request.no_tuner_table:
+            given["tuner_table"] = False
+        search = validated(SearchConfig, given, where="search", error=ValidationError)
+        with naming_fields(error=ValidationError):
+            return ClusterConfig(
+                api_version=API_VERSION,
+                metadata=Metadata(name=study_id),
+                backend=cast("Backend", backends.pop()),  # checked by the model like any other value
+                racks=[RackConfig(name=rack, nodes=members) for rack, members in racks.items()],
+                spine=None if self.spine[0] is None else SpineConfig(oversubscription=self.spine[0]),
+                workload=WorkloadConfig(collectives=dict(request.collectives))
+                if request.collectives
+                else WorkloadConfig(),
+                search=search,
+                site_fixed=dict(request.site_fixed),
+            )
+        raise AssertionError("unreachable")  # for mypy: naming_fields re-raises
 
     def _run_study(self, study_id: str, cluster: ClusterConfig, port: InProcessPort) -> None:
         status, message, result, version, name = "failed", "", "", "", ""
