@@ -34,6 +34,9 @@ from topo_tune.errors import ConfigError, FieldError, YamlLimitError
 API_VERSION: Final = "topo-tune/v1"
 
 
+SamplerName = Literal["tpe", "random", "cmaes", "coordinate"]
+
+
 def _no_schema_default(schema: dict[str, Any]) -> None:
     """For a field whose default depends on another (the description says which): the schema shows none."""
     schema.pop("default", None)
@@ -171,7 +174,7 @@ class SearchConfig(_Section):
     """How `topo-tune init` searches and proves."""
 
     budget: int = Field(default=60, ge=1, le=100_000, description="trials, the baseline included")
-    sampler: Literal["tpe", "random", "cmaes", "coordinate"] = Field(
+    sampler: SamplerName = Field(
         default="tpe", description="how trials are proposed (Optuna's TPE, random, CMA-ES, or one knob at a time)"
     )
     seed: int = Field(default=0, ge=0, description="the sampler's seed")

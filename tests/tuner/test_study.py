@@ -17,6 +17,7 @@ import pytest
 
 from tests.support.waiting import wait_until
 from tests.tuner.landscape import Landscape, exhaustive_optimum, synthetic_space
+from topo_tune.cluster_config import SearchConfig
 from topo_tune.errors import ConfigError, StudyError, TrialFailed
 from topo_tune.sim import defaults_optimal_cluster, demo_cluster
 from topo_tune.tuner.objective import Measurements, Objective, WorkloadProfile
@@ -538,3 +539,15 @@ def test_a_baseline_killed_on_every_attempt_is_measured_again_when_the_study_is_
     assert [t.state for t in baselines] == ["stale", "stale", "stale", "complete"]
     assert [t.superseded for t in baselines] == [True, True, True, False]
     assert len([t for t in outcome.trials if not t.superseded]) == 3, "the killed attempts count for nothing"
+
+
+def test_study_settings_take_search_defaults_and_checks_from_cluster_yaml(database: str) -> None:
+    settings, search = StudySettings(name="s", storage=database), SearchConfig()
+    shared = ("budget", "sampler", "rungs", "finalists", "proof_pairs", "proof_pairs_max", "min_effect", "max_loss")
+    assert [getattr(settings, name) for name in shared] == [getattr(search, name) for name in shared]
+    with pytest.raises(ConfigError, match=r"^study\.budget: input should be greater than or equal to 1$"):
+        StudySettings(name="s", storage=database, budget=0)
+    with pytest.raises(ConfigError, match=r"^study\.sampler: input should be 'tpe', 'random', 'cmaes' or 'coordinate'"):
+        StudySettings(name="s", storage=database, sampler="grid")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^study\.proof_pairs_max: must be at least proof_pairs \(10\), got 4$"):
+        StudySettings(name="s", storage=database, proof_pairs_max=4)

@@ -39,13 +39,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import optuna
 import sqlalchemy
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from topo_tune.cluster_config import SamplerName, SearchConfig, naming_fields
 from topo_tune.errors import ConfigError, FailureKind, StudyError, TrialFailed
 from topo_tune.tuner import size_options, statistics
 from topo_tune.tuner.coordinate_descent import CoordinateDescentSampler
@@ -78,8 +79,20 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SamplerName = Literal["tpe", "random", "cmaes", "coordinate"]
-SAMPLERS: tuple[SamplerName, ...] = ("tpe", "random", "cmaes", "coordinate")
+SAMPLERS: tuple[SamplerName, ...] = get_args(SamplerName)
+_SEARCH = SearchConfig()
+"""cluster.yaml's ``search`` defaults: the study's, written once there."""
+_FROM_SEARCH = (
+    "budget",
+    "sampler",
+    "seed",
+    "rungs",
+    "finalists",
+    "proof_pairs",
+    "proof_pairs_max",
+    "min_effect",
+    "max_loss",
+)
 _MAX_ATTEMPTS = 2  # a stale trial is retried once
 _UNLABELED_GRACE_S = 10.0
 """How long a running trial without a worker label is left alone (labelling takes milliseconds)."""
@@ -114,11 +127,11 @@ class StudySettings:
 
     name: str
     storage: str  # SQLAlchemy URL: sqlite:///… embedded, postgresql+psycopg://… in production
-    budget: int = 60
-    sampler: SamplerName = "tpe"
-    seed: int = 0
+    budget: int = _SEARCH.budget
+    sampler: SamplerName = _SEARCH.sampler
+    seed: int = _SEARCH.seed
     ladder: tuple[int, ...] = DEFAULT_LADDER
-    rungs: int = 3
+    rungs: int = _SEARCH.rungs
     prune_ratio: float = 0.8  # prune below this fraction of the best completed value at a rung; 0: never
     prune_startup: int = 5  # completed trials needed before pruning starts
     # TPE models the landscape from the third finished trial on (the baseline and the candidates count), and
@@ -128,13 +141,13 @@ class StudySettings:
     # (benchmarks/search_efficiency.py measures both).
     tpe_startup: int = 3
     tpe_ei_candidates: int = 64
-    finalists: int = 3
-    proof_pairs: int = 10
-    proof_pairs_max: int = 30
+    finalists: int = _SEARCH.finalists
+    proof_pairs: int = _SEARCH.proof_pairs
+    proof_pairs_max: int = _SEARCH.proof_pairs_max
     """Pairs a finalist may get in all (looks of ``proof_pairs``) while a weighted bucket is undecided."""
     alpha: float = statistics.DEFAULT_ALPHA
-    min_effect: float = statistics.DEFAULT_MIN_EFFECT
-    max_loss: float = statistics.DEFAULT_MAX_LOSS
+    min_effect: float = _SEARCH.min_effect
+    max_loss: float = _SEARCH.max_loss
     """The largest loss a shipped configuration may have in any weighted bucket (at its lower bound)."""
     worker_id: str = "topo-tune"
     table_shape: tuple[int, int] | None = None
@@ -145,23 +158,19 @@ class StudySettings:
     poll_interval_s: float = 1.0
 
     def __post_init__(self) -> None:
+        with naming_fields(where="study", error=ConfigError):  # the settings cluster.yaml's search has: its checks
+            SearchConfig.model_validate({name: getattr(self, name) for name in _FROM_SEARCH})
         checks: list[tuple[str, bool, str]] = [
             ("name", bool(self.name), "must not be empty"),
             ("storage", "://" in self.storage, f"expected a SQLAlchemy URL, got {self.storage!r}"),
-            ("budget", self.budget >= 1, f"must be at least 1, got {self.budget}"),
-            ("sampler", self.sampler in SAMPLERS, f"must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}"),
-            ("rungs", self.rungs >= 1, f"must be at least 1, got {self.rungs}"),
             ("tpe_startup", self.tpe_startup >= 0, f"must be >= 0, got {self.tpe_startup}"),
             ("tpe_ei_candidates", self.tpe_ei_candidates >= 1, f"must be at least 1, got {self.tpe_ei_candidates}"),
             ("prune_ratio", 0 <= self.prune_ratio < 1, f"must be within [0, 1), got {self.prune_ratio}"),
-            ("finalists", self.finalists >= 0, f"must be >= 0, got {self.finalists}"),
-            ("proof_pairs", self.proof_pairs >= 2, f"must be at least 2, got {self.proof_pairs}"),
             (
                 "proof_pairs_max",
                 self.proof_pairs_max >= self.proof_pairs,
                 f"must be at least proof_pairs ({self.proof_pairs}), got {self.proof_pairs_max}",
             ),
-            ("max_loss", 0 <= self.max_loss < 1, f"must be within [0, 1), got {self.max_loss}"),
             ("heartbeat_interval_s", self.heartbeat_interval_s > 0, "must be > 0"),
             (
                 "stale_after_s",
