@@ -1,4 +1,8 @@
-"""The controller's settings: built once by the CLI from cluster.yaml, flags and environment."""
+"""The controller's settings: built once by the CLI from cluster.yaml, flags and environment.
+
+What cluster.yaml holds is its own section objects (``DriftConfig``, ``RolloutGateConfig``, ...) or, for the
+flat values, defaults read from ``ControllerConfig``: each default is written once, in ``cluster_config.py``.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +11,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from topo_tune.auth import TlsFiles
-from topo_tune.cluster_config import DriftConfig, RetentionConfig, RolloutGateConfig, RolloutThresholdsConfig
-from topo_tune.config_layout import DEFAULT_CONFIG_DIR
+from topo_tune.cluster_config import (
+    ControllerConfig,
+    DriftConfig,
+    RetentionConfig,
+    RolloutConfig,
+    RolloutGateConfig,
+    RolloutThresholdsConfig,
+)
 from topo_tune.kube.environment import KubeEnvironment
 from topo_tune.kube.leader_election import LeaderElectionSettings
+
+_FILE = ControllerConfig()
+_ROLLOUT = RolloutConfig()
 
 
 @dataclass(frozen=True)
 class ControllerSettings:
-    listen: str = "127.0.0.1:50051"
+    listen: str = _FILE.listen
     """HOST:PORT for both gRPC services; port 0 picks a free port (tests)."""
-    database_url: str = "sqlite:///topo-tune.db"
+    database_url: str = _FILE.database
     token: str = ""
     """The shared bearer token every agent and admin must present."""
     tls: TlsFiles | None = None
@@ -26,8 +39,8 @@ class ControllerSettings:
     """HOST:PORT for Prometheus' /metrics; None: off."""
     health_listen: str | None = None
     """A plaintext gRPC port serving only the health service (kubelet probes cannot do mTLS)."""
-    heartbeat_interval_s: float = 10.0
-    heartbeat_expiry_s: float = 30.0
+    heartbeat_interval_s: float = _FILE.heartbeat_interval
+    heartbeat_expiry_s: float = _FILE.heartbeat_expiry
     """Silence after which a node is ``lost``: three missed heartbeats by default."""
     fanout_window: int = 512
     """Nodes a fan-out (``SendCommands``) delivers to at once."""
@@ -53,7 +66,7 @@ class ControllerSettings:
     ``topo-tune``) is then accepted as the agent credential of the node TokenReview names."""
     leader_election: LeaderElectionSettings | None = None
     """None: this controller is the only one and always leads. Set: only the Lease holder acts."""
-    agent_config_dir: Path = DEFAULT_CONFIG_DIR
+    agent_config_dir: Path = Path(_ROLLOUT.agent_config_dir)
     """Where the agents stage config versions (the same path on every node): gate benchmarks point there."""
     rollout_gate: RolloutGateConfig = field(default_factory=RolloutGateConfig)
     rollout_thresholds: RolloutThresholdsConfig = field(default_factory=RolloutThresholdsConfig)
