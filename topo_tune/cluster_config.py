@@ -97,12 +97,15 @@ class ControllerConfig(_Section):
     address: HostPort | None = Field(
         default=None, description="a remote controller to use; unset: `topo-tune init` embeds one"
     )
-    listen: HostPort = "127.0.0.1:50051"
-    database: str = Field(default="sqlite:///topo-tune.db", min_length=1, description="SQLAlchemy URL")
-    metrics_listen: HostPort | None = Field(default=None, description="Prometheus /metrics; unset: off")
+    listen: HostPort = Field(default="127.0.0.1:50051", description="HOST:PORT of the gRPC services")
+    database: str = Field(
+        default="sqlite:///topo-tune.db", min_length=1, description="the SQLAlchemy URL of the controller's database"
+    )
+    metrics_listen: HostPort | None = Field(default=None, description="HOST:PORT of Prometheus /metrics; unset: off")
     health_listen: HostPort | None = Field(
         default=None,
-        description="a plaintext gRPC health port, for kubelet probes when the main port uses mTLS",
+        description="HOST:PORT of a plaintext gRPC health port, for kubelet probes when the main port uses mTLS; "
+        "unset: off",
     )
     token_file: str | None = None
     tls: TlsConfig | None = None

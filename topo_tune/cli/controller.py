@@ -38,14 +38,10 @@ def controller() -> None:
 
 @controller.command()
 @click.option("--config", "config_file", type=_PATH, help="cluster.yaml; its `controller:` section and racks.")
-@click.option("--listen", help="HOST:PORT for the gRPC services [cluster.yaml, else 127.0.0.1:50051].")
-@click.option(
-    "--database",
-    envvar="TOPO_TUNE_DATABASE_URL",
-    help="SQLAlchemy URL [cluster.yaml, else sqlite:///topo-tune.db].",
-)
-@click.option("--metrics-listen", help="HOST:PORT for Prometheus /metrics [off].")
-@click.option("--health-listen", help="HOST:PORT for a plaintext gRPC health port, for probes when mTLS is on.")
+@setting_option(ControllerConfig, "listen", "--listen", metavar="HOST:PORT", key="controller")
+@setting_option(ControllerConfig, "database", "--database", key="controller", envvar="TOPO_TUNE_DATABASE_URL")
+@setting_option(ControllerConfig, "metrics_listen", "--metrics-listen", metavar="HOST:PORT", key="controller")
+@setting_option(ControllerConfig, "health_listen", "--health-listen", metavar="HOST:PORT", key="controller")
 @setting_option(ControllerConfig, "heartbeat_interval", "--heartbeat-interval", key="controller")
 @setting_option(ControllerConfig, "heartbeat_expiry", "--heartbeat-expiry", key="controller")
 @token_options

@@ -56,7 +56,8 @@ class SettingValue(click.ParamType[Any]):
         self._off = off
         parser = _validator(field)
         kinds = {parse_duration: "duration", parse_bytes: "size"}
-        self.name = kinds.get(parser, "integer" if field.annotation is int else "number")  # type: ignore[arg-type]
+        numbers = {int: "integer", float: "number"}
+        self.name = kinds.get(parser) or numbers.get(field.annotation, "text")  # type: ignore[arg-type]
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
         return self.name.upper()
@@ -78,15 +79,18 @@ def setting_option(
     off: str | None = None,
     default_text: str | None = None,
     help: str | None = None,
+    envvar: str | None = None,
+    metavar: str | None = None,
 ) -> Callable[[F], F]:
     """A flag for ``model``'s field ``name``, documented as cluster.yaml's ``key`` (the section's path; None:
     the flag's default is the model's, whatever cluster.yaml says)."""
     field = model.model_fields[name]
     description = help or field.description or name.replace("_", " ")
-    default = default_text or show_default(field)
+    default = default_text or ("unset" if field.default is None else show_default(field))
     source = f"cluster.yaml {key}.{field.alias or to_camel(name)}, else " if key is not None else ""
     off_note = f"; {off}: off" if off is not None else ""
-    text = f"{description[:1].upper()}{description[1:]}{off_note} [{source}{default}]."
+    env_note = f"${envvar}, else " if envvar else ""
+    text = f"{description[:1].upper()}{description[1:]}{off_note} [{env_note}{source}{default}]."
     if field.annotation is bool:
         if len(decls) == 1:
             flag = decls[0].removeprefix("--")
@@ -94,4 +98,6 @@ def setting_option(
         return click.option(*decls, default=None, help=text)
     if get_origin(field.annotation) is Literal:
         return click.option(*decls, type=click.Choice(get_args(field.annotation)), default=None, help=text)
-    return click.option(*decls, type=SettingValue(field, off=off), default=None, help=text)
+    return click.option(
+        *decls, type=SettingValue(field, off=off), default=None, envvar=envvar, metavar=metavar, help=text
+    )
