@@ -11,15 +11,12 @@ over what it returns.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal
 
-import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -27,9 +24,10 @@ from pydantic.alias_generators import to_camel
 from topo_tune import bounded_yaml
 from topo_tune.benchmark.job_spec import MAX_DEADLINE_S
 from topo_tune.benchmark.sweep import size_ladder
+from topo_tune.config_checks import PathError, validated
 from topo_tune.config_layout import DEFAULT_CONFIG_DIR
 from topo_tune.config_values import Backend, ByteSize, Duration, HostPort, NodeName
-from topo_tune.errors import ConfigError, FieldError, YamlLimitError
+from topo_tune.errors import ConfigError, YamlLimitError
 
 API_VERSION: Final = "topo-tune/v1"
 
@@ -333,12 +331,12 @@ class ClusterConfig(_Section):
         nodes: dict[str, tuple[int, int]] = {}
         for i, rack in enumerate(self.racks):
             if rack.name in racks:
-                raise _PathError(f"racks[{i}].name", f"duplicate rack name {rack.name!r}")
+                raise PathError(f"racks[{i}].name", f"duplicate rack name {rack.name!r}")
             racks[rack.name] = i
             for j, node in enumerate(rack.nodes):
                 if node.name in nodes:
                     ri, nj = nodes[node.name]
-                    raise _PathError(
+                    raise PathError(
                         f"racks[{i}].nodes[{j}].name",
                         f"duplicate node name {node.name!r} (also racks[{ri}].nodes[{nj}])",
                     )
@@ -351,113 +349,14 @@ class ClusterConfig(_Section):
             gate = gate.model_copy(update={"cuda_graph": True})
             object.__setattr__(self, "rollout", self.rollout.model_copy(update={"gate": gate}))
         if self.search.cuda_graph and self.backend != "nccl":
-            raise _PathError("search.cudaGraph", f"CUDA graphs need backend nccl, not {self.backend}")
+            raise PathError("search.cudaGraph", f"CUDA graphs need backend nccl, not {self.backend}")
         if self.rollout.gate.cuda_graph and self.backend != "nccl":
-            raise _PathError("rollout.gate.cudaGraph", f"CUDA graphs need backend nccl, not {self.backend}")
+            raise PathError("rollout.gate.cudaGraph", f"CUDA graphs need backend nccl, not {self.backend}")
         return self
 
     def rack_of(self) -> dict[str, str]:
         """Node name → rack name, for every node the file lists."""
         return {node.name: rack.name for rack in self.racks for node in rack.nodes}
-
-
-class _PathError(ValueError):
-    """A cross-field error that knows its own path (pydantic's is the model's)."""
-
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(reason)
-        self.path = path
-        self.reason = reason
-
-
-_REASONS = {
-    "int_parsing": "expected integer",
-    "int_type": "expected integer",
-    "int_from_float": "expected integer",
-    "float_parsing": "expected number",
-    "float_type": "expected number",
-    "string_type": "expected string",
-    "bool_parsing": "expected true or false",
-    "bool_type": "expected true or false",
-    "missing": "required field is missing",
-    "extra_forbidden": "unknown key",
-    "list_type": "expected a list",
-    "dict_type": "expected a mapping",
-    "model_type": "expected a mapping",
-    "model_attributes_type": "expected a mapping",
-}
-
-
-_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
-
-
-def _format_path(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif "[" in part or part.startswith("function-"):
-            continue  # pydantic's validator tags, not fields
-        elif not _KEY.match(part):
-            out += f"[{json.dumps(part)}]"  # an odd key ("", a newline, spaces) stays visible and on one line
-        else:
-            out += f".{part}" if out else part
-    return out
-
-
-def field_errors(exc: pydantic.ValidationError) -> list[tuple[str, str]]:
-    """(path, reason) of each error, as cluster.yaml's messages spell them."""
-    found: list[tuple[str, str]] = []
-    for err in exc.errors(include_url=False):
-        path = _format_path(tuple(err["loc"]))
-        ctx_error = err.get("ctx", {}).get("error")
-        if isinstance(ctx_error, _PathError):
-            found.append((ctx_error.path, ctx_error.reason))
-            continue
-        kind = err["type"]
-        reason = _REASONS.get(kind)
-        if reason is None:
-            reason = str(err["msg"]).removeprefix("Value error, ")
-            reason = reason[:1].lower() + reason[1:]
-        elif kind not in ("missing", "extra_forbidden"):
-            reason = f"{reason}, got {err['input']!r}"
-        found.append((path, reason))
-    return found
-
-
-Section = TypeVar("Section", bound=BaseModel)
-
-
-@contextlib.contextmanager
-def naming_fields(*, where: str = "", error: type[FieldError] = ConfigError) -> Iterator[None]:
-    """Turns a model's ``pydantic.ValidationError`` into one ``error`` naming every bad field (under ``where``)."""
-    try:
-        yield
-    except pydantic.ValidationError as exc:
-        errors = [(".".join(p for p in (where, f) if p), r) for f, r in field_errors(exc)]
-        first_field, first_reason = errors[0]
-        more = "; ".join(f"{f}: {r}" for f, r in errors[1:])
-        raise error(first_field, first_reason + (f"; {more}" if more else "")) from None
-
-
-def validated(
-    model: type[Section], data: Mapping[str, object], *, where: str = "", error: type[FieldError] = ConfigError
-) -> Section:
-    """``data`` as a ``model``, or ``error`` naming every bad field (under ``where``, e.g. ``gate``)."""
-    with naming_fields(where=where, error=error):
-        return model.model_validate(data)
-    raise AssertionError("unreachable")  # for mypy: the context manager re-raises
-
-
-def overridden(
-    settings: Section, updates: Mapping[str, object], *, where: str = "", error: type[FieldError] = ConfigError
-) -> Section:
-    """``settings`` with ``updates`` in place (snake_case names), validated again as a whole: a command-line
-    flag or a request's value gets the checks, and the error, of the file's own key (``model_copy`` checks
-    nothing)."""
-    if not updates:
-        return settings
-    return validated(type(settings), {**settings.model_dump(exclude_unset=True), **updates}, where=where, error=error)
 
 
 def parse_cluster_config(data: object, *, source: str = "cluster.yaml") -> ClusterConfig:

@@ -20,9 +20,9 @@ from topo_tune.cluster_config import (
     DriftConfig,
     RetentionConfig,
     load_cluster_config,
-    overridden,
     parse_cluster_config,
 )
+from topo_tune.config_checks import overridden
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.errors import ConfigError
 from topo_tune.kube.environment import KubeEnvironment, detect_in_cluster

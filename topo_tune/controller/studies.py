@@ -34,9 +34,8 @@ from topo_tune.cluster_config import (
     SearchConfig,
     SpineConfig,
     WorkloadConfig,
-    naming_fields,
-    validated,
 )
+from topo_tune.config_checks import naming_fields, validated
 from topo_tune.config_values import Backend
 from topo_tune.controller import validation
 from topo_tune.controller.admin_service import cluster_topology_view, node_message

@@ -46,7 +46,8 @@ import sqlalchemy
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from topo_tune.cluster_config import SamplerName, SearchConfig, naming_fields
+from topo_tune.cluster_config import SamplerName, SearchConfig
+from topo_tune.config_checks import naming_fields
 from topo_tune.errors import ConfigError, FailureKind, StudyError, TrialFailed
 from topo_tune.tuner import size_options, statistics
 from topo_tune.tuner.coordinate_descent import CoordinateDescentSampler

@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from topo_tune.cluster_config import RolloutThresholdsConfig, overridden
+from topo_tune.cluster_config import RolloutThresholdsConfig
+from topo_tune.config_checks import overridden
 from topo_tune.controller.rollout.gates import Outcome, Sample, judge, sign_flip_p
 from topo_tune.errors import ValidationError
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from topo_tune.cluster_config import RolloutGateConfig, validated
+from topo_tune.cluster_config import RolloutGateConfig
+from topo_tune.config_checks import validated
 from topo_tune.errors import ValidationError
 
 

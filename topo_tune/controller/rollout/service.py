@@ -15,7 +15,8 @@ from typing import Any
 import grpc.aio
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from topo_tune.cluster_config import RolloutGateConfig, overridden
+from topo_tune.cluster_config import RolloutGateConfig
+from topo_tune.config_checks import overridden
 from topo_tune.config_version import ConfigVersion
 from topo_tune.controller import validation
 from topo_tune.controller.rollout.engine import RolloutEngine
