@@ -52,3 +52,10 @@ def test_a_gate_flag_out_of_its_cluster_yaml_bounds_is_a_usage_error_naming_it(a
     assert result.exit_code == 2, result.output
     last = result.output.strip().splitlines()[-1]
     assert last.startswith(f"Error: Invalid value for {error}"), result.output
+
+
+def test_rollout_help_gives_the_gate_keys_and_defaults_of_the_model() -> None:
+    text = " ".join(CliRunner().invoke(cli, ["admin", "rollout", "create", "--help"]).output.split())
+    assert "[cluster.yaml rollout.gate.repeats, else 8]" in text
+    assert "[cluster.yaml rollout.gate.maxBytes, else 256M]" in text
+    assert "min_gain [0.03]" in text and "max_drop [0.2]" in text

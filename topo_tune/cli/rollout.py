@@ -10,9 +10,9 @@ import click
 
 from topo_tune.cli.admin import connected
 from topo_tune.cli.output import emit_data, emit_table, to_data
-from topo_tune.cli.setting_options import setting_option
+from topo_tune.cli.setting_options import setting_option, show_default
 from topo_tune.client import AdminClient
-from topo_tune.cluster_config import RolloutGateConfig
+from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.config_values import parse_duration
 from topo_tune.config_version import FILE_NAMES
 from topo_tune.v1 import admin_pb2
@@ -105,7 +105,13 @@ def rollout() -> None:
 @click.option("--pause-between", default="0", help="Wait after each passed gate (90, 30s, 5m, 1h).")
 @click.option("--require-approval", is_flag=True, help="Pause after every wave until promoted.")
 @click.option(
-    "--threshold", "thresholds", multiple=True, metavar="KEY=VALUE", help="Gate threshold, e.g. min_gain=0.05."
+    "--threshold",
+    "thresholds",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A gate threshold over cluster.yaml's rollout.thresholds, e.g. min_gain=0.05; repeatable. Keys: "
+    + ", ".join(f"{name} [{show_default(f)}]" for name, f in RolloutThresholdsConfig.model_fields.items())
+    + ".",
 )
 @setting_option(RolloutGateConfig, "repeats", "--gate-repeats", key=_GATE)
 @setting_option(RolloutGateConfig, "min_bytes", "--gate-min-bytes", key=_GATE)
