@@ -18,7 +18,7 @@ from tests.deploy.chart_render import Manifest, Rendered, ci_values, containers,
 from topo_tune.cli.connection import TOKEN_ENVVAR
 from topo_tune.cli.main import cli
 from topo_tune.cluster_config import loads_cluster_config
-from topo_tune.controller.server import SERVICE_NAMES
+from topo_tune.controller.serving import SERVICE_NAMES
 from topo_tune.errors import ConfigError
 
 OPTION_SETS = {"default": {}, **ci_values(), "fixed-rack": {"agent": {"rack": "rack-07"}}}
