@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from topo_tune.controller.admin_service import AdminServicer
-from topo_tune.controller.agent_service import AgentServicer
+from topo_tune.controller.api.admin import AdminServicer
+from topo_tune.controller.api.agent import AgentServicer
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2, agent_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -31,7 +31,7 @@
         (an admin stopped a study), PassError (a tuning pass cannot go on), ExpertModeRequired
         (an NCCL graph file without expert mode; also ``RuntimeError``)
 
-Servicers map these to gRPC status codes in one table (``controller/status_codes.py``: e.g. ``ValidationError``
+Servicers map these to gRPC status codes in one table (``controller/api/status_codes.py``: e.g. ``ValidationError``
 → INVALID_ARGUMENT, ``ConflictError`` → FAILED_PRECONDITION, ``AlreadyExists`` → ALREADY_EXISTS); the admin
 client maps status codes back (``client.py``). Non-goal: foreign exceptions (``OSError``, ``grpc.RpcError``)
 are converted where they are caught, not wrapped here.

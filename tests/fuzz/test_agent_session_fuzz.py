@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from tests.support.processes import TOKEN, LocalCluster
 from topo_tune.auth import bearer_metadata
-from topo_tune.controller import validation
+from topo_tune.controller.api import validation
 from topo_tune.errors import ValidationError
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2, agent_pb2_grpc
 
@@ -126,18 +126,14 @@ sessions = st.builds(
 
 def contract_error(message: agent_pb2.AgentMessage) -> str | None:
     """The field a well-formed message breaks the contract on, as the controller validates it."""
-    checks = {
-        "register": lambda: validation.register(message.register),
-        "heartbeat": lambda: validation.heartbeat(message.heartbeat),
-        "ack": lambda: validation.command_id(message.ack.command_id, "ack.command_id"),
-        "result": lambda: validation.result(message.result),
-        "event": lambda: validation.event(message.event),
-    }
     kind = message.WhichOneof("kind")
     if kind is None:
         return "kind"
     try:
-        checks[kind]()
+        if kind == "register":
+            validation.register(message.register)
+        else:
+            validation.agent_message(message)
     except ValidationError as error:
         return error.field
     return None

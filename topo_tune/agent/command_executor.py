@@ -40,6 +40,7 @@ from topo_tune.agent.sim_backend import run_simulated
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.errors import ConflictError, StoreBusy, ValidationError
 from topo_tune.v1 import agent_pb2, topology_pb2
+from topo_tune.wire_values import BACKEND_TO_WIRE
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,6 @@ DRAINED_KEY = "drained"
 MAX_RESULT_MESSAGE = 16 * 1024
 """Characters of a result's message sent to the controller. Well under what the controller accepts: a result
 it refuses closes the session, and the journal would re-send that result on every reconnect."""
-BACKENDS = {"nccl": agent_pb2.BACKEND_NCCL, "gloo": agent_pb2.BACKEND_GLOO, "sim": agent_pb2.BACKEND_SIM}
 
 
 @dataclass
@@ -132,7 +132,7 @@ class CommandExecutor:
         return self._benchmarks().execute(
             command.run_benchmark,
             node_name=self.node_name,
-            backend=BACKENDS[self.backend],
+            backend=BACKEND_TO_WIRE[self.backend],
             deadline_s=self._deadline(command),
             work_dir=self.work_dir,
         )
@@ -146,7 +146,7 @@ class CommandExecutor:
         return self._benchmarks().probe(
             command.probe,
             node_name=self.node_name,
-            backend=BACKENDS[self.backend],
+            backend=BACKEND_TO_WIRE[self.backend],
             deadline_s=self._deadline(command),
             work_dir=self.work_dir,
         )

@@ -34,10 +34,10 @@ from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.errors import SessionRefused
 from topo_tune.kube.rack import NodeRackReader
 from topo_tune.v1 import agent_pb2, agent_pb2_grpc, topology_pb2
+from topo_tune.wire_values import BACKEND_TO_WIRE
 
 logger = logging.getLogger(__name__)
 
-BACKENDS = {"nccl": agent_pb2.BACKEND_NCCL, "gloo": agent_pb2.BACKEND_GLOO, "sim": agent_pb2.BACKEND_SIM}
 _CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_timeout_ms", 10_000),
@@ -197,7 +197,7 @@ class Agent:
                 labels=dict(self.settings.labels),
                 topology=topology,
                 agent_version=__version__,
-                backend=BACKENDS[self.settings.backend],
+                backend=BACKEND_TO_WIRE[self.settings.backend],
                 instance_id=self.instance_id,
                 drained=self.executor.drained,
                 address=self.settings.address,

@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from google.protobuf.timestamp_pb2 import Timestamp
-
 from topo_tune.benchmark.collectives import shape
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.benchmark.wire import spec_from_proto
@@ -25,6 +23,7 @@ from topo_tune.sim.simulate import choice_of
 from topo_tune.sim.topology_import import cluster_from_topologies
 from topo_tune.sim.tuner_table import simulate_with_table
 from topo_tune.v1 import agent_pb2
+from topo_tune.wire_values import timestamp_ns
 
 
 def _with_conf_file(env: Mapping[str, str]) -> dict[str, str]:
@@ -43,8 +42,7 @@ def _with_conf_file(env: Mapping[str, str]) -> dict[str, str]:
 def run_simulated(
     run: agent_pb2.RunBenchmark, *, node_name: str, policy: EnvPolicy, now_ns: int
 ) -> agent_pb2.CommandResult:
-    finished = Timestamp()
-    finished.FromNanoseconds(now_ns)
+    finished = timestamp_ns(now_ns)
 
     def refused(message: str) -> agent_pb2.CommandResult:
         return agent_pb2.CommandResult(status=agent_pb2.COMMAND_STATUS_REJECTED, message=message, finished_at=finished)

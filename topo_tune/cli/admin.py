@@ -15,13 +15,13 @@ from topo_tune.cli.connection import client_tls, client_tls_options, resolve_tok
 from topo_tune.cli.output import FORMATS, emit_data, emit_table, to_data
 from topo_tune.client import AdminClient
 from topo_tune.v1 import admin_pb2, agent_pb2
+from topo_tune.wire_values import BACKEND_FROM_WIRE
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 STATE_NAMES = {admin_pb2.NODE_STATE_READY: "ready", admin_pb2.NODE_STATE_LOST: "lost"}
 STATUS_NAMES = {v: k.removeprefix("COMMAND_STATUS_").lower() for k, v in agent_pb2.CommandStatus.items()}
 ACTIVITY_NAMES = {v: k.removeprefix("AGENT_ACTIVITY_").lower() for k, v in agent_pb2.AgentActivity.items()}
-BACKEND_NAMES = {v: k.removeprefix("BACKEND_").lower() for k, v in agent_pb2.Backend.items()}
 
 
 def connected(function: F) -> F:
@@ -90,7 +90,7 @@ def nodes(client: AdminClient, fmt: str, rack: str) -> None:
             n.rack or "-",
             STATE_NAMES.get(n.state, "?"),
             ACTIVITY_NAMES.get(n.activity, "?"),
-            BACKEND_NAMES.get(n.backend, "?"),
+            BACKEND_FROM_WIRE.get(n.backend, "?"),
             (n.applied_config_version or "-") + (" DAMAGED" if n.config_damage else ""),
             _age(n.last_heartbeat_at),
         )
@@ -115,7 +115,7 @@ def node(client: AdminClient, fmt: str, name: str) -> None:
         ("state", STATE_NAMES.get(found.state, "?")),
         ("activity", ACTIVITY_NAMES.get(found.activity, "?")),
         ("drained", "yes" if found.drained else "no"),
-        ("backend", BACKEND_NAMES.get(found.backend, "?")),
+        ("backend", BACKEND_FROM_WIRE.get(found.backend, "?")),
         ("agent", found.agent_version),
         ("registrations", str(found.registrations)),
         ("last heartbeat", _age(found.last_heartbeat_at)),

@@ -21,7 +21,6 @@ from datetime import datetime
 from enum import StrEnum
 
 import sqlalchemy as sa
-from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy import orm
 from sqlalchemy.orm import Session
 
@@ -30,6 +29,7 @@ from topo_tune.controller.db.models import CommandRow, EventRow, NodeRow
 from topo_tune.controller.group_commit import GroupCommit
 from topo_tune.errors import AlreadyExists, NotFoundError
 from topo_tune.v1 import agent_pb2
+from topo_tune.wire_values import timestamp
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def _pending_row(
     body = agent_pb2.Command()
     body.CopyFrom(command)
     body.command_id = command_id
-    body.created_at.CopyFrom(_timestamp(now))
+    body.created_at.CopyFrom(timestamp(now))
     return CommandRow(
         id=command_id,
         node_name=node_name,
@@ -395,9 +395,3 @@ def _apply_effect(session: Session, row: CommandRow, result: agent_pb2.CommandRe
         node.drained = body.drain.drained
     elif kind == "rediscover" and result.WhichOneof("payload") == "topology":
         node.topology = result.topology.SerializeToString()
-
-
-def _timestamp(at: datetime) -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromDatetime(at)
-    return stamp

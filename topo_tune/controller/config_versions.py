@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import sqlalchemy as sa
-from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy.orm import Session
 
 from topo_tune.config_version import ConfigVersion, is_version_id
@@ -20,16 +19,15 @@ from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import ConfigVersionRow
 from topo_tune.errors import NotFoundError, ValidationError
 from topo_tune.v1 import admin_pb2
+from topo_tune.wire_values import timestamp
 
 
 def _info(row: ConfigVersionRow, *, with_files: bool) -> admin_pb2.ConfigVersionInfo:
-    created = Timestamp()
-    created.FromDatetime(row.created_at)
     return admin_pb2.ConfigVersionInfo(
         id=row.id,
         files=dict(row.files) if with_files else {},
         provenance=dict(row.provenance),
-        created_at=created,
+        created_at=timestamp(row.created_at),
     )
 
 

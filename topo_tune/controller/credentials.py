@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import grpc
 
 from topo_tune.auth import REFUSED, GuardInterceptor, presented_token
-from topo_tune.controller import validation
+from topo_tune.controller import names
 
 AGENT_SESSION = "/topo_tune.v1.AgentService/Session"
 RESOLVE_JOB_CONFIG = "/topo_tune.v1.AdminService/ResolveJobConfig"
@@ -79,7 +79,7 @@ class Credentials:
 
     def issue_agent(self, node_name: str) -> str:
         """The credential of ``node_name``'s agent (a valid node name, else ``ValidationError``)."""
-        validation.node_name(node_name, "node_name")
+        names.node_name(node_name, "node_name")
         return f"{_AGENT_PREFIX}{node_name}:{self._mac(Role.AGENT, node_name)}"
 
     def issue_job(self) -> str:

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
-from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy.orm import Session
 
 from topo_tune.benchmark.collectives import Collective, shape
@@ -40,7 +39,7 @@ from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.job_spec import MAX_DEADLINE_S, BenchmarkSpec
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import COLLECTIVE_FROM_PROTO, size_to_proto, spec_from_proto, spec_to_proto
-from topo_tune.controller import validation
+from topo_tune.controller import names
 from topo_tune.controller.benchmark_jobs import JobNode, JobStatus, JobSummary, plan_job, summarize
 from topo_tune.controller.commands import CommandBook, CommandRecord, CommandStatus
 from topo_tune.controller.db.database import Database
@@ -49,6 +48,7 @@ from topo_tune.controller.job_ends import OpenPart, cancel_command, cancel_comma
 from topo_tune.controller.nodes import NodeRegistry, NodeState, NodeView
 from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, SpecError, SweepError, ValidationError
 from topo_tune.v1 import admin_pb2, agent_pb2, topology_pb2
+from topo_tune.wire_values import backend_to_wire, timestamp
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,6 @@ STATUS_TO_WIRE = {
     JobStatus.FAILED.value: admin_pb2.BENCHMARK_JOB_STATUS_FAILED,
     JobStatus.TIMED_OUT.value: admin_pb2.BENCHMARK_JOB_STATUS_TIMED_OUT,
 }
-BACKEND_TO_WIRE = {"nccl": agent_pb2.BACKEND_NCCL, "gloo": agent_pb2.BACKEND_GLOO, "sim": agent_pb2.BACKEND_SIM}
 
 
 @dataclass(frozen=True)
@@ -92,7 +91,7 @@ class BenchmarkJobs:
         """Plan, store and dispatch a job; returns it ``running`` (or the existing one for a known id)."""
         job_id = request.job_id or self.new_id()
         if request.job_id:
-            validation.command_id(request.job_id, "job_id")
+            names.command_id(request.job_id, "job_id")
             existing = await self._find(job_id)
             if existing is not None:
                 return existing
@@ -128,7 +127,7 @@ class BenchmarkJobs:
             command = agent_pb2.Command(
                 run_benchmark=run,
                 deadline_s=int(deadline_s),
-                deadline_at=_stamp(now + timedelta(seconds=deadline_s)),
+                deadline_at=timestamp(now + timedelta(seconds=deadline_s)),
             )
             return [
                 self.commands.add(session, node, command, command_id=f"{job_id}-{i}", now=now, job_id=job_id)
@@ -172,7 +171,7 @@ class BenchmarkJobs:
             raise ValidationError("deadline_s", f"at most {MAX_DEADLINE_S}")
         views: list[NodeView] = []
         for i, name in enumerate(request.nodes):
-            validation.node_name(name, f"nodes[{i}]")
+            names.node_name(name, f"nodes[{i}]")
             if self.registry.state_of(name) is None:
                 raise NotFoundError(f"no node named {name!r}")
             view = await self.registry.get(name)
@@ -446,12 +445,6 @@ def _busy(session: Session, nodes: list[str]) -> tuple[str, str] | None:
     return None
 
 
-def _stamp(at: datetime) -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromDatetime(at)
-    return stamp
-
-
 def _job_message(job: BenchmarkJobRow, run: agent_pb2.RunBenchmark) -> admin_pb2.BenchmarkJob:
     return admin_pb2.BenchmarkJob(
         job_id=job.id,
@@ -463,8 +456,8 @@ def _job_message(job: BenchmarkJobRow, run: agent_pb2.RunBenchmark) -> admin_pb2
         dtype=run.dtype,
         env=dict(run.env),
         simulated=job.backend == "sim",
-        created_at=_stamp(job.created_at),
-        backend=BACKEND_TO_WIRE.get(job.backend, agent_pb2.BACKEND_UNSPECIFIED),
+        created_at=timestamp(job.created_at),
+        backend=backend_to_wire(job.backend),
         sizes_requested=run.sizes,
         iters=run.iters,
         warmup_iters=run.warmup_iters,

@@ -41,11 +41,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
-from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy.orm import Session
 
 from topo_tune.benchmark.job_spec import MAX_DEADLINE_S
-from topo_tune.controller import validation
+from topo_tune.controller import names
 from topo_tune.controller.benchmark_jobs import probe_rounds
 from topo_tune.controller.commands import CommandBook, CommandRecord, CommandStatus
 from topo_tune.controller.db.database import Database
@@ -56,6 +55,7 @@ from topo_tune.controller.nodes import NodeRegistry, NodeState
 from topo_tune.errors import ConflictError, NotFoundError, ValidationError
 from topo_tune.topology.sampling import PairSampler, SamplingMode, SamplingPolicy, default_mode, pair_rounds
 from topo_tune.v1 import admin_pb2, agent_pb2
+from topo_tune.wire_values import timestamp
 
 logger = logging.getLogger(__name__)
 
@@ -95,12 +95,6 @@ def _set_progress(session: Session, *, round_id: str, progress: dict[str, object
         row.progress = progress
 
 
-def _stamp(at: datetime) -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromDatetime(at)
-    return stamp
-
-
 def _measurement(row: PairMeasurementRow) -> admin_pb2.PairMeasurement:
     return admin_pb2.PairMeasurement(
         node_a=row.node_a,
@@ -108,7 +102,7 @@ def _measurement(row: PairMeasurementRow) -> admin_pb2.PairMeasurement:
         bandwidth_gbps=row.bandwidth_gbps,
         latency_us=row.latency_us,
         method=row.method,
-        measured_at=_stamp(row.measured_at),
+        measured_at=timestamp(row.measured_at),
     )
 
 
@@ -171,7 +165,7 @@ class Probes:
         backends = set()
         racks: dict[str, str] = {}
         for i, name in enumerate(nodes):
-            validation.node_name(name, f"nodes[{i}]")
+            names.node_name(name, f"nodes[{i}]")
             if self.registry.state_of(name) is None:
                 raise NotFoundError(f"no node named {name!r}")
             view = await self.registry.get(name)

@@ -19,8 +19,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
 from topo_tune.auth import server_credentials
-from topo_tune.controller.admin_service import AdminServicer
-from topo_tune.controller.agent_service import AgentServicer
+from topo_tune.controller.api.admin import AdminServicer
+from topo_tune.controller.api.agent import AgentServicer
 from topo_tune.controller.credentials import CredentialInterceptor
 from topo_tune.controller.leadership import LeaderOnlyInterceptor
 from topo_tune.controller.settings import ControllerSettings

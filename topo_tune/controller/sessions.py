@@ -15,12 +15,12 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from topo_tune.controller import validation
 from topo_tune.controller.commands import CommandBook, CommandRecord
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import NodeRegistry, Registration
 from topo_tune.errors import ValidationError
 from topo_tune.v1 import agent_pb2
+from topo_tune.wire_values import BACKEND_FROM_WIRE
 
 logger = logging.getLogger(__name__)
 
@@ -29,11 +29,6 @@ ACTIVITY_NAMES = {
     agent_pb2.AGENT_ACTIVITY_IDLE: "idle",
     agent_pb2.AGENT_ACTIVITY_BUSY: "busy",
     agent_pb2.AGENT_ACTIVITY_DRAINED: "drained",
-}
-BACKEND_NAMES = {
-    agent_pb2.BACKEND_NCCL: "nccl",
-    agent_pb2.BACKEND_GLOO: "gloo",
-    agent_pb2.BACKEND_SIM: "sim",
 }
 
 
@@ -77,15 +72,14 @@ class SessionHub:
         """Register the node and open its session; returns the session and the ``Registered`` reply.
 
         ``peer_host`` is the address the session came from: the node's benchmark address unless the agent
-        advertised one."""
-        validation.register(register)
+        advertised one. ``register`` was checked by the servicer (``api/validation.register``)."""
         registration = Registration(
             node_name=register.node_name,
             rack=register.rack,
             labels=dict(register.labels),
             topology=register.topology.SerializeToString(),
             agent_version=register.agent_version,
-            backend=BACKEND_NAMES[register.backend],
+            backend=BACKEND_FROM_WIRE[register.backend],
             instance_id=register.instance_id,
             applied_config_version=register.applied_config_version,
             drained=register.drained,
@@ -163,10 +157,12 @@ class SessionHub:
         self.metrics.commands_sent.inc(len(records))
 
     async def handle(self, session: AgentSession, message: agent_pb2.AgentMessage) -> None:
-        """Act on one message from an agent. Raises ``ValidationError`` for a malformed one."""
+        """Act on one message from an agent, checked by the servicer (``api/validation.agent_message``).
+
+        Raises ``ValidationError`` for a message of no kind, or a second registration."""
         kind = message.WhichOneof("kind")
         if kind == "heartbeat":
-            heartbeat = validation.heartbeat(message.heartbeat)
+            heartbeat = message.heartbeat
             self.metrics.heartbeats.inc()
             was_lost = self.registry.heartbeat(
                 session.node_name,
@@ -178,11 +174,11 @@ class SessionHub:
                 await self.registry.mark_ready(session.node_name)
             session.send(agent_pb2.ControllerMessage(heartbeat_ack=agent_pb2.HeartbeatAck(seq=heartbeat.seq)))
         elif kind == "ack":
-            command_id = validation.command_id(message.ack.command_id, "ack.command_id")
+            command_id = message.ack.command_id
             if not await self.commands.acked(session.node_name, command_id):
                 logger.warning("ack for an unknown command", extra={"node": session.node_name, "command": command_id})
         elif kind == "result":
-            result = validation.result(message.result)
+            result = message.result
             finished = await self.commands.finish(session.node_name, result)
             if not finished.known:
                 logger.warning(
@@ -195,7 +191,7 @@ class SessionHub:
                 for listener in self.result_listeners:
                     await listener(session.node_name, result)
         elif kind == "event":
-            event = validation.event(message.event)
+            event = message.event
             logger.info("agent event %s: %s", event.kind, event.message, extra={"node": session.node_name})
         elif kind == "register":
             raise ValidationError("register", "sent twice in one session")

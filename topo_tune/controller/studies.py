@@ -22,7 +22,6 @@ from typing import TypeVar, cast
 
 import optuna
 import sqlalchemy as sa
-from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy.orm import Session
 
 from topo_tune.cluster_config import (
@@ -37,8 +36,8 @@ from topo_tune.cluster_config import (
 )
 from topo_tune.config_checks import naming_fields, validated
 from topo_tune.config_values import Backend
-from topo_tune.controller import validation
-from topo_tune.controller.admin_service import cluster_topology_view, node_message
+from topo_tune.controller import names as check
+from topo_tune.controller.api.messages import to_proto_cluster_topology, to_proto_node
 from topo_tune.controller.config_versions import ConfigVersions
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.left_running import end_left_running
@@ -58,6 +57,7 @@ from topo_tune.tuner.outputs import verdict_lines
 from topo_tune.tuner.study import A_FAILURE, A_REASON, StudyProgress
 from topo_tune.tuning_pass import run_pass
 from topo_tune.v1 import admin_pb2
+from topo_tune.wire_values import timestamp
 
 logger = logging.getLogger(__name__)
 
@@ -87,10 +87,10 @@ class InProcessPort:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()  # type: ignore[arg-type]
 
     def list_nodes(self, *, rack: str = "") -> list[admin_pb2.Node]:
-        return [node_message(v, with_topology=False) for v in self._run(self.registry.list(rack=rack))]
+        return [to_proto_node(v, with_topology=False) for v in self._run(self.registry.list(rack=rack))]
 
     def cluster_topology(self) -> admin_pb2.ClusterTopologyView:
-        return cluster_topology_view(self._run(self.registry.list()), self.spine)
+        return to_proto_cluster_topology(self._run(self.registry.list()), self.spine)
 
     def start_probe_round(self, request: admin_pb2.StartProbeRoundRequest) -> admin_pb2.ProbeRound:
         return self._run(self.probes.start(request))
@@ -141,7 +141,7 @@ class Studies:
 
     async def start(self, request: admin_pb2.StartStudyRequest) -> admin_pb2.StudyInfo:
         study_id = request.study_id or "st-" + uuid.uuid4().hex[:12]
-        validation.node_name(study_id, "study_id")
+        check.study_id(study_id)
         if study_id in self._running:
             return await self.get(study_id)
         existing = await self.db.run(lambda session: session.get(StudyRow, study_id))
@@ -194,7 +194,7 @@ class Studies:
         known = {v.name: v for v in await self.registry.list()}
         names = list(request.nodes) or [v.name for v in views]
         for i, name in enumerate(names):
-            validation.node_name(name, f"nodes[{i}]")
+            check.node_name(name, f"nodes[{i}]")
             if name not in known:
                 raise NotFoundError(f"no node named {name!r}")
         if len(names) < 1:
@@ -298,10 +298,10 @@ class Studies:
             result=row.result,
             nodes=list(row.nodes),
             simulated=row.simulated,
-            created_at=_stamp(row.created_at),
+            created_at=timestamp(row.created_at),
         )
         if row.finished_at is not None:
-            info.finished_at.CopyFrom(_stamp(row.finished_at))
+            info.finished_at.CopyFrom(timestamp(row.finished_at))
         progress = self._progress.get(row.id)
         if progress is not None:
             info.phase, info.done, info.total = progress.phase, progress.done, progress.total
@@ -344,12 +344,6 @@ class Studies:
             return out
 
         return await asyncio.to_thread(read)
-
-
-def _stamp(at: datetime) -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromDatetime(at)
-    return stamp
 
 
 def _optuna_storage_ready(engine: sa.Engine) -> bool:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from topo_tune.cluster_config import RolloutGateConfig, parse_cluster_config
+from topo_tune.controller.api.messages import from_proto_policy, to_proto_gate
 from topo_tune.controller.rollout.plan import PlanPolicy
-from topo_tune.controller.rollout.service import gate_message, policy_from
 from topo_tune.errors import ValidationError
 from topo_tune.v1 import admin_pb2
 
 
 def _create(gate: admin_pb2.GateMeasurement, site: RolloutGateConfig) -> PlanPolicy:
-    return policy_from(admin_pb2.CreateRolloutRequest(gate=gate), gate_defaults=site)
+    return from_proto_policy(admin_pb2.CreateRolloutRequest(gate=gate), gate_defaults=site)
 
 
 def test_a_rollout_overrides_only_what_it_gives_and_keeps_it_through_storage() -> None:
@@ -59,7 +59,7 @@ def test_graph_timing_of_the_gates_is_the_sites_unless_the_rollout_says(
     policy = _create(admin_pb2.GateMeasurement(repeats=3, cuda_graph=asked), RolloutGateConfig(cuda_graph=site))
     assert policy.gate == RolloutGateConfig(repeats=3, cuda_graph=expected)
     assert PlanPolicy.from_json(policy.to_json()).gate.cuda_graph is expected, "stored with the rollout"
-    assert gate_message(policy.gate).cuda_graph is expected
+    assert to_proto_gate(policy.gate).cuda_graph is expected
 
 
 def test_cluster_yaml_sets_graph_timing_of_the_gates_for_nccl_only() -> None:

@@ -40,8 +40,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from google.protobuf.timestamp_pb2 import Timestamp
-
 from topo_tune.agent.bench.launcher import JobOutcome, Launcher
 from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
 from topo_tune.agent.bench.worker_config import WorkerFault
@@ -54,6 +52,7 @@ from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import node_result_to_proto, spec_from_proto
 from topo_tune.errors import JobCancelled, LauncherBusy
 from topo_tune.v1 import agent_pb2
+from topo_tune.wire_values import timestamp_ns
 
 __all__ = ["DEFAULT_PROBE_ITERS", "BenchmarkExecutor", "probe_specs"]
 
@@ -117,8 +116,7 @@ class BenchmarkExecutor:
         return any([launcher.cancel(each, reason) for launcher in self._launchers.values() for each in ids])
 
     def _result(self, status: agent_pb2.CommandStatus.ValueType, message: str) -> agent_pb2.CommandResult:
-        finished = Timestamp()
-        finished.FromNanoseconds(int(self._wall_clock() * 1e9))
+        finished = timestamp_ns(int(self._wall_clock() * 1e9))
         return agent_pb2.CommandResult(status=status, message=message, finished_at=finished)
 
     def _launcher(self, backend: agent_pb2.Backend.ValueType) -> Launcher | None:

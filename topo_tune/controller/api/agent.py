@@ -11,7 +11,7 @@ import grpc
 import grpc.aio
 from google.protobuf.message import DecodeError
 
-from topo_tune.controller import status_codes
+from topo_tune.controller.api import status_codes, validation
 from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.sessions import AgentSession, SessionHub
 from topo_tune.errors import PermissionDenied, TopoTuneError, ValidationError
@@ -58,6 +58,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
                     PermissionDenied(f"register: this credential is {bound}'s; it cannot register as another node"),
                 )
         try:
+            validation.register(first.register)
             session, registered = await self._hub.open(first.register, peer_host=peer_host(context.peer()))
         except TopoTuneError as error:
             if isinstance(error, ValidationError):
@@ -88,7 +89,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     ) -> None:
         try:
             async for message in incoming:
-                await self._hub.handle(session, message)
+                await self._hub.handle(session, validation.agent_message(message))
             session.close("agent closed the stream")
         except TopoTuneError as error:
             if isinstance(error, ValidationError):

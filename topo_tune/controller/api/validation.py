@@ -8,24 +8,18 @@ oneofs. These functions turn such messages into ``ValidationError`` naming the f
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
-
 from google.protobuf.message import Message
 
+from topo_tune.controller.names import command_id, labels, node_name, short_text
 from topo_tune.errors import ValidationError
 from topo_tune.v1 import admin_pb2, agent_pb2
 
-NODE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9\-_.]{0,251}[A-Za-z0-9])?$")
-COMMAND_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
-MAX_LABELS = 64
-MAX_LABEL_KEY = 317  # a 253-character prefix, "/", a 63-character name, as Kubernetes allows
-MAX_LABEL_VALUE = 256
 MAX_TOPOLOGY_BYTES = 1 << 20
 MAX_GPUS = 1024
 MAX_NICS = 512
 MAX_TEXT = 64 * 1024
-MAX_SHORT = 128
+MAX_LIMIT = 10_000
+"""The most rows one list request returns."""
 
 TERMINAL_STATUSES = frozenset(
     {
@@ -37,26 +31,11 @@ TERMINAL_STATUSES = frozenset(
 )
 
 
-def node_name(value: str, field: str) -> str:
-    if not value:
-        raise ValidationError(field, "required")
-    if len(value) > 253 or not NODE_NAME.match(value):
-        raise ValidationError(field, f"not a valid node name (RFC 1123, at most 253 characters): {value[:80]!r}")
-    return value
-
-
-def command_id(value: str, field: str) -> str:
-    if not value:
-        raise ValidationError(field, "required")
-    if not COMMAND_ID.match(value):
-        raise ValidationError(field, f"not a valid command id (letters, digits, '_.-', at most 64): {value[:80]!r}")
-    return value
-
-
-def short_text(value: str, field: str, *, limit: int = MAX_SHORT) -> str:
-    if len(value) > limit:
-        raise ValidationError(field, f"longer than {limit} characters")
-    return value
+def limit(value: int, *, default: int, most: int = MAX_LIMIT) -> int:
+    """A list request's ``limit``: ``default`` when unset, refused above ``most``."""
+    if value > most:
+        raise ValidationError("limit", f"at most {most}")
+    return value or default
 
 
 def enum_value(message: Message, field: str, where: str, *, allow_unspecified: bool = False) -> int:
@@ -69,17 +48,6 @@ def enum_value(message: Message, field: str, where: str, *, allow_unspecified: b
     if value == 0 and not allow_unspecified:
         raise ValidationError(f"{where}.{field}", f"{descriptor.name} must be set")
     return value
-
-
-def labels(values: Mapping[str, str], field: str) -> dict[str, str]:
-    if len(values) > MAX_LABELS:
-        raise ValidationError(field, f"{len(values)} labels, at most {MAX_LABELS} allowed")
-    for key, value in values.items():
-        if not key or len(key) > MAX_LABEL_KEY:
-            raise ValidationError(f"{field}[{key[:40]!r}]", f"key must be 1 to {MAX_LABEL_KEY} characters")
-        if len(value) > MAX_LABEL_VALUE:
-            raise ValidationError(f"{field}[{key!r}]", f"value longer than {MAX_LABEL_VALUE} characters")
-    return dict(values)
 
 
 def register(message: agent_pb2.Register) -> agent_pb2.Register:
@@ -126,6 +94,20 @@ def event(message: agent_pb2.AgentEvent) -> agent_pb2.AgentEvent:
     short_text(message.message, "event.message", limit=MAX_TEXT)
     if message.command_id:
         command_id(message.command_id, "event.command_id")
+    return message
+
+
+def agent_message(message: agent_pb2.AgentMessage) -> agent_pb2.AgentMessage:
+    """A message of an open session, checked by its kind (the session acts on the kind)."""
+    kind = message.WhichOneof("kind")
+    if kind == "heartbeat":
+        heartbeat(message.heartbeat)
+    elif kind == "ack":
+        command_id(message.ack.command_id, "ack.command_id")
+    elif kind == "result":
+        result(message.result)
+    elif kind == "event":
+        event(message.event)
     return message
 
 

@@ -1,0 +1,64 @@
+"""What a valid name or id looks like: node and rack names, command and job ids, study ids, short texts.
+
+The domain services check the names they are handed with these (a service may be called in-process, not only
+through the admin API); ``api/validation.py`` checks whole wire messages with them. Each raises
+``ValidationError`` naming the field. Non-goal: checking that a named thing exists (the services do that).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from topo_tune.errors import ValidationError
+
+NODE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9\-_.]{0,251}[A-Za-z0-9])?$")
+COMMAND_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+STUDY_ID = NODE_NAME
+MAX_LABELS = 64
+MAX_LABEL_KEY = 317  # a 253-character prefix, "/", a 63-character name, as Kubernetes allows
+MAX_LABEL_VALUE = 256
+MAX_SHORT = 128
+
+
+def node_name(value: str, field: str) -> str:
+    if not value:
+        raise ValidationError(field, "required")
+    if len(value) > 253 or not NODE_NAME.match(value):
+        raise ValidationError(field, f"not a valid node name (RFC 1123, at most 253 characters): {value[:80]!r}")
+    return value
+
+
+def study_id(value: str, field: str = "study_id") -> str:
+    if not value:
+        raise ValidationError(field, "required")
+    if len(value) > 253 or not STUDY_ID.match(value):
+        raise ValidationError(
+            field, f"not a valid study id (letters, digits, '-_.', at most 253 characters): {value[:80]!r}"
+        )
+    return value
+
+
+def command_id(value: str, field: str) -> str:
+    if not value:
+        raise ValidationError(field, "required")
+    if not COMMAND_ID.match(value):
+        raise ValidationError(field, f"not a valid command id (letters, digits, '_.-', at most 64): {value[:80]!r}")
+    return value
+
+
+def short_text(value: str, field: str, *, limit: int = MAX_SHORT) -> str:
+    if len(value) > limit:
+        raise ValidationError(field, f"longer than {limit} characters")
+    return value
+
+
+def labels(values: Mapping[str, str], field: str) -> dict[str, str]:
+    if len(values) > MAX_LABELS:
+        raise ValidationError(field, f"{len(values)} labels, at most {MAX_LABELS} allowed")
+    for key, value in values.items():
+        if not key or len(key) > MAX_LABEL_KEY:
+            raise ValidationError(f"{field}[{key[:40]!r}]", f"key must be 1 to {MAX_LABEL_KEY} characters")
+        if len(value) > MAX_LABEL_VALUE:
+            raise ValidationError(f"{field}[{key!r}]", f"value longer than {MAX_LABEL_VALUE} characters")
+    return dict(values)

@@ -1,0 +1,42 @@
+"""Plain values both daemons put on the wire the same way: instants as ``Timestamp``, backends as ``Backend``.
+
+One helper per value, shared by the agent, the controller's servicers and the clients. Non-goals: messages
+(each side converts its own), gRPC.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from topo_tune.v1 import agent_pb2
+
+BACKEND_TO_WIRE: dict[str, agent_pb2.Backend.ValueType] = {
+    "nccl": agent_pb2.BACKEND_NCCL,
+    "gloo": agent_pb2.BACKEND_GLOO,
+    "sim": agent_pb2.BACKEND_SIM,
+}
+BACKEND_FROM_WIRE: dict[agent_pb2.Backend.ValueType, str] = {wire: name for name, wire in BACKEND_TO_WIRE.items()}
+
+
+def backend_to_wire(name: str) -> agent_pb2.Backend.ValueType:
+    """A backend's enum value; ``BACKEND_UNSPECIFIED`` for a name the wire does not know."""
+    return BACKEND_TO_WIRE.get(name, agent_pb2.BACKEND_UNSPECIFIED)
+
+
+def timestamp(at: datetime) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromDatetime(at)
+    return stamp
+
+
+def timestamp_or_none(at: datetime | None) -> Timestamp | None:
+    """For an optional message field: ``None`` leaves it unset."""
+    return None if at is None else timestamp(at)
+
+
+def timestamp_ns(at_ns: int) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromNanoseconds(at_ns)
+    return stamp
