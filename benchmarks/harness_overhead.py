@@ -29,7 +29,7 @@ from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import rank_result_from_proto, spec_to_proto
-from topo_tune.controller.benchmark_jobs import JobNode, aggregate, plan_job
+from topo_tune.controller.benchmarks.plan import JobNode, aggregate, plan_job
 from topo_tune.v1 import agent_pb2
 
 HERE = Path(__file__).resolve().parent

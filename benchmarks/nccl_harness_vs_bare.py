@@ -40,7 +40,7 @@ from topo_tune.benchmark.results import SizeMeasurement
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.table import TableContext, render_table
 from topo_tune.benchmark.wire import rank_result_from_proto, spec_to_proto
-from topo_tune.controller.benchmark_jobs import JobNode, aggregate, plan_job
+from topo_tune.controller.benchmarks.plan import JobNode, aggregate, plan_job
 from topo_tune.v1 import agent_pb2
 
 # NVLink multicast stays off on shared hosts (NVLS can take a host's GPUs out of service).

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from topo_tune.controller.benchmark_jobs import probe_rounds
+from topo_tune.controller.benchmarks.plan import probe_rounds
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import spec_to_proto
-from topo_tune.controller.benchmark_jobs import JobNode, plan_job
+from topo_tune.controller.benchmarks.plan import JobNode, plan_job
 from topo_tune.v1 import agent_pb2
 
 

@@ -10,7 +10,7 @@ from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import spec_to_proto
-from topo_tune.controller.benchmark_jobs import JobNode, plan_job
+from topo_tune.controller.benchmarks.plan import JobNode, plan_job
 from topo_tune.sim import simulate
 from topo_tune.sim.node_topology import simulated_node_topology
 from topo_tune.sim.topology_import import cluster_from_topologies

@@ -14,7 +14,7 @@ from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.results import NcclChoice, RankResult, SizeMeasurement
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import rank_result_to_proto
-from topo_tune.controller.benchmark_jobs import (
+from topo_tune.controller.benchmarks.plan import (
     JobNode,
     JobStatus,
     aggregate,

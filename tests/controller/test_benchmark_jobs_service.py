@@ -21,7 +21,9 @@ from tests.support.processes import TOKEN, process_gone
 from tests.support.waiting import async_wait_until
 from topo_tune.agent.daemon import Agent
 from topo_tune.auth import bearer_metadata
+from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus
 from topo_tune.cli.main import cli
+from topo_tune.controller.api.messages import from_proto_benchmark_request
 from topo_tune.controller.job_ends import cancel_command
 from topo_tune.controller.server import Controller
 from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, ValidationError
@@ -69,7 +71,7 @@ async def registered(*started: RunningAgent) -> None:
     await asyncio.gather(*(asyncio.wait_for(each.agent.registered.wait(), 20) for each in started))
 
 
-def request(nodes: list[str], **fields: object) -> admin_pb2.StartBenchmarkRequest:
+def wire_request(nodes: list[str], **fields: object) -> admin_pb2.StartBenchmarkRequest:
     values: dict[str, object] = {
         "collective": agent_pb2.COLLECTIVE_ALL_REDUCE,
         "nodes": nodes,
@@ -82,10 +84,14 @@ def request(nodes: list[str], **fields: object) -> admin_pb2.StartBenchmarkReque
     return admin_pb2.StartBenchmarkRequest(**values)  # type: ignore[arg-type]
 
 
-async def finished(controller: Controller, job_id: str) -> admin_pb2.BenchmarkJob:
-    async def done() -> admin_pb2.BenchmarkJob | None:
+def request(nodes: list[str], **fields: object) -> BenchmarkRequest:
+    return from_proto_benchmark_request(wire_request(nodes, **fields))
+
+
+async def finished(controller: Controller, job_id: str) -> BenchmarkJob:
+    async def done() -> BenchmarkJob | None:
         job = await controller.jobs.get(job_id)
-        return job if job.status != admin_pb2.BENCHMARK_JOB_STATUS_RUNNING else None
+        return job if job.status != JobStatus.RUNNING else None
 
     return await async_wait_until(done, timeout=90, what=f"job {job_id}")
 
@@ -93,9 +99,9 @@ async def finished(controller: Controller, job_id: str) -> admin_pb2.BenchmarkJo
 async def test_gloo_job_over_three_agents(jobs_controller: Controller, agents: Callable[..., Agent]) -> None:
     await registered(*(agents(name, "gloo") for name in ("a", "b", "c")))
     job = await jobs_controller.jobs.start(request(["a", "b", "c"]))
-    assert job.status == admin_pb2.BENCHMARK_JOB_STATUS_RUNNING
+    assert job.status == JobStatus.RUNNING
     done = await finished(jobs_controller, job.job_id)
-    assert done.status == admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED, done.message
+    assert done.status == JobStatus.SUCCEEDED, done.message
     assert done.world_size == 3 and not done.simulated
     assert [s.bytes for s in done.sizes] == [1024, 8192, 65536]
     assert all(s.wrong == 0 and s.checked and s.time_us > 0 and s.busbw_gbps > 0 for s in done.sizes)
@@ -112,7 +118,7 @@ async def test_sim_job_is_labelled_simulated(jobs_controller: Controller, agents
         request(["s1", "s2"], sizes=agent_pb2.SizeSweep(min_bytes=1 << 20, max_bytes=1 << 28, step_factor=16))
     )
     done = await finished(jobs_controller, job.job_id)
-    assert done.status == admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED, done.message
+    assert done.status == JobStatus.SUCCEEDED, done.message
     assert done.simulated
     assert done.world_size == 8, "every simulated GPU is a rank"
     busbw = [s.busbw_gbps for s in done.sizes]
@@ -128,7 +134,7 @@ async def test_a_sim_job_runs_its_candidate_tuner_table(
     for table in ("", "allreduce,16777217,4294967296,-1,-1,1,2,8\n"):  # 1 channel above 16 MiB, 2 nodes x 4 GPUs
         job = await jobs_controller.jobs.start(request(["s1", "s2"], sizes=sizes, tuner_table=table))
         done = await finished(jobs_controller, job.job_id)
-        assert done.status == admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED, done.message
+        assert done.status == JobStatus.SUCCEEDED, done.message
         times.append({s.bytes: s.time_us for s in done.sizes})
     plain, tabled = times
     assert tabled[1 << 20] == pytest.approx(plain[1 << 20], rel=0.2), "sizes no row matches keep NCCL's choice"
@@ -149,12 +155,12 @@ async def test_a_silent_node_times_the_job_out_and_the_next_job_runs(
     with pytest.raises(ConflictError, match="node a is running benchmark job"):
         await jobs_controller.jobs.start(request(["a"]))
     done = await finished(jobs_controller, job.job_id)
-    assert done.status == admin_pb2.BENCHMARK_JOB_STATUS_TIMED_OUT
+    assert done.status == JobStatus.TIMED_OUT
     assert list(done.missing_ranks) == [2], done.message
     assert "ghost" in done.message
 
     again = await jobs_controller.jobs.start(request(["a", "b"]))
-    assert (await finished(jobs_controller, again.job_id)).status == admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED
+    assert (await finished(jobs_controller, again.job_id)).status == JobStatus.SUCCEEDED
 
 
 async def _disconnected(controller: Controller, name: str) -> bool:
@@ -186,7 +192,7 @@ async def test_bad_requests_name_their_field(jobs_controller: Controller, agents
     async with grpc.aio.insecure_channel(f"127.0.0.1:{jobs_controller.port}") as channel:
         stub = admin_pb2_grpc.AdminServiceStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as refused:
-            await stub.StartBenchmark(request(["a"]), metadata=bearer_metadata(TOKEN))
+            await stub.StartBenchmark(wire_request(["a"]), metadata=bearer_metadata(TOKEN))
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert refused.value.details() == "node a is drained: it takes no benchmark job"
     # ... and the CLI prints it as that one line.
@@ -302,7 +308,7 @@ async def test_nodes_with_gpu_pods_take_no_benchmark(
     with pytest.raises(ConflictError, match="s2: GPU pods on the node: team/train-0"):
         await jobs_controller.jobs.start(request(["s1", "s2"]))
     job = await jobs_controller.jobs.start(request(["s1"]))
-    assert (await finished(jobs_controller, job.job_id)).status == admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED
+    assert (await finished(jobs_controller, job.job_id)).status == JobStatus.SUCCEEDED
 
 
 async def test_a_probe_round_measures_every_pair_once(
@@ -497,11 +503,11 @@ async def test_results_that_do_not_fit_the_job_fail_it_naming_why(
     await jobs_controller.commands.finish("s2", bad)
     await jobs_controller.jobs.on_result("s2", bad)
     done = await jobs_controller.jobs.get(job.job_id)
-    assert done.status == admin_pb2.BENCHMARK_JOB_STATUS_FAILED
+    assert done.status == JobStatus.FAILED
     assert says in done.message
     # The nodes are free again.
     again = await jobs_controller.jobs.start(request(["s1"]))
-    assert (await finished(jobs_controller, again.job_id)).status == admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED
+    assert (await finished(jobs_controller, again.job_id)).status == JobStatus.SUCCEEDED
 
 
 @pytest.mark.parametrize("bandwidth", [float("nan"), float("inf"), -3.0, 0.0])
@@ -567,9 +573,10 @@ async def test_a_rank_that_fails_early_ends_the_job_at_once_and_the_others_worke
     job = await jobs_controller.jobs.start(request(["a", "b", "c"], deadline_s=300))
 
     done = await finished(jobs_controller, job.job_id)
-    assert done.status == admin_pb2.BENCHMARK_JOB_STATUS_FAILED, done.message
+    assert done.status == JobStatus.FAILED, done.message
     assert "node b rank 1 failed: " in done.message and "cancelled on a, c" in done.message, done.message
-    took = done.finished_at.ToDatetime() - done.created_at.ToDatetime()
+    assert done.finished_at is not None
+    took = done.finished_at - done.created_at
     assert took.total_seconds() < 120, f"ended by the failure, not the {300} s deadline ({took})"
     # At once: the new job waits for a and c to confirm the cancel (their workers reaped), not refused by them.
     again = await jobs_controller.jobs.start(request(["a", "c"]))
@@ -591,7 +598,7 @@ async def test_a_rank_that_fails_early_ends_the_job_at_once_and_the_others_worke
     runs = {c.node_name: c for c in await jobs_controller.commands.list() if c.body.run_benchmark.job_id == job.job_id}
     assert runs["a"].status.final and runs["c"].status.final, "neither is sent again"
     after = await finished(jobs_controller, again.job_id)
-    assert after.status == admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED, after.message
+    assert after.status == JobStatus.SUCCEEDED, after.message
 
 
 async def test_a_probe_whose_peer_fails_ends_at_once_and_the_other_side_is_cancelled(

@@ -13,12 +13,16 @@ import itertools
 import random
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 
 import pytest
 import sqlalchemy as sa
 
 from tests.controller.rollout.fleet import V1, V2, Clock, ControllerParts, SimFleet, SimVerifier, racks
 from tests.support.waiting import async_wait_until
+from topo_tune.benchmark.collectives import Collective
+from topo_tune.benchmark.job_record import BenchmarkJob, JobId, JobStatus, SizeRange
+from topo_tune.benchmark.results import SizeMeasurement
 from topo_tune.cluster_config import DriftConfig, RolloutGateConfig, RolloutThresholdsConfig, parse_cluster_config
 from topo_tune.controller.db.models import EventRow
 from topo_tune.controller.drift import DriftChecker
@@ -28,7 +32,7 @@ from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase
 from topo_tune.errors import ConfigError, NodeBusy, NotFoundError, ValidationError
 from topo_tune.sim.node_topology import simulated_node_topology
-from topo_tune.v1 import admin_pb2, agent_pb2
+from topo_tune.v1 import admin_pb2
 
 RACKS = racks(2, 3)
 REFERENCE_GBPS = 40 / (1 - 0.08)  # SimVerifier's new arm
@@ -46,17 +50,45 @@ class MeasuredJobs:
 
     async def run_job(
         self, job_id: str, nodes: Sequence[str], version: str, *, measurement: RolloutGateConfig
-    ) -> admin_pb2.BenchmarkJob:
+    ) -> BenchmarkJob:
         self.calls.append((job_id, tuple(nodes), version))
         if self.busy:
             raise NodeBusy(self.busy)
         busbw = self.busbw_gbps * (self.factors[(len(self.calls) - 1) % len(self.factors)] if self.factors else 1)
-        sizes = [
-            agent_pb2.SizeResult(bytes=size, in_place=False, time_us=size / 1e3, busbw_gbps=busbw * size / 2**28)
+        sizes = tuple(
+            SizeMeasurement(
+                bytes=size,
+                count=size // 4,
+                in_place=False,
+                time_us=size / 1e3,
+                algbw_gbps=0.0,
+                busbw_gbps=busbw * size / 2**28,
+                wrong=0,
+                checked=True,
+                p50_us=0.0,
+                p99_us=0.0,
+                cv=0.0,
+            )
             for size in (1 << 20, 1 << 24, 1 << 28)
-        ]
-        return admin_pb2.BenchmarkJob(
-            job_id=job_id, status=admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED, nodes=list(nodes), sizes=sizes
+        )
+        return BenchmarkJob(
+            job_id=JobId(job_id),
+            status=JobStatus.SUCCEEDED,
+            message="",
+            collective=Collective.ALL_REDUCE,
+            nodes=tuple(nodes),
+            world_size=len(nodes),
+            dtype="float32",
+            env={},
+            backend="sim",
+            sizes_requested=SizeRange(1 << 20, 1 << 28, 16),
+            iters=20,
+            warmup_iters=5,
+            cuda_graph=False,
+            tuner_table_sha256="",
+            created_at=datetime(2026, 1, 1, tzinfo=UTC),
+            simulated=True,
+            sizes=sizes,
         )
 
 
@@ -286,9 +318,7 @@ async def test_a_check_interrupted_by_a_restart_is_failed_at_start_up(world: Wor
     checker = world.checker()
     hung = MeasuredJobs()
 
-    async def never(
-        job_id: str, nodes: Sequence[str], version: str, *, measurement: RolloutGateConfig
-    ) -> admin_pb2.BenchmarkJob:
+    async def never(job_id: str, nodes: Sequence[str], version: str, *, measurement: RolloutGateConfig) -> BenchmarkJob:
         hung.calls.append((job_id, tuple(nodes), version))
         raise KeyboardInterrupt  # the process dies mid-check: the row stays ``running``
 
@@ -312,9 +342,7 @@ async def test_a_check_started_on_request_measures_in_the_background_one_at_a_ti
     release = asyncio.Event()
     measure = world.jobs.run_job
 
-    async def held(
-        job_id: str, nodes: Sequence[str], version: str, *, measurement: RolloutGateConfig
-    ) -> admin_pb2.BenchmarkJob:
+    async def held(job_id: str, nodes: Sequence[str], version: str, *, measurement: RolloutGateConfig) -> BenchmarkJob:
         await release.wait()  # the benchmark takes its time; the request must not wait for it
         return await measure(job_id, nodes, version, measurement=measurement)
 
@@ -341,7 +369,7 @@ async def test_a_check_that_crashes_ends_failed_and_does_not_hold_off_the_next(w
 
     async def broken(
         job_id: str, nodes: Sequence[str], version: str, *, measurement: RolloutGateConfig
-    ) -> admin_pb2.BenchmarkJob:
+    ) -> BenchmarkJob:
         raise RuntimeError("a bug in the job runner")
 
     world.jobs.run_job = broken  # type: ignore[method-assign]

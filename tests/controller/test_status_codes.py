@@ -6,9 +6,9 @@ import inspect
 
 import grpc
 import pytest
-from topo_tune.controller.api.status_codes import code_for
 
 from topo_tune import errors
+from topo_tune.controller.api.status_codes import code_for
 
 C = grpc.StatusCode
 EXPECTED: dict[type[errors.TopoTuneError], grpc.StatusCode] = {

@@ -5,7 +5,7 @@
 serialises to plain JSON so that worker processes need neither gRPC nor protobuf.
 
 Non-goals: the environment policy (``env_policy``), running (``topo_tune.agent.bench``),
-planning rank maps (``topo_tune.controller.benchmark_jobs``).
+planning rank maps (``topo_tune.controller.benchmarks.plan``).
 """
 
 from __future__ import annotations

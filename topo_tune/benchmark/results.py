@@ -3,7 +3,7 @@
 Plain frozen dataclasses with a JSON form (workers write it, the agent reads it); the protobuf
 form lives in ``wire``.
 
-Non-goals: aggregation over ranks (``topo_tune.controller.benchmark_jobs``), rendering
+Non-goals: aggregation over ranks (``topo_tune.controller.benchmarks.plan``), rendering
 (``table``).
 """
 

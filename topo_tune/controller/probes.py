@@ -1,6 +1,6 @@
 """Probe rounds: measure node-to-node bandwidth and latency for every pair, in parallel rounds.
 
-A round over n nodes is split into about n rounds of disjoint pairs (``benchmark_jobs.probe_rounds``), so
+A round over n nodes is split into about n rounds of disjoint pairs (``benchmarks.plan.probe_rounds``), so
 it takes O(n) steps of parallel probes, not n(n-1)/2 serial ones. A ``sparse`` round (the default above 64
 nodes) probes what the rack model cannot predict, batch by batch as `topo_tune.topology.sampling` plans it
 (rack rings, rack-pair samples, escalation around outliers), each batch in rounds of disjoint pairs; the
@@ -45,7 +45,7 @@ from sqlalchemy.orm import Session
 
 from topo_tune.benchmark.job_spec import MAX_DEADLINE_S
 from topo_tune.controller import names
-from topo_tune.controller.benchmark_jobs import probe_rounds
+from topo_tune.controller.benchmarks.plan import probe_rounds
 from topo_tune.controller.commands import CommandBook, CommandRecord, CommandStatus
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.left_running import end_left_running

@@ -37,12 +37,17 @@ from topo_tune.cluster_config import (
 from topo_tune.config_checks import naming_fields, validated
 from topo_tune.config_values import Backend
 from topo_tune.controller import names as check
-from topo_tune.controller.api.messages import to_proto_cluster_topology, to_proto_node
+from topo_tune.controller.api.messages import (
+    from_proto_benchmark_request,
+    to_proto_benchmark_job,
+    to_proto_cluster_topology,
+    to_proto_node,
+)
+from topo_tune.controller.benchmarks.service import BenchmarkJobs
 from topo_tune.controller.config_versions import ConfigVersions
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.left_running import end_left_running
 from topo_tune.controller.db.models import StudyRow
-from topo_tune.controller.jobs import BenchmarkJobs
 from topo_tune.controller.nodes import NodeRegistry, NodeState
 from topo_tune.controller.probes import Probes
 from topo_tune.errors import (
@@ -104,10 +109,10 @@ class InProcessPort:
     def start_benchmark(self, request: admin_pb2.StartBenchmarkRequest) -> admin_pb2.BenchmarkJob:
         if self.cancelled.is_set():
             raise StudyCancelled("cancelled by an admin")
-        return self._run(self.jobs.start(request))
+        return to_proto_benchmark_job(self._run(self.jobs.start(from_proto_benchmark_request(request))))
 
     def get_benchmark(self, job_id: str) -> admin_pb2.BenchmarkJob:
-        return self._run(self.jobs.get(job_id))
+        return to_proto_benchmark_job(self._run(self.jobs.get(job_id)))
 
     def put_config_version(
         self, files: dict[str, str], provenance: dict[str, str], *, version_id: str = ""

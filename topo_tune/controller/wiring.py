@@ -16,11 +16,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from topo_tune.config_version import TUNER_TABLE
+from topo_tune.controller.benchmarks.service import BenchmarkJobs, JobSettings
 from topo_tune.controller.commands import CommandBook
 from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.drift import DriftChecker
-from topo_tune.controller.jobs import BenchmarkJobs, JobSettings
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import NodeRegistry, TopologyChange
 from topo_tune.controller.probes import Probes

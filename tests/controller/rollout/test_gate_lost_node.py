@@ -22,6 +22,7 @@ from tests.conftest import controller_settings
 from tests.controller.rollout.test_gate_benchmarks import NEUTRAL, settled
 from tests.support.processes import Daemon
 from tests.support.waiting import async_wait_until
+from topo_tune.benchmark.job_record import BenchmarkJob, JobStatus
 from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.controller.nodes import NodeState
 from topo_tune.controller.rollout.gates import Outcome
@@ -29,7 +30,6 @@ from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase
 from topo_tune.controller.rollout.verification import BenchmarkVerifier
 from topo_tune.controller.server import Controller
-from topo_tune.v1 import admin_pb2
 
 pytestmark = pytest.mark.slow
 
@@ -90,9 +90,9 @@ async def test_a_node_lost_mid_gate_ends_the_gate_inconclusive_within_a_heartbea
             NEUTRAL, policy=policy, thresholds=RolloutThresholdsConfig(), actor="t"
         )
 
-        async def gate_job_running() -> list[admin_pb2.BenchmarkJob]:
+        async def gate_job_running() -> list[BenchmarkJob]:
             jobs = await controller.jobs.list()
-            return [j for j in jobs if j.status == admin_pb2.BENCHMARK_JOB_STATUS_RUNNING]
+            return [j for j in jobs if j.status == JobStatus.RUNNING]
 
         [job] = await async_wait_until(gate_job_running, timeout=60, what="the gate's first job")
         agent.kill()  # as an agent dies of a crash or an OOM kill: nothing tells the controller
@@ -106,7 +106,7 @@ async def test_a_node_lost_mid_gate_ends_the_gate_inconclusive_within_a_heartbea
         assert gate.verdict.lost_nodes == ("gpu1",)
         assert "lost nodes: gpu1" in paused.rollout.reason
         ended = await controller.jobs.get(job.job_id)
-        assert ended.status == admin_pb2.BENCHMARK_JOB_STATUS_FAILED
+        assert ended.status == JobStatus.FAILED
         assert "node gpu1 lost (no heartbeat) while the job ran; cancelled on gpu1" in ended.message
     finally:
         agent.kill()

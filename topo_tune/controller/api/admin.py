@@ -13,7 +13,9 @@ import grpc.aio
 from topo_tune.controller import names
 from topo_tune.controller.api import validation
 from topo_tune.controller.api.messages import (
+    from_proto_benchmark_request,
     from_proto_command_body,
+    to_proto_benchmark_job,
     to_proto_cluster_topology,
     to_proto_command,
     to_proto_node,
@@ -27,7 +29,7 @@ from topo_tune.controller.credentials import Credentials
 if TYPE_CHECKING:
     from topo_tune.controller.drift import DriftChecker
     from topo_tune.controller.studies import Studies
-from topo_tune.controller.jobs import BenchmarkJobs
+from topo_tune.controller.benchmarks.service import BenchmarkJobs
 from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.probes import Probes
 from topo_tune.controller.rollout.engine import RolloutEngine
@@ -134,20 +136,19 @@ class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
 
     @maps_errors
     async def StartBenchmark(self, request: admin_pb2.StartBenchmarkRequest, context: Ctx) -> admin_pb2.BenchmarkJob:
-        return await self._jobs.start(request)
+        return to_proto_benchmark_job(await self._jobs.start(from_proto_benchmark_request(request)))
 
     @maps_errors
     async def GetBenchmark(self, request: admin_pb2.GetBenchmarkRequest, context: Ctx) -> admin_pb2.BenchmarkJob:
         names.command_id(request.job_id, "job_id")
-        return await self._jobs.get(request.job_id)
+        return to_proto_benchmark_job(await self._jobs.get(request.job_id))
 
     @maps_errors
     async def ListBenchmarks(
         self, request: admin_pb2.ListBenchmarksRequest, context: Ctx
     ) -> admin_pb2.ListBenchmarksResponse:
-        return admin_pb2.ListBenchmarksResponse(
-            jobs=await self._jobs.list(limit=validation.limit(request.limit, default=50))
-        )
+        jobs = await self._jobs.list(limit=validation.limit(request.limit, default=50))
+        return admin_pb2.ListBenchmarksResponse(jobs=[to_proto_benchmark_job(job) for job in jobs])
 
     @maps_errors
     async def StartProbeRound(self, request: admin_pb2.StartProbeRoundRequest, context: Ctx) -> admin_pb2.ProbeRound:

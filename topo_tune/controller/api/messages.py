@@ -7,6 +7,8 @@ request (``validation.py``), error mapping (``status_codes.py``).
 
 from __future__ import annotations
 
+from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus, SizeRange
+from topo_tune.benchmark.wire import COLLECTIVE_FROM_PROTO, COLLECTIVE_TO_PROTO, size_to_proto
 from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.config_checks import overridden
 from topo_tune.controller.commands import STATUS_TO_WIRE as COMMAND_STATUS_TO_WIRE
@@ -91,6 +93,62 @@ def from_proto_command_body(
     else:  # pragma: no cover - validation refuses it
         raise ValidationError("body", f"unsupported command {kind!r}")
     return command
+
+
+JOB_STATUS_TO_WIRE = {
+    JobStatus.RUNNING: admin_pb2.BENCHMARK_JOB_STATUS_RUNNING,
+    JobStatus.SUCCEEDED: admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED,
+    JobStatus.FAILED: admin_pb2.BENCHMARK_JOB_STATUS_FAILED,
+    JobStatus.TIMED_OUT: admin_pb2.BENCHMARK_JOB_STATUS_TIMED_OUT,
+}
+
+
+def from_proto_benchmark_request(request: admin_pb2.StartBenchmarkRequest) -> BenchmarkRequest:
+    return BenchmarkRequest(
+        collective=COLLECTIVE_FROM_PROTO.get(request.collective),
+        nodes=tuple(request.nodes),
+        sizes=SizeRange(request.sizes.min_bytes, request.sizes.max_bytes, request.sizes.step_factor),
+        dtype=request.dtype,
+        warmup_iters=request.warmup_iters,
+        iters=request.iters,
+        env=dict(request.env),
+        ranks_per_node=request.ranks_per_node,
+        deadline_s=request.deadline_s,
+        both_placements=request.both_placements,
+        job_id=request.job_id,
+        tuner_table=request.tuner_table,
+        cuda_graph=request.cuda_graph,
+        sim_seed=request.sim_seed if request.HasField("sim_seed") else None,
+    )
+
+
+def to_proto_benchmark_job(job: BenchmarkJob) -> admin_pb2.BenchmarkJob:
+    return admin_pb2.BenchmarkJob(
+        job_id=job.job_id,
+        status=JOB_STATUS_TO_WIRE[job.status],
+        message=job.message,
+        collective=COLLECTIVE_TO_PROTO[job.collective],
+        nodes=list(job.nodes),
+        world_size=job.world_size,
+        dtype=job.dtype,
+        env=dict(job.env),
+        sizes=[size_to_proto(m) for m in job.sizes],
+        missing_ranks=list(job.missing_ranks),
+        hung_ranks=list(job.hung_ranks),
+        simulated=job.simulated,
+        created_at=timestamp(job.created_at),
+        finished_at=timestamp_or_none(job.finished_at),
+        backend=backend_to_wire(job.backend),
+        sizes_requested=agent_pb2.SizeSweep(
+            min_bytes=job.sizes_requested.min_bytes,
+            max_bytes=job.sizes_requested.max_bytes,
+            step_factor=job.sizes_requested.step_factor,
+        ),
+        iters=job.iters,
+        warmup_iters=job.warmup_iters,
+        cuda_graph=job.cuda_graph,
+        tuner_table_sha256=job.tuner_table_sha256,
+    )
 
 
 _GATE_FIELDS = ("repeats", "min_bytes", "max_bytes", "step_factor", "iters", "warmup_iters")

@@ -1,7 +1,9 @@
 """The controller's tables. Every schema change comes with an Alembic migration (``migrations/versions``).
 
-Wire messages that the controller stores whole (a node's topology, a command's body, a result) are kept as
-serialised protobuf: the proto is the versioned contract, so the database needs no second copy of it.
+Agent wire messages that the controller stores whole (a node's topology, a command's body and result, the
+``RunBenchmark`` a job's nodes were sent) are kept as serialised protobuf: the outbox keeps what went on the
+wire. What the controller itself concludes (a job's outcome) is stored as its own JSON or columns, never as an
+admin API message.
 """
 
 from __future__ import annotations
@@ -107,7 +109,8 @@ class BenchmarkJobRow(Base):
     backend: Mapped[str] = mapped_column(String(16))
     nodes: Mapped[list[str]] = mapped_column(JSON)
     spec: Mapped[bytes] = mapped_column(LargeBinary)  # the RunBenchmark every node was sent
-    result: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)  # aggregated BenchmarkJob
+    outcome: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    """A finished job's ``JobOutcome`` (its JSON form): aggregated rows, missing and hung ranks."""
     created_at: Mapped[datetime]
     deadline_at: Mapped[datetime]
     finished_at: Mapped[datetime | None]

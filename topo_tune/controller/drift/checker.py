@@ -41,6 +41,7 @@ from datetime import datetime
 from statistics import fmean
 from typing import Any, Protocol
 
+from topo_tune.benchmark.job_record import BenchmarkJob
 from topo_tune.cluster_config import DriftConfig, RolloutGateConfig
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.drift.store import DriftStore
@@ -71,7 +72,7 @@ class VerificationJobs(Protocol):
 
     async def run_job(
         self, job_id: str, nodes: Sequence[str], version: str, *, measurement: RolloutGateConfig
-    ) -> admin_pb2.BenchmarkJob: ...
+    ) -> BenchmarkJob: ...
 
 
 class StudyStarter(Protocol):

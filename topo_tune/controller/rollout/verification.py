@@ -11,7 +11,7 @@ A repeat becomes one A/B pair of samples: the
 sweep's total time, its worst p99 and the bus bandwidth at its largest size. A repeat in which either job
 failed gives no pair (fewer pairs make the gate inconclusive, never successful).
 
-Non-goals: judging (``gates.py``) and dispatching jobs (``controller/jobs.py``).
+Non-goals: judging (``gates.py``) and dispatching jobs (``controller/benchmarks/service.py``).
 """
 
 from __future__ import annotations
@@ -24,28 +24,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from topo_tune.benchmark.collectives import Collective
+from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus, SizeRange
 from topo_tune.cluster_config import RolloutGateConfig
 from topo_tune.config_layout import DEFAULT_CONFIG_DIR, staged_path
 from topo_tune.config_version import NCCL_CONF
 from topo_tune.controller.rollout.gate_run import GateRun
 from topo_tune.controller.rollout.gates import Sample
-from topo_tune.v1 import admin_pb2, agent_pb2
 
 logger = logging.getLogger(__name__)
-
-_FINAL = (
-    admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED,
-    admin_pb2.BENCHMARK_JOB_STATUS_FAILED,
-    admin_pb2.BENCHMARK_JOB_STATUS_TIMED_OUT,
-)
 
 
 class JobRunner(Protocol):
     """What the verifier needs of the controller's benchmark jobs."""
 
-    async def start(self, request: admin_pb2.StartBenchmarkRequest) -> admin_pb2.BenchmarkJob: ...
+    async def start(self, request: BenchmarkRequest) -> BenchmarkJob: ...
 
-    async def get(self, job_id: str) -> admin_pb2.BenchmarkJob: ...
+    async def get(self, job_id: str) -> BenchmarkJob: ...
 
 
 @dataclass
@@ -53,7 +48,7 @@ class BenchmarkVerifier:
     jobs: JobRunner
     config_dir: Path = DEFAULT_CONFIG_DIR
     """The agents' config directory (the same on every node)."""
-    collective: agent_pb2.Collective.ValueType = agent_pb2.COLLECTIVE_ALL_REDUCE
+    collective: Collective = Collective.ALL_REDUCE
     deadline_s: int = 600
     poll_s: float = 0.5
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
@@ -89,18 +84,16 @@ class BenchmarkVerifier:
 
     async def run_job(
         self, job_id: str, nodes: Sequence[str], version: str, *, measurement: RolloutGateConfig
-    ) -> admin_pb2.BenchmarkJob:
+    ) -> BenchmarkJob:
         """Run the verification benchmark (as ``measurement`` says) with ``version`` on ``nodes`` under ``job_id``;
         wait for its end.
 
         A job id that exists already is not started again: its stored outcome is awaited instead.
         """
-        request = admin_pb2.StartBenchmarkRequest(
+        request = BenchmarkRequest(
             collective=self.collective,
-            nodes=list(nodes),
-            sizes=agent_pb2.SizeSweep(
-                min_bytes=measurement.min_bytes, max_bytes=measurement.max_bytes, step_factor=measurement.step_factor
-            ),
+            nodes=tuple(nodes),
+            sizes=SizeRange(measurement.min_bytes, measurement.max_bytes, measurement.step_factor),
             iters=measurement.iters,
             warmup_iters=measurement.warmup_iters,
             cuda_graph=measurement.cuda_graph,
@@ -110,7 +103,7 @@ class BenchmarkVerifier:
             tuner_table=await self.tables(version) if self.tables is not None and version else "",
         )
         job = await self.jobs.start(request)
-        while job.status not in _FINAL:
+        while not job.status.final:
             await self.sleep(self.poll_s)
             job = await self.jobs.get(job_id)
         return job
@@ -126,11 +119,11 @@ def gate_job_id(rollout_id: str, *, wave: int, attempt: int, repeat: int, arm: s
     return "gate-" + hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
-def job_sample(job: admin_pb2.BenchmarkJob, *, repeat: int, arm: str) -> Sample | None:
+def job_sample(job: BenchmarkJob, *, repeat: int, arm: str) -> Sample | None:
     """One sample of a finished verification job (None when it failed or measured nothing)."""
     # Out of place where the job measured it; gloo runs all_reduce in place only.
     rows = [r for r in job.sizes if not r.in_place] or list(job.sizes)
-    if job.status != admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED or not rows:
+    if job.status is not JobStatus.SUCCEEDED or not rows:
         return None
     largest = max(rows, key=lambda r: r.bytes)
     return Sample(

@@ -1,6 +1,6 @@
 r"""Benchmark jobs from the controller's side: plan a rank map, aggregate results, pair probes.
 
-Pure planning (no gRPC, no I/O; protobuf messages in, plain values out), so it is tested and timed without agents:
+Pure planning (no gRPC, no I/O; agents' result messages in, plain values out), so it is tested and timed without agents:
 
 - ``plan_job`` places ranks node by node in the job's node order, contiguous per node and the
   same number on every node (NCCL orders its inter-node ring by the nodes' first ranks, and
@@ -21,12 +21,12 @@ Non-goals: sending commands, persistence, choosing ports (the caller owns socket
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from topo_tune.benchmark.collectives import Collective, bandwidth, shape
 from topo_tune.benchmark.dtypes import DType
+from topo_tune.benchmark.job_record import JobStatus
 from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
 from topo_tune.benchmark.results import RankResult, SizeMeasurement
 from topo_tune.benchmark.sweep import SizeSweep
@@ -36,7 +36,6 @@ from topo_tune.v1 import agent_pb2
 
 __all__ = [
     "JobNode",
-    "JobStatus",
     "JobSummary",
     "aggregate",
     "missing_ranks",
@@ -196,13 +195,6 @@ def probe_rounds(nodes: Sequence[str]) -> tuple[tuple[tuple[str, str], ...], ...
         # Keep the first seat fixed and rotate the rest by one.
         ring = [ring[0], ring[-1], *ring[1:-1]]
     return tuple(rounds)
-
-
-class JobStatus(enum.StrEnum):
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    """A rank failed, or the data check found wrong elements."""
-    TIMED_OUT = "timed_out"
 
 
 @dataclass(frozen=True, slots=True)

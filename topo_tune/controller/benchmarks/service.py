@@ -1,6 +1,6 @@
 """Benchmark jobs across nodes: plan, persist, dispatch, collect, time out.
 
-A job is planned (``benchmark_jobs.plan_job``: ranks contiguous per node in the requested node order,
+A job is planned (``plan.plan_job``: ranks contiguous per node in the requested node order,
 rendezvous on rank 0's node), then stored together with one ``run_benchmark`` command per node in a single
 transaction — all of it or nothing — and only then sent. Every node gets the identical ``RunBenchmark``.
 When the last node's result arrives the job is summarised (slowest rank per size; wrong elements fail it)
@@ -34,31 +34,33 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from topo_tune.benchmark.collectives import Collective, shape
+from topo_tune.benchmark.collectives import shape
 from topo_tune.benchmark.dtypes import dtype_named
+from topo_tune.benchmark.job_record import (
+    BenchmarkJob,
+    BenchmarkRequest,
+    JobId,
+    JobOutcome,
+    JobStatus,
+    SizeRange,
+)
 from topo_tune.benchmark.job_spec import MAX_DEADLINE_S, BenchmarkSpec
 from topo_tune.benchmark.sweep import SizeSweep
-from topo_tune.benchmark.wire import COLLECTIVE_FROM_PROTO, size_to_proto, spec_from_proto, spec_to_proto
+from topo_tune.benchmark.wire import COLLECTIVE_FROM_PROTO, spec_from_proto, spec_to_proto
 from topo_tune.controller import names
-from topo_tune.controller.benchmark_jobs import JobNode, JobStatus, JobSummary, plan_job, summarize
+from topo_tune.controller.benchmarks.plan import JobNode, JobSummary, plan_job, summarize
 from topo_tune.controller.commands import CommandBook, CommandRecord, CommandStatus
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import BenchmarkJobRow, CommandRow
 from topo_tune.controller.job_ends import OpenPart, cancel_command, cancel_command_id, why_it_cannot_finish
 from topo_tune.controller.nodes import NodeRegistry, NodeState, NodeView
 from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, SpecError, SweepError, ValidationError
-from topo_tune.v1 import admin_pb2, agent_pb2, topology_pb2
-from topo_tune.wire_values import backend_to_wire, timestamp
+from topo_tune.v1 import agent_pb2, topology_pb2
+from topo_tune.wire_values import timestamp
 
 logger = logging.getLogger(__name__)
 
-RUNNING = "running"
-STATUS_TO_WIRE = {
-    RUNNING: admin_pb2.BENCHMARK_JOB_STATUS_RUNNING,
-    JobStatus.SUCCEEDED.value: admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED,
-    JobStatus.FAILED.value: admin_pb2.BENCHMARK_JOB_STATUS_FAILED,
-    JobStatus.TIMED_OUT.value: admin_pb2.BENCHMARK_JOB_STATUS_TIMED_OUT,
-}
+RUNNING = JobStatus.RUNNING.value
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,7 @@ class BenchmarkJobs:
     rng: random.Random = field(default_factory=random.Random)
     new_id: Callable[[], str] = lambda: "bj-" + uuid.uuid4().hex[:12]
 
-    async def start(self, request: admin_pb2.StartBenchmarkRequest) -> admin_pb2.BenchmarkJob:
+    async def start(self, request: BenchmarkRequest) -> BenchmarkJob:
         """Plan, store and dispatch a job; returns it ``running`` (or the existing one for a known id)."""
         job_id = request.job_id or self.new_id()
         if request.job_id:
@@ -154,10 +156,8 @@ class BenchmarkJobs:
                     raise
                 await asyncio.sleep(0.1)
 
-    async def _plan(
-        self, request: admin_pb2.StartBenchmarkRequest, job_id: str
-    ) -> tuple[agent_pb2.RunBenchmark, str, list[str]]:
-        collective = COLLECTIVE_FROM_PROTO.get(request.collective)
+    async def _plan(self, request: BenchmarkRequest, job_id: str) -> tuple[agent_pb2.RunBenchmark, str, list[str]]:
+        collective = request.collective
         if collective is None:
             raise ValidationError(
                 "collective",
@@ -200,7 +200,7 @@ class BenchmarkJobs:
             ]
             spec = plan_job(
                 job_id=job_id,
-                collective=Collective(collective),
+                collective=collective,
                 sweep=sweep,
                 dtype=dtype,
                 nodes=job_nodes,
@@ -227,11 +227,11 @@ class BenchmarkJobs:
                 run.sim.spine_oversubscription = self.settings.spine_oversubscription
             if self.settings.spine_ecmp_paths > 1:
                 run.sim.spine_ecmp_paths = self.settings.spine_ecmp_paths
-            run.sim.seed = request.sim_seed if request.HasField("sim_seed") else zlib.crc32(job_id.encode())
+            run.sim.seed = request.sim_seed if request.sim_seed is not None else zlib.crc32(job_id.encode())
         return run, backend, list(request.nodes)
 
     @staticmethod
-    def _slots(view: NodeView, topology: topology_pb2.NodeTopology, request: admin_pb2.StartBenchmarkRequest) -> int:
+    def _slots(view: NodeView, topology: topology_pb2.NodeTopology, request: BenchmarkRequest) -> int:
         if view.backend in ("nccl", "sim"):
             return len(topology.gpus)
         return request.ranks_per_node or 1
@@ -322,17 +322,15 @@ class BenchmarkJobs:
                     if status is summary.status
                     else f"job {job_id} timed_out: no result from {', '.join(sorted(open_nodes))} by the deadline"
                 )
-            view = _job_message(job, run)
-            view.status = STATUS_TO_WIRE[status.value]
-            view.message = message
-            view.sizes.extend(size_to_proto(m) for m in summary.rows)
-            view.missing_ranks.extend(summary.missing_ranks)
-            view.hung_ranks.extend(summary.hung_ranks)
-            view.simulated = any(r.node_benchmark.simulated for r in results.values()) or job.backend == "sim"
-            view.finished_at.FromDatetime(now)
+            outcome = JobOutcome(
+                sizes=summary.rows,
+                missing_ranks=summary.missing_ranks,
+                hung_ranks=summary.hung_ranks,
+                simulated=any(r.node_benchmark.simulated for r in results.values()) or job.backend == "sim",
+            )
             job.status = status.value
-            job.message = view.message
-            job.result = view.SerializeToString()
+            job.message = message
+            job.outcome = outcome.to_json()
             job.finished_at = now
             cancels = []
             for row in rows:
@@ -352,7 +350,7 @@ class BenchmarkJobs:
                                 job_id=job_id,
                             )
                         )
-            return view.message, cancels
+            return message, cancels
 
         ended = await self.db.run(finish)
         if ended is None:
@@ -362,19 +360,19 @@ class BenchmarkJobs:
         for record in cancels:  # stored with the job's end; sent now, or when the node comes back
             await self.deliver(record)
 
-    async def _find(self, job_id: str) -> admin_pb2.BenchmarkJob | None:
+    async def _find(self, job_id: str) -> BenchmarkJob | None:
         try:
             return await self.get(job_id)
         except NotFoundError:
             return None
 
-    async def get(self, job_id: str) -> admin_pb2.BenchmarkJob:
+    async def get(self, job_id: str) -> BenchmarkJob:
         job = await self.db.run(lambda session: session.get(BenchmarkJobRow, job_id))
         if job is None:
             raise NotFoundError(f"no benchmark job with id {job_id!r}")
         return _view(job)
 
-    async def list(self, *, limit: int = 50) -> list[admin_pb2.BenchmarkJob]:
+    async def list(self, *, limit: int = 50) -> list[BenchmarkJob]:
         def read(session: Session) -> list[BenchmarkJobRow]:
             query = sa.select(BenchmarkJobRow).order_by(BenchmarkJobRow.created_at.desc()).limit(limit)
             return list(session.scalars(query))
@@ -445,34 +443,34 @@ def _busy(session: Session, nodes: list[str]) -> tuple[str, str] | None:
     return None
 
 
-def _job_message(job: BenchmarkJobRow, run: agent_pb2.RunBenchmark) -> admin_pb2.BenchmarkJob:
-    return admin_pb2.BenchmarkJob(
-        job_id=job.id,
-        status=STATUS_TO_WIRE[job.status],
-        message=job.message,
-        collective=run.collective,
-        nodes=list(job.nodes),
-        world_size=run.world_size,
-        dtype=run.dtype,
-        env=dict(run.env),
-        simulated=job.backend == "sim",
-        created_at=timestamp(job.created_at),
-        backend=backend_to_wire(job.backend),
-        sizes_requested=run.sizes,
-        iters=run.iters,
-        warmup_iters=run.warmup_iters,
-        cuda_graph=run.cuda_graph,
-        tuner_table_sha256=tuner_table_sha256(run.tuner_table),
-    )
-
-
 def tuner_table_sha256(table: str) -> str:
     """The digest a job's candidate table is known by ("" for none): the same hex the ranks record for the
     table file they loaded, so a job view and its ranks' settings can be matched."""
     return hashlib.sha256(table.encode()).hexdigest() if table else ""
 
 
-def _view(job: BenchmarkJobRow) -> admin_pb2.BenchmarkJob:
-    if job.result is not None:
-        return admin_pb2.BenchmarkJob.FromString(job.result)
-    return _job_message(job, agent_pb2.RunBenchmark.FromString(job.spec))
+def _view(job: BenchmarkJobRow) -> BenchmarkJob:
+    run = agent_pb2.RunBenchmark.FromString(job.spec)
+    outcome = JobOutcome.from_json(job.outcome) if job.outcome is not None else JobOutcome()
+    return BenchmarkJob(
+        job_id=JobId(job.id),
+        status=JobStatus(job.status),
+        message=job.message,
+        collective=COLLECTIVE_FROM_PROTO[run.collective],
+        nodes=tuple(job.nodes),
+        world_size=run.world_size,
+        dtype=run.dtype,
+        env=dict(run.env),
+        backend=job.backend,
+        sizes_requested=SizeRange(run.sizes.min_bytes, run.sizes.max_bytes, run.sizes.step_factor),
+        iters=run.iters,
+        warmup_iters=run.warmup_iters,
+        cuda_graph=run.cuda_graph,
+        tuner_table_sha256=tuner_table_sha256(run.tuner_table),
+        created_at=job.created_at,
+        simulated=outcome.simulated or job.backend == "sim",
+        sizes=outcome.sizes,
+        missing_ranks=outcome.missing_ranks,
+        hung_ranks=outcome.hung_ranks,
+        finished_at=job.finished_at,
+    )
