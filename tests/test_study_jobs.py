@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from topo_tune.client import AdminClient
+from topo_tune.client import AdminClient, RemotePort
 from topo_tune.cluster_config import loads_cluster_config
 from topo_tune.errors import TrialFailed
 from topo_tune.local_cluster import EmbeddedCluster
@@ -33,7 +33,7 @@ def _measure(address: str, token: str, *, cuda_graph: bool) -> float:
     request = MeasurementRequest(collectives=("all_reduce",), sizes=(1 << 20,), trial=0, purpose="search")
     with AdminClient(address, token=token, timeout_s=60) as client:
         wait_for_nodes(client, list(NODES), timeout_s=60)
-        evaluate = JobEvaluator(client, deadline_s=60, iters=5, warmup_iters=1, cuda_graph=cuda_graph)
+        evaluate = JobEvaluator(RemotePort(client), deadline_s=60, iters=5, warmup_iters=1, cuda_graph=cuda_graph)
         measured = evaluate(config, request)
     return measured.samples[0].time_us
 
@@ -71,7 +71,7 @@ def _times(address: str, token: str, seed: int | None, requests: list[Measuremen
     config = TrialConfig(env={}, rank_order=RankOrder("hostfile", NODES))
     with AdminClient(address, token=token, timeout_s=60) as client:
         wait_for_nodes(client, list(NODES), timeout_s=60)
-        evaluate = JobEvaluator(client, deadline_s=60, iters=5, warmup_iters=1, seed=seed)
+        evaluate = JobEvaluator(RemotePort(client), deadline_s=60, iters=5, warmup_iters=1, seed=seed)
         return [evaluate(config, r).samples[0].time_us for r in requests]
 
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC
 from typing import TypeVar
 
 import grpc
 
 from topo_tune.auth import TlsFiles, bearer_metadata, channel_credentials
+from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobId, JobStatus, SizeRange
+from topo_tune.benchmark.wire import COLLECTIVE_FROM_PROTO, COLLECTIVE_TO_PROTO, size_from_proto
 from topo_tune.errors import (
     AlreadyExists,
     ConflictError,
@@ -27,7 +30,8 @@ from topo_tune.errors import (
     Unauthenticated,
     ValidationError,
 )
-from topo_tune.v1 import admin_pb2, admin_pb2_grpc
+from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2
+from topo_tune.wire_values import BACKEND_FROM_WIRE
 
 T = TypeVar("T")
 
@@ -200,3 +204,94 @@ class AdminClient:
     def resolve_job_config(self, job_id: str, nodes: list[str]) -> admin_pb2.JobConfig:
         request = admin_pb2.ResolveJobConfigRequest(job_id=job_id, nodes=nodes)
         return self._call(self._stub.ResolveJobConfig, request)
+
+
+JOB_STATUS_FROM_WIRE = {
+    admin_pb2.BENCHMARK_JOB_STATUS_RUNNING: JobStatus.RUNNING,
+    admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED: JobStatus.SUCCEEDED,
+    admin_pb2.BENCHMARK_JOB_STATUS_FAILED: JobStatus.FAILED,
+    admin_pb2.BENCHMARK_JOB_STATUS_TIMED_OUT: JobStatus.TIMED_OUT,
+}
+
+
+def benchmark_request_to_proto(request: BenchmarkRequest) -> admin_pb2.StartBenchmarkRequest:
+    sizes = request.sizes
+    return admin_pb2.StartBenchmarkRequest(
+        collective=COLLECTIVE_TO_PROTO[request.collective]
+        if request.collective is not None
+        else agent_pb2.COLLECTIVE_UNSPECIFIED,
+        nodes=list(request.nodes),
+        sizes=agent_pb2.SizeSweep(min_bytes=sizes.min_bytes, max_bytes=sizes.max_bytes, step_factor=sizes.step_factor),
+        dtype=request.dtype,
+        warmup_iters=request.warmup_iters,
+        iters=request.iters,
+        env=dict(request.env),
+        ranks_per_node=request.ranks_per_node,
+        deadline_s=request.deadline_s,
+        both_placements=request.both_placements,
+        job_id=request.job_id,
+        tuner_table=request.tuner_table,
+        cuda_graph=request.cuda_graph,
+        sim_seed=request.sim_seed,
+    )
+
+
+def benchmark_job_from_proto(job: admin_pb2.BenchmarkJob) -> BenchmarkJob:
+    asked = job.sizes_requested
+    return BenchmarkJob(
+        job_id=JobId(job.job_id),
+        status=JOB_STATUS_FROM_WIRE[job.status],
+        message=job.message,
+        collective=COLLECTIVE_FROM_PROTO[job.collective],
+        nodes=tuple(job.nodes),
+        world_size=job.world_size,
+        dtype=job.dtype,
+        env=dict(job.env),
+        backend=BACKEND_FROM_WIRE.get(job.backend, ""),
+        sizes_requested=SizeRange(asked.min_bytes, asked.max_bytes, asked.step_factor),
+        iters=job.iters,
+        warmup_iters=job.warmup_iters,
+        cuda_graph=job.cuda_graph,
+        tuner_table_sha256=job.tuner_table_sha256,
+        created_at=job.created_at.ToDatetime(UTC),
+        simulated=job.simulated,
+        sizes=tuple(size_from_proto(row) for row in job.sizes),
+        missing_ranks=tuple(job.missing_ranks),
+        hung_ranks=tuple(job.hung_ranks),
+        finished_at=job.finished_at.ToDatetime(UTC) if job.HasField("finished_at") else None,
+    )
+
+
+class RemotePort:
+    """``tuning_pass.AdminPort`` over the admin API: what ``topo-tune init`` runs its pass through.
+
+    Converts between the pass's domain objects and the wire here, at the client's edge."""
+
+    def __init__(self, client: AdminClient) -> None:
+        self.client = client
+
+    def list_nodes(self, *, rack: str = "") -> list[admin_pb2.Node]:
+        return self.client.list_nodes(rack=rack)
+
+    def cluster_topology(self) -> admin_pb2.ClusterTopologyView:
+        return self.client.cluster_topology()
+
+    def start_probe_round(self, request: admin_pb2.StartProbeRoundRequest) -> admin_pb2.ProbeRound:
+        return self.client.start_probe_round(request)
+
+    def get_probe_round(self, round_id: str) -> admin_pb2.ProbeRound:
+        return self.client.get_probe_round(round_id)
+
+    def measured_pairs(self) -> admin_pb2.MeasuredPairs:
+        return self.client.measured_pairs()
+
+    def start_benchmark(self, request: BenchmarkRequest) -> BenchmarkJob:
+        return benchmark_job_from_proto(self.client.start_benchmark(benchmark_request_to_proto(request)))
+
+    def get_benchmark(self, job_id: str) -> BenchmarkJob:
+        return benchmark_job_from_proto(self.client.get_benchmark(job_id))
+
+    def put_config_version(
+        self, files: dict[str, str], provenance: dict[str, str], *, version_id: str = ""
+    ) -> admin_pb2.ConfigVersionInfo:
+        return self.client.put_config_version(files, provenance, version_id=version_id)

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Protocol
 
 from topo_tune.benchmark.collectives import Collective
+from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus, SizeRange
+from topo_tune.benchmark.results import SizeMeasurement
 from topo_tune.benchmark.sweep import size_ladder
-from topo_tune.benchmark.wire import COLLECTIVE_TO_PROTO
 from topo_tune.client import PROBE_SAMPLING
 from topo_tune.cluster_config import ClusterConfig
 from topo_tune.errors import ConfigError, NodeBusy, PassError, TrialFailed, ValidationError
@@ -47,7 +48,7 @@ from topo_tune.tuner.study import (
     stored_rank_orders,
 )
 from topo_tune.tuner.timeout_advice import MIN_SAMPLES, advise, latencies_of
-from topo_tune.v1 import admin_pb2, agent_pb2, topology_pb2
+from topo_tune.v1 import admin_pb2, topology_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -63,11 +64,11 @@ class AdminPort(Protocol):
     def start_probe_round(self, request: admin_pb2.StartProbeRoundRequest) -> admin_pb2.ProbeRound: ...
     def get_probe_round(self, round_id: str) -> admin_pb2.ProbeRound: ...
     def measured_pairs(self) -> admin_pb2.MeasuredPairs: ...
-    def start_benchmark(self, request: admin_pb2.StartBenchmarkRequest) -> admin_pb2.BenchmarkJob: ...
-    def get_benchmark(self, job_id: str) -> admin_pb2.BenchmarkJob: ...
+    def start_benchmark(self, request: BenchmarkRequest) -> BenchmarkJob: ...
+    def get_benchmark(self, job_id: str) -> BenchmarkJob: ...
     def put_config_version(
         self, files: dict[str, str], provenance: dict[str, str], *, version_id: str = ""
-    ) -> admin_pb2.ConfigVersionInfo: ...
+    ) -> object: ...
 
 
 @dataclass(frozen=True)
@@ -104,19 +105,17 @@ class JobEvaluator:
                 samples.extend(_samples(collective, sweep, job))
         return Measurements(tuple(samples), simulated=simulated)
 
-    def _sim_seed(self, request: MeasurementRequest, collective: str, sweep: agent_pb2.SizeSweep) -> int | None:
+    def _sim_seed(self, request: MeasurementRequest, collective: str, sweep: SizeRange) -> int | None:
         if self.seed is None:
             return None
         what = [self.seed, request.purpose, request.trial, request.repeat, request.side, collective]
         what += [sweep.min_bytes, sweep.max_bytes, sweep.step_factor]
         return int.from_bytes(hashlib.sha256(json.dumps(what).encode()).digest()[:8], "big")
 
-    def _run(
-        self, collective: str, sweep: agent_pb2.SizeSweep, config: TrialConfig, sim_seed: int | None = None
-    ) -> admin_pb2.BenchmarkJob:
-        request = admin_pb2.StartBenchmarkRequest(
-            collective=COLLECTIVE_TO_PROTO[Collective(collective)],
-            nodes=list(config.rank_order.nodes),
+    def _run(self, collective: str, sweep: SizeRange, config: TrialConfig, sim_seed: int | None = None) -> BenchmarkJob:
+        request = BenchmarkRequest(
+            collective=Collective(collective),
+            nodes=tuple(config.rank_order.nodes),
             sizes=sweep,
             env=dict(config.env),
             iters=self.iters,
@@ -141,31 +140,31 @@ class JobEvaluator:
                 # The controller refused this trial's job (a setting its nodes cannot run): the trial fails
                 # with the controller's reason, the study goes on.
                 raise TrialFailed(str(refused), kind="failed") from None
-        while job.status == admin_pb2.BENCHMARK_JOB_STATUS_RUNNING:
+        while job.status is JobStatus.RUNNING:
             self.sleep(self.poll_s)
             job = self.client.get_benchmark(job.job_id)
-        if job.status == admin_pb2.BENCHMARK_JOB_STATUS_TIMED_OUT:
+        if job.status is JobStatus.TIMED_OUT:
             raise TrialFailed(job.message, kind="timeout")
-        if job.status != admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED:
+        if job.status is not JobStatus.SUCCEEDED:
             wrong = any(s.wrong for s in job.sizes)
             raise TrialFailed(job.message, kind="wrong_result" if wrong else "failed")
         return job
 
 
-def _sweeps(sizes: Sequence[int]) -> list[agent_pb2.SizeSweep]:
+def _sweeps(sizes: Sequence[int]) -> list[SizeRange]:
     """As few nccl-tests sweeps as cover ``sizes`` exactly: one when they form a geometric ladder."""
     ordered = sorted(set(sizes))
     if len(ordered) > 1:
         factor = ordered[1] // ordered[0]
         if factor >= 2 and all(b == a * factor for a, b in itertools.pairwise(ordered)):
-            return [agent_pb2.SizeSweep(min_bytes=ordered[0], max_bytes=ordered[-1], step_factor=factor)]
-    return [agent_pb2.SizeSweep(min_bytes=s, max_bytes=s, step_factor=1) for s in ordered]
+            return [SizeRange(min_bytes=ordered[0], max_bytes=ordered[-1], step_factor=factor)]
+    return [SizeRange(min_bytes=s, max_bytes=s, step_factor=1) for s in ordered]
 
 
-def _samples(collective: str, sweep: agent_pb2.SizeSweep, job: admin_pb2.BenchmarkJob) -> list[SizeSample]:
+def _samples(collective: str, sweep: SizeRange, job: BenchmarkJob) -> list[SizeSample]:
     """One sample per requested size: the out-of-place row when there is one (torch runs some collectives
     in place only). Rows come back in size order, matched to the requested sizes in that order."""
-    rows: dict[int, agent_pb2.SizeResult] = {}
+    rows: dict[int, SizeMeasurement] = {}
     for row in job.sizes:
         if row.bytes not in rows or not row.in_place:
             rows[row.bytes] = row
@@ -178,11 +177,11 @@ def _samples(collective: str, sweep: agent_pb2.SizeSweep, job: admin_pb2.Benchma
     return [_sample(collective, size, row) for size, row in zip(requested, measured, strict=True)]
 
 
-def _sample(collective: str, size: int, row: agent_pb2.SizeResult) -> SizeSample:
+def _sample(collective: str, size: int, row: SizeMeasurement) -> SizeSample:
     """One size, with what NCCL offered and ran there when the backend reported it (tuner-table names)."""
-    if not row.HasField("choice"):
-        return SizeSample(collective, size, row.time_us, row.busbw_gbps, "", "", 0)
     choice = row.choice
+    if choice is None:
+        return SizeSample(collective, size, row.time_us, row.busbw_gbps, "", "", 0)
     algorithm, _, protocol = choice.applied.partition("/")
     return SizeSample(
         collective,

@@ -30,6 +30,7 @@ from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import Registration
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase
+from topo_tune.controller.study_records import Study, StudyId, StudyRequest, StudyStatus
 from topo_tune.errors import ConfigError, NodeBusy, NotFoundError, ValidationError
 from topo_tune.sim.node_topology import simulated_node_topology
 from topo_tune.v1 import admin_pb2
@@ -96,15 +97,26 @@ class MeasuredJobs:
 class StudyLog:
     """Studies as the drift checker sees them: what it asked to start."""
 
-    started: list[admin_pb2.StartStudyRequest] = field(default_factory=list)
+    started: list[StudyRequest] = field(default_factory=list)
     running: list[str] = field(default_factory=list)
 
-    async def start(self, request: admin_pb2.StartStudyRequest) -> admin_pb2.StudyInfo:
+    async def start(self, request: StudyRequest) -> Study:
         self.started.append(request)
-        return admin_pb2.StudyInfo(study_id=request.study_id, status=admin_pb2.STUDY_STATUS_RUNNING)
+        return _study(request.study_id)
 
-    async def list(self, *, limit: int = 50) -> list[admin_pb2.StudyInfo]:
-        return [admin_pb2.StudyInfo(study_id=s, status=admin_pb2.STUDY_STATUS_RUNNING) for s in self.running]
+    async def list(self, *, limit: int = 50) -> list[Study]:
+        return [_study(s) for s in self.running]
+
+
+def _study(study_id: str) -> Study:
+    return Study(
+        StudyId(study_id),
+        StudyStatus.RUNNING,
+        "",
+        nodes=(),
+        simulated=True,
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
 
 
 @dataclass

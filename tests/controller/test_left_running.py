@@ -15,7 +15,7 @@ T1 = datetime(2026, 1, 2, tzinfo=UTC)
 
 
 def study(study_id: str, status: str) -> StudyRow:
-    return StudyRow(id=study_id, status=status, request=b"", nodes=["a"], created_at=T0, finished_at=None)
+    return StudyRow(id=study_id, status=status, request={}, nodes=["a"], created_at=T0, finished_at=None)
 
 
 async def test_only_running_rows_end_with_the_status_and_message(sqlite_url: str) -> None:

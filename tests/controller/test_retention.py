@@ -153,7 +153,7 @@ async def test_jobs_behind_gate_samples_chosen_studies_and_kept_drift_checks_sta
                 StudyRow(
                     id=f"st-{result[:4]}",
                     status=status,
-                    request=b"",
+                    request={},
                     nodes=["n1", "n2"] if result == "promoted" else ["n3"],
                     result=result,
                     created_at=study_start,

@@ -16,7 +16,9 @@ from tests.support.processes import TOKEN
 from tests.support.waiting import async_wait_until
 from topo_tune.cli.main import cli
 from topo_tune.cluster_config import SearchConfig, WorkloadConfig
+from topo_tune.controller.api.messages import from_proto_study_request
 from topo_tune.controller.server import Controller
+from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus
 from topo_tune.errors import NotFoundError, ValidationError
 from topo_tune.v1 import admin_pb2
 
@@ -38,7 +40,7 @@ async def jobs_controller(sqlite_url: str, tmp_path: Path) -> AsyncIterator[Cont
     await server.stop()
 
 
-def study_request(**fields: object) -> admin_pb2.StartStudyRequest:
+def study_request(**fields: object) -> StudyRequest:
     values: dict[str, object] = {
         "collectives": {"all_gather": 1.0},
         "budget": 8,
@@ -49,13 +51,13 @@ def study_request(**fields: object) -> admin_pb2.StartStudyRequest:
         "proof_pairs": 2,
     }
     values.update(fields)
-    return admin_pb2.StartStudyRequest(**values)  # type: ignore[arg-type]
+    return from_proto_study_request(admin_pb2.StartStudyRequest(**values))  # type: ignore[arg-type]
 
 
-async def ended(controller: Controller, study_id: str) -> admin_pb2.StudyInfo:
-    async def done() -> admin_pb2.StudyInfo | None:
+async def ended(controller: Controller, study_id: str) -> Study:
+    async def done() -> Study | None:
         info = await controller.studies.get(study_id)
-        return info if info.status != admin_pb2.STUDY_STATUS_RUNNING else None
+        return info if info.status != StudyStatus.RUNNING else None
 
     return await async_wait_until(done, timeout=240, what=f"study {study_id}")
 
@@ -66,9 +68,9 @@ async def test_a_study_runs_on_known_nodes_and_stores_its_version(
 ) -> None:
     await registered(*(agents(name, "sim") for name in ("s1", "s2", "s3", "s4")))
     info = await jobs_controller.studies.start(study_request(study_id="st-first"))
-    assert info.status == admin_pb2.STUDY_STATUS_RUNNING
+    assert info.status == StudyStatus.RUNNING
     done = await ended(jobs_controller, "st-first")
-    assert done.status == admin_pb2.STUDY_STATUS_SUCCEEDED, done.message
+    assert done.status == StudyStatus.SUCCEEDED, done.message
     assert done.simulated and done.result in ("promoted", "keep NCCL's defaults")
     assert (await jobs_controller.config_versions.get(done.config_version)).id == done.config_version
     trials = await jobs_controller.studies.trials("st-first")
@@ -107,7 +109,7 @@ async def test_a_study_too_short_to_fit_latencies_still_finishes_without_timeout
     request = study_request(study_id="st-short", nodes=["s1", "s2"], budget=1, proof_pairs=2)
     await jobs_controller.studies.start(request)
     done = await ended(jobs_controller, "st-short")
-    assert done.status == admin_pb2.STUDY_STATUS_SUCCEEDED, done.message
+    assert done.status == StudyStatus.SUCCEEDED, done.message
     summary = json.loads((Path(jobs_controller.settings.studies_dir) / "st-short" / "summary.json").read_text())
     assert not summary.get("timeout_advice"), "fewer than five measurements fit no latency"
 
@@ -123,15 +125,15 @@ async def test_cancel_then_resume_counts_every_trial_once(
 
     async def some_trials() -> bool:
         info = await jobs_controller.studies.get("st-resume")
-        assert info.status == admin_pb2.STUDY_STATUS_RUNNING, info.message
+        assert info.status == StudyStatus.RUNNING, info.message
         return len((await jobs_controller.studies.trials("st-resume")).trials) >= 3
 
     await async_wait_until(some_trials, timeout=120, what="three trials")
     cancelled = await jobs_controller.studies.cancel("st-resume")
-    assert cancelled.status == admin_pb2.STUDY_STATUS_CANCELLED
+    assert cancelled.status == StudyStatus.CANCELLED
     await jobs_controller.studies.start(request)
     done = await ended(jobs_controller, "st-resume")
-    assert done.status == admin_pb2.STUDY_STATUS_SUCCEEDED, done.message
+    assert done.status == StudyStatus.SUCCEEDED, done.message
     trials = (await jobs_controller.studies.trials("st-resume")).trials
     numbers = [t.number for t in trials]
     assert len(numbers) == len(set(numbers))
@@ -151,7 +153,7 @@ async def test_a_study_on_nccl_nodes_is_graph_timed_unless_asked_eager(
     assert (await studies._cluster("st-g", study_request(nodes=nccl))).search.cuda_graph
     assert not (await studies._cluster("st-e", study_request(nodes=nccl, cuda_graph=False))).search.cuda_graph
     assert not (await studies._cluster("st-c", study_request(nodes=["s3"]))).search.cuda_graph, "gloo stays eager"
-    bare = await studies._cluster("st-d", admin_pb2.StartStudyRequest(nodes=nccl))
+    bare = await studies._cluster("st-d", StudyRequest(nodes=tuple(nccl)))
     assert bare.search == SearchConfig(cuda_graph=True), "an empty request gets cluster.yaml's search defaults"
     assert bare.workload == WorkloadConfig() and [n.name for r in bare.racks for n in r.nodes] == nccl
     with pytest.raises(ValidationError, match=r"^search\.proof_pairs: input should be greater than or equal to 2$"):

@@ -18,16 +18,24 @@ from topo_tune.config_version import ConfigVersion, is_version_id
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import ConfigVersionRow
 from topo_tune.errors import NotFoundError, ValidationError
-from topo_tune.v1 import admin_pb2
-from topo_tune.wire_values import timestamp
 
 
-def _info(row: ConfigVersionRow, *, with_files: bool) -> admin_pb2.ConfigVersionInfo:
-    return admin_pb2.ConfigVersionInfo(
+@dataclass(frozen=True)
+class StoredVersion:
+    """A stored config version: its content id, files (empty in a listing), provenance and when it was stored."""
+
+    id: str
+    files: Mapping[str, str]
+    provenance: Mapping[str, str]
+    created_at: datetime
+
+
+def _info(row: ConfigVersionRow, *, with_files: bool) -> StoredVersion:
+    return StoredVersion(
         id=row.id,
         files=dict(row.files) if with_files else {},
         provenance=dict(row.provenance),
-        created_at=timestamp(row.created_at),
+        created_at=row.created_at,
     )
 
 
@@ -38,14 +46,14 @@ class ConfigVersions:
 
     async def put(
         self, files: Mapping[str, str], provenance: Mapping[str, str], *, claimed_id: str = ""
-    ) -> admin_pb2.ConfigVersionInfo:
+    ) -> StoredVersion:
         """Validate and store files sent by an admin; ``claimed_id`` must be their hash when given."""
         version = ConfigVersion(files=files, provenance=provenance)  # validates names and nccl.conf
         if claimed_id and claimed_id != version.id:
             raise ValidationError("id", f"{claimed_id} is not the hash of these files ({version.id})")
         return await self.store(version)
 
-    async def store(self, version: ConfigVersion) -> admin_pb2.ConfigVersionInfo:
+    async def store(self, version: ConfigVersion) -> StoredVersion:
         """Store ``version`` unless it is stored already (the id is the content, so the first copy stands)."""
         now = self.wall_clock()
 
@@ -68,7 +76,7 @@ class ConfigVersions:
             raise NotFoundError(f"no config version {version_id!r}")
         return dict(row.files)
 
-    async def get(self, version_id: str) -> admin_pb2.ConfigVersionInfo:
+    async def get(self, version_id: str) -> StoredVersion:
         if not is_version_id(version_id):
             raise ValidationError("id", f"not a config version id (cv- and 16 hex digits): {version_id[:40]!r}")
         row = await self.db.run(lambda session: session.get(ConfigVersionRow, version_id))
@@ -76,7 +84,7 @@ class ConfigVersions:
             raise NotFoundError(f"no config version {version_id!r}")
         return _info(row, with_files=True)
 
-    async def list(self, *, limit: int = 50) -> list[admin_pb2.ConfigVersionInfo]:
+    async def list(self, *, limit: int = 50) -> list[StoredVersion]:
         def read(session: Session) -> list[ConfigVersionRow]:
             query = sa.select(ConfigVersionRow).order_by(ConfigVersionRow.created_at.desc()).limit(limit)
             return list(session.scalars(query))

@@ -19,6 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
 from topo_tune.auth import server_credentials
+from topo_tune.controller.api.admin import SERVICE_NAME as ADMIN_SERVICE_NAME
 from topo_tune.controller.api.admin import AdminServicer
 from topo_tune.controller.api.agent import AgentServicer
 from topo_tune.controller.credentials import CredentialInterceptor
@@ -26,13 +27,13 @@ from topo_tune.controller.leadership import LeaderOnlyInterceptor
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.controller.wiring import Services
 from topo_tune.errors import ConfigError
-from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2, agent_pb2_grpc
+from topo_tune.v1 import admin_pb2_grpc, agent_pb2, agent_pb2_grpc
 
 logger = logging.getLogger(__name__)
 
 SERVICE_NAMES = (
     agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
-    admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+    ADMIN_SERVICE_NAME,
 )
 
 

@@ -2,7 +2,7 @@
 
 A study is the same pass as ``topo-tune init`` (``tuning_pass.run_pass``), over nodes the controller already
 knows, run in a worker thread. The pass reaches the controller's services in-process through
-``InProcessPort`` (the same calls the admin API offers), so benchmark jobs, probes and config versions go
+``api/in_process.py``'s port (the same calls the admin API offers), so benchmark jobs, probes and config versions go
 through exactly the code the admin API uses. Trials live in Optuna's tables in the controller's database;
 the study row says where it stands. A cancelled study — or one a controller restart interrupted — resumes
 where it stopped when it is started again with the same id: no trial is lost or counted twice.
@@ -14,11 +14,11 @@ import asyncio
 import logging
 import threading
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import cast
 
 import optuna
 import sqlalchemy as sa
@@ -37,19 +37,11 @@ from topo_tune.cluster_config import (
 from topo_tune.config_checks import naming_fields, validated
 from topo_tune.config_values import Backend
 from topo_tune.controller import names as check
-from topo_tune.controller.api.messages import (
-    from_proto_benchmark_request,
-    to_proto_benchmark_job,
-    to_proto_cluster_topology,
-    to_proto_node,
-)
-from topo_tune.controller.benchmarks.service import BenchmarkJobs
-from topo_tune.controller.config_versions import ConfigVersions
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.left_running import end_left_running
 from topo_tune.controller.db.models import StudyRow
 from topo_tune.controller.nodes import NodeRegistry, NodeState
-from topo_tune.controller.probes import Probes
+from topo_tune.controller.study_records import Study, StudyId, StudyRequest, StudyStatus, StudyTrial, StudyTrials
 from topo_tune.errors import (
     AlreadyExists,
     ConflictError,
@@ -60,75 +52,22 @@ from topo_tune.errors import (
 )
 from topo_tune.tuner.outputs import verdict_lines
 from topo_tune.tuner.study import A_FAILURE, A_REASON, StudyProgress
-from topo_tune.tuning_pass import run_pass
-from topo_tune.v1 import admin_pb2
-from topo_tune.wire_values import timestamp
+from topo_tune.tuning_pass import AdminPort, run_pass
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
-STATUS_TO_WIRE = {
-    "running": admin_pb2.STUDY_STATUS_RUNNING,
-    "succeeded": admin_pb2.STUDY_STATUS_SUCCEEDED,
-    "failed": admin_pb2.STUDY_STATUS_FAILED,
-    "cancelled": admin_pb2.STUDY_STATUS_CANCELLED,
-}
 _OPTUNA_STATES = {"COMPLETE": "complete", "PRUNED": "pruned", "RUNNING": "running", "WAITING": "waiting"}
-
-
-@dataclass
-class InProcessPort:
-    """The admin calls ``run_pass`` makes, answered by this controller's services from a worker thread."""
-
-    loop: asyncio.AbstractEventLoop
-    registry: NodeRegistry
-    jobs: BenchmarkJobs
-    probes: Probes
-    config_versions: ConfigVersions
-    spine: tuple[float | None, float | None]
-    cancelled: threading.Event
-
-    def _run(self, coroutine: Awaitable[T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()  # type: ignore[arg-type]
-
-    def list_nodes(self, *, rack: str = "") -> list[admin_pb2.Node]:
-        return [to_proto_node(v, with_topology=False) for v in self._run(self.registry.list(rack=rack))]
-
-    def cluster_topology(self) -> admin_pb2.ClusterTopologyView:
-        return to_proto_cluster_topology(self._run(self.registry.list()), self.spine)
-
-    def start_probe_round(self, request: admin_pb2.StartProbeRoundRequest) -> admin_pb2.ProbeRound:
-        return self._run(self.probes.start(request))
-
-    def get_probe_round(self, round_id: str) -> admin_pb2.ProbeRound:
-        return self._run(self.probes.get(round_id))
-
-    def measured_pairs(self) -> admin_pb2.MeasuredPairs:
-        return self._run(self.probes.measured_pairs())
-
-    def start_benchmark(self, request: admin_pb2.StartBenchmarkRequest) -> admin_pb2.BenchmarkJob:
-        if self.cancelled.is_set():
-            raise StudyCancelled("cancelled by an admin")
-        return to_proto_benchmark_job(self._run(self.jobs.start(from_proto_benchmark_request(request))))
-
-    def get_benchmark(self, job_id: str) -> admin_pb2.BenchmarkJob:
-        return to_proto_benchmark_job(self._run(self.jobs.get(job_id)))
-
-    def put_config_version(
-        self, files: dict[str, str], provenance: dict[str, str], *, version_id: str = ""
-    ) -> admin_pb2.ConfigVersionInfo:
-        return self._run(self.config_versions.put(files, provenance, claimed_id=version_id))
 
 
 @dataclass
 class Studies:
     db: Database
     registry: NodeRegistry
-    jobs: BenchmarkJobs
-    probes: Probes
-    config_versions: ConfigVersions
     wall_clock: Callable[[], datetime]
     output_root: Path
+    open_port: Callable[[asyncio.AbstractEventLoop, threading.Event], AdminPort]
+    """The admin calls a study's pass makes, answered in-process (``api/in_process.py``); given the loop the
+    services run on and the study's cancel flag."""
     rack_of: Mapping[str, str] = field(default_factory=dict)
     spine: tuple[float | None, float | None] = (None, None)
     _running: dict[str, tuple[threading.Thread, threading.Event]] = field(default_factory=dict, init=False)
@@ -144,7 +83,7 @@ class Studies:
             at=self.wall_clock(),
         )
 
-    async def start(self, request: admin_pb2.StartStudyRequest) -> admin_pb2.StudyInfo:
+    async def start(self, request: StudyRequest) -> Study:
         study_id = request.study_id or "st-" + uuid.uuid4().hex[:12]
         check.study_id(study_id)
         if study_id in self._running:
@@ -152,7 +91,7 @@ class Studies:
         existing = await self.db.run(lambda session: session.get(StudyRow, study_id))
         if existing is not None and existing.status == "succeeded":
             return await self.get(study_id)
-        if existing is not None and existing.request != request.SerializeToString(deterministic=True):
+        if existing is not None and StudyRequest.from_json(existing.request) != request:
             raise AlreadyExists(f"study {study_id} exists with other settings; use another id")
         cluster = await self._cluster(study_id, request)
         nodes = [n.name for rack in cluster.racks for n in rack.nodes]
@@ -166,7 +105,7 @@ class Studies:
                         id=study_id,
                         status="running",
                         message="",
-                        request=request.SerializeToString(deterministic=True),
+                        request=request.to_json(),
                         nodes=nodes,
                         created_at=now,
                         simulated=cluster.backend == "sim",
@@ -177,15 +116,7 @@ class Studies:
 
         await self.db.run(write)  # persist, then start the thread
         cancelled = threading.Event()
-        port = InProcessPort(
-            loop=asyncio.get_running_loop(),
-            registry=self.registry,
-            jobs=self.jobs,
-            probes=self.probes,
-            config_versions=self.config_versions,
-            spine=self.spine,
-            cancelled=cancelled,
-        )
+        port = self.open_port(asyncio.get_running_loop(), cancelled)
         thread = threading.Thread(
             target=self._run_study, args=(study_id, cluster, port), name=f"study-{study_id}", daemon=True
         )
@@ -194,7 +125,7 @@ class Studies:
         logger.info("study started", extra={"study": study_id, "nodes": len(nodes)})
         return await self.get(study_id)
 
-    async def _cluster(self, study_id: str, request: admin_pb2.StartStudyRequest) -> ClusterConfig:
+    async def _cluster(self, study_id: str, request: StudyRequest) -> ClusterConfig:
         views = [v for v in await self.registry.list() if v.state is NodeState.READY and not v.drained]
         known = {v.name: v for v in await self.registry.list()}
         names = list(request.nodes) or [v.name for v in views]
@@ -219,7 +150,7 @@ class Studies:
             given["sampler"] = request.sampler
         if request.knobs:
             given["knobs"] = list(request.knobs)
-        if request.HasField("cuda_graph"):
+        if request.cuda_graph is not None:
             given["cuda_graph"] = request.cuda_graph
         if request.no_tuner_table:
             given["tuner_table"] = False
@@ -239,7 +170,7 @@ class Studies:
             )
         raise AssertionError("unreachable")  # for mypy: naming_fields re-raises
 
-    def _run_study(self, study_id: str, cluster: ClusterConfig, port: InProcessPort) -> None:
+    def _run_study(self, study_id: str, cluster: ClusterConfig, port: AdminPort) -> None:
         status, message, result, version, name = "failed", "", "", "", ""
         try:
             outcome = run_pass(
@@ -277,76 +208,76 @@ class Studies:
             self._running.pop(study_id, None)
         logger.info("study finished: %s", status, extra={"study": study_id})
 
-    async def cancel(self, study_id: str) -> admin_pb2.StudyInfo:
+    async def cancel(self, study_id: str) -> Study:
         running = self._running.get(study_id)
         if running is None:
             info = await self.get(study_id)
-            if info.status == admin_pb2.STUDY_STATUS_RUNNING:
+            if info.status is StudyStatus.RUNNING:
                 raise ConflictError(f"study {study_id} is not running in this controller")
             return info
         running[1].set()
         await asyncio.to_thread(running[0].join, 600)
         return await self.get(study_id)
 
-    async def get(self, study_id: str) -> admin_pb2.StudyInfo:
+    async def get(self, study_id: str) -> Study:
         row = await self.db.run(lambda session: session.get(StudyRow, study_id))
         if row is None:
             raise NotFoundError(f"no study with id {study_id!r}")
         return self._info(row)
 
-    def _info(self, row: StudyRow) -> admin_pb2.StudyInfo:
-        info = admin_pb2.StudyInfo(
-            study_id=row.id,
-            status=STATUS_TO_WIRE[row.status],
+    def _info(self, row: StudyRow) -> Study:
+        progress = self._progress.get(row.id)
+        return Study(
+            study_id=StudyId(row.id),
+            status=StudyStatus(row.status),
             message=row.message,
+            nodes=tuple(row.nodes),
+            simulated=row.simulated,
+            created_at=row.created_at,
+            finished_at=row.finished_at,
             config_version=row.config_version,
             result=row.result,
-            nodes=list(row.nodes),
-            simulated=row.simulated,
-            created_at=timestamp(row.created_at),
+            phase=progress.phase if progress is not None else "",
+            done=progress.done if progress is not None else 0,
+            total=progress.total if progress is not None else 0,
+            best_value=progress.best_value if progress is not None else None,
         )
-        if row.finished_at is not None:
-            info.finished_at.CopyFrom(timestamp(row.finished_at))
-        progress = self._progress.get(row.id)
-        if progress is not None:
-            info.phase, info.done, info.total = progress.phase, progress.done, progress.total
-            if progress.best_value is not None:
-                info.best_value = progress.best_value
-        return info
 
-    async def list(self, *, limit: int = 50) -> list[admin_pb2.StudyInfo]:
+    async def list(self, *, limit: int = 50) -> list[Study]:
         def read(session: Session) -> list[StudyRow]:
             return list(session.scalars(sa.select(StudyRow).order_by(StudyRow.created_at.desc()).limit(limit)))
 
         return [self._info(row) for row in await self.db.run(read)]
 
-    async def trials(self, study_id: str) -> admin_pb2.StudyTrials:
+    async def trials(self, study_id: str) -> StudyTrials:
         await self.get(study_id)
         prefix = f"init/{study_id}/"
         storage = self.db.url.render_as_string(hide_password=False)
 
-        def read() -> admin_pb2.StudyTrials:
-            out = admin_pb2.StudyTrials(study_id=study_id)
+        def read() -> StudyTrials:
             if not _optuna_storage_ready(self.db.engine):
-                return out
+                return StudyTrials(StudyId(study_id))
             names = [s.study_name for s in optuna.get_all_study_summaries(storage) if s.study_name.startswith(prefix)]
             if not names:
-                return out
+                return StudyTrials(StudyId(study_id))
             study = optuna.load_study(study_name=names[-1], storage=storage)
             best: tuple[float, int] | None = None
+            trials = []
             for trial in study.get_trials(deepcopy=False):
                 state = _OPTUNA_STATES.get(trial.state.name, str(trial.user_attrs.get(A_FAILURE, "failed")))
-                entry = out.trials.add(
-                    number=trial.number, state=state, reason=str(trial.user_attrs.get(A_REASON) or "")
+                value = trial.value if trial.value is not None and state == "complete" else None
+                trials.append(
+                    StudyTrial(
+                        number=trial.number,
+                        state=state,
+                        reason=str(trial.user_attrs.get(A_REASON) or ""),
+                        env={k: str(v) for k, v in trial.params.items()},
+                        value=value,
+                    )
                 )
-                entry.env.update({k: str(v) for k, v in trial.params.items()})
-                if trial.value is not None and state == "complete":
-                    entry.value = trial.value
-                    if best is None or trial.value > best[0]:
-                        best = (trial.value, trial.number)
-            if best is not None:
-                out.best_trial = best[1]
-            return out
+                if value is not None and (best is None or value > best[0]):
+                    best = (value, trial.number)
+            return StudyTrials(StudyId(study_id), tuple(trials), best[1] if best is not None else None)
 
         return await asyncio.to_thread(read)
 

@@ -10,12 +10,14 @@ later one. Non-goals: starting anything (``server.py``), leadership (``leadershi
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 from topo_tune.config_version import TUNER_TABLE
+from topo_tune.controller.api.in_process import InProcessPort
 from topo_tune.controller.benchmarks.service import BenchmarkJobs, JobSettings
 from topo_tune.controller.commands import CommandBook
 from topo_tune.controller.credentials import Credentials
@@ -101,16 +103,22 @@ class Services:
         )
         self.rollout_store = RolloutStore(db=db, wall_clock=wall_clock)
         self.config_versions = self.rollout_store.versions
+        spine = (settings.spine_oversubscription, settings.spine_bandwidth_gbps)
         self.studies = Studies(
             db=db,
             registry=self.registry,
-            jobs=self.jobs,
-            probes=self.probes,
-            config_versions=self.config_versions,
             wall_clock=wall_clock,
             output_root=settings.studies_dir,
+            open_port=functools.partial(
+                InProcessPort,
+                registry=self.registry,
+                jobs=self.jobs,
+                probes=self.probes,
+                config_versions=self.config_versions,
+                spine=spine,
+            ),
             rack_of=dict(settings.rack_of),
-            spine=(settings.spine_oversubscription, settings.spine_bandwidth_gbps),
+            spine=spine,
         )
         verifier = BenchmarkVerifier(jobs=self.jobs, config_dir=settings.agent_config_dir, tables=self._tuner_table)
         self.rollouts = RolloutEngine(

@@ -15,10 +15,14 @@ from topo_tune.controller.api import validation
 from topo_tune.controller.api.messages import (
     from_proto_benchmark_request,
     from_proto_command_body,
+    from_proto_study_request,
     to_proto_benchmark_job,
     to_proto_cluster_topology,
     to_proto_command,
+    to_proto_config_version,
     to_proto_node,
+    to_proto_study,
+    to_proto_study_trials,
 )
 from topo_tune.controller.api.rollout import RolloutServicerMixin
 from topo_tune.controller.api.status_codes import maps_errors
@@ -41,6 +45,8 @@ from topo_tune.v1 import admin_pb2, admin_pb2_grpc
 logger = logging.getLogger(__name__)
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
+SERVICE_NAME = admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name
+"""The admin service's full name, as health checks and reflection know it."""
 
 
 class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
@@ -170,20 +176,24 @@ class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.PutConfigVersionRequest, context: Ctx
     ) -> admin_pb2.ConfigVersionInfo:
         names.labels(request.provenance, "provenance")
-        return await self._config_versions.put(request.files, request.provenance, claimed_id=request.id)
+        stored = await self._config_versions.put(request.files, request.provenance, claimed_id=request.id)
+        return to_proto_config_version(stored)
 
     @maps_errors
     async def GetConfigVersion(
         self, request: admin_pb2.GetConfigVersionRequest, context: Ctx
     ) -> admin_pb2.ConfigVersionInfo:
-        return await self._config_versions.get(request.id)
+        return to_proto_config_version(await self._config_versions.get(request.id))
 
     @maps_errors
     async def ListConfigVersions(
         self, request: admin_pb2.ListConfigVersionsRequest, context: Ctx
     ) -> admin_pb2.ListConfigVersionsResponse:
         return admin_pb2.ListConfigVersionsResponse(
-            versions=await self._config_versions.list(limit=validation.limit(request.limit, default=50))
+            versions=[
+                to_proto_config_version(v)
+                for v in await self._config_versions.list(limit=validation.limit(request.limit, default=50))
+            ]
         )
 
     def _study_runner(self) -> Studies:
@@ -193,28 +203,27 @@ class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
 
     @maps_errors
     async def StartStudy(self, request: admin_pb2.StartStudyRequest, context: Ctx) -> admin_pb2.StudyInfo:
-        return await self._study_runner().start(request)
+        return to_proto_study(await self._study_runner().start(from_proto_study_request(request)))
 
     @maps_errors
     async def GetStudy(self, request: admin_pb2.GetStudyRequest, context: Ctx) -> admin_pb2.StudyInfo:
         names.study_id(request.study_id)
-        return await self._study_runner().get(request.study_id)
+        return to_proto_study(await self._study_runner().get(request.study_id))
 
     @maps_errors
     async def ListStudies(self, request: admin_pb2.ListStudiesRequest, context: Ctx) -> admin_pb2.ListStudiesResponse:
-        return admin_pb2.ListStudiesResponse(
-            studies=await self._study_runner().list(limit=validation.limit(request.limit, default=50))
-        )
+        studies = await self._study_runner().list(limit=validation.limit(request.limit, default=50))
+        return admin_pb2.ListStudiesResponse(studies=[to_proto_study(study) for study in studies])
 
     @maps_errors
     async def ListStudyTrials(self, request: admin_pb2.GetStudyRequest, context: Ctx) -> admin_pb2.StudyTrials:
         names.study_id(request.study_id)
-        return await self._study_runner().trials(request.study_id)
+        return to_proto_study_trials(await self._study_runner().trials(request.study_id))
 
     @maps_errors
     async def CancelStudy(self, request: admin_pb2.GetStudyRequest, context: Ctx) -> admin_pb2.StudyInfo:
         names.study_id(request.study_id)
-        return await self._study_runner().cancel(request.study_id)
+        return to_proto_study(await self._study_runner().cancel(request.study_id))
 
     def _drift_checks(self) -> DriftChecker:
         if self._drift is None:  # pragma: no cover - the server always wires it

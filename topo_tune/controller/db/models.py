@@ -256,7 +256,7 @@ class StudyRow(Base):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     status: Mapped[str] = mapped_column(String(16))  # running, succeeded, failed, cancelled
     message: Mapped[str] = mapped_column(Text, default="")
-    request: Mapped[bytes] = mapped_column(LargeBinary)  # the StartStudyRequest
+    request: Mapped[dict[str, Any]] = mapped_column(JSON)  # StudyRequest.to_json()
     nodes: Mapped[list[str]] = mapped_column(JSON)
     optuna_name: Mapped[str] = mapped_column(String(512), default="")
     result: Mapped[str] = mapped_column(String(64), default="")

@@ -50,6 +50,7 @@ from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import NodeRegistry, NodeState
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.rollout.verification import job_sample
+from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus
 from topo_tune.errors import TopoTuneError, ValidationError
 from topo_tune.v1 import admin_pb2
 
@@ -78,9 +79,9 @@ class VerificationJobs(Protocol):
 class StudyStarter(Protocol):
     """What drift checks need of the controller's studies."""
 
-    async def start(self, request: admin_pb2.StartStudyRequest) -> admin_pb2.StudyInfo: ...
+    async def start(self, request: StudyRequest) -> Study: ...
 
-    async def list(self, *, limit: int = 50) -> list[admin_pb2.StudyInfo]: ...
+    async def list(self, *, limit: int = 50) -> list[Study]: ...
 
 
 @dataclass
@@ -306,12 +307,12 @@ class DriftChecker:
         if not self.settings.open_study:
             return
         study_id, note = "", ""
-        running = [s.study_id for s in await self.studies.list() if s.status == admin_pb2.STUDY_STATUS_RUNNING]
+        running = [s.study_id for s in await self.studies.list() if s.status is StudyStatus.RUNNING]
         if running:
             note = f"no study opened: study {running[0]} is still running"
         else:
             try:
-                study = await self.studies.start(admin_pb2.StartStudyRequest(study_id=f"drift-{check_id}"))
+                study = await self.studies.start(StudyRequest(study_id=f"drift-{check_id}"))
                 study_id, note = study.study_id, f"study {study.study_id} opened"
             except TopoTuneError as error:
                 note = f"no study opened: {error}"

@@ -1,8 +1,10 @@
-"""Upgrading a database whose finished benchmark jobs hold a serialised admin ``BenchmarkJob``: the figures
-survive into the job's JSON outcome and read back through the benchmark service, and a downgrade restores them."""
+"""Upgrading a database that stored admin API messages (a finished job's ``BenchmarkJob``, a study's
+``StartStudyRequest``): what they said survives into the domain JSON and reads back through the services, and a
+downgrade restores the old messages."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from importlib import resources
 
@@ -17,6 +19,7 @@ from topo_tune.controller.benchmarks.service import BenchmarkJobs
 from topo_tune.controller.commands import CommandBook
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.nodes import NodeRegistry
+from topo_tune.controller.study_records import StudyRequest
 from topo_tune.v1 import admin_pb2, agent_pb2
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -120,3 +123,63 @@ async def test_a_finished_job_stored_as_a_message_reads_back_after_the_upgrade(d
 
 async def _never() -> bool:
     return False
+
+
+def test_a_study_request_stored_as_a_message_reads_back_after_the_upgrade(database_url: str) -> None:
+    database = Database(database_url, retry_for_s=5)
+    config = _config(database)
+    old = admin_pb2.StartStudyRequest(
+        study_id="st-old",
+        nodes=["a", "b"],
+        collectives={"all_reduce": 0.75, "all_gather": 0.25},
+        budget=12,
+        sampler="random",
+        seed=7,
+        min_bytes=1024,
+        site_fixed={"NCCL_IB_HCA": "mlx5"},
+        knobs=["NCCL_ALGO"],
+        cuda_graph=False,
+    )
+    try:
+        with database.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            alembic_command.upgrade(config, "0010")
+            table = sa.Table("tuning_studies", sa.MetaData(), autoload_with=connection)
+            connection.execute(
+                sa.insert(table).values(
+                    id="st-old",
+                    status="cancelled",
+                    message="",
+                    request=old.SerializeToString(deterministic=True),
+                    nodes=["a", "b"],
+                    optuna_name="",
+                    result="",
+                    config_version="",
+                    simulated=True,
+                    created_at=AT,
+                )
+            )
+        database.migrate()
+        with database.engine.connect() as connection:
+            stored = connection.execute(sa.text("SELECT request FROM tuning_studies")).scalar_one()
+        stored = stored if isinstance(stored, dict) else json.loads(stored)
+        assert StudyRequest.from_json(stored) == StudyRequest(
+            study_id="st-old",
+            nodes=("a", "b"),
+            collectives={"all_reduce": 0.75, "all_gather": 0.25},
+            budget=12,
+            sampler="random",
+            seed=7,
+            min_bytes=1024,
+            site_fixed={"NCCL_IB_HCA": "mlx5"},
+            knobs=("NCCL_ALGO",),
+            cuda_graph=False,
+        ), "the same settings: starting the study again resumes it"
+
+        with database.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            alembic_command.downgrade(config, "0010")
+            back = connection.execute(sa.text("SELECT request FROM tuning_studies")).scalar_one()
+        assert admin_pb2.StartStudyRequest.FromString(back) == old
+    finally:
+        database.close()
