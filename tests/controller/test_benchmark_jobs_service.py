@@ -22,8 +22,9 @@ from tests.support.waiting import async_wait_until
 from topo_tune.agent.daemon import Agent
 from topo_tune.auth import bearer_metadata
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus
+from topo_tune.benchmark.probe_record import ProbeRound, ProbeStatus
 from topo_tune.cli.main import cli
-from topo_tune.controller.api.messages import from_proto_benchmark_request
+from topo_tune.controller.api.messages import from_proto_benchmark_request, from_proto_probe_request
 from topo_tune.controller.job_ends import cancel_command
 from topo_tune.controller.server import Controller
 from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, ValidationError
@@ -316,21 +317,21 @@ async def test_a_probe_round_measures_every_pair_once(
 ) -> None:
     await registered(*(agents(name, "gloo") for name in ("a", "b", "c", "d")))
     started = await jobs_controller.probes.start(
-        admin_pb2.StartProbeRoundRequest(message_bytes=1 << 16, pair_deadline_s=60)
+        from_proto_probe_request(admin_pb2.StartProbeRoundRequest(message_bytes=1 << 16, pair_deadline_s=60))
     )
     assert (started.pairs_total, started.rounds) == (6, 3), "4 nodes: 6 pairs in 3 rounds of 2 parallel pairs"
 
-    async def done() -> admin_pb2.ProbeRound | None:
+    async def done() -> ProbeRound | None:
         found = await jobs_controller.probes.get(started.round_id)
-        return found if found.status != admin_pb2.PROBE_ROUND_STATUS_RUNNING else None
+        return found if found.status != ProbeStatus.RUNNING else None
 
     finished_round = await async_wait_until(done, timeout=120, what="the probe round")
-    assert finished_round.status == admin_pb2.PROBE_ROUND_STATUS_SUCCEEDED, finished_round.message
+    assert finished_round.status == ProbeStatus.SUCCEEDED, finished_round.message
     pairs = {tuple(sorted((m.node_a, m.node_b))) for m in finished_round.measurements}
     assert pairs == {("a", "b"), ("a", "c"), ("a", "d"), ("b", "c"), ("b", "d"), ("c", "d")}
     assert all(m.bandwidth_gbps > 0 and m.latency_us > 0 for m in finished_round.measurements)
     measured = await jobs_controller.probes.measured_pairs()
-    assert len(measured.pairs) == 6
+    assert len(measured) == 6
 
 
 async def test_a_sparse_probe_round_probes_rack_rings_and_samples_across_racks(
@@ -341,18 +342,20 @@ async def test_a_sparse_probe_round_probes_rack_rings_and_samples_across_racks(
     jobs_controller.probes.sampling_policy = SamplingPolicy(inter_first=1, inter_max=1, outlier=0.95)
     await registered(*(agents(name, "gloo", rack) for name, rack in racks.items()))
     started = await jobs_controller.probes.start(
-        admin_pb2.StartProbeRoundRequest(
-            message_bytes=1 << 16, pair_deadline_s=60, sampling=admin_pb2.PROBE_SAMPLING_SPARSE
+        from_proto_probe_request(
+            admin_pb2.StartProbeRoundRequest(
+                message_bytes=1 << 16, pair_deadline_s=60, sampling=admin_pb2.PROBE_SAMPLING_SPARSE
+            )
         )
     )
-    assert started.sampling == admin_pb2.PROBE_SAMPLING_SPARSE
+    assert started.sampling == "sparse"
 
-    async def done() -> admin_pb2.ProbeRound | None:
+    async def done() -> ProbeRound | None:
         found = await jobs_controller.probes.get(started.round_id)
-        return found if found.status != admin_pb2.PROBE_ROUND_STATUS_RUNNING else None
+        return found if found.status != ProbeStatus.RUNNING else None
 
     finished_round = await async_wait_until(done, timeout=180, what="the sparse probe round")
-    assert finished_round.status == admin_pb2.PROBE_ROUND_STATUS_SUCCEEDED, finished_round.message
+    assert finished_round.status == ProbeStatus.SUCCEEDED, finished_round.message
     pairs = {tuple(sorted((m.node_a, m.node_b))) for m in finished_round.measurements}
     assert len(pairs) == finished_round.pairs_total == 4 + 4 + 1, "two rack rings and one cross-rack pair"
     intra = [p for p in pairs if racks[p[0]] == racks[p[1]]]
@@ -367,27 +370,33 @@ async def test_a_probe_round_of_listed_pairs_measures_exactly_those(
     await registered(*(agents(name, "gloo") for name in ("a", "b", "c")))
     with pytest.raises(ValidationError, match="pairs"):
         await jobs_controller.probes.start(
-            admin_pb2.StartProbeRoundRequest(nodes=["a"], pairs=[admin_pb2.NodePair(node_a="a", node_b="b")])
+            from_proto_probe_request(
+                admin_pb2.StartProbeRoundRequest(nodes=["a"], pairs=[admin_pb2.NodePair(node_a="a", node_b="b")])
+            )
         )
     with pytest.raises(ValidationError, match=r"pairs\[1\]"):
         await jobs_controller.probes.start(
-            admin_pb2.StartProbeRoundRequest(
-                pairs=[admin_pb2.NodePair(node_a="a", node_b="b"), admin_pb2.NodePair(node_a="b", node_b="a")]
+            from_proto_probe_request(
+                admin_pb2.StartProbeRoundRequest(
+                    pairs=[admin_pb2.NodePair(node_a="a", node_b="b"), admin_pb2.NodePair(node_a="b", node_b="a")]
+                )
             )
         )
     started = await jobs_controller.probes.start(
-        admin_pb2.StartProbeRoundRequest(
-            pairs=[admin_pb2.NodePair(node_a="c", node_b="a")], message_bytes=1 << 16, pair_deadline_s=60
+        from_proto_probe_request(
+            admin_pb2.StartProbeRoundRequest(
+                pairs=[admin_pb2.NodePair(node_a="c", node_b="a")], message_bytes=1 << 16, pair_deadline_s=60
+            )
         )
     )
     assert (started.pairs_total, started.rounds) == (1, 1)
 
-    async def done() -> admin_pb2.ProbeRound | None:
+    async def done() -> ProbeRound | None:
         found = await jobs_controller.probes.get(started.round_id)
-        return found if found.status != admin_pb2.PROBE_ROUND_STATUS_RUNNING else None
+        return found if found.status != ProbeStatus.RUNNING else None
 
     finished_round = await async_wait_until(done, timeout=120, what="the listed probe round")
-    assert finished_round.status == admin_pb2.PROBE_ROUND_STATUS_SUCCEEDED, finished_round.message
+    assert finished_round.status == ProbeStatus.SUCCEEDED, finished_round.message
     assert [(m.node_a, m.node_b) for m in finished_round.measurements] == [("c", "a")]
 
 
@@ -396,9 +405,11 @@ async def test_the_sampling_policy_defaults_to_full_for_small_clusters_and_refus
 ) -> None:
     await registered(*(agents(name, "gloo") for name in ("a", "b")))
     with pytest.raises(ValidationError, match="sampling"):
-        await jobs_controller.probes.start(admin_pb2.StartProbeRoundRequest(sampling=7))  # type: ignore[arg-type]
-    started = await jobs_controller.probes.start(admin_pb2.StartProbeRoundRequest(pair_deadline_s=60))
-    assert started.sampling == admin_pb2.PROBE_SAMPLING_FULL
+        await jobs_controller.probes.start(from_proto_probe_request(admin_pb2.StartProbeRoundRequest(sampling=7)))  # type: ignore[arg-type]
+    started = await jobs_controller.probes.start(
+        from_proto_probe_request(admin_pb2.StartProbeRoundRequest(pair_deadline_s=60))
+    )
+    assert started.sampling == "full"
 
 
 async def test_a_probe_deadline_no_agent_would_keep_is_refused(
@@ -406,13 +417,15 @@ async def test_a_probe_deadline_no_agent_would_keep_is_refused(
 ) -> None:
     await registered(agents("a", "gloo"), agents("b", "gloo"))
     with pytest.raises(ValidationError, match="pair_deadline_s"):
-        await jobs_controller.probes.start(admin_pb2.StartProbeRoundRequest(pair_deadline_s=4_000_000_000))
+        await jobs_controller.probes.start(
+            from_proto_probe_request(admin_pb2.StartProbeRoundRequest(pair_deadline_s=4_000_000_000))
+        )
 
 
 async def test_sim_nodes_are_not_probed(jobs_controller: Controller, agents: Callable[..., RunningAgent]) -> None:
     await registered(agents("s1", "sim"), agents("s2", "sim"))
     with pytest.raises(ValidationError, match="sim nodes have no network to probe"):
-        await jobs_controller.probes.start(admin_pb2.StartProbeRoundRequest())
+        await jobs_controller.probes.start(from_proto_probe_request(admin_pb2.StartProbeRoundRequest()))
 
 
 async def _gone_away(controller: Controller, *started: RunningAgent) -> None:
@@ -431,15 +444,15 @@ async def test_a_probe_nobody_answered_is_not_sent_again_after_its_round(
     await _gone_away(jobs_controller, agents("g1", "gloo"), agents("g2", "gloo"))
     jobs_controller.probes.result_grace_s = 0.0
     started = await jobs_controller.probes.start(
-        admin_pb2.StartProbeRoundRequest(message_bytes=1 << 16, pair_deadline_s=1)
+        from_proto_probe_request(admin_pb2.StartProbeRoundRequest(message_bytes=1 << 16, pair_deadline_s=1))
     )
 
-    async def done() -> admin_pb2.ProbeRound | None:
+    async def done() -> ProbeRound | None:
         found = await jobs_controller.probes.get(started.round_id)
-        return found if found.status != admin_pb2.PROBE_ROUND_STATUS_RUNNING else None
+        return found if found.status != ProbeStatus.RUNNING else None
 
     failed = await async_wait_until(done, timeout=30, what="the probe round")
-    assert failed.status == admin_pb2.PROBE_ROUND_STATUS_FAILED
+    assert failed.status == ProbeStatus.FAILED
     assert "g1-g2: g1: no result by the deadline" in failed.message
     # A node that comes back must not be handed a probe whose peer and round are long gone.
     assert await jobs_controller.commands.outstanding("g1") == []
@@ -458,14 +471,16 @@ async def test_probes_of_a_round_cut_short_by_a_restart_are_not_sent_again(sqlit
             agent, stop = Agent(settings, rng=random.Random(0)), asyncio.Event()
             gone.append(RunningAgent(agent, stop, asyncio.create_task(agent.run(stop))))
         await _gone_away(first, *gone)
-        round_ = await first.probes.start(admin_pb2.StartProbeRoundRequest(message_bytes=1 << 16, pair_deadline_s=600))
+        round_ = await first.probes.start(
+            from_proto_probe_request(admin_pb2.StartProbeRoundRequest(message_bytes=1 << 16, pair_deadline_s=600))
+        )
         await async_wait_until(lambda: first.commands.outstanding("g1"), what="the probe stored")
     finally:
         await first.stop()
     second = Controller(controller_settings(sqlite_url, heartbeat_expiry_s=30))
     await second.start()
     try:
-        assert (await second.probes.get(round_.round_id)).status == admin_pb2.PROBE_ROUND_STATUS_FAILED
+        assert (await second.probes.get(round_.round_id)).status == ProbeStatus.FAILED
         assert await second.commands.outstanding("g1") == []
         assert await second.commands.outstanding("g2") == []
     finally:
@@ -515,7 +530,9 @@ async def test_a_probe_figure_no_link_can_have_is_not_stored(
     jobs_controller: Controller, agents: Callable[..., RunningAgent], bandwidth: float
 ) -> None:
     await _gone_away(jobs_controller, agents("g1", "gloo"), agents("g2", "gloo"))
-    started = await jobs_controller.probes.start(admin_pb2.StartProbeRoundRequest(pair_deadline_s=600))
+    started = await jobs_controller.probes.start(
+        from_proto_probe_request(admin_pb2.StartProbeRoundRequest(pair_deadline_s=600))
+    )
     ids = {"g1": "", "g2": ""}
 
     async def sent() -> bool:
@@ -531,15 +548,15 @@ async def test_a_probe_figure_no_link_can_have_is_not_stored(
         await jobs_controller.commands.finish(node, result)
         await jobs_controller.probes.on_result(node, result)
 
-    async def done() -> admin_pb2.ProbeRound | None:
+    async def done() -> ProbeRound | None:
         found = await jobs_controller.probes.get(started.round_id)
-        return found if found.status != admin_pb2.PROBE_ROUND_STATUS_RUNNING else None
+        return found if found.status != ProbeStatus.RUNNING else None
 
     failed = await async_wait_until(done, what="the probe round")
-    assert failed.status == admin_pb2.PROBE_ROUND_STATUS_FAILED
+    assert failed.status == ProbeStatus.FAILED
     assert "g1-g2: g2: " in failed.message and "bandwidth" in failed.message
     assert list(failed.measurements) == []
-    assert list((await jobs_controller.probes.measured_pairs()).pairs) == []
+    assert await jobs_controller.probes.measured_pairs() == []
 
 
 async def test_a_stopping_agent_kills_the_workers_of_its_running_job(
@@ -607,15 +624,17 @@ async def test_a_probe_whose_peer_fails_ends_at_once_and_the_other_side_is_cance
     # b's gloo cannot bind its address: its side fails, and a's would wait for it until the pair's deadline.
     await registered(agents("a", "gloo"), agents("b", "gloo", address="192.0.2.1"))
     started = await jobs_controller.probes.start(
-        admin_pb2.StartProbeRoundRequest(nodes=["a", "b"], message_bytes=1 << 16, pair_deadline_s=300)
+        from_proto_probe_request(
+            admin_pb2.StartProbeRoundRequest(nodes=["a", "b"], message_bytes=1 << 16, pair_deadline_s=300)
+        )
     )
 
-    async def done() -> admin_pb2.ProbeRound | None:
+    async def done() -> ProbeRound | None:
         found = await jobs_controller.probes.get(started.round_id)
-        return found if found.status != admin_pb2.PROBE_ROUND_STATUS_RUNNING else None
+        return found if found.status != ProbeStatus.RUNNING else None
 
     failed = await async_wait_until(done, timeout=90, what="the probe round")
-    assert failed.status == admin_pb2.PROBE_ROUND_STATUS_FAILED
+    assert failed.status == ProbeStatus.FAILED
     assert "a-b: node b rank 1 failed: " in failed.message, failed.message
 
     async def cancel_done() -> str | None:
@@ -634,15 +653,17 @@ async def test_a_probe_whose_peer_is_lost_ends_within_the_expiry_and_the_other_s
     b = agents("b", "gloo")
     await registered(agents("a", "gloo"), b)
     started = await jobs_controller.probes.start(
-        admin_pb2.StartProbeRoundRequest(nodes=["a", "b"], message_bytes=1 << 16, pair_deadline_s=300)
+        from_proto_probe_request(
+            admin_pb2.StartProbeRoundRequest(nodes=["a", "b"], message_bytes=1 << 16, pair_deadline_s=300)
+        )
     )
     progress = tmp_path / "a" / "bench" / f"probe-{started.round_id}-0-0-out" / "rank-0" / "progress.jsonl"
     pid = await async_wait_until(lambda: asyncio.to_thread(_first_pid, progress), timeout=60, what="a's rank")
     await b.shutdown()  # b answers no more; its heartbeats stop
 
-    async def done() -> admin_pb2.ProbeRound | None:
+    async def done() -> ProbeRound | None:
         found = await jobs_controller.probes.get(started.round_id)
-        return found if found.status != admin_pb2.PROBE_ROUND_STATUS_RUNNING else None
+        return found if found.status != ProbeStatus.RUNNING else None
 
     failed = await async_wait_until(done, timeout=30, what="the probe round")
     assert "a-b: node b lost (no heartbeat) while the job ran" in failed.message, failed.message

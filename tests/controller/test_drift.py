@@ -25,7 +25,7 @@ from topo_tune.benchmark.job_record import BenchmarkJob, JobId, JobStatus, SizeR
 from topo_tune.benchmark.results import SizeMeasurement
 from topo_tune.cluster_config import DriftConfig, RolloutGateConfig, RolloutThresholdsConfig, parse_cluster_config
 from topo_tune.controller.db.models import EventRow
-from topo_tune.controller.drift import DriftChecker
+from topo_tune.controller.drift import DriftCheck, DriftChecker
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import Registration
 from topo_tune.controller.rollout.plan import PlanPolicy
@@ -33,7 +33,6 @@ from topo_tune.controller.rollout.state import RolloutPhase
 from topo_tune.controller.study_records import Study, StudyId, StudyRequest, StudyStatus
 from topo_tune.errors import ConfigError, NodeBusy, NotFoundError, ValidationError
 from topo_tune.sim.node_topology import simulated_node_topology
-from topo_tune.v1 import admin_pb2
 
 RACKS = racks(2, 3)
 REFERENCE_GBPS = 40 / (1 - 0.08)  # SimVerifier's new arm
@@ -198,7 +197,7 @@ async def test_a_healthy_version_is_ok_and_a_bandwidth_drop_is_a_regression(worl
     assert ok.reference_busbw_gbps == pytest.approx(REFERENCE_GBPS, rel=0.02), "the gate's new-arm mean"
     assert ok.measured_busbw_gbps == pytest.approx(REFERENCE_GBPS)
     assert len(ok.nodes) == 2 and {RACKS[n] for n in ok.nodes} == {RACKS[ok.nodes[0]]}, "two nodes of one wave"
-    assert [c[0] for c in world.jobs.calls] == ok.job_ids == ["dc-1-0", "dc-1-1", "dc-1-2"]
+    assert [c[0] for c in world.jobs.calls] == list(ok.job_ids) == ["dc-1-0", "dc-1-1", "dc-1-2"]
     assert {(c[1], c[2]) for c in world.jobs.calls} == {(tuple(ok.nodes), V1.id)}, "the stable version, staged"
 
     world.jobs.busbw_gbps = REFERENCE_GBPS * 0.85
@@ -365,7 +364,7 @@ async def test_a_check_started_on_request_measures_in_the_background_one_at_a_ti
     assert second.status == "skipped" and f"drift check {started.check_id} is still running" in second.message
     release.set()
 
-    async def finished() -> admin_pb2.DriftCheck | None:
+    async def finished() -> DriftCheck | None:
         check = await checker.get(started.check_id)
         return check if check.status != "running" else None
 

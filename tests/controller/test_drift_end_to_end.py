@@ -27,6 +27,7 @@ from topo_tune.auth import bearer_metadata
 from topo_tune.cli.main import cli
 from topo_tune.cluster_config import DriftConfig, RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.config_version import ConfigVersion, render_nccl_conf
+from topo_tune.controller.api.messages import to_proto_drift_check
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase
 from topo_tune.controller.rollout.verification import BenchmarkVerifier
@@ -139,7 +140,7 @@ async def test_drift_check_finds_the_version_as_fast_then_reports_a_slower_node(
         shown = await admin.GetDriftCheck(
             admin_pb2.GetDriftCheckRequest(check_id=slower.check_id), metadata=bearer_metadata(TOKEN)
         )
-        assert shown == slower
+        assert shown == to_proto_drift_check(slower), "the stored check, as the admin API shows it"
         with pytest.raises(grpc.aio.AioRpcError) as missing:
             await admin.GetDriftCheck(
                 admin_pb2.GetDriftCheckRequest(check_id="dc-404"), metadata=bearer_metadata(TOKEN)

@@ -44,6 +44,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from topo_tune.benchmark.job_spec import MAX_DEADLINE_S
+from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound, ProbeStatus
 from topo_tune.controller import names
 from topo_tune.controller.benchmarks.plan import probe_rounds
 from topo_tune.controller.commands import CommandBook, CommandRecord, CommandStatus
@@ -53,25 +54,20 @@ from topo_tune.controller.db.models import CommandRow, PairMeasurementRow, Probe
 from topo_tune.controller.job_ends import OpenPart, cancel_command, cancel_command_id, why_it_cannot_finish
 from topo_tune.controller.nodes import NodeRegistry, NodeState
 from topo_tune.errors import ConflictError, NotFoundError, ValidationError
-from topo_tune.topology.sampling import PairSampler, SamplingMode, SamplingPolicy, default_mode, pair_rounds
-from topo_tune.v1 import admin_pb2, agent_pb2
-from topo_tune.wire_values import timestamp
+from topo_tune.topology.sampling import (
+    SAMPLING_MODES,
+    PairSampler,
+    SamplingPolicy,
+    default_mode,
+    pair_rounds,
+)
+from topo_tune.v1 import agent_pb2
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MESSAGE_BYTES = 16 << 20
 LATENCY_BYTES = 8
-SAMPLING_FROM_WIRE: dict[int, SamplingMode] = {
-    admin_pb2.PROBE_SAMPLING_FULL: "full",
-    admin_pb2.PROBE_SAMPLING_SPARSE: "sparse",
-}
-SAMPLING_TO_WIRE: dict[str, int] = {mode: wire for wire, mode in SAMPLING_FROM_WIRE.items()}
 Figures = tuple[float, float]
-STATUS_TO_WIRE = {
-    "running": admin_pb2.PROBE_ROUND_STATUS_RUNNING,
-    "succeeded": admin_pb2.PROBE_ROUND_STATUS_SUCCEEDED,
-    "failed": admin_pb2.PROBE_ROUND_STATUS_FAILED,
-}
 
 
 def _close_open_probes(
@@ -95,14 +91,14 @@ def _set_progress(session: Session, *, round_id: str, progress: dict[str, object
         row.progress = progress
 
 
-def _measurement(row: PairMeasurementRow) -> admin_pb2.PairMeasurement:
-    return admin_pb2.PairMeasurement(
+def _measurement(row: PairMeasurementRow) -> PairMeasurement:
+    return PairMeasurement(
         node_a=row.node_a,
         node_b=row.node_b,
         bandwidth_gbps=row.bandwidth_gbps,
         latency_us=row.latency_us,
         method=row.method,
-        measured_at=timestamp(row.measured_at),
+        measured_at=row.measured_at,
     )
 
 
@@ -140,8 +136,8 @@ class Probes:
             also=close_probes,
         )
 
-    async def start(self, request: admin_pb2.StartProbeRoundRequest) -> admin_pb2.ProbeRound:
-        listed = [(p.node_a, p.node_b) for p in request.pairs]
+    async def start(self, request: ProbeRequest) -> ProbeRound:
+        listed = list(request.pairs)
         if listed:
             if request.nodes or request.sampling:
                 raise ValidationError("pairs", "give pairs, or nodes and a sampling policy, not both")
@@ -159,9 +155,9 @@ class Probes:
             raise ValidationError("nodes", "a probe round needs at least two ready nodes")
         if len(set(nodes)) != len(nodes):
             raise ValidationError("nodes", "a node is listed twice")
-        if request.sampling not in (admin_pb2.PROBE_SAMPLING_UNSPECIFIED, *SAMPLING_FROM_WIRE):
+        if request.sampling not in ("", *SAMPLING_MODES):
             raise ValidationError("sampling", "full or sparse")
-        mode: str = "listed" if listed else SAMPLING_FROM_WIRE.get(request.sampling) or default_mode(len(nodes))
+        mode: str = "listed" if listed else request.sampling or default_mode(len(nodes))
         backends = set()
         racks: dict[str, str] = {}
         for i, name in enumerate(nodes):
@@ -406,8 +402,8 @@ class Probes:
         if waiter is not None and not waiter.done():
             waiter.set_result(result)
 
-    async def get(self, round_id: str) -> admin_pb2.ProbeRound:
-        def read(session: Session) -> admin_pb2.ProbeRound:
+    async def get(self, round_id: str) -> ProbeRound:
+        def read(session: Session) -> ProbeRound:
             row = session.get(ProbeRoundRow, round_id)
             if row is None:
                 raise NotFoundError(f"no probe round with id {round_id!r}")
@@ -417,37 +413,38 @@ class Probes:
                 .order_by(PairMeasurementRow.id)
             )
             n = len(row.nodes)
-            found = admin_pb2.ProbeRound(
+            found = ProbeRound(
                 round_id=row.id,
-                status=STATUS_TO_WIRE[row.status],
+                status=ProbeStatus(row.status),
                 message=row.message,
-                nodes=list(row.nodes),
-                measurements=[_measurement(m) for m in rows],
-                sampling=SAMPLING_TO_WIRE.get(row.sampling, admin_pb2.PROBE_SAMPLING_UNSPECIFIED),  # type: ignore[arg-type]
+                nodes=tuple(row.nodes),
+                measurements=tuple(_measurement(m) for m in rows),
+                sampling=row.sampling,
             )
             if row.sampling == "full":
                 # Every pair: n - 1 rounds for even n, n for odd (what `probe_rounds` plans).
-                found.rounds, found.pairs_total = (n - 1 if n % 2 == 0 else n) if n > 1 else 0, n * (n - 1) // 2
-            else:
-                progress = row.progress or {}
-                found.rounds, found.pairs_total = progress.get("rounds", 0), progress.get("pairs", 0)
-                found.degraded_nodes.extend(progress.get("degraded_nodes", []))
-                found.degraded_uplinks.extend(progress.get("degraded_uplinks", []))
-                found.slow_pairs.extend(
-                    admin_pb2.NodePair(node_a=a, node_b=b) for a, b in progress.get("slow_pairs", [])
-                )
-            return found
+                rounds = (n - 1 if n % 2 == 0 else n) if n > 1 else 0
+                return replace(found, rounds=rounds, pairs_total=n * (n - 1) // 2)
+            progress = row.progress or {}
+            return replace(
+                found,
+                rounds=progress.get("rounds", 0),
+                pairs_total=progress.get("pairs", 0),
+                degraded_nodes=tuple(progress.get("degraded_nodes", [])),
+                degraded_uplinks=tuple(progress.get("degraded_uplinks", [])),
+                slow_pairs=tuple((a, b) for a, b in progress.get("slow_pairs", [])),
+            )
 
         return await self.db.run(read)
 
-    async def measured_pairs(self) -> admin_pb2.MeasuredPairs:
+    async def measured_pairs(self) -> list[PairMeasurement]:
         """The newest measurement of every pair."""
 
-        def read(session: Session) -> admin_pb2.MeasuredPairs:
+        def read(session: Session) -> list[PairMeasurement]:
             newest: dict[tuple[str, str], PairMeasurementRow] = {}
             for row in session.scalars(sa.select(PairMeasurementRow).order_by(PairMeasurementRow.measured_at)):
                 newest[tuple(sorted((row.node_a, row.node_b)))] = row  # type: ignore[index]
-            return admin_pb2.MeasuredPairs(pairs=[_measurement(r) for _, r in sorted(newest.items())])
+            return [_measurement(r) for _, r in sorted(newest.items())]
 
         return await self.db.run(read)
 

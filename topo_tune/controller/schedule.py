@@ -18,10 +18,10 @@ from datetime import UTC, timedelta
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from topo_tune.controller.drift import DriftCheck
 from topo_tune.controller.retention import RetentionReport
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.controller.wiring import Services, wall_clock
-from topo_tune.v1 import admin_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class Schedule:
             logger.info("forgot %d job pins older than %s", pruned, cutoff.isoformat())
         return pruned
 
-    async def drift_check(self) -> admin_pb2.DriftCheck | None:
+    async def drift_check(self) -> DriftCheck | None:
         """One drift check of the active config version (None on a standby); an error is logged, not raised."""
         if not self._leading():
             return None

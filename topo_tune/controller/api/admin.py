@@ -15,12 +15,16 @@ from topo_tune.controller.api import validation
 from topo_tune.controller.api.messages import (
     from_proto_benchmark_request,
     from_proto_command_body,
+    from_proto_probe_request,
     from_proto_study_request,
     to_proto_benchmark_job,
     to_proto_cluster_topology,
     to_proto_command,
     to_proto_config_version,
+    to_proto_drift_check,
+    to_proto_measured_pairs,
     to_proto_node,
+    to_proto_probe_round,
     to_proto_study,
     to_proto_study_trials,
 )
@@ -158,18 +162,18 @@ class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
 
     @maps_errors
     async def StartProbeRound(self, request: admin_pb2.StartProbeRoundRequest, context: Ctx) -> admin_pb2.ProbeRound:
-        return await self._probes.start(request)
+        return to_proto_probe_round(await self._probes.start(from_proto_probe_request(request)))
 
     @maps_errors
     async def GetProbeRound(self, request: admin_pb2.GetProbeRoundRequest, context: Ctx) -> admin_pb2.ProbeRound:
         names.command_id(request.round_id, "round_id")
-        return await self._probes.get(request.round_id)
+        return to_proto_probe_round(await self._probes.get(request.round_id))
 
     @maps_errors
     async def GetMeasuredPairs(
         self, request: admin_pb2.GetMeasuredPairsRequest, context: Ctx
     ) -> admin_pb2.MeasuredPairs:
-        return await self._probes.measured_pairs()
+        return to_proto_measured_pairs(await self._probes.measured_pairs())
 
     @maps_errors
     async def PutConfigVersion(
@@ -237,17 +241,17 @@ class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
         checks = await self._drift_checks().list(
             limit=validation.limit(request.limit, default=50), status=request.status
         )
-        return admin_pb2.ListDriftChecksResponse(checks=checks)
+        return admin_pb2.ListDriftChecksResponse(checks=[to_proto_drift_check(check) for check in checks])
 
     @maps_errors
     async def GetDriftCheck(self, request: admin_pb2.GetDriftCheckRequest, context: Ctx) -> admin_pb2.DriftCheck:
         names.command_id(request.check_id, "check_id")
-        return await self._drift_checks().get(request.check_id)
+        return to_proto_drift_check(await self._drift_checks().get(request.check_id))
 
     @maps_errors
     async def RunDriftCheck(self, request: admin_pb2.RunDriftCheckRequest, context: Ctx) -> admin_pb2.DriftCheck:
         names.short_text(request.config_version, "config_version")
-        return await self._drift_checks().start(version=request.config_version)
+        return to_proto_drift_check(await self._drift_checks().start(version=request.config_version))
 
     @maps_errors
     async def IssueCredential(

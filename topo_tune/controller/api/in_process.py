@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest
-from topo_tune.controller.api.messages import to_proto_cluster_topology, to_proto_node
+from topo_tune.controller.api.messages import (
+    from_proto_probe_request,
+    to_proto_cluster_topology,
+    to_proto_measured_pairs,
+    to_proto_node,
+    to_proto_probe_round,
+)
 from topo_tune.controller.benchmarks.service import BenchmarkJobs
 from topo_tune.controller.config_versions import ConfigVersions, StoredVersion
 from topo_tune.controller.nodes import NodeRegistry
@@ -49,13 +55,13 @@ class InProcessPort:
         return to_proto_cluster_topology(self._run(self.registry.list()), self.spine)
 
     def start_probe_round(self, request: admin_pb2.StartProbeRoundRequest) -> admin_pb2.ProbeRound:
-        return self._run(self.probes.start(request))
+        return to_proto_probe_round(self._run(self.probes.start(from_proto_probe_request(request))))
 
     def get_probe_round(self, round_id: str) -> admin_pb2.ProbeRound:
-        return self._run(self.probes.get(round_id))
+        return to_proto_probe_round(self._run(self.probes.get(round_id)))
 
     def measured_pairs(self) -> admin_pb2.MeasuredPairs:
-        return self._run(self.probes.measured_pairs())
+        return to_proto_measured_pairs(self._run(self.probes.measured_pairs()))
 
     def start_benchmark(self, request: BenchmarkRequest) -> BenchmarkJob:
         if self.cancelled.is_set():

@@ -8,12 +8,14 @@ request (``validation.py``), error mapping (``status_codes.py``).
 from __future__ import annotations
 
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus, SizeRange
+from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound, ProbeStatus
 from topo_tune.benchmark.wire import COLLECTIVE_FROM_PROTO, COLLECTIVE_TO_PROTO, size_to_proto
 from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.config_checks import overridden
 from topo_tune.controller.commands import STATUS_TO_WIRE as COMMAND_STATUS_TO_WIRE
 from topo_tune.controller.commands import CommandRecord
 from topo_tune.controller.config_versions import StoredVersion
+from topo_tune.controller.drift import DriftCheck
 from topo_tune.controller.nodes import NodeState, NodeView
 from topo_tune.controller.rollout.job_pins import ResolvedJob
 from topo_tune.controller.rollout.plan import Plan, PlanPolicy, Wave
@@ -334,4 +336,82 @@ def to_proto_study_trials(trials: StudyTrials) -> admin_pb2.StudyTrials:
             for t in trials.trials
         ],
         best_trial=trials.best_trial,
+    )
+
+
+def to_proto_drift_check(check: DriftCheck) -> admin_pb2.DriftCheck:
+    return admin_pb2.DriftCheck(
+        check_id=check.check_id,
+        kind=check.kind,
+        status=check.status,
+        message=check.message,
+        config_version=check.config_version,
+        rollout_id=check.rollout_id,
+        wave=check.wave,
+        nodes=list(check.nodes),
+        reference_busbw_gbps=check.reference_busbw_gbps,
+        measured_busbw_gbps=check.measured_busbw_gbps,
+        threshold=check.threshold,
+        job_ids=list(check.job_ids),
+        study_id=check.study_id,
+        simulated=check.simulated,
+        created_at=timestamp(check.created_at),
+        finished_at=timestamp_or_none(check.finished_at),
+        p_value=check.p_value,
+        alpha=check.alpha,
+    )
+
+
+PROBE_SAMPLING_FROM_WIRE = {
+    admin_pb2.PROBE_SAMPLING_UNSPECIFIED: "",
+    admin_pb2.PROBE_SAMPLING_FULL: "full",
+    admin_pb2.PROBE_SAMPLING_SPARSE: "sparse",
+}
+PROBE_SAMPLING_TO_WIRE = {mode: wire for wire, mode in PROBE_SAMPLING_FROM_WIRE.items() if mode}
+PROBE_STATUS_TO_WIRE = {
+    ProbeStatus.RUNNING: admin_pb2.PROBE_ROUND_STATUS_RUNNING,
+    ProbeStatus.SUCCEEDED: admin_pb2.PROBE_ROUND_STATUS_SUCCEEDED,
+    ProbeStatus.FAILED: admin_pb2.PROBE_ROUND_STATUS_FAILED,
+}
+
+
+def from_proto_probe_request(request: admin_pb2.StartProbeRoundRequest) -> ProbeRequest:
+    return ProbeRequest(
+        nodes=tuple(request.nodes),
+        message_bytes=request.message_bytes,
+        pair_deadline_s=request.pair_deadline_s,
+        # An enum value this version does not know stays visible, so the service can refuse it by name.
+        sampling=PROBE_SAMPLING_FROM_WIRE.get(request.sampling, f"unknown ({request.sampling})"),
+        pairs=tuple((p.node_a, p.node_b) for p in request.pairs),
+    )
+
+
+def to_proto_pair(measurement: PairMeasurement) -> admin_pb2.PairMeasurement:
+    return admin_pb2.PairMeasurement(
+        node_a=measurement.node_a,
+        node_b=measurement.node_b,
+        bandwidth_gbps=measurement.bandwidth_gbps,
+        latency_us=measurement.latency_us,
+        method=measurement.method,
+        measured_at=timestamp(measurement.measured_at),
+    )
+
+
+def to_proto_measured_pairs(pairs: list[PairMeasurement]) -> admin_pb2.MeasuredPairs:
+    return admin_pb2.MeasuredPairs(pairs=[to_proto_pair(p) for p in pairs])
+
+
+def to_proto_probe_round(found: ProbeRound) -> admin_pb2.ProbeRound:
+    return admin_pb2.ProbeRound(
+        round_id=found.round_id,
+        status=PROBE_STATUS_TO_WIRE[found.status],
+        message=found.message,
+        nodes=list(found.nodes),
+        rounds=found.rounds,
+        pairs_total=found.pairs_total,
+        measurements=[to_proto_pair(m) for m in found.measurements],
+        sampling=PROBE_SAMPLING_TO_WIRE.get(found.sampling, admin_pb2.PROBE_SAMPLING_UNSPECIFIED),
+        degraded_nodes=list(found.degraded_nodes),
+        degraded_uplinks=list(found.degraded_uplinks),
+        slow_pairs=[admin_pb2.NodePair(node_a=a, node_b=b) for a, b in found.slow_pairs],
     )

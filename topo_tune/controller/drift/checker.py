@@ -44,7 +44,7 @@ from typing import Any, Protocol
 from topo_tune.benchmark.job_record import BenchmarkJob
 from topo_tune.cluster_config import DriftConfig, RolloutGateConfig
 from topo_tune.controller.db.database import Database
-from topo_tune.controller.drift.store import DriftStore
+from topo_tune.controller.drift.store import DriftCheck, DriftStore
 from topo_tune.controller.drift.verdict import DriftStatus, Reference, judge
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import NodeRegistry, NodeState
@@ -52,7 +52,6 @@ from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.rollout.verification import job_sample
 from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus
 from topo_tune.errors import TopoTuneError, ValidationError
-from topo_tune.v1 import admin_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +103,7 @@ class DriftChecker:
     def __post_init__(self) -> None:
         self.store = DriftStore(self.db, self.wall_clock)
 
-    async def check(self, *, version: str = "") -> admin_pb2.DriftCheck:
+    async def check(self, *, version: str = "") -> DriftCheck:
         """Run one drift check to its end and return it stored (``skipped`` with the reason when nothing could
         run). ``version``: refuse unless it is the active version (empty: whichever is)."""
         task = asyncio.current_task()
@@ -120,7 +119,7 @@ class DriftChecker:
             if task is not None:
                 self._tasks.discard(task)
 
-    async def start(self, *, version: str = "") -> admin_pb2.DriftCheck:
+    async def start(self, *, version: str = "") -> DriftCheck:
         """Begin a drift check now, as :meth:`check` does, and return it as soon as it is stored: final when
         nothing could be measured, else ``running`` while its benchmark jobs measure in the background (an
         operator's request must not wait minutes for them)."""
@@ -320,8 +319,8 @@ class DriftChecker:
         await self.store.note_study(check_id, study_id=study_id, note=note)
         logger.info(note, extra={"check": check_id})
 
-    async def get(self, check_id: str) -> admin_pb2.DriftCheck:
+    async def get(self, check_id: str) -> DriftCheck:
         return await self.store.get(check_id)
 
-    async def list(self, *, limit: int = 50, status: str = "") -> builtins.list[admin_pb2.DriftCheck]:
+    async def list(self, *, limit: int = 50, status: str = "") -> builtins.list[DriftCheck]:
         return await self.store.list(limit=limit, status=status)

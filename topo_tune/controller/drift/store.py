@@ -21,7 +21,34 @@ from topo_tune.controller.db.left_running import end_left_running
 from topo_tune.controller.db.models import DriftCheckRow, EventRow
 from topo_tune.controller.drift.verdict import DriftKind, DriftStatus, Reference, Verdict
 from topo_tune.errors import NotFoundError, ValidationError
-from topo_tune.v1 import admin_pb2
+
+
+@dataclass(frozen=True)
+class DriftCheck:
+    """One drift check as stored: what it compared, and the verdict once it ended."""
+
+    check_id: str
+    kind: str
+    """benchmark, topology"""
+    status: str
+    """running, ok, regressed, failed, skipped, changed"""
+    message: str
+    config_version: str
+    rollout_id: str
+    """Whose gate measured the reference."""
+    nodes: tuple[str, ...]
+    job_ids: tuple[str, ...]
+    study_id: str
+    simulated: bool
+    created_at: datetime
+    finished_at: datetime | None = None
+    wave: int | None = None
+    reference_busbw_gbps: float | None = None
+    measured_busbw_gbps: float | None = None
+    threshold: float | None = None
+    """The drop (fraction of the reference) that counts as a regression."""
+    p_value: float | None = None
+    alpha: float | None = None
 
 
 @dataclass(frozen=True)
@@ -145,13 +172,13 @@ class DriftStore:
 
         await self.db.run(write)
 
-    async def get(self, check_id: str) -> admin_pb2.DriftCheck:
+    async def get(self, check_id: str) -> DriftCheck:
         row = await self.db.run(lambda session: session.get(DriftCheckRow, check_id))
         if row is None:
             raise NotFoundError(f"no drift check {check_id!r}")
-        return _message(row)
+        return _check(row)
 
-    async def list(self, *, limit: int = 50, status: str = "") -> builtins.list[admin_pb2.DriftCheck]:
+    async def list(self, *, limit: int = 50, status: str = "") -> builtins.list[DriftCheck]:
         if status and status not in DriftStatus.__members__.values():
             known = ", ".join(s.value for s in DriftStatus)
             raise ValidationError("status", f"one of {known}, got {status!r}")
@@ -163,38 +190,30 @@ class DriftStore:
                 query = query.where(DriftCheckRow.status == status)
             return builtins.list(session.scalars(query))
 
-        return [_message(row) for row in await self.db.run(read)]
+        return [_check(row) for row in await self.db.run(read)]
 
 
 # Wire messages: the admin API's view of a stored check.
 
 
-def _message(row: DriftCheckRow) -> admin_pb2.DriftCheck:
-    message = admin_pb2.DriftCheck(
+def _check(row: DriftCheckRow) -> DriftCheck:
+    return DriftCheck(
         check_id=row.id,
         kind=row.kind,
         status=row.status,
         message=row.message,
         config_version=row.config_version,
         rollout_id=row.rollout_id,
-        nodes=list(row.nodes),
-        job_ids=list(row.job_ids),
+        nodes=tuple(row.nodes),
+        job_ids=tuple(row.job_ids),
         study_id=row.study_id,
         simulated=row.simulated,
+        created_at=row.created_at,
+        finished_at=row.finished_at,
+        wave=row.wave,
+        reference_busbw_gbps=row.reference_busbw_gbps,
+        measured_busbw_gbps=row.measured_busbw_gbps,
+        threshold=row.threshold,
+        p_value=row.p_value,
+        alpha=row.alpha,
     )
-    message.created_at.FromDatetime(row.created_at)
-    if row.wave is not None:
-        message.wave = row.wave
-    if row.reference_busbw_gbps is not None:
-        message.reference_busbw_gbps = row.reference_busbw_gbps
-    if row.measured_busbw_gbps is not None:
-        message.measured_busbw_gbps = row.measured_busbw_gbps
-    if row.threshold is not None:
-        message.threshold = row.threshold
-    if row.p_value is not None:
-        message.p_value = row.p_value
-    if row.alpha is not None:
-        message.alpha = row.alpha
-    if row.finished_at is not None:
-        message.finished_at.FromDatetime(row.finished_at)
-    return message
