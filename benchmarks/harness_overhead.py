@@ -111,7 +111,7 @@ def end_to_end(sizes: list[int], *, ranks: int, iters: int, rounds: int) -> list
         result = executor.execute(
             spec_to_proto(spec),
             node_name="local",
-            backend=agent_pb2.BACKEND_GLOO,
+            backend="gloo",
             deadline_s=600,
             work_dir=Path(tempfile.mkdtemp()),
         )

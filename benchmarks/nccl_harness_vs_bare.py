@@ -89,7 +89,7 @@ def harness(
     result = executor.execute(
         spec_to_proto(spec),
         node_name="local",
-        backend=BACKENDS[BACKEND],
+        backend=BACKEND,
         deadline_s=540,
         work_dir=work_dir or Path(tempfile.mkdtemp()),
     )
@@ -100,7 +100,7 @@ def harness(
     return spec, aggregate(spec, ranks), wall, dict(ranks[0].effective_env)
 
 
-BACKENDS = {"nccl": agent_pb2.BACKEND_NCCL, "gloo": agent_pb2.BACKEND_GLOO}
+BACKENDS = ("nccl", "gloo")
 BACKEND = "nccl"  # --backend gloo runs the same comparison on CPUs (a dry run off the GPU host)
 BARE_LOOP = Path(__file__).with_name("bare_nccl_loop.py")
 

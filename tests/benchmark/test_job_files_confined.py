@@ -82,7 +82,7 @@ class Cluster:
         return self.executor.execute(
             spec_to_proto(_spec(job_id, env)),
             node_name="n0",
-            backend=agent_pb2.BACKEND_GLOO,
+            backend="gloo",
             deadline_s=60.0,
             work_dir=self.work,
         )

@@ -66,9 +66,7 @@ def _run(
 ) -> dict[str, agent_pb2.CommandResult]:
     return _on_nodes(
         NODES,
-        lambda n: executors[n].execute(
-            run, node_name=n, backend=agent_pb2.BACKEND_GLOO, deadline_s=60.0, work_dir=work / n
-        ),
+        lambda n: executors[n].execute(run, node_name=n, backend="gloo", deadline_s=60.0, work_dir=work / n),
     )
 
 
@@ -128,7 +126,7 @@ def test_a_job_may_not_point_nccl_at_another_plugin_or_table_itself(tmp_path: Pa
 def test_an_agent_without_a_tuner_plugin_refuses_a_table(tmp_path: Path) -> None:
     run = spec_to_proto(_spec("none-1", table=TABLE))
     result = BenchmarkExecutor(policy=EnvPolicy()).execute(
-        run, node_name="n0", backend=agent_pb2.BACKEND_GLOO, deadline_s=10.0, work_dir=tmp_path
+        run, node_name="n0", backend="gloo", deadline_s=10.0, work_dir=tmp_path
     )
     assert result.status == agent_pb2.COMMAND_STATUS_REJECTED
     assert result.message == "tuner_table: this agent runs no tuner plugin"

@@ -60,7 +60,7 @@ def job(
     """A benchmark job as the job book stores it: the job row and one command per node."""
     session.add(
         BenchmarkJobRow(
-            id=job_id, status=status, backend="sim", nodes=list(nodes), spec=b"", created_at=at, deadline_at=at
+            id=job_id, status=status, backend="sim", nodes=list(nodes), spec={}, created_at=at, deadline_at=at
         )
     )
     session.add_all(

@@ -13,8 +13,12 @@ from alembic import command as alembic_command
 from alembic.config import Config as AlembicConfig
 
 from topo_tune.benchmark.collectives import Collective
+from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.job_record import JobStatus
 from topo_tune.benchmark.results import NcclChoice
+from topo_tune.benchmark.sweep import SizeSweep
+from topo_tune.benchmark.wire import spec_to_proto
+from topo_tune.controller.benchmarks.plan import JobNode, plan_job
 from topo_tune.controller.benchmarks.service import BenchmarkJobs
 from topo_tune.controller.commands import CommandBook
 from topo_tune.controller.db.database import Database
@@ -58,6 +62,7 @@ def _old_job(run: agent_pb2.RunBenchmark) -> admin_pb2.BenchmarkJob:
         iters=5,
         warmup_iters=1,
     )
+    job.env.update(run.env)
     job.created_at.FromDatetime(AT)
     job.finished_at.FromDatetime(AT)
     return job
@@ -66,15 +71,20 @@ def _old_job(run: agent_pb2.RunBenchmark) -> admin_pb2.BenchmarkJob:
 async def test_a_finished_job_stored_as_a_message_reads_back_after_the_upgrade(database_url: str) -> None:
     database = Database(database_url, retry_for_s=5)
     config = _config(database)
-    run = agent_pb2.RunBenchmark(
+    spec = plan_job(
         job_id="bj-old",
-        collective=agent_pb2.COLLECTIVE_ALL_REDUCE,
-        sizes=agent_pb2.SizeSweep(min_bytes=1024, max_bytes=8192, step_factor=8),
-        dtype="float32",
-        world_size=2,
-        iters=5,
+        collective=Collective.ALL_REDUCE,
+        sweep=SizeSweep(1024, 8192, 8),
+        dtype=dtype_named("float32"),
+        nodes=[JobNode("a", "10.0.0.1", 1), JobNode("b", "10.0.0.2", 1)],
+        rendezvous_port=20001,
+        env={"NCCL_ALGO": "ring"},
+        gpu_devices=False,
         warmup_iters=1,
+        iters=5,
+        placements=(False, True),
     )
+    run = spec_to_proto(spec)
     old = _old_job(run)
     values = {"status": "failed", "message": old.message, "backend": "sim", "nodes": ["a", "b"]}
     try:
@@ -110,6 +120,7 @@ async def test_a_finished_job_stored_as_a_message_reads_back_after_the_upgrade(d
         ]
         assert job.sizes[0].choice == NcclChoice(("ring/ll", "tree/ll"), "ring/ll", "tree/ll", 2)
         assert job.sizes[1].choice is None
+        assert (job.env, job.iters, job.world_size, job.dtype) == ({"NCCL_ALGO": "ring"}, 5, 2, "float32")
         assert (job.missing_ranks, job.hung_ranks, job.simulated, job.finished_at) == ((1,), (1,), True, AT)
 
         with database.engine.begin() as connection:

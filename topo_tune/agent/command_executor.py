@@ -40,7 +40,6 @@ from topo_tune.agent.sim_backend import run_simulated
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.errors import ConflictError, StoreBusy, ValidationError
 from topo_tune.v1 import agent_pb2, topology_pb2
-from topo_tune.wire_values import BACKEND_TO_WIRE
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +131,7 @@ class CommandExecutor:
         return self._benchmarks().execute(
             command.run_benchmark,
             node_name=self.node_name,
-            backend=BACKEND_TO_WIRE[self.backend],
+            backend=self.backend,
             deadline_s=self._deadline(command),
             work_dir=self.work_dir,
         )
@@ -146,7 +145,7 @@ class CommandExecutor:
         return self._benchmarks().probe(
             command.probe,
             node_name=self.node_name,
-            backend=BACKEND_TO_WIRE[self.backend],
+            backend=self.backend,
             deadline_s=self._deadline(command),
             work_dir=self.work_dir,
         )

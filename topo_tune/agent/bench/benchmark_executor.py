@@ -62,7 +62,8 @@ DEFAULT_PROBE_ITERS = 20
 _DEFAULT_LATENCY_BYTES = 8
 _PROBE_JOB_SUFFIXES = ("-out", "-back")
 """A gloo probe's one-way jobs are ``probe-<id>-out`` and ``probe-<id>-back`` (see ``probe_specs``)."""
-_BACKEND_NAMES = {agent_pb2.BACKEND_NCCL: "nccl", agent_pb2.BACKEND_GLOO: "gloo"}
+_BACKENDS = ("nccl", "gloo")
+"""The backends run as real processes (a sim agent computes its figures, it runs no ranks)."""
 
 
 class BenchmarkExecutor:
@@ -93,7 +94,7 @@ class BenchmarkExecutor:
                 clock=monotonic,
                 cpus_for_device=cpus_for_device,
             )
-            for name in _BACKEND_NAMES.values()
+            for name in _BACKENDS
         }
 
     def rebind(self, address: str) -> None:
@@ -119,12 +120,11 @@ class BenchmarkExecutor:
         finished = timestamp_ns(int(self._wall_clock() * 1e9))
         return agent_pb2.CommandResult(status=status, message=message, finished_at=finished)
 
-    def _launcher(self, backend: agent_pb2.Backend.ValueType) -> Launcher | None:
-        name = _BACKEND_NAMES.get(backend)
-        return None if name is None else self._launchers[name]
+    def _launcher(self, backend: str) -> Launcher | None:
+        return self._launchers.get(backend)
 
     def _prepare(
-        self, backend: agent_pb2.Backend.ValueType, build: Callable[[], BenchmarkSpec], deadline_s: float
+        self, backend: str, build: Callable[[], BenchmarkSpec], deadline_s: float
     ) -> tuple[Launcher, BenchmarkSpec] | agent_pb2.CommandResult:
         """The launcher and the validated spec, or the ``REJECTED`` result saying why not."""
         launcher = self._launcher(backend)
@@ -151,7 +151,7 @@ class BenchmarkExecutor:
         run: agent_pb2.RunBenchmark,
         *,
         node_name: str,
-        backend: agent_pb2.Backend.ValueType,
+        backend: str,
         deadline_s: float,
         work_dir: Path,
         fault: WorkerFault | None = None,
@@ -196,7 +196,7 @@ class BenchmarkExecutor:
         probe: agent_pb2.Probe,
         *,
         node_name: str,
-        backend: agent_pb2.Backend.ValueType,
+        backend: str,
         deadline_s: float,
         work_dir: Path,
     ) -> agent_pb2.CommandResult:
@@ -206,7 +206,7 @@ class BenchmarkExecutor:
             return self._result(agent_pb2.COMMAND_STATUS_REJECTED, f"backend {backend} is not run by this executor")
         try:
             _check_deadline(deadline_s)
-            specs = probe_specs(probe, one_way=backend == agent_pb2.BACKEND_GLOO)
+            specs = probe_specs(probe, one_way=backend == "gloo")
         except ValueError as exc:
             return self._result(agent_pb2.COMMAND_STATUS_REJECTED, str(exc))
         started = self._monotonic()

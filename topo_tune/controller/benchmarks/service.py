@@ -46,7 +46,7 @@ from topo_tune.benchmark.job_record import (
 )
 from topo_tune.benchmark.job_spec import MAX_DEADLINE_S, BenchmarkSpec
 from topo_tune.benchmark.sweep import SizeSweep
-from topo_tune.benchmark.wire import COLLECTIVE_FROM_PROTO, spec_from_proto, spec_to_proto
+from topo_tune.benchmark.wire import spec_to_proto
 from topo_tune.controller import names
 from topo_tune.controller.benchmarks.plan import JobNode, JobSummary, plan_job, summarize
 from topo_tune.controller.commands import CommandBook, CommandRecord, CommandStatus
@@ -97,7 +97,7 @@ class BenchmarkJobs:
             existing = await self._find(job_id)
             if existing is not None:
                 return existing
-        run, backend, nodes = await self._plan(request, job_id)
+        spec, run, backend, nodes = await self._plan(request, job_id)
         if self.busy_reasons is not None:
             reasons = await self.busy_reasons(nodes)
             if reasons:
@@ -121,7 +121,7 @@ class BenchmarkJobs:
                     message="",
                     backend=backend,
                     nodes=nodes,
-                    spec=run.SerializeToString(),
+                    spec=spec.to_json(),
                     created_at=now,
                     deadline_at=now + timedelta(seconds=deadline_s),
                 )
@@ -156,7 +156,11 @@ class BenchmarkJobs:
                     raise
                 await asyncio.sleep(0.1)
 
-    async def _plan(self, request: BenchmarkRequest, job_id: str) -> tuple[agent_pb2.RunBenchmark, str, list[str]]:
+    async def _plan(
+        self, request: BenchmarkRequest, job_id: str
+    ) -> tuple[BenchmarkSpec, agent_pb2.RunBenchmark, str, list[str]]:
+        """The job's spec, the command every node is sent (for sim nodes with the simulated cluster), the
+        nodes' backend and the nodes in rank order."""
         collective = request.collective
         if collective is None:
             raise ValidationError(
@@ -228,7 +232,7 @@ class BenchmarkJobs:
             if self.settings.spine_ecmp_paths > 1:
                 run.sim.spine_ecmp_paths = self.settings.spine_ecmp_paths
             run.sim.seed = request.sim_seed if request.sim_seed is not None else zlib.crc32(job_id.encode())
-        return run, backend, list(request.nodes)
+        return spec, run, backend, list(request.nodes)
 
     @staticmethod
     def _slots(view: NodeView, topology: topology_pb2.NodeTopology, request: BenchmarkRequest) -> int:
@@ -304,8 +308,7 @@ class BenchmarkJobs:
             cannot = "" if timed_out else why_it_cannot_finish(parts, lost)
             if len(final) < len(rows) and not timed_out and not cannot:
                 return None
-            run = agent_pb2.RunBenchmark.FromString(job.spec)
-            spec = spec_from_proto(run)
+            spec = BenchmarkSpec.from_json(job.spec)
             results = {r.node_name: _fitting(spec, r.node_name, r.result or b"") for r in final}
             try:
                 summary = summarize(spec, results)
@@ -450,23 +453,24 @@ def tuner_table_sha256(table: str) -> str:
 
 
 def _view(job: BenchmarkJobRow) -> BenchmarkJob:
-    run = agent_pb2.RunBenchmark.FromString(job.spec)
+    spec = BenchmarkSpec.from_json(job.spec)
     outcome = JobOutcome.from_json(job.outcome) if job.outcome is not None else JobOutcome()
+    sweep = spec.sweep
     return BenchmarkJob(
         job_id=JobId(job.id),
         status=JobStatus(job.status),
         message=job.message,
-        collective=COLLECTIVE_FROM_PROTO[run.collective],
+        collective=spec.collective,
         nodes=tuple(job.nodes),
-        world_size=run.world_size,
-        dtype=run.dtype,
-        env=dict(run.env),
+        world_size=spec.world_size,
+        dtype=spec.dtype.name,
+        env=dict(spec.env),
         backend=job.backend,
-        sizes_requested=SizeRange(run.sizes.min_bytes, run.sizes.max_bytes, run.sizes.step_factor),
-        iters=run.iters,
-        warmup_iters=run.warmup_iters,
-        cuda_graph=run.cuda_graph,
-        tuner_table_sha256=tuner_table_sha256(run.tuner_table),
+        sizes_requested=SizeRange(sweep.min_bytes, sweep.max_bytes, sweep.step_factor),
+        iters=spec.iters,
+        warmup_iters=spec.warmup_iters,
+        cuda_graph=spec.cuda_graph,
+        tuner_table_sha256=tuner_table_sha256(spec.tuner_table),
         created_at=job.created_at,
         simulated=outcome.simulated or job.backend == "sim",
         sizes=outcome.sizes,

@@ -1,9 +1,8 @@
 """The controller's tables. Every schema change comes with an Alembic migration (``migrations/versions``).
 
-Agent wire messages that the controller stores whole (a node's topology, a command's body and result, the
-``RunBenchmark`` a job's nodes were sent) are kept as serialised protobuf: the outbox keeps what went on the
-wire. What the controller itself concludes (a job's outcome) is stored as its own JSON or columns, never as an
-admin API message.
+Agent wire messages that the controller stores whole (a node's topology, a command's body and result) are
+kept as serialised protobuf: the outbox keeps what went on the wire. What the controller itself holds (a
+job's spec and outcome, a study's request) is stored as its own JSON or columns, never as an admin message.
 """
 
 from __future__ import annotations
@@ -108,7 +107,8 @@ class BenchmarkJobRow(Base):
     message: Mapped[str] = mapped_column(Text, default="")
     backend: Mapped[str] = mapped_column(String(16))
     nodes: Mapped[list[str]] = mapped_column(JSON)
-    spec: Mapped[bytes] = mapped_column(LargeBinary)  # the RunBenchmark every node was sent
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    """The job's ``BenchmarkSpec`` (its JSON form); the ``RunBenchmark`` each node was sent is its command's body."""
     outcome: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     """A finished job's ``JobOutcome`` (its JSON form): aggregated rows, missing and hung ranks."""
     created_at: Mapped[datetime]

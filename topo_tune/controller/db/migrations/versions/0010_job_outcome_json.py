@@ -1,8 +1,10 @@
-"""A benchmark job's outcome as JSON (``JobOutcome``) instead of a serialised admin API ``BenchmarkJob``.
+"""A benchmark job stored in domain terms: its spec and outcome as JSON, no longer wire messages.
 
-Existing finished jobs are converted: their aggregated rows, missing and hung ranks and the simulated flag
-move into ``outcome``; the rest of the old message was a copy of the job's own columns and spec. Downgrading
-builds the old message again from the row, the spec and the outcome.
+``spec`` held the ``RunBenchmark`` every node was sent (each node's command keeps it); it now holds the job's
+``BenchmarkSpec``. ``result`` held a serialised admin API ``BenchmarkJob``; its aggregated rows, missing and
+hung ranks and simulated flag move into ``outcome`` (the rest of it copied the job's columns and spec).
+Downgrading builds both messages again (a sim job's ``RunBenchmark`` without its simulated cluster, which only
+the nodes read).
 
 Revision ID: 0010
 Revises: 0009
@@ -17,6 +19,8 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
+from topo_tune.benchmark.job_spec import BenchmarkSpec
+from topo_tune.benchmark.wire import spec_from_proto, spec_to_proto
 from topo_tune.v1 import admin_pb2, agent_pb2
 
 revision = "0010"
@@ -42,6 +46,7 @@ jobs = sa.table(
     sa.column("backend", sa.String),
     sa.column("nodes", sa.JSON),
     sa.column("spec", sa.LargeBinary),
+    sa.column("spec_json", sa.JSON),
     sa.column("result", sa.LargeBinary),
     sa.column("outcome", sa.JSON),
     sa.column("created_at", sa.DateTime(timezone=True)),
@@ -70,7 +75,11 @@ def _size_proto(data: dict[str, Any]) -> agent_pb2.SizeResult:
 def upgrade() -> None:
     with op.batch_alter_table("benchmark_jobs", schema=None) as batch_op:
         batch_op.add_column(sa.Column("outcome", sa.JSON(), nullable=True))
+        batch_op.add_column(sa.Column("spec_json", sa.JSON(), nullable=True))
     connection = op.get_bind()
+    for job_id, spec in connection.execute(sa.select(jobs.c.id, jobs.c.spec)).all():
+        as_json = spec_from_proto(agent_pb2.RunBenchmark.FromString(spec)).to_json()
+        connection.execute(sa.update(jobs).where(jobs.c.id == job_id).values(spec_json=as_json))
     for job_id, result in connection.execute(sa.select(jobs.c.id, jobs.c.result).where(jobs.c.result.is_not(None))):
         old = admin_pb2.BenchmarkJob.FromString(result)
         outcome = {
@@ -82,12 +91,21 @@ def upgrade() -> None:
         connection.execute(sa.update(jobs).where(jobs.c.id == job_id).values(outcome=outcome))
     with op.batch_alter_table("benchmark_jobs", schema=None) as batch_op:
         batch_op.drop_column("result")
+        batch_op.drop_column("spec")
+    with op.batch_alter_table("benchmark_jobs", schema=None) as batch_op:
+        batch_op.alter_column("spec_json", new_column_name="spec", existing_type=sa.JSON(), nullable=False)
 
 
 def downgrade() -> None:
     with op.batch_alter_table("benchmark_jobs", schema=None) as batch_op:
+        batch_op.alter_column("spec", new_column_name="spec_json", existing_type=sa.JSON(), nullable=True)
+    with op.batch_alter_table("benchmark_jobs", schema=None) as batch_op:
         batch_op.add_column(sa.Column("result", sa.LargeBinary(), nullable=True))
+        batch_op.add_column(sa.Column("spec", sa.LargeBinary(), nullable=True))
     connection = op.get_bind()
+    for job_id, spec_json in connection.execute(sa.select(jobs.c.id, jobs.c.spec_json)).all():
+        sent = spec_to_proto(BenchmarkSpec.from_json(spec_json)).SerializeToString()
+        connection.execute(sa.update(jobs).where(jobs.c.id == job_id).values(spec=sent))
     query = sa.select(jobs).where(jobs.c.outcome.is_not(None))
     for row in connection.execute(query).mappings().all():
         run = agent_pb2.RunBenchmark.FromString(row["spec"])
@@ -118,3 +136,5 @@ def downgrade() -> None:
         connection.execute(sa.update(jobs).where(jobs.c.id == row["id"]).values(result=old.SerializeToString()))
     with op.batch_alter_table("benchmark_jobs", schema=None) as batch_op:
         batch_op.drop_column("outcome")
+        batch_op.drop_column("spec_json")
+        batch_op.alter_column("spec", existing_type=sa.LargeBinary(), nullable=False)
