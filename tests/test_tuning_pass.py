@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
+from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound, ProbeStatus
 from topo_tune.cluster_config import ClusterConfig, parse_cluster_config
 from topo_tune.topology.distance import PairMatrix
 from topo_tune.tuner.objective import Measurements, SizeSample
@@ -119,13 +121,12 @@ class _Probed:
             nodes=[admin_pb2.Node(name=n, topology=topology_pb2.NodeTopology(nics=[nic])) for n in self.names]
         )
 
-    def measured_pairs(self) -> admin_pb2.MeasuredPairs:
-        return admin_pb2.MeasuredPairs(
-            pairs=[
-                admin_pb2.PairMeasurement(node_a=a, node_b=b, bandwidth_gbps=bw, latency_us=4.0)
-                for a, b, bw in self.measured
-            ]
-        )
+    def measured_pairs(self) -> list[PairMeasurement]:
+        return [_pair(a, b, bw) for a, b, bw in self.measured]
+
+
+def _pair(a: str, b: str, bandwidth_gbps: float) -> PairMeasurement:
+    return PairMeasurement(a, b, bandwidth_gbps, 4.0, "probe", datetime(2026, 1, 1, tzinfo=UTC))
 
 
 def test_a_sparse_sample_s_missing_pairs_are_inferred_from_what_it_measured_and_marked() -> None:
@@ -149,16 +150,19 @@ class _Prober(_Probed):
         super().__init__(names, measured)
         self.truth, self.rounds = truth, []  # type: list[list[tuple[str, str]]]
 
-    def start_probe_round(self, request: admin_pb2.StartProbeRoundRequest) -> admin_pb2.ProbeRound:
+    def start_probe_round(self, request: ProbeRequest) -> ProbeRound:
         assert not request.nodes, "a ring check lists its pairs"
-        pairs = [(p.node_a, p.node_b) for p in request.pairs]
+        pairs = list(request.pairs)
         self.rounds.append(pairs)
         found = [(a, b, self.truth.get(a[0] + b[0], 5.0)) for a, b in pairs]
         self.measured += found
-        return admin_pb2.ProbeRound(
+        return ProbeRound(
             round_id=f"pr-{len(self.rounds)}",
-            status=admin_pb2.PROBE_ROUND_STATUS_SUCCEEDED,
-            measurements=[admin_pb2.PairMeasurement(node_a=a, node_b=b, bandwidth_gbps=bw) for a, b, bw in found],
+            status=ProbeStatus.SUCCEEDED,
+            message="",
+            nodes=(),
+            sampling="",
+            measurements=tuple(_pair(a, b, bw) for a, b, bw in found),
         )
 
 

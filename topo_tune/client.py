@@ -18,6 +18,7 @@ import grpc
 
 from topo_tune.auth import TlsFiles, bearer_metadata, channel_credentials
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobId, JobStatus, SizeRange
+from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound, ProbeStatus
 from topo_tune.benchmark.wire import COLLECTIVE_FROM_PROTO, COLLECTIVE_TO_PROTO, size_from_proto
 from topo_tune.errors import (
     AlreadyExists,
@@ -262,6 +263,53 @@ def benchmark_job_from_proto(job: admin_pb2.BenchmarkJob) -> BenchmarkJob:
     )
 
 
+PROBE_STATUS_FROM_WIRE = {
+    admin_pb2.PROBE_ROUND_STATUS_RUNNING: ProbeStatus.RUNNING,
+    admin_pb2.PROBE_ROUND_STATUS_SUCCEEDED: ProbeStatus.SUCCEEDED,
+    admin_pb2.PROBE_ROUND_STATUS_FAILED: ProbeStatus.FAILED,
+}
+PROBE_SAMPLING_NAMES = {wire: name for name, wire in PROBE_SAMPLING.items()}
+
+
+def probe_request_to_proto(request: ProbeRequest) -> admin_pb2.StartProbeRoundRequest:
+    return admin_pb2.StartProbeRoundRequest(
+        nodes=list(request.nodes),
+        message_bytes=request.message_bytes,
+        pair_deadline_s=request.pair_deadline_s,
+        sampling=PROBE_SAMPLING[request.sampling or "auto"],
+        pairs=[admin_pb2.NodePair(node_a=a, node_b=b) for a, b in request.pairs],
+    )
+
+
+def pair_from_proto(pair: admin_pb2.PairMeasurement) -> PairMeasurement:
+    return PairMeasurement(
+        node_a=pair.node_a,
+        node_b=pair.node_b,
+        bandwidth_gbps=pair.bandwidth_gbps,
+        latency_us=pair.latency_us,
+        method=pair.method,
+        measured_at=pair.measured_at.ToDatetime(UTC),
+    )
+
+
+def probe_round_from_proto(found: admin_pb2.ProbeRound) -> ProbeRound:
+    sampling = PROBE_SAMPLING_NAMES.get(found.sampling, "auto")
+    return ProbeRound(
+        round_id=found.round_id,
+        status=PROBE_STATUS_FROM_WIRE[found.status],
+        message=found.message,
+        nodes=tuple(found.nodes),
+        # The wire says full or sparse; a round of listed pairs (or an older controller) leaves it unset.
+        sampling="" if sampling == "auto" else sampling,
+        rounds=found.rounds,
+        pairs_total=found.pairs_total,
+        measurements=tuple(pair_from_proto(m) for m in found.measurements),
+        degraded_nodes=tuple(found.degraded_nodes),
+        degraded_uplinks=tuple(found.degraded_uplinks),
+        slow_pairs=tuple((p.node_a, p.node_b) for p in found.slow_pairs),
+    )
+
+
 class RemotePort:
     """``tuning_pass.AdminPort`` over the admin API: what ``topo-tune init`` runs its pass through.
 
@@ -276,14 +324,14 @@ class RemotePort:
     def cluster_topology(self) -> admin_pb2.ClusterTopologyView:
         return self.client.cluster_topology()
 
-    def start_probe_round(self, request: admin_pb2.StartProbeRoundRequest) -> admin_pb2.ProbeRound:
-        return self.client.start_probe_round(request)
+    def start_probe_round(self, request: ProbeRequest) -> ProbeRound:
+        return probe_round_from_proto(self.client.start_probe_round(probe_request_to_proto(request)))
 
-    def get_probe_round(self, round_id: str) -> admin_pb2.ProbeRound:
-        return self.client.get_probe_round(round_id)
+    def get_probe_round(self, round_id: str) -> ProbeRound:
+        return probe_round_from_proto(self.client.get_probe_round(round_id))
 
-    def measured_pairs(self) -> admin_pb2.MeasuredPairs:
-        return self.client.measured_pairs()
+    def measured_pairs(self) -> list[PairMeasurement]:
+        return [pair_from_proto(pair) for pair in self.client.measured_pairs().pairs]
 
     def start_benchmark(self, request: BenchmarkRequest) -> BenchmarkJob:
         return benchmark_job_from_proto(self.client.start_benchmark(benchmark_request_to_proto(request)))

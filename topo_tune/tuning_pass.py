@@ -27,9 +27,9 @@ from typing import Protocol
 
 from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus, SizeRange
+from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound, ProbeStatus
 from topo_tune.benchmark.results import SizeMeasurement
 from topo_tune.benchmark.sweep import size_ladder
-from topo_tune.client import PROBE_SAMPLING
 from topo_tune.cluster_config import ClusterConfig
 from topo_tune.errors import ConfigError, NodeBusy, PassError, TrialFailed, ValidationError
 from topo_tune.topology import Measurement, PairMatrix, Spine, build_cluster
@@ -61,9 +61,9 @@ class AdminPort(Protocol):
 
     def list_nodes(self, *, rack: str = "") -> list[admin_pb2.Node]: ...
     def cluster_topology(self) -> admin_pb2.ClusterTopologyView: ...
-    def start_probe_round(self, request: admin_pb2.StartProbeRoundRequest) -> admin_pb2.ProbeRound: ...
-    def get_probe_round(self, round_id: str) -> admin_pb2.ProbeRound: ...
-    def measured_pairs(self) -> admin_pb2.MeasuredPairs: ...
+    def start_probe_round(self, request: ProbeRequest) -> ProbeRound: ...
+    def get_probe_round(self, round_id: str) -> ProbeRound: ...
+    def measured_pairs(self) -> list[PairMeasurement]: ...
     def start_benchmark(self, request: BenchmarkRequest) -> BenchmarkJob: ...
     def get_benchmark(self, job_id: str) -> BenchmarkJob: ...
     def put_config_version(
@@ -266,9 +266,7 @@ def measure_pairs(
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Probe the pairs of the nodes (every pair, or a sparse sample); returns how many pairs were measured."""
-    request = admin_pb2.StartProbeRoundRequest(
-        nodes=list(names), message_bytes=1 << 20, sampling=PROBE_SAMPLING[sampling]
-    )
+    request = ProbeRequest(nodes=tuple(names), message_bytes=1 << 20, sampling="" if sampling == "auto" else sampling)
     return _finished_round(client, client.start_probe_round(request), sleep)
 
 
@@ -290,18 +288,16 @@ def check_ring(
         unprobed = sorted({(min(a, b), max(a, b)) for a, b in edges if pairs.get(a, b).source == "inferred"})
         if not unprobed:
             break
-        request = admin_pb2.StartProbeRoundRequest(
-            pairs=[admin_pb2.NodePair(node_a=a, node_b=b) for a, b in unprobed], message_bytes=1 << 20
-        )
+        request = ProbeRequest(pairs=tuple(unprobed), message_bytes=1 << 20)
         measured += _finished_round(client, client.start_probe_round(request), sleep)
     return measured
 
 
-def _finished_round(client: AdminPort, found: admin_pb2.ProbeRound, sleep: Callable[[float], None]) -> int:
-    while found.status == admin_pb2.PROBE_ROUND_STATUS_RUNNING:
+def _finished_round(client: AdminPort, found: ProbeRound, sleep: Callable[[float], None]) -> int:
+    while found.status is ProbeStatus.RUNNING:
         sleep(0.2)
         found = client.get_probe_round(found.round_id)
-    if found.status != admin_pb2.PROBE_ROUND_STATUS_SUCCEEDED:
+    if found.status is not ProbeStatus.SUCCEEDED:
         raise PassError(f"probe round {found.round_id} failed: {found.message}")
     return len(found.measurements)
 
@@ -317,7 +313,7 @@ def _pair_matrix(
             oversubscription=cluster.spine.oversubscription or 1.0, bandwidth_gbps=cluster.spine.bandwidth_gbps
         )
     model = build_cluster(topologies, {n: r for n, r in cluster.rack_of().items() if n in topologies}, spine=spine)
-    found = [m for m in client.measured_pairs().pairs if m.node_a in topologies and m.node_b in topologies]
+    found = [m for m in client.measured_pairs() if m.node_a in topologies and m.node_b in topologies]
     if _sparse(cluster, len(topologies)) and found:
         # A sparse sample: the pairs it left out are inferred from what it measured (rack by rack), not from
         # nominal NIC rates, and marked inferred.
@@ -333,7 +329,7 @@ def _pair_matrix(
             Measurement(
                 bandwidth_gbps=measured.bandwidth_gbps,
                 latency_us=measured.latency_us,
-                measured_at=measured.measured_at.ToDatetime(UTC),
+                measured_at=measured.measured_at,
                 method=measured.method,
             ),
         )

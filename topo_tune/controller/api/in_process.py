@@ -2,7 +2,7 @@
 
 A study runs ``run_pass`` in a worker thread; this port hands each call to the services on the controller's
 event loop and waits for the answer, so a study goes through exactly the code the admin API uses. Benchmark
-jobs and config versions pass through as domain objects; nodes and probes still travel as admin messages and
+jobs, probe rounds and config versions pass through as domain objects; nodes still travel as admin messages and
 are converted here, like the servicer does. Non-goals: the study's life cycle (``studies.py``).
 """
 
@@ -15,13 +15,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest
-from topo_tune.controller.api.messages import (
-    from_proto_probe_request,
-    to_proto_cluster_topology,
-    to_proto_measured_pairs,
-    to_proto_node,
-    to_proto_probe_round,
-)
+from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound
+from topo_tune.controller.api.messages import to_proto_cluster_topology, to_proto_node
 from topo_tune.controller.benchmarks.service import BenchmarkJobs
 from topo_tune.controller.config_versions import ConfigVersions, StoredVersion
 from topo_tune.controller.nodes import NodeRegistry
@@ -54,14 +49,14 @@ class InProcessPort:
     def cluster_topology(self) -> admin_pb2.ClusterTopologyView:
         return to_proto_cluster_topology(self._run(self.registry.list()), self.spine)
 
-    def start_probe_round(self, request: admin_pb2.StartProbeRoundRequest) -> admin_pb2.ProbeRound:
-        return to_proto_probe_round(self._run(self.probes.start(from_proto_probe_request(request))))
+    def start_probe_round(self, request: ProbeRequest) -> ProbeRound:
+        return self._run(self.probes.start(request))
 
-    def get_probe_round(self, round_id: str) -> admin_pb2.ProbeRound:
-        return to_proto_probe_round(self._run(self.probes.get(round_id)))
+    def get_probe_round(self, round_id: str) -> ProbeRound:
+        return self._run(self.probes.get(round_id))
 
-    def measured_pairs(self) -> admin_pb2.MeasuredPairs:
-        return to_proto_measured_pairs(self._run(self.probes.measured_pairs()))
+    def measured_pairs(self) -> list[PairMeasurement]:
+        return self._run(self.probes.measured_pairs())
 
     def start_benchmark(self, request: BenchmarkRequest) -> BenchmarkJob:
         if self.cancelled.is_set():
