@@ -14,7 +14,11 @@ commands it is sent. Three phases, one table row per fleet size:
    until every agent holds its command and until every result is acknowledged (committed) by the
    controller.
 
-The controller's RSS is its peak (VmHWM) over the run. Needs root (it builds namespaces).
+The controller's RSS is its peak (VmHWM) over the run. The generator shares the cores with the controller, so
+it reports its own event loop's worst lag over the steady window too (a heartbeat's round trip includes it),
+and freezes its fleet's objects after the burst (`gc.freeze`) so that its own full garbage collections do not
+stall the measurement. The machine's load average when each row starts is printed with it: numbers taken on a
+busy machine are not the targets' numbers. Needs root (it builds namespaces).
 
 Usage: python benchmarks/netns_load.py [--agents 1000 5000] [--interval 10] [--duration 30]
 Targets: 5,000 agents at one heartbeat per 10 s, heartbeat p99 < 100 ms, controller RSS < 1 GiB, fan-out
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import random
@@ -57,6 +62,8 @@ class Fleet:
     register_s: list[float] = field(default_factory=list)
     registered_at: list[float] = field(default_factory=list)
     rtts: list[float] = field(default_factory=list)
+    loop_lags: list[float] = field(default_factory=list)
+    """How late the generator's own event loop woke a 10 ms sleep, over the steady window."""
     command_at: dict[str, float] = field(default_factory=dict)
     result_acked_at: dict[str, float] = field(default_factory=dict)
     errors: int = 0
@@ -185,10 +192,15 @@ async def generate(address: str, token: str, agents: int, interval: float, durat
     await fleet.burst_over.wait()
     burst_s = max(fleet.registered_at, default=burst_started) - burst_started
 
+    gc.collect()
+    gc.freeze()  # the fleet's sessions live to the end: the generator's collections need not walk them
     await asyncio.sleep(interval)  # every agent has started heartbeating
     phase("steady")
     fleet.measuring = True
-    await asyncio.sleep(duration)
+    steady_ends = time.perf_counter() + duration
+    while (now := time.perf_counter()) < steady_ends:
+        await asyncio.sleep(0.01)
+        fleet.loop_lags.append(time.perf_counter() - now - 0.01)
     fleet.measuring = False
     phase("fan-out")
 
@@ -219,6 +231,7 @@ async def generate(address: str, token: str, agents: int, interval: float, durat
         "heartbeats_per_s": len(fleet.rtts) / duration,
         "heartbeat_p50_ms": quantile(fleet.rtts, 50) * 1000,
         "heartbeat_p99_ms": quantile(fleet.rtts, 99) * 1000,
+        "generator_lag_max_ms": max(fleet.loop_lags, default=float("nan")) * 1000,
         "fanout_sent_s": all_sent,
         "fanout_delivered_p50_s": statistics.median(delivered) if delivered else float("nan"),
         "fanout_all_delivered_s": delivered[-1] if len(delivered) == fleet.expected else float("nan"),
@@ -295,18 +308,20 @@ def main() -> None:
     )
     header = (
         "| agents | registered | registrations/s | register p99 ms | heartbeats/s | heartbeat p50 ms "
-        "| heartbeat p99 ms | fan-out: all sent s | fan-out: all delivered s | fan-out: all succeeded s "
-        "| controller CPU (cores) | controller peak RSS MiB | errors |"
+        "| heartbeat p99 ms | generator loop lag max ms | fan-out: all sent s | fan-out: all delivered s "
+        "| fan-out: all succeeded s | controller CPU (cores) | controller peak RSS MiB | errors | load avg at start |"
     )
     print(header)
     print("|---" * (header.count("|") - 1) + "|")
     for agents in args.agents:
+        load = os.getloadavg()[0]
         r = run(agents, args.interval, args.duration)
         print(
             f"| {r['agents']:,} | {r['registered']:,} | {r['registrations_per_s']:.0f} | {r['register_p99_ms']:.0f} "
             f"| {r['heartbeats_per_s']:.0f} | {r['heartbeat_p50_ms']:.1f} | {r['heartbeat_p99_ms']:.1f} "
-            f"| {r['fanout_sent_s']:.2f} | {r['fanout_all_delivered_s']:.2f} | {r['fanout_all_succeeded_s']:.2f} "
-            f"| {r['cpu_cores']:.2f} | {r['rss_peak_mib']:.0f} | {r['errors']} |",
+            f"| {r['generator_lag_max_ms']:.0f} | {r['fanout_sent_s']:.2f} | {r['fanout_all_delivered_s']:.2f} "
+            f"| {r['fanout_all_succeeded_s']:.2f} | {r['cpu_cores']:.2f} | {r['rss_peak_mib']:.0f} | {r['errors']} "
+            f"| {load:.1f} |",
             flush=True,
         )
     print(

@@ -202,6 +202,24 @@ async def test_heartbeats_are_flushed_in_one_batch(db: Database, clock: FakeCloc
     assert versions == {"v7"}
 
 
+async def test_live_reports_follow_every_heartbeat_and_transition(db: Database, clock: FakeClock) -> None:
+    nodes = registry(db, clock)
+    await nodes.register(registration("n1"))
+    before = nodes.live_reports()["n1"]
+    assert nodes.live_reports()["n1"] is before, "an unchanged node's report is handed out again"
+    clock.advance(1.0)
+    nodes.heartbeat("n1", activity="idle", applied_config_version="v2", config_damage="bad file")
+    after = nodes.live_reports()["n1"]
+    assert (after.applied_config_version, after.config_damage) == ("v2", "bad file")
+    assert after.last_seen_at > before.last_seen_at
+    clock.advance(5.0)
+    await nodes.sweep()
+    assert nodes.live_reports()["n1"].state is NodeState.LOST
+    nodes.heartbeat("n1", activity="idle", applied_config_version="v2")
+    await nodes.mark_ready("n1")
+    assert nodes.live_reports()["n1"].state is NodeState.READY
+
+
 def rediscover() -> agent_pb2.Command:
     return agent_pb2.Command(rediscover=agent_pb2.Rediscover())
 

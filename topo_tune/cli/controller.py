@@ -269,6 +269,7 @@ def _leader_election(
 
 async def _serve(settings: ControllerSettings) -> None:
     # Imported here so that `topo-tune admin …` does not pay for SQLAlchemy, Alembic and APScheduler.
+    from topo_tune.controller.heap import HeapKeeper  # noqa: PLC0415
     from topo_tune.controller.server import Controller  # noqa: PLC0415
 
     stop = asyncio.Event()
@@ -278,7 +279,9 @@ async def _serve(settings: ControllerSettings) -> None:
     server = Controller(settings)
     await server.start()
     click.echo(f"topo-tune controller listening on port {server.port}", err=True)
+    heap = asyncio.create_task(HeapKeeper().run())  # the daemon's process alone: its sessions are its heap
     try:
         await stop.wait()
     finally:
+        heap.cancel()
         await server.stop()

@@ -79,6 +79,14 @@ class _Liveness:
     config_damage: str = ""
     """The agent's report that the active version's files no longer hash to its id (memory only)."""
     dirty: bool = False
+    report: LiveReport | None = None
+    """This state as handed out, built on demand and kept until it changes: loops that look at the whole
+    fleet every second then cost a dict, not thousands of new objects."""
+
+    def reported(self) -> LiveReport:
+        if self.report is None:
+            self.report = LiveReport(self.state, self.applied_config_version, self.last_seen_at, self.config_damage)
+        return self.report
 
 
 @dataclass(frozen=True)
@@ -204,6 +212,7 @@ class NodeRegistry:
                 logger.error("active config version damaged: %s", config_damage, extra={"node": name})
             live.config_damage = config_damage
         live.dirty = True
+        live.report = None
         return live.state is NodeState.LOST
 
     async def mark_ready(self, name: str) -> None:
@@ -234,8 +243,8 @@ class NodeRegistry:
 
         await self.db.run(write)  # persist, then act
         for name in names:
-            if name in self._live:
-                self._live[name].state = state
+            if (live := self._live.get(name)) is not None:
+                live.state, live.report = state, None
 
     async def flush(self) -> int:
         """Write the heartbeats seen since the last flush; returns how many nodes were written."""
@@ -244,16 +253,20 @@ class NodeRegistry:
             return 0
         params = [
             {
-                "name": n,
+                "node": n,
                 "last_heartbeat_at": live.last_seen_at,
                 "activity": live.activity,
                 "applied_config_version": live.applied_config_version,
             }
             for n, live in dirty.items()
         ]
+        # Core, not the ORM's bulk UPDATE: one executemany without per-row ORM bookkeeping, which at 20,000
+        # nodes would hold the interpreter lock against the event loop for a large part of each flush.
+        nodes = NodeRow.metadata.tables[NodeRow.__tablename__]
+        update = sa.update(nodes).where(nodes.c.name == sa.bindparam("node"))
 
         def write(session: Session) -> None:
-            session.execute(sa.update(NodeRow), params)  # ORM bulk UPDATE by primary key: one executemany
+            session.connection().execute(update, params)
 
         await self.db.run(write)
         for live in dirty.values():
@@ -266,10 +279,7 @@ class NodeRegistry:
 
     def live_reports(self) -> dict[str, LiveReport]:
         """Every known node's state, reported config version and last heartbeat, without a database read."""
-        return {
-            name: LiveReport(live.state, live.applied_config_version, live.last_seen_at, live.config_damage)
-            for name, live in self._live.items()
-        }
+        return {name: live.reported() for name, live in self._live.items()}
 
     def damaged(self) -> int:
         """How many nodes report an active config version whose files no longer match its id."""
