@@ -515,8 +515,8 @@ async def test_results_that_do_not_fit_the_job_fail_it_naming_why(
         reported = bad.node_benchmark.ranks.add(job_id=job.job_id, rank=rank)
         reported.sizes.extend(agent_pb2.SizeResult(bytes=size, time_us=time_us) for size, time_us in sizes)
     # What the agent session does with a result: record it, then tell the listeners.
-    await jobs_controller.commands.finish("s2", bad)
-    await jobs_controller.jobs.on_result("s2", bad)
+    recorded = await jobs_controller.commands.finish("s2", bad)
+    await jobs_controller.jobs.on_result("s2", bad, recorded.job_id)
     done = await jobs_controller.jobs.get(job.job_id)
     assert done.status == JobStatus.FAILED
     assert says in done.message
@@ -545,8 +545,8 @@ async def test_a_probe_figure_no_link_can_have_is_not_stored(
     for node, peer, figure in (("g1", "g2", 10.0), ("g2", "g1", bandwidth)):
         result = agent_pb2.CommandResult(command_id=ids[node], status=agent_pb2.COMMAND_STATUS_SUCCEEDED)
         result.probe.CopyFrom(agent_pb2.ProbeResult(node_name=node, peer=peer, bandwidth_gbps=figure, latency_us=5.0))
-        await jobs_controller.commands.finish(node, result)
-        await jobs_controller.probes.on_result(node, result)
+        recorded = await jobs_controller.commands.finish(node, result)
+        await jobs_controller.probes.on_result(node, result, recorded.job_id)
 
     async def done() -> ProbeRound | None:
         found = await jobs_controller.probes.get(started.round_id)

@@ -6,6 +6,7 @@ sleeps for an expiry.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from importlib import resources
@@ -250,6 +251,43 @@ async def test_command_life_cycle(db: Database, clock: FakeClock) -> None:
     assert await book.outstanding("n1") == []
     node = db.transact(lambda s: s.get(NodeRow, "n1"))
     assert node is not None and b"n1-rediscovered" in node.topology
+
+
+async def test_results_arriving_together_are_each_recorded_once_with_their_effects(
+    db: Database, clock: FakeClock
+) -> None:
+    nodes = registry(db, clock)
+    for name in ("n1", "n2", "n3"):
+        await nodes.register(registration(name))
+    book = CommandBook(db=db, wall_clock=clock.wall_clock)
+    now = clock.wall_clock()
+    job = db.transact(lambda s: book.add(s, "n1", rediscover(), command_id="job-1-0", now=now, job_id="job-1"))
+    drain = await book.submit("n2", agent_pb2.Command(drain=agent_pb2.Drain(drained=True)))
+    failed = await book.submit("n3", rediscover())
+    found = agent_pb2.CommandResult(command_id=job.id, status=agent_pb2.COMMAND_STATUS_SUCCEEDED)
+    found.topology.hostname = "n1-found"
+    drained = agent_pb2.CommandResult(command_id=drain.id, status=agent_pb2.COMMAND_STATUS_SUCCEEDED)
+    broken = agent_pb2.CommandResult(command_id=failed.id, status=agent_pb2.COMMAND_STATUS_FAILED, message="no")
+    broken.topology.hostname = "n3-not-applied"
+    acks = await asyncio.gather(book.acked("n1", job.id), book.acked("n3", drain.id), book.acked("n3", failed.id))
+    assert acks == [True, False, True], "an ack from another node is refused, in the same batch as good ones"
+    assert (await book.get(drain.id)).status is CommandStatus.PENDING
+    outcomes = await asyncio.gather(  # one group commit: a repeat inside the batch is not recorded twice
+        book.finish("n1", found), book.finish("n1", found), book.finish("n2", drained), book.finish("n3", broken)
+    )
+    assert [(o.known, o.recorded, o.job_id) for o in outcomes] == [
+        (True, True, "job-1"),
+        (True, False, "job-1"),
+        (True, True, None),
+        (True, True, None),
+    ]
+    statuses = [(await book.get(c)).status for c in (job.id, drain.id, failed.id)]
+    assert statuses == [CommandStatus.SUCCEEDED, CommandStatus.SUCCEEDED, CommandStatus.FAILED]
+    assert (await book.get(failed.id)).message == "no"
+    rows = {n.name: n for n in db.transact(lambda s: list(s.scalars(sa.select(NodeRow))))}
+    assert b"n1-found" in rows["n1"].topology
+    assert rows["n2"].drained is True
+    assert b"n3-not-applied" not in rows["n3"].topology, "a failed command changes nothing about its node"
 
 
 async def test_drain_result_updates_the_node(db: Database, clock: FakeClock) -> None:

@@ -40,10 +40,8 @@ class HeapKeeper:
         (``"reclaimed"``, ``"froze"`` or ``""``)."""
         if self._frozen_after_reclaim < 0:  # the first tick: what is frozen now is the baseline
             self._frozen_after_reclaim, self._reclaimed_at = gc.get_freeze_count(), self.clock()
-        if (
-            gc.get_freeze_count() >= 2 * max(self._frozen_after_reclaim, self.freeze_at)
-            and self.clock() - self._reclaimed_at >= self.reclaim_interval_s
-        ):
+        # At most once an interval: counting the frozen set walks all of it.
+        if self.clock() - self._reclaimed_at >= self.reclaim_interval_s and self._due():
             started = time.perf_counter()
             gc.unfreeze()
             collected = gc.collect()
@@ -61,6 +59,10 @@ class HeapKeeper:
             gc.freeze()
             return "froze"
         return ""
+
+    def _due(self) -> bool:
+        self._reclaimed_at = self.clock()  # checked: the next check is an interval away
+        return gc.get_freeze_count() >= 2 * max(self._frozen_after_reclaim, self.freeze_at)
 
     async def run(self, interval_s: float = 5.0) -> None:
         """Tick every ``interval_s`` until cancelled."""

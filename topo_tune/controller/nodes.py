@@ -24,7 +24,7 @@ from enum import StrEnum
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from topo_tune.controller.db.database import Database
+from topo_tune.controller.db.database import Database, table_of
 from topo_tune.controller.db.models import EventRow, NodeRow
 from topo_tune.errors import NotFoundError
 from topo_tune.topology.fingerprint import topology_fingerprint
@@ -262,7 +262,7 @@ class NodeRegistry:
         ]
         # Core, not the ORM's bulk UPDATE: one executemany without per-row ORM bookkeeping, which at 20,000
         # nodes would hold the interpreter lock against the event loop for a large part of each flush.
-        nodes = NodeRow.metadata.tables[NodeRow.__tablename__]
+        nodes = table_of(NodeRow)
         update = sa.update(nodes).where(nodes.c.name == sa.bindparam("node"))
 
         def write(session: Session) -> None:

@@ -58,8 +58,8 @@ class SessionHub:
     controller_id: str
     fanout_window: int = 512
     """Nodes `deliver_many` sends to at once."""
-    result_listeners: Sequence[Callable[[str, agent_pb2.CommandResult], Awaitable[None]]] = ()
-    """Called with (node, result) after a result is committed for the first time."""
+    result_listeners: Sequence[Callable[[str, agent_pb2.CommandResult, str | None], Awaitable[None]]] = ()
+    """Called with (node, result, the command's job id or None) after a result is committed for the first time."""
     _sessions: dict[str, AgentSession] = field(default_factory=dict, init=False)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict, init=False)
 
@@ -189,7 +189,7 @@ class SessionHub:
             session.send(agent_pb2.ControllerMessage(result_ack=agent_pb2.ResultAck(command_id=result.command_id)))
             if finished.recorded:
                 for listener in self.result_listeners:
-                    await listener(session.node_name, result)
+                    await listener(session.node_name, result, finished.job_id)
         elif kind == "event":
             event = message.event
             logger.info("agent event %s: %s", event.kind, event.message, extra={"node": session.node_name})

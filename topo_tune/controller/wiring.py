@@ -156,9 +156,9 @@ class Services:
         await self.drift.recover()
         return known
 
-    async def _on_result(self, node_name: str, result: agent_pb2.CommandResult) -> None:
-        await self.jobs.on_result(node_name, result)
-        await self.probes.on_result(node_name, result)
+    async def _on_result(self, node_name: str, result: agent_pb2.CommandResult, job_id: str | None) -> None:
+        await self.jobs.on_result(node_name, result, job_id)
+        await self.probes.on_result(node_name, result, job_id)
 
     async def _tuner_table(self, version: str) -> str:
         """``version``'s tuner-plugin table when it has rows, for its gate jobs; else ""."""

@@ -240,14 +240,8 @@ class BenchmarkJobs:
             return len(topology.gpus)
         return request.ranks_per_node or 1
 
-    async def on_result(self, node_name: str, result: agent_pb2.CommandResult) -> None:
+    async def on_result(self, node_name: str, result: agent_pb2.CommandResult, job_id: str | None) -> None:
         """A command finished: if it was a job's last, finish the job."""
-
-        def job_of(session: Session) -> str | None:
-            row = session.get(CommandRow, result.command_id)
-            return row.job_id if row is not None else None
-
-        job_id = await self.db.run(job_of)
         if job_id:
             await self._finish_if_complete(job_id, timed_out=False)  # a lost node waits for the sweep
 

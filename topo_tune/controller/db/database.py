@@ -26,7 +26,7 @@ from alembic import command as alembic_command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy import event, exc
 from sqlalchemy.engine import Engine
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from topo_tune.controller.db import fence
@@ -35,6 +35,11 @@ from topo_tune.errors import ConfigError, StorageError
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+def table_of(entity: type[DeclarativeBase]) -> sa.Table:
+    """The Core table of a mapped class: for executemany statements that need no per-row ORM bookkeeping."""
+    return entity.metadata.tables[entity.__tablename__]
 
 
 def _is_transient(error: BaseException) -> bool:
