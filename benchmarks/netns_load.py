@@ -16,8 +16,8 @@ commands it is sent. Three phases, one table row per fleet size:
 
 The controller's RSS is its peak (VmHWM) over the run. The generator shares the cores with the controller, so
 it reports its own event loop's worst lag over the steady window too (a heartbeat's round trip includes it),
-and keeps its own garbage collector off during the burst and its fleet's objects frozen after it
-(`gc.freeze`), so that its own full collections do not pace the burst or stall the measurement. The
+and keeps its own cyclic garbage collector off (a run is short), so that its own collections over the fleet
+do not pace the burst or stall the measurement. The
 machine's load average when each row starts is printed with it: numbers taken on a busy machine are not
 the targets' numbers. Needs root (it builds namespaces).
 
@@ -192,14 +192,11 @@ async def generate(address: str, token: str, agents: int, interval: float, durat
         if registered:
             await asyncio.gather(sim.read(), sim.heartbeat(interval, rng))
 
-    gc.disable()  # the generator's own full collections over a growing fleet would pace the burst
+    gc.disable()  # the generator's own collections over its fleet would pace the burst and stall heartbeats
     tasks = [asyncio.create_task(live(sim)) for sim in sims]
     await fleet.burst_over.wait()
     burst_s = max(fleet.registered_at, default=burst_started) - burst_started
 
-    gc.collect()
-    gc.freeze()  # the fleet's sessions live to the end: the generator's collections need not walk them
-    gc.enable()
     await asyncio.sleep(interval)  # every agent has started heartbeating
     phase("steady")
     fleet.measuring = True

@@ -5,11 +5,11 @@ queues, locks). Python runs a full collection whenever the objects that survived
 quarter of the old generation, and a full collection walks every tracked object with the event loop stopped:
 hundreds of milliseconds at 5,000 agents, seconds at 20,000, every few seconds under steady heartbeats.
 
-`HeapKeeper.tick` (every few seconds) moves what has settled into the old generation to the permanent one
+`HeapKeeper.tick` (every second) moves what has settled into the old generation to the permanent one
 (`gc.freeze`), so that automatic collections walk only what is new since. Garbage cycles among frozen objects
 are not found by those collections; they are reclaimed (`gc.unfreeze`, one full collection, `gc.freeze`) once
-the frozen set has doubled since the last reclaim, and at most once per `reclaim_interval_s`: one pause an
-hour at worst, not one every few seconds.
+the frozen set has grown by a quarter since the last reclaim, checked once per `reclaim_interval_s`: one pause
+an hour at worst, not one every few seconds.
 Non-goals: tuning the collector's thresholds; objects that are freed by reference counting (most) are freed
 at once whether frozen or not.
 """
@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class HeapKeeper:
-    freeze_at: int = 20_000
+    freeze_at: int = 10_000
     """Tracked objects in the old generation that make a tick freeze them: walking fewer costs a few ms."""
     reclaim_interval_s: float = 3600.0
     clock: Callable[[], float] = time.monotonic
@@ -62,9 +62,9 @@ class HeapKeeper:
 
     def _due(self) -> bool:
         self._reclaimed_at = self.clock()  # checked: the next check is an interval away
-        return gc.get_freeze_count() >= 2 * max(self._frozen_after_reclaim, self.freeze_at)
+        return gc.get_freeze_count() >= 1.25 * max(self._frozen_after_reclaim, self.freeze_at)
 
-    async def run(self, interval_s: float = 5.0) -> None:
+    async def run(self, interval_s: float = 1.0) -> None:
         """Tick every ``interval_s`` until cancelled."""
         while True:
             await asyncio.sleep(interval_s)
