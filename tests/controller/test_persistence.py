@@ -216,9 +216,20 @@ async def test_live_reports_follow_every_heartbeat_and_transition(db: Database, 
     clock.advance(5.0)
     await nodes.sweep()
     assert nodes.live_reports()["n1"].state is NodeState.LOST
+    assert (nodes.lost(), nodes.counts()) == ({"n1"}, {NodeState.READY: 0, NodeState.LOST: 1})
     nodes.heartbeat("n1", activity="idle", applied_config_version="v2")
     await nodes.mark_ready("n1")
     assert nodes.live_reports()["n1"].state is NodeState.READY
+    assert (nodes.lost(), nodes.counts()) == (set(), {NodeState.READY: 1, NodeState.LOST: 0})
+    await nodes.sweep()
+    clock.advance(5.0)
+    await nodes.sweep()
+    assert nodes.lost() == {"n1"}
+    restarted = registry(db, clock)
+    await restarted.load()
+    assert restarted.lost() == {"n1"}, "a restarted controller knows who was lost"
+    await nodes.register(registration("n1"))
+    assert nodes.lost() == frozenset(), "a node that registers again is ready"
 
 
 def rediscover() -> agent_pb2.Command:

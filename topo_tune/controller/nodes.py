@@ -132,6 +132,8 @@ class NodeRegistry:
     topology_listeners: Sequence[Callable[[TopologyChange], Awaitable[None]]] = ()
     """Told, after the registration is committed, about a node whose topology fingerprint changed."""
     _live: dict[str, _Liveness] = field(default_factory=dict, init=False)
+    _lost: set[str] = field(default_factory=set, init=False)
+    """The names whose state is ``lost``: the loops that want them every second need not walk the fleet."""
 
     async def load(self) -> int:
         """Read the registry from the database; every node starts a fresh expiry window."""
@@ -143,6 +145,8 @@ class NodeRegistry:
         now, wall = self.clock(), self.wall_clock()
         for name, state, version in await self.db.run(read):
             self._live[name] = _Liveness(NodeState(state), now, wall, applied_config_version=version)
+            if state == NodeState.LOST:
+                self._lost.add(name)
         return len(self._live)
 
     def rack_for(self, registration: Registration) -> str:
@@ -186,6 +190,7 @@ class NodeRegistry:
             return _view(row, None), change
 
         view, change = await self.db.run(upsert)
+        self._lost.discard(registration.node_name)
         self._live[registration.node_name] = _Liveness(
             NodeState.READY,
             now,
@@ -245,6 +250,10 @@ class NodeRegistry:
         for name in names:
             if (live := self._live.get(name)) is not None:
                 live.state, live.report = state, None
+                if state is NodeState.LOST:
+                    self._lost.add(name)
+                else:
+                    self._lost.discard(name)
 
     async def flush(self) -> int:
         """Write the heartbeats seen since the last flush; returns how many nodes were written."""
@@ -285,11 +294,12 @@ class NodeRegistry:
         """How many nodes report an active config version whose files no longer match its id."""
         return sum(1 for live in self._live.values() if live.config_damage)
 
+    def lost(self) -> frozenset[str]:
+        """The names of the nodes that are ``lost``."""
+        return frozenset(self._lost)
+
     def counts(self) -> dict[NodeState, int]:
-        out = dict.fromkeys(NodeState, 0)
-        for live in self._live.values():
-            out[live.state] += 1
-        return out
+        return {NodeState.READY: len(self._live) - len(self._lost), NodeState.LOST: len(self._lost)}
 
     async def list(self, *, rack: str = "") -> list[NodeView]:
         def read(session: Session) -> list[NodeRow]:

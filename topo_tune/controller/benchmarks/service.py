@@ -256,7 +256,7 @@ class BenchmarkJobs:
             await self._finish_if_complete(job_id, timed_out=False, lost=lost)
 
     def _lost(self) -> frozenset[str]:
-        return frozenset(n for n, report in self.registry.live_reports().items() if report.state is NodeState.LOST)
+        return self.registry.lost()
 
     async def sweep(self) -> list[str]:
         """Finish every job past its deadline and grace period as ``timed_out``, and every job with a node that is

@@ -305,9 +305,13 @@ class RolloutEngine:
         reports = self.registry.live_reports()
         stable = await self.store.stable_version()
         now = self.wall_clock()
-        for name, view in sorted(reports.items()):
-            if view.state is NodeState.LOST or (view.applied_config_version == stable and not view.config_damage):
-                continue
+        behind = (
+            name
+            for name, view in reports.items()
+            if view.state is not NodeState.LOST and (view.applied_config_version != stable or view.config_damage)
+        )
+        for name in sorted(behind):  # only the nodes to act on are sorted, not the whole fleet every second
+            view = reports[name]
             attempt, record = 0, None
             while True:
                 cid = command_id("stable", name, stable, attempt + 1)
