@@ -19,17 +19,7 @@ from typing import TypeVar
 import pydantic
 from pydantic import BaseModel
 
-from topo_tune.errors import ConfigError, FieldError
-
-
-class PathError(ValueError):
-    """A cross-field error that knows its own path (pydantic's is the model's)."""
-
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(reason)
-        self.path = path
-        self.reason = reason
-
+from topo_tune.errors import ConfigError, FieldError, PathError
 
 _REASONS = {
     "int_parsing": "expected integer",

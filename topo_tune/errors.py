@@ -23,8 +23,9 @@
     ├── input that cannot be used (also ``ValueError``; the message names the field, line or entry):
     │   SpecError (benchmark job), SweepError (size sweep), EnvPolicyError (benchmark env),
     │   RecordError (plugin record line), TunerTableError (tuner table line), CpuListError (sysfs cpulist),
-    │   YamlLimitError (YAML over a bound), ClusterModelError (node/rack description),
-    │   NcclXmlError (NCCL topology file), RingOrderError (ring problem matrices)
+    │   YamlLimitError (YAML over a bound), PathError (a cluster.yaml check across fields),
+    │   ClusterModelError (node/rack description), NcclXmlError (NCCL topology file),
+    │   RingOrderError (ring problem matrices)
     ├── the agent: LauncherBusy, JobCancelled (benchmark launcher; also ``RuntimeError``),
     │   SessionRefused (the controller did not register the agent), NvmlCallError (one NVML call failed)
     └── tuning: TrialFailed (one trial's benchmark), StudyError (a study cannot go on), StudyCancelled
@@ -195,6 +196,15 @@ class TunerTableError(TopoTuneError, ValueError):
 
 class CpuListError(TopoTuneError, ValueError):
     """A cpulist string that is not in the kernel's format."""
+
+
+class PathError(TopoTuneError, ValueError):
+    """A cluster.yaml check across fields that knows its own path (pydantic's is the model's)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(reason)
+        self.path = path
+        self.reason = reason
 
 
 class YamlLimitError(TopoTuneError, ValueError):

@@ -25,6 +25,7 @@ EXPECTED: dict[type[errors.TopoTuneError], grpc.StatusCode] = {
     errors.TunerTableError: C.INVALID_ARGUMENT,
     errors.CpuListError: C.INVALID_ARGUMENT,
     errors.YamlLimitError: C.INVALID_ARGUMENT,
+    errors.PathError: C.INVALID_ARGUMENT,
     errors.ClusterModelError: C.INVALID_ARGUMENT,
     errors.NcclXmlError: C.INVALID_ARGUMENT,
     errors.RingOrderError: C.INVALID_ARGUMENT,
