@@ -158,7 +158,7 @@ def test_a_rank_that_never_joins_is_killed_and_the_next_job_runs(
     executors: dict[str, BenchmarkExecutor], tmp_path: Path
 ) -> None:
     spec = _spec("hang-1")
-    results = _run_job(executors, spec, tmp_path, deadline_s=8.0, fault=WorkerFault(hang_before_join_rank=2))
+    results = _run_job(executors, spec, tmp_path, deadline_s=12.0, fault=WorkerFault(hang_before_join_rank=2))
     for node, result in results.items():
         assert result.status == agent_pb2.COMMAND_STATUS_TIMED_OUT, (node, result.message)
         (status,) = result.node_benchmark.rank_status
@@ -221,7 +221,7 @@ def test_a_node_runs_one_job_at_a_time(tmp_path: Path) -> None:
     runs = [spec_to_proto(_spec(f"alone-{i}", nodes=("n0", "ghost"))) for i in range(2)]
     results = _on_nodes(
         ("0", "1"),
-        lambda i: executor.execute(runs[int(i)], node_name="n0", backend="gloo", deadline_s=5.0, work_dir=tmp_path),
+        lambda i: executor.execute(runs[int(i)], node_name="n0", backend="gloo", deadline_s=10.0, work_dir=tmp_path),
     )
     statuses = sorted(r.status for r in results.values())
     assert statuses == [agent_pb2.COMMAND_STATUS_TIMED_OUT, agent_pb2.COMMAND_STATUS_REJECTED]

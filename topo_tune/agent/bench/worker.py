@@ -111,12 +111,16 @@ def _rendezvous(config: WorkerConfig, progress: Progress) -> TCPStore:
     store.set(f"{_ARRIVED_PREFIX}{config.rank}", "1")
     keys = [f"{_ARRIVED_PREFIX}{r}" for r in range(spec.world_size)]
     while True:
+        # Who is missing is reported before each wait, so a rank killed at the deadline names them even
+        # when the deadline came before its first wait ran out.
+        missing = [r for r, key in enumerate(keys) if not store.check([key])]
+        if missing:
+            progress.report("rendezvous", waiting_for=missing)
         try:
             store.wait(keys, _RENDEZVOUS_POLL)
             return store
         except (RuntimeError, dist.DistStoreError):
-            missing = [r for r, key in enumerate(keys) if not store.check([key])]
-            progress.report("rendezvous", waiting_for=missing)
+            continue
 
 
 def _timed_loop(op: Callable[[], None], iters: int, *, cuda: bool) -> tuple[float, list[float]]:
