@@ -110,6 +110,8 @@ class JobEvaluator:
             return None
         what = [self.seed, request.purpose, request.trial, request.repeat, request.side, collective]
         what += [sweep.min_bytes, sweep.max_bytes, sweep.step_factor]
+        if request.run:
+            what.append(request.run)
         return int.from_bytes(hashlib.sha256(json.dumps(what).encode()).digest()[:8], "big")
 
     def _run(self, collective: str, sweep: SizeRange, config: TrialConfig, sim_seed: int | None = None) -> BenchmarkJob:

@@ -87,7 +87,7 @@ class Landscape:
         kind = self.fail(config)
         if kind is not None:
             raise TrialFailed(f"synthetic {kind} for {dict(config.params)}", kind=kind)
-        where = f"{request.trial}|{request.side}|{request.repeat}|{request.sizes}"
+        where = f"{request.trial}|{request.side}|{request.repeat}|{request.run}|{request.sizes}"
         token = f"{self.seed}|{sorted(config.env.items())}|{config.rank_order.name}|{where}"
         rng = random.Random(hashlib.sha256(token.encode()).digest())
         samples = []

@@ -15,7 +15,7 @@ import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution
 
-from topo_tune.errors import TrialFailed
+from topo_tune.errors import ConfigError, TrialFailed
 from topo_tune.tuner.evaluation import MeasurementRequest
 from topo_tune.tuner.objective import DEFAULT_BUCKETS, Measurements, Objective, SizeSample, WorkloadProfile
 from topo_tune.tuner.proof import BucketProof, FinalistProof, ProofSettings, Prover, tradeoff
@@ -36,15 +36,17 @@ class Model:
     noise: float = 0.01
     fail: set[str] = field(default_factory=set)
     calls: int = 0
+    requests: list[MeasurementRequest] = field(default_factory=list)
 
     def __call__(self, config: TrialConfig, request: MeasurementRequest) -> Measurements:
-        assert request.purpose == "proof" and request.sizes in (SIZES, TWO_LARGE)
+        assert request.purpose == "proof" and (request.sizes in (SIZES, TWO_LARGE) or request.run > 0)
+        self.requests.append(request)
         assert isinstance(request.trial, int) and (config is BASELINE) == (request.side == "baseline")
         self.calls += 1
         name = config.env.get("NAME", "")
         if request.side == "candidate" and name in self.fail:
             raise TrialFailed(f"{name} hung", kind="timeout")
-        token = f"{name}|{request.trial}|{request.repeat}|{request.side}"
+        token = f"{name}|{request.trial}|{request.repeat}|{request.side}|{request.run}"
         rng = random.Random(hashlib.sha256(token.encode()).digest())
         samples = []
         for collective in request.collectives:
@@ -111,6 +113,37 @@ def test_a_clear_win_is_decided_and_chosen_at_the_first_look() -> None:
     assert all(b.comparison.pairs == 4 and b.decided_at == 4 for b in proof.buckets)
     assert proof.speedup == pytest.approx(1.2, rel=0.01)
     assert proof.baseline is not None and proof.candidate is not None
+
+
+def test_small_sizes_are_run_again_within_each_pair_and_their_bounds_narrow_by_about_half() -> None:
+    unchanged = {"flat": {b.name: 1.0 for b in DEFAULT_BUCKETS}}
+    once = Model(unchanged, noise=0.03)
+    [single], _ = prove(once, ["flat"], pairs=12, max_pairs=12)
+    four = Model(unchanged, noise=0.03)
+    [runs], study = prove(four, ["flat"], pairs=12, max_pairs=12, small_runs=4)
+    small = (1024, 65536)  # below 1 MiB
+    first = [(r.side, r.sizes, r.run) for r in four.requests[:8]]
+    assert first == [
+        ("baseline", SIZES, 0),
+        ("candidate", SIZES, 0),
+        *[(side, small, run) for run in (1, 2, 3) for side in ("baseline", "candidate")],
+    ], "the full ladder once per side, then the small sizes three more times, sides alternating"
+    assert four.calls == 12 * 8 and once.calls == 12 * 2
+    assert len(json.loads(study.user_attrs["proof:0:0"])["small_runs"]) == 3
+    before, after = ({b.bucket.name: math.log(b.ci_high / b.ci_low) for b in p.buckets} for p in (single, runs))
+    for name in ("0-1K", "1K-64K"):
+        assert 0.3 < after[name] / before[name] < 0.75, name  # sqrt(1/4) = 0.5 expected
+    for name in ("1M-16M", "16M-4G"):
+        assert after[name] == pytest.approx(before[name]), "one run at 1 MiB and above"
+    assert all(b.decision.safe for b in runs.buckets if b.bucket.name in ("0-1K", "1K-64K"))
+    assert not all(b.decision.safe for b in single.buckets if b.bucket.name in ("0-1K", "1K-64K"))
+
+
+def test_small_runs_must_be_at_least_one() -> None:
+    with pytest.raises(ConfigError, match="small_runs"):
+        ProofSettings(sizes=SIZES, small_runs=0)
+    assert ProofSettings(sizes=SIZES, small_runs=1).small_sizes == ()
+    assert ProofSettings(sizes=SIZES, small_runs=2, small_bytes=65536).small_sizes == (1024,)
 
 
 def test_a_bucket_shown_slower_stops_the_finalist_at_once_and_it_is_never_chosen() -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from optuna.trial import TrialState
 
 from tests.support.waiting import wait_until
 from tests.tuner.landscape import Landscape, exhaustive_optimum, synthetic_space
@@ -21,20 +22,25 @@ from topo_tune.cluster_config import SearchConfig
 from topo_tune.errors import ConfigError, StudyError, TrialFailed
 from topo_tune.sim import defaults_optimal_cluster, demo_cluster
 from topo_tune.tuner.objective import Measurements, Objective, WorkloadProfile
+from topo_tune.tuner.proof import SMALL_RUNS
 from topo_tune.tuner.sim_evaluator import SimEvaluator, sim_space
 from topo_tune.tuner.space import SearchSpace, TrialConfig
 from topo_tune.tuner.study import (
-    A_HEARTBEAT,
-    A_WORKER,
+    SEARCH_SLACK,
     Candidate,
     MeasurementRequest,
     StudyOutcome,
     StudyProgress,
     StudySettings,
     TunerStudy,
+    run_study,
+)
+from topo_tune.tuner.trial_store import (
+    A_HEARTBEAT,
+    A_WORKER,
+    C_BUCKET_FLOOR,
     distributions,
     from_optuna,
-    run_study,
     to_optuna,
 )
 
@@ -87,7 +93,7 @@ def test_the_baseline_runs_first_then_candidates_and_a_proven_winner_is_chosen(d
     assert decisions[("all_reduce", "16M-4G")] == "faster"
     pairs = [p.buckets[0].comparison.pairs for p in outcome.proofs]
     assert all(n in (6, 12, 18, 24, 30) for n in pairs), "looks of proof_pairs up to proof_pairs_max"
-    assert landscape.calls["proof"] == 2 * sum(pairs)
+    assert landscape.calls["proof"] == 2 * SMALL_RUNS * sum(pairs), "every pair: each side once, small sizes 4x"
     for t in outcome.trials:  # site settings reach every trial unchanged
         assert {k: t.env[k] for k in space.site_fixed} == dict(space.site_fixed)
 
@@ -453,7 +459,8 @@ def test_a_proof_interrupted_midway_continues_where_it_stopped(database: str) ->
 
     with pytest.raises(_Crash):
         run_study(settings, space=synthetic_space(), objective=synthetic_objective(), evaluate=crashing)
-    assert landscape.calls["proof"] == 3 * 2 + 1, "three pairs stored, the fourth's baseline side measured"
+    per_pair = 2 * SMALL_RUNS  # each side's full ladder, then its extra runs of the small sizes
+    assert landscape.calls["proof"] == 3 * per_pair + 1, "three pairs stored, the fourth's baseline side measured"
     resumed = Landscape()
     progress: list[StudyProgress] = []
     outcome = run_study(
@@ -463,7 +470,7 @@ def test_a_proof_interrupted_midway_continues_where_it_stopped(database: str) ->
         evaluate=resumed,
         on_progress=progress.append,
     )
-    assert resumed.calls == {"search": 0, "proof": 3 * 2}, "no trial and no stored pair is measured again"
+    assert resumed.calls == {"search": 0, "proof": 3 * per_pair}, "no trial and no stored pair is measured again"
     assert outcome.proofs[0].buckets[0].comparison.pairs == 6
     assert progress[-1].phase == "done" and progress[-1].done == 12 and progress[-1].best_value is not None
     assert [p.done for p in progress if p.phase == "proof"] == [4, 5, 6]
@@ -551,3 +558,23 @@ def test_study_settings_take_search_defaults_and_checks_from_cluster_yaml(databa
         StudySettings(name="s", storage=database, sampler="grid")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"^study\.proof_pairs_max: must be at least proof_pairs \(10\), got 4$"):
         StudySettings(name="s", storage=database, proof_pairs_max=4)
+
+
+def test_each_trial_tells_tpe_how_far_its_worst_weighted_bucket_fell_below_the_floor(database: str) -> None:
+    objective = synthetic_objective()
+    run_study(
+        study_settings(database, budget=10, finalists=0),
+        space=synthetic_space(),
+        objective=objective,
+        evaluate=Landscape(),
+    )
+    trials = optuna.load_study(study_name="study", storage=database).get_trials(states=(TrialState.COMPLETE,))
+    baseline = Measurements.from_json(trials[0].user_attrs["measurements"])
+    shortfalls = []
+    for t in trials[1:]:
+        scores = objective.bucket_scores(Measurements.from_json(t.user_attrs["measurements"]), baseline)
+        worst = min(s.speedup for s in scores)
+        shortfalls.append(t.system_attrs[f"constraints:{C_BUCKET_FLOOR}"])
+        assert shortfalls[-1] == pytest.approx(1 - 0.02 - SEARCH_SLACK - worst), t.number
+    assert f"constraints:{C_BUCKET_FLOOR}" not in trials[0].system_attrs, "the baseline is the reference"
+    assert any(s > 0 for s in shortfalls), "a trial measured below the floor somewhere is infeasible"

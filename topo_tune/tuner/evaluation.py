@@ -28,6 +28,7 @@ class MeasurementRequest:
     purpose: Literal["search", "proof"]
     repeat: int = 0  # the pair index in a proof
     side: Literal["baseline", "candidate"] = "candidate"
+    run: int = 0  # within a proof pair, the extra run of the small sizes (0: the pair's full-ladder run)
 
 
 class Evaluator(Protocol):

@@ -7,6 +7,13 @@ continues where it stopped and reaches the same decisions. The pairs come in loo
 bucket is neither shown safe nor shown slower, or while all are safe, none is shown faster yet and one measured
 a gain beyond ``min_effect``; never after a weighted bucket was shown slower.
 
+Small sizes are noisy (launch jitter is a larger share of a short call) and fast: within each pair, the sizes
+below ``small_bytes`` are measured ``small_runs`` times per side, interleaved (A B A B … on those sizes after
+the pair's full-ladder A B), and each side's time per size is the geometric mean of its runs. The design is
+fixed before any data are seen (every pair gets the same runs), so the pairs stay independent and alike and
+the t bounds and their alpha spending hold as before; the pair's spread at small sizes shrinks by about
+``sqrt(small_runs)``, which is what lets a truly unchanged small bucket be shown within ``maxLoss``.
+
 A finalist can be chosen only when every (collective, bucket) the workload weighs is shown safe (its lower
 bound is at least ``1 - maxLoss``) and at least one is shown faster; the chosen one is the best such by
 weighted speedup. The best finalist that was not chosen but measured faster overall is the **trade-off**: it
@@ -26,15 +33,27 @@ from typing import Any, Literal
 import optuna
 from optuna.trial import FrozenTrial
 
-from topo_tune.errors import TrialFailed
+from topo_tune.errors import ConfigError, TrialFailed
 from topo_tune.tuner import statistics
 from topo_tune.tuner.evaluation import Evaluator, MeasurementRequest, requested
 from topo_tune.tuner.objective import BucketScore, Measurements, Objective, SizeBucket
 from topo_tune.tuner.space import TrialConfig
 
-__all__ = ["BucketProof", "FinalistProof", "ProofSettings", "Prover", "Tradeoff", "tradeoff"]
+__all__ = [
+    "SMALL_BYTES",
+    "SMALL_RUNS",
+    "BucketProof",
+    "FinalistProof",
+    "ProofSettings",
+    "Prover",
+    "Tradeoff",
+    "tradeoff",
+]
 
 S_PROOF = "proof"
+SMALL_BYTES = 1 << 20
+"""Sizes below this are measured ``SMALL_RUNS`` times per side in every pair (latency-bound: a run is cheap)."""
+SMALL_RUNS = 4
 
 
 @dataclass(frozen=True)
@@ -45,6 +64,17 @@ class ProofSettings:
     alpha: float = statistics.DEFAULT_ALPHA
     min_effect: float = statistics.DEFAULT_MIN_EFFECT
     max_loss: float = statistics.DEFAULT_MAX_LOSS
+    small_bytes: int = SMALL_BYTES
+    small_runs: int = 1  # the study asks for SMALL_RUNS
+
+    def __post_init__(self) -> None:
+        if self.small_runs < 1:
+            raise ConfigError("small_runs", f"must be at least 1, got {self.small_runs}")
+
+    @property
+    def small_sizes(self) -> tuple[int, ...]:
+        """The sizes every pair measures ``small_runs`` times per side (none when ``small_runs`` is 1)."""
+        return tuple(s for s in self.sizes if s < self.small_bytes) if self.small_runs > 1 else ()
 
     @property
     def design(self) -> statistics.SequentialDesign:
@@ -241,26 +271,30 @@ class Prover:
     def _measure_pair(self, study: optuna.Study, trial: int, config: TrialConfig, pair: int) -> bool:
         """Measure and store pair ``pair`` of ``trial`` unless it is stored; whether it was measured now.
 
-        A failed measurement is stored as the finalist's failure (no further pair is measured for it).
+        The pair is one full-ladder run per side, then ``small_runs - 1`` more runs of the small sizes per
+        side, sides alternating. A failed measurement is stored as the finalist's failure (no further pair is
+        measured for it).
         """
         key = f"{S_PROOF}:{trial}:{pair}"
         if key in study.user_attrs:
             return False
-        sides: dict[str, str] = {}
-        plan: tuple[tuple[Literal["baseline", "candidate"], TrialConfig], ...] = (
-            ("baseline", self._baseline_config),
-            ("candidate", config),
-        )
+        small = self.settings.small_sizes
+        plan: list[tuple[Literal["baseline", "candidate"], TrialConfig, tuple[int, ...], int]] = []
+        for run in range(self.settings.small_runs if small else 1):
+            sizes = self.settings.sizes if run == 0 else small
+            plan += [("baseline", self._baseline_config, sizes, run), ("candidate", config, sizes, run)]
+        runs: list[dict[str, str]] = [{} for _ in range(len(plan) // 2)]
         try:
-            for side, cfg in plan:
-                request = MeasurementRequest(
-                    self.objective.collectives, self.settings.sizes, trial, "proof", pair, side
-                )
-                sides[side] = requested(self._evaluate(cfg, request), request).to_json()
+            for side, cfg, sizes, run in plan:
+                request = MeasurementRequest(self.objective.collectives, sizes, trial, "proof", pair, side, run)
+                runs[run][side] = requested(self._evaluate(cfg, request), request).to_json()
         except TrialFailed as failure:
             study.set_user_attr(f"{S_PROOF}:{trial}:failed", f"{failure.kind}: {failure.reason}")
             return False
-        study.set_user_attr(key, json.dumps(sides))
+        stored: dict[str, Any] = dict(runs[0])
+        if len(runs) > 1:
+            stored["small_runs"] = runs[1:]
+        study.set_user_attr(key, json.dumps(stored))
         return True
 
     def _undecided(self, study: optuna.Study, finalists: Sequence[FrozenTrial], trial: int) -> bool:
@@ -296,30 +330,41 @@ class Prover:
     ) -> tuple[list[tuple[Measurements, Measurements]], str | None, list[list[tuple[float, float]]]]:
         attrs = study.user_attrs
         pairs = []
+        runs: list[tuple[list[Measurements], list[Measurements]]] = []  # per pair: every run of each side
         for pair in range(self.settings.max_pairs):
             raw = attrs.get(f"{S_PROOF}:{finalist.number}:{pair}")
             if raw is None:
                 break
             sides = json.loads(raw)
-            pairs.append((Measurements.from_json(sides["baseline"]), Measurements.from_json(sides["candidate"])))
+            first = (Measurements.from_json(sides["baseline"]), Measurements.from_json(sides["candidate"]))
+            pairs.append(first)
+            extra = sides.get("small_runs", [])
+            runs.append(
+                (
+                    [first[0], *(Measurements.from_json(r["baseline"]) for r in extra)],
+                    [first[1], *(Measurements.from_json(r["candidate"]) for r in extra)],
+                )
+            )
         failure = attrs.get(f"{S_PROOF}:{finalist.number}:failed")
         per_bucket = []
         for collective, bucket in self._buckets():
             sizes = [s for s in self.settings.sizes if bucket.holds(s)]
             per_bucket.append(
-                [(_geomean_time(a, collective, sizes), _geomean_time(b, collective, sizes)) for a, b in pairs]
+                [(_geomean_time(a, collective, sizes), _geomean_time(b, collective, sizes)) for a, b in runs]
             )
         if failure is not None or len(pairs) < 2:
             per_bucket = [[] for _ in per_bucket]
         return pairs, failure, per_bucket
 
 
-def _geomean_time(m: Measurements, collective: str, sizes: Sequence[int]) -> float:
+def _geomean_time(runs: Sequence[Measurements], collective: str, sizes: Sequence[int]) -> float:
+    """Over the bucket's sizes, the geometric mean of each size's time (itself the geometric mean of its runs)."""
     logs = []
     for size in sizes:
-        sample = m.get(collective, size)
-        assert sample is not None  # requested() kept exactly the requested sizes of every stored proof run
-        logs.append(math.log(sample.time_us))
+        samples = [m.get(collective, size) for m in runs]
+        times = [math.log(s.time_us) for s in samples if s is not None]
+        assert times  # requested() kept exactly the requested sizes of every stored proof run; run 0 has them all
+        logs.append(sum(times) / len(times))
     return math.exp(sum(logs) / len(logs))
 
 

@@ -33,6 +33,8 @@ class SimEvaluator:
 
     def __call__(self, config: TrialConfig, request: MeasurementRequest) -> Measurements:
         token = f"{self.seed}|{request.trial}|{request.purpose}|{request.side}|{request.repeat}|{request.sizes}"
+        if request.run:
+            token += f"|run {request.run}"
         seed = int.from_bytes(hashlib.sha256(token.encode()).digest()[:8], "big")
         samples = []
         for collective in request.collectives:

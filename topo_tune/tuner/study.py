@@ -10,17 +10,17 @@ Purpose: run one study end to end, resumable at any point.
    next to the best completed trials at that rung is **pruned**, saving its large sizes.
 3. A measurement that fails, returns a wrong result or times out raises :class:`TrialFailed`; the trial is
    recorded as failed with the kind and reason in its user attributes, and never chosen.
-4. **Our own heartbeats**: every running trial carries the time of its last heartbeat and its worker's id.
-   Optuna's (``heartbeat_interval``, ``fail_stale_trials``, ``RetryFailedTrialCallback``) are beaten only
-   inside ``study.optimize``, judge staleness by the database's wall clock (not the injected one a resume
-   test drives) and cannot tell a restarted worker's own trials, so they do not fit ask/tell here. A running
-   trial whose worker is this one (a restarted controller reusing its id) but that this process is not
-   running, or whose heartbeat is older than ``stale_after_s``, is
-   failed as ``stale`` and enqueued again once. A study killed at any point and run again with the same
-   settings finishes with every trial counted once: waiting trials are picked up, stale ones retried once,
-   and the enqueueing steps are idempotent.
-5. The **proof** (``proof``): the best finalists are re-measured interleaved with the baseline; a finalist is
-   chosen only when every weighted (collective, bucket) is shown safe and one is shown faster.
+4. **Stale trials** (``stale_trials``): a running trial whose worker is gone is failed as ``stale`` and
+   enqueued again once. A study killed at any point and run again with the same settings finishes with
+   every trial counted once: waiting trials are picked up, stale ones retried once, and the enqueueing
+   steps are idempotent.
+5. The **table trials** (``table_trials``): a channel table and the per-size search through the plugin.
+6. The **proof** (``proof``): the finalists (``finalists``) are re-measured interleaved with the baseline; a
+   finalist is chosen only when every weighted (collective, bucket) is shown safe and one is shown faster.
+
+The search is Optuna's constrained TPE: each trial's constraint is how far its worst weighted bucket fell
+below ``1 - maxLoss`` (less ``SEARCH_SLACK`` for one noisy run), so the sampler models where a configuration
+could pass the proof, not only where the weighted speedup is highest.
 
 The measurement is injected (:class:`Evaluator`), as are the clock and the sleep used while waiting for
 another worker's trial, so the controller plugs in real benchmark jobs and tests a model.
@@ -30,49 +30,69 @@ Non-goals: dispatching benchmark jobs, writing output files (``outputs``), keyin
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
 import logging
-import sqlite3
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import optuna
-import sqlalchemy
-from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
-from topo_tune.cluster_config import SamplerName, SearchConfig
+from topo_tune.cluster_config import SearchConfig
 from topo_tune.config_checks import naming_fields
 from topo_tune.errors import ConfigError, FailureKind, StudyError, TrialFailed
-from topo_tune.tuner import size_options, statistics
-from topo_tune.tuner.coordinate_descent import CoordinateDescentSampler
+from topo_tune.tuner import statistics
+from topo_tune.tuner.baseline_trials import BaselineTrials, Candidate
 from topo_tune.tuner.evaluation import Evaluator, MeasurementRequest, requested
+from topo_tune.tuner.finalists import choose_finalists
 from topo_tune.tuner.objective import DEFAULT_LADDER, Measurements, Objective
-from topo_tune.tuner.plugin_table import ScoredTrial, compose_table
-from topo_tune.tuner.proof import BucketProof, FinalistProof, ProofSettings, Prover, Tradeoff, tradeoff
-from topo_tune.tuner.space import RankOrder, SearchSpace, TrialConfig
+from topo_tune.tuner.proof import SMALL_RUNS, FinalistProof, ProofSettings, Prover
+from topo_tune.tuner.samplers import SamplerName, make_sampler
+from topo_tune.tuner.space import SearchSpace, TrialConfig
+from topo_tune.tuner.stale_trials import StaleTrials
+from topo_tune.tuner.study_records import (
+    StudyOutcome,
+    StudyProgress,
+    study_outcome,
+    study_progress,
+)
+from topo_tune.tuner.table_trials import TableTrials
+from topo_tune.tuner.trial_store import (
+    A_FAILURE,
+    A_HEARTBEAT,
+    A_MEASUREMENTS,
+    A_REASON,
+    A_ROLE,
+    A_WORKER,
+    C_BUCKET_FLOOR,
+    S_FINGERPRINT,
+    S_MEASURED,
+    S_RANK_ORDERS,
+    Heartbeat,
+    distributions,
+    engine_kwargs,
+    logical_trials,
+    measured_key,
+    stored_rank_orders,
+    to_optuna,
+    trial_config,
+)
 
 __all__ = [
-    "SAMPLERS",
-    "BucketProof",
+    "A_FAILURE",
+    "A_REASON",
+    "SEARCH_SLACK",
     "Candidate",
-    "Evaluator",
     "FailureKind",
-    "FinalistProof",
     "MeasurementRequest",
     "SamplerName",
     "StudyError",
     "StudyOutcome",
     "StudyProgress",
     "StudySettings",
-    "Tradeoff",
     "TrialFailed",
-    "TrialRecord",
     "TunerStudy",
     "run_study",
     "stored_rank_orders",
@@ -80,7 +100,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SAMPLERS: tuple[SamplerName, ...] = get_args(SamplerName)
 _SEARCH = SearchConfig()
 """cluster.yaml's ``search`` defaults: the study's, written once there."""
 _FROM_SEARCH = (
@@ -94,32 +113,9 @@ _FROM_SEARCH = (
     "min_effect",
     "max_loss",
 )
-_MAX_ATTEMPTS = 2  # a stale trial is retried once
-_UNLABELED_GRACE_S = 10.0
-"""How long a running trial without a worker label is left alone (labelling takes milliseconds)."""
-
-# Trial user attributes (the persisted record of each trial besides Optuna's own columns).
-A_ROLE = "role"  # baseline | candidate | sampled | table
-A_TABLE = "tuner_table"  # the candidate tuner-plugin table a "table" trial runs with
-A_CANDIDATE = "candidate"
-A_ATTEMPT = "attempt"
-A_RETRY_OF = "retry_of"
-A_WORKER = "worker"
-A_HEARTBEAT = "heartbeat"
-A_FAILURE = "failure_kind"  # failed | wrong_result | timeout | stale
-A_REASON = "failure_reason"
-A_MEASUREMENTS = "measurements"
-S_FINGERPRINT = "space_fingerprint"
-S_RANK_ORDERS = "rank_orders"  # the space's orders as the study started: a resume searches these again
-S_MEASURED = "measured"  # the sizes and workload the stored values and proof pairs were measured for
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A configuration to try early, e.g. the ring-order optimizer's order with NCCL's defaults."""
-
-    name: str
-    params: Mapping[str, str]
+SEARCH_SLACK = 0.01
+"""How far below ``1 - maxLoss`` one search measurement of a bucket may fall and the trial still count as
+feasible for the sampler (a single run of a small size is a few percent noisy)."""
 
 
 @dataclass(frozen=True)
@@ -184,133 +180,7 @@ class StudySettings:
                 raise ConfigError(f"study.{name}", reason)
 
 
-@dataclass(frozen=True)
-class TrialRecord:
-    """One trial as stored: what it ran and what came of it."""
-
-    number: int
-    state: str  # complete | pruned | failed | wrong_result | timeout | stale | running | waiting
-    role: str
-    params: Mapping[str, str]
-    env: Mapping[str, str]
-    rank_order: str
-    value: float | None
-    reason: str | None
-    intermediate: tuple[tuple[int, float], ...]
-    measurements: Measurements | None
-    attempt: int
-    superseded: bool  # a stale trial whose retry is another record
-    tuner_table: str = ""  # the candidate table a "table" trial ran with
-
-
-@dataclass(frozen=True)
-class StudyOutcome:
-    """Everything a study found; ``chosen`` is None when the answer is "keep NCCL's defaults"."""
-
-    name: str
-    sampler: str
-    seed: int
-    space_fingerprint: str
-    baseline: TrialRecord
-    best: TrialRecord | None
-    trials: tuple[TrialRecord, ...]
-    proofs: tuple[FinalistProof, ...]
-    chosen: FinalistProof | None
-    simulated: bool
-    natural_order: RankOrder
-    site_fixed: Mapping[str, str] = field(default_factory=dict)
-    tradeoff: Tradeoff | None = None
-    """The best finalist measured faster overall that could not be chosen (never the result)."""
-    max_loss: float = statistics.DEFAULT_MAX_LOSS
-    alpha: float = statistics.DEFAULT_ALPHA
-    min_effect: float = statistics.DEFAULT_MIN_EFFECT
-
-
-@dataclass(frozen=True)
-class StudyProgress:
-    phase: Literal["search", "proof", "done"]
-    done: int
-    total: int
-    best_value: float | None
-    eta_s: float | None
-
-
-def distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
-    """Optuna distributions of the space: ordered dimensions as value indices, the rest categorical."""
-    out: dict[str, BaseDistribution] = {}
-    for name in space.names:
-        values = space.values_of(name)
-        if space.is_ordered(name):
-            out[name] = IntDistribution(0, len(values) - 1)
-        else:
-            out[name] = CategoricalDistribution(list(values))
-    return out
-
-
-def to_optuna(space: SearchSpace, params: Mapping[str, str]) -> dict[str, Any]:
-    return {n: space.values_of(n).index(params[n]) if space.is_ordered(n) else params[n] for n in space.names}
-
-
-def _has_every_param(space: SearchSpace, params: Mapping[str, Any]) -> bool:
-    return all(n in params for n in space.names)
-
-
-def from_optuna(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, str]:
-    """Optuna's params as the space's values (those present: a trial killed inside ``ask()`` holds a subset)."""
-    return {
-        n: space.values_of(n)[int(params[n])] if space.is_ordered(n) else str(params[n])
-        for n in space.names
-        if n in params
-    }
-
-
-def make_sampler(settings: StudySettings, space: SearchSpace) -> optuna.samplers.BaseSampler:
-    if settings.sampler == "tpe":
-        return optuna.samplers.TPESampler(
-            seed=settings.seed,
-            n_startup_trials=settings.tpe_startup,
-            n_ei_candidates=settings.tpe_ei_candidates,
-            multivariate=True,
-            group=False,
-        )
-    if settings.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=settings.seed)
-    if settings.sampler == "cmaes":
-        # CMA-ES models the ordered (integer) dimensions; categorical ones fall back to random sampling.
-        return optuna.samplers.CmaEsSampler(
-            seed=settings.seed, n_startup_trials=settings.tpe_startup, warn_independent_sampling=False
-        )
-    return CoordinateDescentSampler(distributions(space), seed=settings.seed)
-
-
-class _Heartbeat:
-    """Writes the trial's heartbeat every ``interval`` seconds from a thread until stopped."""
-
-    def __init__(self, storage: Any, trial_id: int, *, interval: float, clock: Callable[[], float]) -> None:
-        self._storage = storage
-        self._trial_id = trial_id
-        self._interval = interval
-        self._clock = clock
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{trial_id}", daemon=True)
-
-    def __enter__(self) -> _Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                self._storage.set_trial_user_attr(self._trial_id, A_HEARTBEAT, self._clock())
-            except Exception:  # a lost heartbeat only makes the trial look stale sooner; never kill the trial
-                logger.warning("heartbeat of trial id %s not written", self._trial_id, exc_info=True)
-
-
-class TunerStudy:
+class TunerStudy(BaselineTrials, StaleTrials, TableTrials):
     """One study over ``space``, scored by ``objective``, measured by ``evaluate``."""
 
     def __init__(
@@ -326,6 +196,13 @@ class TunerStudy:
         on_progress: Callable[[StudyProgress], None] | None = None,
     ) -> None:
         self.settings = settings
+        # What the mixins read of the settings.
+        self._worker_id, self._stale_after_s, self._budget = settings.worker_id, settings.stale_after_s, settings.budget
+        self._name, self._table_shape, self._poll_interval_s = (
+            settings.name,
+            settings.table_shape,
+            settings.poll_interval_s,
+        )
         self.space = space
         self.objective = objective
         self._evaluate = evaluate
@@ -350,13 +227,19 @@ class TunerStudy:
 
     def open(self) -> optuna.Study:
         """Create the study, or load it when it exists (then it must have been made for the same space)."""
-        storage = optuna.storages.RDBStorage(self.settings.storage, engine_kwargs=_engine_kwargs(self.settings.storage))
+        storage = optuna.storages.RDBStorage(self.settings.storage, engine_kwargs=engine_kwargs(self.settings.storage))
         self._storages.append(storage)
         self._storage = storage
         study = optuna.create_study(
             study_name=self.settings.name,
             storage=storage,
-            sampler=make_sampler(self.settings, self.space),
+            sampler=make_sampler(
+                self.settings.sampler,
+                self.space,
+                seed=self.settings.seed,
+                startup=self.settings.tpe_startup,
+                ei_candidates=self.settings.tpe_ei_candidates,
+            ),
             direction="maximize",
             load_if_exists=True,
         )
@@ -371,7 +254,7 @@ class TunerStudy:
             )
         # Stored measurements, values and proof pairs hold the sizes and collectives they were measured for:
         # resuming with others would mix them (or find a stored proof pair without a size it now needs).
-        measured = self._measured()
+        measured = measured_key(self.settings.ladder, self.objective)
         measured_then = study.user_attrs.get(S_MEASURED)
         if measured_then is None:
             study.set_user_attr(S_MEASURED, measured)
@@ -386,17 +269,6 @@ class TunerStudy:
         """The storage's id of trial ``number`` (through the storage's public API, not Optuna's private fields)."""
         study_id = self._storage.get_study_id_from_name(study.study_name)
         return self._storage.get_trial_id_from_study_id_trial_number(study_id, number)
-
-    def _measured(self) -> str:
-        profile = self.objective.profile
-        return json.dumps(
-            {
-                "sizes": sorted(set(self.settings.ladder)),
-                "collectives": {c: float(profile.collectives[c]) for c in self.objective.collectives},
-                "buckets": {b: float(w) for b, w in sorted(profile.buckets.items())},
-            },
-            separators=(",", ":"),
-        )
 
     def close(self) -> None:
         """Close the database connections the study opened."""
@@ -418,7 +290,7 @@ class TunerStudy:
         while True:
             self._reclaim_stale(study)
             trials = study.get_trials(deepcopy=False)
-            logical = _logical(trials)
+            logical = logical_trials(trials)
             waiting = any(t.state == TrialState.WAITING for t in trials)
             if len(logical) >= self.settings.budget and not waiting:
                 if any(t.state == TrialState.RUNNING for t in trials):
@@ -434,54 +306,6 @@ class TunerStudy:
         return outcome
 
     # ---------------------------------------------------------------- search
-
-    def _ensure_baseline(self, study: optuna.Study) -> Measurements:
-        while True:
-            trials = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(A_ROLE) == "baseline"]
-            for t in trials:
-                if t.state == TrialState.COMPLETE:
-                    return Measurements.from_json(t.user_attrs[A_MEASUREMENTS])
-            if not trials:
-                study.enqueue_trial(
-                    to_optuna(self.space, self.space.baseline_params()), user_attrs={A_ROLE: "baseline", A_ATTEMPT: 1}
-                )
-                continue
-            if any(t.state == TrialState.WAITING for t in trials):
-                self._run_trial(study, study.ask(self._distributions), None)
-                continue
-            if any(t.state == TrialState.RUNNING for t in trials):
-                self._sleep(self.settings.poll_interval_s)
-                self._reclaim_stale(study)
-                continue
-            last = max(trials, key=lambda t: t.number)
-            if last.user_attrs.get(A_FAILURE) == "stale":
-                # Its worker died, the measurement did not fail: nothing runs without the baseline, so unlike a
-                # trial of the search (retried once) it is measured again as often as the study is resumed.
-                attempt = int(last.user_attrs.get(A_ATTEMPT, 1)) + 1
-                study.enqueue_trial(
-                    to_optuna(self.space, self.space.baseline_params()),
-                    user_attrs={A_ROLE: "baseline", A_ATTEMPT: attempt, A_RETRY_OF: last.number},
-                )
-                continue
-            raise StudyError(
-                f"the baseline (NCCL's defaults) could not be measured: "
-                f"{last.user_attrs.get(A_FAILURE, 'failed')}: {last.user_attrs.get(A_REASON, 'no reason recorded')}"
-            )
-
-    def _enqueue_candidates(self, study: optuna.Study) -> None:
-        room = max(self.settings.budget - 1, 0)
-        if len(self._candidates) > room:
-            logger.warning(
-                "study %s: %d candidates, budget leaves room for %d", self.settings.name, len(self._candidates), room
-            )
-        existing = {t.user_attrs.get(A_CANDIDATE) for t in study.get_trials(deepcopy=False)}
-        for candidate in self._candidates[:room]:
-            if candidate.name in existing:
-                continue
-            study.enqueue_trial(
-                to_optuna(self.space, candidate.params),
-                user_attrs={A_ROLE: "candidate", A_CANDIDATE: candidate.name, A_ATTEMPT: 1},
-            )
 
     def _run_trial(self, study: optuna.Study, trial: optuna.Trial, baseline: Measurements | None) -> None:
         storage = self._storage
@@ -526,7 +350,7 @@ class TunerStudy:
     ) -> tuple[TrialState, float | None]:
         measured: Measurements | None = None
         value = 1.0
-        with _Heartbeat(storage, trial_id, interval=self.settings.heartbeat_interval_s, clock=self._clock):
+        with Heartbeat(storage, trial_id, interval=self.settings.heartbeat_interval_s, clock=self._clock):
             for step, sizes in enumerate(self._rungs):
                 request = MeasurementRequest(self.objective.collectives, sizes, trial.number, "search")
                 try:
@@ -547,7 +371,20 @@ class TunerStudy:
         # Stored once, at the end: a trial killed mid-way is measured again from scratch by its retry.
         if measured is not None:
             trial.set_user_attr(A_MEASUREMENTS, measured.to_json())
+            if baseline is not None and self.settings.sampler == "tpe":  # the one sampler here that models them
+                trial.set_constraint(C_BUCKET_FLOOR, self._shortfall(measured, baseline))
         return TrialState.COMPLETE, value
+
+    def _shortfall(self, measured: Measurements, baseline: Measurements) -> float:
+        """How far the worst weighted bucket fell below ``1 - maxLoss - SEARCH_SLACK`` (<= 0: feasible).
+
+        TPE then models the feasible trials (Optuna's constrained TPE): the search spends its budget where a
+        configuration could pass the proof, not only where the weighted speedup is highest; the best trial by
+        value is still a finalist (as the trade-off when it is not safe).
+        """
+        scores = self.objective.bucket_scores(measured, baseline)
+        weighted = [s.speedup for s in scores if self.objective.profile.weight(s.collective, s.bucket.name) > 0]
+        return 1 - self.settings.max_loss - SEARCH_SLACK - min(weighted, default=1.0)
 
     def _hopeless(self, trial: optuna.Trial, step: int, value: float) -> bool:
         if self.settings.prune_ratio <= 0:
@@ -561,186 +398,12 @@ class TunerStudy:
             return False
         return value < self.settings.prune_ratio * max(peers)
 
-    def _reclaim_stale(self, study: optuna.Study) -> None:
-        """Fail running trials whose worker is gone, and enqueue each once more (idempotently)."""
-        now = self._clock()
-        trials = study.get_trials(deepcopy=False)
-        retried = {t.user_attrs.get(A_RETRY_OF) for t in trials}
-        storage = self._storage
-        for t in trials:
-            if t.state != TrialState.RUNNING or t.number in self._active:
-                continue
-            beat = t.user_attrs.get(A_HEARTBEAT)
-            if beat is None:
-                beat = t.datetime_start.timestamp() if t.datetime_start is not None else now
-            mine = t.user_attrs.get(A_WORKER) == self.settings.worker_id
-            # A worker labels its trial right after asking for it; one killed in between leaves a running trial
-            # nobody owns, which no heartbeat will ever refresh: reclaim it after a short grace, not stale_after_s.
-            unlabeled = A_WORKER not in t.user_attrs
-            patience = _UNLABELED_GRACE_S if unlabeled else self.settings.stale_after_s
-            if not mine and now - float(beat) <= patience:
-                continue
-            if mine:
-                reason = "its worker restarted while it ran"
-            elif unlabeled:
-                reason = f"its worker stopped before labelling it ({now - float(beat):.0f} s ago)"
-            else:
-                reason = f"no heartbeat for {now - float(beat):.0f} s (worker {t.user_attrs.get(A_WORKER, 'unknown')})"
-            logger.warning("trial %d is stale: %s", t.number, reason)
-            trial_id = self._trial_id(study, t.number)
-            storage.set_trial_user_attr(trial_id, A_FAILURE, "stale")
-            storage.set_trial_user_attr(trial_id, A_REASON, reason)
-            attempt = int(t.user_attrs.get(A_ATTEMPT, 1))
-            if attempt < _MAX_ATTEMPTS and t.number not in retried:
-                attrs = {k: v for k, v in t.user_attrs.items() if k in (A_ROLE, A_CANDIDATE, A_TABLE)}
-                attrs.update({A_ATTEMPT: attempt + 1, A_RETRY_OF: t.number})
-                study.enqueue_trial(self._retry_params(t), user_attrs=attrs)
-            # If it finished meanwhile its result stands; the retry, if any, just measures it again.
-            with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-                storage.set_trial_state_values(trial_id, TrialState.FAIL)
-
-    def _retry_params(self, t: FrozenTrial) -> dict[str, Any]:
-        """What a stale trial's retry measures: its own params, once every one of them was stored.
-
-        Optuna stores a trial's params one by one as ``ask()`` suggests them, so a worker killed inside ``ask()``
-        leaves a subset. An enqueued trial (baseline, candidate, table) is then retried with the params it was
-        enqueued with; a sampled one with none fixed, so the sampler draws a whole new configuration.
-        """
-        if _has_every_param(self.space, t.params):
-            return dict(t.params)
-        fixed = t.system_attrs.get("fixed_params")
-        return dict(fixed) if isinstance(fixed, dict) else {}
-
     # ---------------------------------------------------------------- tuner table
 
     def _config_of(self, params: Mapping[str, Any], attrs: Mapping[str, Any]) -> TrialConfig:
-        """A trial's configuration: its params, plus the candidate table a "table" trial carries."""
-        config = self.space.config(from_optuna(self.space, params))
-        table = attrs.get(A_TABLE)
-        return dataclasses.replace(config, tuner_table=str(table)) if table else config
-
-    def _table_trial(self, study: optuna.Study, baseline: Measurements) -> None:
-        """Compose a table from the search's per-bucket winners and measure it, once per study."""
-        if self.settings.table_shape is None:
-            return
-        while True:
-            trials = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(A_ROLE) == "table"]
-            if any(t.state == TrialState.WAITING for t in trials):
-                self._run_trial(study, study.ask(self._distributions), baseline)
-                continue
-            if trials:
-                return  # measured (or failed, or left to another worker's retry): the proof takes it from here
-            searched = [
-                ScoredTrial(t.number, self._config_of(t.params, t.user_attrs).env, t.value, Measurements.from_json(raw))
-                for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if t.user_attrs.get(A_ROLE) != "baseline"
-                and t.value is not None
-                and (raw := t.user_attrs.get(A_MEASUREMENTS))
-            ]
-            nodes, ranks = self.settings.table_shape
-            composed = compose_table(searched, baseline, self.objective, nodes=nodes, ranks=ranks)
-            if composed is None:
-                logger.info(
-                    "study %s: no size bucket asks for its own channel count; no table trial", self.settings.name
-                )
-                return
-            base = self._config_of(study.trials[composed.base_trial].params, {})
-            params = self.space.params_for(
-                env={k: v for k, v in composed.env.items() if k not in self.space.site_fixed},
-                rank_order=base.rank_order.name,
-            )
-            for row in composed.rows:
-                logger.info(
-                    "table row: %s %s -> %d channels (trial %d, %.3fx in that bucket)",
-                    row.collective,
-                    row.bucket.name,
-                    row.channels,
-                    row.winner,
-                    row.speedup,
-                )
-            study.enqueue_trial(
-                to_optuna(self.space, params), user_attrs={A_ROLE: "table", A_TABLE: composed.text, A_ATTEMPT: 1}
-            )
-
-    # ---------------------------------------------------------------- per-size search (size_options)
-
-    def _per_size_trials(self, study: optuna.Study, baseline: Measurements) -> None:
-        """Measure NCCL's per-bucket options for the best bases, then each base's composed table, once."""
-        if self.settings.table_shape is None:
-            return
-        nodes, ranks = self.settings.table_shape
-        while True:
-            trials = study.get_trials(deepcopy=False)
-            if any(t.state == TrialState.WAITING and t.user_attrs.get(A_ROLE) in size_options.ROLES for t in trials):
-                self._run_trial(study, study.ask(self._distributions), baseline)
-                continue
-            stored = [self._stored(t) for t in _logical(trials) if _has_every_param(self.space, t.params)]
-            planned, pending = size_options.plan_next(stored, baseline, self.objective, nodes=nodes, ranks=ranks)
-            for trial in planned:
-                logger.info("study %s: per-size %s (base trial %d)", self.settings.name, trial.key, trial.base)
-                attrs = {A_ROLE: trial.role, A_CANDIDATE: trial.key, A_TABLE: trial.table, A_ATTEMPT: 1}
-                study.enqueue_trial(dict(trial.params), user_attrs=attrs)
-            if planned:
-                continue
-            if not pending:
-                return
-            self._sleep(self.settings.poll_interval_s)  # another worker's option trial: wait for it or its staleness
-            self._reclaim_stale(study)
-
-    def _stored(self, t: FrozenTrial) -> size_options.StoredTrial:
-        raw = t.user_attrs.get(A_MEASUREMENTS)
-        config = self._config_of(t.params, {})
-        return size_options.StoredTrial(
-            number=t.number,
-            role=str(t.user_attrs.get(A_ROLE, "sampled")),
-            key=str(t.user_attrs.get(A_CANDIDATE, "")),
-            finished=t.state.is_finished(),
-            value=t.value if t.state == TrialState.COMPLETE else None,
-            env=config.env,
-            rank_order=config.rank_order.name,
-            params=t.params,
-            measurements=Measurements.from_json(raw) if raw and t.state == TrialState.COMPLETE else None,
-            table=str(t.user_attrs.get(A_TABLE, "")),
-        )
+        return trial_config(self.space, params, attrs)
 
     # ---------------------------------------------------------------- proof
-
-    def _finalists(self, study: optuna.Study, baseline: Measurements) -> list[FrozenTrial]:
-        """The best trial by search value, then the table trials, then the best that looked safe, then by value.
-
-        The best value may trade a loss in some bucket for a gain elsewhere: proven, it is named as the
-        trade-off. A composed table and the best trial whose search measurement was within ``max_loss`` in every
-        weighted bucket are the ones the proof can most likely ship, so they are proven next.
-        """
-        seen: set[tuple[tuple[str, Any], ...]] = set()  # params and table: a table trial is its own finalist
-        baseline_key = tuple(sorted(to_optuna(self.space, self.space.baseline_params()).items()))
-        ranked = []
-        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        for t in sorted(complete, key=lambda t: (-(t.value or 0.0), t.number)):
-            key = (*sorted(t.params.items()), (A_TABLE, t.user_attrs.get(A_TABLE, "")))
-            if t.user_attrs.get(A_ROLE) == "baseline" or key == (*baseline_key, (A_TABLE, "")) or key in seen:
-                continue
-            if t.value is None or t.value <= 1.0:
-                break
-            seen.add(key)
-            ranked.append(t)
-        # After the best: the composed tables (built from per-bucket winners, the likeliest to be safe everywhere),
-        # then the best that looked safe, then the rest by value.
-        tables = [t for t in ranked if t.user_attrs.get(A_ROLE) in ("table", size_options.ROLE_COMPOSED)]
-        safe = [t for t in ranked if self._looked_safe(t, baseline)][:1]
-        out: list[FrozenTrial] = []
-        for t in [*ranked[:1], *tables, *safe, *ranked]:
-            if t not in out:
-                out.append(t)
-        return out[: self.settings.finalists]
-
-    def _looked_safe(self, trial: FrozenTrial, baseline: Measurements) -> bool:
-        raw = trial.user_attrs.get(A_MEASUREMENTS)
-        if not raw:
-            return False
-        scores = self.objective.bucket_scores(Measurements.from_json(raw), baseline)
-        weighted = [s for s in scores if self.objective.profile.weight(s.collective, s.bucket.name) > 0]
-        return bool(weighted) and all(s.speedup >= 1 - self.settings.max_loss for s in weighted)
 
     def _prover(self, on_pair: Callable[[int, int], None] = lambda done, total: None) -> Prover:
         st = self.settings
@@ -752,6 +415,7 @@ class TunerStudy:
                 alpha=st.alpha,
                 min_effect=st.min_effect,
                 max_loss=st.max_loss,
+                small_runs=SMALL_RUNS,
             ),
             objective=self.objective,
             evaluate=self._evaluate,
@@ -762,66 +426,31 @@ class TunerStudy:
 
     def _prove(self, study: optuna.Study, baseline: Measurements) -> list[FinalistProof]:
         prover = self._prover(lambda done, total: self._progress("proof", study, done=done, total=total))
-        return prover.prove(study, self._finalists(study, baseline))
+        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        finalists = choose_finalists(
+            complete,
+            baseline,
+            baseline_params=to_optuna(self.space, self.space.baseline_params()),
+            objective=self.objective,
+            max_loss=self.settings.max_loss,
+            count=self.settings.finalists,
+        )
+        return prover.prove(study, finalists)
 
     # ---------------------------------------------------------------- reporting
 
     def outcome(self, study: optuna.Study, proofs: Sequence[FinalistProof]) -> StudyOutcome:
-        trials = study.get_trials(deepcopy=False)
-        superseded = _superseded(trials)
-        records = tuple(self._record(t, t.number in superseded) for t in trials)
-        baseline = next(r for r in records if r.role == "baseline" and r.state == "complete")
-        searched = [r for r in records if r.state == "complete" and r.role != "baseline" and r.value is not None]
-        best = max(searched, key=lambda r: (r.value or 0.0, -r.number), default=None)
-        promoted = [p for p in proofs if p.promoted]
-        chosen = max(promoted, key=lambda p: (p.speedup, -p.trial), default=None)
-        alternative = tradeoff(proofs, chosen)
-        simulated = any(r.measurements is not None and r.measurements.simulated for r in records)
-        return StudyOutcome(
-            name=self.settings.name,
-            sampler=self.settings.sampler,
-            seed=self.settings.seed,
-            space_fingerprint=self.space.fingerprint(),
-            baseline=baseline,
-            best=best,
-            trials=records,
-            proofs=tuple(proofs),
-            chosen=chosen,
-            simulated=simulated,
-            natural_order=self.space.rank_orders[0],
-            site_fixed=dict(self.space.site_fixed),
-            tradeoff=alternative,
-            max_loss=self.settings.max_loss,
-            alpha=self.settings.alpha,
-            min_effect=self.settings.min_effect,
-        )
-
-    def _record(self, t: FrozenTrial, superseded: bool) -> TrialRecord:
-        # A trial killed inside ask() holds only some params: shown as they are, with no configuration.
-        complete = _has_every_param(self.space, t.params)
-        params = from_optuna(self.space, t.params)
-        config = self._config_of(t.params, t.user_attrs) if complete else None
-        state = {
-            TrialState.COMPLETE: "complete",
-            TrialState.PRUNED: "pruned",
-            TrialState.RUNNING: "running",
-            TrialState.WAITING: "waiting",
-        }.get(t.state, str(t.user_attrs.get(A_FAILURE, "failed")))
-        raw = t.user_attrs.get(A_MEASUREMENTS)
-        return TrialRecord(
-            number=t.number,
-            state=state,
-            role=str(t.user_attrs.get(A_ROLE, "sampled")),
-            params=params,
-            env=dict(config.env) if config else {},
-            rank_order=config.rank_order.name if config else "",
-            value=t.value if t.state == TrialState.COMPLETE else None,
-            reason=t.user_attrs.get(A_REASON),
-            intermediate=tuple(sorted(t.intermediate_values.items())),
-            measurements=Measurements.from_json(raw) if raw else None,
-            attempt=int(t.user_attrs.get(A_ATTEMPT, 1)),
-            superseded=superseded,
-            tuner_table=str(t.user_attrs.get(A_TABLE, "")),
+        st = self.settings
+        return study_outcome(
+            study.get_trials(deepcopy=False),
+            proofs,
+            self.space,
+            name=st.name,
+            sampler=st.sampler,
+            seed=st.seed,
+            max_loss=st.max_loss,
+            alpha=st.alpha,
+            min_effect=st.min_effect,
         )
 
     def _progress(
@@ -832,20 +461,11 @@ class TunerStudy:
         done: int | None = None,
         total: int | None = None,
     ) -> None:
-        if self._on_progress is None:
-            return
-        trials = study.get_trials(deepcopy=False)
-        finished = [t for t in _logical(trials) if t.state.is_finished()]
-        values = [t.value for t in finished if t.state == TrialState.COMPLETE and t.value is not None]
-        if done is None:
-            # The table trial comes after the budget's searched trials: it adds itself to the total once asked for.
-            tables = sum(1 for t in _logical(trials) if t.user_attrs.get(A_ROLE) in ("table", *size_options.ROLES))
-            done, total = len(finished), self.settings.budget + tables
-        assert total is not None
-        elapsed = self._clock() - self._started
-        rate = elapsed / self._finished_here if self._finished_here else None
-        eta = rate * max(total - done, 0) if rate is not None and phase == "search" else None
-        self._on_progress(StudyProgress(phase, done, total, max(values) if values else None, eta))
+        if self._on_progress is not None:
+            trials = study.get_trials(deepcopy=False)
+            per_trial = (self._clock() - self._started) / self._finished_here if self._finished_here else None
+            progress = study_progress(phase, trials, self.settings.budget, per_trial, done=done, total=total)
+            self._on_progress(progress)
 
 
 def run_study(
@@ -870,53 +490,3 @@ def run_study(
         sleep=sleep,
         on_progress=on_progress,
     ).run()
-
-
-def stored_rank_orders(storage: str, name: str) -> tuple[RankOrder, ...] | None:
-    """The rank orders the study ``name`` started with; None when there is no such study (or it predates this).
-
-    A resumed study must search the space it started with, and its orders come from measured node pairs: a
-    caller that plans them again from a new measurement (noise moves near-ties) takes these instead.
-    """
-    rdb = optuna.storages.RDBStorage(storage, engine_kwargs=_engine_kwargs(storage))
-    try:
-        try:
-            study_id = rdb.get_study_id_from_name(name)
-        except KeyError:
-            return None
-        raw = rdb.get_study_user_attrs(study_id).get(S_RANK_ORDERS)
-    finally:
-        rdb.engine.dispose()
-    return None if raw is None else tuple(RankOrder(n, tuple(nodes)) for n, nodes in json.loads(raw))
-
-
-def _engine_kwargs(url: str) -> dict[str, Any]:
-    """For embedded SQLite: WAL and synchronous=NORMAL on every connection.
-
-    Optuna commits every attribute separately; with SQLite's default rollback journal each commit is a few
-    fsyncs. WAL with NORMAL survives a crash of the process (what resuming needs) and only risks the last
-    commits on power loss (sqlite.org/wal.html). PostgreSQL URLs are left to SQLAlchemy's defaults.
-    """
-    parsed = sqlalchemy.engine.make_url(url)
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-        return {}
-    path = parsed.database
-
-    def connect() -> sqlite3.Connection:
-        connection = sqlite3.connect(path, timeout=30.0, check_same_thread=False)
-        connection.execute("PRAGMA journal_mode=WAL")
-        connection.execute("PRAGMA synchronous=NORMAL")
-        return connection
-
-    return {"creator": connect}
-
-
-def _superseded(trials: Sequence[FrozenTrial]) -> set[int]:
-    retried = {t.user_attrs.get(A_RETRY_OF) for t in trials if A_RETRY_OF in t.user_attrs}
-    return {t.number for t in trials if t.number in retried and t.state == TrialState.FAIL}
-
-
-def _logical(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
-    """Trials counted against the budget: a stale trial that was retried counts through its retry."""
-    gone = _superseded(trials)
-    return [t for t in trials if t.number not in gone]

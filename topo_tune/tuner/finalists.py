@@ -1,0 +1,62 @@
+"""Which searched trials the proof re-measures, in which order.
+
+Purpose: the best trial by search value first (it may trade a loss in some bucket for a gain elsewhere:
+proven, it is named as the trade-off), then the composed tables (built from per-bucket winners, the
+likeliest to be safe everywhere), then the trials whose search measurement was within ``maxLoss`` in every
+weighted bucket (best first), then the rest by value; the baseline's configuration and repeats never.
+
+Non-goals: proving (``proof``), searching (``study``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from optuna.trial import FrozenTrial
+
+from topo_tune.tuner import size_options
+from topo_tune.tuner.objective import Measurements, Objective
+from topo_tune.tuner.trial_store import A_MEASUREMENTS, A_ROLE, A_TABLE
+
+__all__ = ["choose_finalists", "looked_safe"]
+
+
+def choose_finalists(
+    complete: Sequence[FrozenTrial],
+    baseline: Measurements,
+    *,
+    baseline_params: Mapping[str, Any],
+    objective: Objective,
+    max_loss: float,
+    count: int,
+) -> list[FrozenTrial]:
+    """Up to ``count`` of the completed trials that beat the baseline's value, in the order above."""
+    seen: set[tuple[tuple[str, Any], ...]] = set()  # params and table: a table trial is its own finalist
+    baseline_key = (*sorted(baseline_params.items()), (A_TABLE, ""))
+    ranked = []
+    for t in sorted(complete, key=lambda t: (-(t.value or 0.0), t.number)):
+        key = (*sorted(t.params.items()), (A_TABLE, t.user_attrs.get(A_TABLE, "")))
+        if t.user_attrs.get(A_ROLE) == "baseline" or key == baseline_key or key in seen:
+            continue
+        if t.value is None or t.value <= 1.0:
+            break
+        seen.add(key)
+        ranked.append(t)
+    tables = [t for t in ranked if t.user_attrs.get(A_ROLE) in ("table", size_options.ROLE_COMPOSED)]
+    safe = [t for t in ranked if looked_safe(t, baseline, objective, max_loss)]
+    out: list[FrozenTrial] = []
+    for t in [*ranked[:1], *tables, *safe, *ranked]:
+        if t not in out:
+            out.append(t)
+    return out[:count]
+
+
+def looked_safe(trial: FrozenTrial, baseline: Measurements, objective: Objective, max_loss: float) -> bool:
+    """Whether the trial's one search measurement was within ``max_loss`` in every weighted bucket."""
+    raw = trial.user_attrs.get(A_MEASUREMENTS)
+    if not raw:
+        return False
+    scores = objective.bucket_scores(Measurements.from_json(raw), baseline)
+    weighted = [s for s in scores if objective.profile.weight(s.collective, s.bucket.name) > 0]
+    return bool(weighted) and all(s.speedup >= 1 - max_loss for s in weighted)
