@@ -140,10 +140,23 @@ def test_small_sizes_are_run_again_within_each_pair_and_their_bounds_narrow_by_a
 
 
 def test_small_runs_must_be_at_least_one() -> None:
-    with pytest.raises(ConfigError, match="small_runs"):
+    with pytest.raises(ConfigError, match=r"^small_runs: must be at least 1, got 0$"):
         ProofSettings(sizes=SIZES, small_runs=0)
     assert ProofSettings(sizes=SIZES, small_runs=1).small_sizes == ()
     assert ProofSettings(sizes=SIZES, small_runs=2, small_bytes=65536).small_sizes == (1024,)
+
+
+def test_extra_runs_are_only_of_small_sizes_and_stored_with_their_pair() -> None:
+    large = Model({"win": ALL_FASTER})
+    prove(large, ["win"], sizes=TWO_LARGE, small_runs=4)
+    assert large.calls == 2 * 4 and all(r.run == 0 for r in large.requests), "no small size: one run per side"
+    two = Model({"win": ALL_FASTER})
+    _, study = prove(two, ["win"], small_runs=2)
+    assert two.calls == 4 * 4, "each side's full ladder, then one more run of its small sizes"
+    assert [len(json.loads(study.user_attrs[f"proof:0:{i}"])["small_runs"]) for i in range(4)] == [1] * 4
+    once = Model({"win": ALL_FASTER})
+    _, study = prove(once, ["win"], small_runs=1)
+    assert "small_runs" not in json.loads(study.user_attrs["proof:0:0"]), "a pair of one run per side stores no extra"
 
 
 def test_a_bucket_shown_slower_stops_the_finalist_at_once_and_it_is_never_chosen() -> None:
