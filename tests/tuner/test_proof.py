@@ -144,6 +144,7 @@ def test_small_runs_must_be_at_least_one() -> None:
         ProofSettings(sizes=SIZES, small_runs=0)
     assert ProofSettings(sizes=SIZES, small_runs=1).small_sizes == ()
     assert ProofSettings(sizes=SIZES, small_runs=2, small_bytes=65536).small_sizes == (1024,)
+    assert ProofSettings(sizes=(1024, 65536), small_runs=4).small_sizes == (), "all small: more pairs do that job"
 
 
 def test_extra_runs_are_only_of_small_sizes_and_stored_with_their_pair() -> None:

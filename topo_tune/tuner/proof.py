@@ -7,9 +7,10 @@ continues where it stopped and reaches the same decisions. The pairs come in loo
 bucket is neither shown safe nor shown slower, or while all are safe, none is shown faster yet and one measured
 a gain beyond ``min_effect``; never after a weighted bucket was shown slower.
 
-Small sizes are noisy (launch jitter is a larger share of a short call) and fast: within each pair, the sizes
-below ``small_bytes`` are measured ``small_runs`` times per side, interleaved (A B A B … on those sizes after
-the pair's full-ladder A B), and each side's time per size is the geometric mean of its runs. The design is
+Small sizes are noisy (launch jitter is a larger share of a short call) and fast: within each pair of a
+ladder that also has large sizes, the sizes below ``small_bytes`` are measured ``small_runs`` times per
+side, interleaved (A B A B … on those sizes after the pair's full-ladder A B), and each side's time per size
+is the geometric mean of its runs. The design is
 fixed before any data are seen (every pair gets the same runs), so the pairs stay independent and alike and
 the t bounds and their alpha spending hold as before; the pair's spread at small sizes shrinks by about
 ``sqrt(small_runs)``, which is what lets a truly unchanged small bucket be shown within ``maxLoss``.
@@ -73,8 +74,15 @@ class ProofSettings:
 
     @property
     def small_sizes(self) -> tuple[int, ...]:
-        """The sizes every pair measures ``small_runs`` times per side (none when ``small_runs`` is 1)."""
-        return tuple(s for s in self.sizes if s < self.small_bytes) if self.small_runs > 1 else ()
+        """The sizes every pair measures ``small_runs`` times per side.
+
+        None when ``small_runs`` is 1, and none when every size is small: the extra runs are cheap next to a
+        pair's large sizes; without any, a run costs as much as a pair, and the looks' extra pairs already
+        measure an undecided bucket again.
+        """
+        if self.small_runs == 1 or all(s < self.small_bytes for s in self.sizes):
+            return ()
+        return tuple(s for s in self.sizes if s < self.small_bytes)
 
     @property
     def design(self) -> statistics.SequentialDesign:
