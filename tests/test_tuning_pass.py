@@ -170,7 +170,7 @@ def test_the_ring_planned_from_a_sparse_sample_has_its_inferred_pairs_probed() -
     cluster, names, ring = _two_racks_sampled()
     sampled = [*ring, ("a1", "b1", 5.0), ("a2", "b3", 5.2)]
     client = _Prober(names, list(sampled), truth={"ab": 4.0, "ba": 4.0})
-    assert check_ring(client, cluster, names, sleep=lambda _: None) >= 1  # type: ignore[arg-type]
+    assert check_ring(client, cluster, names) >= 1  # type: ignore[arg-type]
     probed = {tuple(sorted(p)) for r in client.rounds for p in r}
     assert probed and not probed & {tuple(sorted((a, b))) for a, b, _ in sampled}, "only pairs not yet measured"
     assert any(a[0] != b[0] for a, b in probed), "the ring's crossings were inferred, now measured"
@@ -180,5 +180,5 @@ def test_the_ring_planned_from_a_sparse_sample_has_its_inferred_pairs_probed() -
     order = plan_rank_map(pairs, slots=1, rack_of=cluster.rack_of()).planned.order
     if all(pairs.get(order[i], order[(i + 1) % 8]).source == "measured" for i in range(8)):
         before = len(client.rounds)
-        check_ring(client, cluster, names, sleep=lambda _: None)  # type: ignore[arg-type]
+        check_ring(client, cluster, names)  # type: ignore[arg-type]
         assert len(client.rounds) == before

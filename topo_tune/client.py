@@ -5,14 +5,22 @@ subclasses ``ControllerUnavailable`` / ``Unauthenticated``), or the domain error
 (``NOT_FOUND`` → ``NotFoundError``, ``PERMISSION_DENIED`` → ``PermissionDenied``, ``INVALID_ARGUMENT`` →
 ``ValidationError``, ``FAILED_PRECONDITION`` → ``ConflictError``, ``ALREADY_EXISTS`` → ``AlreadyExists``, ``ABORTED``
 → ``NodeBusy``), with the controller's own message.
+
+Waiting on a job, probe round, drift check or rollout follows the controller's watch stream: one call that
+the controller answers at each change, so a waiting client sends nothing. A stream broken by a controller
+restart (or a leader change) is watched again once the controller answers, for up to ``reconnect_s``; after
+that the wait fails with one line naming what was being waited for and how to look at it later.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import grpc
 
@@ -34,7 +42,16 @@ from topo_tune.errors import (
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2
 from topo_tune.wire_values import BACKEND_FROM_WIRE
 
+logger = logging.getLogger(__name__)
+
 T = TypeVar("T")
+U = TypeVar("U", bound="_Update")
+
+
+class _Update(Protocol):
+    @property
+    def progress(self) -> admin_pb2.Progress: ...
+
 
 PROBE_SAMPLING = {
     "auto": admin_pb2.PROBE_SAMPLING_UNSPECIFIED,
@@ -42,6 +59,8 @@ PROBE_SAMPLING = {
     "sparse": admin_pb2.PROBE_SAMPLING_SPARSE,
 }
 """``--sampling`` / cluster.yaml ``search.probeSampling`` names on the wire; auto: the controller's default."""
+ROLLOUT_ENDS = frozenset({"completed", "rolled_back", "aborted"})
+"""The phases a rollout ends in."""
 
 
 @contextmanager
@@ -74,9 +93,18 @@ def _mapped(address: str) -> Iterator[None]:
 class AdminClient:
     """Synchronous admin calls with a per-call deadline."""
 
-    def __init__(self, address: str, *, token: str, tls: TlsFiles | None = None, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        address: str,
+        *,
+        token: str,
+        tls: TlsFiles | None = None,
+        timeout_s: float = 10.0,
+        reconnect_s: float = 60.0,
+    ) -> None:
         self.address = address
         self._timeout_s = timeout_s
+        self._reconnect_s = reconnect_s
         self._metadata = bearer_metadata(token)
         if tls is not None:
             self._channel = grpc.secure_channel(address, channel_credentials(tls))
@@ -96,6 +124,118 @@ class AdminClient:
     def _call(self, method: Callable[..., T], request: object) -> T:
         with _mapped(self.address):
             return method(request, timeout=self._timeout_s, metadata=self._metadata, wait_for_ready=False)
+
+    def _watch(
+        self,
+        method: Callable[..., Iterator[U]],
+        key: str,
+        what: str,
+        ended: Callable[[U], bool],
+        on_update: Callable[[U], None] | None,
+        *,
+        later: str,
+    ) -> U:
+        """The last update of ``what``'s watch stream (the ended state), watched again after a break."""
+        request = admin_pb2.WatchRequest(id=key)
+        broken_since: float | None = None
+        pause = 0.1
+        while True:
+            last: U | None = None
+            try:
+                with _mapped(self.address):
+                    for update in method(request, metadata=self._metadata):
+                        broken_since, pause, last = None, 0.1, update
+                        if on_update is not None:
+                            on_update(update)
+                if last is not None and ended(last):
+                    return last
+                why = "the stream ended early"
+            except ControllerUnavailable as error:
+                why = str(error)
+            except ControllerError as error:
+                if "UNIMPLEMENTED" in str(error):
+                    raise ControllerError(
+                        f"controller {self.address} cannot stream {what} (an older version): {later}"
+                    ) from None
+                raise
+            now = time.monotonic()
+            if broken_since is None:
+                logger.warning("lost the controller while waiting for %s (%s); watching again", what, why)
+                broken_since = now
+            if now - broken_since > self._reconnect_s:
+                raise ControllerUnavailable(
+                    f"lost the controller while waiting for {what} ({why}; no answer for {self._reconnect_s:g} s); "
+                    f"it may still end: {later}"
+                )
+            time.sleep(pause)  # back off between attempts while the controller is away (or a standby answers)
+            pause = min(pause * 2, 2.0)
+            left = max(0.0, broken_since + self._reconnect_s - time.monotonic())
+            # Then wait for a connection, sending nothing, for what is left of the window (when it runs out, the
+            # next attempt fails at once and the window is over).
+            with contextlib.suppress(grpc.FutureTimeoutError):
+                grpc.channel_ready_future(self._channel).result(timeout=left)
+
+    def watch_benchmark(
+        self, job_id: str, on_update: Callable[[admin_pb2.BenchmarkJobUpdate], None] | None = None
+    ) -> admin_pb2.BenchmarkJob:
+        """The job once it has ended; ``on_update`` with each change on the way."""
+        last = self._watch(
+            self._stub.WatchBenchmark,
+            job_id,
+            f"benchmark job {job_id}",
+            lambda u: u.job.status != admin_pb2.BENCHMARK_JOB_STATUS_RUNNING,
+            on_update,
+            later=f"topo-tune admin bench show {job_id}",
+        )
+        return last.job
+
+    def wait_benchmark(self, job_id: str) -> admin_pb2.BenchmarkJob:
+        return self.watch_benchmark(job_id)
+
+    def watch_probe_round(
+        self, round_id: str, on_update: Callable[[admin_pb2.ProbeRoundUpdate], None] | None = None
+    ) -> admin_pb2.ProbeRound:
+        """The round once it has ended; ``on_update`` with each change on the way."""
+        last = self._watch(
+            self._stub.WatchProbeRound,
+            round_id,
+            f"probe round {round_id}",
+            lambda u: u.round.status != admin_pb2.PROBE_ROUND_STATUS_RUNNING,
+            on_update,
+            later=f"topo-tune admin probe show {round_id}",
+        )
+        return last.round
+
+    def wait_probe_round(self, round_id: str) -> admin_pb2.ProbeRound:
+        return self.watch_probe_round(round_id)
+
+    def watch_drift_check(
+        self, check_id: str, on_update: Callable[[admin_pb2.DriftCheckUpdate], None] | None = None
+    ) -> admin_pb2.DriftCheck:
+        """The check once it has ended; ``on_update`` with each change on the way."""
+        last = self._watch(
+            self._stub.WatchDriftCheck,
+            check_id,
+            f"drift check {check_id}",
+            lambda u: u.check.status != "running",
+            on_update,
+            later=f"topo-tune admin drift show {check_id}",
+        )
+        return last.check
+
+    def watch_rollout(
+        self, rollout_id: str, on_update: Callable[[admin_pb2.RolloutUpdate], None] | None = None
+    ) -> admin_pb2.RolloutInfo:
+        """The rollout once it has ended (completed, rolled back or aborted); ``on_update`` with each change."""
+        last = self._watch(
+            self._stub.WatchRollout,
+            rollout_id,
+            f"rollout {rollout_id}",
+            lambda u: u.rollout.phase in ROLLOUT_ENDS,
+            on_update,
+            later=f"topo-tune admin rollout status {rollout_id}",
+        )
+        return last.rollout
 
     def list_nodes(self, *, rack: str = "") -> list[admin_pb2.Node]:
         return list(self._call(self._stub.ListNodes, admin_pb2.ListNodesRequest(rack=rack)).nodes)
@@ -330,6 +470,9 @@ class RemotePort:
     def get_probe_round(self, round_id: str) -> ProbeRound:
         return probe_round_from_proto(self.client.get_probe_round(round_id))
 
+    def wait_probe_round(self, round_id: str) -> ProbeRound:
+        return probe_round_from_proto(self.client.wait_probe_round(round_id))
+
     def measured_pairs(self) -> list[PairMeasurement]:
         return [pair_from_proto(pair) for pair in self.client.measured_pairs().pairs]
 
@@ -338,6 +481,9 @@ class RemotePort:
 
     def get_benchmark(self, job_id: str) -> BenchmarkJob:
         return benchmark_job_from_proto(self.client.get_benchmark(job_id))
+
+    def wait_benchmark(self, job_id: str) -> BenchmarkJob:
+        return benchmark_job_from_proto(self.client.wait_benchmark(job_id))
 
     def put_config_version(
         self, files: dict[str, str], provenance: dict[str, str], *, version_id: str = ""

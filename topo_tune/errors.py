@@ -127,6 +127,10 @@ class StaleTermError(TopoTuneError):
         super().__init__(f"the term's epoch {epoch} is behind epoch {newer}")
 
 
+class WatchEnded(TopoTuneError):
+    """The controller stopped serving a watch (shutting down, or no longer the leader): watch again."""
+
+
 class PluginBuildError(TopoTuneError):
     """The NCCL tuner plugin could not be built; the message says why and what to do."""
 

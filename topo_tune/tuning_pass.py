@@ -63,9 +63,17 @@ class AdminPort(Protocol):
     def cluster_topology(self) -> admin_pb2.ClusterTopologyView: ...
     def start_probe_round(self, request: ProbeRequest) -> ProbeRound: ...
     def get_probe_round(self, round_id: str) -> ProbeRound: ...
+    def wait_probe_round(self, round_id: str) -> ProbeRound:
+        """The round once it has ended (woken by the controller, not polled)."""
+        ...
+
     def measured_pairs(self) -> list[PairMeasurement]: ...
     def start_benchmark(self, request: BenchmarkRequest) -> BenchmarkJob: ...
     def get_benchmark(self, job_id: str) -> BenchmarkJob: ...
+    def wait_benchmark(self, job_id: str) -> BenchmarkJob:
+        """The job once it has ended (woken by the controller, not polled)."""
+        ...
+
     def put_config_version(
         self, files: dict[str, str], provenance: dict[str, str], *, version_id: str = ""
     ) -> object: ...
@@ -88,8 +96,8 @@ class JobEvaluator:
     iters: int
     warmup_iters: int
     cuda_graph: bool = False
-    poll_s: float = 0.05
     sleep: Callable[[float], None] = time.sleep
+    """Between attempts to start a job on nodes still busy with another one."""
     # The study's seed: each job's sim noise seed is derived from it and from what the job measures (trial,
     # purpose, pair, side, collective, sizes), never from a job id or the order jobs finish in, so a seeded sim
     # study reproduces exactly. None: the controller draws one per job.
@@ -142,9 +150,8 @@ class JobEvaluator:
                 # The controller refused this trial's job (a setting its nodes cannot run): the trial fails
                 # with the controller's reason, the study goes on.
                 raise TrialFailed(str(refused), kind="failed") from None
-        while job.status is JobStatus.RUNNING:
-            self.sleep(self.poll_s)
-            job = self.client.get_benchmark(job.job_id)
+        if job.status is JobStatus.RUNNING:
+            job = self.client.wait_benchmark(job.job_id)
         if job.status is JobStatus.TIMED_OUT:
             raise TrialFailed(job.message, kind="timeout")
         if job.status is not JobStatus.SUCCEEDED:
@@ -265,20 +272,17 @@ def measure_pairs(
     names: Sequence[str],
     *,
     sampling: str = "auto",
-    sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Probe the pairs of the nodes (every pair, or a sparse sample); returns how many pairs were measured."""
     request = ProbeRequest(nodes=tuple(names), message_bytes=1 << 20, sampling="" if sampling == "auto" else sampling)
-    return _finished_round(client, client.start_probe_round(request), sleep)
+    return _finished_round(client, client.start_probe_round(request))
 
 
 RING_CHECKS = 2
 """Rounds of probing the inferred pairs on the ring planned from a sparse sample."""
 
 
-def check_ring(
-    client: AdminPort, cluster: ClusterConfig, names: Sequence[str], *, sleep: Callable[[float], None] = time.sleep
-) -> int:
+def check_ring(client: AdminPort, cluster: ClusterConfig, names: Sequence[str]) -> int:
     """After a sparse sample: plan the ring on the mixed matrix and probe the pairs on it that were inferred
     (an inferred pair may be slower than its group's median), up to `RING_CHECKS` times; returns how many
     pairs were measured."""
@@ -291,14 +295,13 @@ def check_ring(
         if not unprobed:
             break
         request = ProbeRequest(pairs=tuple(unprobed), message_bytes=1 << 20)
-        measured += _finished_round(client, client.start_probe_round(request), sleep)
+        measured += _finished_round(client, client.start_probe_round(request))
     return measured
 
 
-def _finished_round(client: AdminPort, found: ProbeRound, sleep: Callable[[float], None]) -> int:
-    while found.status is ProbeStatus.RUNNING:
-        sleep(0.2)
-        found = client.get_probe_round(found.round_id)
+def _finished_round(client: AdminPort, found: ProbeRound) -> int:
+    if found.status is ProbeStatus.RUNNING:
+        found = client.wait_probe_round(found.round_id)
     if found.status is not ProbeStatus.SUCCEEDED:
         raise PassError(f"probe round {found.round_id} failed: {found.message}")
     return len(found.measurements)

@@ -24,6 +24,7 @@ from topo_tune.auth import bearer_metadata
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus
 from topo_tune.benchmark.probe_record import ProbeRound, ProbeStatus
 from topo_tune.cli.main import cli
+from topo_tune.client import AdminClient
 from topo_tune.controller.api.messages import from_proto_benchmark_request, from_proto_probe_request
 from topo_tune.controller.job_ends import cancel_command
 from topo_tune.controller.server import Controller
@@ -321,12 +322,16 @@ async def test_a_probe_round_measures_every_pair_once(
     )
     assert (started.pairs_total, started.rounds) == (6, 3), "4 nodes: 6 pairs in 3 rounds of 2 parallel pairs"
 
-    async def done() -> ProbeRound | None:
-        found = await jobs_controller.probes.get(started.round_id)
-        return found if found.status != ProbeStatus.RUNNING else None
-
-    finished_round = await async_wait_until(done, timeout=120, what="the probe round")
-    assert finished_round.status == ProbeStatus.SUCCEEDED, finished_round.message
+    # Followed through the admin API's watch stream, as `admin probe run` and `init` do.
+    updates: list[admin_pb2.ProbeRoundUpdate] = []
+    with AdminClient(f"127.0.0.1:{jobs_controller.port}", token=TOKEN) as client:
+        finished_round = await asyncio.to_thread(client.watch_probe_round, started.round_id, updates.append)
+    assert finished_round.status == admin_pb2.PROBE_ROUND_STATUS_SUCCEEDED, finished_round.message
+    progress = [(u.progress.done, u.progress.total) for u in updates]
+    assert progress[-1] == (6, 6) and all(total == 6 for _, total in progress), progress
+    assert progress == sorted(progress), "pairs measured only go up"
+    assert [u.round.status for u in updates[:-1]] == [admin_pb2.PROBE_ROUND_STATUS_RUNNING] * (len(updates) - 1)
+    assert len(updates) <= 1 + 6 + 1, "the start, once per pair stored, the end: never a repeat while idle"
     pairs = {tuple(sorted((m.node_a, m.node_b))) for m in finished_round.measurements}
     assert pairs == {("a", "b"), ("a", "c"), ("a", "d"), ("b", "c"), ("b", "d"), ("c", "d")}
     assert all(m.bandwidth_gbps > 0 and m.latency_us > 0 for m in finished_round.measurements)
@@ -683,3 +688,14 @@ async def test_a_node_that_has_not_confirmed_a_cancel_takes_no_new_job(
     with pytest.raises(NodeBusy, match="node a has not yet confirmed that it ended benchmark job bj-old"):
         await jobs_controller.jobs.start(request(["a"]))
     assert await jobs_controller.jobs.list() == [], "nothing stored"
+
+    # A job asked for meanwhile starts when the node confirms the cancel, not when its wait is over.
+    jobs_controller.jobs.settings = replace(jobs_controller.jobs.settings, cancel_wait_s=600)
+    waiting = asyncio.create_task(jobs_controller.jobs.start(request(["a"])))
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    confirmed = agent_pb2.CommandResult(command_id="bj-old-cancel-0", status=agent_pb2.COMMAND_STATUS_SUCCEEDED)
+    await jobs_controller.commands.finish("a", confirmed)  # what the node's session does with its result
+    await jobs_controller.jobs.on_result("a", confirmed)
+    started = await asyncio.wait_for(waiting, 30)
+    assert started.status == admin_pb2.BENCHMARK_JOB_STATUS_RUNNING

@@ -25,6 +25,7 @@ from tests.support.sim_agent import sim_agent
 from tests.support.waiting import async_wait_until
 from topo_tune.auth import bearer_metadata
 from topo_tune.cli.main import cli
+from topo_tune.client import AdminClient
 from topo_tune.cluster_config import DriftConfig, RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.config_version import ConfigVersion, render_nccl_conf
 from topo_tune.controller.api.messages import to_proto_drift_check
@@ -60,7 +61,6 @@ async def controller(sqlite_url: str, tmp_path: Path) -> AsyncIterator[Controlle
     )
     await server.start()
     assert isinstance(server.rollouts.verifier, BenchmarkVerifier)
-    server.rollouts.verifier.poll_s = 0.05
     try:
         yield server
     finally:
@@ -108,6 +108,10 @@ async def test_drift_check_finds_the_version_as_fast_then_reports_a_slower_node(
         requested = json.loads(asked.stdout)
         assert requested["status"] == "ok" and requested["check_id"] != healthy.check_id, requested
         assert requested["nodes"] == ["gpu1"] and len(requested["job_ids"]) == 2
+        with AdminClient(f"127.0.0.1:{controller.port}", token=TOKEN) as client:  # a check that has ended
+            updates: list[admin_pb2.DriftCheckUpdate] = []
+            watched = await asyncio.to_thread(client.watch_drift_check, requested["check_id"], updates.append)
+        assert watched.status == "ok" and [(u.progress.done, u.progress.total) for u in updates] == [(2, 2)]
         wrong = await asyncio.to_thread(run_admin, controller, "drift", "run", "--version", "cv-0000000000000000")
         assert wrong.exit_code == 1
         assert f"config_version: cv-0000000000000000 is not the active version ({NEUTRAL.id})" in wrong.output

@@ -4,7 +4,6 @@ table) and show it like nccl-tests."""
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import click
@@ -15,6 +14,7 @@ from topo_tune.benchmark.table import TableContext, render_table
 from topo_tune.benchmark.wire import COLLECTIVE_FROM_PROTO, COLLECTIVE_TO_PROTO, size_from_proto
 from topo_tune.cli.admin import admin, connected
 from topo_tune.cli.output import emit_data, emit_table, to_data
+from topo_tune.cli.progress import progress_lines
 from topo_tune.client import AdminClient
 from topo_tune.errors import ControllerError, TunerTableError
 from topo_tune.plugin.table import parse_tuner_table
@@ -187,11 +187,12 @@ def run(
         tuner_table=tuner_table or "",
     )
     job = client.start_benchmark(request)
-    if wait:
+    if wait and job.status == admin_pb2.BENCHMARK_JOB_STATUS_RUNNING:
         click.echo(f"# job {job.job_id} running on {len(job.nodes)} nodes ...", err=True)
-        while job.status == admin_pb2.BENCHMARK_JOB_STATUS_RUNNING:
-            time.sleep(0.5)
-            job = client.get_benchmark(job.job_id)
+        job = client.watch_benchmark(
+            job.job_id,
+            progress_lines("nodes reported", lambda u: u.job.status == admin_pb2.BENCHMARK_JOB_STATUS_RUNNING),
+        )
     _print_job(job, fmt)
     if job.status not in (admin_pb2.BENCHMARK_JOB_STATUS_RUNNING, admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED):
         raise ControllerError(job.message or f"benchmark job {job.job_id} {STATUS_NAMES.get(job.status)}")

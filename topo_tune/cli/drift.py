@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 import click
 
 from topo_tune.cli.admin import admin, connected
 from topo_tune.cli.output import emit_data, emit_table, to_data
+from topo_tune.cli.progress import progress_lines
 from topo_tune.client import AdminClient
 from topo_tune.errors import ControllerError
 from topo_tune.v1 import admin_pb2
@@ -98,9 +97,9 @@ def run(client: AdminClient, fmt: str, version: str, wait: bool) -> None:
     check = client.run_drift_check(version=version)
     if wait and check.status == "running":
         click.echo(f"# drift check {check.check_id} measuring on {', '.join(check.nodes)} ...", err=True)
-        while check.status == "running":
-            time.sleep(0.5)
-            check = client.get_drift_check(check.check_id)
+        check = client.watch_drift_check(
+            check.check_id, progress_lines("benchmark jobs ended", lambda u: u.check.status == "running")
+        )
     _print_check(check, fmt)
     if check.status not in ("ok", "running"):
         raise ControllerError(f"drift check {check.check_id} {check.status}: {check.message}")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
-
 import click
 
 from topo_tune.cli.admin import admin, connected
 from topo_tune.cli.bench import ByteSize
 from topo_tune.cli.output import emit_data, emit_table, to_data
+from topo_tune.cli.progress import progress_lines
 from topo_tune.client import PROBE_SAMPLING, AdminClient
 from topo_tune.errors import ControllerError
 from topo_tune.v1 import admin_pb2
@@ -81,9 +80,11 @@ def run(
             click.echo(
                 f"# probe round {found.round_id}: {found.pairs_total} pairs in {found.rounds} rounds ...", err=True
             )
-        while found.status == admin_pb2.PROBE_ROUND_STATUS_RUNNING:
-            time.sleep(0.5)
-            found = client.get_probe_round(found.round_id)
+        if found.status == admin_pb2.PROBE_ROUND_STATUS_RUNNING:
+            found = client.watch_probe_round(
+                found.round_id,
+                progress_lines("pairs measured", lambda u: u.round.status == admin_pb2.PROBE_ROUND_STATUS_RUNNING),
+            )
     _print_round(found, fmt)
     if found.status == admin_pb2.PROBE_ROUND_STATUS_FAILED:
         raise ControllerError(f"probe round {found.round_id} failed: {found.message}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -11,10 +12,11 @@ import click
 from topo_tune.cli.admin import connected
 from topo_tune.cli.output import emit_data, emit_table, to_data
 from topo_tune.cli.setting_options import setting_option, show_default
-from topo_tune.client import AdminClient
+from topo_tune.client import ROLLOUT_ENDS, AdminClient
 from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.config_values import parse_duration
 from topo_tune.config_version import FILE_NAMES
+from topo_tune.errors import ControllerError
 from topo_tune.v1 import admin_pb2
 
 _GATE = "rollout.gate"  # the controller's cluster.yaml: its defaults for every rollout
@@ -203,10 +205,38 @@ def create(
 
 @rollout.command()
 @click.argument("rollout_id", required=False, default="")
+@click.option(
+    "--wait/--no-wait",
+    default=False,
+    show_default=True,
+    help="Follow the rollout to its end (completed, rolled back or aborted), a line on stderr per step; "
+    "exit 1 unless it completed. A pause waits for an operator (admin rollout resume|promote).",
+)
 @connected
-def status(client: AdminClient, fmt: str, rollout_id: str) -> None:
+def status(client: AdminClient, fmt: str, rollout_id: str, wait: bool) -> None:
     """Show a rollout (default: the active one, else the latest) with its waves and gate verdicts."""
-    show(client.get_rollout(rollout_id), fmt)
+    info = client.get_rollout(rollout_id)
+    if wait and info.phase not in ROLLOUT_ENDS:
+        info = client.watch_rollout(info.id, _step_lines())
+    show(info, fmt)
+    if wait and info.phase != "completed":
+        raise ControllerError(f"rollout {info.id} {info.phase}: {info.reason}")
+
+
+def _step_lines() -> Callable[[admin_pb2.RolloutUpdate], None]:
+    """Prints ``# verifying, 1/3 waves done (reason)`` on stderr each time the rollout's phase or wave moves."""
+    shown: list[tuple[str, int, int]] = []
+
+    def step(update: admin_pb2.RolloutUpdate) -> None:
+        now = (update.rollout.phase, update.rollout.wave, update.progress.done)
+        if not shown or shown[-1] != now:
+            reason = f" ({update.rollout.reason})" if update.rollout.reason else ""
+            click.echo(
+                f"# {update.rollout.phase}, {update.progress.done}/{update.progress.total} waves done{reason}", err=True
+            )
+            shown.append(now)
+
+    return step
 
 
 @rollout.command(name="list")

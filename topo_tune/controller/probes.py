@@ -36,7 +36,7 @@ import math
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -47,6 +47,7 @@ from topo_tune.benchmark.job_spec import MAX_DEADLINE_S
 from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound, ProbeStatus
 from topo_tune.controller import names
 from topo_tune.controller.benchmarks.plan import probe_rounds
+from topo_tune.controller.changes import Changes, first_of
 from topo_tune.controller.commands import CommandBook, CommandRecord, CommandStatus
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.left_running import end_left_running
@@ -91,6 +92,14 @@ def _set_progress(session: Session, *, round_id: str, progress: dict[str, object
         row.progress = progress
 
 
+def _lost(node: str) -> str:
+    return f"node-lost/{node}"
+
+
+def _ended(found: ProbeRound) -> bool:
+    return found.status is not ProbeStatus.RUNNING
+
+
 def _measurement(row: PairMeasurementRow) -> PairMeasurement:
     return PairMeasurement(
         node_a=row.node_a,
@@ -115,8 +124,8 @@ class Probes:
     """After a pair's deadline, how long results already on their way may still arrive."""
     sampling_policy: SamplingPolicy = field(default_factory=SamplingPolicy)
     """How sparse a ``sparse`` round is (its seed is drawn per round)."""
-    check_s: float = 0.25
-    """How often a waiting probe looks for a lost node."""
+    changes: Changes = field(default_factory=Changes)
+    """Woken where a round's measurement, progress or end is committed (`wait`, the admin API's watch)."""
     _waiters: dict[str, asyncio.Future[agent_pb2.CommandResult]] = field(default_factory=dict, init=False)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
@@ -248,6 +257,7 @@ class Probes:
                     "slow_pairs": [list(pair) for pair in found.outlier_pairs],
                 }
                 await self.db.run(functools.partial(_set_progress, round_id=round_id, progress=progress))
+                self.changes.changed(round_id)
         except Exception as error:
             logger.exception("probe round failed", extra={"round": round_id})
             failures.append(f"{error.__class__.__name__}: {error}")
@@ -277,6 +287,7 @@ class Probes:
                 row.finished_at = now
 
         await self.db.run(finish)
+        self.changes.changed(round_id)
         logger.info("probe round finished", extra={"round": round_id, "failures": len(failures)})
 
     async def _probe(
@@ -355,6 +366,7 @@ class Probes:
             )
 
         await self.db.run(store)
+        self.changes.changed(round_id)
         return "", (bandwidth, latency)
 
     async def _wait(
@@ -363,6 +375,7 @@ class Probes:
         """Both results, or those in by ``until``; or as soon as the probe cannot finish, why not."""
         waiters = [self._waiters[cid] for cid in ids]
         while True:
+            lost_signals = [self.changes.signal(_lost(n)) for n in nodes]  # before reading the nodes' states
             results = [w.result() if w.done() else None for w in waiters]
             parts = [OpenPart(n, r is not None, r) for n, r in zip(nodes, results, strict=True)]
             lost = {n for n in nodes if self.registry.state_of(n) is NodeState.LOST}
@@ -370,7 +383,13 @@ class Probes:
             left = until - time.monotonic()
             if cannot or None not in results or left <= 0:
                 return results, cannot
-            await asyncio.wait([w for w in waiters if not w.done()], timeout=min(left, self.check_s))
+            # A result, a node lost, or the deadline: whichever comes first.
+            await first_of(lost_signals, [w for w in waiters if not w.done()], within_s=left)
+
+    def nodes_lost(self, names: Sequence[str]) -> None:
+        """The registry marked ``names`` lost: wake the probes waiting on them (they end at once)."""
+        for name in names:
+            self.changes.changed(_lost(name))
 
     async def _cancel(
         self, probe_id: str, nodes: tuple[str, str], results: list[agent_pb2.CommandResult | None], why: str
@@ -436,6 +455,14 @@ class Probes:
             )
 
         return await self.db.run(read)
+
+    def watch(self, round_id: str) -> AsyncIterator[ProbeRound]:
+        """The round now and at each change (a pair measured, more planned, the end), ending with the ended round."""
+        return self.changes.follow(round_id, lambda: self.get(round_id), _ended)
+
+    async def wait(self, round_id: str) -> ProbeRound:
+        """The round once it has ended: returns at the commit of its end, with no polling."""
+        return await self.changes.last(round_id, lambda: self.get(round_id), _ended)
 
     async def measured_pairs(self) -> list[PairMeasurement]:
         """The newest measurement of every pair."""

@@ -89,7 +89,7 @@ class Schedule:
             return
         services = self._services
         with services.metrics.db_seconds.time():
-            await services.registry.sweep()
+            services.probes.nodes_lost(await services.registry.sweep())
             await services.jobs.sweep()
         for state, count in services.registry.counts().items():
             services.metrics.nodes.labels(state=state.value).set(count)

@@ -97,6 +97,7 @@ class Controller:
         """Graceful shutdown: NOT_SERVING, close sessions, drain RPCs, stop leading (flush, release), close."""
         await self.serving.enter_shutdown()
         self.hub.close_all("controller shutting down")
+        self.services.changes.close("the controller is shutting down")
         await self.probes.close()
         await self.serving.drain()
         try:
@@ -132,6 +133,7 @@ class Controller:
         await self.rollouts.close()  # a gate still measuring is rerun by the next leader
         await self.drift.close()  # a drift check still measuring is marked failed by the next leader
         self.hub.close_all("this controller is no longer the leader")
+        self.services.changes.close("this controller is no longer the leader")
         if still_holds:
             await self.registry.flush()
 

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from topo_tune.config_version import TUNER_TABLE
 from topo_tune.controller.api.in_process import InProcessPort
 from topo_tune.controller.benchmarks.service import BenchmarkJobs, JobSettings
+from topo_tune.controller.changes import Changes
 from topo_tune.controller.commands import CommandBook
 from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.db.database import Database
@@ -85,6 +86,7 @@ class Services:
             fanout_window=settings.fanout_window,
             result_listeners=(self._on_result,),
         )
+        self.changes = Changes()  # one set of wake-ups for jobs, probe rounds, drift checks and rollouts
         self.jobs = BenchmarkJobs(
             db=db,
             registry=self.registry,
@@ -97,9 +99,15 @@ class Services:
                 result_grace_s=settings.benchmark_result_grace_s,
             ),
             busy_reasons=self._busy_reasons,
+            changes=self.changes,
         )
         self.probes = Probes(
-            db=db, registry=self.registry, commands=self.commands, deliver=self.hub.deliver_new, wall_clock=wall_clock
+            db=db,
+            registry=self.registry,
+            commands=self.commands,
+            deliver=self.hub.deliver_new,
+            wall_clock=wall_clock,
+            changes=self.changes,
         )
         self.rollout_store = RolloutStore(db=db, wall_clock=wall_clock)
         self.config_versions = self.rollout_store.versions
@@ -131,6 +139,7 @@ class Services:
             background_gates=True,
             gate_defaults=settings.rollout_gate,
             threshold_defaults=settings.rollout_thresholds,
+            changes=self.changes,
         )
         self.drift = DriftChecker(
             db=db,
@@ -142,6 +151,7 @@ class Services:
             wall_clock=wall_clock,
             settings=settings.drift,
             idle=self._idle_nodes,
+            changes=self.changes,
         )
         self.retention = Retention(db=db, wall_clock=wall_clock, settings=settings.retention, metrics=self.metrics)
         self.job_configs = JobResolver(self.rollout_store)

@@ -2434,3 +2434,153 @@ class IssuedCredential(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___IssuedCredential: _TypeAlias = IssuedCredential  # noqa: Y015
+
+@_typing.final
+class WatchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """the job, round, check or rollout id"""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchRequest: _TypeAlias = WatchRequest  # noqa: Y015
+
+@_typing.final
+class Progress(_message.Message):
+    """How far along a watched thing is: `done` of `total` parts (nodes reported, pairs measured, jobs run, waves
+    finished). `total` may grow while a sparse probe round plans more pairs.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DONE_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    done: _builtins.int
+    total: _builtins.int
+    def __init__(
+        self,
+        *,
+        done: _builtins.int = ...,
+        total: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["done", b"done", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Progress: _TypeAlias = Progress  # noqa: Y015
+
+@_typing.final
+class BenchmarkJobUpdate(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def job(self) -> Global___BenchmarkJob: ...
+    @_builtins.property
+    def progress(self) -> Global___Progress:
+        """nodes whose part is final, of the job's nodes"""
+
+    def __init__(
+        self,
+        *,
+        job: Global___BenchmarkJob | None = ...,
+        progress: Global___Progress | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "progress", b"progress"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "progress", b"progress"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BenchmarkJobUpdate: _TypeAlias = BenchmarkJobUpdate  # noqa: Y015
+
+@_typing.final
+class ProbeRoundUpdate(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROUND_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def round(self) -> Global___ProbeRound: ...
+    @_builtins.property
+    def progress(self) -> Global___Progress:
+        """pairs measured, of the pairs planned so far"""
+
+    def __init__(
+        self,
+        *,
+        round: Global___ProbeRound | None = ...,
+        progress: Global___Progress | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["progress", b"progress", "round", b"round"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["progress", b"progress", "round", b"round"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProbeRoundUpdate: _TypeAlias = ProbeRoundUpdate  # noqa: Y015
+
+@_typing.final
+class DriftCheckUpdate(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECK_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def check(self) -> Global___DriftCheck: ...
+    @_builtins.property
+    def progress(self) -> Global___Progress:
+        """its benchmark jobs that ended, of its jobs"""
+
+    def __init__(
+        self,
+        *,
+        check: Global___DriftCheck | None = ...,
+        progress: Global___Progress | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["check", b"check", "progress", b"progress"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["check", b"check", "progress", b"progress"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DriftCheckUpdate: _TypeAlias = DriftCheckUpdate  # noqa: Y015
+
+@_typing.final
+class RolloutUpdate(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROLLOUT_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def rollout(self) -> Global___RolloutInfo: ...
+    @_builtins.property
+    def progress(self) -> Global___Progress:
+        """waves done, of its waves"""
+
+    def __init__(
+        self,
+        *,
+        rollout: Global___RolloutInfo | None = ...,
+        progress: Global___Progress | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["progress", b"progress", "rollout", b"rollout"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["progress", b"progress", "rollout", b"rollout"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RolloutUpdate: _TypeAlias = RolloutUpdate  # noqa: Y015

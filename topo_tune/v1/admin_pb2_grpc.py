@@ -189,6 +189,26 @@ class AdminServiceStub:
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.IssueCredentialRequest.SerializeToString,
                 response_deserializer=topo__tune_dot_v1_dot_admin__pb2.IssuedCredential.FromString,
                 _registered_method=True)
+        self.WatchBenchmark = channel.unary_stream(
+                '/topo_tune.v1.AdminService/WatchBenchmark',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.WatchRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.BenchmarkJobUpdate.FromString,
+                _registered_method=True)
+        self.WatchProbeRound = channel.unary_stream(
+                '/topo_tune.v1.AdminService/WatchProbeRound',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.WatchRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ProbeRoundUpdate.FromString,
+                _registered_method=True)
+        self.WatchDriftCheck = channel.unary_stream(
+                '/topo_tune.v1.AdminService/WatchDriftCheck',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.WatchRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.DriftCheckUpdate.FromString,
+                _registered_method=True)
+        self.WatchRollout = channel.unary_stream(
+                '/topo_tune.v1.AdminService/WatchRollout',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.WatchRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.RolloutUpdate.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -387,6 +407,34 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchBenchmark(self, request, context):
+        """Watch one thing until it ends: its state now, then again at each change the controller commits (a node
+        reported, a pair measured, a wave moved on), the last message being the ended state; then the stream
+        ends. Nothing is sent while nothing changes. A stream that breaks (the controller restarted, or is no
+        longer the leader: UNAVAILABLE) is resumed by watching the same id again: the state is stored.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchProbeRound(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchDriftCheck(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchRollout(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -544,6 +592,26 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.IssueCredential,
                     request_deserializer=topo__tune_dot_v1_dot_admin__pb2.IssueCredentialRequest.FromString,
                     response_serializer=topo__tune_dot_v1_dot_admin__pb2.IssuedCredential.SerializeToString,
+            ),
+            'WatchBenchmark': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchBenchmark,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.WatchRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.BenchmarkJobUpdate.SerializeToString,
+            ),
+            'WatchProbeRound': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchProbeRound,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.WatchRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.ProbeRoundUpdate.SerializeToString,
+            ),
+            'WatchDriftCheck': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchDriftCheck,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.WatchRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.DriftCheckUpdate.SerializeToString,
+            ),
+            'WatchRollout': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchRollout,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.WatchRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.RolloutUpdate.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1383,6 +1451,114 @@ class AdminService:
             '/topo_tune.v1.AdminService/IssueCredential',
             topo__tune_dot_v1_dot_admin__pb2.IssueCredentialRequest.SerializeToString,
             topo__tune_dot_v1_dot_admin__pb2.IssuedCredential.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchBenchmark(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/WatchBenchmark',
+            topo__tune_dot_v1_dot_admin__pb2.WatchRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.BenchmarkJobUpdate.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchProbeRound(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/WatchProbeRound',
+            topo__tune_dot_v1_dot_admin__pb2.WatchRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.ProbeRoundUpdate.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchDriftCheck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/WatchDriftCheck',
+            topo__tune_dot_v1_dot_admin__pb2.WatchRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.DriftCheckUpdate.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchRollout(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/WatchRollout',
+            topo__tune_dot_v1_dot_admin__pb2.WatchRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.RolloutUpdate.FromString,
             options,
             channel_credentials,
             insecure,

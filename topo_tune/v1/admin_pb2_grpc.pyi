@@ -70,6 +70,15 @@ class AdminServiceStub:
     """A drift check now, as the periodic one runs: returned once stored, `running` while its jobs measure."""
     IssueCredential: _grpc.UnaryUnaryMultiCallable[_admin_pb2.IssueCredentialRequest, _admin_pb2.IssuedCredential]
     """Credentials of the narrower roles (admin only): one node's agent, or the jobs."""
+    WatchBenchmark: _grpc.UnaryStreamMultiCallable[_admin_pb2.WatchRequest, _admin_pb2.BenchmarkJobUpdate]
+    """Watch one thing until it ends: its state now, then again at each change the controller commits (a node
+    reported, a pair measured, a wave moved on), the last message being the ended state; then the stream
+    ends. Nothing is sent while nothing changes. A stream that breaks (the controller restarted, or is no
+    longer the leader: UNAVAILABLE) is resumed by watching the same id again: the state is stored.
+    """
+    WatchProbeRound: _grpc.UnaryStreamMultiCallable[_admin_pb2.WatchRequest, _admin_pb2.ProbeRoundUpdate]
+    WatchDriftCheck: _grpc.UnaryStreamMultiCallable[_admin_pb2.WatchRequest, _admin_pb2.DriftCheckUpdate]
+    WatchRollout: _grpc.UnaryStreamMultiCallable[_admin_pb2.WatchRequest, _admin_pb2.RolloutUpdate]
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -113,6 +122,15 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """A drift check now, as the periodic one runs: returned once stored, `running` while its jobs measure."""
     IssueCredential: _aio.UnaryUnaryMultiCallable[_admin_pb2.IssueCredentialRequest, _admin_pb2.IssuedCredential]  # type: ignore[assignment]
     """Credentials of the narrower roles (admin only): one node's agent, or the jobs."""
+    WatchBenchmark: _aio.UnaryStreamMultiCallable[_admin_pb2.WatchRequest, _admin_pb2.BenchmarkJobUpdate]  # type: ignore[assignment]
+    """Watch one thing until it ends: its state now, then again at each change the controller commits (a node
+    reported, a pair measured, a wave moved on), the last message being the ended state; then the stream
+    ends. Nothing is sent while nothing changes. A stream that breaks (the controller restarted, or is no
+    longer the leader: UNAVAILABLE) is resumed by watching the same id again: the state is stored.
+    """
+    WatchProbeRound: _aio.UnaryStreamMultiCallable[_admin_pb2.WatchRequest, _admin_pb2.ProbeRoundUpdate]  # type: ignore[assignment]
+    WatchDriftCheck: _aio.UnaryStreamMultiCallable[_admin_pb2.WatchRequest, _admin_pb2.DriftCheckUpdate]  # type: ignore[assignment]
+    WatchRollout: _aio.UnaryStreamMultiCallable[_admin_pb2.WatchRequest, _admin_pb2.RolloutUpdate]  # type: ignore[assignment]
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -339,5 +357,38 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.IssuedCredential, _abc.Awaitable[_admin_pb2.IssuedCredential]]:
         """Credentials of the narrower roles (admin only): one node's agent, or the jobs."""
+
+    @_abc_1.abstractmethod
+    def WatchBenchmark(
+        self,
+        request: _admin_pb2.WatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_admin_pb2.BenchmarkJobUpdate], _abc.AsyncIterator[_admin_pb2.BenchmarkJobUpdate]]:
+        """Watch one thing until it ends: its state now, then again at each change the controller commits (a node
+        reported, a pair measured, a wave moved on), the last message being the ended state; then the stream
+        ends. Nothing is sent while nothing changes. A stream that breaks (the controller restarted, or is no
+        longer the leader: UNAVAILABLE) is resumed by watching the same id again: the state is stored.
+        """
+
+    @_abc_1.abstractmethod
+    def WatchProbeRound(
+        self,
+        request: _admin_pb2.WatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_admin_pb2.ProbeRoundUpdate], _abc.AsyncIterator[_admin_pb2.ProbeRoundUpdate]]: ...
+
+    @_abc_1.abstractmethod
+    def WatchDriftCheck(
+        self,
+        request: _admin_pb2.WatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_admin_pb2.DriftCheckUpdate], _abc.AsyncIterator[_admin_pb2.DriftCheckUpdate]]: ...
+
+    @_abc_1.abstractmethod
+    def WatchRollout(
+        self,
+        request: _admin_pb2.WatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_admin_pb2.RolloutUpdate], _abc.AsyncIterator[_admin_pb2.RolloutUpdate]]: ...
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -8,15 +8,20 @@ rollout waits for a human.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from tests.conftest import controller_settings
+from tests.support.processes import TOKEN
 from tests.support.sim_agent import sim_agent
 from tests.support.waiting import async_wait_until
 from topo_tune.agent.daemon import Agent
+from topo_tune.cli.main import cli
+from topo_tune.client import AdminClient
 from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.config_version import ConfigVersion, render_nccl_conf
 from topo_tune.controller.rollout.gates import Outcome
@@ -24,6 +29,7 @@ from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase, Snapshot
 from topo_tune.controller.rollout.verification import BenchmarkVerifier
 from topo_tune.controller.server import Controller
+from topo_tune.v1 import admin_pb2
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +51,6 @@ async def one_sim_node(sqlite_url: str, tmp_path: Path) -> AsyncIterator[tuple[C
     )
     await controller.start()
     assert isinstance(controller.rollouts.verifier, BenchmarkVerifier)
-    controller.rollouts.verifier.poll_s = 0.05
     try:
         async with sim_agent(controller.port, tmp_path) as agent:
             yield controller, agent
@@ -67,6 +72,13 @@ async def test_gates_measured_by_benchmark_jobs_roll_back_a_slow_version_and_pau
     controller, agent = one_sim_node
     policy = PlanPolicy(canary_nodes=0, gate=RolloutGateConfig(repeats=7))
     slow = await controller.rollouts.create(SLOW, policy=policy, thresholds=RolloutThresholdsConfig(), actor="t")
+    # Followed through the admin API's watch stream: each committed step, then the end.
+    updates: list[admin_pb2.RolloutUpdate] = []
+    with AdminClient(f"127.0.0.1:{controller.port}", token=TOKEN) as client:
+        watched = await asyncio.to_thread(client.watch_rollout, slow.rollout.id, updates.append)
+    assert watched.phase == "rolled_back" and all(u.progress.total == 1 for u in updates)
+    assert [u.rollout.phase for u in updates][-1:] == ["rolled_back"]
+    assert "verifying" in [u.rollout.phase for u in updates], "the gate's step was seen as it was committed"
     final = await settled(controller, slow.rollout.id, RolloutPhase.ROLLED_BACK)
     [gate] = await controller.rollout_store.gates(slow.rollout.id)
     assert gate.verdict.outcome is Outcome.FAILED, gate.verdict.reasons
@@ -79,11 +91,20 @@ async def test_gates_measured_by_benchmark_jobs_roll_back_a_slow_version_and_pau
     assert all(job.simulated for job in jobs) and len(jobs) == 14, "7 interleaved A/B repeats"
 
     neutral = await controller.rollouts.create(NEUTRAL, policy=policy, thresholds=RolloutThresholdsConfig(), actor="t")
+    args = ["admin", "rollout", "status", neutral.rollout.id, "--wait", "--controller", f"127.0.0.1:{controller.port}"]
+    waiting = asyncio.create_task(
+        asyncio.to_thread(CliRunner().invoke, cli, args, env={"TOPO_TUNE_TOKEN": TOKEN})
+    )  # an operator follows it through the pause
     paused = await settled(controller, neutral.rollout.id, RolloutPhase.PAUSED)
     assert "gain of 3% not shown" in paused.rollout.reason
+    assert not waiting.done(), "a pause is not the end"
     await controller.rollouts.promote(neutral.rollout.id, actor="operator")
     done = await settled(controller, neutral.rollout.id, RolloutPhase.COMPLETED)
     assert done.rollout.phase is RolloutPhase.COMPLETED
+    followed = await asyncio.wait_for(waiting, 60)
+    assert followed.exit_code == 0, followed.output
+    assert f"rollout {neutral.rollout.id}: " in followed.stdout and "[completed]" in followed.stdout
+    assert "# paused, 0/1 waves done (" in followed.stderr and "gain of 3% not shown" in followed.stderr
     assert agent.config_store.active_version() == NEUTRAL.id
 
 

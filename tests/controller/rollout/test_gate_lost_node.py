@@ -78,7 +78,6 @@ async def test_a_node_lost_mid_gate_ends_the_gate_inconclusive_within_a_heartbea
     try:
         assert isinstance(controller.rollouts.verifier, BenchmarkVerifier)
         verifier = controller.rollouts.verifier
-        verifier.poll_s = 0.05
         assert verifier.deadline_s == 600, "the gate's jobs keep the production deadline"
 
         async def ready() -> bool:

@@ -30,6 +30,7 @@ from topo_tune.controller.api.messages import (
 )
 from topo_tune.controller.api.rollout import RolloutServicerMixin
 from topo_tune.controller.api.status_codes import maps_errors
+from topo_tune.controller.api.watch import WatchServicerMixin
 from topo_tune.controller.commands import CommandBook
 from topo_tune.controller.config_versions import ConfigVersions
 from topo_tune.controller.credentials import Credentials
@@ -53,7 +54,7 @@ SERVICE_NAME = admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name
 """The admin service's full name, as health checks and reflection know it."""
 
 
-class AdminServicer(RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
+class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
     def __init__(
         self,
         *,

@@ -55,6 +55,9 @@ class InProcessPort:
     def get_probe_round(self, round_id: str) -> ProbeRound:
         return self._run(self.probes.get(round_id))
 
+    def wait_probe_round(self, round_id: str) -> ProbeRound:
+        return self._run(self.probes.wait(round_id))
+
     def measured_pairs(self) -> list[PairMeasurement]:
         return self._run(self.probes.measured_pairs())
 
@@ -65,6 +68,9 @@ class InProcessPort:
 
     def get_benchmark(self, job_id: str) -> BenchmarkJob:
         return self._run(self.jobs.get(job_id))
+
+    def wait_benchmark(self, job_id: str) -> BenchmarkJob:
+        return self._run(self.jobs.wait(job_id))
 
     def put_config_version(
         self, files: dict[str, str], provenance: dict[str, str], *, version_id: str = ""

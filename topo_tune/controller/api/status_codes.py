@@ -48,6 +48,7 @@ CODES: dict[type[errors.TopoTuneError], grpc.StatusCode] = {
     # Somewhere else is away: the caller retries, or goes to the new leader.
     errors.StorageError: C.UNAVAILABLE,
     errors.StaleTermError: C.UNAVAILABLE,
+    errors.WatchEnded: C.UNAVAILABLE,
     errors.KubernetesError: C.UNAVAILABLE,
     errors.ControllerError: C.UNAVAILABLE,
 }

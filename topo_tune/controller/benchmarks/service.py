@@ -27,7 +27,7 @@ import math
 import random
 import uuid
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -49,6 +49,7 @@ from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import spec_to_proto
 from topo_tune.controller import names
 from topo_tune.controller.benchmarks.plan import JobNode, JobSummary, plan_job, summarize
+from topo_tune.controller.changes import Changes, first_of
 from topo_tune.controller.commands import CommandBook, CommandRecord, CommandStatus
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import BenchmarkJobRow, CommandRow
@@ -88,6 +89,8 @@ class BenchmarkJobs:
     """Why nodes may not take benchmark work now (in Kubernetes: GPU pods on them); empty: all idle."""
     rng: random.Random = field(default_factory=random.Random)
     new_id: Callable[[], str] = lambda: "bj-" + uuid.uuid4().hex[:12]
+    changes: Changes = field(default_factory=Changes)
+    """Woken where a job's results or its end are committed (`wait`, the admin API's watch)."""
 
     async def start(self, request: BenchmarkRequest) -> BenchmarkJob:
         """Plan, store and dispatch a job; returns it ``running`` (or the existing one for a known id)."""
@@ -149,12 +152,14 @@ class BenchmarkJobs:
         loop = asyncio.get_running_loop()
         until = loop.time() + self.settings.cancel_wait_s
         while True:
+            signals = [self.changes.signal(_reported(n)) for n in nodes]  # before the write reads the cancels
             try:
                 return await self.db.run(write)
             except _StillEnding:
-                if loop.time() >= until:
+                left = until - loop.time()
+                if left <= 0:
                     raise
-                await asyncio.sleep(0.1)
+            await first_of(signals, (), within_s=left)  # a node reported (its cancel's result, perhaps): try again
 
     async def _plan(
         self, request: BenchmarkRequest, job_id: str
@@ -242,6 +247,7 @@ class BenchmarkJobs:
 
     async def on_result(self, node_name: str, result: agent_pb2.CommandResult, job_id: str | None) -> None:
         """A command finished: if it was a job's last, finish the job."""
+        self.changes.changed(_reported(node_name))  # e.g. it confirmed a cancel: a job waiting for it may start
         if job_id:
             await self._finish_if_complete(job_id, timed_out=False)  # a lost node waits for the sweep
 
@@ -350,12 +356,36 @@ class BenchmarkJobs:
             return message, cancels
 
         ended = await self.db.run(finish)
+        self.changes.changed(job_id)  # a node's part (or the whole job) is committed: wake whoever waits
         if ended is None:
             return
         message, cancels = ended
         logger.info("benchmark job finished: %s", message, extra={"job": job_id})
         for record in cancels:  # stored with the job's end; sent now, or when the node comes back
             await self.deliver(record)
+
+    # -- waiting on a job (events, not polling) ----------------------------------------------------------------
+
+    async def progress(self, job_id: str) -> JobProgress:
+        """The job now, with how many of its nodes have reported."""
+
+        def read(session: Session) -> tuple[BenchmarkJobRow | None, list[str]]:
+            query = sa.select(CommandRow.status).where(CommandRow.job_id == job_id, CommandRow.kind == "run_benchmark")
+            return session.get(BenchmarkJobRow, job_id), list(session.scalars(query))
+
+        job, statuses = await self.db.run(read)
+        if job is None:
+            raise NotFoundError(f"no benchmark job with id {job_id!r}")
+        done = sum(1 for s in statuses if CommandStatus(s).final)
+        return JobProgress(_view(job), nodes_done=done, nodes_total=len(statuses))
+
+    def watch(self, job_id: str) -> AsyncIterator[JobProgress]:
+        """The job now and at each change (a node reported, the job ended), ending with the ended job."""
+        return self.changes.follow(job_id, lambda: self.progress(job_id), lambda p: p.ended)
+
+    async def wait(self, job_id: str) -> BenchmarkJob:
+        """The job once it has ended: returns at the commit of its end, with no polling."""
+        return (await self.changes.last(job_id, lambda: self.progress(job_id), lambda p: p.ended)).job
 
     async def _find(self, job_id: str) -> BenchmarkJob | None:
         try:
@@ -410,6 +440,22 @@ def _fitting(spec: BenchmarkSpec, node: str, stored: bytes) -> agent_pb2.Command
             )
         seen.add(rank.rank)
     return result
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    job: BenchmarkJob
+    nodes_done: int
+    """Nodes whose part is final (reported, or closed at the job's end)."""
+    nodes_total: int
+
+    @property
+    def ended(self) -> bool:
+        return self.job.status.final
+
+
+def _reported(node: str) -> str:
+    return f"node-reported/{node}"
 
 
 class _StillEnding(NodeBusy):

@@ -35,7 +35,7 @@ import builtins
 import logging
 import random
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from statistics import fmean
@@ -43,6 +43,7 @@ from typing import Any, Protocol
 
 from topo_tune.benchmark.job_record import BenchmarkJob
 from topo_tune.cluster_config import DriftConfig, RolloutGateConfig
+from topo_tune.controller.changes import Changes
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.drift.store import DriftCheck, DriftStore
 from topo_tune.controller.drift.verdict import DriftStatus, Reference, judge
@@ -97,6 +98,8 @@ class DriftChecker:
     """The idle subset of the given nodes (Kubernetes: no GPU pods, not cordoned); None: all are idle."""
     rng: random.Random = field(default_factory=random.Random)
     new_id: Callable[[], str] = lambda: "dc-" + uuid.uuid4().hex[:12]
+    changes: Changes = field(default_factory=Changes)
+    """Woken where a check's job ends or its verdict is committed (the admin API's watch)."""
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set, init=False)
     store: DriftStore = field(init=False)
 
@@ -205,6 +208,7 @@ class DriftChecker:
     async def _end_failed(self, check_id: str, reason: str) -> None:
         try:
             await self.store.end_failed(check_id, reason)
+            self.changes.changed(check_id)
         except TopoTuneError:  # the database itself is away: the next leader's recover() ends it
             logger.exception("could not mark drift check %s failed", check_id, extra={"check": check_id})
 
@@ -220,6 +224,7 @@ class DriftChecker:
             except TopoTuneError as error:  # e.g. a node became busy between the choice and the job
                 failure = f"the benchmark could not run: {error}"
                 break
+            self.changes.changed(check_id)  # one more of its jobs ended
             simulated = simulated or job.simulated
             sample = job_sample(job, repeat=repeat, arm="new")
             if sample is None:
@@ -283,6 +288,7 @@ class DriftChecker:
     ) -> None:
         verdict = judge(reference, measured, failure=failure, simulated=simulated, settings=self.settings)
         nodes = await self.store.finish(check_id, verdict, alpha=self.settings.alpha)  # then act
+        self.changes.changed(check_id)
         status, message = verdict.status, verdict.message
         self.metrics.drift_checks.labels(status=status.value).inc()
         if status is DriftStatus.REGRESSED:
@@ -321,6 +327,13 @@ class DriftChecker:
 
     async def get(self, check_id: str) -> DriftCheck:
         return await self.store.get(check_id)
+
+    def watch(self, check_id: str) -> AsyncIterator[tuple[DriftCheck, int]]:
+        """The check now and at each change (a job ended, the verdict), with how many of its jobs have ended;
+        ending with the finished check."""
+        return self.changes.follow(
+            check_id, lambda: self.store.progress(check_id), lambda found: found[0].status != DriftStatus.RUNNING.value
+        )
 
     async def list(self, *, limit: int = 50, status: str = "") -> builtins.list[DriftCheck]:
         return await self.store.list(limit=limit, status=status)

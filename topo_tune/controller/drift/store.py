@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.left_running import end_left_running
-from topo_tune.controller.db.models import DriftCheckRow, EventRow
+from topo_tune.controller.db.models import BenchmarkJobRow, DriftCheckRow, EventRow
 from topo_tune.controller.drift.verdict import DriftKind, DriftStatus, Reference, Verdict
 from topo_tune.errors import NotFoundError, ValidationError
 
@@ -177,6 +177,23 @@ class DriftStore:
         if row is None:
             raise NotFoundError(f"no drift check {check_id!r}")
         return _check(row)
+
+    async def progress(self, check_id: str) -> tuple[DriftCheck, int]:
+        """The check now, with how many of its benchmark jobs have ended."""
+
+        def read(session: Session) -> tuple[DriftCheckRow | None, int]:
+            row = session.get(DriftCheckRow, check_id)
+            if row is None or not row.job_ids:
+                return row, 0
+            ended = sa.select(sa.func.count()).where(
+                BenchmarkJobRow.id.in_(row.job_ids), BenchmarkJobRow.status != "running"
+            )
+            return row, int(session.scalar(ended) or 0)
+
+        row, ended = await self.db.run(read)
+        if row is None:
+            raise NotFoundError(f"no drift check {check_id!r}")
+        return _check(row), ended
 
     async def list(self, *, limit: int = 50, status: str = "") -> builtins.list[DriftCheck]:
         if status and status not in DriftStatus.__members__.values():

@@ -37,6 +37,7 @@ from typing import Protocol
 
 from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.config_version import ConfigVersion
+from topo_tune.controller.changes import Changes
 from topo_tune.controller.commands import CommandBook, CommandStatus
 from topo_tune.controller.nodes import NodeRegistry, NodeState
 from topo_tune.controller.rollout import state
@@ -90,6 +91,8 @@ class RolloutEngine:
     threshold_defaults: RolloutThresholdsConfig = field(default_factory=RolloutThresholdsConfig)
     """What a new rollout's gates measure and judge by when its request leaves them out (cluster.yaml's
     ``rollout`` section)."""
+    changes: Changes = field(default_factory=Changes)
+    """Woken where a rollout's step or gate verdict is committed (the admin API's watch)."""
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
     _gates_running: set[tuple[str, int, int]] = field(default_factory=set, init=False)
     _gate_tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
@@ -181,6 +184,7 @@ class RolloutEngine:
 
     async def _commit(self, snapshot: state.Snapshot, step: state.Step) -> state.Snapshot:
         after = await self.store.commit(snapshot, step)
+        self.changes.changed(snapshot.rollout.id)
         for entry in step.audit:
             if entry.subject == "rollout" or entry.subject.startswith("wave"):
                 logger.info(
@@ -272,6 +276,7 @@ class RolloutEngine:
             if failure:
                 verdict = dataclasses.replace(verdict, reasons=(failure, *verdict.reasons))
             await self.store.save_gate(rollout.id, wave=wave_index, attempt=attempt, verdict=verdict, samples=samples)
+            self.changes.changed(rollout.id)
         finally:
             self._gates_running.discard(key)
         logger.info(

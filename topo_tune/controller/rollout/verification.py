@@ -16,7 +16,6 @@ Non-goals: judging (``gates.py``) and dispatching jobs (``controller/benchmarks/
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -40,7 +39,9 @@ class JobRunner(Protocol):
 
     async def start(self, request: BenchmarkRequest) -> BenchmarkJob: ...
 
-    async def get(self, job_id: str) -> BenchmarkJob: ...
+    async def wait(self, job_id: str) -> BenchmarkJob:
+        """The job once it has ended (woken where its end is committed)."""
+        ...
 
 
 @dataclass
@@ -50,8 +51,6 @@ class BenchmarkVerifier:
     """The agents' config directory (the same on every node)."""
     collective: Collective = Collective.ALL_REDUCE
     deadline_s: int = 600
-    poll_s: float = 0.5
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     tables: Callable[[str], Awaitable[str]] | None = None
     """A version's tuner-plugin table ("" when it has none); None: gates send no table."""
 
@@ -103,10 +102,9 @@ class BenchmarkVerifier:
             tuner_table=await self.tables(version) if self.tables is not None and version else "",
         )
         job = await self.jobs.start(request)
-        while not job.status.final:
-            await self.sleep(self.poll_s)
-            job = await self.jobs.get(job_id)
-        return job
+        if job.status.final:
+            return job
+        return await self.jobs.wait(job_id)
 
 
 def gate_job_id(rollout_id: str, *, wave: int, attempt: int, repeat: int, arm: str) -> str:
