@@ -698,4 +698,4 @@ async def test_a_node_that_has_not_confirmed_a_cancel_takes_no_new_job(
     await jobs_controller.commands.finish("a", confirmed)  # what the node's session does with its result
     await jobs_controller.jobs.on_result("a", confirmed)
     started = await asyncio.wait_for(waiting, 30)
-    assert started.status == admin_pb2.BENCHMARK_JOB_STATUS_RUNNING
+    assert started.status is JobStatus.RUNNING
