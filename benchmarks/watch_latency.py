@@ -5,8 +5,9 @@ A real controller process and two sim agents on loopback (SQLite). Each run hold
 the agent. The commit time is the controller's own: the time it stamps on the row of the job's last node
 result, taken just before that row's transaction commits (so the latency is if anything overstated). The
 return time is this process's ``time.time()`` when the CLI command (run in-process through its click entry
-point, as the tests do) returns, after printing its table. Same machine, same clock. The CLI's RPCs are counted by a client
-interceptor: a run should make exactly two (StartBenchmark, WatchBenchmark), however long it waits.
+point, as the tests do) returns, after printing its table. Same machine, same clock. The CLI's RPCs are
+counted by a client interceptor: a run should make exactly two (StartBenchmark, WatchBenchmark), however long
+it waits.
 
 Usage: ``python benchmarks/watch_latency.py [--runs 30] [--hold 0.3]``.
 Target (issue 14): the CLI returns within 100 ms of the commit, with no RPC while it waits. Before the
