@@ -695,7 +695,7 @@ async def test_a_node_that_has_not_confirmed_a_cancel_takes_no_new_job(
     await asyncio.sleep(0.3)
     assert not waiting.done()
     confirmed = agent_pb2.CommandResult(command_id="bj-old-cancel-0", status=agent_pb2.COMMAND_STATUS_SUCCEEDED)
-    await jobs_controller.commands.finish("a", confirmed)  # what the node's session does with its result
-    await jobs_controller.jobs.on_result("a", confirmed)
+    recorded = await jobs_controller.commands.finish("a", confirmed)  # what the node's session does with it
+    await jobs_controller.jobs.on_result("a", confirmed, recorded.job_id)
     started = await asyncio.wait_for(waiting, 30)
     assert started.status is JobStatus.RUNNING
