@@ -15,10 +15,11 @@ import pytest
 from topo_tune.client import AdminClient, RemotePort
 from topo_tune.cluster_config import loads_cluster_config
 from topo_tune.errors import TrialFailed
+from topo_tune.job_evaluator import JobEvaluator
 from topo_tune.local_cluster import EmbeddedCluster
 from topo_tune.tuner.space import RankOrder, TrialConfig
 from topo_tune.tuner.study import MeasurementRequest
-from topo_tune.tuning_pass import JobEvaluator, require_gpus, wait_for_nodes
+from topo_tune.tuning_pass import require_gpus, wait_for_nodes
 
 CLUSTER = """apiVersion: topo-tune/v1
 backend: sim

@@ -451,7 +451,7 @@ def probe_round_from_proto(found: admin_pb2.ProbeRound) -> ProbeRound:
 
 
 class RemotePort:
-    """``tuning_pass.AdminPort`` over the admin API: what ``topo-tune init`` runs its pass through.
+    """``admin_port.AdminPort`` over the admin API: what ``topo-tune init`` runs its pass through.
 
     Converts between the pass's domain objects and the wire here, at the client's edge."""
 

@@ -24,6 +24,7 @@ import optuna
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from topo_tune.admin_port import AdminPort
 from topo_tune.cluster_config import (
     API_VERSION,
     ClusterConfig,
@@ -52,7 +53,7 @@ from topo_tune.errors import (
 )
 from topo_tune.tuner.outputs import verdict_lines
 from topo_tune.tuner.study import A_FAILURE, A_REASON, StudyProgress
-from topo_tune.tuning_pass import AdminPort, run_pass
+from topo_tune.tuning_pass import run_pass
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The admin calls a study's pass makes (``tuning_pass.AdminPort``), answered by this controller's services.
+"""The admin calls a study's pass makes (``admin_port.AdminPort``), answered by this controller's services.
 
 A study runs ``run_pass`` in a worker thread; this port hands each call to the services on the controller's
 event loop and waits for the answer, so a study goes through exactly the code the admin API uses. Benchmark

@@ -21,6 +21,7 @@ Non-goals: sending commands, persistence, choosing ports (the caller owns socket
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -255,3 +256,38 @@ def summarize(spec: BenchmarkSpec, results: Mapping[str, agent_pb2.CommandResult
         hung_ranks=tuple(sorted(hung)),
         wrong=wrong,
     )
+
+
+def fitting(spec: BenchmarkSpec, node: str, stored: bytes) -> agent_pb2.CommandResult:
+    """A node's stored result, or a failed one naming what in it does not fit the job.
+
+    An agent of another version (or a misbehaving one) may report ranks or sizes the job does not have, or
+    times no run takes; folded in as they are, they would fail the summary on every attempt and leave the job
+    running for good, or become the job's figures.
+    """
+    result = agent_pb2.CommandResult.FromString(stored)
+    own = {slot.rank for slot in spec.ranks if slot.node_name == node}
+    asked = {
+        shape(spec.collective, size_bytes=size, element_size=spec.dtype.size, nranks=spec.world_size).reported_bytes
+        for size in spec.sweep.sizes()
+    }
+    seen: set[int] = set()
+    why = ""
+    for rank in result.node_benchmark.ranks:
+        stray = sorted({m.bytes for m in rank.sizes} - asked)
+        # A time no run takes would become the job's figure (a NaN wins max() when it comes first).
+        untimed = [(m.bytes, m.time_us) for m in rank.sizes if not (math.isfinite(m.time_us) and m.time_us > 0)]
+        if rank.rank not in own:
+            why = f"rank {rank.rank} is not one of its ranks {sorted(own)}"
+        elif rank.rank in seen:
+            why = f"rank {rank.rank} is reported twice"
+        elif stray:
+            why = f"rank {rank.rank} reports sizes {stray} the job did not ask for"
+        elif untimed:
+            why = f"rank {rank.rank} reports a time of {untimed[0][1]} us at {untimed[0][0]} bytes"
+        if why:
+            return agent_pb2.CommandResult(
+                status=agent_pb2.COMMAND_STATUS_FAILED, message=f"its results do not fit the job: {why}"
+            )
+        seen.add(rank.rank)
+    return result

@@ -21,9 +21,7 @@ computes the same figures; such jobs are labelled simulated.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import math
 import random
 import uuid
 import zlib
@@ -34,21 +32,19 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from topo_tune.benchmark.collectives import shape
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.job_record import (
     BenchmarkJob,
     BenchmarkRequest,
-    JobId,
     JobOutcome,
     JobStatus,
-    SizeRange,
 )
 from topo_tune.benchmark.job_spec import MAX_DEADLINE_S, BenchmarkSpec
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import spec_to_proto
 from topo_tune.controller import names
-from topo_tune.controller.benchmarks.plan import JobNode, JobSummary, plan_job, summarize
+from topo_tune.controller.benchmarks import rows as stored
+from topo_tune.controller.benchmarks.plan import JobNode, JobSummary, fitting, plan_job, summarize
 from topo_tune.controller.changes import Changes, first_of
 from topo_tune.controller.commands import CommandBook, CommandRecord, CommandStatus
 from topo_tune.controller.db.database import Database
@@ -60,8 +56,6 @@ from topo_tune.v1 import agent_pb2, topology_pb2
 from topo_tune.wire_values import timestamp
 
 logger = logging.getLogger(__name__)
-
-RUNNING = JobStatus.RUNNING.value
 
 
 @dataclass(frozen=True)
@@ -109,10 +103,10 @@ class BenchmarkJobs:
         now = self.wall_clock()
 
         def write(session: Session) -> list[CommandRecord]:
-            busy = _busy(session, nodes)
+            busy = stored.busy(session, nodes)
             if busy:
                 raise NodeBusy(f"node {busy[0]} is running benchmark job {busy[1]}: one job per node at a time")
-            ending = _ending(session, nodes)
+            ending = stored.ending(session, nodes)
             if ending:
                 raise _StillEnding(
                     f"node {ending[0]} has not yet confirmed that it ended benchmark job {ending[1]} (cancelled)"
@@ -120,7 +114,7 @@ class BenchmarkJobs:
             session.add(
                 BenchmarkJobRow(
                     id=job_id,
-                    status=RUNNING,
+                    status=stored.RUNNING,
                     message="",
                     backend=backend,
                     nodes=nodes,
@@ -255,7 +249,7 @@ class BenchmarkJobs:
         """At start-up: finish jobs whose every node had reported before the last controller stopped."""
 
         def running(session: Session) -> list[str]:
-            return list(session.scalars(sa.select(BenchmarkJobRow.id).where(BenchmarkJobRow.status == RUNNING)))
+            return list(session.scalars(sa.select(BenchmarkJobRow.id).where(BenchmarkJobRow.status == stored.RUNNING)))
 
         lost = self._lost()
         for job_id in await self.db.run(running):
@@ -272,7 +266,7 @@ class BenchmarkJobs:
 
         def read(session: Session) -> tuple[list[str], list[str]]:
             running = sa.select(BenchmarkJobRow.id, BenchmarkJobRow.nodes, BenchmarkJobRow.deadline_at).where(
-                BenchmarkJobRow.status == RUNNING
+                BenchmarkJobRow.status == stored.RUNNING
             )
             rows = session.execute(running).all()
             overdue = [job_id for job_id, _, deadline_at in rows if deadline_at < limit]
@@ -291,7 +285,7 @@ class BenchmarkJobs:
 
         def finish(session: Session) -> tuple[str, list[CommandRecord]] | None:
             job = session.get(BenchmarkJobRow, job_id, with_for_update=True)
-            if job is None or job.status != RUNNING:
+            if job is None or job.status != stored.RUNNING:
                 return None
             rows = list(
                 session.scalars(
@@ -309,7 +303,7 @@ class BenchmarkJobs:
             if len(final) < len(rows) and not timed_out and not cannot:
                 return None
             spec = BenchmarkSpec.from_json(job.spec)
-            results = {r.node_name: _fitting(spec, r.node_name, r.result or b"") for r in final}
+            results = {r.node_name: fitting(spec, r.node_name, r.result or b"") for r in final}
             try:
                 summary = summarize(spec, results)
             except ValueError as error:  # results that fit each node, but not each other (a size one rank lacks)
@@ -377,7 +371,7 @@ class BenchmarkJobs:
         if job is None:
             raise NotFoundError(f"no benchmark job with id {job_id!r}")
         done = sum(1 for s in statuses if CommandStatus(s).final)
-        return JobProgress(_view(job), nodes_done=done, nodes_total=len(statuses))
+        return JobProgress(stored.job_view(job), nodes_done=done, nodes_total=len(statuses))
 
     def watch(self, job_id: str) -> AsyncIterator[JobProgress]:
         """The job now and at each change (a node reported, the job ended), ending with the ended job."""
@@ -397,49 +391,14 @@ class BenchmarkJobs:
         job = await self.db.run(lambda session: session.get(BenchmarkJobRow, job_id))
         if job is None:
             raise NotFoundError(f"no benchmark job with id {job_id!r}")
-        return _view(job)
+        return stored.job_view(job)
 
     async def list(self, *, limit: int = 50) -> list[BenchmarkJob]:
         def read(session: Session) -> list[BenchmarkJobRow]:
             query = sa.select(BenchmarkJobRow).order_by(BenchmarkJobRow.created_at.desc()).limit(limit)
             return list(session.scalars(query))
 
-        return [_view(job) for job in await self.db.run(read)]
-
-
-def _fitting(spec: BenchmarkSpec, node: str, stored: bytes) -> agent_pb2.CommandResult:
-    """A node's stored result, or a failed one naming what in it does not fit the job.
-
-    An agent of another version (or a misbehaving one) may report ranks or sizes the job does not have, or
-    times no run takes; folded in as they are, they would fail the summary on every attempt and leave the job
-    running for good, or become the job's figures.
-    """
-    result = agent_pb2.CommandResult.FromString(stored)
-    own = {slot.rank for slot in spec.ranks if slot.node_name == node}
-    asked = {
-        shape(spec.collective, size_bytes=size, element_size=spec.dtype.size, nranks=spec.world_size).reported_bytes
-        for size in spec.sweep.sizes()
-    }
-    seen: set[int] = set()
-    why = ""
-    for rank in result.node_benchmark.ranks:
-        stray = sorted({m.bytes for m in rank.sizes} - asked)
-        # A time no run takes would become the job's figure (a NaN wins max() when it comes first).
-        untimed = [(m.bytes, m.time_us) for m in rank.sizes if not (math.isfinite(m.time_us) and m.time_us > 0)]
-        if rank.rank not in own:
-            why = f"rank {rank.rank} is not one of its ranks {sorted(own)}"
-        elif rank.rank in seen:
-            why = f"rank {rank.rank} is reported twice"
-        elif stray:
-            why = f"rank {rank.rank} reports sizes {stray} the job did not ask for"
-        elif untimed:
-            why = f"rank {rank.rank} reports a time of {untimed[0][1]} us at {untimed[0][0]} bytes"
-        if why:
-            return agent_pb2.CommandResult(
-                status=agent_pb2.COMMAND_STATUS_FAILED, message=f"its results do not fit the job: {why}"
-            )
-        seen.add(rank.rank)
-    return result
+        return [stored.job_view(job) for job in await self.db.run(read)]
 
 
 @dataclass(frozen=True)
@@ -460,61 +419,3 @@ def _reported(node: str) -> str:
 
 class _StillEnding(NodeBusy):
     """A node has not yet confirmed the cancel of an earlier job: its workers may still be running."""
-
-
-def _ending(session: Session, nodes: list[str]) -> tuple[str, str] | None:
-    """A (node, job) pair if one of ``nodes`` has a cancel that is not final."""
-    query = (
-        sa.select(CommandRow.node_name, CommandRow.body)
-        .where(
-            CommandRow.kind == "cancel_job",
-            CommandRow.node_name.in_(nodes),
-            CommandRow.status.in_([s.value for s in CommandStatus if not s.final]),
-        )
-        .limit(1)
-    )
-    row = session.execute(query).first()
-    return (row[0], agent_pb2.Command.FromString(row[1]).cancel_job.job_id) if row is not None else None
-
-
-def _busy(session: Session, nodes: list[str]) -> tuple[str, str] | None:
-    """A (node, job) pair if one of ``nodes`` is in a running job."""
-    for job in session.scalars(sa.select(BenchmarkJobRow).where(BenchmarkJobRow.status == RUNNING)):
-        overlap = sorted(set(job.nodes) & set(nodes))
-        if overlap:
-            return overlap[0], job.id
-    return None
-
-
-def tuner_table_sha256(table: str) -> str:
-    """The digest a job's candidate table is known by ("" for none): the same hex the ranks record for the
-    table file they loaded, so a job view and its ranks' settings can be matched."""
-    return hashlib.sha256(table.encode()).hexdigest() if table else ""
-
-
-def _view(job: BenchmarkJobRow) -> BenchmarkJob:
-    spec = BenchmarkSpec.from_json(job.spec)
-    outcome = JobOutcome.from_json(job.outcome) if job.outcome is not None else JobOutcome()
-    sweep = spec.sweep
-    return BenchmarkJob(
-        job_id=JobId(job.id),
-        status=JobStatus(job.status),
-        message=job.message,
-        collective=spec.collective,
-        nodes=tuple(job.nodes),
-        world_size=spec.world_size,
-        dtype=spec.dtype.name,
-        env=dict(spec.env),
-        backend=job.backend,
-        sizes_requested=SizeRange(sweep.min_bytes, sweep.max_bytes, sweep.step_factor),
-        iters=spec.iters,
-        warmup_iters=spec.warmup_iters,
-        cuda_graph=spec.cuda_graph,
-        tuner_table_sha256=tuner_table_sha256(spec.tuner_table),
-        created_at=job.created_at,
-        simulated=outcome.simulated or job.backend == "sim",
-        sizes=outcome.sizes,
-        missing_ranks=outcome.missing_ranks,
-        hung_ranks=outcome.hung_ranks,
-        finished_at=job.finished_at,
-    )
