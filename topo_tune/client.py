@@ -6,7 +6,7 @@ subclasses ``ControllerUnavailable`` / ``Unauthenticated``), or the domain error
 ``ValidationError``, ``FAILED_PRECONDITION`` → ``ConflictError``, ``ALREADY_EXISTS`` → ``AlreadyExists``, ``ABORTED``
 → ``NodeBusy``), with the controller's own message.
 
-Waiting on a job, probe round, drift check or rollout follows the controller's watch stream: one call that
+Waiting on a job, probe round, drift check, rollout or study follows the controller's watch stream: one call that
 the controller answers at each change, so a waiting client sends nothing. A stream broken by a controller
 restart (or a leader change) is watched again once the controller answers, for up to ``reconnect_s``; after
 that the wait fails with one line naming what was being waited for and how to look at it later.
@@ -236,6 +236,15 @@ class AdminClient:
             later=f"topo-tune admin rollout status {rollout_id}",
         )
         return last.rollout
+
+    def watch_study(
+        self, study_id: str, on_update: Callable[[admin_pb2.StudyUpdate], None] | None = None
+    ) -> admin_pb2.StudyInfo:
+        def ended(update: admin_pb2.StudyUpdate) -> bool:  # succeeded, failed or cancelled
+            return update.study.status != admin_pb2.STUDY_STATUS_RUNNING
+
+        what, later = f"study {study_id}", f"topo-tune admin study status {study_id}"
+        return self._watch(self._stub.WatchStudy, study_id, what, ended, on_update, later=later).study
 
     def list_nodes(self, *, rack: str = "") -> list[admin_pb2.Node]:
         return list(self._call(self._stub.ListNodes, admin_pb2.ListNodesRequest(rack=rack)).nodes)

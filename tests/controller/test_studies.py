@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import grpc
 import pytest
 from click.testing import CliRunner
 
@@ -14,6 +16,7 @@ from tests.conftest import controller_settings
 from tests.controller.test_benchmark_jobs_service import RunningAgent, agents, registered  # noqa: F401
 from tests.support.processes import TOKEN
 from tests.support.waiting import async_wait_until
+from tests.test_cli_watch import Calls
 from topo_tune.cli.main import cli
 from topo_tune.cluster_config import SearchConfig, WorkloadConfig
 from topo_tune.controller.api.messages import from_proto_study_request
@@ -101,15 +104,28 @@ async def test_a_study_runs_on_known_nodes_and_stores_its_version(
     assert "search.cudaGraph: CUDA graphs need backend nccl, not sim" in refused.output
 
 
-async def test_a_study_too_short_to_fit_latencies_still_finishes_without_timeout_advice(
+async def test_study_start_wait_follows_the_stream_to_the_end_and_a_short_study_gets_no_timeout_advice(
     jobs_controller: Controller,
     agents: Callable[..., RunningAgent],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     await registered(*(agents(name, "sim") for name in ("s1", "s2")))
-    request = study_request(study_id="st-short", nodes=["s1", "s2"], budget=1, proof_pairs=2)
-    await jobs_controller.studies.start(request)
-    done = await ended(jobs_controller, "st-short")
+    calls = Calls()  # every RPC the CLI starts, and every message its stream delivers
+    plain = grpc.insecure_channel
+    monkeypatch.setattr(grpc, "insecure_channel", lambda *a, **k: grpc.intercept_channel(plain(*a, **k), calls))
+    args = ["admin", "study", "start", "--id", "st-short", "--nodes", "s1,s2", "--collective", "all_gather"]
+    args += ["--budget", "1", "--min-bytes", str(1 << 20), "--max-bytes", str(1 << 24), "--proof-pairs", "2"]
+    args += ["--finalists", "1", "--wait", "--controller", f"127.0.0.1:{jobs_controller.port}"]
+    waited = await asyncio.to_thread(CliRunner().invoke, cli, args, env={"TOPO_TUNE_TOKEN": TOKEN})
+    returned_at = time.time()
+    assert waited.exit_code == 0, waited.output
+    assert "succeeded (SIMULATED)" in waited.stdout, "it printed the ended study"
+    # One call to start, one stream to wait: no call at all (no GetStudy) while the study ran.
+    assert [method for method, _ in calls.started] == ["StartStudy", "WatchStudy"]
+    assert len(calls.streamed) >= 3, "the state at its start, each trial or phase on the way, the end"
+    done = await jobs_controller.studies.get("st-short")
     assert done.status == StudyStatus.SUCCEEDED, done.message
+    assert done.finished_at is not None and done.finished_at.timestamp() <= returned_at, "it returned at the end"
     summary = json.loads((Path(jobs_controller.settings.studies_dir) / "st-short" / "summary.json").read_text())
     assert not summary.get("timeout_advice"), "fewer than five measurements fit no latency"
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import click
 
 from topo_tune.cli.admin import admin, connected
@@ -126,9 +124,8 @@ def start(
             no_tuner_table=tuner_table is False,
         )
     )
-    while wait and info.status == admin_pb2.STUDY_STATUS_RUNNING:
-        time.sleep(1.0)
-        info = client.get_study(info.study_id)
+    if wait and info.status == admin_pb2.STUDY_STATUS_RUNNING:
+        info = client.watch_study(info.study_id)  # the controller's stream: nothing is sent while it runs
     _print(info, fmt)
 
 

@@ -4,17 +4,19 @@ A study is the same pass as ``topo-tune init`` (``tuning_pass.run_pass``), over 
 knows, run in a worker thread. The pass reaches the controller's services in-process through
 ``api/in_process.py``'s port (the same calls the admin API offers), so benchmark jobs, probes and config versions go
 through exactly the code the admin API uses. Trials live in Optuna's tables in the controller's database;
-the study row says where it stands. A cancelled study — or one a controller restart interrupted — resumes
+the study row says where it stands, and `changes` wakes its watchers at each step (a trial finished, a phase
+begun, the end committed). A cancelled study — or one a controller restart interrupted — resumes
 where it stopped when it is started again with the same id: no trial is lost or counted twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -38,6 +40,7 @@ from topo_tune.cluster_config import (
 from topo_tune.config_checks import naming_fields, validated
 from topo_tune.config_values import Backend
 from topo_tune.controller import names as check
+from topo_tune.controller.changes import Changes
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.left_running import end_left_running
 from topo_tune.controller.db.models import StudyRow
@@ -71,6 +74,7 @@ class Studies:
     services run on and the study's cancel flag."""
     rack_of: Mapping[str, str] = field(default_factory=dict)
     spine: tuple[float | None, float | None] = (None, None)
+    changes: Changes = field(default_factory=Changes)
     _running: dict[str, tuple[threading.Thread, threading.Event]] = field(default_factory=dict, init=False)
     _progress: dict[str, StudyProgress] = field(default_factory=dict, init=False)
 
@@ -116,10 +120,12 @@ class Studies:
                 row.status, row.message, row.finished_at = "running", "resumed", None
 
         await self.db.run(write)  # persist, then start the thread
+        self.changes.changed(study_id)
         cancelled = threading.Event()
-        port = self.open_port(asyncio.get_running_loop(), cancelled)
+        loop = asyncio.get_running_loop()
+        port = self.open_port(loop, cancelled)
         thread = threading.Thread(
-            target=self._run_study, args=(study_id, cluster, port), name=f"study-{study_id}", daemon=True
+            target=self._run_study, args=(study_id, cluster, port, loop), name=f"study-{study_id}", daemon=True
         )
         self._running[study_id] = (thread, cancelled)
         thread.start()
@@ -171,7 +177,17 @@ class Studies:
             )
         raise AssertionError("unreachable")  # for mypy: naming_fields re-raises
 
-    def _run_study(self, study_id: str, cluster: ClusterConfig, port: AdminPort) -> None:
+    def _run_study(
+        self, study_id: str, cluster: ClusterConfig, port: AdminPort, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        def changed() -> None:  # from this worker thread: the wake-ups live on the services' loop
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the controller stopped, no one waits
+                loop.call_soon_threadsafe(self.changes.changed, study_id)
+
+        def progressed(update: StudyProgress) -> None:
+            self._progress[study_id] = update
+            changed()
+
         status, message, result, version, name = "failed", "", "", "", ""
         try:
             outcome = run_pass(
@@ -179,7 +195,7 @@ class Studies:
                 port,
                 output=self.output_root / study_id,
                 storage=self.db.url.render_as_string(hide_password=False),
-                on_progress=lambda update: self._progress.__setitem__(study_id, update),
+                on_progress=progressed,
             )
             status = "succeeded"
             result = "promoted" if outcome.outcome.chosen is not None else "keep NCCL's defaults"
@@ -207,6 +223,7 @@ class Studies:
             self.db.transact(finish)
         finally:
             self._running.pop(study_id, None)
+            changed()
         logger.info("study finished: %s", status, extra={"study": study_id})
 
     async def cancel(self, study_id: str) -> Study:
@@ -243,6 +260,10 @@ class Studies:
             total=progress.total if progress is not None else 0,
             best_value=progress.best_value if progress is not None else None,
         )
+
+    def watch(self, study_id: str) -> AsyncIterator[Study]:
+        """The study now and at each change (a trial finished, a phase begun), ending with the ended study."""
+        return self.changes.follow(study_id, lambda: self.get(study_id), lambda s: s.status is not StudyStatus.RUNNING)
 
     async def list(self, *, limit: int = 50) -> list[Study]:
         def read(session: Session) -> list[StudyRow]:

@@ -86,7 +86,7 @@ class Services:
             fanout_window=settings.fanout_window,
             result_listeners=(self._on_result,),
         )
-        self.changes = Changes()  # one set of wake-ups for jobs, probe rounds, drift checks and rollouts
+        self.changes = Changes()  # one set of wake-ups for jobs, probe rounds, drift checks, rollouts and studies
         self.jobs = BenchmarkJobs(
             db=db,
             registry=self.registry,
@@ -127,6 +127,7 @@ class Services:
             ),
             rack_of=dict(settings.rack_of),
             spine=spine,
+            changes=self.changes,
         )
         verifier = BenchmarkVerifier(jobs=self.jobs, config_dir=settings.agent_config_dir, tables=self._tuner_table)
         self.rollouts = RolloutEngine(

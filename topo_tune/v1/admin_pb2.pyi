@@ -2584,3 +2584,29 @@ class RolloutUpdate(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RolloutUpdate: _TypeAlias = RolloutUpdate  # noqa: Y015
+
+@_typing.final
+class StudyUpdate(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STUDY_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def study(self) -> Global___StudyInfo: ...
+    @_builtins.property
+    def progress(self) -> Global___Progress:
+        """the current phase's steps done, of its steps (trials, proof pairs)"""
+
+    def __init__(
+        self,
+        *,
+        study: Global___StudyInfo | None = ...,
+        progress: Global___Progress | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["progress", b"progress", "study", b"study"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["progress", b"progress", "study", b"study"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StudyUpdate: _TypeAlias = StudyUpdate  # noqa: Y015

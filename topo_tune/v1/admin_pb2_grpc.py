@@ -209,6 +209,11 @@ class AdminServiceStub:
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.WatchRequest.SerializeToString,
                 response_deserializer=topo__tune_dot_v1_dot_admin__pb2.RolloutUpdate.FromString,
                 _registered_method=True)
+        self.WatchStudy = channel.unary_stream(
+                '/topo_tune.v1.AdminService/WatchStudy',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.WatchRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.StudyUpdate.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -409,7 +414,7 @@ class AdminServiceServicer:
 
     def WatchBenchmark(self, request, context):
         """Watch one thing until it ends: its state now, then again at each change the controller commits (a node
-        reported, a pair measured, a wave moved on), the last message being the ended state; then the stream
+        reported, a pair measured, a wave moved on, a trial finished), the last message being the ended state; then the stream
         ends. Nothing is sent while nothing changes. A stream that breaks (the controller restarted, or is no
         longer the leader: UNAVAILABLE) is resumed by watching the same id again: the state is stored.
         """
@@ -430,6 +435,12 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WatchRollout(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchStudy(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -612,6 +623,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.WatchRollout,
                     request_deserializer=topo__tune_dot_v1_dot_admin__pb2.WatchRequest.FromString,
                     response_serializer=topo__tune_dot_v1_dot_admin__pb2.RolloutUpdate.SerializeToString,
+            ),
+            'WatchStudy': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchStudy,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.WatchRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.StudyUpdate.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1559,6 +1575,33 @@ class AdminService:
             '/topo_tune.v1.AdminService/WatchRollout',
             topo__tune_dot_v1_dot_admin__pb2.WatchRequest.SerializeToString,
             topo__tune_dot_v1_dot_admin__pb2.RolloutUpdate.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchStudy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/WatchStudy',
+            topo__tune_dot_v1_dot_admin__pb2.WatchRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.StudyUpdate.FromString,
             options,
             channel_credentials,
             insecure,

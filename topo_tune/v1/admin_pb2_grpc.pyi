@@ -72,13 +72,14 @@ class AdminServiceStub:
     """Credentials of the narrower roles (admin only): one node's agent, or the jobs."""
     WatchBenchmark: _grpc.UnaryStreamMultiCallable[_admin_pb2.WatchRequest, _admin_pb2.BenchmarkJobUpdate]
     """Watch one thing until it ends: its state now, then again at each change the controller commits (a node
-    reported, a pair measured, a wave moved on), the last message being the ended state; then the stream
+    reported, a pair measured, a wave moved on, a trial finished), the last message being the ended state; then the stream
     ends. Nothing is sent while nothing changes. A stream that breaks (the controller restarted, or is no
     longer the leader: UNAVAILABLE) is resumed by watching the same id again: the state is stored.
     """
     WatchProbeRound: _grpc.UnaryStreamMultiCallable[_admin_pb2.WatchRequest, _admin_pb2.ProbeRoundUpdate]
     WatchDriftCheck: _grpc.UnaryStreamMultiCallable[_admin_pb2.WatchRequest, _admin_pb2.DriftCheckUpdate]
     WatchRollout: _grpc.UnaryStreamMultiCallable[_admin_pb2.WatchRequest, _admin_pb2.RolloutUpdate]
+    WatchStudy: _grpc.UnaryStreamMultiCallable[_admin_pb2.WatchRequest, _admin_pb2.StudyUpdate]
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -124,13 +125,14 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """Credentials of the narrower roles (admin only): one node's agent, or the jobs."""
     WatchBenchmark: _aio.UnaryStreamMultiCallable[_admin_pb2.WatchRequest, _admin_pb2.BenchmarkJobUpdate]  # type: ignore[assignment]
     """Watch one thing until it ends: its state now, then again at each change the controller commits (a node
-    reported, a pair measured, a wave moved on), the last message being the ended state; then the stream
+    reported, a pair measured, a wave moved on, a trial finished), the last message being the ended state; then the stream
     ends. Nothing is sent while nothing changes. A stream that breaks (the controller restarted, or is no
     longer the leader: UNAVAILABLE) is resumed by watching the same id again: the state is stored.
     """
     WatchProbeRound: _aio.UnaryStreamMultiCallable[_admin_pb2.WatchRequest, _admin_pb2.ProbeRoundUpdate]  # type: ignore[assignment]
     WatchDriftCheck: _aio.UnaryStreamMultiCallable[_admin_pb2.WatchRequest, _admin_pb2.DriftCheckUpdate]  # type: ignore[assignment]
     WatchRollout: _aio.UnaryStreamMultiCallable[_admin_pb2.WatchRequest, _admin_pb2.RolloutUpdate]  # type: ignore[assignment]
+    WatchStudy: _aio.UnaryStreamMultiCallable[_admin_pb2.WatchRequest, _admin_pb2.StudyUpdate]  # type: ignore[assignment]
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -365,7 +367,7 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_admin_pb2.BenchmarkJobUpdate], _abc.AsyncIterator[_admin_pb2.BenchmarkJobUpdate]]:
         """Watch one thing until it ends: its state now, then again at each change the controller commits (a node
-        reported, a pair measured, a wave moved on), the last message being the ended state; then the stream
+        reported, a pair measured, a wave moved on, a trial finished), the last message being the ended state; then the stream
         ends. Nothing is sent while nothing changes. A stream that breaks (the controller restarted, or is no
         longer the leader: UNAVAILABLE) is resumed by watching the same id again: the state is stored.
         """
@@ -390,5 +392,12 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.WatchRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_admin_pb2.RolloutUpdate], _abc.AsyncIterator[_admin_pb2.RolloutUpdate]]: ...
+
+    @_abc_1.abstractmethod
+    def WatchStudy(
+        self,
+        request: _admin_pb2.WatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_admin_pb2.StudyUpdate], _abc.AsyncIterator[_admin_pb2.StudyUpdate]]: ...
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

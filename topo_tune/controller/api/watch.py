@@ -1,4 +1,4 @@
-"""The admin API's watch streams: one job, probe round, drift check or rollout, from now until it ends.
+"""The admin API's watch streams: one job, probe round, drift check, rollout or study, from now until it ends.
 
 Each stream sends the state now, then again each time the controller commits a change to it (the services
 wake it: `topo_tune.controller.changes`), and ends after the ended state. Nothing is sent, and nothing is
@@ -23,18 +23,21 @@ from topo_tune.controller.api.messages import (
     to_proto_drift_check,
     to_proto_probe_round,
     to_proto_rollout,
+    to_proto_study,
 )
 from topo_tune.controller.api.status_codes import abort
 from topo_tune.controller.benchmarks.service import BenchmarkJobs, JobProgress
 from topo_tune.controller.probes import Probes
 from topo_tune.controller.rollout.engine import RolloutEngine
 from topo_tune.controller.rollout.state import Snapshot, WavePhase
+from topo_tune.controller.study_records import Study
 from topo_tune.errors import ConflictError
 from topo_tune.v1 import admin_pb2
 
 if TYPE_CHECKING:
     from topo_tune.controller.drift import DriftChecker
     from topo_tune.controller.drift.store import DriftCheck
+    from topo_tune.controller.studies import Studies
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 S = TypeVar("S")
@@ -84,6 +87,11 @@ def rollout_update(rollout: admin_pb2.RolloutInfo, snapshot: Snapshot) -> admin_
     return admin_pb2.RolloutUpdate(rollout=rollout, progress=admin_pb2.Progress(done=done, total=len(snapshot.waves)))
 
 
+def study_update(found: Study) -> admin_pb2.StudyUpdate:
+    progress = admin_pb2.Progress(done=found.done, total=found.total)
+    return admin_pb2.StudyUpdate(study=to_proto_study(found), progress=progress)
+
+
 # -- the servicer methods --------------------------------------------------------------------------------------
 
 
@@ -94,6 +102,7 @@ class WatchServicerMixin:
     _probes: Probes
     _rollouts: RolloutEngine
     _drift: DriftChecker | None
+    _studies: Studies | None
 
     @maps_stream_errors
     async def WatchBenchmark(
@@ -136,3 +145,11 @@ class WatchServicerMixin:
             request.id, read, lambda found: found[1].rollout.phase.final
         ):
             yield rollout_update(rollout, snapshot)
+
+    @maps_stream_errors
+    async def WatchStudy(self, request: admin_pb2.WatchRequest, context: Ctx) -> AsyncIterator[admin_pb2.StudyUpdate]:
+        names.study_id(request.id, "id")
+        if self._studies is None:  # pragma: no cover - the server always wires it
+            raise ConflictError("this controller runs no studies")
+        async for found in self._studies.watch(request.id):
+            yield study_update(found)
