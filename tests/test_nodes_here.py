@@ -14,8 +14,8 @@ import pytest
 from topo_tune.cluster_config import ClusterConfig, parse_cluster_config
 from topo_tune.errors import ConfigError
 from topo_tune.local_cluster import ThisHost, agent_command, nodes_here, token_file_for
+from topo_tune.node_record import NodeInfo, NodeState
 from topo_tune.tuning_pass import last_heard
-from topo_tune.v1 import admin_pb2
 
 HOST = ThisHost(names=frozenset({"gpu-07.example.net", "gpu-07", "localhost"}), addresses=frozenset({"10.1.2.7"}))
 
@@ -93,7 +93,8 @@ def test_the_token_file_is_private_and_kept_across_runs(tmp_path: Path) -> None:
 
 def test_what_was_last_heard_from_a_node_that_is_not_ready() -> None:
     now = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
-    lost = admin_pb2.Node(name="n", state=admin_pb2.NODE_STATE_LOST, registrations=2)
-    lost.last_heartbeat_at.FromDatetime(now - timedelta(seconds=14))
+    lost = NodeInfo("n", "r", NodeState.LOST, "gloo", registrations=2, last_heartbeat_at=now - timedelta(seconds=14))
     assert last_heard(lost, now.timestamp()) == "lost: last heartbeat 14 s ago, 2 registrations"
+    unheard = NodeInfo("n", "r", NodeState.LOST, "gloo", registrations=1)
+    assert last_heard(unheard, now.timestamp()) == "lost: no heartbeat recorded, 1 registrations"
     assert last_heard(None, now.timestamp()) == "never registered"

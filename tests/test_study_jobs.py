@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from topo_tune.client import AdminClient, RemotePort
+from topo_tune.client import AdminClient
 from topo_tune.cluster_config import loads_cluster_config
 from topo_tune.errors import TrialFailed
 from topo_tune.job_evaluator import JobEvaluator
 from topo_tune.local_cluster import EmbeddedCluster
+from topo_tune.node_record import NodeState
+from topo_tune.remote_port import RemotePort
 from topo_tune.tuner.space import RankOrder, TrialConfig
 from topo_tune.tuner.study import MeasurementRequest
 from topo_tune.tuning_pass import require_gpus, wait_for_nodes
@@ -33,7 +35,7 @@ def _measure(address: str, token: str, *, cuda_graph: bool) -> float:
     config = TrialConfig(env={}, rank_order=RankOrder("hostfile", NODES))
     request = MeasurementRequest(collectives=("all_reduce",), sizes=(1 << 20,), trial=0, purpose="search")
     with AdminClient(address, token=token, timeout_s=60) as client:
-        wait_for_nodes(client, list(NODES), timeout_s=60)
+        wait_for_nodes(RemotePort(client), list(NODES), timeout_s=60)
         evaluate = JobEvaluator(RemotePort(client), deadline_s=60, iters=5, warmup_iters=1, cuda_graph=cuda_graph)
         measured = evaluate(config, request)
     return measured.samples[0].time_us
@@ -53,8 +55,17 @@ async def test_a_graph_timed_search_sends_cuda_graph_with_every_job(tmp_path: Pa
 
 def _gpu_check(address: str, token: str) -> None:
     with AdminClient(address, token=token, timeout_s=60) as client:
-        wait_for_nodes(client, list(NODES), timeout_s=60)
-        require_gpus(client, NODES)
+        port = RemotePort(client)
+        nodes = wait_for_nodes(port, list(NODES), timeout_s=60)
+        assert [(n.name, n.rack, n.state, n.backend, n.topology) for n in nodes] == [
+            (name, "r1", NodeState.READY, "sim", None) for name in NODES
+        ], "the node list carries no topology"
+        assert all(n.last_heartbeat_at is not None and n.registrations == 1 for n in nodes)
+        view = port.cluster_topology()
+        gpus = {n.name: len(n.topology.gpus) if n.topology is not None else None for n in view.nodes}
+        assert gpus == dict.fromkeys(NODES, 8), "the topology view carries each node's topology"
+        assert view.spine_oversubscription is None and view.spine_bandwidth_gbps is None, "no spine in cluster.yaml"
+        require_gpus(port, NODES)
 
 
 async def test_nodes_whose_agents_discovered_gpus_pass_the_gpu_check(tmp_path: Path) -> None:
@@ -71,7 +82,7 @@ async def test_nodes_whose_agents_discovered_gpus_pass_the_gpu_check(tmp_path: P
 def _times(address: str, token: str, seed: int | None, requests: list[MeasurementRequest]) -> list[float]:
     config = TrialConfig(env={}, rank_order=RankOrder("hostfile", NODES))
     with AdminClient(address, token=token, timeout_s=60) as client:
-        wait_for_nodes(client, list(NODES), timeout_s=60)
+        wait_for_nodes(RemotePort(client), list(NODES), timeout_s=60)
         evaluate = JobEvaluator(RemotePort(client), deadline_s=60, iters=5, warmup_iters=1, seed=seed)
         return [evaluate(config, r).samples[0].time_us for r in requests]
 

@@ -7,13 +7,14 @@ from pathlib import Path
 
 from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound, ProbeStatus
 from topo_tune.cluster_config import ClusterConfig, parse_cluster_config
+from topo_tune.node_record import ClusterTopology, NodeInfo, NodeState
 from topo_tune.topology.distance import PairMatrix
 from topo_tune.tuner.objective import Measurements, SizeSample
 from topo_tune.tuner.rank_map import plan_rank_map
 from topo_tune.tuner.space import TrialConfig
 from topo_tune.tuner.study import MeasurementRequest, run_study
 from topo_tune.tuning_pass import StudyPlan, _pair_matrix, check_ring, plan_study
-from topo_tune.v1 import admin_pb2, topology_pb2
+from topo_tune.v1 import topology_pb2
 
 NODES = ("node-1", "node-2", "node-3", "node-4")
 
@@ -115,11 +116,9 @@ class _Probed:
     def __init__(self, names: list[str], measured: list[tuple[str, str, float]]) -> None:
         self.names, self.measured = names, measured
 
-    def cluster_topology(self) -> admin_pb2.ClusterTopologyView:
-        nic = topology_pb2.Nic(name="eth0", rate_gbps=100.0)
-        return admin_pb2.ClusterTopologyView(
-            nodes=[admin_pb2.Node(name=n, topology=topology_pb2.NodeTopology(nics=[nic])) for n in self.names]
-        )
+    def cluster_topology(self) -> ClusterTopology:
+        topology = topology_pb2.NodeTopology(nics=[topology_pb2.Nic(name="eth0", rate_gbps=100.0)])
+        return ClusterTopology(tuple(NodeInfo(n, n[0], NodeState.READY, "gloo", topology=topology) for n in self.names))
 
     def measured_pairs(self) -> list[PairMeasurement]:
         return [_pair(a, b, bw) for a, b, bw in self.measured]

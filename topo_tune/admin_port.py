@@ -1,7 +1,7 @@
 """What a tuning pass needs of a controller, in domain terms: the admin client or the controller's services.
 
-The gRPC client (``client.RemotePort``) converts at its own edge; a controller-run study answers in-process
-(``controller/api/in_process.py``). Non-goal: anything an operator does (nodes' commands, rollouts).
+The admin client's port (``remote_port.RemotePort``) converts at its own edge; a controller-run study answers
+in-process (``controller/api/in_process.py``). Non-goal: anything an operator does (nodes' commands, rollouts).
 """
 
 from __future__ import annotations
@@ -10,14 +10,17 @@ from typing import Protocol
 
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest
 from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound
-from topo_tune.v1 import admin_pb2
+from topo_tune.node_record import ClusterTopology, NodeInfo
 
 
 class AdminPort(Protocol):
     """What the pass needs of a controller: the admin client, or the controller's own services in-process."""
 
-    def list_nodes(self, *, rack: str = "") -> list[admin_pb2.Node]: ...
-    def cluster_topology(self) -> admin_pb2.ClusterTopologyView: ...
+    def list_nodes(self, *, rack: str = "") -> list[NodeInfo]:
+        """The registered nodes, without their topologies."""
+        ...
+
+    def cluster_topology(self) -> ClusterTopology: ...
     def start_probe_round(self, request: ProbeRequest) -> ProbeRound: ...
     def get_probe_round(self, round_id: str) -> ProbeRound: ...
     def wait_probe_round(self, round_id: str) -> ProbeRound:

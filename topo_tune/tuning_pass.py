@@ -17,7 +17,6 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC
 from pathlib import Path
 
 from topo_tune.admin_port import AdminPort
@@ -26,6 +25,7 @@ from topo_tune.benchmark.sweep import size_ladder
 from topo_tune.cluster_config import ClusterConfig
 from topo_tune.errors import ConfigError, PassError
 from topo_tune.job_evaluator import JobEvaluator
+from topo_tune.node_record import NodeInfo, NodeState
 from topo_tune.topology import Measurement, PairMatrix, Spine, build_cluster
 from topo_tune.topology.sampling import default_mode, infer_pairs
 from topo_tune.tuner.objective import Objective, WorkloadProfile
@@ -41,7 +41,7 @@ from topo_tune.tuner.study import (
     stored_rank_orders,
 )
 from topo_tune.tuner.timeout_advice import MIN_SAMPLES, advise, latencies_of
-from topo_tune.v1 import admin_pb2, topology_pb2
+from topo_tune.v1 import topology_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -57,14 +57,16 @@ class PassResult:
     measured_pairs: int
 
 
-def last_heard(node: admin_pb2.Node | None, now: float) -> str:
+def last_heard(node: NodeInfo | None, now: float) -> str:
     """What the controller last heard from a node that is not ready, in a few words."""
     if node is None:
         return "never registered"
-    if node.state == admin_pb2.NODE_STATE_LOST:
-        silent = now - node.last_heartbeat_at.ToDatetime(UTC).timestamp()
-        return f"lost: last heartbeat {max(0.0, silent):.0f} s ago, {node.registrations} registrations"
-    return "registered, not ready"
+    if node.state is NodeState.READY:
+        return "ready"
+    if node.last_heartbeat_at is None:
+        return f"lost: no heartbeat recorded, {node.registrations} registrations"
+    silent = now - node.last_heartbeat_at.timestamp()
+    return f"lost: last heartbeat {max(0.0, silent):.0f} s ago, {node.registrations} registrations"
 
 
 def wait_for_nodes(
@@ -74,7 +76,7 @@ def wait_for_nodes(
     timeout_s: float,
     on_wait: Callable[[int, list[str]], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
-) -> list[admin_pb2.Node]:
+) -> list[NodeInfo]:
     """The nodes, once every one is ``ready``; ``on_wait(ready, missing)`` on each poll until then.
 
     ``PassError`` after the timeout, naming each missing node with what was last heard from it, and any
@@ -83,7 +85,7 @@ def wait_for_nodes(
     deadline = time.monotonic() + timeout_s
     while True:
         found = {n.name: n for n in client.list_nodes()}
-        missing = [n for n in names if n not in found or found[n].state != admin_pb2.NODE_STATE_READY]
+        missing = [n for n in names if n not in found or found[n].state is not NodeState.READY]
         if not missing:
             return [found[n] for n in names]
         if time.monotonic() > deadline:
@@ -105,7 +107,8 @@ def require_gpus(client: AdminPort, names: Sequence[str]) -> None:
 
     Read from the cluster topology view: the node list carries no topologies.
     """
-    gpuless = [n.name for n in client.cluster_topology().nodes if n.name in names and not n.topology.gpus]
+    view = client.cluster_topology()
+    gpuless = [n.name for n in view.nodes if n.name in names and (n.topology is None or not n.topology.gpus)]
     if gpuless:
         raise PassError(
             f"node {gpuless[0]} reports no GPU (its agent found none): backend nccl needs GPUs"
@@ -163,7 +166,9 @@ def _pair_matrix(
     client: AdminPort, cluster: ClusterConfig, nodes: Sequence[str]
 ) -> tuple[PairMatrix, dict[str, topology_pb2.NodeTopology], str]:
     view = client.cluster_topology()
-    topologies = {n.name: n.topology for n in view.nodes if n.name in nodes}
+    # A node whose agent reported no topology is modelled with nothing discovered.
+    empty = topology_pb2.NodeTopology()
+    topologies = {n.name: n.topology if n.topology is not None else empty for n in view.nodes if n.name in nodes}
     spine = None
     if cluster.spine is not None:
         spine = Spine(

@@ -22,8 +22,9 @@ from alembic.script import ScriptDirectory
 from topo_tune.controller.commands import CommandBook, CommandStatus
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import VERSION_TABLE, Base, CommandRow, DriftCheckRow, EventRow, NodeRow
-from topo_tune.controller.nodes import NodeRegistry, NodeState, Registration
+from topo_tune.controller.nodes import NodeRegistry, Registration
 from topo_tune.errors import ConflictError, NotFoundError, StorageError
+from topo_tune.node_record import NodeState
 from topo_tune.v1 import agent_pb2
 
 

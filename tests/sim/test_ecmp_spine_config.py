@@ -15,6 +15,7 @@ from pathlib import Path
 from topo_tune.client import AdminClient
 from topo_tune.cluster_config import loads_cluster_config
 from topo_tune.local_cluster import EmbeddedCluster
+from topo_tune.remote_port import RemotePort
 from topo_tune.tuning_pass import wait_for_nodes
 from topo_tune.v1 import admin_pb2, agent_pb2
 
@@ -31,7 +32,7 @@ NODES = ["a1", "a2", "b1", "b2"]
 def _busbw_by_qps(address: str, token: str) -> dict[int, float]:
     out = {}
     with AdminClient(address, token=token, timeout_s=60) as client:
-        wait_for_nodes(client, NODES, timeout_s=60)
+        wait_for_nodes(RemotePort(client), NODES, timeout_s=60)
         for qps in (1, 4):
             job = client.start_benchmark(
                 admin_pb2.StartBenchmarkRequest(

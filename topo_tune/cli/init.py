@@ -16,9 +16,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.cli.connection import client_tls, client_tls_options, resolve_token, token_options
-from topo_tune.client import AdminClient, RemotePort
+from topo_tune.client import AdminClient
 from topo_tune.cluster_config import ClusterConfig, load_cluster_config
 from topo_tune.errors import ConfigError, EnvPolicyError
+from topo_tune.remote_port import RemotePort
 from topo_tune.tuner.outputs import verdict_lines
 from topo_tune.tuner.study import StudyProgress
 

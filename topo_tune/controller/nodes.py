@@ -19,7 +19,6 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -27,15 +26,11 @@ from sqlalchemy.orm import Session
 from topo_tune.controller.db.database import Database, table_of
 from topo_tune.controller.db.models import EventRow, NodeRow
 from topo_tune.errors import NotFoundError
+from topo_tune.node_record import NodeState
 from topo_tune.topology.fingerprint import topology_fingerprint
 from topo_tune.v1 import topology_pb2
 
 logger = logging.getLogger(__name__)
-
-
-class NodeState(StrEnum):
-    READY = "ready"
-    LOST = "lost"
 
 
 @dataclass(frozen=True)

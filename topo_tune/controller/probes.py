@@ -53,8 +53,9 @@ from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.left_running import end_left_running
 from topo_tune.controller.db.models import CommandRow, PairMeasurementRow, ProbeRoundRow
 from topo_tune.controller.job_ends import OpenPart, cancel_command, cancel_command_id, why_it_cannot_finish
-from topo_tune.controller.nodes import NodeRegistry, NodeState
+from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.errors import ConflictError, NotFoundError, ValidationError
+from topo_tune.node_record import NodeState
 from topo_tune.topology.sampling import (
     SAMPLING_MODES,
     PairSampler,

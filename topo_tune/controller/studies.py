@@ -44,7 +44,7 @@ from topo_tune.controller.changes import Changes
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.left_running import end_left_running
 from topo_tune.controller.db.models import StudyRow
-from topo_tune.controller.nodes import NodeRegistry, NodeState
+from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.study_records import Study, StudyId, StudyRequest, StudyStatus, StudyTrial, StudyTrials
 from topo_tune.errors import (
     AlreadyExists,
@@ -54,6 +54,7 @@ from topo_tune.errors import (
     TopoTuneError,
     ValidationError,
 )
+from topo_tune.node_record import NodeState
 from topo_tune.tuner.outputs import verdict_lines
 from topo_tune.tuner.study import A_FAILURE, A_REASON, StudyProgress
 from topo_tune.tuning_pass import run_pass

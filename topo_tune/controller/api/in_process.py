@@ -2,8 +2,8 @@
 
 A study runs ``run_pass`` in a worker thread; this port hands each call to the services on the controller's
 event loop and waits for the answer, so a study goes through exactly the code the admin API uses. Benchmark
-jobs, probe rounds and config versions pass through as domain objects; nodes still travel as admin messages and
-are converted here, like the servicer does. Non-goals: the study's life cycle (``studies.py``).
+jobs, probe rounds and config versions pass through as domain objects; the registry's nodes are converted here
+to what the pass reads. Non-goals: the study's life cycle (``studies.py``).
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from typing import Any, TypeVar
 
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest
 from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound
-from topo_tune.controller.api.messages import to_proto_cluster_topology, to_proto_node
 from topo_tune.controller.benchmarks.service import BenchmarkJobs
 from topo_tune.controller.config_versions import ConfigVersions, StoredVersion
-from topo_tune.controller.nodes import NodeRegistry
+from topo_tune.controller.nodes import NodeRegistry, NodeView
 from topo_tune.controller.probes import Probes
 from topo_tune.errors import StudyCancelled
-from topo_tune.v1 import admin_pb2
+from topo_tune.node_record import ClusterTopology, NodeInfo
+from topo_tune.v1 import topology_pb2
 
 T = TypeVar("T")
 
@@ -43,11 +43,13 @@ class InProcessPort:
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
-    def list_nodes(self, *, rack: str = "") -> list[admin_pb2.Node]:
-        return [to_proto_node(v, with_topology=False) for v in self._run(self.registry.list(rack=rack))]
+    def list_nodes(self, *, rack: str = "") -> list[NodeInfo]:
+        return [node_info(v, with_topology=False) for v in self._run(self.registry.list(rack=rack))]
 
-    def cluster_topology(self) -> admin_pb2.ClusterTopologyView:
-        return to_proto_cluster_topology(self._run(self.registry.list()), self.spine)
+    def cluster_topology(self) -> ClusterTopology:
+        oversubscription, bandwidth = self.spine
+        nodes = tuple(node_info(v, with_topology=True) for v in self._run(self.registry.list()))
+        return ClusterTopology(nodes, spine_oversubscription=oversubscription, spine_bandwidth_gbps=bandwidth)
 
     def start_probe_round(self, request: ProbeRequest) -> ProbeRound:
         return self._run(self.probes.start(request))
@@ -76,3 +78,18 @@ class InProcessPort:
         self, files: dict[str, str], provenance: dict[str, str], *, version_id: str = ""
     ) -> StoredVersion:
         return self._run(self.config_versions.put(files, provenance, claimed_id=version_id))
+
+
+def node_info(view: NodeView, *, with_topology: bool) -> NodeInfo:
+    """The registry's view of a node as the pass reads it; its stored topology parsed where asked for."""
+    topology = topology_pb2.NodeTopology.FromString(view.topology) if with_topology and view.topology else None
+    return NodeInfo(
+        name=view.name,
+        rack=view.rack,
+        state=view.state,
+        backend=view.backend,
+        registrations=view.registrations,
+        last_heartbeat_at=view.last_heartbeat_at,
+        labels=dict(view.labels),
+        topology=topology,
+    )

@@ -16,13 +16,14 @@ from topo_tune.controller.commands import STATUS_TO_WIRE as COMMAND_STATUS_TO_WI
 from topo_tune.controller.commands import CommandRecord
 from topo_tune.controller.config_versions import StoredVersion
 from topo_tune.controller.drift import DriftCheck
-from topo_tune.controller.nodes import NodeState, NodeView
+from topo_tune.controller.nodes import NodeView
 from topo_tune.controller.rollout.job_pins import ResolvedJob
 from topo_tune.controller.rollout.plan import Plan, PlanPolicy, Wave
 from topo_tune.controller.rollout.state import Rollout, Snapshot
 from topo_tune.controller.rollout.store import AuditRecord, GateRecord
 from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus, StudyTrials
 from topo_tune.errors import ValidationError
+from topo_tune.node_record import NodeState
 from topo_tune.v1 import admin_pb2, agent_pb2, topology_pb2
 from topo_tune.wire_values import backend_to_wire, timestamp, timestamp_or_none
 

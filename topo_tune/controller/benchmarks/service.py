@@ -50,8 +50,9 @@ from topo_tune.controller.commands import CommandBook, CommandRecord, CommandSta
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import BenchmarkJobRow, CommandRow
 from topo_tune.controller.job_ends import OpenPart, cancel_command, cancel_command_id, why_it_cannot_finish
-from topo_tune.controller.nodes import NodeRegistry, NodeState, NodeView
+from topo_tune.controller.nodes import NodeRegistry, NodeView
 from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, SpecError, SweepError, ValidationError
+from topo_tune.node_record import NodeState
 from topo_tune.v1 import agent_pb2, topology_pb2
 from topo_tune.wire_values import timestamp
 

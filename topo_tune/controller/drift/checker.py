@@ -48,11 +48,12 @@ from topo_tune.controller.db.database import Database
 from topo_tune.controller.drift.store import DriftCheck, DriftStore
 from topo_tune.controller.drift.verdict import DriftStatus, Reference, judge
 from topo_tune.controller.metrics import ControllerMetrics
-from topo_tune.controller.nodes import NodeRegistry, NodeState
+from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.rollout.verification import job_sample
 from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus
 from topo_tune.errors import TopoTuneError, ValidationError
+from topo_tune.node_record import NodeState
 
 logger = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.config_version import ConfigVersion
 from topo_tune.controller.changes import Changes
 from topo_tune.controller.commands import CommandBook, CommandStatus
-from topo_tune.controller.nodes import NodeRegistry, NodeState
+from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.rollout import state
 from topo_tune.controller.rollout.gate_run import GateRun
 from topo_tune.controller.rollout.gates import Outcome, Sample, judge
@@ -47,6 +47,7 @@ from topo_tune.controller.rollout.plan import PlanPolicy, build_plan
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.sessions import SessionHub
 from topo_tune.errors import ConflictError, NotFoundError, TopoTuneError
+from topo_tune.node_record import NodeState
 from topo_tune.v1 import agent_pb2
 
 logger = logging.getLogger(__name__)

@@ -1,0 +1,46 @@
+"""A node and the cluster's topology as a tuning pass reads them from a controller.
+
+``admin_port.AdminPort`` returns these; the gRPC client converts the admin API's messages at its edge and a
+controller-run study builds them from its registry. A node's topology stays the shared topology model
+(``topology_pb2``), which is not the admin API. Non-goals: what only an operator reads (commands, drain,
+applied config versions), the wire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from topo_tune.v1 import topology_pb2
+
+__all__ = ["ClusterTopology", "NodeInfo", "NodeState"]
+
+
+class NodeState(StrEnum):
+    READY = "ready"
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    rack: str
+    state: NodeState
+    backend: str
+    """nccl, gloo or sim; empty where the agent reported none the controller knows."""
+    registrations: int = 0
+    last_heartbeat_at: datetime | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    topology: topology_pb2.NodeTopology | None = None
+    """What the agent discovered; ``None`` in the node list (only the topology view carries it)."""
+
+
+@dataclass(frozen=True)
+class ClusterTopology:
+    """Every node with its topology, and the spine from cluster.yaml where it names one."""
+
+    nodes: tuple[NodeInfo, ...]
+    spine_oversubscription: float | None = None
+    spine_bandwidth_gbps: float | None = None
