@@ -15,6 +15,7 @@
     ├── StorageError              the database failed after retries
     │   └── FencedError           a leader's write was refused: the database holds a newer leader's epoch
     ├── StaleTermError            a new leadership term is already behind the database's epoch
+    ├── WatchEnded                a wait or watch stream cut short: the controller stopped leading or shut down
     ├── PluginBuildError          the NCCL tuner plugin could not be compiled (no compiler, failed compile)
     ├── KubernetesError           the Kubernetes API refused a request or could not be reached; carries the status
     ├── ControllerError           talking to the controller failed (client side)

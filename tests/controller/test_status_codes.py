@@ -40,6 +40,7 @@ EXPECTED: dict[type[errors.TopoTuneError], grpc.StatusCode] = {
     errors.StudyCancelled: C.CANCELLED,
     errors.JobCancelled: C.CANCELLED,
     errors.StorageError: C.UNAVAILABLE,
+    errors.WatchEnded: C.UNAVAILABLE,
     errors.FencedError: C.UNAVAILABLE,
     errors.StaleTermError: C.UNAVAILABLE,
     errors.KubernetesError: C.UNAVAILABLE,
