@@ -41,7 +41,6 @@ class JobRunner(Protocol):
 
     async def wait(self, job_id: str) -> BenchmarkJob:
         """The job once it has ended (woken where its end is committed)."""
-        ...
 
 
 @dataclass
