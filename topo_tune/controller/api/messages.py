@@ -12,6 +12,7 @@ from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, Prob
 from topo_tune.benchmark.wire import COLLECTIVE_FROM_PROTO, COLLECTIVE_TO_PROTO, size_to_proto
 from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.config_checks import overridden
+from topo_tune.controller.benchmarks.service import JobProgress
 from topo_tune.controller.commands import STATUS_TO_WIRE as COMMAND_STATUS_TO_WIRE
 from topo_tune.controller.commands import CommandRecord
 from topo_tune.controller.config_versions import StoredVersion
@@ -19,7 +20,7 @@ from topo_tune.controller.drift import DriftCheck
 from topo_tune.controller.nodes import NodeView
 from topo_tune.controller.rollout.job_pins import ResolvedJob
 from topo_tune.controller.rollout.plan import Plan, PlanPolicy, Wave
-from topo_tune.controller.rollout.state import Rollout, Snapshot
+from topo_tune.controller.rollout.state import Rollout, Snapshot, WavePhase
 from topo_tune.controller.rollout.store import AuditRecord, GateRecord
 from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus, StudyTrials
 from topo_tune.errors import ValidationError
@@ -416,3 +417,32 @@ def to_proto_probe_round(found: ProbeRound) -> admin_pb2.ProbeRound:
         degraded_uplinks=list(found.degraded_uplinks),
         slow_pairs=[admin_pb2.NodePair(node_a=a, node_b=b) for a, b in found.slow_pairs],
     )
+
+
+# -- watch streams: each update is the object and its progress ------------------------------------------------
+
+
+def to_proto_job_update(found: JobProgress) -> admin_pb2.BenchmarkJobUpdate:
+    progress = admin_pb2.Progress(done=found.nodes_done, total=found.nodes_total)
+    return admin_pb2.BenchmarkJobUpdate(job=to_proto_benchmark_job(found.job), progress=progress)
+
+
+def to_proto_round_update(found: ProbeRound) -> admin_pb2.ProbeRoundUpdate:
+    progress = admin_pb2.Progress(done=len(found.measurements), total=found.pairs_total)
+    return admin_pb2.ProbeRoundUpdate(round=to_proto_probe_round(found), progress=progress)
+
+
+def to_proto_check_update(found: tuple[DriftCheck, int]) -> admin_pb2.DriftCheckUpdate:
+    check, ended = found
+    progress = admin_pb2.Progress(done=ended, total=len(check.job_ids))
+    return admin_pb2.DriftCheckUpdate(check=to_proto_drift_check(check), progress=progress)
+
+
+def to_proto_rollout_update(rollout: admin_pb2.RolloutInfo, snapshot: Snapshot) -> admin_pb2.RolloutUpdate:
+    done = sum(1 for wave in snapshot.waves if wave.phase is WavePhase.COMPLETED)
+    return admin_pb2.RolloutUpdate(rollout=rollout, progress=admin_pb2.Progress(done=done, total=len(snapshot.waves)))
+
+
+def to_proto_study_update(found: Study) -> admin_pb2.StudyUpdate:
+    progress = admin_pb2.Progress(done=found.done, total=found.total)
+    return admin_pb2.StudyUpdate(study=to_proto_study(found), progress=progress)

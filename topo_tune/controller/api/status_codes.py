@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -83,6 +83,24 @@ def maps_errors(
     async def wrapper(self: Self, request: Req, context: grpc.aio.ServicerContext[Req, Resp]) -> Resp:
         try:
             return await method(self, request, context)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as error:
+            await abort(context, error)
+
+    return wrapper
+
+
+def maps_stream_errors(
+    method: Callable[[Self, Req, grpc.aio.ServicerContext[Req, Resp]], AsyncIterator[Resp]],
+) -> Callable[[Self, Req, grpc.aio.ServicerContext[Req, Resp]], AsyncIterator[Resp]]:
+    """Decorate a server-streaming servicer method so domain errors become their status codes."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Self, request: Req, context: grpc.aio.ServicerContext[Req, Resp]) -> AsyncIterator[Resp]:
+        try:
+            async for item in method(self, request, context):
+                yield item
         except grpc.aio.AbortError:
             raise
         except Exception as error:
