@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import random
+import signal
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -662,20 +664,32 @@ async def test_a_probe_whose_peer_is_lost_ends_within_the_expiry_and_the_other_s
             admin_pb2.StartProbeRoundRequest(nodes=["a", "b"], message_bytes=1 << 16, pair_deadline_s=300)
         )
     )
-    progress = tmp_path / "a" / "bench" / f"probe-{started.round_id}-0-0-out" / "rank-0" / "progress.jsonl"
-    pid = await async_wait_until(lambda: asyncio.to_thread(_first_pid, progress), timeout=60, what="a's rank")
-    await b.shutdown()  # b answers no more; its heartbeats stop
+    out = tmp_path / "{}" / "bench" / f"probe-{started.round_id}-0-0-out" / "rank-{}" / "progress.jsonl"
+    pid = await async_wait_until(
+        lambda: asyncio.to_thread(_first_pid, Path(str(out).format("a", 0))), timeout=60, what="a's rank"
+    )
+    b_pid = await async_wait_until(
+        lambda: asyncio.to_thread(_first_pid, Path(str(out).format("b", 1))), timeout=60, what="b's rank"
+    )
+    # b drops off the network: its agent answers no more (its heartbeats stop) and its rank is frozen, so a's
+    # rank only waits for it, as it would behind a cut cable; nothing reports a failure before b is lost.
+    b.agent.executor.stop_benchmarks = lambda: None  # type: ignore[method-assign]
+    os.kill(b_pid, signal.SIGSTOP)
+    try:
+        await b.shutdown()
 
-    async def done() -> ProbeRound | None:
-        found = await jobs_controller.probes.get(started.round_id)
-        return found if found.status != ProbeStatus.RUNNING else None
+        async def done() -> ProbeRound | None:
+            found = await jobs_controller.probes.get(started.round_id)
+            return found if found.status != ProbeStatus.RUNNING else None
 
-    failed = await async_wait_until(done, timeout=30, what="the probe round")
-    assert "a-b: node b lost (no heartbeat) while the job ran" in failed.message, failed.message
-    await async_wait_until(lambda: asyncio.to_thread(process_gone, pid), timeout=20, what="a's rank killed")
-    cancels = {c.node_name: c for c in await jobs_controller.commands.list() if c.kind == "cancel_job"}
-    assert sorted(cancels) == ["a", "b"], "b gets its cancel when it comes back"
-    assert not cancels["b"].status.final
+        failed = await async_wait_until(done, timeout=30, what="the probe round")
+        assert "a-b: node b lost (no heartbeat) while the job ran" in failed.message, failed.message
+        await async_wait_until(lambda: asyncio.to_thread(process_gone, pid), timeout=20, what="a's rank killed")
+        cancels = {c.node_name: c for c in await jobs_controller.commands.list() if c.kind == "cancel_job"}
+        assert sorted(cancels) == ["a", "b"], "b gets its cancel when it comes back"
+        assert not cancels["b"].status.final
+    finally:
+        os.kill(b_pid, signal.SIGKILL)  # what b's cancel would do once it is back
 
 
 async def test_a_node_that_has_not_confirmed_a_cancel_takes_no_new_job(
