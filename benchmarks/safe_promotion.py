@@ -3,8 +3,10 @@
 Each landscape is a ``sim`` cluster with a workload; each seed runs the study in-process (the same
 ``run_study`` that ``init`` runs, the ``sim`` model called directly instead of through agents and gRPC; noise
 seeded by the study seed) over a small space: every rank order the pass offers, and the knobs ``channels``,
-``ib_qps`` and ``nthreads`` (``nvls`` for ``ib_qps`` on the one-node landscape). The whole space is then swept
-noise-free (the model's ``model_time_us``):
+``ib_qps`` and ``nthreads`` (``nvls`` for ``ib_qps`` on the one-node landscape), then the per-size search
+through the tuner plugin. The whole space is then swept noise-free (the model's ``model_time_us``), each
+configuration both as it is and with its best per-bucket rows (per weighted bucket, the algorithm/protocol
+entry NCCL offered there that is fastest, or none):
 
 * **safe oracle** — the best weighted speedup among configurations whose true speedup is at least
   ``1 - maxLoss`` in every weighted (collective, bucket) (NCCL's defaults, 1.0, included);
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import itertools
 import json
 import logging
@@ -53,7 +56,9 @@ from topo_tune.sim import Cluster, Spine, defaults_optimal_cluster, demo_cluster
 from topo_tune.sim.demo import h100_node
 from topo_tune.tuner import statistics
 from topo_tune.tuner.objective import Measurements, Objective, WorkloadProfile
+from topo_tune.tuner.plugin_table import TABLE_HEADER
 from topo_tune.tuner.sim_evaluator import SimEvaluator, sim_space
+from topo_tune.tuner.size_options import Option, offered_by_bucket, option_table
 from topo_tune.tuner.space import SearchSpace, TrialConfig
 from topo_tune.tuner.study import MeasurementRequest, StudyOutcome, StudySettings, run_study
 
@@ -107,6 +112,7 @@ def rack_grouped(cluster: Cluster) -> list[str]:
 class Truth:
     weighted: float
     buckets: dict[tuple[str, str], float]  # weighted buckets only
+    rows: int = 0  # per-bucket rows of the oracle's table (0: the configuration as it is)
 
     @property
     def worst(self) -> float:
@@ -126,6 +132,8 @@ class Oracle:
         self.quiet = SimEvaluator(cluster, noise=False)
         self.request = MeasurementRequest(objective.collectives, LADDER, 0, "search")
         self.baseline = self.quiet(space.config(space.baseline_params()), self.request)
+        self.nodes = len(cluster.node_names)
+        self.ranks = sum(cluster.node(n).gpus for n in cluster.node_names)
         self._cache: dict[tuple[object, ...], Truth] = {}
 
     def truth(self, config: TrialConfig) -> Truth:
@@ -141,16 +149,48 @@ class Oracle:
             self._cache[key] = Truth(self.objective.combine(scores), weighted)
         return self._cache[key]
 
+    def with_rows(self, config: TrialConfig) -> Truth:
+        """The configuration with its best per-bucket rows: per weighted bucket, the entry NCCL offered there at
+        every size that is fastest (noise-free), if one beats the configuration itself; the table measured whole."""
+        plain = self.truth(config)
+        offered = offered_by_bucket(self.quiet(config, self.request), self.objective)
+        best: dict[tuple[str, str], tuple[float, str]] = {}
+        for entry in sorted(set().union(*offered.values())):
+            covered = frozenset(key for key, entries in offered.items() if entry in entries)
+            table = option_table(Option(entry, None), covered, self.objective, nodes=self.nodes, ranks=self.ranks)
+            forced = self.truth(dataclasses.replace(config, tuner_table=table))
+            for collective, bucket in covered:
+                key = (collective, bucket.name)
+                if forced.buckets[key] > max(plain.buckets[key], best.get(key, (0.0, ""))[0]):
+                    best[key] = (
+                        forced.buckets[key],
+                        Option(entry, None).row(collective, bucket, nodes=self.nodes, ranks=self.ranks),
+                    )
+        if not best:
+            return plain
+        rows = [row for _, row in best.values()]
+        composed = self.truth(dataclasses.replace(config, tuner_table=option_table_text(rows)))
+        return dataclasses.replace(composed, rows=len(rows))
+
     def sweep(self) -> tuple[Truth, Truth]:
-        """(safe oracle, unconstrained best) over the whole space."""
+        """(safe oracle, unconstrained best) over the whole space, each configuration with and without rows."""
         best = safe = Truth(1.0, {})
         for values in itertools.product(*(self.space.values_of(n) for n in self.space.names)):
-            t = self.truth(self.space.config(dict(zip(self.space.names, values, strict=True))))
-            if t.weighted > best.weighted:
-                best = t
-            if t.safe and t.weighted > safe.weighted:
-                safe = t
+            config = self.space.config(dict(zip(self.space.names, values, strict=True)))
+            for t in (self.truth(config), self.with_rows(config)):
+                if t.weighted > best.weighted:
+                    best = t
+                if t.safe and t.weighted > safe.weighted:
+                    safe = t
         return safe, best
+
+
+def _rows(truth: Truth) -> str:
+    return f"{truth.rows} per-bucket rows" if truth.rows else "no rows"
+
+
+def option_table_text(rows: Sequence[str]) -> str:
+    return "\n".join([f"# {TABLE_HEADER}", *rows]) + "\n"
 
 
 def fixed_proof_promotes(outcome: StudyOutcome, storage: str, objective: Objective, pairs: int) -> int | None:
@@ -220,9 +260,9 @@ def run(landscape: Landscape, seeds: int, budget: int, proof_pairs: int) -> dict
     safe, best = oracle.sweep()
     print(f"\n## {landscape.name}: {cluster.name} (SIMULATED)")
     print(
-        f"space {math.prod(len(space.values_of(n)) for n in space.names)} configs; safe oracle "
-        f"{safe.weighted:.3f}x; unconstrained best {best.weighted:.3f}x (worst bucket {best.worst:.3f}, "
-        f"{'safe' if best.safe else 'NOT safe'})"
+        f"space {math.prod(len(space.values_of(n)) for n in space.names)} configs, each also with its best "
+        f"per-bucket rows; safe oracle {safe.weighted:.3f}x ({_rows(safe)}); unconstrained best "
+        f"{best.weighted:.3f}x ({_rows(best)}; worst bucket {best.worst:.3f}, {'safe' if best.safe else 'NOT safe'})"
     )
     print(
         "| seed | outcome | promoted true weighted | promoted true worst bucket | trade-off named | "

@@ -46,7 +46,7 @@ from topo_tune.errors import ConfigError, FailureKind, StudyError, TrialFailed
 from topo_tune.tuner import statistics
 from topo_tune.tuner.baseline_trials import BaselineTrials, Candidate
 from topo_tune.tuner.evaluation import Evaluator, MeasurementRequest, requested
-from topo_tune.tuner.finalists import choose_finalists
+from topo_tune.tuner.finalists import SEARCH_SLACK, choose_finalists, shortfall
 from topo_tune.tuner.objective import DEFAULT_LADDER, Measurements, Objective
 from topo_tune.tuner.proof import SMALL_RUNS, FinalistProof, ProofSettings, Prover
 from topo_tune.tuner.samplers import SamplerName, make_sampler
@@ -113,9 +113,6 @@ _FROM_SEARCH = (
     "min_effect",
     "max_loss",
 )
-SEARCH_SLACK = 0.01
-"""How far below ``1 - maxLoss`` one search measurement of a bucket may fall and the trial still count as
-feasible for the sampler (a single run of a small size is a few percent noisy)."""
 
 
 @dataclass(frozen=True)
@@ -380,11 +377,10 @@ class TunerStudy(BaselineTrials, StaleTrials, TableTrials):
 
         TPE then models the feasible trials (Optuna's constrained TPE): the search spends its budget where a
         configuration could pass the proof, not only where the weighted speedup is highest; the best trial by
-        value is still a finalist (as the trade-off when it is not safe).
+        value is still a finalist (as the trade-off when it is not safe). Feasible is what the finalists'
+        "looked safe" means.
         """
-        scores = self.objective.bucket_scores(measured, baseline)
-        weighted = [s.speedup for s in scores if self.objective.profile.weight(s.collective, s.bucket.name) > 0]
-        return 1 - self.settings.max_loss - SEARCH_SLACK - min(weighted, default=1.0)
+        return shortfall(measured, baseline, self.objective, self.settings.max_loss)
 
     def _hopeless(self, trial: optuna.Trial, step: int, value: float) -> bool:
         if self.settings.prune_ratio <= 0:
