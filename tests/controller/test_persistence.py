@@ -207,30 +207,38 @@ async def test_heartbeats_are_flushed_in_one_batch(db: Database, clock: FakeCloc
 async def test_live_reports_follow_every_heartbeat_and_transition(db: Database, clock: FakeClock) -> None:
     nodes = registry(db, clock)
     await nodes.register(registration("n1"))
-    before = nodes.live_reports()["n1"]
-    assert nodes.live_reports()["n1"] is before, "an unchanged node's report is handed out again"
+    await nodes.register(registration("n2"))
+    before = nodes.live_report("n1")
+    assert before is not None and nodes.live_report("ghost") is None
+    assert nodes.off_version("") == [], "both run NCCL's defaults, the stable version of a new cluster"
+    assert sorted(nodes.off_version("v2")) == ["n1", "n2"]
     clock.advance(1.0)
     nodes.heartbeat("n1", activity="idle", applied_config_version="v2", config_damage="bad file")
-    after = nodes.live_reports()["n1"]
+    nodes.heartbeat("n2", activity="idle", applied_config_version="v2")
+    after = nodes.live_report("n1")
+    assert after is not None
     assert (after.applied_config_version, after.config_damage) == ("v2", "bad file")
     assert after.last_seen_at > before.last_seen_at
+    assert nodes.off_version("v2") == ["n1"], "a damaged version is no version"
     clock.advance(5.0)
+    nodes.heartbeat("n2", activity="idle", applied_config_version="v1")
     await nodes.sweep()
-    assert nodes.live_reports()["n1"].state is NodeState.LOST
-    assert (nodes.lost(), nodes.counts()) == ({"n1"}, {NodeState.READY: 0, NodeState.LOST: 1})
+    assert (report := nodes.live_report("n1")) is not None and report.state is NodeState.LOST
+    assert nodes.off_version("v2") == ["n2"], "a lost node is not acted on"
+    assert (nodes.lost(), nodes.counts()) == ({"n1"}, {NodeState.READY: 1, NodeState.LOST: 1})
     nodes.heartbeat("n1", activity="idle", applied_config_version="v2")
     await nodes.mark_ready("n1")
-    assert nodes.live_reports()["n1"].state is NodeState.READY
-    assert (nodes.lost(), nodes.counts()) == (set(), {NodeState.READY: 1, NodeState.LOST: 0})
+    assert (report := nodes.live_report("n1")) is not None and report.state is NodeState.READY
+    assert (nodes.lost(), nodes.counts()) == (set(), {NodeState.READY: 2, NodeState.LOST: 0})
     await nodes.sweep()
     clock.advance(5.0)
     await nodes.sweep()
-    assert nodes.lost() == {"n1"}
+    assert nodes.lost() == {"n1", "n2"}
     restarted = registry(db, clock)
     await restarted.load()
-    assert restarted.lost() == {"n1"}, "a restarted controller knows who was lost"
+    assert restarted.lost() == {"n1", "n2"}, "a restarted controller knows who was lost"
     await nodes.register(registration("n1"))
-    assert nodes.lost() == frozenset(), "a node that registers again is ready"
+    assert nodes.lost() == {"n2"}, "a node that registers again is ready"
 
 
 def rediscover() -> agent_pb2.Command:

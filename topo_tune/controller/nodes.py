@@ -74,19 +74,11 @@ class _Liveness:
     config_damage: str = ""
     """The agent's report that the active version's files no longer hash to its id (memory only)."""
     dirty: bool = False
-    report: LiveReport | None = None
-    """This state as handed out, built on demand and kept until it changes: loops that look at the whole
-    fleet every second then cost a dict, not thousands of new objects."""
-
-    def reported(self) -> LiveReport:
-        if self.report is None:
-            self.report = LiveReport(self.state, self.applied_config_version, self.last_seen_at, self.config_damage)
-        return self.report
 
 
 @dataclass(frozen=True)
 class LiveReport:
-    """What a node's agent last said, from memory: for loops that run every second over the whole fleet."""
+    """What a node's agent last said, from memory, for the loops that run every second."""
 
     state: NodeState
     applied_config_version: str
@@ -212,7 +204,6 @@ class NodeRegistry:
                 logger.error("active config version damaged: %s", config_damage, extra={"node": name})
             live.config_damage = config_damage
         live.dirty = True
-        live.report = None
         return live.state is NodeState.LOST
 
     async def mark_ready(self, name: str) -> None:
@@ -244,7 +235,7 @@ class NodeRegistry:
         await self.db.run(write)  # persist, then act
         for name in names:
             if (live := self._live.get(name)) is not None:
-                live.state, live.report = state, None
+                live.state = state
                 if state is NodeState.LOST:
                     self._lost.add(name)
                 else:
@@ -281,9 +272,25 @@ class NodeRegistry:
         live = self._live.get(name)
         return live.state if live else None
 
-    def live_reports(self) -> dict[str, LiveReport]:
-        """Every known node's state, reported config version and last heartbeat, without a database read."""
-        return {name: live.reported() for name, live in self._live.items()}
+    def live_report(self, name: str) -> LiveReport | None:
+        """What the node last reported (state, config version, last heartbeat), without a database read."""
+        live = self._live.get(name)
+        if live is None:
+            return None
+        return LiveReport(live.state, live.applied_config_version, live.last_seen_at, live.config_damage)
+
+    def off_version(self, version: str) -> list[str]:
+        """The nodes, not ``lost``, that report a config version other than ``version`` or a damaged one.
+
+        A loop that runs every second over the whole fleet: it compares fields and builds nothing per node.
+        At 20,000 nodes, building a report per node each second (2,000 of them new, at one heartbeat per node
+        every 10 s) fed the collector enough to stall the event loop for 20-140 ms every second.
+        """
+        return [
+            name
+            for name, live in self._live.items()
+            if live.state is not NodeState.LOST and (live.applied_config_version != version or live.config_damage)
+        ]
 
     def damaged(self) -> int:
         """How many nodes report an active config version whose files no longer match its id."""

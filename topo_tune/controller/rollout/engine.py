@@ -199,11 +199,10 @@ class RolloutEngine:
         return after
 
     async def _observe(self, snapshot: state.Snapshot) -> dict[str, state.Observed]:
-        reports = self.registry.live_reports()
         desired = state.desired_versions(snapshot)
         observed: dict[str, state.Observed] = {}
         for name in snapshot.nodes:
-            view = reports.get(name)
+            view = self.registry.live_report(name)
             if view is None:
                 continue
             settled = True
@@ -270,8 +269,7 @@ class RolloutEngine:
                 samples = await self.verifier.verify(run)
             except TopoTuneError as error:  # e.g. the wave's nodes are not idle: Argo's "error" is inconclusive
                 samples, failure = (), f"the verification benchmark could not run: {error}"
-            reports = self.registry.live_reports()
-            lost = [n for n in wave.nodes if n not in reports or reports[n].state is NodeState.LOST]
+            lost = [n for n in wave.nodes if self.registry.state_of(n) in (None, NodeState.LOST)]
             reference = await self._reference_busbw(snapshot, wave_index)
             verdict = judge(samples, rollout.thresholds, lost_nodes=lost, reference_busbw=reference)
             if failure:
@@ -308,16 +306,14 @@ class RolloutEngine:
         one that succeeded but did not stick (the node reported something else afterwards) is followed by the
         next.
         """
-        reports = self.registry.live_reports()
         stable = await self.store.stable_version()
         now = self.wall_clock()
-        behind = (
-            name
-            for name, view in reports.items()
-            if view.state is not NodeState.LOST and (view.applied_config_version != stable or view.config_damage)
-        )
-        for name in sorted(behind):  # only the nodes to act on are sorted, not the whole fleet every second
-            view = reports[name]
+        for name in sorted(self.registry.off_version(stable)):  # only the nodes to act on, not the whole fleet
+            view = self.registry.live_report(name)
+            if view is None or view.state is NodeState.LOST:
+                continue  # gone while this pass awaited
+            if view.applied_config_version == stable and not view.config_damage:
+                continue  # caught up meanwhile
             attempt, record = 0, None
             while True:
                 cid = command_id("stable", name, stable, attempt + 1)
