@@ -45,3 +45,17 @@ def test_a_grown_old_generation_is_frozen_and_frozen_garbage_is_reclaimed_once_d
     assert keeper.tick() == "reclaimed"
     assert dead() is None, "frozen cycles that became garbage are freed by the reclaim"
     assert keeper.tick() != "reclaimed", "not an interval since"
+
+
+def test_each_tick_walks_what_is_young_so_it_never_piles_up() -> None:
+    keeper = HeapKeeper(freeze_at=10_000, reclaim_interval_s=3600.0)
+    keeper.tick()
+    gc.disable()  # as when deallocations keep pace with allocations: no automatic young collection comes
+    try:
+        pending = [Node() for _ in range(5_000)]  # what every session holds until its next heartbeat
+        assert len(gc.get_objects(generation=0)) >= len(pending)
+        keeper.tick()
+        young = gc.get_objects(generation=0) + gc.get_objects(generation=1)
+        assert len(young) < 100, "the pending objects were walked and moved on"
+    finally:
+        gc.enable()
