@@ -41,6 +41,12 @@ class ControllerMetrics:
         self.topology_changes = Counter(
             "topo_tune_topology_changes", "Nodes that registered again with another topology fingerprint", registry=r
         )
+        self.periodic_runs_skipped = Counter(
+            "topo_tune_periodic_runs_skipped",
+            "Runs of a periodic job skipped because its previous run was still going, by job",
+            ["job"],
+            registry=r,
+        )
         self.retention_deleted = Counter(
             "topo_tune_retention_deleted", "Rows deleted by retention, by kind", ["kind"], registry=r
         )

@@ -4,7 +4,10 @@ Six jobs run in APScheduler 3.x (in-memory job store; the intervals come from se
 registered again each time leadership begins): the expiry sweep (nodes gone silent, benchmark jobs past
 their deadline), the heartbeat flush, the rollout reconcile pass, job-pin retention, the drift check
 (``drift.py``) and the retention of old results (``retention.py``). Each runs one at a time; runs missed
-while one was busy collapse into one. Every job checks leadership first (the fence): a standby, or a
+while one was busy collapse into one. Every job is level-triggered, so a run skipped because the last one
+was still going (they wait for the one database thread, busy during a registration burst of thousands of
+agents) loses nothing: it is counted (``topo_tune_periodic_runs_skipped``) and logged at debug level, not
+as APScheduler's warning. Every job checks leadership first (the fence): a standby, or a
 controller whose term just lapsed, does nothing. Non-goal: deciding when leadership begins and ends
 (``leadership.py``).
 """
@@ -16,6 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, timedelta
 
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from topo_tune.controller.drift import DriftCheck
@@ -24,6 +28,21 @@ from topo_tune.controller.settings import ControllerSettings
 from topo_tune.controller.wiring import Services, wall_clock
 
 logger = logging.getLogger(__name__)
+_SKIPPED = "skipped: maximum number of running instances reached"
+
+
+class _SkipsAreRoutine(logging.Filter):
+    """APScheduler warns of every skipped run; here a skip is routine (see above): debug level."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING and _SKIPPED in record.getMessage():
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logger.isEnabledFor(logging.DEBUG)
+        return True
+
+
+_scheduler_logger = logging.getLogger(f"{__name__}.apscheduler")
+_scheduler_logger.addFilter(_SkipsAreRoutine())
 
 
 async def _ends_quietly_on_shutdown(job: Callable[[], Awaitable[object]], job_id: str) -> None:
@@ -47,7 +66,13 @@ class Schedule:
         self._scheduler: AsyncIOScheduler | None = None
 
     def start(self) -> None:
-        scheduler = AsyncIOScheduler(timezone=UTC)
+        scheduler = AsyncIOScheduler(timezone=UTC, logger=_scheduler_logger)
+        skipped = self._services.metrics.periodic_runs_skipped
+
+        def on_skip(event: JobSubmissionEvent) -> None:
+            skipped.labels(job=event.job_id).inc()
+
+        scheduler.add_listener(on_skip, EVENT_JOB_MAX_INSTANCES)
 
         def every(seconds: float, job: Callable[[], Awaitable[object]], job_id: str) -> None:
             scheduler.add_job(
@@ -56,6 +81,7 @@ class Schedule:
                 args=(job, job_id),
                 seconds=seconds,
                 id=job_id,
+                name=job_id,
                 replace_existing=True,
                 max_instances=1,
                 coalesce=True,
