@@ -3,10 +3,11 @@
 Each landscape is a ``sim`` cluster with a workload; each seed runs the study in-process (the same
 ``run_study`` that ``init`` runs, the ``sim`` model called directly instead of through agents and gRPC; noise
 seeded by the study seed) over a small space: every rank order the pass offers, and the knobs ``channels``,
-``ib_qps`` and ``nthreads`` (``nvls`` for ``ib_qps`` on the one-node landscape), then the per-size search
-through the tuner plugin. The whole space is then swept noise-free (the model's ``model_time_us``), each
-configuration both as it is and with its best per-bucket rows (per weighted bucket, the algorithm/protocol
-entry NCCL offered there that is fastest, or none):
+``ib_qps`` and ``nthreads`` (``nvls`` for ``ib_qps`` on the one-node landscape), then the channel table and
+the per-size search through the tuner plugin (``search.tunerTable``, on by default). The whole space is then
+swept noise-free (the model's ``model_time_us``), each configuration both as it is and with its best
+per-bucket rows (per weighted bucket, the algorithm/protocol entry NCCL offered there that is fastest, or
+none):
 
 * **safe oracle** — the best weighted speedup among configurations whose true speedup is at least
   ``1 - maxLoss`` in every weighted (collective, bucket) (NCCL's defaults, 1.0, included);
@@ -284,6 +285,7 @@ def run(landscape: Landscape, seeds: int, budget: int, proof_pairs: int) -> dict
                 proof_pairs=proof_pairs,
                 proof_pairs_max=30,
                 worker_id=f"bench-{seed}",
+                table_shape=(oracle.nodes, oracle.ranks),  # as `init` runs it (search.tunerTable, the default)
             )
             started = time.perf_counter()
             outcome = run_study(settings, space=space, objective=objective, evaluate=SimEvaluator(cluster, seed=seed))

@@ -55,6 +55,20 @@ def test_a_trial_one_noisy_run_put_just_under_max_loss_is_still_proven_before_lo
     assert [t.number for t in chosen] == [1, 2, 4]
 
 
+def test_a_table_that_showed_a_loss_comes_after_every_trial_that_looked_safe() -> None:
+    # Trial 5 is a table composed on a base that trades sizes (its 1 KiB loss no row fixed): it must not take
+    # the slot of trial 2, which showed no loss.
+    trials = [
+        _trial(1, 0.90, 2.0),
+        _trial(5, 0.90, 1.9, role="per_size", table="# table\n"),
+        _trial(2, 1.0, 1.2),
+    ]
+    chosen = choose_finalists(
+        trials, BASELINE, baseline_params={"channels": "0"}, objective=OBJECTIVE, max_loss=MAX_LOSS, count=2
+    )
+    assert [t.number for t in chosen] == [1, 2]
+
+
 def test_tables_come_right_after_the_best_and_the_baseline_and_repeats_never() -> None:
     trials = [
         _trial(1, 0.90, 2.0),

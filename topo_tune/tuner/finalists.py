@@ -1,9 +1,11 @@
 """Which searched trials the proof re-measures, in which order.
 
 Purpose: the best trial by search value first (it may trade a loss in some bucket for a gain elsewhere:
-proven, it is named as the trade-off), then the composed tables (built from per-bucket winners, the
-likeliest to be safe everywhere), then the trials that looked safe (best first), then the rest by value; the
-baseline's configuration and repeats never.
+proven, it is named as the trade-off), then the composed tables that looked safe (built from per-bucket
+winners, the likeliest to be safe everywhere), then the other trials that looked safe (best first), then the
+tables that did not, then the rest by value; the baseline's configuration and repeats never. A table whose
+own search run showed a loss in some bucket takes no slot from a trial that showed none: built on a base that
+trades sizes against each other, it usually keeps the base's loss where no row beat the base.
 
 "Looked safe" is one rule, shared with the sampler's constraint (``shortfall``): the trial's one search
 measurement was within ``maxLoss`` plus ``SEARCH_SLACK`` in every weighted bucket. One run of a small size is
@@ -55,7 +57,7 @@ def choose_finalists(
     tables = [t for t in ranked if t.user_attrs.get(A_ROLE) in ("table", size_options.ROLE_COMPOSED)]
     safe = [t for t in ranked if looked_safe(t, baseline, objective, max_loss)]
     out: list[FrozenTrial] = []
-    for t in [*ranked[:1], *tables, *safe, *ranked]:
+    for t in [*ranked[:1], *[t for t in tables if t in safe], *safe, *tables, *ranked]:
         if t not in out:
             out.append(t)
     return out[:count]
