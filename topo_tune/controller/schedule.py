@@ -41,8 +41,7 @@ class _SkipsAreRoutine(logging.Filter):
         return True
 
 
-_scheduler_logger = logging.getLogger(f"{__name__}.apscheduler")
-_scheduler_logger.addFilter(_SkipsAreRoutine())
+logging.getLogger("apscheduler.scheduler").addFilter(_SkipsAreRoutine())  # the logger APScheduler's scheduler uses
 
 
 async def _ends_quietly_on_shutdown(job: Callable[[], Awaitable[object]], job_id: str) -> None:
@@ -66,7 +65,7 @@ class Schedule:
         self._scheduler: AsyncIOScheduler | None = None
 
     def start(self) -> None:
-        scheduler = AsyncIOScheduler(timezone=UTC, logger=_scheduler_logger)
+        scheduler = AsyncIOScheduler(timezone=UTC)
         skipped = self._services.metrics.periodic_runs_skipped
 
         def on_skip(event: JobSubmissionEvent) -> None:
