@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import random
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,6 +133,35 @@ async def _disconnected(controller: Controller) -> bool:
 async def _finished(controller: Controller, command_id: str) -> object:
     record = await controller.commands.get(command_id)
     return record if record.status.final else None
+
+
+async def test_a_command_taken_just_as_the_session_breaks_still_runs_once(
+    controller: Controller, start_agent: Callable[..., RunningAgent], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    discovery = CountingDiscovery()
+    running = start_agent(address(controller), discovery)
+    await asyncio.wait_for(running.agent.registered.wait(), 20)
+    loop = asyncio.get_running_loop()
+    journal = running.agent.journal
+    real_take = journal.take
+    broken = threading.Event()
+
+    def take_as_the_session_breaks(command_id: str) -> object:
+        taken = real_take(command_id)  # the journal records the command as taken ...
+        if not broken.is_set():  # ... and the network blinks before the agent acts on it
+            broken.set()
+            loop.call_soon_threadsafe(controller.hub.close_all, "the network blinked")
+            time.sleep(1.0)  # the agent's session ends meanwhile (its next heartbeat finds the stream gone)
+        return taken
+
+    monkeypatch.setattr(journal, "take", take_as_the_session_breaks)
+    calls_before = discovery.calls
+    record = await controller.commands.submit("n1", agent_pb2.Command(rediscover=agent_pb2.Rediscover()))
+    await controller.hub.deliver_new(record)
+    done = await async_wait_until(lambda: _finished(controller, record.id), what="the command to finish")
+    assert done.status is CommandStatus.SUCCEEDED, "taken means run, even when the session ended meanwhile"
+    assert discovery.calls == calls_before + 1, "and run once, though the controller sent it again"
+    await running.shutdown()
 
 
 async def test_a_command_running_across_a_controller_restart_runs_once(

@@ -94,6 +94,7 @@ class Agent:
         self._backoff = Backoff(settings.backoff_initial_s, settings.backoff_max_s, self._rng)
         self._outgoing: asyncio.Queue[agent_pb2.AgentMessage] | None = None
         self._running: dict[str, asyncio.Task[None]] = {}
+        self._taking: set[asyncio.Task[None]] = set()  # commands being taken (see ``_read_loop``)
         self._seq = 0
         self.sessions = 0
         """How many sessions reached ``Registered``."""
@@ -126,6 +127,7 @@ class Agent:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)
         finally:
+            await asyncio.gather(*self._taking, return_exceptions=True)  # a command taken is running, or done
             # A benchmark's workers would outlive the agent otherwise, and its thread would hold the
             # process open until the job's deadline.
             self.executor.stop_benchmarks()
@@ -297,7 +299,12 @@ class Agent:
                 return  # EOF: the controller closed the stream
             kind = message.WhichOneof("kind")
             if kind == "command":
-                await self._take(message.command)
+                # Shielded: once the journal records a command as taken it must run, even if this session
+                # ends while that is written; the controller's re-send would only find it taken.
+                taking = asyncio.create_task(self._take(message.command))
+                self._taking.add(taking)
+                taking.add_done_callback(self._taking.discard)
+                await asyncio.shield(taking)
             elif kind == "result_ack":
                 await asyncio.to_thread(self.journal.delivered, message.result_ack.command_id)
 
