@@ -57,9 +57,8 @@ from topo_tune.sim import Cluster, Spine, defaults_optimal_cluster, demo_cluster
 from topo_tune.sim.demo import h100_node
 from topo_tune.tuner import statistics
 from topo_tune.tuner.objective import Measurements, Objective, WorkloadProfile
-from topo_tune.tuner.plugin_table import TABLE_HEADER
 from topo_tune.tuner.sim_evaluator import SimEvaluator, sim_space
-from topo_tune.tuner.size_options import Option, offered_by_bucket, option_table
+from topo_tune.tuner.size_options import Option, offered_by_bucket, option_table, table_text
 from topo_tune.tuner.space import SearchSpace, TrialConfig
 from topo_tune.tuner.study import MeasurementRequest, StudyOutcome, StudySettings, run_study
 
@@ -170,7 +169,7 @@ class Oracle:
         if not best:
             return plain
         rows = [row for _, row in best.values()]
-        composed = self.truth(dataclasses.replace(config, tuner_table=option_table_text(rows)))
+        composed = self.truth(dataclasses.replace(config, tuner_table=table_text(rows)))
         return dataclasses.replace(composed, rows=len(rows))
 
     def sweep(self) -> tuple[Truth, Truth]:
@@ -188,10 +187,6 @@ class Oracle:
 
 def _rows(truth: Truth) -> str:
     return f"{truth.rows} per-bucket rows" if truth.rows else "no rows"
-
-
-def option_table_text(rows: Sequence[str]) -> str:
-    return "\n".join([f"# {TABLE_HEADER}", *rows]) + "\n"
 
 
 def fixed_proof_promotes(outcome: StudyOutcome, storage: str, objective: Objective, pairs: int) -> int | None:

@@ -65,7 +65,7 @@ def choose_finalists(
 
 def shortfall(measured: Measurements, baseline: Measurements, objective: Objective, max_loss: float) -> float:
     """How far the worst weighted bucket fell below ``1 - max_loss - SEARCH_SLACK`` (<= 0: it looked safe)."""
-    return 1 - max_loss - SEARCH_SLACK - min(_weighted_speedups(measured, baseline, objective), default=1.0)
+    return _shortfall(_weighted_speedups(measured, baseline, objective), max_loss)
 
 
 def looked_safe(trial: FrozenTrial, baseline: Measurements, objective: Objective, max_loss: float) -> bool:
@@ -73,10 +73,12 @@ def looked_safe(trial: FrozenTrial, baseline: Measurements, objective: Objective
     raw = trial.user_attrs.get(A_MEASUREMENTS)
     if not raw:
         return False
-    measured = Measurements.from_json(raw)
-    return bool(_weighted_speedups(measured, baseline, objective)) and (
-        shortfall(measured, baseline, objective, max_loss) <= 0
-    )
+    speedups = _weighted_speedups(Measurements.from_json(raw), baseline, objective)
+    return bool(speedups) and _shortfall(speedups, max_loss) <= 0
+
+
+def _shortfall(speedups: list[float], max_loss: float) -> float:
+    return 1 - max_loss - SEARCH_SLACK - min(speedups, default=1.0)
 
 
 def _weighted_speedups(measured: Measurements, baseline: Measurements, objective: Objective) -> list[float]:

@@ -51,6 +51,7 @@ __all__ = [
     "offered_by_bucket",
     "options_for",
     "plan_next",
+    "table_text",
 ]
 
 ROLE_OPTION = "option"
@@ -234,7 +235,8 @@ def _channel_counts(
     return ranked[:MAX_CHANNEL_OPTIONS]
 
 
-def _table(rows: Sequence[str]) -> str:
+def table_text(rows: Sequence[str]) -> str:
+    """A tuner-plugin table of ``rows``, under the table's header line."""
     return "\n".join([f"# {TABLE_HEADER}", *rows]) + "\n"
 
 
@@ -248,7 +250,7 @@ def option_table(
         for b in objective.buckets
         if (c, b) in covered
     ]
-    return _table(rows)
+    return table_text(rows)
 
 
 def compose(
@@ -292,7 +294,7 @@ def compose(
                 rows.append(ComposedRow(collective, bucket, option, speedup, base_scores[key]))
     if not rows:
         return None
-    text = _table([r.option.row(r.collective, r.bucket, nodes=nodes, ranks=ranks) for r in rows])
+    text = table_text([r.option.row(r.collective, r.bucket, nodes=nodes, ranks=ranks) for r in rows])
     return PerSizeTable(base.number, tuple(rows), text)
 
 
