@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import math
+
 import optuna
+import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial
 
-from topo_tune.tuner.finalists import SEARCH_SLACK, choose_finalists, looked_safe, shortfall
+from topo_tune.tuner.finalists import (
+    MIN_REPEATS,
+    NOISE_Z,
+    SEARCH_SLACK,
+    choose_finalists,
+    looked_safe,
+    search_noise,
+    shortfall,
+)
 from topo_tune.tuner.objective import Measurements, Objective, SizeSample, WorkloadProfile
 from topo_tune.tuner.trial_store import A_MEASUREMENTS, A_ROLE, A_TABLE
 
@@ -16,13 +27,18 @@ BASELINE = Measurements(tuple(SizeSample("all_reduce", s, 100.0, 1.0) for s in S
 MAX_LOSS = 0.02
 
 
-def _trial(number: int, small: float, large: float, *, role: str = "sampled", table: str = "") -> FrozenTrial:
-    """A completed trial whose one search run measured these speedups at 1 KiB and 256 MiB."""
+def _trial(
+    number: int, small: float, large: float, *, role: str = "sampled", table: str = "", config: int | None = None
+) -> FrozenTrial:
+    """A completed trial whose one search run measured these speedups at 1 KiB and 256 MiB.
+
+    Its configuration is ``channels = config`` (``number`` when unset): trials of one config are repeats.
+    """
     measured = Measurements(
         (SizeSample("all_reduce", SIZES[0], 100.0 / small, 1.0), SizeSample("all_reduce", SIZES[1], 100.0 / large, 1.0))
     )
     trial = optuna.trial.create_trial(
-        params={"channels": str(number)},
+        params={"channels": str(number if config is None else config)},
         distributions={"channels": CategoricalDistribution([str(n) for n in range(100)])},
         value=OBJECTIVE.value(measured, BASELINE),
         user_attrs={A_MEASUREMENTS: measured.to_json(), A_ROLE: role, A_TABLE: table},
@@ -81,3 +97,56 @@ def test_tables_come_right_after_the_best_and_the_baseline_and_repeats_never() -
         trials, BASELINE, baseline_params={"channels": "0"}, objective=OBJECTIVE, max_loss=MAX_LOSS, count=5
     )
     assert [t.number for t in chosen] == [1, 5, 2]
+
+
+# Three configurations the search measured more than once, slower than the defaults overall (never finalists):
+# their 1 KiB runs spread, their 256 MiB runs agree. Pooled over the configurations: 4 degrees of freedom.
+REPEATS = [
+    _trial(n, small, 0.9, config=config)
+    for n, (config, small) in enumerate(
+        [(7, 1.0), (7, 0.9), (7, 1.1), (8, 0.95), (8, 1.05), (9, 1.0), (9, 1.02)], start=20
+    )
+]
+
+
+def test_the_search_noise_is_the_pooled_spread_of_repeated_configurations() -> None:
+    noise = search_noise(REPEATS, BASELINE, OBJECTIVE)
+    # sqrt of the summed squared deviations of log speedups from each configuration's mean, over 7 - 3 = 4
+    assert noise[("all_reduce", "0-1K")] == pytest.approx(0.0796172410, abs=1e-9)
+    assert noise[("all_reduce", "16M-4G")] == pytest.approx(0.0, abs=1e-12)
+    assert MIN_REPEATS == 4
+    assert search_noise(REPEATS[:-1], BASELINE, OBJECTIVE) == {}, "3 degrees of freedom are too few to judge by"
+    assert search_noise([REPEATS[0], _trial(30, 0.5, 2.0)], BASELINE, OBJECTIVE) == {}, "no repeat, no estimate"
+
+
+def test_a_bucket_may_fall_its_measured_noise_below_max_loss_and_still_look_safe() -> None:
+    noise = {("all_reduce", "0-1K"): 0.02}
+    floor = (1 - MAX_LOSS) * math.exp(-NOISE_Z * 0.02)  # 0.9416, below the fixed 0.97
+    assert floor == pytest.approx(0.9415736504, abs=1e-9)
+    assert looked_safe(_trial(1, floor + 0.001, 1.5), BASELINE, OBJECTIVE, MAX_LOSS, noise)
+    assert not looked_safe(_trial(1, floor - 0.001, 1.5), BASELINE, OBJECTIVE, MAX_LOSS, noise)
+    assert not looked_safe(_trial(1, floor + 0.001, 1.5), BASELINE, OBJECTIVE, MAX_LOSS), "without it: the slack"
+    # A quiet bucket keeps the fixed slack: the noise only ever widens it.
+    quiet = {("all_reduce", "0-1K"): 0.001}
+    edge = 1 - MAX_LOSS - SEARCH_SLACK
+    assert looked_safe(_trial(1, edge + 0.001, 1.5), BASELINE, OBJECTIVE, MAX_LOSS, quiet)
+    assert not looked_safe(_trial(1, edge - 0.001, 1.5), BASELINE, OBJECTIVE, MAX_LOSS, quiet)
+
+
+def test_finalists_judge_looked_safe_by_the_noise_the_search_measured() -> None:
+    # Trial 2 fell to 0.93 at 1 KiB in its one run; the repeats show 1 KiB runs spread by 8%: it looked safe
+    # and, with the better value, is proven before trial 3.
+    trials = [_trial(1, 0.80, 2.0), _trial(2, 0.93, 1.5), _trial(3, 1.0, 1.1)]
+    chosen = choose_finalists(
+        [*trials, *REPEATS],
+        BASELINE,
+        baseline_params={"channels": "0"},
+        objective=OBJECTIVE,
+        max_loss=MAX_LOSS,
+        count=2,
+    )
+    assert [t.number for t in chosen] == [1, 2]
+    alone = choose_finalists(
+        trials, BASELINE, baseline_params={"channels": "0"}, objective=OBJECTIVE, max_loss=MAX_LOSS, count=2
+    )
+    assert [t.number for t in alone] == [1, 3], "without repeats, the fixed slack"

@@ -129,10 +129,16 @@ def test_a_sim_study_measures_the_composed_table_and_ships_it_only_when_shown_sa
     # The channel table runs 16 channels at 1 GiB under a 64-channel communicator, which loses there: shown slower
     # in a weighted bucket, it is not shipped (a table ships only when every weighted bucket is shown safe). Every
     # trial is a finalist here: a table whose search run showed that loss is otherwise proven after the others.
-    [tabled] = [p for p in outcome.proofs if p.config.tuner_table]
+    [tabled] = [p for p in outcome.proofs if p.trial == table_trial.number]
     assert any(b.decision is Decision.SLOWER for b in tabled.weighted)
     assert not tabled.promoted
-    assert outcome.chosen is None or not outcome.chosen.config.tuner_table, "what ships, if anything, has no table"
+    chosen = outcome.chosen
+    assert chosen is None or chosen.trial != table_trial.number
+    # What ships, if anything, was shown safe in every weighted bucket, and a table ships exactly as proven: here
+    # the per-size search's table on the 64-channel base (tree/LL128 above 16 MiB, where 64 channels' own pick
+    # loses to 16 channels) is.
+    assert chosen is not None and all(b.decision.safe for b in chosen.weighted)
+    assert any(r.algorithm == "tree" for r in parse_tuner_table(chosen.config.tuner_table or ""))
     written = write_outputs(
         outcome,
         tmp_path / "out",
@@ -148,5 +154,35 @@ def test_a_sim_study_measures_the_composed_table_and_ships_it_only_when_shown_sa
         topology_fingerprint="tf-test",
         advice=None,
     )
-    shipped = (written.directory / "nccl_tuner.conf").read_text()
-    assert [line for line in shipped.splitlines() if not line.startswith("#")] == [], "no unproven row ships"
+    assert (written.directory / "nccl_tuner.conf").read_text() == chosen.config.tuner_table, "no unproven row ships"
+
+
+def test_option_trials_measure_the_whole_ladder_even_when_far_behind(tmp_path: Path) -> None:
+    # Forcing one entry everywhere it is offered is meant to lose in some buckets (tree/simple at 4 KiB): a
+    # pruner judging the whole-ladder value would stop such a trial at its small sizes, before the bucket
+    # where it wins was measured. Every option trial measures every size.
+    cluster = demo_cluster()
+    space = sim_space(cluster, nccl_version="2.28.3", collectives=["all_reduce"], knobs=["channels"])
+    ladder = (4096, 1 << 20, 4 << 20, 64 << 20, 1 << 30)
+    outcome = run_study(
+        study_settings(
+            f"sqlite:///{tmp_path / 'study.db'}",
+            budget=6,
+            ladder=ladder,
+            rungs=3,
+            prune_ratio=0.9,
+            prune_startup=1,
+            table_shape=(len(cluster.node_names), 8 * len(cluster.node_names)),
+            finalists=0,
+        ),
+        space=space,
+        objective=OBJECTIVE,
+        evaluate=SimEvaluator(cluster),
+        candidates=[Candidate("ch16", space.params_for(env={"NCCL_MIN_CTAS": "16", "NCCL_MAX_CTAS": "16"}))],
+    )
+    options = [t for t in outcome.trials if t.role == "option"]
+    assert options
+    assert all(t.state == "complete" and t.measurements is not None for t in options)
+    assert all({s.bytes for s in t.measurements.samples} == set(ladder) for t in options if t.measurements)
+    best = max(t.value for t in outcome.trials if t.value is not None and t.role != "option")
+    assert any(t.value is not None and t.value < 0.9 * best for t in options), "one would have been pruned"

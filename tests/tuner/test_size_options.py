@@ -316,7 +316,22 @@ def test_bases_are_searched_configurations_best_per_order() -> None:
     pruned = trial(3, BASELINE, order="hostname", value=None)
     pruned = StoredTrial(**{**pruned.__dict__, "value": None, "measurements": BASELINE})
     table = trial(4, BASELINE, order="optimized", role="table", value=2.0)
-    assert [b.number for b in bases([natural, racks_first, racks_best, pruned, table])] == [2, 0]
+    assert [b.number for b in bases([natural, racks_first, racks_best, pruned, table], BASELINE, OBJECTIVE)] == [2, 0]
+
+
+def test_a_configuration_strong_everywhere_but_one_bucket_is_also_a_base_of_its_order() -> None:
+    # The order's best by value wins the large bucket; the other configuration wins 64K-1M and 1M-16M but
+    # loses the large one: lifted to the order's best there, it would beat the best. A row may do just that.
+    best = trial(1, measured(times({s: 2.0 for s in LARGE})), value=1.26)
+    lopsided = trial(2, measured(times({**{s: 1.3 for s in (*MID, 4 * MIB, 16 * MIB)}, **{s: 1.1 for s in LARGE}})))
+    lopsided = StoredTrial(**{**lopsided.__dict__, "value": 1.22})
+    # Behind the best wherever the best is not at its own order's best: lifting one bucket is not enough.
+    weak = trial(3, measured(times({**{s: 0.95 for s in SIZES}, **{s: 1.05 for s in LARGE}})), value=0.99)
+    assert [b.number for b in bases([best, lopsided, weak], BASELINE, OBJECTIVE)] == [1, 2]
+    assert [b.number for b in bases([best, weak], BASELINE, OBJECTIVE)] == [1]
+    # Rescues are per order: a configuration of another order is never lifted to this order's best.
+    other = StoredTrial(**{**lopsided.__dict__, "rank_order": "racks"})
+    assert [b.number for b in bases([best, other, weak], BASELINE, OBJECTIVE)] == [1, 2]
 
 
 def test_the_plan_uses_search_winners_for_channel_options_and_skips_failed_options() -> None:

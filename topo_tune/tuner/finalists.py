@@ -7,16 +7,20 @@ tables that did not, then the rest by value; the baseline's configuration and re
 own search run showed a loss in some bucket takes no slot from a trial that showed none: built on a base that
 trades sizes against each other, it usually keeps the base's loss where no row beat the base.
 
-"Looked safe" is one rule, shared with the sampler's constraint (``shortfall``): the trial's one search
-measurement was within ``maxLoss`` plus ``SEARCH_SLACK`` in every weighted bucket. One run of a small size is
-a few percent noisy, so a configuration truly within 1% of the defaults there fails a bare ``maxLoss`` test
-about as often as not, and was then left out of the proof, which alone decides with the noise accounted for.
+"Looked safe": the trial's one search measurement was within ``maxLoss`` plus ``SEARCH_SLACK`` in every
+weighted bucket (``shortfall``, also the sampler's constraint), or, where the search measured some
+configurations more than once, within ``NOISE_Z`` of that bucket's measured one-run spread below
+``1 - maxLoss`` (``search_noise``; only ever wider than the slack). One run of a small size is a few percent
+noisy, so a configuration truly within 1% of the defaults there fails a bare ``maxLoss`` test about as often
+as not, and was then left out of the proof, which alone decides with the noise accounted for. The sampler's
+constraint keeps the fixed slack: it is computed as each trial ends, from that trial alone.
 
 Non-goals: proving (``proof``), searching (``study``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,8 +30,14 @@ from topo_tune.tuner import size_options
 from topo_tune.tuner.objective import Measurements, Objective
 from topo_tune.tuner.trial_store import A_MEASUREMENTS, A_ROLE, A_TABLE
 
-__all__ = ["SEARCH_SLACK", "choose_finalists", "looked_safe", "shortfall"]
+__all__ = ["MIN_REPEATS", "NOISE_Z", "SEARCH_SLACK", "choose_finalists", "looked_safe", "search_noise", "shortfall"]
 
+NOISE_Z = 2.0
+"""How many one-run deviations (``search_noise``) below ``1 - maxLoss`` a bucket may fall and still look safe.
+A run is compared with the one baseline run, so its ratio spreads about sqrt(2) deviations: a bucket truly at
+``1 - maxLoss`` looks safe in about 92% of runs."""
+MIN_REPEATS = 4
+"""Degrees of freedom (repeat runs beyond the first of each configuration) ``search_noise`` needs."""
 SEARCH_SLACK = 0.01
 """How far below ``1 - maxLoss`` one search measurement of a bucket may fall and the trial still look safe (to
 the sampler's constraint and to the choice of finalists): a single run of a small size is a few percent noisy."""
@@ -43,11 +53,11 @@ def choose_finalists(
     count: int,
 ) -> list[FrozenTrial]:
     """Up to ``count`` of the completed trials that beat the baseline's value, in the order above."""
-    seen: set[tuple[tuple[str, Any], ...]] = set()  # params and table: a table trial is its own finalist
+    seen: set[tuple[tuple[str, Any], ...]] = set()
     baseline_key = (*sorted(baseline_params.items()), (A_TABLE, ""))
     ranked = []
     for t in sorted(complete, key=lambda t: (-(t.value or 0.0), t.number)):
-        key = (*sorted(t.params.items()), (A_TABLE, t.user_attrs.get(A_TABLE, "")))
+        key = _config_key(t)
         if t.user_attrs.get(A_ROLE) == "baseline" or key == baseline_key or key in seen:
             continue
         if t.value is None or t.value <= 1.0:
@@ -55,7 +65,8 @@ def choose_finalists(
         seen.add(key)
         ranked.append(t)
     tables = [t for t in ranked if t.user_attrs.get(A_ROLE) in ("table", size_options.ROLE_COMPOSED)]
-    safe = [t for t in ranked if looked_safe(t, baseline, objective, max_loss)]
+    noise = search_noise(complete, baseline, objective)
+    safe = [t for t in ranked if looked_safe(t, baseline, objective, max_loss, noise)]
     out: list[FrozenTrial] = []
     for t in [*ranked[:1], *[t for t in tables if t in safe], *safe, *tables, *ranked]:
         if t not in out:
@@ -68,13 +79,64 @@ def shortfall(measured: Measurements, baseline: Measurements, objective: Objecti
     return _shortfall(_weighted_speedups(measured, baseline, objective), max_loss)
 
 
-def looked_safe(trial: FrozenTrial, baseline: Measurements, objective: Objective, max_loss: float) -> bool:
-    """Whether the trial's one search measurement looked safe (``shortfall`` <= 0) in every weighted bucket."""
+def looked_safe(
+    trial: FrozenTrial,
+    baseline: Measurements,
+    objective: Objective,
+    max_loss: float,
+    noise: Mapping[tuple[str, str], float] | None = None,
+) -> bool:
+    """Whether the trial's one search measurement looked safe (``shortfall`` <= 0) in every weighted bucket.
+
+    With ``noise`` (``search_noise``), a bucket may also fall ``NOISE_Z`` of its one-run deviations below
+    ``1 - max_loss``.
+    """
     raw = trial.user_attrs.get(A_MEASUREMENTS)
     if not raw:
         return False
-    speedups = _weighted_speedups(Measurements.from_json(raw), baseline, objective)
-    return bool(speedups) and _shortfall(speedups, max_loss) <= 0
+    scores = _weighted_scores(Measurements.from_json(raw), baseline, objective)
+    if not scores:
+        return False
+    for key, speedup in scores.items():
+        floor = 1 - max_loss - SEARCH_SLACK
+        if noise and key in noise:
+            floor = min(floor, (1 - max_loss) * math.exp(-NOISE_Z * noise[key]))
+        if speedup < floor:
+            return False
+    return True
+
+
+def search_noise(
+    complete: Sequence[FrozenTrial], baseline: Measurements, objective: Objective
+) -> dict[tuple[str, str], float]:
+    """Per weighted bucket: the pooled standard deviation of one search run's log speedup.
+
+    From the configurations the search measured more than once (same params and table); empty with fewer
+    than ``MIN_REPEATS`` degrees of freedom.
+    """
+    groups: dict[tuple[tuple[str, Any], ...], list[dict[tuple[str, str], float]]] = {}
+    for t in complete:
+        raw = t.user_attrs.get(A_MEASUREMENTS)
+        if not raw:
+            continue
+        scores = _weighted_scores(Measurements.from_json(raw), baseline, objective)
+        groups.setdefault(_config_key(t), []).append({k: math.log(v) for k, v in scores.items()})
+    squares: dict[tuple[str, str], float] = {}
+    df: dict[tuple[str, str], int] = {}
+    for runs in groups.values():
+        for bucket in set().union(*runs):
+            values = [r[bucket] for r in runs if bucket in r]
+            if len(values) < 2:
+                continue
+            mean = sum(values) / len(values)
+            squares[bucket] = squares.get(bucket, 0.0) + sum((v - mean) ** 2 for v in values)
+            df[bucket] = df.get(bucket, 0) + len(values) - 1
+    return {b: math.sqrt(squares[b] / df[b]) for b in squares if df[b] >= MIN_REPEATS}
+
+
+def _config_key(t: FrozenTrial) -> tuple[tuple[str, Any], ...]:
+    """Params and table: a table trial is a configuration of its own."""
+    return (*sorted(t.params.items()), (A_TABLE, t.user_attrs.get(A_TABLE, "")))
 
 
 def _shortfall(speedups: list[float], max_loss: float) -> float:
@@ -82,5 +144,15 @@ def _shortfall(speedups: list[float], max_loss: float) -> float:
 
 
 def _weighted_speedups(measured: Measurements, baseline: Measurements, objective: Objective) -> list[float]:
+    return list(_weighted_scores(measured, baseline, objective).values())
+
+
+def _weighted_scores(
+    measured: Measurements, baseline: Measurements, objective: Objective
+) -> dict[tuple[str, str], float]:
     scores = objective.bucket_scores(measured, baseline)
-    return [s.speedup for s in scores if objective.profile.weight(s.collective, s.bucket.name) > 0]
+    return {
+        (s.collective, s.bucket.name): s.speedup
+        for s in scores
+        if objective.profile.weight(s.collective, s.bucket.name) > 0
+    }

@@ -4,7 +4,8 @@ Purpose: an environment or a rank order that helps some sizes often hurts others
 doubles large all_reduce slows the tree-sized messages). The tuner plugin can choose per collective and size,
 but only among the entries NCCL offers (its cost table's entries that are not -1): forcing ``NCCL_ALGO``/
 ``NCCL_PROTO`` globally can pick unsafe ones, a plugin row cannot. After the environment/order search, for
-each base (the best configuration of each rank order, the baseline included, for the ``BASES`` best orders):
+each base (for the ``BASES`` best rank orders: the order's best configuration, the baseline included, and its
+best rescue, see ``bases``):
 
 1. **Options.** From the base's own measurements, the entries NCCL offered at every measured size of each
    weighted (collective, bucket) of the plugin's collectives. One option trial per entry: the base with a
@@ -26,12 +27,14 @@ Non-goals: measuring and proving (the study does), NCCL's cost model, and per-si
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from topo_tune.plugin.table import ALGORITHMS, PROTOCOLS
-from topo_tune.tuner.objective import Measurements, Objective, SizeBucket
+from topo_tune.tuner.objective import BucketScore, Measurements, Objective, SizeBucket
 from topo_tune.tuner.plugin_table import PLUGIN_COLLECTIVES, TABLE_HEADER, forced_channels
 
 __all__ = [
@@ -58,7 +61,7 @@ ROLE_OPTION = "option"
 ROLE_COMPOSED = "per_size"
 ROLES = (ROLE_OPTION, ROLE_COMPOSED)
 BASES = 2
-"""How many of the best configurations get a per-size search (each costs its options plus one trial)."""
+"""How many of the best rank orders get a per-size search (each base costs its options plus one trial)."""
 MARGIN = 0.01
 """How much faster than the base (in that bucket, one noisy measurement each) an option must be to get a row;
 a row that only won on noise is caught by the proof, this keeps the candidate from collecting such rows."""
@@ -298,21 +301,64 @@ def compose(
     return PerSizeTable(base.number, tuple(rows), text)
 
 
-def bases(trials: Sequence[StoredTrial]) -> list[StoredTrial]:
-    """The best searched configuration (the baseline included) of each rank order, best orders first.
+def bases(trials: Sequence[StoredTrial], baseline: Measurements, objective: Objective) -> list[StoredTrial]:
+    """Per rank order (the ``BASES`` best orders, best first): its best searched configuration (the baseline
+    included), then its best **rescue** when that is another one.
 
     One base per order: an order that helps some sizes and hurts others is exactly what per-size rows can
-    rescue, and its best environment is the one to rescue it with.
+    rescue, and its best environment is the one to rescue it with. A rescue is the configuration that would
+    be the order's best if its one weakest weighted bucket (against the order's best measurement there) were as
+    fast as that: strong everywhere but one bucket, which a row (another algorithm, protocol or channel
+    count) may fix. Only one that would then beat the order's best is one.
     """
     eligible = [
         t
         for t in trials
         if t.role in ("baseline", "candidate", "sampled") and t.value is not None and t.measurements is not None
     ]
-    out: dict[str, StoredTrial] = {}
+    by_order: dict[str, list[StoredTrial]] = {}
     for t in sorted(eligible, key=lambda t: (-(t.value or 0.0), t.number)):
-        out.setdefault(t.rank_order, t)
-    return list(out.values())[:BASES]
+        by_order.setdefault(t.rank_order, []).append(t)
+    out = []
+    for ranked in list(by_order.values())[:BASES]:
+        best = ranked[0]
+        scores = {t.number: _weighted_scores(t, baseline, objective) for t in ranked}
+        ceiling: dict[tuple[str, str], float] = {}
+        for per_trial in scores.values():
+            for key, score in per_trial.items():
+                ceiling[key] = max(ceiling.get(key, 0.0), score.speedup)
+        rescues = [(_rescued(scores[t.number], ceiling, objective), t) for t in ranked[1:]]
+        value = objective.combine(scores[best.number].values())
+        rescue = max(((v, t) for v, t in rescues if v > value), key=lambda r: (r[0], -r[1].number), default=None)
+        out += [best] if rescue is None else [best, rescue[1]]
+    return out
+
+
+def _weighted_scores(
+    trial: StoredTrial, baseline: Measurements, objective: Objective
+) -> dict[tuple[str, str], BucketScore]:
+    assert trial.measurements is not None
+    return {
+        (s.collective, s.bucket.name): s
+        for s in objective.bucket_scores(trial.measurements, baseline)
+        if objective.profile.weight(s.collective, s.bucket.name) > 0
+    }
+
+
+def _rescued(
+    scores: Mapping[tuple[str, str], BucketScore], ceiling: Mapping[tuple[str, str], float], objective: Objective
+) -> float:
+    """The weighted speedup with the weakest bucket (weight x log of its shortfall to ``ceiling``) lifted."""
+    if not scores:
+        return 0.0
+
+    def shortfall(key: tuple[str, str]) -> float:
+        s = scores[key]
+        return objective.profile.weight(s.collective, s.bucket.name) * math.log(ceiling[key] / s.speedup)
+
+    weakest = max(sorted(scores), key=shortfall)
+    lifted = [dataclasses.replace(s, speedup=ceiling[k]) if k == weakest else s for k, s in scores.items()]
+    return objective.combine(lifted)
 
 
 def plan_next(
@@ -333,7 +379,7 @@ def plan_next(
     pending = any(t.role in ROLES and not t.finished for t in trials)
     searched = [t for t in trials if t.role in ("candidate", "sampled") and t.value is not None]
     planned: list[PlannedTrial] = []
-    for base in bases(trials):
+    for base in bases(trials, baseline, objective):
         options = options_for(base, searched, baseline, objective)
         keys = {option: f"{ROLE_OPTION}:{base.number}:{option.name}" for option in options}
         missing = [option for option in options if keys[option] not in by_key]

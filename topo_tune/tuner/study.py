@@ -7,7 +7,8 @@ Purpose: run one study end to end, resumable at any point.
    seeded, by default) proposes the rest of the budget.
 2. Each trial is measured rung by rung along the size ladder (small sizes first); after each rung the
    partial objective is reported as an intermediate value, and a trial whose partial speedup is hopeless
-   next to the best completed trials at that rung is **pruned**, saving its large sizes.
+   next to the best completed trials at that rung is **pruned**, saving its large sizes (never an option
+   trial of the per-size search: it is meant to lose in some buckets).
 3. A measurement that fails, returns a wrong result or times out raises :class:`TrialFailed`; the trial is
    recorded as failed with the kind and reason in its user attributes, and never chosen.
 4. **Stale trials** (``stale_trials``): a running trial whose worker is gone is failed as ``stale`` and
@@ -43,7 +44,7 @@ from optuna.trial import TrialState
 from topo_tune.cluster_config import SearchConfig
 from topo_tune.config_checks import naming_fields
 from topo_tune.errors import ConfigError, FailureKind, StudyError, TrialFailed
-from topo_tune.tuner import statistics
+from topo_tune.tuner import size_options, statistics
 from topo_tune.tuner.baseline_trials import BaselineTrials, Candidate
 from topo_tune.tuner.evaluation import Evaluator, MeasurementRequest, requested
 from topo_tune.tuner.finalists import SEARCH_SLACK, choose_finalists, shortfall
@@ -347,6 +348,9 @@ class TunerStudy(BaselineTrials, StaleTrials, TableTrials):
     ) -> tuple[TrialState, float | None]:
         measured: Measurements | None = None
         value = 1.0
+        # An option trial forces one entry in every bucket that offers it, by design far slower in some: its
+        # value over the whole ladder means nothing, each covered bucket does (so it is never pruned).
+        prunable = baseline is not None and trial.user_attrs.get(A_ROLE) != size_options.ROLE_OPTION
         with Heartbeat(storage, trial_id, interval=self.settings.heartbeat_interval_s, clock=self._clock):
             for step, sizes in enumerate(self._rungs):
                 request = MeasurementRequest(self.objective.collectives, sizes, trial.number, "search")
@@ -361,7 +365,7 @@ class TunerStudy(BaselineTrials, StaleTrials, TableTrials):
                 if baseline is not None:
                     value = self.objective.value(measured, baseline)
                 trial.report(value, step)
-                if baseline is not None and step < len(self._rungs) - 1 and self._hopeless(trial, step, value):
+                if prunable and step < len(self._rungs) - 1 and self._hopeless(trial, step, value):
                     logger.info("trial %d pruned at rung %d (partial speedup %.3f)", trial.number, step, value)
                     trial.set_user_attr(A_MEASUREMENTS, measured.to_json())
                     return TrialState.PRUNED, None
