@@ -158,7 +158,13 @@ def test_search_tuner_table_off_runs_no_table_trial_and_ships_no_table(tmp_path:
         shown = summary["buckets"] if summary["chosen"] else (summary["tradeoff"] or {}).get("buckets", [])
         expected = [
             f"  {r['collective']:<14} {r['bucket']:<7} {r['speedup']:.3f}x [{r['ci_low']:.3f}, {r['ci_high']:.3f}] "
-            f"{r['decision']} ({r['pairs']} pairs)"
+            f"{r['decision']} ("
+            + (
+                f"{r['pairs']} pairs"
+                if r["decided_at_pairs"] >= r["pairs"]
+                else f"bounds at {r['decided_at_pairs']} of {r['pairs']} pairs"
+            )
+            + ")"
             for r in shown
             if r["weight"] > 0
         ]

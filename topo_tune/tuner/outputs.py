@@ -232,12 +232,20 @@ def _tradeoff(t: Tradeoff | None, outcome: StudyOutcome) -> dict[str, object] | 
 
 
 def bucket_lines(proof: FinalistProof) -> list[str]:
-    """One line per weighted bucket: speedup, one-sided bounds, decision and pairs."""
+    """One line per weighted bucket: speedup over every pair, the bounds it was decided on, decision and pairs.
+
+    A bucket decided at an earlier look keeps that look's bounds (``statistics.SequentialDesign``) while later
+    pairs of other buckets move its point estimate, so the line says at how many pairs it was decided.
+    """
     return [
         f"  {b.collective:<14} {b.bucket.name:<7} {b.comparison.speedup:.3f}x "
-        f"[{b.ci_low:.3f}, {b.ci_high:.3f}] {b.decision.value} ({b.comparison.pairs} pairs)"
+        f"[{b.ci_low:.3f}, {b.ci_high:.3f}] {b.decision.value} ({_pairs(b.decided_at, b.comparison.pairs)})"
         for b in proof.weighted
     ]
+
+
+def _pairs(decided_at: int, pairs: int) -> str:
+    return f"{pairs} pairs" if decided_at >= pairs else f"bounds at {decided_at} of {pairs} pairs"
 
 
 def verdict_lines(outcome: StudyOutcome) -> list[str]:

@@ -25,16 +25,17 @@ def bucket_table(summary: Mapping[str, Any]) -> str:
     return _decision_table(rows) + _rule_note(summary, rows)
 
 
-_KNOWN = ["collective", "bucket", "weight", "decision", "speedup", "ci_low", "ci_high", "pairs"]
+_KNOWN = ["collective", "bucket", "weight", "decision", "speedup", "ci_low", "ci_high", "decided_at_pairs", "pairs"]
 
 
 _KNOWN += ["p_value", "cv_baseline", "cv_tuned"]
 
 
 def _decision_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    skip = {"min_bytes", "max_bytes", "scored_by", "confidence", "p_value_min_effect", "decided_at_pairs"}
+    skip = {"min_bytes", "max_bytes", "scored_by", "confidence", "p_value_min_effect"}
     extra = [k for k in rows[0] if k not in _KNOWN and k not in skip]
-    columns = ["collective", "bucket", "weight", "decision", "speedup", "lower bound", "upper bound", "pairs"]
+    columns = ["collective", "bucket", "weight", "decision", "speedup", "lower bound", "upper bound", "bounds at pairs"]
+    columns += ["pairs"]
     columns += ["p", "CV defaults", "CV tuned", *extra]
     body, classes = [], []
     for r in rows:
