@@ -366,3 +366,44 @@ def test_the_plan_uses_search_winners_for_channel_options_and_skips_failed_optio
     planned, pending = plan_next([*searched, *done], BASELINE, OBJECTIVE, nodes=NODES, ranks=RANKS)
     (composed,) = planned
     assert (composed.key, composed.params, pending) == ("per_size:0", natural.params, False)
+
+
+# Bucket weights that differ: 64K-1M weighs half (the rescue weighs each bucket's shortfall by its weight).
+HALF_MID = Objective(WorkloadProfile({"all_reduce": 1.0}, {"0-1K": 0.0, "1K-64K": 0.0, "64K-1M": 0.5}))
+
+
+def _speedups(number: int, mid: float, medium: float, large: float, value: float) -> StoredTrial:
+    """A searched trial measured at these speedups in 64K-1M, 1M-16M and 16M-4G."""
+    scale = {**{s: mid for s in MID}, 4 * MIB: medium, 16 * MIB: medium, **{s: large for s in LARGE}}
+    return trial(number, measured(times(scale)), value=value)
+
+
+# The order's best: 0.9, 1.0 and 2.0 (weighted log sum 0.5 ln 0.9 + ln 2 = 0.640).
+BEST = _speedups(1, 0.9, 1.0, 2.0, value=1.29)
+
+
+def test_a_rescue_lifts_the_bucket_where_it_falls_furthest_behind_weighing_each_bucket() -> None:
+    # 64K-1M falls furthest (0.5 ln(0.9/0.5) = 0.294 against ln(2.0/1.9) = 0.051 at 16M-4G): lifted there to
+    # the order's 0.9, it sums 0.852 > 0.640, a rescue. Lifting 16M-4G instead (the first bucket by name) sums
+    # 0.609, and would not be one.
+    lopsided = _speedups(2, 0.5, 1.3, 1.9, value=1.1)
+    assert [b.number for b in bases([BEST, lopsided], BASELINE, HALF_MID)] == [1, 2]
+    # Here 16M-4G falls furthest once 64K-1M's half weight counts (ln(2.0/1.6) = 0.223 against
+    # 0.5 ln(0.9/0.7) = 0.126; unweighted, 64K-1M would): lifted there it sums 0.681 > 0.640; 64K-1M lifted
+    # would sum 0.583.
+    weighted = _speedups(3, 0.7, 1.18, 1.6, value=1.1)
+    assert [b.number for b in bases([BEST, weighted], BASELINE, HALF_MID)] == [1, 3]
+
+
+def test_a_rescue_is_lifted_to_the_orders_best_measurement_and_only_one_bucket() -> None:
+    # 64K-1M lifted to the order's best there, 0.9 (never to 1.0, which no configuration reached): it sums
+    # 0.615 < 0.640, no rescue. Lifted to 1.0 it would sum 0.668; with every bucket lifted, 0.903.
+    almost = _speedups(2, 0.4, 1.3, 1.5, value=1.1)
+    assert [b.number for b in bases([BEST, almost], BASELINE, HALF_MID)] == [1]
+
+
+def test_the_rescue_is_the_one_lifted_highest_and_the_first_measured_on_a_tie() -> None:
+    second = _speedups(4, 0.7, 1.18, 1.6, value=1.25)  # a rescue (0.681), ranked before the next by value
+    highest = _speedups(5, 0.5, 1.3, 1.9, value=1.1)  # lifted higher (0.852)
+    again = _speedups(6, 0.5, 1.3, 1.9, value=1.1)  # the same configuration measured again: a tie
+    assert [b.number for b in bases([BEST, second, again, highest], BASELINE, HALF_MID)] == [1, 5]

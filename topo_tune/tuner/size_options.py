@@ -322,7 +322,7 @@ def bases(trials: Sequence[StoredTrial], baseline: Measurements, objective: Obje
     out = []
     for ranked in list(by_order.values())[:BASES]:
         best = ranked[0]
-        scores = {t.number: _weighted_scores(t, baseline, objective) for t in ranked}
+        scores = {t.number: _scores(t, baseline, objective) for t in ranked}
         ceiling: dict[tuple[str, str], float] = {}
         for per_trial in scores.values():
             for key, score in per_trial.items():
@@ -334,15 +334,10 @@ def bases(trials: Sequence[StoredTrial], baseline: Measurements, objective: Obje
     return out
 
 
-def _weighted_scores(
-    trial: StoredTrial, baseline: Measurements, objective: Objective
-) -> dict[tuple[str, str], BucketScore]:
+def _scores(trial: StoredTrial, baseline: Measurements, objective: Objective) -> dict[tuple[str, str], BucketScore]:
+    """Per (collective, bucket name); a bucket of weight 0 counts nowhere below (its weight is 0 there too)."""
     assert trial.measurements is not None
-    return {
-        (s.collective, s.bucket.name): s
-        for s in objective.bucket_scores(trial.measurements, baseline)
-        if objective.profile.weight(s.collective, s.bucket.name) > 0
-    }
+    return {(s.collective, s.bucket.name): s for s in objective.bucket_scores(trial.measurements, baseline)}
 
 
 def _rescued(
