@@ -28,7 +28,8 @@ Landscapes:
 * ``uneven-racks`` — racks of 3, 2 and 3 nodes behind a 4:1 spine, hostnames interleaved, all_reduce only
   (this benchmark's own trade-off landscape: orders and channel counts help some sizes and hurt others).
 
-Usage: python -m benchmarks.safe_promotion [--seeds 20] [--landscape demo ...] [--budget 16]
+Usage: python -m benchmarks.safe_promotion [--seeds 20] [--landscape demo ...] [--budget 60] [--proof-pairs 10]
+(every study setting else is ``init``'s default: the size ladder, rungs, finalists, proofPairsMax, maxLoss)
 Targets (issue 16): 0 promoted buckets with true speedup < 0.98; 0 promotions on defaults-optimal; promoted
 gain >= 90% of the safe oracle's (mean over seeds); a trade-off named in >= 90% of seeds where the
 unconstrained best is not safe.
@@ -53,6 +54,8 @@ from pathlib import Path
 import optuna
 from scipy import stats as sp
 
+from topo_tune.benchmark.sweep import size_ladder
+from topo_tune.cluster_config import SearchConfig
 from topo_tune.sim import Cluster, Spine, defaults_optimal_cluster, demo_cluster
 from topo_tune.sim.demo import h100_node
 from topo_tune.tuner import statistics
@@ -62,8 +65,9 @@ from topo_tune.tuner.size_options import Option, offered_by_bucket, option_table
 from topo_tune.tuner.space import SearchSpace, TrialConfig
 from topo_tune.tuner.study import MeasurementRequest, StudyOutcome, StudySettings, run_study
 
-LADDER = (1024, 65536, 1 << 20, 1 << 24, 1 << 28)  # one size per default bucket
-MAX_LOSS = statistics.DEFAULT_MAX_LOSS
+SEARCH = SearchConfig()  # what `init` runs when cluster.yaml leaves `search` alone
+LADDER = size_ladder(SEARCH.min_bytes, SEARCH.max_bytes, SEARCH.step_factor)
+MAX_LOSS = SEARCH.max_loss
 SMALL = {"0-1K": 0.0, "1K-64K": 0.0, "64K-1M": 0.0, "1M-16M": 0.0}
 
 
@@ -275,10 +279,12 @@ def run(landscape: Landscape, seeds: int, budget: int, proof_pairs: int) -> dict
                 budget=budget,
                 seed=seed,
                 ladder=LADDER,
-                rungs=2,
-                finalists=3,
+                rungs=min(SEARCH.rungs, len(LADDER)),
+                finalists=SEARCH.finalists,
                 proof_pairs=proof_pairs,
-                proof_pairs_max=30,
+                proof_pairs_max=max(SEARCH.proof_pairs_max, proof_pairs),
+                min_effect=SEARCH.min_effect,
+                max_loss=MAX_LOSS,
                 worker_id=f"bench-{seed}",
                 table_shape=(oracle.nodes, oracle.ranks),  # as `init` runs it (search.tunerTable, the default)
             )
@@ -337,8 +343,8 @@ def run(landscape: Landscape, seeds: int, budget: int, proof_pairs: int) -> dict
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--budget", type=int, default=16)
-    parser.add_argument("--proof-pairs", type=int, default=6)
+    parser.add_argument("--budget", type=int, default=SEARCH.budget, help="trials per study (init's default)")
+    parser.add_argument("--proof-pairs", type=int, default=SEARCH.proof_pairs, help="pairs per look (init's default)")
     parser.add_argument("--landscape", action="append", choices=sorted(LANDSCAPES))
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)
@@ -347,7 +353,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         optuna.logging.disable_default_handler()
     print(
         f"# safe promotion (SIMULATED): {args.seeds} seeds, budget {args.budget}, proofPairs {args.proof_pairs}, "
-        f"proofPairsMax 30, maxLoss {MAX_LOSS}, alpha {statistics.DEFAULT_ALPHA}"
+        f"proofPairsMax {SEARCH.proof_pairs_max}, maxLoss {MAX_LOSS}, alpha {statistics.DEFAULT_ALPHA}, ladder "
+        f"{LADDER[0]} B to {LADDER[-1] >> 20} MiB x{SEARCH.step_factor} ({len(LADDER)} sizes)"
     )
     results = {
         name: run(LANDSCAPES[name], args.seeds, args.budget, args.proof_pairs) for name in args.landscape or LANDSCAPES
