@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.waiting import wait_until
-from topo_tune.agent.bench.benchmark_executor import BenchmarkExecutor
+from topo_tune.agent.bench.benchmark_executor import BenchmarkExecutor, probe_figures
 from topo_tune.agent.bench.launcher import BASE_ENV, DUMP_DEFAULTS
 from topo_tune.agent.bench.worker_config import WorkerFault
 from topo_tune.agent.command_executor import CommandExecutor
@@ -274,3 +274,16 @@ async def test_a_new_address_does_not_let_a_second_job_run_beside_the_first(tmp_
     await first
     assert second.status == agent_pb2.COMMAND_STATUS_REJECTED, second.message
     assert "already running" in second.message
+
+
+def test_a_probe_figure_is_its_median_iteration_so_one_stall_does_not_slow_a_link() -> None:
+    # 1 MiB in a mean of 25 ms (one iteration stalled) but a median of 20 ms: the link carries 52.4 MB/s.
+    bandwidth = agent_pb2.SizeResult(
+        bytes=1 << 20, time_us=25_000.0, algbw_gbps=(1 << 20) / 25_000 / 1e3, p50_us=20_000.0
+    )
+    latency = agent_pb2.SizeResult(bytes=8, time_us=90.0, p50_us=60.0)
+    gbps, us = probe_figures(latency, bandwidth)
+    assert gbps == pytest.approx((1 << 20) / 20_000 / 1e3, rel=1e-12) and us == 60.0
+    # A backend that reports no per-iteration median keeps the mean.
+    no_median = agent_pb2.SizeResult(bytes=1 << 20, time_us=25_000.0, algbw_gbps=0.0419)
+    assert probe_figures(agent_pb2.SizeResult(bytes=8, time_us=90.0), no_median) == (0.0419, 90.0)

@@ -26,8 +26,9 @@ sendrecv, both directions at once; with ``gloo``, whose sendrecv moves one direc
 would read half a full-duplex link), two one-way jobs in turn — a two-rank broadcast rooted at
 ``peers[0]``, then one rooted at ``peers[1]`` — each node reporting the direction into it, timed as
 the receiver (the sender's clock stops once its data sits in the socket buffer). The controller keeps
-the slower direction. Both calls block; run them in a thread. The executor stays usable after any
-outcome: hung workers are killed with their process groups.
+the slower direction. Each figure is from the size's median iteration (``probe_figures``). Both calls
+block; run them in a thread. The executor stays usable after any outcome: hung workers are killed with
+their process groups.
 
 Non-goals: gRPC, command ids and acknowledgements (the agent's session code sets
 ``command_id`` on the returned result), the ``sim`` backend.
@@ -54,7 +55,7 @@ from topo_tune.errors import JobCancelled, LauncherBusy
 from topo_tune.v1 import agent_pb2
 from topo_tune.wire_values import timestamp_ns
 
-__all__ = ["DEFAULT_PROBE_ITERS", "BenchmarkExecutor", "probe_specs"]
+__all__ = ["DEFAULT_PROBE_ITERS", "BenchmarkExecutor", "probe_figures", "probe_specs"]
 
 logger = logging.getLogger(__name__)
 
@@ -223,6 +224,7 @@ class BenchmarkExecutor:
         sizes = result.node_benchmark.ranks[0].sizes
         latency = next(s for s in sizes if s.bytes == spec.sweep.min_bytes)
         bandwidth = next(s for s in sizes if s.bytes == spec.sweep.max_bytes)
+        bandwidth_gbps, latency_us = probe_figures(latency, bandwidth)
         peer = next(p for p in probe.peers if p != node_name)
         out = self._result(agent_pb2.COMMAND_STATUS_SUCCEEDED, result.message)
         out.probe.CopyFrom(
@@ -230,11 +232,25 @@ class BenchmarkExecutor:
                 probe_id=probe.probe_id,
                 node_name=node_name,
                 peer=peer,
-                bandwidth_gbps=bandwidth.algbw_gbps,
-                latency_us=latency.time_us,
+                bandwidth_gbps=bandwidth_gbps,
+                latency_us=latency_us,
             )
         )
         return out
+
+
+def probe_figures(latency: agent_pb2.SizeResult, bandwidth: agent_pb2.SizeResult) -> tuple[float, float]:
+    """``(bandwidth_gbps, latency_us)`` of one probe direction, each from its size's median iteration.
+
+    A probe asks what the link carries, not what the host's scheduler allowed at its worst moment: one
+    stalled iteration moves the mean by its whole length over the iteration count, the median not at all.
+    A size without a per-iteration median (``p50_us`` 0) keeps its mean.
+    """
+    bandwidth_gbps = bandwidth.algbw_gbps
+    if bandwidth.p50_us > 0:  # algbw is bytes over time: the same bytes over the median's time
+        bandwidth_gbps *= bandwidth.time_us / bandwidth.p50_us
+    latency_us = latency.p50_us if latency.p50_us > 0 else latency.time_us
+    return bandwidth_gbps, latency_us
 
 
 def _check_deadline(deadline_s: float) -> None:
