@@ -54,20 +54,17 @@ from pathlib import Path
 import optuna
 from scipy import stats as sp
 
-from topo_tune.benchmark.sweep import size_ladder
-from topo_tune.cluster_config import SearchConfig
 from topo_tune.sim import Cluster, Spine, defaults_optimal_cluster, demo_cluster
 from topo_tune.sim.demo import h100_node
 from topo_tune.tuner import statistics
-from topo_tune.tuner.objective import Measurements, Objective, WorkloadProfile
+from topo_tune.tuner.objective import DEFAULT_LADDER, Measurements, Objective, WorkloadProfile
 from topo_tune.tuner.sim_evaluator import SimEvaluator, sim_space
 from topo_tune.tuner.size_options import Option, offered_by_bucket, option_table, table_text
 from topo_tune.tuner.space import SearchSpace, TrialConfig
 from topo_tune.tuner.study import MeasurementRequest, StudyOutcome, StudySettings, run_study
 
-SEARCH = SearchConfig()  # what `init` runs when cluster.yaml leaves `search` alone
-LADDER = size_ladder(SEARCH.min_bytes, SEARCH.max_bytes, SEARCH.step_factor)
-MAX_LOSS = SEARCH.max_loss
+LADDER = DEFAULT_LADDER  # StudySettings' defaults are `init`'s when cluster.yaml leaves `search` alone
+MAX_LOSS = StudySettings.max_loss
 SMALL = {"0-1K": 0.0, "1K-64K": 0.0, "64K-1M": 0.0, "1M-16M": 0.0}
 
 
@@ -278,13 +275,8 @@ def run(landscape: Landscape, seeds: int, budget: int, proof_pairs: int) -> dict
                 storage=storage,
                 budget=budget,
                 seed=seed,
-                ladder=LADDER,
-                rungs=min(SEARCH.rungs, len(LADDER)),
-                finalists=SEARCH.finalists,
                 proof_pairs=proof_pairs,
-                proof_pairs_max=max(SEARCH.proof_pairs_max, proof_pairs),
-                min_effect=SEARCH.min_effect,
-                max_loss=MAX_LOSS,
+                proof_pairs_max=max(StudySettings.proof_pairs_max, proof_pairs),
                 worker_id=f"bench-{seed}",
                 table_shape=(oracle.nodes, oracle.ranks),  # as `init` runs it (search.tunerTable, the default)
             )
@@ -343,8 +335,10 @@ def run(landscape: Landscape, seeds: int, budget: int, proof_pairs: int) -> dict
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--budget", type=int, default=SEARCH.budget, help="trials per study (init's default)")
-    parser.add_argument("--proof-pairs", type=int, default=SEARCH.proof_pairs, help="pairs per look (init's default)")
+    parser.add_argument("--budget", type=int, default=StudySettings.budget, help="trials per study (init's default)")
+    parser.add_argument(
+        "--proof-pairs", type=int, default=StudySettings.proof_pairs, help="pairs per look (init's default)"
+    )
     parser.add_argument("--landscape", action="append", choices=sorted(LANDSCAPES))
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)
@@ -353,8 +347,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         optuna.logging.disable_default_handler()
     print(
         f"# safe promotion (SIMULATED): {args.seeds} seeds, budget {args.budget}, proofPairs {args.proof_pairs}, "
-        f"proofPairsMax {SEARCH.proof_pairs_max}, maxLoss {MAX_LOSS}, alpha {statistics.DEFAULT_ALPHA}, ladder "
-        f"{LADDER[0]} B to {LADDER[-1] >> 20} MiB x{SEARCH.step_factor} ({len(LADDER)} sizes)"
+        f"proofPairsMax {StudySettings.proof_pairs_max}, maxLoss {MAX_LOSS}, alpha {statistics.DEFAULT_ALPHA}, ladder "
+        f"{LADDER[0]} B to {LADDER[-1] >> 20} MiB x{LADDER[1] // LADDER[0]} ({len(LADDER)} sizes)"
     )
     results = {
         name: run(LANDSCAPES[name], args.seeds, args.budget, args.proof_pairs) for name in args.landscape or LANDSCAPES

@@ -74,9 +74,19 @@ def choose_finalists(
     return out[:count]
 
 
-def shortfall(measured: Measurements, baseline: Measurements, objective: Objective, max_loss: float) -> float:
-    """How far the worst weighted bucket fell below ``1 - max_loss - SEARCH_SLACK`` (<= 0: it looked safe)."""
-    return _shortfall(_weighted_speedups(measured, baseline, objective), max_loss)
+def shortfall(
+    measured: Measurements,
+    baseline: Measurements,
+    objective: Objective,
+    max_loss: float,
+    noise: Mapping[tuple[str, str], float] | None = None,
+) -> float:
+    """How far the worst weighted bucket fell below its looked-safe floor (<= 0: it looked safe).
+
+    The floor is ``1 - max_loss - SEARCH_SLACK``, or, with ``noise`` (``search_noise``) for the bucket, ``NOISE_Z``
+    of its one-run deviations below ``1 - max_loss`` where that is lower.
+    """
+    return _gap(_weighted_scores(measured, baseline, objective), max_loss, noise)
 
 
 def looked_safe(
@@ -86,24 +96,25 @@ def looked_safe(
     max_loss: float,
     noise: Mapping[tuple[str, str], float] | None = None,
 ) -> bool:
-    """Whether the trial's one search measurement looked safe (``shortfall`` <= 0) in every weighted bucket.
-
-    With ``noise`` (``search_noise``), a bucket may also fall ``NOISE_Z`` of its one-run deviations below
-    ``1 - max_loss``.
-    """
+    """Whether the trial's one search measurement looked safe (``shortfall`` <= 0) in every weighted bucket."""
     raw = trial.user_attrs.get(A_MEASUREMENTS)
     if not raw:
         return False
     scores = _weighted_scores(Measurements.from_json(raw), baseline, objective)
-    if not scores:
-        return False
-    for key, speedup in scores.items():
-        floor = 1 - max_loss - SEARCH_SLACK
-        if noise and key in noise:
-            floor = min(floor, (1 - max_loss) * math.exp(-NOISE_Z * noise[key]))
-        if speedup < floor:
-            return False
-    return True
+    return bool(scores) and _gap(scores, max_loss, noise) <= 0
+
+
+def _gap(
+    scores: Mapping[tuple[str, str], float], max_loss: float, noise: Mapping[tuple[str, str], float] | None
+) -> float:
+    return max((_floor(key, max_loss, noise) - s for key, s in scores.items()), default=-max_loss - SEARCH_SLACK)
+
+
+def _floor(key: tuple[str, str], max_loss: float, noise: Mapping[tuple[str, str], float] | None) -> float:
+    floor = 1 - max_loss - SEARCH_SLACK
+    if noise and key in noise:
+        floor = min(floor, (1 - max_loss) * math.exp(-NOISE_Z * noise[key]))
+    return floor
 
 
 def search_noise(
@@ -137,14 +148,6 @@ def search_noise(
 def _config_key(t: FrozenTrial) -> tuple[tuple[str, Any], ...]:
     """Params and table: a table trial is a configuration of its own."""
     return (*sorted(t.params.items()), (A_TABLE, t.user_attrs.get(A_TABLE, "")))
-
-
-def _shortfall(speedups: list[float], max_loss: float) -> float:
-    return 1 - max_loss - SEARCH_SLACK - min(speedups, default=1.0)
-
-
-def _weighted_speedups(measured: Measurements, baseline: Measurements, objective: Objective) -> list[float]:
-    return list(_weighted_scores(measured, baseline, objective).values())
 
 
 def _weighted_scores(

@@ -34,9 +34,8 @@ _KNOWN += ["p_value", "cv_baseline", "cv_tuned"]
 def _decision_table(rows: Sequence[Mapping[str, Any]]) -> str:
     skip = {"min_bytes", "max_bytes", "scored_by", "confidence", "p_value_min_effect"}
     extra = [k for k in rows[0] if k not in _KNOWN and k not in skip]
-    columns = ["collective", "bucket", "weight", "decision", "speedup", "lower bound", "upper bound", "bounds at pairs"]
-    columns += ["pairs"]
-    columns += ["p", "CV defaults", "CV tuned", *extra]
+    columns = ["collective", "bucket", "weight", "decision", "speedup", "lower bound", "upper bound"]
+    columns += ["bounds at pairs", "pairs", "p", "CV defaults", "CV tuned", *extra]
     body, classes = [], []
     for r in rows:
         body.append([fmt(r.get(k)) for k in _KNOWN] + [fmt(r.get(k)) for k in extra])
