@@ -321,12 +321,14 @@ def test_bases_are_searched_configurations_best_per_order() -> None:
 
 def test_a_configuration_strong_everywhere_but_one_bucket_is_also_a_base_of_its_order() -> None:
     # The order's best by value wins the large bucket; the other configuration wins 64K-1M and 1M-16M but
-    # loses the large one: lifted to the order's best there, it would beat the best. A row may do just that.
+    # loses the large one: lifted to the order's best there (ln 1.3 + ln 1.3 + ln 2), it would beat the best
+    # with one of its own buckets lifted (ln 1.3 + ln 2). A row may do just that.
     best = trial(1, measured(times({s: 2.0 for s in LARGE})), value=1.26)
-    lopsided = trial(2, measured(times({**{s: 1.3 for s in (*MID, 4 * MIB, 16 * MIB)}, **{s: 1.1 for s in LARGE}})))
-    lopsided = StoredTrial(**{**lopsided.__dict__, "value": 1.22})
+    lopsided_speedups = {**{s: 1.3 for s in (*MID, 4 * MIB, 16 * MIB)}, **{s: 1.1 for s in LARGE}}
+    lopsided = trial(2, measured(times(lopsided_speedups)), env={"NCCL_NTHREADS": "128"}, value=1.22)
     # Behind the best wherever the best is not at its own order's best: lifting one bucket is not enough.
-    weak = trial(3, measured(times({**{s: 0.95 for s in SIZES}, **{s: 1.05 for s in LARGE}})), value=0.99)
+    weak_speedups = {**{s: 0.95 for s in SIZES}, **{s: 1.05 for s in LARGE}}
+    weak = trial(3, measured(times(weak_speedups)), env={"NCCL_NTHREADS": "64"}, value=0.99)
     assert [b.number for b in bases([best, lopsided, weak], BASELINE, OBJECTIVE)] == [1, 2]
     assert [b.number for b in bases([best, weak], BASELINE, OBJECTIVE)] == [1]
     # Rescues are per order: a configuration of another order is never lifted to this order's best.
@@ -368,42 +370,107 @@ def test_the_plan_uses_search_winners_for_channel_options_and_skips_failed_optio
     assert (composed.key, composed.params, pending) == ("per_size:0", natural.params, False)
 
 
-# Bucket weights that differ: 64K-1M weighs half (the rescue weighs each bucket's shortfall by its weight).
-HALF_MID = Objective(WorkloadProfile({"all_reduce": 1.0}, {"0-1K": 0.0, "1K-64K": 0.0, "64K-1M": 0.5}))
+# Two collectives and two kinds of weight: all_gather weighs half, and so does 64K-1M (per collective: all_reduce
+# 0.5, 1, 1 over 64K-1M, 1M-16M, 16M-4G; all_gather 0.25, 0.5, 0.5). Sums below are weighted log sums.
+TWO = Objective(WorkloadProfile({"all_reduce": 1.0, "all_gather": 0.5}, {"0-1K": 0.0, "1K-64K": 0.0, "64K-1M": 0.5}))
+BASELINE_TWO = Measurements(BASELINE.samples + measured(times(), collective="all_gather").samples)
+NTHREADS = {"NCCL_NTHREADS": "256"}
+OTHER = {"NCCL_NTHREADS": "128"}
 
 
-def _speedups(number: int, mid: float, medium: float, large: float, value: float) -> StoredTrial:
-    """A searched trial measured at these speedups in 64K-1M, 1M-16M and 16M-4G."""
-    scale = {**{s: mid for s in MID}, 4 * MIB: medium, 16 * MIB: medium, **{s: large for s in LARGE}}
-    return trial(number, measured(times(scale)), value=value)
+def _two(
+    number: int,
+    all_reduce: tuple[float, float, float],
+    all_gather: tuple[float, float, float],
+    *,
+    channels: int | None = 16,
+    env: Mapping[str, str] = NTHREADS,
+    value: float = 1.1,
+) -> StoredTrial:
+    """A searched trial measured at these speedups in 64K-1M, 1M-16M and 16M-4G, per collective."""
+
+    def scale(speedups: tuple[float, float, float]) -> dict[int, float]:
+        mid, medium, large = speedups
+        return {**{s: mid for s in MID}, 4 * MIB: medium, 16 * MIB: medium, **{s: large for s in LARGE}}
+
+    samples = measured(times(scale(all_reduce))).samples
+    samples += measured(times(scale(all_gather)), collective="all_gather").samples
+    forced = {} if channels is None else {"NCCL_MIN_CTAS": str(channels), "NCCL_MAX_CTAS": str(channels)}
+    return trial(number, Measurements(samples), env={**env, **forced}, value=value)
 
 
-# The order's best: 0.9, 1.0 and 2.0 (weighted log sum 0.5 ln 0.9 + ln 2 = 0.640).
-BEST = _speedups(1, 0.9, 1.0, 2.0, value=1.29)
+# The order's best by value: 16 channels, 2x at both 16M-4G buckets (1.5 ln 2 = 1.040).
+BEST_TWO = _two(1, (1.0, 1.0, 2.0), (1.0, 1.0, 2.0), value=1.3)
+
+
+def rescues(*trials: StoredTrial, best: StoredTrial = BEST_TWO) -> list[int]:
+    return [b.number for b in bases([best, *trials], BASELINE_TWO, TWO)][1:]
+
+
+def test_channel_rows_lift_a_configuration_to_a_smaller_count_of_the_same_environment() -> None:
+    # 64 channels: faster than the best at all_reduce 64K-1M and 1M-16M, slow at both 16M-4G buckets. A
+    # 16-channel row gives it the best's 2x there: 0.5 ln 1.3 + ln 1.3 + 1.5 ln 2 = 1.433. The bar is the best
+    # with its weakest bucket lifted (all_reduce 1M-16M to 1.3): ln 1.3 + 1.5 ln 2 = 1.302.
+    assert rescues(_two(2, (1.3, 1.3, 1.1), (1.0, 1.0, 1.1), channels=64)) == [2]
+    # Under NCCL's own channel count a forced count is a row too.
+    assert rescues(_two(3, (1.3, 1.3, 1.1), (1.0, 1.0, 1.1), channels=None)) == [3]
+    # 8 channels: a row cannot raise its count to 16, so one row lifts one bucket (all_reduce 16M-4G, the
+    # heavier): 1.134. The best, with 8-channel rows, would be 1.433.
+    assert rescues(_two(4, (1.3, 1.3, 1.1), (1.0, 1.0, 1.1), channels=8)) == []
+    # 64 channels of another environment: the 16-channel measurement is not what its row would run.
+    assert rescues(_two(5, (1.3, 1.3, 1.1), (1.0, 1.0, 1.1), channels=64, env=OTHER)) == []
+
+
+def test_channel_rows_lift_to_the_fastest_measurement_of_that_count_and_no_further() -> None:
+    # The 16-channel configuration measured again, slower (1.5x at 16M-4G): the row is worth the faster run.
+    again = _two(2, (1.0, 1.0, 1.5), (1.0, 1.0, 1.5), value=1.25)
+    assert rescues(again, _two(3, (1.3, 1.3, 1.1), (1.0, 1.0, 1.1), channels=64)) == [3]
+    # Only what was measured, below NCCL's defaults too: the best runs all_gather 64K-1M at 0.9x, so a row gives
+    # the 64-channel configuration 0.9x there, not 1x; it is then the best with all_reduce 64K-1M at 1.3x, the
+    # bar itself, and no rescue.
+    slow_mid = _two(1, (1.0, 1.0, 2.0), (0.9, 1.0, 2.0), value=1.3)
+    assert rescues(_two(2, (1.3, 0.9, 1.1), (0.5, 1.0, 1.1), channels=64), best=slow_mid) == []
+    # A configuration's own repeats are no row: a row only lowers the count. Together these two runs would
+    # sum 1.433 with one row; the first alone sums 1.134.
+    first = _two(2, (1.3, 1.3, 1.1), (1.0, 1.0, 1.1), channels=64, env=OTHER, value=1.2)
+    repeat = _two(3, (1.0, 1.0, 1.1), (1.0, 1.0, 2.0), channels=64, env=OTHER, value=1.15)
+    assert rescues(first, repeat) == []
+
+
+def test_a_repeat_of_the_best_configuration_is_never_a_rescue() -> None:
+    # Measured faster again (1.433 > 1.302): still the configuration that is already a base.
+    assert rescues(_two(2, (1.3, 1.3, 2.0), (1.0, 1.0, 2.0), value=1.2)) == []
+    assert rescues(_two(3, (1.3, 1.3, 2.0), (1.0, 1.0, 2.0), env=OTHER, value=1.2)) == [3]
+
+
+def test_a_configuration_rows_would_make_only_as_fast_as_the_best_is_no_rescue() -> None:
+    assert rescues(_two(2, (1.0, 1.0, 2.0), (1.0, 1.0, 2.0), env=OTHER)) == []
 
 
 def test_a_rescue_lifts_the_bucket_where_it_falls_furthest_behind_weighing_each_bucket() -> None:
-    # 64K-1M falls furthest (0.5 ln(0.9/0.5) = 0.294 against ln(2.0/1.9) = 0.051 at 16M-4G): lifted there to
-    # the order's 0.9, it sums 0.852 > 0.640, a rescue. Lifting 16M-4G instead (the first bucket by name) sums
-    # 0.609, and would not be one.
-    lopsided = _speedups(2, 0.5, 1.3, 1.9, value=1.1)
-    assert [b.number for b in bases([BEST, lopsided], BASELINE, HALF_MID)] == [1, 2]
-    # Here 16M-4G falls furthest once 64K-1M's half weight counts (ln(2.0/1.6) = 0.223 against
-    # 0.5 ln(0.9/0.7) = 0.126; unweighted, 64K-1M would): lifted there it sums 0.681 > 0.640; 64K-1M lifted
-    # would sum 0.583.
-    weighted = _speedups(3, 0.7, 1.18, 1.6, value=1.1)
-    assert [b.number for b in bases([BEST, weighted], BASELINE, HALF_MID)] == [1, 3]
+    # No smaller count of its environment was measured, so one row. all_reduce 16M-4G falls furthest once
+    # all_gather's half weight counts (ln(2/1.6) = 0.223 against 0.5 ln(2/1.3) = 0.215; unweighted,
+    # all_gather's would): lifted there the sum is 0.5 ln 1.55 + ln 1.3 + ln 2 + 0.5 ln 1.3 = 1.305 > 1.302 (the
+    # bar: all_reduce 1M-16M lifted), a rescue; with all_gather's lifted instead it would be 1.298.
+    assert rescues(_two(2, (1.55, 1.3, 1.6), (1.0, 1.0, 1.3), env=OTHER)) == [2]
+    # all_reduce 16M-4G falls furthest once 64K-1M's half weight counts (0.223 against 0.5 ln(1/0.7) = 0.178;
+    # unweighted, 64K-1M would): lifted there 0.5 ln 0.7 + ln 1.22 + 1.5 ln 2 + 0.5 ln 1.5 = 1.263 > 1.243 (the
+    # bar: all_gather 1M-16M lifted to 1.5x), a rescue; with 64K-1M lifted instead it would be 1.218.
+    assert rescues(_two(3, (0.7, 1.22, 1.6), (1.0, 1.5, 2.0), env=OTHER)) == [3]
 
 
-def test_a_rescue_is_lifted_to_the_orders_best_measurement_and_only_one_bucket() -> None:
-    # 64K-1M lifted to the order's best there, 0.9 (never to 1.0, which no configuration reached): it sums
-    # 0.615 < 0.640, no rescue. Lifted to 1.0 it would sum 0.668; with every bucket lifted, 0.903.
-    almost = _speedups(2, 0.4, 1.3, 1.5, value=1.1)
-    assert [b.number for b in bases([BEST, almost], BASELINE, HALF_MID)] == [1]
+def test_a_rescue_is_lifted_only_to_the_orders_best_measurement_and_in_one_bucket() -> None:
+    # Both 16M-4G buckets lifted to the order's 2x it would sum 1.433; one row lifts one: 1.087 < 1.302.
+    assert rescues(_two(2, (1.3, 1.3, 1.0), (1.0, 1.0, 1.0), env=OTHER)) == []
+    # Lifted to the 2x measured there, never beyond.
+    assert rescues(_two(3, (1.3, 1.0, 1.9), (1.0, 1.0, 1.6), env=OTHER)) == []
 
 
 def test_the_rescue_is_the_one_lifted_highest_and_the_first_measured_on_a_tie() -> None:
-    second = _speedups(4, 0.7, 1.18, 1.6, value=1.25)  # a rescue (0.681), ranked before the next by value
-    highest = _speedups(5, 0.5, 1.3, 1.9, value=1.1)  # lifted higher (0.852)
-    again = _speedups(6, 0.5, 1.3, 1.9, value=1.1)  # the same configuration measured again: a tie
-    assert [b.number for b in bases([BEST, second, again, highest], BASELINE, HALF_MID)] == [1, 5]
+    first = _two(2, (1.3, 1.3, 1.1), (1.0, 1.0, 1.1), channels=64)  # 1.433
+    tie = _two(3, (1.3, 1.3, 1.1), (1.0, 1.0, 1.1), channels=None)  # 1.433, measured later
+    assert rescues(tie, first) == [2]
+    # Ranked last by value, highest with one row (all_reduce 16M-4G): 1.678; the two above, with theirs
+    # (all_reduce 1M-16M to 1.6), 1.641.
+    highest = _two(4, (1.4, 1.6, 1.1), (1.0, 1.0, 2.0), channels=None, env=OTHER, value=1.0)
+    assert rescues(first, tie, highest) == [4]

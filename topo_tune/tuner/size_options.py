@@ -303,13 +303,14 @@ def compose(
 
 def bases(trials: Sequence[StoredTrial], baseline: Measurements, objective: Objective) -> list[StoredTrial]:
     """Per rank order (the ``BASES`` best orders, best first): its best searched configuration (the baseline
-    included), then its best **rescue** when that is another one.
+    included), then its best **rescue** when that is another configuration.
 
     One base per order: an order that helps some sizes and hurts others is exactly what per-size rows can
-    rescue, and its best environment is the one to rescue it with. A rescue is the configuration that would
-    be the order's best if its one weakest weighted bucket (against the order's best measurement there) were as
-    fast as that: strong everywhere but one bucket, which a row (another algorithm, protocol or channel
-    count) may fix. Only one that would then beat the order's best is one.
+    rescue, and its best environment is the one to rescue it with. A rescue is chosen by what rows could make
+    of a configuration before its options are measured (``_WithRows``: channel rows give a bucket what the same
+    environment measured there at a smaller channel count, and one more row may fix its weakest bucket). The
+    order's best, modelled the same way, is the bar: only a configuration that would then beat it is a rescue,
+    the highest such. A repeat of the best configuration is the best again, never a rescue.
     """
     eligible = [
         t
@@ -322,38 +323,74 @@ def bases(trials: Sequence[StoredTrial], baseline: Measurements, objective: Obje
     out = []
     for ranked in list(by_order.values())[:BASES]:
         best = ranked[0]
-        scores = {t.number: _scores(t, baseline, objective) for t in ranked}
-        ceiling: dict[tuple[str, str], float] = {}
-        for per_trial in scores.values():
-            for key, score in per_trial.items():
-                ceiling[key] = max(ceiling.get(key, 0.0), score.speedup)
-        rescues = [(_rescued(scores[t.number], ceiling, objective), t) for t in ranked[1:]]
-        value = objective.combine(scores[best.number].values())
-        rescue = max(((v, t) for v, t in rescues if v > value), key=lambda r: (r[0], -r[1].number), default=None)
+        model = _WithRows(ranked, baseline, objective)
+        bar = model.value(best)
+        rescues = [(model.value(t), t) for t in ranked if _config(t) != _config(best)]
+        rescue = max(((v, t) for v, t in rescues if v > bar), key=lambda r: (r[0], -r[1].number), default=None)
         out += [best] if rescue is None else [best, rescue[1]]
     return out
+
+
+def _config(trial: StoredTrial) -> tuple[tuple[tuple[str, str], ...], str]:
+    """What a trial ran: its environment and rank order (a repeat of a configuration is the same one)."""
+    return tuple(sorted(trial.env.items())), trial.rank_order
+
+
+def _unforced(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """An environment without its forced channel count: what a channel row keeps of its base."""
+    return tuple(sorted((k, v) for k, v in env.items() if k not in ("NCCL_MIN_CTAS", "NCCL_MAX_CTAS")))
+
+
+class _WithRows:
+    """A configuration's weighted speedup as rows could make it, from one rank order's searched trials.
+
+    Channel rows: each bucket as fast as the same environment with a smaller forced channel count measured
+    there (a row's count above the communicator's is capped; under NCCL's own count, any forced count is
+    taken as reachable). Then one more row, another algorithm or protocol: the weakest bucket (weight x log of
+    its shortfall) as fast as the order's best measurement there. Optimistic: a channel row keeps the pick
+    NCCL makes at the base's count, where a count in the environment can change the pick. A model for
+    choosing bases, never a result: what ships is measured and proven.
+    """
+
+    def __init__(self, ranked: Sequence[StoredTrial], baseline: Measurements, objective: Objective) -> None:
+        self._objective = objective
+        self._scores = {t.number: _scores(t, baseline, objective) for t in ranked}
+        self._ceiling: dict[tuple[str, str], float] = {}
+        self._counts: dict[tuple[tuple[str, str], ...], dict[int, dict[tuple[str, str], float]]] = {}
+        for t in ranked:
+            count = forced_channels(t.env)
+            at_count = {} if count is None else self._counts.setdefault(_unforced(t.env), {}).setdefault(count, {})
+            for key, score in self._scores[t.number].items():
+                self._ceiling[key] = max(self._ceiling.get(key, 0.0), score.speedup)
+                at_count[key] = max(at_count.get(key, 0.0), score.speedup)
+
+    def value(self, trial: StoredTrial) -> float:
+        """The weighted speedup rows could make of one of the order's trials."""
+        scores = self._scores[trial.number]
+        if not scores:
+            return 0.0
+        cap = forced_channels(trial.env)
+        smaller = [m for c, m in self._counts.get(_unforced(trial.env), {}).items() if cap is None or c < cap]
+        lifted = {
+            key: dataclasses.replace(s, speedup=max([s.speedup, *(m[key] for m in smaller if key in m)]))
+            for key, s in scores.items()
+        }
+
+        def shortfall(key: tuple[str, str]) -> float:
+            s = lifted[key]
+            return self._objective.profile.weight(s.collective, s.bucket.name) * math.log(
+                self._ceiling[key] / s.speedup
+            )
+
+        weakest = max(sorted(lifted), key=shortfall)
+        lifted[weakest] = dataclasses.replace(lifted[weakest], speedup=self._ceiling[weakest])
+        return self._objective.combine(lifted.values())
 
 
 def _scores(trial: StoredTrial, baseline: Measurements, objective: Objective) -> dict[tuple[str, str], BucketScore]:
     """Per (collective, bucket name); a bucket of weight 0 counts nowhere below (its weight is 0 there too)."""
     assert trial.measurements is not None
     return {(s.collective, s.bucket.name): s for s in objective.bucket_scores(trial.measurements, baseline)}
-
-
-def _rescued(
-    scores: Mapping[tuple[str, str], BucketScore], ceiling: Mapping[tuple[str, str], float], objective: Objective
-) -> float:
-    """The weighted speedup with the weakest bucket (weight x log of its shortfall to ``ceiling``) lifted."""
-    if not scores:
-        return 0.0
-
-    def shortfall(key: tuple[str, str]) -> float:
-        s = scores[key]
-        return objective.profile.weight(s.collective, s.bucket.name) * math.log(ceiling[key] / s.speedup)
-
-    weakest = max(sorted(scores), key=shortfall)
-    lifted = [dataclasses.replace(s, speedup=ceiling[k]) if k == weakest else s for k, s in scores.items()]
-    return objective.combine(lifted)
 
 
 def plan_next(
