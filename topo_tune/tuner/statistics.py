@@ -16,6 +16,10 @@ safe only if *every* weighted bucket is shown non-inferior, so the null "some bu
 ``max_loss``" is a union and is rejected only when each of its parts is rejected at level ``alpha``. The
 family's error is then at most ``alpha`` with no multiplicity correction; correcting (Holm, Bonferroni) would
 only make each bucket's bound wider and shipping *harder*, never safer, so it is not done on this side.
+That error is per configuration: choosing among ``k`` finalists, each tested so, ships one that loses more
+than ``max_loss`` somewhere with probability at most ``k * alpha`` (a union bound over the truly unsafe
+finalists; one finalist gives ``alpha``). Splitting ``alpha`` among the finalists would bound the choice by
+``alpha`` at the cost of wider bounds (measured in ``benchmarks/results/safe-promotion.md``); it is not done.
 
 The proof may look at the data more than once (:class:`SequentialDesign`): up to ``max_pairs`` in looks of
 ``first`` pairs. Each look spends part of ``alpha`` along a pre-set alpha-spending function (Lan & DeMets
