@@ -13,11 +13,12 @@ none):
   ``1 - maxLoss`` in every weighted (collective, bucket) (NCCL's defaults, 1.0, included);
 * **unconstrained best** — the best weighted speedup, whatever it loses somewhere (a trade-off).
 
-Per seed it prints the outcome, the promoted configuration's true per-bucket speedups (minimum and
-weighted), both references, whether a trade-off was named (and whether it is within 2% of the unconstrained
-best), trials, proof pairs and wall time. "Fixed proof" is the rule the proof had before (promote when some
-bucket's gain beyond 3% is significant after Holm and no loss beyond 3% is; ``proofPairs`` pairs per
-finalist), applied to the first ``proofPairs`` pairs of the same run, for comparison.
+Per seed it prints the outcome, the promoted configuration's true per-bucket speedups (each weighted
+bucket, the minimum and the weighted mean), both references (per bucket too), whether a trade-off was
+named (and whether it is within 2% of the unconstrained best), trials, proof pairs and wall time. "Fixed
+proof" is the rule the proof had before (promote when some bucket's gain beyond 3% is significant after Holm
+and no loss beyond 3% is; ``proofPairs`` pairs per finalist), applied to the first ``proofPairs`` pairs of
+the same run, for comparison.
 
 Landscapes:
 
@@ -57,7 +58,7 @@ from scipy import stats as sp
 from topo_tune.sim import Cluster, Spine, defaults_optimal_cluster, demo_cluster
 from topo_tune.sim.demo import h100_node
 from topo_tune.tuner import statistics
-from topo_tune.tuner.objective import DEFAULT_LADDER, Measurements, Objective, WorkloadProfile
+from topo_tune.tuner.objective import DEFAULT_LADDER, Measurements, Objective, SizeBucket, WorkloadProfile
 from topo_tune.tuner.sim_evaluator import SimEvaluator, sim_space
 from topo_tune.tuner.size_options import Option, offered_by_bucket, option_table, table_text
 from topo_tune.tuner.space import SearchSpace, TrialConfig
@@ -122,6 +123,18 @@ class Truth:
     @property
     def safe(self) -> bool:
         return self.worst >= 1 - MAX_LOSS
+
+    def per_bucket(self, objective: Objective) -> str:
+        """Every weighted bucket's true speedup, "/" between buckets, " · " between collectives (NCCL's
+        defaults, which have no buckets here, are 1.00 everywhere)."""
+        return " · ".join(
+            "/".join(f"{self.buckets.get((c, b.name), 1.0):.2f}" for b in _weighted(objective, c))
+            for c in objective.collectives
+        )
+
+
+def _weighted(objective: Objective, collective: str) -> list[SizeBucket]:
+    return [b for b in objective.buckets if objective.profile.weight(collective, b.name) > 0]
 
 
 class Oracle:
@@ -261,11 +274,17 @@ def run(landscape: Landscape, seeds: int, budget: int, proof_pairs: int) -> dict
         f"per-bucket rows; safe oracle {safe.weighted:.3f}x ({_rows(safe)}); unconstrained best "
         f"{best.weighted:.3f}x ({_rows(best)}; worst bucket {best.worst:.3f}, {'safe' if best.safe else 'NOT safe'})"
     )
+    order = " · ".join(f"{c} " + "/".join(b.name for b in _weighted(objective, c)) for c in objective.collectives)
     print(
-        "| seed | outcome | promoted true weighted | promoted true worst bucket | trade-off named | "
-        "trade-off true weighted | fixed proof (before) | its true worst bucket | trials | proof pairs | wall s |"
+        f"true speedup per weighted bucket ({order}): safe oracle {safe.per_bucket(objective)}; "
+        f"unconstrained best {best.per_bucket(objective)}"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| seed | outcome | promoted true weighted | promoted true worst bucket | promoted true per bucket | "
+        "trade-off named | trade-off true weighted | fixed proof (before) | its true worst bucket | trials | "
+        "proof pairs | wall s |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     gains, unsafe_promoted, promotions, named, close, walls, pairs_used, old_unsafe = [], 0, 0, 0, 0, [], [], 0
     for seed in range(seeds):
         with tempfile.TemporaryDirectory() as tmp:
@@ -302,7 +321,7 @@ def run(landscape: Landscape, seeds: int, budget: int, proof_pairs: int) -> dict
         walls.append(wall)
         print(
             f"| {seed} | {'promote trial ' + str(chosen.trial) if chosen else 'keep defaults'} | "
-            f"{truth.weighted:.3f} | {truth.worst:.3f} | {'yes' if trade else 'no'} | "
+            f"{truth.weighted:.3f} | {truth.worst:.3f} | {truth.per_bucket(objective)} | {'yes' if trade else 'no'} | "
             f"{f'{trade_truth.weighted:.3f}' if trade_truth else '-'} | "
             f"{'promote trial ' + str(old) if old is not None else 'keep defaults'} | "
             f"{f'{old_truth.worst:.3f}' if old_truth else '-'} | {len(outcome.trials)} | "

@@ -28,20 +28,33 @@ MAX_LOSS = 0.02
 
 
 def _trial(
-    number: int, small: float, large: float, *, role: str = "sampled", table: str = "", config: int | None = None
+    number: int,
+    small: float,
+    large: float,
+    *,
+    role: str = "sampled",
+    table: str | None = "",
+    config: int | None = None,
+    stored: bool = True,
 ) -> FrozenTrial:
     """A completed trial whose one search run measured these speedups at 1 KiB and 256 MiB.
 
     Its configuration is ``channels = config`` (``number`` when unset): trials of one config are repeats.
+    ``table=None``: no table attribute at all (a searched trial); ``stored=False``: no measurements stored.
     """
     measured = Measurements(
         (SizeSample("all_reduce", SIZES[0], 100.0 / small, 1.0), SizeSample("all_reduce", SIZES[1], 100.0 / large, 1.0))
     )
+    attrs: dict[str, str] = {A_ROLE: role}
+    if stored:
+        attrs[A_MEASUREMENTS] = measured.to_json()
+    if table is not None:
+        attrs[A_TABLE] = table
     trial = optuna.trial.create_trial(
         params={"channels": str(number if config is None else config)},
         distributions={"channels": CategoricalDistribution([str(n) for n in range(100)])},
         value=OBJECTIVE.value(measured, BASELINE),
-        user_attrs={A_MEASUREMENTS: measured.to_json(), A_ROLE: role, A_TABLE: table},
+        user_attrs=attrs,
     )
     trial.number = number
     return trial
@@ -150,3 +163,42 @@ def test_finalists_judge_looked_safe_by_the_noise_the_search_measured() -> None:
         trials, BASELINE, baseline_params={"channels": "0"}, objective=OBJECTIVE, max_loss=MAX_LOSS, count=2
     )
     assert [t.number for t in alone] == [1, 3], "without repeats, the fixed slack"
+
+
+def _finalists(trials: list[FrozenTrial], count: int = 5) -> list[int]:
+    chosen = choose_finalists(
+        trials, BASELINE, baseline_params={"channels": "0"}, objective=OBJECTIVE, max_loss=MAX_LOSS, count=count
+    )
+    return [t.number for t in chosen]
+
+
+def test_only_trials_faster_than_the_defaults_are_finalists_and_never_the_defaults_again() -> None:
+    faster = _trial(1, 1.0, 1.2)
+    level = _trial(2, 1.0, 1.0)  # exactly the defaults' value
+    slower = _trial(3, 1.0, 0.9)
+    assert level.value == 1.0
+    assert _finalists([faster, level, slower]) == [1]
+    # The defaults' configuration sampled by the search (no table attribute), measured faster by noise.
+    defaults_again = _trial(4, 1.0, 1.5, table=None, config=0)
+    assert _finalists([faster, defaults_again]) == [1]
+    # The baseline's own trial, whatever its params say.
+    assert _finalists([faster, _trial(5, 1.0, 1.5, role="baseline")]) == [1]
+
+
+def test_a_trial_without_stored_measurements_never_looks_safe_and_is_skipped_by_the_noise() -> None:
+    bare = _trial(1, 1.0, 1.5, stored=False)
+    assert not looked_safe(bare, BASELINE, OBJECTIVE, MAX_LOSS)
+    assert search_noise([bare, *REPEATS], BASELINE, OBJECTIVE) == search_noise(REPEATS, BASELINE, OBJECTIVE)
+
+
+def test_the_samplers_constraint_takes_the_measured_noise_and_weighs_only_weighted_buckets() -> None:
+    one_run = Measurements.from_json(_trial(1, 0.93, 1.5).user_attrs[A_MEASUREMENTS])
+    noise = {("all_reduce", "0-1K"): 0.08}
+    assert shortfall(one_run, BASELINE, OBJECTIVE, MAX_LOSS) == pytest.approx(0.04)
+    assert shortfall(one_run, BASELINE, OBJECTIVE, MAX_LOSS, noise) < 0
+    # A bucket the workload weighs 0 has no say, however slow.
+    large_only = Objective(WorkloadProfile({"all_reduce": 1}, {"0-1K": 0.0}))
+    assert looked_safe(_trial(2, 0.5, 1.5), BASELINE, large_only, MAX_LOSS)
+    # A run that measured no weighted bucket (pruned before one): nothing showed a loss.
+    small_only = Measurements(one_run.samples[:1])
+    assert shortfall(small_only, BASELINE, large_only, MAX_LOSS) == pytest.approx(-(MAX_LOSS + SEARCH_SLACK))

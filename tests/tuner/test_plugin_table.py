@@ -12,7 +12,7 @@ from topo_tune.sim import demo_cluster, simulate
 from topo_tune.topology.distance import PairMatrix
 from topo_tune.tuner.objective import Measurements, Objective, SizeSample, WorkloadProfile
 from topo_tune.tuner.outputs import ClusterShape, write_outputs
-from topo_tune.tuner.plugin_table import ScoredTrial, compose_table
+from topo_tune.tuner.plugin_table import TABLE_HEADER, ScoredTrial, compose_table, forced_channels
 from topo_tune.tuner.sim_evaluator import SimEvaluator, sim_space
 from topo_tune.tuner.statistics import Decision
 from topo_tune.tuner.study import Candidate, StudyProgress, run_study
@@ -65,6 +65,51 @@ def test_no_table_when_every_bucket_wants_the_same() -> None:
     assert compose_table(trials, BASELINE, OBJECTIVE, nodes=1, ranks=2) is None
     # A winner that left channels to NCCL asks for nothing either.
     assert compose_table([_trial(1, None, (14.0, 25.0, 900.0), 1.2)], BASELINE, OBJECTIVE, nodes=1, ranks=2) is None
+
+
+def test_a_count_is_forced_only_by_equal_numeric_min_and_max_ctas() -> None:
+    assert forced_channels({"NCCL_MIN_CTAS": "8", "NCCL_MAX_CTAS": "8"}) == 8
+    assert forced_channels({"NCCL_MIN_CTAS": "8", "NCCL_MAX_CTAS": "16"}) is None, "a range forces nothing"
+    assert forced_channels({"NCCL_MIN_CTAS": "8"}) is None
+    assert forced_channels({"NCCL_MIN_CTAS": "eight", "NCCL_MAX_CTAS": "eight"}) is None
+
+
+def test_each_row_records_its_winner_and_speedup_for_the_log_and_the_table_has_its_header() -> None:
+    trials = [
+        _trial(1, 16, (14.0, 31.0, 1200.0), 1.05),
+        _trial(2, 32, (21.0, 26.0, 900.0), 1.12),
+        _trial(3, 64, (22.0, 25.0, 950.0), 1.08),
+    ]
+    composed = compose_table(trials, BASELINE, OBJECTIVE, nodes=1, ranks=2)
+    assert composed is not None and composed.text.startswith(f"# {TABLE_HEADER}\n")
+    assert [(r.bucket.name, r.channels, r.winner, round(r.speedup, 4)) for r in composed.rows] == [
+        ("0-1K", 32, 2, 1.0),  # measured by no trial: the best trial's count, no gain claimed
+        ("1K-64K", 16, 1, round(20.0 / 14.0, 4)),
+        ("1M-16M", 32, 2, 1.0),
+        ("16M-4G", 32, 2, round(1000.0 / 900.0, 4)),  # 64K-1M wants 64, the communicator's count: no row
+    ]
+
+
+def test_under_nccls_own_count_rows_ask_for_a_count_and_the_environment_stays_unforced() -> None:
+    # The best trial leaves channels to NCCL: its count stays the communicator's, a row only asks for 16.
+    trials = [_trial(1, 16, (14.0, 31.0, 1200.0), 1.05), _trial(2, None, (21.0, 26.0, 900.0), 1.12)]
+    composed = compose_table(trials, BASELINE, OBJECTIVE, nodes=1, ranks=2)
+    assert composed is not None and composed.env == {"NCCL_NTHREADS": "256"}
+    assert [(r.min_bytes, r.channels) for r in parse_tuner_table(composed.text)] == [(1025, 16)]
+
+
+def test_ties_go_to_the_earlier_trial_and_a_bucket_won_at_no_gain_keeps_the_best_trials_count() -> None:
+    # Equal values: the earlier trial is the base.
+    trials = [_trial(1, 32, (21.0, 26.0, 900.0), 1.12), _trial(2, 48, (14.0, 27.0, 950.0), 1.12)]
+    composed = compose_table(trials, BASELINE, OBJECTIVE, nodes=1, ranks=2)
+    assert composed is not None and composed.base_trial == 1
+    tied = [_trial(1, 32, (21.0, 26.0, 900.0), 1.12), _trial(2, 16, (14.0, 30.0, 1100.0), 1.0)]
+    tied.append(_trial(3, 8, (14.0, 30.0, 1100.0), 0.9))  # the same 1K-64K time as trial 2, later: 2 wins it
+    composed = compose_table(tied, BASELINE, OBJECTIVE, nodes=1, ranks=2)
+    assert composed is not None and [(r.bucket.name, r.channels) for r in composed.rows] == [("1K-64K", 16)]
+    # 64K-1M at exactly the defaults' time: a winner with no gain gets no row of its own.
+    level = [_trial(1, 32, (21.0, 31.0, 900.0), 1.12), _trial(2, 16, (25.0, 30.0, 1100.0), 1.0)]
+    assert compose_table(level, BASELINE, OBJECTIVE, nodes=1, ranks=2) is None
 
 
 @pytest.mark.slow
