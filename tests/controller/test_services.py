@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import urllib.request
 from collections.abc import AsyncIterator
 
@@ -34,7 +35,10 @@ async def open_session(
     channel: grpc.aio.Channel, first: agent_pb2.AgentMessage, *, token: str = TOKEN
 ) -> grpc.aio.StreamStreamCall[agent_pb2.AgentMessage, agent_pb2.ControllerMessage]:
     call = agent_pb2_grpc.AgentServiceStub(channel).Session(metadata=bearer_metadata(token))
-    await call.write(first)
+    # The server may refuse the call (a bad credential) before the first message is written. The write then
+    # raises; reading the call raises the same status, which is what the caller checks (``expect_status``).
+    with contextlib.suppress(grpc.aio.AioRpcError):
+        await call.write(first)
     return call
 
 
