@@ -17,6 +17,7 @@ from topo_tune.v1 import admin_pb2, admin_pb2_grpc
 CONCURRENT = 24
 ROUNDS = 3
 BODY = 15 * 1024 * 1024  # under the controller's 16 MiB receive limit: a token holder may send this much
+HELD = CONCURRENT * BODY / 2**20  # MiB: what holding one round's bodies at once takes
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -62,8 +63,9 @@ def test_a_16_mib_unauthenticated_flood_leaves_the_controller_memory_bounded(tmp
         assert codes == [grpc.StatusCode.UNAUTHENTICATED] * (CONCURRENT * ROUNDS), sorted(c.name for c in codes)
         grown = peak_rss_mib(controller.process.pid) - before
         # Reading the bodies would take 24 x 15 MiB = 360 MiB at once (it grew by 569 MiB before the fix);
-        # refused unread, only HTTP/2 flow-control windows are buffered.
-        assert grown < 128, f"peak RSS grew by {grown:.0f} MiB"
+        # refused unread, only HTTP/2 flow-control windows are buffered: 26 to 158 MiB over 13 runs on the
+        # 2-core development machine, as the windows happen to fill.
+        assert grown < 0.75 * HELD, f"peak RSS grew by {grown:.0f} MiB"
         assert run_cli("admin", "nodes", "--controller", address).returncode == 0, "the controller still serves"
     finally:
         controller.kill()
