@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from topo_tune.tuner.objective import Measurements, Objective, SizeBucket
 
-__all__ = ["TABLE_HEADER", "ComposedRow", "ComposedTable", "ScoredTrial", "compose_table"]
+__all__ = ["CHANNEL_VARIABLES", "TABLE_HEADER", "ComposedRow", "ComposedTable", "ScoredTrial", "compose_table"]
 
 TABLE_HEADER = "collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff"
 # nccl-tests names -> the tuner plugin's; point-to-point collectives never reach a tuner.
@@ -70,9 +70,13 @@ class ComposedTable:
     """The table as the plugin reads it."""
 
 
+CHANNEL_VARIABLES = ("NCCL_MIN_CTAS", "NCCL_MAX_CTAS")
+"""The variables a configuration forces its channel count with (both set to the count)."""
+
+
 def forced_channels(env: Mapping[str, str]) -> int | None:
     """The channel count a configuration forces (``NCCL_MIN_CTAS`` equal to ``NCCL_MAX_CTAS``), if any."""
-    low, high = env.get("NCCL_MIN_CTAS"), env.get("NCCL_MAX_CTAS")
+    low, high = (env.get(name) for name in CHANNEL_VARIABLES)
     if low is None or low != high or not low.isdigit():
         return None
     return int(low)

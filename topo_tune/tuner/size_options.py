@@ -35,7 +35,7 @@ from typing import Any
 
 from topo_tune.plugin.table import ALGORITHMS, PROTOCOLS
 from topo_tune.tuner.objective import BucketScore, Measurements, Objective, SizeBucket
-from topo_tune.tuner.plugin_table import PLUGIN_COLLECTIVES, TABLE_HEADER, forced_channels
+from topo_tune.tuner.plugin_table import CHANNEL_VARIABLES, PLUGIN_COLLECTIVES, TABLE_HEADER, forced_channels
 
 __all__ = [
     "BASES",
@@ -338,7 +338,7 @@ def _config(trial: StoredTrial) -> tuple[tuple[tuple[str, str], ...], str]:
 
 def _unforced(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """An environment without its forced channel count: what a channel row keeps of its base."""
-    return tuple(sorted((k, v) for k, v in env.items() if k not in ("NCCL_MIN_CTAS", "NCCL_MAX_CTAS")))
+    return tuple(sorted((k, v) for k, v in env.items() if k not in CHANNEL_VARIABLES))
 
 
 class _WithRows:
