@@ -7,6 +7,8 @@ import logging
 import sys
 from datetime import UTC, datetime
 
+from topo_tune.log_text import escaped
+
 # Attributes every LogRecord has; anything else was passed with ``extra=`` and is an id worth showing.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
 
@@ -16,16 +18,23 @@ def _extras(record: logging.LogRecord) -> dict[str, object]:
 
 
 class HumanFormatter(logging.Formatter):
+    """One line a record (a traceback below it aside): control characters in the message and ids are escaped,
+    so no text from an agent or a job, however a caller passed it, can start a line of its own."""
+
     def format(self, record: logging.LogRecord) -> str:
         when = datetime.fromtimestamp(record.created, UTC).strftime("%H:%M:%S.%f")[:-3]
-        ids = " ".join(f"{k}={v}" for k, v in _extras(record).items())
-        line = f"{when} {record.levelname:<7} {record.name}: {record.getMessage()}" + (f" [{ids}]" if ids else "")
+        ids = escaped(" ".join(f"{k}={v}" for k, v in _extras(record).items()))
+        line = f"{when} {record.levelname:<7} {record.name}: {escaped(record.getMessage())}" + (
+            f" [{ids}]" if ids else ""
+        )
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line
 
 
 class JsonFormatter(logging.Formatter):
+    """One JSON object a line; ``json.dumps`` escapes every control character (``\\n``, ``\\u001b``) itself."""
+
     def format(self, record: logging.LogRecord) -> str:
         payload: dict[str, object] = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(),

@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from topo_tune.controller.db.database import Database, table_of
 from topo_tune.controller.db.models import EventRow, NodeRow
 from topo_tune.errors import NotFoundError
+from topo_tune.log_text import LogGate, held_note, printable
 from topo_tune.node_record import NodeState
 from topo_tune.topology.fingerprint import topology_fingerprint
 from topo_tune.v1 import topology_pb2
@@ -118,6 +119,8 @@ class NodeRegistry:
     rack_of: Mapping[str, str] = field(default_factory=dict)
     topology_listeners: Sequence[Callable[[TopologyChange], Awaitable[None]]] = ()
     """Told, after the registration is committed, about a node whose topology fingerprint changed."""
+    log_gate: LogGate = field(default_factory=LogGate)
+    """How often a node's reports of damage are logged."""
     _live: dict[str, _Liveness] = field(default_factory=dict, init=False)
     _lost: set[str] = field(default_factory=set, init=False)
     """The names whose state is ``lost``: the loops that want them every second need not walk the fleet."""
@@ -200,8 +203,14 @@ class NodeRegistry:
         live.activity = activity
         live.applied_config_version = applied_config_version
         if config_damage != live.config_damage:
-            if config_damage:
-                logger.error("active config version damaged: %s", config_damage, extra={"node": name})
+            held = self.log_gate.admit(name, "config_damage") if config_damage else None
+            if held is not None:  # the agent's text: escaped, bounded, a few lines a minute per node
+                logger.error(
+                    "active config version damaged: %s%s",
+                    printable(config_damage),
+                    held_note(held),
+                    extra={"node": name},
+                )
             live.config_damage = config_damage
         live.dirty = True
         return live.state is NodeState.LOST

@@ -19,6 +19,7 @@ from topo_tune.controller.commands import CommandBook, CommandRecord
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import NodeRegistry, Registration
 from topo_tune.errors import ValidationError
+from topo_tune.log_text import LogGate, held_note, printable
 from topo_tune.v1 import agent_pb2
 from topo_tune.wire_values import BACKEND_FROM_WIRE
 
@@ -60,6 +61,8 @@ class SessionHub:
     """Nodes `deliver_many` sends to at once."""
     result_listeners: Sequence[Callable[[str, agent_pb2.CommandResult, str | None], Awaitable[None]]] = ()
     """Called with (node, result, the command's job id or None) after a result is committed for the first time."""
+    log_gate: LogGate = field(default_factory=LogGate)
+    """How often a node's events are logged."""
     _sessions: dict[str, AgentSession] = field(default_factory=dict, init=False)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict, init=False)
 
@@ -192,7 +195,15 @@ class SessionHub:
                     await listener(session.node_name, result, finished.job_id)
         elif kind == "event":
             event = message.event
-            logger.info("agent event %s: %s", event.kind, event.message, extra={"node": session.node_name})
+            held = self.log_gate.admit(session.node_name, "event")
+            if held is not None:  # the agent's text: escaped, bounded, a few lines a minute per node
+                logger.info(
+                    "agent event %s: %s%s",
+                    printable(event.kind),
+                    printable(event.message),
+                    held_note(held),
+                    extra={"node": session.node_name},
+                )
         elif kind == "register":
             raise ValidationError("register", "sent twice in one session")
         else:

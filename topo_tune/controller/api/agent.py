@@ -15,6 +15,7 @@ from topo_tune.controller.api import status_codes, validation
 from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.sessions import AgentSession, SessionHub
 from topo_tune.errors import PermissionDenied, TopoTuneError, ValidationError
+from topo_tune.log_text import printable
 from topo_tune.v1 import agent_pb2, agent_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         except TopoTuneError as error:
             if isinstance(error, ValidationError):
                 self._hub.metrics.rejected_messages.inc()
-            logger.warning("closing session: %s", error, extra={"node": session.node_name})
+            logger.warning("closing session: %s", printable(str(error)), extra={"node": session.node_name})
             failure.append(error)
             session.close(str(error))
         except DecodeError:

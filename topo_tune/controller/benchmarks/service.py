@@ -52,6 +52,7 @@ from topo_tune.controller.db.models import BenchmarkJobRow, CommandRow
 from topo_tune.controller.job_ends import OpenPart, cancel_command, cancel_command_id, why_it_cannot_finish
 from topo_tune.controller.nodes import NodeRegistry, NodeView
 from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, SpecError, SweepError, ValidationError
+from topo_tune.log_text import printable
 from topo_tune.node_record import NodeState
 from topo_tune.v1 import agent_pb2, topology_pb2
 from topo_tune.wire_values import timestamp
@@ -355,7 +356,7 @@ class BenchmarkJobs:
         if ended is None:
             return
         message, cancels = ended
-        logger.info("benchmark job finished: %s", message, extra={"job": job_id})
+        logger.info("benchmark job finished: %s", printable(message), extra={"job": job_id})  # agents' words in it
         for record in cancels:  # stored with the job's end; sent now, or when the node comes back
             await self.deliver(record)
 
