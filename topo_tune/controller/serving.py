@@ -1,6 +1,6 @@
 """Serving: the gRPC server (agent, admin and health services), the plaintext health port, the metrics port.
 
-The main server carries the credential interceptor, the leader-only interceptor and optional TLS. The
+The main server carries the credential, leader-only and request-decoding interceptors and optional TLS. The
 health service answers for the process (``""``: liveness, SERVING from start to shutdown) and for the agent
 and admin services (readiness: SERVING only while this controller leads). Shutdown: health goes
 ``NOT_SERVING`` first so load balancers stop sending, then in-flight RPCs get a grace period. Non-goals:
@@ -22,6 +22,7 @@ from topo_tune.auth import server_credentials
 from topo_tune.controller.api.admin import SERVICE_NAME as ADMIN_SERVICE_NAME
 from topo_tune.controller.api.admin import AdminServicer
 from topo_tune.controller.api.agent import AgentServicer
+from topo_tune.controller.api.request_decoding import DecodingInterceptor
 from topo_tune.controller.credentials import CredentialInterceptor
 from topo_tune.controller.leadership import LeaderOnlyInterceptor
 from topo_tune.controller.settings import ControllerSettings
@@ -62,7 +63,12 @@ class Serving:
             ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
             ("grpc.keepalive_permit_without_calls", 1),
         ]
-        interceptors = [CredentialInterceptor(services.credentials), LeaderOnlyInterceptor(self._leading)]
+        # In this order: a caller without a credential, or a follower, has nothing deserialized at all.
+        interceptors = [
+            CredentialInterceptor(services.credentials),
+            LeaderOnlyInterceptor(self._leading),
+            DecodingInterceptor(),
+        ]
         server = grpc.aio.server(interceptors=interceptors, options=options)
         agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(services.hub, services.credentials), server)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(
