@@ -110,6 +110,31 @@ def test_yaml_syntax_error_names_line_and_column() -> None:
         loads_cluster_config(HEAD + "backend: sim\nracks: a: b\n")
 
 
+@pytest.mark.parametrize(
+    ("text", "key", "lines"),
+    [
+        ("backend: sim\nracks: []\nbackend: nccl\n", "backend", (2, 4)),
+        ("racks:\n- name: r0\n  nodes: []\n  name: r1\n", "name", (3, 5)),
+        ("controller: {heartbeatInterval: 1s, heartbeatInterval: 2s}\n", "heartbeatInterval", (2, 2)),
+        ('backend: sim\n"backend": nccl\n', "backend", (2, 3)),
+    ],
+    ids=["top", "nested", "flow", "quoted"],
+)
+def test_a_key_given_twice_is_an_error_naming_the_key_and_both_lines(
+    text: str, key: str, lines: tuple[int, int]
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        loads_cluster_config(HEAD + text)
+    message = str(caught.value)
+    assert f"not valid YAML: duplicate key {key!r} on lines {lines[0]} and {lines[1]}" in message, message
+    assert message.startswith(f"cluster.yaml:{lines[1]}:")
+
+
+def test_the_same_key_in_two_mappings_is_no_duplicate() -> None:
+    text = "racks:\n- {name: r0, nodes: [{name: a}]}\n- {name: r1, nodes: [{name: b}]}\n"
+    assert [rack.name for rack in loads_cluster_config(HEAD + text).racks] == ["r0", "r1"]
+
+
 def test_unreadable_file() -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_cluster_config(Path("/nonexistent/cluster.yaml"))

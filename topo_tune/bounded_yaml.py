@@ -4,7 +4,9 @@ PyYAML's safe loader shares aliased objects, so an anchor/alias "bomb" builds qu
 walks the result afterwards (validation, schema checks) sees the fully expanded tree: nine levels of nine
 aliases is 387 million nodes. Deep nesting overflows the composer's recursion. Here the composed node graph
 is measured before any Python object is built: past a bound the text is refused with one line naming the
-bound. Non-goal: a general-purpose YAML API; callers turn :class:`YamlLimitError` into their own errors.
+bound. A key given twice in one mapping is an error naming the key and both lines (PyYAML lets the last one
+win silently: ``backend: sim`` then ``backend: nccl`` would read as nccl). Non-goal: a general-purpose YAML
+API; callers turn :class:`YamlLimitError` into their own errors.
 """
 
 from __future__ import annotations
@@ -27,6 +29,21 @@ class _BoundedLoader(yaml.SafeLoader):
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._depth = 0
+
+    def compose_mapping_node(self, anchor: str | None) -> yaml.MappingNode:
+        node: yaml.MappingNode = super().compose_mapping_node(anchor)  # type: ignore[no-untyped-call]
+        first: dict[tuple[str, str], yaml.Node] = {}
+        for key, _value in node.value:
+            if not isinstance(key, yaml.ScalarNode):
+                continue  # a mapping or list as a key: no cluster.yaml has one, and no two compare here
+            earlier = first.setdefault((key.tag, key.value), key)
+            if earlier is not key:
+                raise yaml.constructor.ConstructorError(
+                    problem=f"duplicate key {key.value!r} on lines {earlier.start_mark.line + 1} and "
+                    f"{key.start_mark.line + 1}",
+                    problem_mark=key.start_mark,
+                )
+        return node
 
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         self._depth += 1
