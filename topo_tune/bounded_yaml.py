@@ -30,8 +30,8 @@ class _BoundedLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
 
-    def compose_mapping_node(self, anchor: str | None) -> yaml.MappingNode:
-        node: yaml.MappingNode = super().compose_mapping_node(anchor)  # type: ignore[no-untyped-call]
+    def compose_mapping_node(self, anchor: Any) -> yaml.MappingNode:  # Any: the stubs' type for it is wrong
+        node = super().compose_mapping_node(anchor)
         first: dict[tuple[str, str], yaml.Node] = {}
         for key, _value in node.value:
             if not isinstance(key, yaml.ScalarNode):
