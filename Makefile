@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: install chromium demo test lint typecheck protos schema report-screenshot clean
+.PHONY: install chromium demo test lint typecheck protos schema docs report-screenshot clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ report-screenshot: install chromium
 	$(BIN)/python tools/report_browser.py check .report-demo/report.html
 	$(BIN)/python tools/report_browser.py screenshot .report-demo/report.html docs/report-demo.png
 	rm -rf .report-demo
+
+# The docs pages rendered from code (the knob catalogue's table); a test fails when they are stale.
+docs: install
+	$(BIN)/python tools/gen_docs.py
 
 schema: install
 	$(BIN)/topo-tune config schema > docs/cluster.schema.json

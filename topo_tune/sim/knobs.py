@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from topo_tune.errors import SimInputError
+from topo_tune.knobs.catalogue import CATALOGUE
 
 _E = TypeVar("_E", bound=enum.Enum)
 
@@ -76,27 +77,8 @@ class NcclKnobs:
     protocols: frozenset[Protocol] | None = None
 
 
-# The variables the model reads; everything else is ignored.
-MODELLED_VARIABLES = (
-    "NCCL_MIN_CTAS",
-    "NCCL_MAX_CTAS",
-    "NCCL_MIN_NCHANNELS",
-    "NCCL_MAX_NCHANNELS",
-    "NCCL_NTHREADS",
-    "NCCL_BUFFSIZE",
-    "NCCL_IB_QPS_PER_CONNECTION",
-    "NCCL_IB_SPLIT_DATA_ON_QPS",
-    "NCCL_CROSS_NIC",
-    "NCCL_SOCKET_NTHREADS",
-    "NCCL_NSOCKS_PERTHREAD",
-    "NCCL_NVLS_ENABLE",
-    "NCCL_PXN_DISABLE",
-    "NCCL_P2P_NET_CHUNKSIZE",
-    "NCCL_P2P_NVL_CHUNKSIZE",
-    "NCCL_NCHANNELS_PER_NET_PEER",
-    "NCCL_ALGO",
-    "NCCL_PROTO",
-)
+MODELLED_VARIABLES = CATALOGUE.simulated
+"""The variables the model reads (the catalogue's ``sim`` column); everything else is ignored."""
 
 _CACHE: dict[tuple[tuple[str, str], ...], NcclKnobs] = {}
 _CACHE_LIMIT = 4096

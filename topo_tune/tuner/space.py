@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from topo_tune.errors import ConfigError, UnsafeKnobError
+from topo_tune.knobs import catalogue
+from topo_tune.knobs.catalogue import CATALOGUE
 
 __all__ = [
     "FORBIDDEN",
@@ -52,62 +54,12 @@ NATURAL_ORDER = "natural"
 """The candidate-order name of NCCL's natural order (ranks as the launcher hands them out)."""
 
 _VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:[-+.].*)?$")
-_MIB = 1 << 20
-_KIB = 1 << 10
-
 P2P_COLLECTIVES = frozenset({"alltoall", "sendrecv"})
 
-FORBIDDEN: Mapping[str, str] = MappingProxyType(
-    {
-        "NCCL_PROTO": (
-            "any NCCL_PROTO list that does not exclude LL128 forces LL128 on, bypassing NCCL's safety gate, and "
-            "can corrupt data silently (NCCL env.rst, src/graph/tuning.cc); protocols are chosen per size "
-            "through the tuner plugin"
-        ),
-        "NCCL_ALGO": (
-            "forcing an algorithm fails or hangs collectives that lack it (NVLSTree reduce_scatter hung, NVIDIA/nccl "
-            "issue #1110); algorithms are chosen per size through the tuner plugin, which only picks allowed ones"
-        ),
-        "NCCL_P2P_LEVEL": "raising P2P beyond NCCL's choice (e.g. across root complexes, ACS on) can hang or corrupt",
-        "NCCL_NET_GDR_LEVEL": "GPU Direct RDMA over longer paths than NCCL chose can be slower or broken",
-        "NCCL_GRAPH_FILE": "a graph file fixes channels per node type; other GPU sets fail ('dev not found', #1008)",
-        "NCCL_GRAPH_STREAM_ORDERING": "with 0 the application must serialize NCCL kernels itself, or it hangs",
-        "NCCL_MULTI_RANK_GPU_ENABLE": "NCCL's documentation warns of hangs",
-        "NCCL_IB_TIMEOUT": "0 (or 32 and above) means an infinite timeout, i.e. hangs; too small gives spurious errors",
-        "NCCL_IB_RETRY_CNT": "a fabric setting; wrong values turn transient errors into failures or hangs",
-        "NCCL_LL128_BUFFSIZE": "LL128 internals; only reachable where LL128 runs, which NCCL alone may decide",
-        "NCCL_MIN_NCHANNELS": "deprecated since 2.17; the space searches channels through NCCL_MIN_CTAS/NCCL_MAX_CTAS",
-        "NCCL_MAX_NCHANNELS": "deprecated since 2.17; the space searches channels through NCCL_MIN_CTAS/NCCL_MAX_CTAS",
-    }
-)
-"""Knobs no study searches, with the reason a user asking for one is told."""
+FORBIDDEN: Mapping[str, str] = CATALOGUE.never_searched
+"""Knobs no study searches, with the reason a user asking for one is told (from the catalogue)."""
 
-SITE_FIXED_KEYS = frozenset(
-    {
-        "NCCL_IB_HCA",
-        "NCCL_IB_GID_INDEX",
-        "NCCL_IB_ADDR_FAMILY",
-        "NCCL_IB_ADDR_RANGE",
-        "NCCL_IB_ROCE_VERSION_NUM",
-        "NCCL_IB_TC",
-        "NCCL_IB_SL",
-        "NCCL_IB_FIFO_TC",
-        "NCCL_IB_TIMEOUT",
-        "NCCL_IB_RETRY_CNT",
-        "NCCL_IB_PCI_RELAXED_ORDERING",
-        "NCCL_IB_ADAPTIVE_ROUTING",
-        "NCCL_IB_MERGE_NICS",
-        "NCCL_SOCKET_IFNAME",
-        "NCCL_SOCKET_FAMILY",
-        "NCCL_TOPO_FILE",
-        "NCCL_NET",
-        "NCCL_NET_PLUGIN",
-        "NCCL_IGNORE_CPU_AFFINITY",
-        "NCCL_CUMEM_ENABLE",
-        "NCCL_DEBUG",
-        "NCCL_DEBUG_SUBSYS",
-    }
-)
+SITE_FIXED_KEYS = CATALOGUE.site
 """Settings a site fixes once (fabric, QoS, interfaces); never searched, always passed through."""
 
 
@@ -209,99 +161,49 @@ def _dimension(name: str, values: Sequence[tuple[str, Mapping[str, str]]], *, or
     )
 
 
-def _one(key: str, values: Sequence[int | None]) -> list[tuple[str, Mapping[str, str]]]:
-    return [(UNSET, {}) if v is None else (str(v), {key: str(v)}) for v in values]
+def _applies(dim: catalogue.Dimension, version: tuple[int, int, int], fabric: Fabric, p2p: bool) -> bool:
+    met = {
+        catalogue.Need.MULTI_NODE: fabric.multi_node,
+        catalogue.Need.IB: fabric.ib,
+        catalogue.Need.SOCKET: fabric.socket,
+        catalogue.Need.IB_OR_SOCKET: fabric.ib or fabric.socket,
+        catalogue.Need.NVLS: fabric.nvls,
+        catalogue.Need.P2P_COLLECTIVES: p2p,
+        catalogue.Need.CROSS_NIC_VALUES: True,
+    }
+    return version >= dim.since and all(met[need] for need in dim.needs)
+
+
+def _values(dim: catalogue.Dimension, version: tuple[int, int, int], fabric: Fabric) -> list[tuple[int, ...] | None]:
+    values = list(dim.values)
+    if dim.cap is not None and version < dim.cap[0]:
+        values = [v for v in values if v is None or max(v) <= dim.cap[1]]
+    if catalogue.Need.CROSS_NIC_VALUES in dim.needs:
+        # Unset is 2: leaving it unset is only a choice when the fabric tolerates 2.
+        values = [v for v in values if (2 if v is None else v[0]) in fabric.cross_nic_values]
+    return values
 
 
 def _catalogue(version: tuple[int, int, int], fabric: Fabric, collectives: frozenset[str]) -> dict[str, Dimension]:
-    """Every knob that applies to this NCCL version, fabric and workload, in a fixed order."""
+    """Every knob of the catalogue that applies to this NCCL version, fabric and workload, in its order."""
     dims: dict[str, Dimension] = {}
-    # Channels: MIN=MAX forces the count (the docs' advice when benchmarking); 64 CTAs since 2.25, 32 before.
-    if version >= (2, 17, 0):
-        top = 64 if version >= (2, 25, 0) else 32
-        # Unset sits where NCCL's own choice usually lands on this scale (nccl-tests on 2xH200 over NVLink:
-        # NCCL 2.28 ran 24 channels), so samplers that model order see it between its neighbours in effect.
-        counts: list[int | None] = [c for c in (1, 2, 4, 8, 12, 16, None, 24, 32, 48, 64) if c is None or c <= top]
-        dims["channels"] = _dimension(
-            "channels",
-            [
-                (UNSET, {}) if c is None else (str(c), {"NCCL_MIN_CTAS": str(c), "NCCL_MAX_CTAS": str(c)})
-                for c in counts
-            ],
-            ordered=True,
-            reason="NCCL_MIN_CTAS=NCCL_MAX_CTAS forces the channel count",
-        )
-    # NTHREADS: multiples of 32 within 64..512; the documented set. Unset is 512 (or 256 on slow PCI rings).
-    dims["nthreads"] = _dimension(
-        "nthreads", _one("NCCL_NTHREADS", [64, 128, 256, None]), ordered=True, reason="threads per CTA"
-    )
-    # BUFFSIZE is per peer and per channel: bounded so memory cannot blow up. Unset is 4 MiB, in its place.
-    dims["buffsize"] = _dimension(
-        "buffsize",
-        _one("NCCL_BUFFSIZE", [1 * _MIB, 2 * _MIB, None, 8 * _MIB, 16 * _MIB]),
-        ordered=True,
-        reason="per-peer, per-channel buffer size (bounded at 16 MiB)",
-    )
-    if fabric.multi_node and fabric.ib and version >= (2, 10, 0):
-        dims["ib_qps"] = _dimension(
-            "ib_qps",
-            _one("NCCL_IB_QPS_PER_CONNECTION", [None, 2, 4, 8]),
-            ordered=True,
-            reason="more QPs spread flows over ECMP paths",
-        )
-        if version >= (2, 18, 0):
-            dims["ib_split"] = _dimension(
-                "ib_split",
-                _one("NCCL_IB_SPLIT_DATA_ON_QPS", [None, 0, 1]),
-                ordered=False,
-                reason="round-robin or split data over the QPs",
-            )
-    if fabric.multi_node and (fabric.ib or fabric.socket):
-        cross = [v for v in (0, 1) if v in fabric.cross_nic_values]
-        # Unset is 2; leaving it unset is only a choice when the fabric tolerates 2.
-        if 2 in fabric.cross_nic_values:
-            cross_values: list[int | None] = [None, *cross]
-        else:
-            cross_values = list(cross)
-        if len(cross_values) > 1:
-            dims["cross_nic"] = _dimension(
-                "cross_nic", _one("NCCL_CROSS_NIC", cross_values), ordered=False, reason="rail affinity of rings"
-            )
-    if fabric.multi_node and fabric.socket:
-        pairs = [(None, None), (2, 2), (4, 1), (4, 4), (2, 8), (8, 8)]  # every product <= 64, as NCCL requires
-        dims["socket_threads"] = _dimension(
-            "socket_threads",
+    p2p = bool(collectives & P2P_COLLECTIVES)
+    for spec in catalogue.CATALOGUE.dimensions:
+        if not _applies(spec, version, fabric, p2p):
+            continue
+        values = _values(spec, version, fabric)
+        if len(values) < 2:
+            continue  # one value is no choice
+        dims[spec.name] = _dimension(
+            spec.name,
             [
                 (UNSET, {})
-                if t is None
-                else (f"{t}x{s}", {"NCCL_SOCKET_NTHREADS": str(t), "NCCL_NSOCKS_PERTHREAD": str(s)})
-                for t, s in pairs
+                if v is None
+                else (str(spec.value_name(v)), {k: str(x) for k, x in zip(spec.variables, v, strict=True)})
+                for v in values
             ],
-            ordered=True,
-            reason="socket transport threads x sockets per thread (product <= 64)",
-        )
-    if fabric.nvls and version >= (2, 17, 0):
-        # Only 0 is a safe explicit value: 1/2 fail init where NVLS resources cannot be allocated (2.29+).
-        dims["nvls"] = _dimension(
-            "nvls", _one("NCCL_NVLS_ENABLE", [None, 0]), ordered=False, reason="NVLink SHARP on (default) or off"
-        )
-    if fabric.multi_node and fabric.ib and version >= (2, 12, 0):
-        dims["pxn"] = _dimension(
-            "pxn", _one("NCCL_PXN_DISABLE", [None, 1]), ordered=False, reason="send through a peer GPU's NIC"
-        )
-    if fabric.multi_node and collectives & P2P_COLLECTIVES:
-        if version >= (2, 14, 0):
-            dims["p2p_chunk"] = _dimension(
-                "p2p_chunk",
-                _one("NCCL_P2P_NET_CHUNKSIZE", [64 * _KIB, None, 256 * _KIB, 512 * _KIB]),
-                ordered=True,
-                reason="network chunk size of send/recv and alltoall",
-            )
-        dims["net_peer_channels"] = _dimension(
-            "net_peer_channels",
-            _one("NCCL_NCHANNELS_PER_NET_PEER", [1, None, 4]),
-            ordered=True,
-            reason="channels per network peer (alltoall); 8 hurt in NVIDIA/nccl issue #1316",
+            ordered=spec.ordered,
+            reason=spec.reason,
         )
     return dims
 

@@ -1,0 +1,8 @@
+"""NCCL and torch environment variables: the one catalogue, and the value types it checks values with.
+
+``catalogue.py`` lists every variable topo-tune knows, once: its value type, its role (searched, tunable,
+site, forbidden, managed, debug), whether the ``sim`` backend models it, why, and for searched ones the
+dimension of the search space it belongs to. The environment policy (``benchmark/env_policy.py``), the
+search space (``tuner/space.py``), the site-fixed keys, the simulator's knob table (``sim/knobs.py``) and the
+docs' table (``docs/nccl-variables.md``) are derived from it.
+"""
