@@ -48,6 +48,9 @@ class MeasuredJobs:
     factors: list[float] = field(default_factory=list)
     """Multiply ``busbw_gbps`` by these, one per job in turn (a noisy fabric); empty: every job measures it."""
 
+    async def order_of(self, version: str, nodes: Sequence[str]) -> tuple[str, ...]:
+        return tuple(nodes)
+
     async def run_job(
         self, job_id: str, nodes: Sequence[str], version: str, *, measurement: RolloutGateConfig
     ) -> BenchmarkJob:

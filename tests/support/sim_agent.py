@@ -16,10 +16,17 @@ from topo_tune.sim.node_topology import simulated_node_topology
 
 @asynccontextmanager
 async def sim_agent(
-    port: int, root: Path, *, node: str = "gpu1", rack: str = "rack-1", profile: str = "h100-nvswitch"
+    port: int,
+    root: Path,
+    *,
+    node: str = "gpu1",
+    rack: str = "rack-1",
+    profile: str = "h100-nvswitch",
+    config_dir: Path | None = None,
 ) -> AsyncIterator[Agent]:
     """A registered agent whose state and config directories are ``root/state`` and ``root/config`` (so an agent
-    started again on the same ``root`` is the same node coming back)."""
+    started again on the same ``root`` is the same node coming back); ``config_dir`` gives several agents one
+    config directory (one path on every node, as gate jobs expect)."""
     settings = AgentSettings(
         controller=f"127.0.0.1:{port}",
         node_name=node,
@@ -27,7 +34,7 @@ async def sim_agent(
         rack=rack,
         backend="sim",
         state_dir=root / "state",
-        config_dir=root / "config",
+        config_dir=config_dir or root / "config",
         backoff_initial_s=0.05,
         backoff_max_s=0.2,
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from topo_tune.config_version import TUNER_TABLE
@@ -31,7 +31,7 @@ from topo_tune.controller.retention import Retention
 from topo_tune.controller.rollout.engine import RolloutEngine
 from topo_tune.controller.rollout.job_pins import JobResolver
 from topo_tune.controller.rollout.store import RolloutStore
-from topo_tune.controller.rollout.verification import BenchmarkVerifier
+from topo_tune.controller.rollout.verification import BenchmarkVerifier, wave_order
 from topo_tune.controller.sessions import SessionHub
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.controller.studies import Studies
@@ -129,7 +129,9 @@ class Services:
             spine=spine,
             changes=self.changes,
         )
-        verifier = BenchmarkVerifier(jobs=self.jobs, config_dir=settings.agent_config_dir, tables=self._tuner_table)
+        verifier = BenchmarkVerifier(
+            jobs=self.jobs, config_dir=settings.agent_config_dir, tables=self._tuner_table, orders=self._wave_order
+        )
         self.rollouts = RolloutEngine(
             store=self.rollout_store,
             registry=self.registry,
@@ -175,6 +177,10 @@ class Services:
         """``version``'s tuner-plugin table when it has rows, for its gate jobs; else ""."""
         table = (await self.config_versions.files(version)).get(TUNER_TABLE, "")
         return table if parse_tuner_table(table, source=f"{version}/{TUNER_TABLE}") else ""
+
+    async def _wave_order(self, version: str, nodes: Sequence[str]) -> tuple[str, ...]:
+        """The rank order ``version``'s gate jobs run ``nodes`` in ("": NCCL's defaults, the launcher's order)."""
+        return wave_order(await self.config_versions.files(version) if version else {}, nodes)
 
     async def _busy_reasons(self, nodes: list[str]) -> list[str]:
         return [f"{verdict.node_name}: {verdict.reason}" for verdict in await busy_nodes(self.idleness, nodes)]

@@ -37,18 +37,23 @@ SLOW = ConfigVersion({"nccl.conf": render_nccl_conf({"NCCL_NVLS_ENABLE": "0", "N
 NEUTRAL = ConfigVersion({"nccl.conf": render_nccl_conf({"NCCL_DEBUG": "WARN"})})
 
 
-@pytest.fixture
-async def one_sim_node(sqlite_url: str, tmp_path: Path) -> AsyncIterator[tuple[Controller, Agent]]:
-    config_dir = tmp_path / "config"
-    controller = Controller(
+def gate_controller(sqlite_url: str, config_dir: Path, **overrides: object) -> Controller:
+    """A controller whose rollouts run their gates promptly, its agents' config directory ``config_dir``."""
+    return Controller(
         controller_settings(
             sqlite_url,
             rollout_interval_s=0.05,
             heartbeat_expiry_s=30,
             benchmark_result_grace_s=0.5,
             agent_config_dir=config_dir,
+            **overrides,
         )
     )
+
+
+@pytest.fixture
+async def one_sim_node(sqlite_url: str, tmp_path: Path) -> AsyncIterator[tuple[Controller, Agent]]:
+    controller = gate_controller(sqlite_url, tmp_path / "config")
     await controller.start()
     assert isinstance(controller.rollouts.verifier, BenchmarkVerifier)
     try:

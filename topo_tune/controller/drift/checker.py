@@ -76,6 +76,9 @@ class VerificationJobs(Protocol):
         self, job_id: str, nodes: Sequence[str], version: str, *, measurement: RolloutGateConfig
     ) -> BenchmarkJob: ...
 
+    async def order_of(self, version: str, nodes: Sequence[str]) -> tuple[str, ...]:
+        """The rank order of ``nodes`` that ``version``'s gate jobs run in."""
+
 
 class StudyStarter(Protocol):
     """What drift checks need of the controller's studies."""
@@ -217,11 +220,11 @@ class DriftChecker:
         measured: list[float] = []
         simulated = False
         failure = ""
+        # In the version's order over the sampled nodes, as its gates measured the reference.
+        nodes = await self.verifier.order_of(planned.version, planned.nodes)
         for repeat, job_id in enumerate(planned.job_ids):
             try:
-                job = await self.verifier.run_job(
-                    job_id, planned.nodes, planned.version, measurement=planned.measurement
-                )
+                job = await self.verifier.run_job(job_id, nodes, planned.version, measurement=planned.measurement)
             except TopoTuneError as error:  # e.g. a node became busy between the choice and the job
                 failure = f"the benchmark could not run: {error}"
                 break

@@ -1,7 +1,11 @@
 """A wave's A/B verification: benchmark jobs on the wave's nodes, the new and the previous version interleaved.
 
 Each repeat runs two benchmark jobs over all of the wave's nodes, one per version, and alternates which goes
-first (ABBA...), so drift in the fabric hits both arms alike. A job selects its version through
+first (ABBA...), so drift in the fabric hits both arms alike. A version is its settings and its node order, so
+each arm's jobs place their ranks in that version's order of the wave's nodes (``wave_order``: its rank map's
+order over them; the launcher's order, sorted host names, for NCCL's defaults or a version without a rank
+map), the order a job on those nodes would be given: a version whose order is worse than the stable one's is
+measured slower and fails the gate, even with the same settings. A job selects its version's settings through
 ``NCCL_CONF_FILE`` pointing at that version's staged ``nccl.conf`` (unset for NCCL's defaults: the agents'
 env policy admits files inside their config directory only), the same file a pinned job reads; every agent
 keeps the previous version staged next to the active one. A version with a tuner-plugin table
@@ -17,8 +21,9 @@ Non-goals: judging (``gates.py``) and dispatching jobs (``controller/benchmarks/
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -27,9 +32,10 @@ from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus, SizeRange
 from topo_tune.cluster_config import RolloutGateConfig
 from topo_tune.config_layout import DEFAULT_CONFIG_DIR, staged_path
-from topo_tune.config_version import NCCL_CONF
+from topo_tune.config_version import NCCL_CONF, RANK_MAP
 from topo_tune.controller.rollout.gate_run import GateRun
 from topo_tune.controller.rollout.gates import Sample
+from topo_tune.errors import ValidationError
 
 logger = logging.getLogger(__name__)
 
@@ -52,20 +58,34 @@ class BenchmarkVerifier:
     deadline_s: int = 600
     tables: Callable[[str], Awaitable[str]] | None = None
     """A version's tuner-plugin table ("" when it has none); None: gates send no table."""
+    orders: Callable[[str, Sequence[str]], Awaitable[tuple[str, ...]]] | None = None
+    """A version's order of the given nodes ("": NCCL's defaults); None: both arms run in the wave's order."""
 
     def env_for(self, version: str) -> dict[str, str]:
         """The job environment that selects ``version``; NCCL's defaults: no file of ours at all."""
         return {"NCCL_CONF_FILE": str(staged_path(self.config_dir, version, NCCL_CONF))} if version else {}
 
+    async def order_of(self, version: str, nodes: Sequence[str]) -> tuple[str, ...]:
+        """The rank order of ``nodes`` that ``version``'s jobs run in."""
+        return tuple(nodes) if self.orders is None else await self.orders(version, nodes)
+
     async def verify(self, run: GateRun) -> Sequence[Sample]:
         samples: list[Sample] = []
+        versions = {"new": run.new, "previous": run.previous}
+        orders = {arm: await self.order_of(version, run.nodes) for arm, version in versions.items()}
+        logger.info(
+            "gate orders: new %s, previous %s",
+            ",".join(orders["new"]),
+            ",".join(orders["previous"]),
+            extra={"rollout": run.rollout_id, "wave": run.wave},
+        )
         for repeat in range(run.measurement.repeats):
             arms = ("new", "previous") if repeat % 2 == 0 else ("previous", "new")
             measured: dict[str, Sample] = {}
             for arm in arms:
-                version = run.new if arm == "new" else run.previous
+                version = versions[arm]
                 job_id = gate_job_id(run.rollout_id, wave=run.wave, attempt=run.attempt, repeat=repeat, arm=arm)
-                job = await self.run_job(job_id, run.nodes, version, measurement=run.measurement)
+                job = await self.run_job(job_id, orders[arm], version, measurement=run.measurement)
                 sample = job_sample(job, repeat=repeat, arm=arm)
                 if sample is None:
                     logger.warning(
@@ -83,8 +103,8 @@ class BenchmarkVerifier:
     async def run_job(
         self, job_id: str, nodes: Sequence[str], version: str, *, measurement: RolloutGateConfig
     ) -> BenchmarkJob:
-        """Run the verification benchmark (as ``measurement`` says) with ``version`` on ``nodes`` under ``job_id``;
-        wait for its end.
+        """Run the verification benchmark (as ``measurement`` says) with ``version`` on ``nodes`` (in rank order)
+        under ``job_id``; wait for its end.
 
         A job id that exists already is not started again: its stored outcome is awaited instead.
         """
@@ -104,6 +124,29 @@ class BenchmarkVerifier:
         if job.status.final:
             return job
         return await self.jobs.wait(job_id)
+
+
+def wave_order(files: Mapping[str, str], nodes: Sequence[str]) -> tuple[str, ...]:
+    """The rank order of ``nodes`` for a job given the version whose files are ``files`` ({}: NCCL's defaults).
+
+    The version's rank map lists its ring over the nodes it was tuned on; the nodes of that ring that are in
+    ``nodes`` keep its order, and nodes it does not list follow in the launcher's order. Without a rank map
+    (the version kept NCCL's natural order) the order is the launcher's: sorted host names, as a hostfile
+    lists them and as the study's baseline ran. ``ValidationError`` names the file when the map is unreadable.
+    """
+    launcher = sorted(nodes)
+    text = files.get(RANK_MAP)
+    if not text:
+        return tuple(launcher)
+    try:
+        planned = json.loads(text)["planned"]["node_order"]
+    except (ValueError, KeyError, TypeError):
+        planned = None
+    if not isinstance(planned, list) or not all(isinstance(n, str) for n in planned):
+        raise ValidationError(RANK_MAP, "has no planned.node_order list of node names")
+    wanted = set(nodes)
+    known = [n for n in planned if n in wanted]
+    return (*known, *(n for n in launcher if n not in known))
 
 
 def gate_job_id(rollout_id: str, *, wave: int, attempt: int, repeat: int, arm: str) -> str:
