@@ -349,3 +349,10 @@ class AdminClient:
     def resolve_job_config(self, job_id: str, nodes: list[str]) -> admin_pb2.JobConfig:
         request = admin_pb2.ResolveJobConfigRequest(job_id=job_id, nodes=nodes)
         return self._call(self._stub.ResolveJobConfig, request)
+
+    def record_job_comparison(self, request: admin_pb2.RecordJobComparisonRequest) -> admin_pb2.JobComparison:
+        return self._call(self._stub.RecordJobComparison, request)
+
+    def list_job_comparisons(self, *, job_id: str = "", limit: int = 0) -> list[admin_pb2.JobComparison]:
+        request = admin_pb2.ListJobComparisonsRequest(job_id=job_id, limit=limit)
+        return list(self._call(self._stub.ListJobComparisons, request).comparisons)

@@ -29,9 +29,10 @@
     │   RingOrderError (ring problem matrices)
     ├── the agent: LauncherBusy, JobCancelled (benchmark launcher; also ``RuntimeError``),
     │   SessionRefused (the controller did not register the agent), NvmlCallError (one NVML call failed)
-    └── tuning: TrialFailed (one trial's benchmark), StudyError (a study cannot go on), StudyCancelled
-        (an admin stopped a study), PassError (a tuning pass cannot go on), ExpertModeRequired
-        (an NCCL graph file without expert mode; also ``RuntimeError``)
+    ├── tuning: TrialFailed (one trial's benchmark), StudyError (a study cannot go on), StudyCancelled
+    │   (an admin stopped a study), PassError (a tuning pass cannot go on), ExpertModeRequired
+    │   (an NCCL graph file without expert mode; also ``RuntimeError``)
+    └── a job's own A/B: MetricNotFound (a run printed no usable value of ``--metric``; names the run)
 
 Servicers map these to gRPC status codes in one table (``controller/api/status_codes.py``: e.g. ``ValidationError``
 → INVALID_ARGUMENT, ``ConflictError`` → FAILED_PRECONDITION, ``AlreadyExists`` → ALREADY_EXISTS); the admin
@@ -287,3 +288,7 @@ class PassError(TopoTuneError):
 
 class ExpertModeRequired(TopoTuneError, RuntimeError):
     """Rendering an NCCL graph file was asked for without the explicit expert mode."""
+
+
+class MetricNotFound(TopoTuneError):
+    """A run of ``exec --compare`` printed no usable value of ``--metric``; the message names the run."""

@@ -52,6 +52,7 @@ EXPECTED: dict[type[errors.TopoTuneError], grpc.StatusCode] = {
     errors.TrialFailed: C.FAILED_PRECONDITION,
     errors.StudyError: C.FAILED_PRECONDITION,
     errors.PassError: C.FAILED_PRECONDITION,
+    errors.MetricNotFound: C.FAILED_PRECONDITION,
     errors.ExpertModeRequired: C.FAILED_PRECONDITION,
 }
 

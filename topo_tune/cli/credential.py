@@ -28,7 +28,8 @@ def issue(client: AdminClient, fmt: str, node_name: str, for_jobs: bool) -> None
 
     \b
     --node NAME  the agent of NAME: it may register as NAME and nothing else
-    --job        jobs: resolve their pinned config (topo-tune env / exec), nothing else
+    --job        jobs: resolve their pinned config (topo-tune env / exec) and record their own A/B
+                 (exec --compare), nothing else
 
     \b
       topo-tune admin credential issue --node gpu-07 > gpu-07.token   # then: agent run --token-file

@@ -17,6 +17,7 @@ from topo_tune.cli import bench as _bench  # noqa: F401 - registers `admin bench
 from topo_tune.cli import config_admin as _config_admin  # noqa: F401 - registers `admin config`
 from topo_tune.cli import credential as _credential  # noqa: F401 - registers `admin credential`
 from topo_tune.cli import drift as _drift  # noqa: F401 - registers `admin drift`
+from topo_tune.cli import job_comparisons as _job_comparisons  # noqa: F401 - registers `admin job`
 from topo_tune.cli import logs
 from topo_tune.cli import probe as _probe  # noqa: F401 - registers `admin probe`
 from topo_tune.cli import study as _study  # noqa: F401 - registers `admin study`

@@ -3,7 +3,8 @@
 Three roles. The **admin** token (``--token-file``) may call everything. An **agent** credential is bound to
 one node: it opens the agent service's session and may register only as that node, so a stolen node token
 cannot pose as, or disconnect, another node. A **job** credential (``topo-tune env`` / ``exec``) may only ask
-for a job's pinned config (``ResolveJobConfig``): no benchmark, command or config push.
+for a job's pinned config (``ResolveJobConfig``) and record the runs of its own A/B (``RecordJobComparison``,
+``exec --compare``): no benchmark, command or config push, and no reading of other jobs' comparisons.
 
 Agent and job credentials are derived from the admin token with HMAC-SHA256 (``topo-tune-agent:NODE:MAC``,
 ``topo-tune-job:MAC``): the controller issues them (``topo-tune admin credential issue``) and checks them
@@ -30,6 +31,7 @@ from topo_tune.controller import names
 
 AGENT_SESSION = "/topo_tune.v1.AgentService/Session"
 RESOLVE_JOB_CONFIG = "/topo_tune.v1.AdminService/ResolveJobConfig"
+RECORD_JOB_COMPARISON = "/topo_tune.v1.AdminService/RecordJobComparison"
 _AGENT_PREFIX = "topo-tune-agent:"
 _JOB_PREFIX = "topo-tune-job:"
 _KEY_LABEL = b"topo-tune credentials v1"
@@ -44,7 +46,7 @@ class Role(enum.Enum):
 ALLOWED_METHODS: dict[Role, frozenset[str] | None] = {
     Role.ADMIN: None,  # everything
     Role.AGENT: frozenset({AGENT_SESSION}),
-    Role.JOB: frozenset({RESOLVE_JOB_CONFIG}),
+    Role.JOB: frozenset({RESOLVE_JOB_CONFIG, RECORD_JOB_COMPARISON}),
 }
 
 

@@ -84,6 +84,7 @@ class Serving:
                 config_versions=services.config_versions,
                 studies=services.studies,
                 job_configs=services.job_configs,
+                job_comparisons=services.job_comparisons,
                 drift=services.drift,
                 credentials=services.credentials,
             ),

@@ -24,6 +24,7 @@ from topo_tune.controller.commands import CommandBook
 from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.drift import DriftChecker
+from topo_tune.controller.job_comparisons import JobComparisons
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import NodeRegistry, TopologyChange
 from topo_tune.controller.probes import Probes
@@ -158,6 +159,7 @@ class Services:
         )
         self.retention = Retention(db=db, wall_clock=wall_clock, settings=settings.retention, metrics=self.metrics)
         self.job_configs = JobResolver(self.rollout_store)
+        self.job_comparisons = JobComparisons(db=db, wall_clock=wall_clock)
 
     async def load(self) -> int:
         """Load what the database holds and end the work a previous controller process left running; returns how

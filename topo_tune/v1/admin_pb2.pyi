@@ -172,7 +172,7 @@ class _CredentialRoleEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Creden
     CREDENTIAL_ROLE_AGENT: _CredentialRole.ValueType  # 2
     """the agent service, registering as its one node only"""
     CREDENTIAL_ROLE_JOB: _CredentialRole.ValueType  # 3
-    """ResolveJobConfig only: `topo-tune env` / `topo-tune exec`"""
+    """ResolveJobConfig and RecordJobComparison only: `topo-tune env` / `exec`"""
 
 class CredentialRole(_CredentialRole, metaclass=_CredentialRoleEnumTypeWrapper): ...
 
@@ -182,7 +182,7 @@ CREDENTIAL_ROLE_ADMIN: CredentialRole.ValueType  # 1
 CREDENTIAL_ROLE_AGENT: CredentialRole.ValueType  # 2
 """the agent service, registering as its one node only"""
 CREDENTIAL_ROLE_JOB: CredentialRole.ValueType  # 3
-"""ResolveJobConfig only: `topo-tune env` / `topo-tune exec`"""
+"""ResolveJobConfig and RecordJobComparison only: `topo-tune env` / `exec`"""
 Global___CredentialRole: _TypeAlias = CredentialRole  # noqa: Y015
 
 @_typing.final
@@ -1648,6 +1648,218 @@ class JobConfig(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___JobConfig: _TypeAlias = JobConfig  # noqa: Y015
+
+@_typing.final
+class JobComparisonRun(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    PAIR_FIELD_NUMBER: _builtins.int
+    ARM_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    NODE_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    """the run's place in the schedule (0-based)"""
+    pair: _builtins.int
+    arm: _builtins.str
+    """candidate | against"""
+    value: _builtins.float
+    """the metric's value in the run"""
+    node: _builtins.str
+    """the node it was read on (node rank 0 of the run)"""
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        pair: _builtins.int = ...,
+        arm: _builtins.str = ...,
+        value: _builtins.float = ...,
+        node: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arm", b"arm", "index", b"index", "node", b"node", "pair", b"pair", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobComparisonRun: _TypeAlias = JobComparisonRun  # noqa: Y015
+
+@_typing.final
+class RecordJobComparisonRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    CANDIDATE_FIELD_NUMBER: _builtins.int
+    CANDIDATE_VERSION_FIELD_NUMBER: _builtins.int
+    AGAINST_FIELD_NUMBER: _builtins.int
+    AGAINST_VERSION_FIELD_NUMBER: _builtins.int
+    METRIC_FIELD_NUMBER: _builtins.int
+    HIGHER_IS_BETTER_FIELD_NUMBER: _builtins.int
+    PAIRS_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    CANDIDATE_ORDER_FIELD_NUMBER: _builtins.int
+    AGAINST_ORDER_FIELD_NUMBER: _builtins.int
+    RUNS_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    candidate: _builtins.str
+    """the --compare arm as named: a version id or "stable" """
+    candidate_version: _builtins.str
+    """what it resolved to; empty: NCCL's defaults"""
+    against: _builtins.str
+    """stable | defaults | a version id"""
+    against_version: _builtins.str
+    metric: _builtins.str
+    """the --metric regular expression"""
+    higher_is_better: _builtins.bool
+    pairs: _builtins.int
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the job's nodes"""
+
+    @_builtins.property
+    def candidate_order(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the job's node order under each arm (node rank = position)"""
+
+    @_builtins.property
+    def against_order(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def runs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobComparisonRun]:
+        """the runs this node read"""
+
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        candidate: _builtins.str = ...,
+        candidate_version: _builtins.str = ...,
+        against: _builtins.str = ...,
+        against_version: _builtins.str = ...,
+        metric: _builtins.str = ...,
+        higher_is_better: _builtins.bool = ...,
+        pairs: _builtins.int = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+        candidate_order: _abc.Iterable[_builtins.str] | None = ...,
+        against_order: _abc.Iterable[_builtins.str] | None = ...,
+        runs: _abc.Iterable[Global___JobComparisonRun] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["against", b"against", "against_order", b"against_order", "against_version", b"against_version", "candidate", b"candidate", "candidate_order", b"candidate_order", "candidate_version", b"candidate_version", "higher_is_better", b"higher_is_better", "job_id", b"job_id", "metric", b"metric", "nodes", b"nodes", "pairs", b"pairs", "runs", b"runs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordJobComparisonRequest: _TypeAlias = RecordJobComparisonRequest  # noqa: Y015
+
+@_typing.final
+class JobComparison(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMPARISON_ID_FIELD_NUMBER: _builtins.int
+    JOB_FIELD_NUMBER: _builtins.int
+    COMPLETE_FIELD_NUMBER: _builtins.int
+    CANDIDATE_MEDIAN_FIELD_NUMBER: _builtins.int
+    AGAINST_MEDIAN_FIELD_NUMBER: _builtins.int
+    GAIN_FIELD_NUMBER: _builtins.int
+    CI_LOW_FIELD_NUMBER: _builtins.int
+    CI_HIGH_FIELD_NUMBER: _builtins.int
+    CONFIDENCE_FIELD_NUMBER: _builtins.int
+    P_VALUE_FIELD_NUMBER: _builtins.int
+    DECISION_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    COMPLETED_AT_FIELD_NUMBER: _builtins.int
+    comparison_id: _builtins.str
+    complete: _builtins.bool
+    """every run is in: the figures below are set"""
+    candidate_median: _builtins.float
+    against_median: _builtins.float
+    gain: _builtins.float
+    """geometric mean of the paired ratios; > 1: the candidate is better"""
+    ci_low: _builtins.float
+    ci_high: _builtins.float
+    confidence: _builtins.float
+    """two-sided level of [ci_low, ci_high]"""
+    p_value: _builtins.float
+    """one-sided, H0: gain <= 1"""
+    decision: _builtins.str
+    """the proof's words: faster | no difference shown | not shown safe | slower"""
+    @_builtins.property
+    def job(self) -> Global___RecordJobComparisonRequest:
+        """what the job recorded, every run so far in schedule order"""
+
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def completed_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        comparison_id: _builtins.str = ...,
+        job: Global___RecordJobComparisonRequest | None = ...,
+        complete: _builtins.bool = ...,
+        candidate_median: _builtins.float = ...,
+        against_median: _builtins.float = ...,
+        gain: _builtins.float = ...,
+        ci_low: _builtins.float = ...,
+        ci_high: _builtins.float = ...,
+        confidence: _builtins.float = ...,
+        p_value: _builtins.float = ...,
+        decision: _builtins.str = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        completed_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["completed_at", b"completed_at", "created_at", b"created_at", "job", b"job"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["against_median", b"against_median", "candidate_median", b"candidate_median", "ci_high", b"ci_high", "ci_low", b"ci_low", "comparison_id", b"comparison_id", "complete", b"complete", "completed_at", b"completed_at", "confidence", b"confidence", "created_at", b"created_at", "decision", b"decision", "gain", b"gain", "job", b"job", "p_value", b"p_value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobComparison: _TypeAlias = JobComparison  # noqa: Y015
+
+@_typing.final
+class ListJobComparisonsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    """empty: every job's"""
+    limit: _builtins.int
+    """0: 50"""
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListJobComparisonsRequest: _TypeAlias = ListJobComparisonsRequest  # noqa: Y015
+
+@_typing.final
+class ListJobComparisonsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMPARISONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def comparisons(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobComparison]:
+        """newest first"""
+
+    def __init__(
+        self,
+        *,
+        comparisons: _abc.Iterable[Global___JobComparison] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["comparisons", b"comparisons"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListJobComparisonsResponse: _TypeAlias = ListJobComparisonsResponse  # noqa: Y015
 
 @_typing.final
 class ConfigVersionInfo(_message.Message):

@@ -169,6 +169,16 @@ class AdminServiceStub:
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.ResolveJobConfigRequest.SerializeToString,
                 response_deserializer=topo__tune_dot_v1_dot_admin__pb2.JobConfig.FromString,
                 _registered_method=True)
+        self.RecordJobComparison = channel.unary_unary(
+                '/topo_tune.v1.AdminService/RecordJobComparison',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.RecordJobComparisonRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.JobComparison.FromString,
+                _registered_method=True)
+        self.ListJobComparisons = channel.unary_unary(
+                '/topo_tune.v1.AdminService/ListJobComparisons',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.ListJobComparisonsRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListJobComparisonsResponse.FromString,
+                _registered_method=True)
         self.ListDriftChecks = channel.unary_unary(
                 '/topo_tune.v1.AdminService/ListDriftChecks',
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.ListDriftChecksRequest.SerializeToString,
@@ -385,6 +395,20 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecordJobComparison(self, request, context):
+        """A job's own A/B (`topo-tune exec --compare`): each node records the runs whose metric it read (a job
+        credential may); once every run is in, the controller computes the figures with the proof's statistics.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListJobComparisons(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListDriftChecks(self, request, context):
         """Drift checks of the active config version, and nodes whose topology changed.
         """
@@ -583,6 +607,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ResolveJobConfig,
                     request_deserializer=topo__tune_dot_v1_dot_admin__pb2.ResolveJobConfigRequest.FromString,
                     response_serializer=topo__tune_dot_v1_dot_admin__pb2.JobConfig.SerializeToString,
+            ),
+            'RecordJobComparison': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordJobComparison,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.RecordJobComparisonRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.JobComparison.SerializeToString,
+            ),
+            'ListJobComparisons': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobComparisons,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListJobComparisonsRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.ListJobComparisonsResponse.SerializeToString,
             ),
             'ListDriftChecks': grpc.unary_unary_rpc_method_handler(
                     servicer.ListDriftChecks,
@@ -1359,6 +1393,60 @@ class AdminService:
             '/topo_tune.v1.AdminService/ResolveJobConfig',
             topo__tune_dot_v1_dot_admin__pb2.ResolveJobConfigRequest.SerializeToString,
             topo__tune_dot_v1_dot_admin__pb2.JobConfig.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordJobComparison(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/RecordJobComparison',
+            topo__tune_dot_v1_dot_admin__pb2.RecordJobComparisonRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.JobComparison.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListJobComparisons(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/ListJobComparisons',
+            topo__tune_dot_v1_dot_admin__pb2.ListJobComparisonsRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.ListJobComparisonsResponse.FromString,
             options,
             channel_credentials,
             insecure,

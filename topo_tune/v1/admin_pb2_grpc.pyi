@@ -63,6 +63,11 @@ class AdminServiceStub:
     GetRolloutHistory: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetRolloutHistoryRequest, _admin_pb2.RolloutHistory]
     ResolveJobConfig: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ResolveJobConfigRequest, _admin_pb2.JobConfig]
     """Job side: the one config version for a job's nodes, pinned for the job's lifetime."""
+    RecordJobComparison: _grpc.UnaryUnaryMultiCallable[_admin_pb2.RecordJobComparisonRequest, _admin_pb2.JobComparison]
+    """A job's own A/B (`topo-tune exec --compare`): each node records the runs whose metric it read (a job
+    credential may); once every run is in, the controller computes the figures with the proof's statistics.
+    """
+    ListJobComparisons: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListJobComparisonsRequest, _admin_pb2.ListJobComparisonsResponse]
     ListDriftChecks: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListDriftChecksRequest, _admin_pb2.ListDriftChecksResponse]
     """Drift checks of the active config version, and nodes whose topology changed."""
     GetDriftCheck: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetDriftCheckRequest, _admin_pb2.DriftCheck]
@@ -116,6 +121,11 @@ class AdminServiceAsyncStub(AdminServiceStub):
     GetRolloutHistory: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetRolloutHistoryRequest, _admin_pb2.RolloutHistory]  # type: ignore[assignment]
     ResolveJobConfig: _aio.UnaryUnaryMultiCallable[_admin_pb2.ResolveJobConfigRequest, _admin_pb2.JobConfig]  # type: ignore[assignment]
     """Job side: the one config version for a job's nodes, pinned for the job's lifetime."""
+    RecordJobComparison: _aio.UnaryUnaryMultiCallable[_admin_pb2.RecordJobComparisonRequest, _admin_pb2.JobComparison]  # type: ignore[assignment]
+    """A job's own A/B (`topo-tune exec --compare`): each node records the runs whose metric it read (a job
+    credential may); once every run is in, the controller computes the figures with the proof's statistics.
+    """
+    ListJobComparisons: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListJobComparisonsRequest, _admin_pb2.ListJobComparisonsResponse]  # type: ignore[assignment]
     ListDriftChecks: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListDriftChecksRequest, _admin_pb2.ListDriftChecksResponse]  # type: ignore[assignment]
     """Drift checks of the active config version, and nodes whose topology changed."""
     GetDriftCheck: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetDriftCheckRequest, _admin_pb2.DriftCheck]  # type: ignore[assignment]
@@ -328,6 +338,23 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.JobConfig, _abc.Awaitable[_admin_pb2.JobConfig]]:
         """Job side: the one config version for a job's nodes, pinned for the job's lifetime."""
+
+    @_abc_1.abstractmethod
+    def RecordJobComparison(
+        self,
+        request: _admin_pb2.RecordJobComparisonRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.JobComparison, _abc.Awaitable[_admin_pb2.JobComparison]]:
+        """A job's own A/B (`topo-tune exec --compare`): each node records the runs whose metric it read (a job
+        credential may); once every run is in, the controller computes the figures with the proof's statistics.
+        """
+
+    @_abc_1.abstractmethod
+    def ListJobComparisons(
+        self,
+        request: _admin_pb2.ListJobComparisonsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListJobComparisonsResponse, _abc.Awaitable[_admin_pb2.ListJobComparisonsResponse]]: ...
 
     @_abc_1.abstractmethod
     def ListDriftChecks(

@@ -15,6 +15,7 @@ from topo_tune.controller.api import validation
 from topo_tune.controller.api.messages import (
     from_proto_benchmark_request,
     from_proto_command_body,
+    from_proto_job_comparison,
     from_proto_probe_request,
     from_proto_study_request,
     to_proto_benchmark_job,
@@ -22,6 +23,7 @@ from topo_tune.controller.api.messages import (
     to_proto_command,
     to_proto_config_version,
     to_proto_drift_check,
+    to_proto_job_comparison,
     to_proto_measured_pairs,
     to_proto_node,
     to_proto_probe_round,
@@ -34,6 +36,7 @@ from topo_tune.controller.api.watch import WatchServicerMixin
 from topo_tune.controller.commands import CommandBook
 from topo_tune.controller.config_versions import ConfigVersions
 from topo_tune.controller.credentials import Credentials
+from topo_tune.controller.job_comparisons import JobComparisons
 
 if TYPE_CHECKING:
     from topo_tune.controller.drift import DriftChecker
@@ -71,6 +74,7 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
         studies: Studies | None = None,
         drift: DriftChecker | None = None,
         credentials: Credentials | None = None,
+        job_comparisons: JobComparisons | None = None,
     ) -> None:
         self._registry = registry
         self._commands = commands
@@ -84,6 +88,7 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
         self._studies = studies
         self._drift = drift
         self._credentials = credentials
+        self._job_comparisons = job_comparisons
 
     @maps_errors
     async def ListNodes(self, request: admin_pb2.ListNodesRequest, context: Ctx) -> admin_pb2.ListNodesResponse:
@@ -274,3 +279,23 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
             extra={"node": request.node_name},
         )
         return admin_pb2.IssuedCredential(token=token, role=request.role, node_name=request.node_name)
+
+    def _comparisons(self) -> JobComparisons:
+        if self._job_comparisons is None:  # pragma: no cover - the server always wires it
+            raise ConflictError("this controller keeps no job comparisons")
+        return self._job_comparisons
+
+    @maps_errors
+    async def RecordJobComparison(
+        self, request: admin_pb2.RecordJobComparisonRequest, context: Ctx
+    ) -> admin_pb2.JobComparison:
+        header, runs = from_proto_job_comparison(request)
+        return to_proto_job_comparison(await self._comparisons().record(header, runs))
+
+    @maps_errors
+    async def ListJobComparisons(
+        self, request: admin_pb2.ListJobComparisonsRequest, context: Ctx
+    ) -> admin_pb2.ListJobComparisonsResponse:
+        job_id = names.short_text(request.job_id, "job_id", limit=253)
+        found = await self._comparisons().list(job_id=job_id, limit=validation.limit(request.limit, default=50))
+        return admin_pb2.ListJobComparisonsResponse(comparisons=[to_proto_job_comparison(c) for c in found])

@@ -12,11 +12,13 @@ from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, Prob
 from topo_tune.benchmark.wire import COLLECTIVE_FROM_PROTO, COLLECTIVE_TO_PROTO, size_to_proto
 from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.config_checks import overridden
+from topo_tune.controller import names
 from topo_tune.controller.benchmarks.service import JobProgress
 from topo_tune.controller.commands import STATUS_TO_WIRE as COMMAND_STATUS_TO_WIRE
 from topo_tune.controller.commands import CommandRecord
 from topo_tune.controller.config_versions import StoredVersion
 from topo_tune.controller.drift import DriftCheck
+from topo_tune.controller.job_comparisons import ComparisonHeader, StoredComparison
 from topo_tune.controller.nodes import NodeView
 from topo_tune.controller.rollout.job_pins import ResolvedJob
 from topo_tune.controller.rollout.plan import Plan, PlanPolicy, Wave
@@ -24,6 +26,8 @@ from topo_tune.controller.rollout.state import Rollout, Snapshot, WavePhase
 from topo_tune.controller.rollout.store import AuditRecord, GateRecord
 from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus, StudyTrials
 from topo_tune.errors import ValidationError
+from topo_tune.job_compare.schedule import MAX_PAIRS, Arm
+from topo_tune.job_compare.summary import RunValue
 from topo_tune.node_record import NodeState
 from topo_tune.v1 import admin_pb2, agent_pb2, topology_pb2
 from topo_tune.wire_values import backend_to_wire, timestamp, timestamp_or_none
@@ -446,3 +450,91 @@ def to_proto_rollout_update(rollout: admin_pb2.RolloutInfo, snapshot: Snapshot) 
 def to_proto_study_update(found: Study) -> admin_pb2.StudyUpdate:
     progress = admin_pb2.Progress(done=found.done, total=found.total)
     return admin_pb2.StudyUpdate(study=to_proto_study(found), progress=progress)
+
+
+MAX_COMPARISON_NODES = 100_000
+"""As many nodes as a job's config may name."""
+
+
+def _arm_name(value: str, field: str) -> str:
+    if not value:
+        raise ValidationError(field, "required: a version id, stable or defaults")
+    return names.short_text(value, field, limit=128)
+
+
+def from_proto_job_comparison(
+    request: admin_pb2.RecordJobComparisonRequest,
+) -> tuple[ComparisonHeader, list[RunValue]]:
+    """A node's record, checked field by field (the schedule and orders are checked by the store)."""
+    job_id = names.short_text(request.job_id, "job_id", limit=253)
+    if not job_id:
+        raise ValidationError("job_id", "required")
+    if not request.metric:
+        raise ValidationError("metric", "required")
+    if not 2 <= request.pairs <= MAX_PAIRS:
+        raise ValidationError("pairs", f"must be within [2, {MAX_PAIRS}], got {request.pairs}")
+    if not request.nodes or len(request.nodes) > MAX_COMPARISON_NODES:
+        raise ValidationError("nodes", f"a job has 1 to {MAX_COMPARISON_NODES} nodes, got {len(request.nodes)}")
+    for field in ("nodes", "candidate_order", "against_order"):
+        for index, node in enumerate(getattr(request, field)):
+            names.node_name(node, f"{field}[{index}]")
+    if len(request.runs) > 2 * request.pairs:
+        raise ValidationError("runs", f"{len(request.runs)} runs, more than the {2 * request.pairs} of the schedule")
+    arms = {arm.value: arm for arm in Arm}
+    runs = []
+    for index, run in enumerate(request.runs):
+        if run.arm not in arms:
+            raise ValidationError(f"runs[{index}].arm", f"one of {', '.join(arms)}, got {run.arm[:40]!r}")
+        runs.append(RunValue(index=run.index, pair=run.pair, arm=arms[run.arm], value=run.value, node=run.node))
+    header = ComparisonHeader(
+        job_id=job_id,
+        candidate=_arm_name(request.candidate, "candidate"),
+        candidate_version=names.short_text(request.candidate_version, "candidate_version", limit=128),
+        against=_arm_name(request.against, "against"),
+        against_version=names.short_text(request.against_version, "against_version", limit=128),
+        metric=names.short_text(request.metric, "metric", limit=1000),
+        higher_is_better=request.higher_is_better,
+        pairs=request.pairs,
+        nodes=tuple(request.nodes),
+        candidate_order=tuple(request.candidate_order),
+        against_order=tuple(request.against_order),
+    )
+    return header, runs
+
+
+def to_proto_job_comparison(stored: StoredComparison) -> admin_pb2.JobComparison:
+    header = stored.header
+    message = admin_pb2.JobComparison(
+        comparison_id=stored.id,
+        job=admin_pb2.RecordJobComparisonRequest(
+            job_id=header.job_id,
+            candidate=header.candidate,
+            candidate_version=header.candidate_version,
+            against=header.against,
+            against_version=header.against_version,
+            metric=header.metric,
+            higher_is_better=header.higher_is_better,
+            pairs=header.pairs,
+            nodes=list(header.nodes),
+            candidate_order=list(header.candidate_order),
+            against_order=list(header.against_order),
+            runs=[
+                admin_pb2.JobComparisonRun(index=r.index, pair=r.pair, arm=r.arm.value, value=r.value, node=r.node)
+                for r in stored.runs
+            ],
+        ),
+        complete=stored.figures is not None,
+        created_at=timestamp(stored.created_at),
+        completed_at=timestamp_or_none(stored.completed_at),
+    )
+    figures = stored.figures
+    if figures is not None:
+        message.candidate_median = figures.candidate_median
+        message.against_median = figures.against_median
+        message.gain = figures.gain
+        message.ci_low = figures.ci_low
+        message.ci_high = figures.ci_high
+        message.confidence = figures.confidence
+        message.p_value = figures.p_value
+        message.decision = figures.decision.value
+    return message

@@ -306,3 +306,22 @@ class LeaderEpochRow(Base):
     """The Lease's ``leaseTransitions`` at the start of the newest leader's term (-1 before any)."""
     holder: Mapped[str] = mapped_column(String(253), default="")
     claimed_at: Mapped[datetime | None]
+
+
+class JobComparisonRow(Base):
+    """A job's own A/B (``exec --compare``): what the job recorded, run by run, and the figures once complete."""
+
+    __tablename__ = "job_comparisons"
+    __table_args__ = (Index("ix_job_comparisons_created_at", "created_at"), Index("ix_job_comparisons_job", "job_id"))
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    """Derived from the job id and the two arms as named, so every node's record lands in the same row."""
+    job_id: Mapped[str] = mapped_column(String(253))
+    header: Mapped[dict[str, Any]] = mapped_column(JSON)
+    """Arms, their versions and node orders, the metric, pairs, nodes: the same in every node's record."""
+    runs: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    """Recorded runs in schedule order: index, pair, arm, value, node."""
+    figures: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    """Medians, gain, bounds, decision; None until every run is in."""
+    created_at: Mapped[datetime]
+    completed_at: Mapped[datetime | None]

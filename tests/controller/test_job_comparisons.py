@@ -1,0 +1,131 @@
+"""Jobs' own A/B comparisons at a real controller: recorded run by run with a job credential, figures computed
+by the controller once every run is in, listed by admins (``admin job comparisons``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from tests.support.processes import TOKEN
+from topo_tune.cli.main import cli
+from topo_tune.client import AdminClient
+from topo_tune.controller.credentials import Credentials
+from topo_tune.controller.server import Controller
+from topo_tune.errors import AlreadyExists, ConflictError, PermissionDenied, ValidationError
+from topo_tune.job_compare.schedule import Arm, arm_schedule
+from topo_tune.v1 import admin_pb2
+
+JOB = "train-77"
+PAIRS = 3
+VALUES = {Arm.CANDIDATE: [1.0, 1.02, 0.98], Arm.AGAINST: [2.0, 2.04, 1.97]}
+# The arms' orders put a different node first: the candidate's runs are read on n2, the others' on n1.
+CANDIDATE_ORDER = ["n2", "n1"]
+AGAINST_ORDER = ["n1", "n2"]
+
+
+def _request(arm: Arm | None, **changes: object) -> admin_pb2.RecordJobComparisonRequest:
+    runs = []
+    for run in arm_schedule(JOB, PAIRS):
+        if arm is None or run.arm is arm:
+            node = (CANDIDATE_ORDER if run.arm is Arm.CANDIDATE else AGAINST_ORDER)[0]
+            value = VALUES[run.arm][run.pair]
+            runs.append(
+                admin_pb2.JobComparisonRun(index=run.index, pair=run.pair, arm=run.arm.value, value=value, node=node)
+            )
+    fields: dict[str, object] = {
+        "job_id": JOB,
+        "candidate": "stable",
+        "candidate_version": "cv-0123456789abcdef",
+        "against": "defaults",
+        "against_version": "",
+        "metric": r"step_time=([0-9.]+)",
+        "pairs": PAIRS,
+        "nodes": ["n1", "n2"],
+        "candidate_order": CANDIDATE_ORDER,
+        "against_order": AGAINST_ORDER,
+        "runs": runs,
+    }
+    fields.update(changes)
+    return admin_pb2.RecordJobComparisonRequest(**fields)  # type: ignore[arg-type]
+
+
+def _job_client(controller: Controller) -> AdminClient:
+    return AdminClient(f"127.0.0.1:{controller.port}", token=Credentials(TOKEN).issue_job())
+
+
+async def test_two_nodes_records_make_one_comparison_with_the_proofs_figures(controller: Controller) -> None:
+    def record() -> tuple[admin_pb2.JobComparison, admin_pb2.JobComparison, admin_pb2.JobComparison]:
+        with _job_client(controller) as client:
+            first = client.record_job_comparison(_request(Arm.AGAINST))
+            again = client.record_job_comparison(_request(Arm.AGAINST))  # a retry: a no-op
+            last = client.record_job_comparison(_request(Arm.CANDIDATE))
+        return first, again, last
+
+    first, again, last = await asyncio.to_thread(record)
+    assert not first.complete and len(first.job.runs) == PAIRS and not first.decision
+    assert not again.complete and again.comparison_id == first.comparison_id
+    assert last.complete and len(last.job.runs) == 2 * PAIRS
+    assert [r.index for r in last.job.runs] == list(range(2 * PAIRS))
+    assert 1.9 < last.gain < 2.1 and last.ci_low < last.gain < last.ci_high
+    assert last.decision == "faster" and last.confidence == pytest.approx(0.98)
+    assert (last.candidate_median, last.against_median) == (1.0, 2.0)
+
+    result = await asyncio.to_thread(
+        CliRunner().invoke,
+        cli,
+        ["admin", "job", "comparisons", "--controller", f"127.0.0.1:{controller.port}"],
+        env={"TOPO_TUNE_TOKEN": TOKEN, "COLUMNS": "200"},
+    )
+    assert result.exit_code == 0, result.output
+    assert JOB in result.output and "stable (cv-0123456789abcdef)" in result.output and "faster" in result.output
+    listed = await asyncio.to_thread(
+        CliRunner().invoke,
+        cli,
+        ["admin", "job", "comparisons", "--job-id", JOB, "-o", "json", "--controller", f"127.0.0.1:{controller.port}"],
+        env={"TOPO_TUNE_TOKEN": TOKEN},
+    )
+    (data,) = json.loads(listed.output)
+    assert data["complete"] and data["job"]["runs"][0]["node"] in ("n1", "n2")
+
+
+async def test_records_that_disagree_with_the_schedule_or_each_other_are_refused(controller: Controller) -> None:
+    def refusals() -> list[str]:
+        seen = []
+        with _job_client(controller) as client:
+            client.record_job_comparison(_request(Arm.AGAINST))
+            bad_runs = list(_request(Arm.CANDIDATE).runs)
+            wrong_arm = admin_pb2.JobComparisonRun()
+            wrong_arm.CopyFrom(bad_runs[0])
+            wrong_arm.arm = "against"
+            changed = admin_pb2.JobComparisonRun()
+            changed.CopyFrom(_request(Arm.AGAINST).runs[0])
+            changed.value = 9.0
+            wrong_node = admin_pb2.JobComparisonRun()
+            wrong_node.CopyFrom(bad_runs[0])
+            wrong_node.node = "n1"
+            for request, kind in (
+                (_request(None, runs=[wrong_arm]), ValidationError),
+                (_request(None, runs=[wrong_node]), ValidationError),
+                (_request(None, runs=[changed]), AlreadyExists),
+                (_request(Arm.CANDIDATE, metric="other=([0-9]+)"), ConflictError),
+                (_request(Arm.CANDIDATE, pairs=1), ValidationError),
+                (_request(Arm.CANDIDATE, against_order=["n1", "n3"]), ValidationError),
+            ):
+                with pytest.raises(kind) as caught:
+                    client.record_job_comparison(request)
+                seen.append(str(caught.value))
+            # A job credential records, and reads nothing back.
+            with pytest.raises(PermissionDenied, match="job credentials may not call"):
+                client.list_job_comparisons()
+        return seen
+
+    seen = await asyncio.to_thread(refusals)
+    assert "candidate run in job train-77's schedule, not pair" in seen[0]
+    assert "node rank 0 of its arm (n2)" in seen[1]
+    assert "is recorded as 2.0 from n1" in seen[2]
+    assert "recorded with metric" in seen[3]
+    assert seen[4].startswith("pairs: must be within [2,")
+    assert seen[5].startswith("against_order: must hold each of the job's nodes")

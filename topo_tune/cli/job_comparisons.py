@@ -1,0 +1,106 @@
+"""``topo-tune admin job comparisons``: the A/B comparisons jobs measured themselves (``exec --compare``).
+
+Also the one place a comparison is put in words for people: ``exec --compare`` prints the same lines.
+"""
+
+from __future__ import annotations
+
+import click
+
+from topo_tune.cli.admin import admin, connected
+from topo_tune.cli.output import emit_data, emit_table, to_data
+from topo_tune.client import AdminClient
+from topo_tune.v1 import admin_pb2
+
+
+def arm_label(name: str, version: str) -> str:
+    """An arm as named, with the version it resolved to when the name is not the version itself."""
+    resolved = version or "NCCL defaults"
+    return name if name in (version, "defaults") else f"{name} ({resolved})"
+
+
+def gain_text(comparison: admin_pb2.JobComparison) -> str:
+    if not comparison.complete:
+        return "-"
+    return f"{comparison.gain:.3f}x"
+
+
+def ci_text(comparison: admin_pb2.JobComparison) -> str:
+    if not comparison.complete:
+        return "-"
+    return f"{comparison.ci_low:.3f}-{comparison.ci_high:.3f} ({comparison.confidence:.0%})"
+
+
+def verdict_lines(comparison: admin_pb2.JobComparison) -> list[str]:
+    """The comparison for people: one table row per arm, then the gain, its interval and the decision."""
+    job = comparison.job
+    direction = "higher" if job.higher_is_better else "lower"
+    lines = [
+        f"job {job.job_id}: {len(job.runs)} of {2 * job.pairs} runs, metric {job.metric!r} ({direction} is better)",
+        f"  {'ARM':<10} {'CONFIG':<40} {'MEDIAN':>12}  NODE RANK 0",
+    ]
+    for arm, name, version, median, order in (
+        ("candidate", job.candidate, job.candidate_version, comparison.candidate_median, job.candidate_order),
+        ("against", job.against, job.against_version, comparison.against_median, job.against_order),
+    ):
+        shown = f"{median:.6g}" if comparison.complete else "-"
+        lines.append(f"  {arm:<10} {arm_label(name, version):<40} {shown:>12}  {order[0] if order else '-'}")
+    if comparison.complete:
+        lines.append(
+            f"  gain {gain_text(comparison)} (paired geometric mean; > 1: {job.candidate} is better), "
+            f"{comparison.confidence:.0%} CI {comparison.ci_low:.3f}-{comparison.ci_high:.3f}, "
+            f"p = {comparison.p_value:.2g}: {comparison.decision}"
+        )
+    else:
+        lines.append("  incomplete: the runs read on other nodes (their arm's node rank 0) are not recorded yet")
+    return lines
+
+
+@admin.group()
+def job() -> None:
+    """What jobs measured about the config they ran with.
+
+    \b
+    Examples:
+      topo-tune admin job comparisons                  # every job's own A/B, newest first
+      topo-tune admin job comparisons --job-id 4242 -o yaml   # one job's, with every run's value
+    """
+
+
+@job.command()
+@click.option("--job-id", default="", help="Only this job's comparisons.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@connected
+def comparisons(client: AdminClient, fmt: str, job_id: str, limit: int) -> None:
+    """The A/B comparisons jobs ran themselves with `topo-tune exec --compare`, newest first.
+
+    \b
+    GAIN is the geometric mean over the pairs of the --compare arm's advantage (the --against arm's
+    step time over the candidate's, or the candidate's throughput over the --against arm's with
+    --higher-is-better): above 1, the candidate was better. CI is the two-sided interval of the
+    tuner's proof statistics (one-sided t bounds at alpha = 0.01 each); DECISION uses the proof's words.
+    """
+    found = client.list_job_comparisons(job_id=job_id, limit=limit)
+    if fmt != "table":
+        emit_data([to_data(c) for c in found], fmt)
+        return
+    rows = [
+        (
+            c.job.job_id,
+            c.created_at.ToDatetime().strftime("%Y-%m-%d %H:%M"),
+            arm_label(c.job.candidate, c.job.candidate_version),
+            arm_label(c.job.against, c.job.against_version),
+            f"{len(c.job.runs)}/{2 * c.job.pairs}",
+            f"{c.candidate_median:.4g}" if c.complete else "-",
+            f"{c.against_median:.4g}" if c.complete else "-",
+            gain_text(c),
+            ci_text(c),
+            c.decision or "incomplete",
+        )
+        for c in found
+    ]
+    emit_table(
+        f"{len(rows)} job comparisons",
+        ("JOB", "AT (UTC)", "CANDIDATE", "AGAINST", "RUNS", "MEDIAN", "AGAINST MEDIAN", "GAIN", "CI", "DECISION"),
+        rows,
+    )

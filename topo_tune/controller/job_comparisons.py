@@ -1,0 +1,205 @@
+"""Jobs' own A/B comparisons as the controller keeps them: runs recorded by the nodes, figures once complete.
+
+``exec --compare`` runs on every node of a job; the metric of a run is read on the node that is node rank 0
+of that run, and the arms' orders may put a different node first, so one comparison's values can arrive from
+more than one node. Each node records the runs it read; they land in one row (its id is derived from the job
+id and the arms as named), and when the last run is in, the figures are computed here, from the stored values
+and with the proof's statistics (``job_compare.summary``): a job reports what it measured, never its verdict.
+
+A record is checked against the job's schedule (``job_compare.schedule``, derived again from the job id): a
+run's pair and arm must be the ones the schedule gives its index, and its node must be node rank 0 of its
+arm's order. The same run recorded again with the same value is a no-op (a retry); with another value it is
+refused, as is a record whose arms, metric, pairs or orders differ from what the first one said.
+
+Non-goals: running the job (the CLI), who may record (``credentials``: a job credential may).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import exc
+from sqlalchemy.orm import Session
+
+from topo_tune.controller.db.database import Database
+from topo_tune.controller.db.models import JobComparisonRow
+from topo_tune.errors import AlreadyExists, ConflictError, StorageError, ValidationError
+from topo_tune.job_compare.schedule import Arm, arm_schedule
+from topo_tune.job_compare.summary import ComparisonSummary, RunValue, summarise
+from topo_tune.tuner.statistics import Decision
+
+
+@dataclass(frozen=True)
+class ComparisonHeader:
+    """What every node of the job says alike about its comparison."""
+
+    job_id: str
+    candidate: str
+    candidate_version: str
+    against: str
+    against_version: str
+    metric: str
+    higher_is_better: bool
+    pairs: int
+    nodes: tuple[str, ...]
+    candidate_order: tuple[str, ...]
+    against_order: tuple[str, ...]
+
+    def order(self, arm: Arm) -> tuple[str, ...]:
+        return self.candidate_order if arm is Arm.CANDIDATE else self.against_order
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ComparisonHeader:
+        lists = {name: tuple(data[name]) for name in ("nodes", "candidate_order", "against_order")}
+        return cls(**{**data, **lists})
+
+
+@dataclass(frozen=True)
+class StoredComparison:
+    id: str
+    header: ComparisonHeader
+    runs: tuple[RunValue, ...]
+    """Every run recorded so far, in schedule order."""
+    figures: ComparisonSummary | None
+    """None until every run is in."""
+    created_at: datetime
+    completed_at: datetime | None
+
+
+def comparison_id(job_id: str, candidate: str, against: str) -> str:
+    digest = hashlib.sha256(f"{job_id}\0{candidate}\0{against}".encode()).hexdigest()
+    return f"jc-{digest[:16]}"
+
+
+def _run_json(run: RunValue) -> dict[str, Any]:
+    return {"index": run.index, "pair": run.pair, "arm": run.arm.value, "value": run.value, "node": run.node}
+
+
+def _run(data: Mapping[str, Any]) -> RunValue:
+    return RunValue(
+        index=data["index"], pair=data["pair"], arm=Arm(data["arm"]), value=data["value"], node=data["node"]
+    )
+
+
+def _figures_json(figures: ComparisonSummary) -> dict[str, Any]:
+    return {**asdict(figures), "decision": figures.decision.value}
+
+
+def _figures(data: Mapping[str, Any] | None) -> ComparisonSummary | None:
+    if data is None:
+        return None
+    return ComparisonSummary(**{**data, "decision": Decision(data["decision"])})
+
+
+def _stored(row: JobComparisonRow) -> StoredComparison:
+    return StoredComparison(
+        id=row.id,
+        header=ComparisonHeader.from_json(row.header),
+        runs=tuple(_run(r) for r in row.runs),
+        figures=_figures(row.figures),
+        created_at=row.created_at,
+        completed_at=row.completed_at,
+    )
+
+
+def check_runs(header: ComparisonHeader, runs: Sequence[RunValue]) -> None:
+    """``ValidationError`` naming the run unless each fits the job's schedule and was read where it should be."""
+    for name, order in (("candidate_order", header.candidate_order), ("against_order", header.against_order)):
+        if sorted(order) != sorted(header.nodes):
+            raise ValidationError(name, "must hold each of the job's nodes exactly once")
+    schedule = arm_schedule(header.job_id, header.pairs)
+    for position, run in enumerate(runs):
+        field = f"runs[{position}]"
+        if not 0 <= run.index < len(schedule):
+            raise ValidationError(
+                field, f"index {run.index} is outside the {len(schedule)} runs of {header.pairs} pairs"
+            )
+        planned = schedule[run.index]
+        if (run.pair, run.arm) != (planned.pair, planned.arm):
+            raise ValidationError(
+                field,
+                f"run {run.index} is pair {planned.pair}'s {planned.arm.value} run in job {header.job_id}'s "
+                f"schedule, not pair {run.pair}'s {run.arm.value} run",
+            )
+        if not (math.isfinite(run.value) and run.value > 0):
+            raise ValidationError(field, f"the metric must be finite and > 0, got {run.value!r}")
+        first = header.order(run.arm)[0]
+        if run.node != first:
+            raise ValidationError(
+                field, f"run {run.index} is read on node rank 0 of its arm ({first}), not {run.node!r}"
+            )
+
+
+def _merge(header: ComparisonHeader, row: JobComparisonRow, runs: Sequence[RunValue]) -> list[dict[str, Any]]:
+    stored = ComparisonHeader.from_json(row.header)
+    for name, value in header.to_json().items():
+        if getattr(stored, name) != getattr(header, name):
+            raise ConflictError(
+                f"job {header.job_id}'s comparison was recorded with {name} {getattr(stored, name)!r}; "
+                f"this record says {value!r}: every node of the job must run the same exec --compare"
+            )
+    merged = {r["index"]: r for r in row.runs}
+    for run in runs:
+        known = merged.get(run.index)
+        if known is not None and (known["value"], known["node"]) != (run.value, run.node):
+            raise AlreadyExists(
+                f"run {run.index} of job {header.job_id} is recorded as {known['value']} from {known['node']}"
+            )
+        merged[run.index] = _run_json(run)
+    return [merged[index] for index in sorted(merged)]
+
+
+@dataclass
+class JobComparisons:
+    db: Database
+    wall_clock: Callable[[], datetime]
+
+    async def record(self, header: ComparisonHeader, runs: Sequence[RunValue]) -> StoredComparison:
+        """Add one node's runs to the job's comparison; the figures once every run is in."""
+        check_runs(header, runs)
+        key = comparison_id(header.job_id, header.candidate, header.against)
+        now = self.wall_clock()
+
+        def write(session: Session) -> StoredComparison:
+            row = session.get(JobComparisonRow, key, with_for_update=True)
+            if row is None:
+                row = JobComparisonRow(
+                    id=key, job_id=header.job_id, header=header.to_json(), runs=[], figures=None, created_at=now
+                )
+                session.add(row)
+            merged = _merge(header, row, runs)
+            if row.figures is None and len(merged) == 2 * header.pairs:
+                figures = summarise([_run(r) for r in merged], higher_is_better=header.higher_is_better)
+                row.figures = _figures_json(figures)
+                row.completed_at = now
+            row.runs = merged
+            session.flush()
+            return _stored(row)
+
+        try:
+            return await self.db.run(write)
+        except StorageError as error:
+            if not isinstance(error.__cause__, exc.IntegrityError):
+                raise
+            # Two nodes created the row at once (PostgreSQL); it exists now, and the retry locks it.
+            return await self.db.run(write)
+
+    async def list(self, *, job_id: str = "", limit: int = 50) -> list[StoredComparison]:
+        """Newest first; one job's when ``job_id`` is given."""
+
+        def read(session: Session) -> list[StoredComparison]:
+            query = sa.select(JobComparisonRow).order_by(JobComparisonRow.created_at.desc(), JobComparisonRow.id)
+            if job_id:
+                query = query.where(JobComparisonRow.job_id == job_id)
+            return [_stored(row) for row in session.scalars(query.limit(limit))]
+
+        return await self.db.run(read)
