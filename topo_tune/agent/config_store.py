@@ -49,10 +49,15 @@ from topo_tune.config_version import (
     version_id,
 )
 from topo_tune.errors import ConflictError, StoreBusy, ValidationError
+from topo_tune.private_files import set_own_mode
 
 logger = logging.getLogger(__name__)
 
 _STAGING_PREFIX = ".staging-"
+SHARED_DIR = 0o755
+SHARED_FILE = 0o644
+"""The modes of the config directory, its versions and their files, set whatever the umask: jobs of every user
+read them (``topo-tune exec`` checks a version's content before it starts a rank), only the agent writes."""
 _LINK_PREFIX = ".active-"
 
 
@@ -189,11 +194,12 @@ class ConfigStore:
 
     def recover(self) -> None:
         """Remove what an interrupted apply left behind (staging directories, temporary links)."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.versions.mkdir(exist_ok=True)
+        for directory in (self.root, self.versions):
+            directory.mkdir(parents=True, exist_ok=True)
+            set_own_mode(directory, SHARED_DIR)  # 0777 when made under umask 000: anyone could plant a version
         if not self.jobs_lock.exists():
             self.jobs_lock.touch()
-            os.chmod(self.jobs_lock, 0o644)  # jobs of any user take a shared lock on it, read-only
+            os.chmod(self.jobs_lock, SHARED_FILE)  # jobs of any user take a shared lock on it, read-only
         for entry in self.versions.iterdir():
             if entry.name.startswith(_STAGING_PREFIX):
                 shutil.rmtree(entry, ignore_errors=True)
@@ -261,13 +267,14 @@ class ConfigStore:
                     shutil.rmtree(final)
         staging = self._mkdtemp()
         for name, content in sorted(files.items()):
-            fd = os.open(staging / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            fd = os.open(staging / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, SHARED_FILE)
+            os.fchmod(fd, SHARED_FILE)  # whatever the umask: every job reads it, none may write it
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(content)
                 handle.flush()
                 os.fsync(handle.fileno())
             self._step(f"wrote {name}")
-        os.chmod(staging, 0o755)
+        os.chmod(staging, SHARED_DIR)  # private (0700) while it was written; readable by jobs once complete
         _fsync_dir(staging)
         self._step("staged")
         try:

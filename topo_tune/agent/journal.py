@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from topo_tune.private_files import private_dir, private_sqlite
 from topo_tune.v1 import agent_pb2
 
 
@@ -39,7 +40,8 @@ class Journal:
     """Thread-safe; every method commits before it returns."""
 
     def __init__(self, path: Path, *, keep_delivered: int = 1000) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)  # the state directory: the agent's alone
+        private_sqlite(path)
         self._keep_delivered = keep_delivered
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)

@@ -31,6 +31,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 
 from topo_tune.controller.db import fence
 from topo_tune.errors import ConfigError, StorageError
+from topo_tune.private_files import private_sqlite
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class Database:
 
     def _create_engine(self) -> Engine:
         if self.is_sqlite:
+            private_sqlite(self.url.database)  # 0600 before SQLite opens it; its WAL and SHM take its mode
             engine = sa.create_engine(self.url, connect_args={"timeout": 30, "check_same_thread": False})
 
             @event.listens_for(engine, "connect")
