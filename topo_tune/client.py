@@ -4,7 +4,10 @@ Transport errors never escape this module: every ``grpc.RpcError`` becomes a ``C
 subclasses ``ControllerUnavailable`` / ``Unauthenticated``), or the domain error its status code stands for
 (``NOT_FOUND`` → ``NotFoundError``, ``PERMISSION_DENIED`` → ``PermissionDenied``, ``INVALID_ARGUMENT`` →
 ``ValidationError``, ``FAILED_PRECONDITION`` → ``ConflictError``, ``ALREADY_EXISTS`` → ``AlreadyExists``, ``ABORTED``
-→ ``NodeBusy``), with the controller's own message.
+→ ``NodeBusy``), with the controller's own message. "Cannot reach the controller" (gRPC's own UNAVAILABLE, or a
+deadline with no answer) is told apart from "the controller answered: its database is unavailable / full"
+(``ControllerDatabaseUnavailable`` / ``ControllerDatabaseFull``) by the error kind the controller puts in the
+trailing metadata; the transport never sets it.
 
 Waiting on a job, probe round, drift check, rollout or study follows the controller's watch stream: one call that
 the controller answers at each change, so a waiting client sends nothing. A stream broken by a controller
@@ -25,8 +28,11 @@ import grpc
 
 from topo_tune.auth import TlsFiles, bearer_metadata, channel_credentials
 from topo_tune.errors import (
+    ERROR_KIND,
     AlreadyExists,
     ConflictError,
+    ControllerDatabaseFull,
+    ControllerDatabaseUnavailable,
     ControllerError,
     ControllerUnavailable,
     NodeBusy,
@@ -58,6 +64,18 @@ ROLLOUT_ENDS = frozenset({"completed", "rolled_back", "aborted"})
 """The phases a rollout ends in."""
 
 
+STORAGE_KINDS = frozenset({"StorageError"})
+
+
+def _answered_kind(error: grpc.RpcError) -> str:
+    """The class name of the controller's error; empty when the controller did not answer (the transport's)."""
+    trailing = getattr(error, "trailing_metadata", None)
+    for key, value in (trailing() if callable(trailing) else None) or ():
+        if key == ERROR_KIND:
+            return value if isinstance(value, str) else value.decode(errors="replace")
+    return ""
+
+
 @contextmanager
 def _mapped(address: str) -> Iterator[None]:
     try:
@@ -65,11 +83,20 @@ def _mapped(address: str) -> Iterator[None]:
     except grpc.RpcError as error:
         code: grpc.StatusCode = error.code()
         details: str = error.details() or code.name
+        kind = _answered_kind(error)
+        if kind == "DatabaseFull":
+            raise ControllerDatabaseFull(f"controller {address} answered: {details}") from None
+        if kind in STORAGE_KINDS:
+            raise ControllerDatabaseUnavailable(f"controller {address} answered: {details}") from None
+        if code == grpc.StatusCode.UNAVAILABLE and kind:
+            raise ControllerUnavailable(f"controller {address} answered that it cannot serve now: {details}") from None
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise ControllerUnavailable(f"controller {address} is unreachable: no answer in time ({details})") from None
         if code == grpc.StatusCode.UNAUTHENTICATED:
             raise Unauthenticated(f"controller {address} refused the token: {details}") from None
         if code == grpc.StatusCode.PERMISSION_DENIED:
             raise PermissionDenied(f"controller {address} refused: {details}") from None
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        if code == grpc.StatusCode.UNAVAILABLE:
             raise ControllerUnavailable(f"controller {address} is unreachable: {details}") from None
         if code == grpc.StatusCode.NOT_FOUND:
             raise NotFoundError(details) from None

@@ -13,13 +13,16 @@
     │   ├── NodeBusy              a node runs another benchmark job (retry later)
     │   └── StoreBusy             (agent) the node runs a benchmark or a job: its configuration must not change now
     ├── StorageError              the database failed after retries
+    │   ├── DatabaseFull          the disk under the database is full: writes fail at once, reads go on
     │   └── FencedError           a leader's write was refused: the database holds a newer leader's epoch
     ├── StaleTermError            a new leadership term is already behind the database's epoch
     ├── WatchEnded                a wait or watch stream cut short: the controller stopped leading or shut down
     ├── PluginBuildError          the NCCL tuner plugin could not be compiled (no compiler, failed compile)
     ├── KubernetesError           the Kubernetes API refused a request or could not be reached; carries the status
     ├── ControllerError           talking to the controller failed (client side)
-    │   ├── ControllerUnavailable the controller cannot be reached
+    │   ├── ControllerUnavailable the controller cannot be reached, or answered that it cannot serve now
+    │   │   └── ControllerDatabaseUnavailable  the controller answered: its database is unavailable
+    │   ├── ControllerDatabaseFull the controller answered: its database's disk is full
     │   └── Unauthenticated       the controller refused the token
     ├── input that cannot be used (also ``ValueError``; the message names the field, line or entry):
     │   SpecError (benchmark job), SweepError (size sweep), EnvPolicyError (benchmark env),
@@ -45,6 +48,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
+
+ERROR_KIND = "topo-tune-error"
+"""The gRPC trailing-metadata key under which the controller names the class of an error it raised on purpose;
+the transport never sets it, so a client tells "the controller answered" from "cannot reach it"."""
 
 FailureKind = Literal["failed", "wrong_result", "timeout"]
 FAILURE_KINDS: tuple[FailureKind, ...] = ("failed", "wrong_result", "timeout")
@@ -107,6 +114,10 @@ class StorageError(TopoTuneError):
     """The database failed, after retries."""
 
 
+class DatabaseFull(StorageError):
+    """The disk under the database is full: a write fails at once (no retry helps); the message names it."""
+
+
 class FencedError(StorageError):
     """A leader's write was refused: the database holds another leader's epoch. Nothing was written."""
 
@@ -150,7 +161,15 @@ class ControllerError(TopoTuneError):
 
 
 class ControllerUnavailable(ControllerError):
-    """The controller cannot be reached."""
+    """The controller cannot be reached (or answered that it cannot serve now): the call may succeed later."""
+
+
+class ControllerDatabaseUnavailable(ControllerUnavailable):
+    """The controller answered, but its database is unavailable (a server restart, an outage)."""
+
+
+class ControllerDatabaseFull(ControllerError):
+    """The controller answered, but the disk under its database is full: writes fail until space is freed."""
 
 
 class Unauthenticated(ControllerError):

@@ -207,6 +207,7 @@ def assert_one_whole_version_active(root: Path, allowed: set[str] | None = None)
     return active
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("step", STEPS)
 def test_an_apply_killed_at_each_step_leaves_the_old_or_the_new_version_whole(tmp_path: Path, step: str) -> None:
     root = tmp_path / "config"
@@ -220,6 +221,7 @@ def test_an_apply_killed_at_each_step_leaves_the_old_or_the_new_version_whole(tm
     assert_one_whole_version_active(root, {B.id})
 
 
+@pytest.mark.faults
 def test_an_agent_killed_at_random_moments_mid_apply_never_leaves_a_mix(tmp_path: Path) -> None:
     root = tmp_path / "config"
     rng = random.Random(7)

@@ -368,7 +368,7 @@ class CommandBook:
             session.execute(sa.delete(EventRow).where(EventRow.id.in_(stale)))
 
     async def get(self, command_id: str) -> CommandRecord:
-        row = await self.db.run(lambda session: session.get(CommandRow, command_id))
+        row = await self.db.read(lambda session: session.get(CommandRow, command_id))
         if row is None:
             raise NotFoundError(f"no command with id {command_id!r}")
         return _record(row)
@@ -383,7 +383,7 @@ class CommandBook:
                 rows.update((row.id, row) for row in session.scalars(query))
             return [_record(rows[i]) for i in ids if i in rows]
 
-        return await self.db.run(read)
+        return await self.db.read(read)
 
     async def list(self, *, node_name: str = "", limit: int = 100) -> list[CommandRecord]:
         def read(session: Session) -> list[CommandRecord]:
@@ -392,7 +392,7 @@ class CommandBook:
                 query = query.where(CommandRow.node_name == node_name)
             return [_record(row) for row in session.scalars(query)]
 
-        return await self.db.run(read)
+        return await self.db.read(read)
 
 
 def _chunks(ids: Sequence[str], size: int = 500) -> list[Sequence[str]]:

@@ -71,7 +71,7 @@ class ConfigVersions:
 
     async def files(self, version_id: str) -> dict[str, str]:
         """The files of a stored version; ``NotFoundError`` names it when it is not stored."""
-        row = await self.db.run(lambda session: session.get(ConfigVersionRow, version_id))
+        row = await self.db.read(lambda session: session.get(ConfigVersionRow, version_id))
         if row is None:
             raise NotFoundError(f"no config version {version_id!r}")
         return dict(row.files)
@@ -79,7 +79,7 @@ class ConfigVersions:
     async def get(self, version_id: str) -> StoredVersion:
         if not is_version_id(version_id):
             raise ValidationError("id", f"not a config version id (cv- and 16 hex digits): {version_id[:40]!r}")
-        row = await self.db.run(lambda session: session.get(ConfigVersionRow, version_id))
+        row = await self.db.read(lambda session: session.get(ConfigVersionRow, version_id))
         if row is None:
             raise NotFoundError(f"no config version {version_id!r}")
         return _info(row, with_files=True)
@@ -89,4 +89,4 @@ class ConfigVersions:
             query = sa.select(ConfigVersionRow).order_by(ConfigVersionRow.created_at.desc()).limit(limit)
             return list(session.scalars(query))
 
-        return [_info(row, with_files=False) for row in await self.db.run(read)]
+        return [_info(row, with_files=False) for row in await self.db.read(read)]

@@ -319,10 +319,10 @@ class NodeRegistry:
                 query = query.where(NodeRow.rack == rack)
             return list(session.scalars(query))
 
-        return [_view(row, self._live.get(row.name)) for row in await self.db.run(read)]
+        return [_view(row, self._live.get(row.name)) for row in await self.db.read(read)]
 
     async def get(self, name: str) -> NodeView:
-        row = await self.db.run(lambda session: session.get(NodeRow, name))
+        row = await self.db.read(lambda session: session.get(NodeRow, name))
         if row is None:
             raise NotFoundError(f"no node named {name!r}")
         return _view(row, self._live.get(name))

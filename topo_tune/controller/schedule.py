@@ -7,9 +7,10 @@ their deadline), the heartbeat flush, the rollout reconcile pass, job-pin retent
 while one was busy collapse into one. Every job is level-triggered, so a run skipped because the last one
 was still going (they wait for the one database thread, busy during a registration burst of thousands of
 agents) loses nothing: it is counted (``topo_tune_periodic_runs_skipped``) and logged at debug level, not
-as APScheduler's warning. Every job checks leadership first (the fence): a standby, or a
-controller whose term just lapsed, does nothing. Non-goal: deciding when leadership begins and ends
-(``leadership.py``).
+as APScheduler's warning. A run that fails because the database is unavailable or full logs one line
+naming the database, no traceback (the next run tries again). Every job checks leadership first (the
+fence): a standby, or a controller whose term just lapsed, does nothing. Non-goal: deciding when
+leadership begins and ends (``leadership.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from topo_tune.controller.drift import DriftCheck
 from topo_tune.controller.retention import RetentionReport
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.controller.wiring import Services, wall_clock
+from topo_tune.errors import StorageError
 
 logger = logging.getLogger(__name__)
 _SKIPPED = "skipped: maximum number of running instances reached"
@@ -52,6 +54,8 @@ async def _ends_quietly_on_shutdown(job: Callable[[], Awaitable[object]], job_id
         await job()
     except asyncio.CancelledError:
         logger.info("periodic job %s cut short by shutdown", job_id)
+    except StorageError as error:  # expected while the database is away or full: a line, not a traceback
+        logger.warning("periodic job %s failed: %s; the next run tries again", job_id, error)
 
 
 class Schedule:
@@ -134,6 +138,8 @@ class Schedule:
             return
         try:
             await self._services.rollouts.reconcile()
+        except StorageError as error:
+            logger.warning("rollout reconcile pass failed: %s; retrying at the next tick", error)
         except Exception:
             logger.exception("rollout reconcile pass failed; retrying at the next tick")
 

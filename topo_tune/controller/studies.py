@@ -239,7 +239,7 @@ class Studies:
         return await self.get(study_id)
 
     async def get(self, study_id: str) -> Study:
-        row = await self.db.run(lambda session: session.get(StudyRow, study_id))
+        row = await self.db.read(lambda session: session.get(StudyRow, study_id))
         if row is None:
             raise NotFoundError(f"no study with id {study_id!r}")
         return self._info(row)
@@ -270,7 +270,7 @@ class Studies:
         def read(session: Session) -> list[StudyRow]:
             return list(session.scalars(sa.select(StudyRow).order_by(StudyRow.created_at.desc()).limit(limit)))
 
-        return [self._info(row) for row in await self.db.run(read)]
+        return [self._info(row) for row in await self.db.read(read)]
 
     async def trials(self, study_id: str) -> StudyTrials:
         await self.get(study_id)

@@ -31,7 +31,7 @@ from topo_tune.controller.rollout.verification import BenchmarkVerifier
 from topo_tune.controller.server import Controller
 from topo_tune.node_record import NodeState
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
 EXPIRY_S = 1.0
 

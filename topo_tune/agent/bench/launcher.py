@@ -24,12 +24,16 @@ CPU placement: given ``cpus_for_device`` (GPU index -> its NUMA-local CPUs, from
 topology), each rank pins itself to its GPU's CPUs, as nccl-tests runs under ``mpirun --bind-to``;
 on the H200 record, pinning was what made launch-bound timings comparable between processes.
 
-Each worker runs in its own session (``start_new_session``), so killing its process group
-kills everything it started; every rank's group is killed when the job ends, also a rank that
-exited on its own (whatever it left running goes with it). The launcher waits on pidfds for
-the first exit or the deadline; if a rank fails, the other local ranks are killed at once (they
-would only wait for it). At the deadline every rank still running is killed and reported ``hung``
-with the last phase it reported. One job runs at a time; a second ``run`` while one is active raises ``LauncherBusy``.
+Each worker dies with the agent: its first line sets the parent-death signal (``prctl(PR_SET_PDEATHSIG,
+SIGKILL)``; set after ``exec`` rather than in a ``preexec_fn``, which is unsafe in the threaded agent), so a
+``kill -9`` of the agent leaves no worker busy. The signal follows the thread that started the worker, which
+lives as long as the job's ranks do (it waits for them). Each worker runs in its own session
+(``start_new_session``), so killing its process group kills everything it started; every rank's group is
+killed when the job ends, also a rank that exited on its own (whatever it left running goes with it). The
+launcher waits on pidfds for the first exit or the deadline; if a rank fails, the other local ranks are
+killed at once (they would only wait for it). At the deadline every rank still running is killed and
+reported ``hung`` with the last phase it reported. One job runs at a time; a second ``run`` while one is
+active raises ``LauncherBusy``.
 ``stop`` (the agent is stopping) kills the running job's ranks the same way and refuses further jobs.
 ``cancel`` (the controller ended the job: a node lost, a rank failed elsewhere) kills one job's ranks the same
 way, reports them killed for that reason, and keeps that job from starting here later; the last
@@ -75,8 +79,12 @@ DUMP_DEFAULTS: Mapping[str, str] = {
 }
 """Torch's dump files, named as torch names them but inside the job's output directory."""
 _BOOTSTRAP = (
-    "import json, sys; sys.path[:0] = json.load(open(sys.argv[1]))['sys_path']; "
-    "from topo_tune.agent.bench.worker import main; sys.exit(main(sys.argv[1:]))"
+    # First the parent-death signal (prctl PR_SET_PDEATHSIG = 1, SIGKILL = 9), before the slow imports; then,
+    # in case the agent died before that took effect, a check that the parent is still the agent.
+    "import ctypes, os, sys; ctypes.CDLL(None, use_errno=True).prctl(1, 9); "
+    "os.getppid() == int(sys.argv[1]) or os._exit(70); "
+    "import json; sys.path[:0] = json.load(open(sys.argv[2]))['sys_path']; "
+    "from topo_tune.agent.bench.worker import main; sys.exit(main(sys.argv[2:]))"
 )
 _STDERR_TAIL_BYTES = 2000
 _JOINED_PHASES = frozenset({"joined", "running", "finished"})
@@ -360,7 +368,7 @@ class Launcher:
         stderr_path = rank_dir / "stderr.log"
         with stderr_path.open("wb") as stderr:
             process = subprocess.Popen(
-                [self._python, "-E", "-s", "-c", _BOOTSTRAP, str(config_path)],
+                [self._python, "-E", "-s", "-c", _BOOTSTRAP, str(os.getpid()), str(config_path)],
                 env=dict(env),
                 cwd=job_dir,
                 stdin=subprocess.DEVNULL,

@@ -2,6 +2,9 @@
 
 Never a blanket ``INTERNAL``: an unexpected exception is logged with its traceback and the caller gets
 ``INTERNAL`` with a fixed message, while every error topo-tune raises on purpose has its own code.
+Every answer for an error raised on purpose carries the error's class name in the trailing metadata
+(``ERROR_KIND``), so a client tells "the controller answered: its database is unavailable" apart from an
+UNAVAILABLE that gRPC itself reports when the controller cannot be reached.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ CODES: dict[type[errors.TopoTuneError], grpc.StatusCode] = {
     errors.JobCancelled: C.CANCELLED,
     # Somewhere else is away: the caller retries, or goes to the new leader.
     errors.StorageError: C.UNAVAILABLE,
+    # A full disk stays full until someone frees space: no retry helps, so not UNAVAILABLE.
+    errors.DatabaseFull: C.RESOURCE_EXHAUSTED,
     errors.StaleTermError: C.UNAVAILABLE,
     errors.WatchEnded: C.UNAVAILABLE,
     errors.KubernetesError: C.UNAVAILABLE,
@@ -64,7 +69,7 @@ def code_for(error: errors.TopoTuneError) -> grpc.StatusCode:
 
 async def abort(context: grpc.aio.ServicerContext[Any, Any], error: BaseException) -> NoReturn:
     if isinstance(error, errors.TopoTuneError):
-        await context.abort(code_for(error), str(error))
+        await context.abort(code_for(error), str(error), trailing_metadata=((errors.ERROR_KIND, type(error).__name__),))
     logger.exception("unexpected error in an RPC", exc_info=error)
     await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the controller's log")
 

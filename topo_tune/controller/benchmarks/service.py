@@ -369,7 +369,7 @@ class BenchmarkJobs:
             query = sa.select(CommandRow.status).where(CommandRow.job_id == job_id, CommandRow.kind == "run_benchmark")
             return session.get(BenchmarkJobRow, job_id), list(session.scalars(query))
 
-        job, statuses = await self.db.run(read)
+        job, statuses = await self.db.read(read)
         if job is None:
             raise NotFoundError(f"no benchmark job with id {job_id!r}")
         done = sum(1 for s in statuses if CommandStatus(s).final)
@@ -390,7 +390,7 @@ class BenchmarkJobs:
             return None
 
     async def get(self, job_id: str) -> BenchmarkJob:
-        job = await self.db.run(lambda session: session.get(BenchmarkJobRow, job_id))
+        job = await self.db.read(lambda session: session.get(BenchmarkJobRow, job_id))
         if job is None:
             raise NotFoundError(f"no benchmark job with id {job_id!r}")
         return stored.job_view(job)
@@ -400,7 +400,7 @@ class BenchmarkJobs:
             query = sa.select(BenchmarkJobRow).order_by(BenchmarkJobRow.created_at.desc()).limit(limit)
             return list(session.scalars(query))
 
-        return [stored.job_view(job) for job in await self.db.run(read)]
+        return [stored.job_view(job) for job in await self.db.read(read)]
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,12 @@
 """The database handle: engine set-up per backend, schema migration, and the one session scope.
 
 SQLite (the embedded default) runs in WAL mode with a busy timeout; one worker thread does all of its
-writing, so the controller never fights itself for SQLite's single write lock. PostgreSQL (production) gets
-a small pool with pre-ping. A database that goes away (restart, failover) is retried with exponential
-backoff inside ``session_scope``; only when that runs out does the caller see ``StorageError``.
+writing, so the controller never fights itself for SQLite's single write lock. Reads (``read``) run on
+threads of their own, so a write that waits (a database that went away, a lock) never holds up a read.
+PostgreSQL (production) gets a small pool with pre-ping. A database that goes away (restart, failover) is
+retried with exponential backoff, a write for up to ``retry_for_s``, a read for a few seconds (an admin is
+waiting on it); only when that runs out does the caller see ``StorageError``. A full disk is no transient
+failure: the write fails at once with ``DatabaseFull``, naming the database, while reads go on.
 
 Every state change goes through ``session_scope``: it commits when the block ends, rolls back on any
 error, and never leaves a half-written change behind. A leader under leader election claims its epoch
@@ -30,7 +33,7 @@ from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from topo_tune.controller.db import fence
-from topo_tune.errors import ConfigError, StorageError
+from topo_tune.errors import ConfigError, DatabaseFull, StorageError
 from topo_tune.private_files import private_sqlite
 
 logger = logging.getLogger(__name__)
@@ -43,8 +46,31 @@ def table_of(entity: type[DeclarativeBase]) -> sa.Table:
     return entity.metadata.tables[entity.__tablename__]
 
 
+_SQLITE_FULL = 13
+_PG_DISK_FULL = "53100"
+
+
+def _is_disk_full(error: BaseException) -> bool:
+    """SQLite's SQLITE_FULL or PostgreSQL's disk_full: retrying cannot help until someone frees space."""
+    if not isinstance(error, exc.DBAPIError):
+        return False
+    driver = error.orig
+    if getattr(driver, "sqlite_errorcode", None) == _SQLITE_FULL:
+        return True
+    if getattr(driver, "sqlstate", None) == _PG_DISK_FULL:
+        return True
+    # Drivers that carry no code: the messages SQLite and the kernel give.
+    text = str(driver)
+    return "database or disk is full" in text or "No space left on device" in text
+
+
 def _is_transient(error: BaseException) -> bool:
-    """Connection-level failures worth a retry: the server restarted, the socket broke, SQLite was busy."""
+    """Connection-level failures worth a retry: the server restarted, the socket broke, SQLite was busy.
+
+    A full disk is not one of them, although SQLite reports it as an ``OperationalError`` too.
+    """
+    if _is_disk_full(error):
+        return False
     if isinstance(error, exc.DBAPIError) and error.connection_invalidated:
         return True
     return isinstance(error, exc.OperationalError | exc.InterfaceError | exc.DisconnectionError)
@@ -53,7 +79,7 @@ def _is_transient(error: BaseException) -> bool:
 class Database:
     """One database URL, migrated to the current schema."""
 
-    def __init__(self, url: str, *, retry_for_s: float = 60.0) -> None:
+    def __init__(self, url: str, *, retry_for_s: float = 60.0, read_retry_for_s: float = 3.0) -> None:
         try:
             parsed = sa.make_url(url)
         except exc.ArgumentError:
@@ -61,9 +87,16 @@ class Database:
         self.url = parsed
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
         self._retry_for_s = retry_for_s
+        self._read_retry_for_s = min(read_retry_for_s, retry_for_s)
         self.engine = self._create_engine()
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._executor = ThreadPoolExecutor(max_workers=1 if self.is_sqlite else 4, thread_name_prefix="topo-tune-db")
+        # Reads never queue behind the writer: WAL lets SQLite readers run while a write is open.
+        # (An in-memory SQLite database is one per connection: its reads stay on the writer's thread.)
+        in_memory = self.is_sqlite and parsed.database in (None, "", ":memory:")
+        self._readers = (
+            self._executor if in_memory else ThreadPoolExecutor(max_workers=4, thread_name_prefix="topo-tune-db-read")
+        )
         self._fence: fence.Fence | None = None
 
     def _create_engine(self) -> Engine:
@@ -94,11 +127,18 @@ class Database:
                 config.attributes["connection"] = connection
                 alembic_command.upgrade(config, "head")
 
-    def _retrying(self) -> Retrying:
+    @property
+    def name(self) -> str:
+        """The database as a message names it: SQLite's file, or the server's URL without its password."""
+        if self.is_sqlite:
+            return self.url.database or ":memory:"
+        return self.url.render_as_string(hide_password=True)
+
+    def _retrying(self, *, for_s: float | None = None) -> Retrying:
         return Retrying(
             retry=retry_if_exception(_is_transient),
             wait=wait_exponential(multiplier=0.1, max=5.0),
-            stop=stop_after_delay(self._retry_for_s),
+            stop=stop_after_delay(self._retry_for_s if for_s is None else for_s),
             before_sleep=lambda state: logger.warning(
                 "database unavailable (%s); retrying", state.outcome.exception() if state.outcome else "?"
             ),
@@ -130,14 +170,23 @@ class Database:
         """Run ``work`` in one transaction, retrying it whole on transient failures."""
         return self._transact(work, guarded=True)
 
-    def _transact(self, work: Callable[[Session], T], *, guarded: bool) -> T:
+    def _transact(self, work: Callable[[Session], T], *, guarded: bool, for_s: float | None = None) -> T:
         try:
-            for attempt in self._retrying():
+            for attempt in self._retrying(for_s=for_s):
                 with attempt, self._session_scope(guarded=guarded) as session:
                     return work(session)
         except exc.SQLAlchemyError as error:
-            raise StorageError(f"database error: {error.__class__.__name__}: {error}") from error
+            if _is_disk_full(error):
+                raise DatabaseFull(
+                    f"database {self.name} is full: no space left on the disk under it; "
+                    f"writes fail until space is freed ({getattr(error, 'orig', error)})"
+                ) from error
+            raise StorageError(f"database {self.name} is unavailable: {error.__class__.__name__}: {error}") from error
         raise AssertionError("unreachable: tenacity re-raises")  # pragma: no cover
+
+    def read_only(self, work: Callable[[Session], T]) -> T:
+        """``transact`` for work that only reads: unfenced, retried for ``read_retry_for_s`` only."""
+        return self._transact(work, guarded=False, for_s=self._read_retry_for_s)
 
     @property
     def epoch(self) -> int | None:
@@ -164,6 +213,13 @@ class Database:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self.transact, work)
 
+    async def read(self, work: Callable[[Session], T]) -> T:
+        """``read_only`` on the reader threads: never queued behind a write."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._readers, self.read_only, work)
+
     def close(self) -> None:
         self._executor.shutdown(wait=True)
+        if self._readers is not self._executor:
+            self._readers.shutdown(wait=True)
         self.engine.dispose()

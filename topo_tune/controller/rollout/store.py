@@ -243,21 +243,21 @@ class RolloutStore:
                 raise NotFoundError(f"no rollout {rollout_id!r}")
             return _load(session, row)
 
-        return await self.db.run(read)
+        return await self.db.read(read)
 
     async def active(self) -> Snapshot | None:
         def read(session: Session) -> Snapshot | None:
             row = session.scalars(sa.select(RolloutRow).where(RolloutRow.phase.in_(ACTIVE_PHASES))).first()
             return _load(session, row) if row is not None else None
 
-        return await self.db.run(read)
+        return await self.db.read(read)
 
     async def recent(self, *, limit: int = 50) -> list[Rollout]:
         def read(session: Session) -> list[Rollout]:
             rows = session.scalars(sa.select(RolloutRow).order_by(RolloutRow.created_at.desc()).limit(limit))
             return [_rollout_from_row(r) for r in rows]
 
-        return await self.db.run(read)
+        return await self.db.read(read)
 
     async def stable(self) -> Rollout | None:
         """The last completed rollout: its version is the one the fleet runs when no rollout is active."""
@@ -270,7 +270,7 @@ class RolloutStore:
             ).first()
             return _rollout_from_row(row) if row is not None else None
 
-        return await self.db.run(read)
+        return await self.db.read(read)
 
     async def stable_version(self) -> str:
         """The version the fleet runs when no rollout is active: the last completed rollout's ("" if none)."""
@@ -303,7 +303,7 @@ class RolloutStore:
         return await self.db.run(write)
 
     async def gate(self, rollout_id: str, *, wave: int, attempt: int) -> Verdict | None:
-        row = await self.db.run(lambda session: session.get(GateResultRow, (rollout_id, wave, attempt)))
+        row = await self.db.read(lambda session: session.get(GateResultRow, (rollout_id, wave, attempt)))
         return _verdict_from_json(row.verdict) if row is not None else None
 
     async def gates(self, rollout_id: str) -> list[GateRecord]:
@@ -324,7 +324,7 @@ class RolloutStore:
                 for r in rows
             ]
 
-        return await self.db.run(read)
+        return await self.db.read(read)
 
     async def history(self, rollout_id: str) -> list[AuditRecord]:
         def read(session: Session) -> list[AuditRecord]:
@@ -335,7 +335,7 @@ class RolloutStore:
             )
             return [AuditRecord(r.revision, r.at, r.subject, r.before, r.after, r.actor, r.message) for r in rows]
 
-        return await self.db.run(read)
+        return await self.db.read(read)
 
     async def prune_pins(self, *, older_than: datetime) -> int:
         """Forget pins made before ``older_than`` (jobs that old have ended); returns how many."""
@@ -347,7 +347,7 @@ class RolloutStore:
         return await self.db.run(write)
 
     async def get_pin(self, job_id: str) -> JobPin | None:
-        row = await self.db.run(lambda session: session.get(JobPinRow, job_id))
+        row = await self.db.read(lambda session: session.get(JobPinRow, job_id))
         return JobPin(row.job_id, row.config_version, tuple(row.nodes)) if row is not None else None
 
     async def pin(self, pin: JobPin, *, rollout_id: str) -> JobPin:
