@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from topo_tune.cluster_config import RolloutThresholdsConfig
+from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.config_checks import overridden
-from topo_tune.controller.rollout.gates import Outcome, Sample, judge, sign_flip_p
+from topo_tune.controller.rollout.gates import Outcome, Sample, check_reachable, judge, sign_flip_p
 from topo_tune.errors import ValidationError
 
 
@@ -93,6 +93,24 @@ def test_too_few_pairs_can_never_pass() -> None:
     verdict = judge(ab(change=-0.5, pairs=6), RolloutThresholdsConfig())
     assert verdict.outcome is Outcome.INCONCLUSIVE
     assert "at least 7" in verdict.reasons[0]
+
+
+def test_a_verdict_short_of_pairs_counts_the_pairs_that_ran_of_the_repeats_asked_for() -> None:
+    samples = [s for s in ab(change=-0.5, pairs=8) if not (s.repeat >= 2 and s.arm == "new")]  # 6 repeats failed
+    verdict = judge(samples, RolloutThresholdsConfig(), repeats=8)
+    assert verdict.pairs == 2
+    assert verdict.reasons[0] == (
+        "2 usable A/B pairs of 8 A/B repeats run (a repeat whose benchmark failed gives none); "
+        "at least 7 are needed to reach p < 0.01"
+    )
+
+
+@pytest.mark.parametrize(("alpha", "least"), [(0.01, 7), (0.05, 5), (0.15, 3)])
+def test_a_gate_that_can_never_reach_alpha_is_refused_naming_the_minimum(alpha: float, least: int) -> None:
+    thresholds = RolloutThresholdsConfig(alpha=alpha)
+    with pytest.raises(ValidationError, match=rf"gate.repeats: {least - 1} A/B repeats can never .* at least {least}"):
+        check_reachable(RolloutGateConfig(repeats=least - 1), thresholds)
+    check_reachable(RolloutGateConfig(repeats=least), thresholds)
 
 
 def test_the_sign_flip_test_is_exact_and_calibrated() -> None:

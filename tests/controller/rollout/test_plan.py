@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from topo_tune.controller.rollout.plan import PlanPolicy, WaveKind, build_plan
+from topo_tune.controller.rollout.plan import NO_RACK, PlanPolicy, WaveKind, build_plan
 from topo_tune.errors import ValidationError
 
 
@@ -38,13 +38,20 @@ def test_a_canary_as_large_as_its_rack_takes_the_whole_rack() -> None:
     assert [w.racks for w in plan.waves] == [("rack-1",), ("rack-2",)]
 
 
-def test_nodes_without_a_rack_come_last_and_the_plan_is_rendered() -> None:
-    nodes = {**cluster(racks=2, per_rack=1), "loose": ""}
+def test_nodes_without_a_rack_in_a_cluster_of_racks_are_skipped_and_listed_with_why() -> None:
+    nodes = {**cluster(racks=2, per_rack=1), "loose-2": "", "loose-10": ""}
     plan = build_plan(nodes, PlanPolicy(canary_nodes=0))
-    assert plan.waves[-1].nodes == ("loose",)
+    assert [w.racks for w in plan.waves] == [("rack-1",), ("rack-2",)], "no wave of nodes without a rack"
+    assert plan.skipped == (("loose-2", NO_RACK), ("loose-10", NO_RACK))
     text = plan.render()
-    assert "(no rack)" in text and "3 waves, 3 nodes" in text
+    assert "2 waves, 2 nodes" in text and "skipped loose-2: no rack, in a cluster of racks" in text
     assert build_plan(dict(reversed(nodes.items())), PlanPolicy(canary_nodes=0)) == plan, "deterministic"
+
+
+def test_a_cluster_without_racks_is_one_rack() -> None:
+    plan = build_plan({"b": "", "a": ""}, PlanPolicy(canary_nodes=1))
+    assert [(w.kind.value, w.nodes) for w in plan.waves] == [("canary", ("a",)), ("racks", ("b",))]
+    assert plan.skipped == () and "(no rack)" in plan.render()
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from topo_tune.controller import names
 from topo_tune.controller.api import messages, validation
 from topo_tune.controller.api.status_codes import maps_errors
 from topo_tune.controller.rollout.engine import RolloutEngine
+from topo_tune.controller.rollout.gates import check_reachable
 from topo_tune.controller.rollout.job_pins import JobResolver
 from topo_tune.controller.rollout.plan import build_plan
 from topo_tune.controller.rollout.state import Snapshot
@@ -71,6 +72,7 @@ class RolloutServicerMixin:
         thresholds = overridden(
             self._rollouts.threshold_defaults, dict(request.thresholds), where="thresholds", error=ValidationError
         )
+        check_reachable(policy.gate, thresholds)  # else every gate is inconclusive: refused before anything runs
         if request.files:
             version = ConfigVersion(dict(request.files), {"source": "admin"})
             if request.config_version and request.config_version != version.id:

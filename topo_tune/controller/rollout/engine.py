@@ -271,7 +271,8 @@ class RolloutEngine:
                 samples, failure = (), f"the verification benchmark could not run: {error}"
             lost = [n for n in wave.nodes if self.registry.state_of(n) in (None, NodeState.LOST)]
             reference = await self._reference_busbw(snapshot, wave_index)
-            verdict = judge(samples, rollout.thresholds, lost_nodes=lost, reference_busbw=reference)
+            repeats = 0 if failure or isinstance(self.verifier, NoVerifier) else rollout.policy.gate.repeats
+            verdict = judge(samples, rollout.thresholds, repeats=repeats, lost_nodes=lost, reference_busbw=reference)
             if failure:
                 verdict = dataclasses.replace(verdict, reasons=(failure, *verdict.reasons))
             await self.store.save_gate(rollout.id, wave=wave_index, attempt=attempt, verdict=verdict, samples=samples)

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from topo_tune.cluster_config import RolloutThresholdsConfig
+from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.errors import ValidationError
 
 _EXACT_MAX_PAIRS = 16
@@ -119,19 +119,36 @@ def _pairs(samples: Sequence[Sample]) -> list[tuple[Sample, Sample]]:
     return [(arms["new"], arms["previous"]) for _, arms in sorted(by_repeat.items()) if len(arms) == 2]
 
 
+def check_reachable(gate: RolloutGateConfig, thresholds: RolloutThresholdsConfig) -> None:
+    """``ValidationError`` when a gate of ``gate.repeats`` A/B repeats can never reach ``p < alpha``: every
+    wave would be inconclusive, so the rollout could never pass its canary."""
+    if gate.repeats < thresholds.min_pairs:
+        raise ValidationError(
+            "gate.repeats",
+            f"{gate.repeats} A/B repeats can never show p < {thresholds.alpha}: at least {thresholds.min_pairs} "
+            "are needed (the sign-flip test's smallest p with n pairs is 2^-n)",
+        )
+
+
 def judge(
     samples: Sequence[Sample],
     thresholds: RolloutThresholdsConfig,
     *,
+    repeats: int = 0,
     lost_nodes: Sequence[str] = (),
     reference_busbw: float = 0.0,
 ) -> Verdict:
-    """The gate's verdict on A/B samples, a reference bus bandwidth (0: none) and the wave's node health."""
+    """The gate's verdict on A/B samples, a reference bus bandwidth (0: none) and the wave's node health.
+
+    ``repeats``: how many A/B repeats were asked for (0: not known), so that a verdict short of pairs says
+    how many of them gave one."""
     pairs = _pairs(samples)
     lost = tuple(sorted(lost_nodes))
     if len(pairs) < thresholds.min_pairs:
+        ran = f" of {repeats} A/B repeats run" if repeats else ""
         reasons = [
-            f"{len(pairs)} A/B pairs; at least {thresholds.min_pairs} are needed to reach p < {thresholds.alpha}"
+            f"{len(pairs)} usable A/B pairs{ran} (a repeat whose benchmark failed gives none); "
+            f"at least {thresholds.min_pairs} are needed to reach p < {thresholds.alpha}"
         ]
         if lost:
             reasons.append(f"lost nodes: {', '.join(lost)}")

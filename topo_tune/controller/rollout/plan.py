@@ -2,7 +2,9 @@
 
 The first wave is a canary (``canary_nodes`` nodes of the first rack, or the whole rack ``canary_rack``);
 then the remaining nodes go rack by rack in natural rack order (``rack-2`` before ``rack-10``),
-``max_parallel_racks`` racks per wave. A node that is not in any rack forms the rack ``""``, planned last.
+``max_parallel_racks`` racks per wave. A node that is not in any rack, in a cluster that has racks, is
+skipped and listed with why: a wave of its own would gate a stray (often lost) node as if it were a rack.
+A cluster without any racks is one rack ``""``.
 The plan is deterministic (same nodes and policy, same waves), so a restarted controller that rebuilds it
 gets the same answer, and it is rendered as a table for the operator to read before it starts.
 
@@ -70,9 +72,14 @@ class Wave:
     nodes: tuple[str, ...]
 
 
+NO_RACK = "no rack, in a cluster of racks: give it one (--rack, cluster.yaml or the rack label) to include it"
+
+
 @dataclass(frozen=True)
 class Plan:
     waves: tuple[Wave, ...]
+    skipped: tuple[tuple[str, str], ...] = ()
+    """(node, why) for each node the plan leaves out."""
 
     def wave_of(self) -> dict[str, int]:
         """Node name → index of its wave."""
@@ -86,6 +93,7 @@ class Plan:
             lines.append(f"{wave.index:>4}  {wave.kind.value:<6}  {len(wave.nodes):>5}  {racks}")
         total = sum(len(w.nodes) for w in self.waves)
         lines.append(f"{len(self.waves)} waves, {total} nodes")
+        lines.extend(f"skipped {node}: {why}" for node, why in self.skipped)
         return "\n".join(lines)
 
 
@@ -102,6 +110,9 @@ def build_plan(rack_of: Mapping[str, str], policy: PlanPolicy) -> Plan:
     by_rack: dict[str, list[str]] = {}
     for node, rack in rack_of.items():
         by_rack.setdefault(rack, []).append(node)
+    skipped: tuple[tuple[str, str], ...] = ()
+    if "" in by_rack and len(by_rack) > 1:
+        skipped = tuple((node, NO_RACK) for node in sorted(by_rack.pop(""), key=natural_key))
     racks = sorted(by_rack, key=natural_key)
     for rack in racks:
         by_rack[rack].sort(key=natural_key)
@@ -125,4 +136,4 @@ def build_plan(rack_of: Mapping[str, str], policy: PlanPolicy) -> Plan:
         group = tuple(racks[start : start + policy.max_parallel_racks])
         nodes = tuple(node for rack in group for node in by_rack[rack])
         waves.append(Wave(len(waves), WaveKind.RACKS, group, nodes))
-    return Plan(tuple(waves))
+    return Plan(tuple(waves), skipped)

@@ -171,9 +171,11 @@ def new_snapshot(
     )
     waves = tuple(WaveState(w.index, w.kind, w.racks, w.nodes) for w in plan.waves)
     nodes = {node: NodeRollout(wave.index) for wave in plan.waves for node in wave.nodes}
-    entry = AuditEntry(
-        "rollout", "", RolloutPhase.PENDING, created_by, f"{previous_version or 'defaults'} → {config_version}"
-    )
+    message = f"{previous_version or 'defaults'} → {config_version}"
+    if plan.skipped:  # kept in the history: the plan's waves do not name what they leave out
+        message += "; " + "; ".join(f"skipped {node}: {why}" for node, why in plan.skipped[:20])
+        message += f" (and {len(plan.skipped) - 20} more)" if len(plan.skipped) > 20 else ""
+    entry = AuditEntry("rollout", "", RolloutPhase.PENDING, created_by, message)
     return Step(Snapshot(rollout, waves, nodes), (entry,))
 
 
