@@ -169,6 +169,33 @@ class WorkloadConfig(_Section):
         description="collective -> weight, e.g. {all_reduce: 3, all_gather: 1}",
     )
     buckets: dict[str, float] = Field(default_factory=dict, description="size bucket -> weight (default 1 each)")
+    weights: dict[str, dict[str, float]] | None = Field(
+        default=None,
+        description="collective -> size bucket -> weight, each (collective, bucket) on its own (as `topo-tune "
+        "workload import` writes it: its share of the job's collective time); a bucket it does not name weighs 0. "
+        "Replaces collectives and buckets, which must then be left out",
+    )
+    source: str | None = Field(default=None, description="where the weights came from, shown in the report")
+    collective_time_us: float | None = Field(
+        default=None,
+        gt=0,
+        description="the job's collective time per rank (us) over what was imported, in the weights' baseline: "
+        "the report predicts how much of it the tuned config saves",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _matrix(cls, data: Any) -> Any:
+        """With ``weights``, ``collectives`` is derived (each row's sum): the rest of the tuner reads it as before."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("weights"), Mapping):
+            return data
+        rows = {c: row for c, row in data["weights"].items() if isinstance(row, Mapping)}
+        derived = {c: float(sum(v for v in row.values() if isinstance(v, int | float))) for c, row in rows.items()}
+        if data.get("buckets"):
+            raise ValueError("weights replaces buckets: leave buckets out")
+        if "collectives" in data and dict(data["collectives"]) != derived:
+            raise ValueError("weights replaces collectives: leave collectives out")
+        return {**data, "collectives": derived}
 
 
 class SearchConfig(_Section):

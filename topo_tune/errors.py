@@ -29,7 +29,7 @@
     │   RecordError (plugin record line), TunerTableError (tuner table line), CpuListError (sysfs cpulist),
     │   YamlLimitError (YAML over a bound), PathError (a cluster.yaml check across fields),
     │   ClusterModelError (node/rack description), NcclXmlError (NCCL topology file),
-    │   RingOrderError (ring problem matrices)
+    │   RingOrderError (ring problem matrices), WorkloadFileError (a trace, log or record to import)
     ├── the agent: LauncherBusy, JobCancelled (benchmark launcher; also ``RuntimeError``),
     │   SessionRefused (the controller did not register the agent), NvmlCallError (one NVML call failed)
     ├── tuning: TrialFailed (one trial's benchmark), StudyError (a study cannot go on), StudyCancelled
@@ -234,6 +234,15 @@ class PathError(TopoTuneError, ValueError):
 
 class YamlLimitError(TopoTuneError, ValueError):
     """The text exceeds one of the bounds; the message is one line."""
+
+
+class WorkloadFileError(TopoTuneError, ValueError):
+    """A workload file (trace, NCCL Inspector log, plugin record) that cannot be imported; names the file."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        super().__init__(f"{source}: {reason}")
+        self.source = source
+        self.reason = reason
 
 
 class ClusterModelError(TopoTuneError, ValueError):

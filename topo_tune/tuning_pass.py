@@ -22,7 +22,7 @@ from pathlib import Path
 from topo_tune.admin_port import AdminPort
 from topo_tune.benchmark.probe_record import ProbeRequest, ProbeRound, ProbeStatus
 from topo_tune.benchmark.sweep import size_ladder
-from topo_tune.cluster_config import ClusterConfig
+from topo_tune.cluster_config import ClusterConfig, WorkloadConfig
 from topo_tune.errors import ConfigError, PassError
 from topo_tune.job_evaluator import JobEvaluator
 from topo_tune.node_record import NodeInfo, NodeState
@@ -228,6 +228,12 @@ class StudyPlan:
     candidates: tuple[Candidate, ...]
 
 
+def workload_profile(workload: WorkloadConfig) -> WorkloadProfile:
+    """The tuner's profile of cluster.yaml's ``workload``: per-(collective, bucket) weights when it has them."""
+    matrix = None if workload.weights is None else {c: dict(row) for c, row in workload.weights.items()}
+    return WorkloadProfile(dict(workload.collectives), dict(workload.buckets), matrix)
+
+
 def plan_study(
     cluster: ClusterConfig,
     *,
@@ -264,7 +270,7 @@ def plan_study(
         site_fixed=cluster.site_fixed,
         knobs=cluster.search.knobs,
     )
-    objective = Objective(WorkloadProfile(dict(cluster.workload.collectives), dict(cluster.workload.buckets)))
+    objective = Objective(workload_profile(cluster.workload))
     search = cluster.search
     ladder = size_ladder(search.min_bytes, search.max_bytes, search.step_factor)
     settings = StudySettings(

@@ -188,10 +188,9 @@ def test_a_marginal_bucket_decided_at_a_later_look_reports_that_look() -> None:
 def test_a_bucket_the_workload_weighs_zero_does_not_block_the_choice() -> None:
     model = Model({"trade": {**ALL_FASTER, "0-1K": 0.5}})
     [proof], _ = prove(model, ["trade"], buckets={"0-1K": 0.0})
-    small = next(b for b in proof.buckets if b.bucket.name == "0-1K")
-    assert small.decision is Decision.SLOWER and small.weight == 0.0
     assert proof.promoted, "only weighted buckets must be shown safe"
-    assert all(b.bucket.name != "0-1K" for b in proof.weighted)
+    assert all(b.bucket.name != "0-1K" for b in proof.buckets), "an unweighted bucket is not tested at all"
+    assert all(b.weight > 0 for b in proof.buckets)
 
 
 def test_all_safe_but_none_faster_is_not_chosen_and_not_measured_on() -> None:
@@ -228,7 +227,7 @@ def test_more_pairs_are_needed_at_min_effect_and_max_loss_from_the_settings() ->
     # A 6% gain is "faster" at the default 3% minimum effect, not at 10%.
     model = Model({"gain": {b.name: 1.06 for b in DEFAULT_BUCKETS}}, noise=0.002)
     [default], _ = prove(model, ["gain"])
-    [strict], _ = prove(Model(model.speedups, noise=0.002), ["gain"], min_effect=0.10)
+    [strict], _ = prove(Model(model.speedups, noise=0.010), ["gain"], min_effect=0.10)
     assert all(b.decision is Decision.FASTER for b in default.buckets)
     assert all(b.decision is Decision.NO_DIFFERENCE for b in strict.buckets)
     assert strict.buckets[0].comparison.p_margin > 0.5 > default.buckets[0].comparison.p_margin
@@ -237,7 +236,7 @@ def test_more_pairs_are_needed_at_min_effect_and_max_loss_from_the_settings() ->
     [loose], _ = prove(model, ["mixed"], max_loss=0.10)
     small = next(b for b in loose.buckets if b.bucket.name == "0-1K")
     assert small.decision.safe and small.decided_at == 4
-    assert not prove(Model(model.speedups, noise=0.004), ["mixed"])[0][0].promoted, "at 2% it is not safe"
+    assert not prove(Model(model.speedups, noise=0.010), ["mixed"])[0][0].promoted, "at 2% it is not safe"
 
 
 def test_a_finalist_never_measured_has_too_few_pairs_and_two_pairs_are_enough() -> None:
@@ -344,11 +343,11 @@ def test_all_safe_with_a_gain_still_to_show_gets_more_looks() -> None:
     assert all(b.decision.safe for b in proof.buckets)
     # Only the large bucket weighed: safe at the first look, the gain not shown yet, but measured beyond 3%.
     only_large = {"0-1K": 0.0, "1K-64K": 0.0, "64K-1M": 0.0, "1M-16M": 0.0}
-    model = Model({"gain": {"16M-4G": 1.045}}, noise=0.004)
+    model = Model({"gain": {"16M-4G": 1.045}}, noise=0.010)
     [first], _ = prove(model, ["gain"], pairs=4, max_pairs=4, buckets=only_large)
     [big] = first.weighted
     assert big.decision is Decision.NO_DIFFERENCE and big.comparison.speedup > 1.03, "the case this is about"
-    [proof], _ = prove(Model(model.speedups, noise=0.004), ["gain"], pairs=4, max_pairs=30, buckets=only_large)
+    [proof], _ = prove(Model(model.speedups, noise=0.010), ["gain"], pairs=4, max_pairs=30, buckets=only_large)
     assert proof.weighted[0].comparison.pairs > 4
     # ... while a measured gain below the minimum effect stops at the first look.
     flat = Model({"flat": {"16M-4G": 1.01}}, noise=0.004)

@@ -149,6 +149,8 @@ class WorkloadProfile:
 
     collectives: Mapping[str, float]
     buckets: Mapping[str, float] = field(default_factory=dict)
+    matrix: Mapping[str, Mapping[str, float]] | None = None
+    """Per (collective, bucket) weights (``workload.weights``); a pair it does not name weighs 0."""
 
     def __post_init__(self) -> None:
         if not self.collectives:
@@ -163,12 +165,31 @@ class WorkloadProfile:
             _check_weight(f"workload.buckets.{name}", weight)
         if sum(self.collectives.values()) <= 0:
             raise ConfigError("workload.collectives", "the weights must not all be zero")
+        if self.matrix is not None:
+            for name, row in self.matrix.items():
+                if name not in COLLECTIVES:
+                    raise ConfigError(
+                        f"workload.weights.{name}", f"unknown collective; known: {', '.join(COLLECTIVES)}"
+                    )
+                for bucket, weight in row.items():
+                    _check_weight(f"workload.weights.{name}.{bucket}", weight)
+            object.__setattr__(
+                self, "matrix", MappingProxyType({c: MappingProxyType(dict(r)) for c, r in self.matrix.items()})
+            )
         object.__setattr__(self, "collectives", MappingProxyType(dict(self.collectives)))
         object.__setattr__(self, "buckets", MappingProxyType(dict(self.buckets)))
 
     def weight(self, collective: str, bucket: str) -> float:
-        """The weight of one (collective, bucket); a bucket the profile does not name weighs 1."""
+        """The weight of one (collective, bucket): from ``matrix`` when given (unnamed: 0), else the product of
+        the collective's weight and the bucket's (a bucket the profile does not name weighs 1)."""
+        if self.matrix is not None:
+            return self.matrix.get(collective, {}).get(bucket, 0.0)
         return self.collectives.get(collective, 0.0) * self.buckets.get(bucket, 1.0)
+
+    @property
+    def bucket_names(self) -> set[str]:
+        """Every bucket the profile names."""
+        return set(self.buckets) | {b for row in (self.matrix or {}).values() for b in row}
 
 
 def _check_weight(path: str, weight: float) -> None:
@@ -203,9 +224,10 @@ class Objective:
         names = [b.name for b in self.buckets]
         if len(set(names)) != len(names):
             raise ConfigError("buckets", f"bucket names must be unique, got {names}")
-        unknown = sorted(set(self.profile.buckets) - set(names))
+        unknown = sorted(self.profile.bucket_names - set(names))
         if unknown:
-            raise ConfigError(f"workload.buckets.{unknown[0]}", f"no such bucket; buckets: {', '.join(names)}")
+            where = "buckets" if unknown[0] in self.profile.buckets else "weights.*"
+            raise ConfigError(f"workload.{where}.{unknown[0]}", f"no such bucket; buckets: {', '.join(names)}")
 
     @property
     def collectives(self) -> tuple[str, ...]:
@@ -290,6 +312,10 @@ class Objective:
         count = min(count, len(groups))
         per = len(groups) / count
         return [tuple(s for g in groups[round(i * per) : round((i + 1) * per)] for s in g) for i in range(count)]
+
+    def weighted_sizes(self, ladder: Iterable[int]) -> tuple[int, ...]:
+        """The sizes of ``ladder`` in a bucket some collective weighs above 0, ascending."""
+        return tuple(s for s in sorted(set(ladder)) if self._weighted(s))
 
     def _weighted(self, size: int) -> bool:
         bucket = self.bucket_of(size)

@@ -330,7 +330,9 @@ class Prover:
             (collective, bucket)
             for collective in self.objective.collectives
             for bucket in self.objective.buckets
+            # A bucket the workload weighs 0 is neither measured nor tested: it would only dilute the others' alpha.
             if any(bucket.holds(s) for s in self.settings.sizes)
+            and self.objective.profile.weight(collective, bucket.name) > 0
         ]
 
     def _raw(

@@ -409,7 +409,8 @@ class TunerStudy(BaselineTrials, StaleTrials, TableTrials):
         st = self.settings
         return Prover(
             ProofSettings(
-                sizes=tuple(sorted(set(st.ladder))),
+                # Proof pairs measure only what the workload weighs (a trace's unused sizes cost no pair time).
+                sizes=self.objective.weighted_sizes(st.ladder),
                 pairs=st.proof_pairs,
                 max_pairs=st.proof_pairs_max,
                 alpha=st.alpha,

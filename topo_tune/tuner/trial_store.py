@@ -104,6 +104,12 @@ def measured_key(ladder: Sequence[int], objective: Objective) -> str:
             "sizes": sorted(set(ladder)),
             "collectives": {c: float(profile.collectives[c]) for c in objective.collectives},
             "buckets": {b: float(w) for b, w in sorted(profile.buckets.items())},
+            # Only when set, so that the key of every study stored before per-bucket weights stays the same.
+            **(
+                {"weights": {c: {b: float(w) for b, w in sorted(r.items())} for c, r in sorted(profile.matrix.items())}}
+                if profile.matrix is not None
+                else {}
+            ),
         },
         separators=(",", ":"),
     )
