@@ -24,12 +24,12 @@ import tempfile
 from pathlib import Path
 
 from topo_tune.agent.bench.benchmark_executor import BenchmarkExecutor
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import rank_result_from_proto, spec_to_proto
 from topo_tune.controller.benchmarks.plan import JobNode, aggregate, plan_job
+from topo_tune.nccl.collectives import Collective
 from topo_tune.v1 import agent_pb2
 
 HERE = Path(__file__).resolve().parent

@@ -17,7 +17,8 @@ import torch.distributed as dist
 
 from topo_tune.agent.bench.collective_ops import make_buffers, op_for
 from topo_tune.agent.bench.worker import _timed_loop
-from topo_tune.benchmark.collectives import Collective, bandwidth, shape
+from topo_tune.benchmark.collectives import bandwidth, shape
+from topo_tune.nccl.collectives import Collective
 
 
 def measure(size: int, *, rank: int, world: int, iters: int, blocks: int) -> dict[str, list[float]]:

@@ -32,7 +32,7 @@ import torch
 
 from topo_tune.agent.bench.benchmark_executor import BenchmarkExecutor
 from topo_tune.agent.bench.launcher import BASE_ENV
-from topo_tune.benchmark.collectives import Collective, bandwidth, shape
+from topo_tune.benchmark.collectives import bandwidth, shape
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.benchmark.job_spec import BenchmarkSpec
@@ -41,6 +41,7 @@ from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.table import TableContext, render_table
 from topo_tune.benchmark.wire import rank_result_from_proto, spec_to_proto
 from topo_tune.controller.benchmarks.plan import JobNode, aggregate, plan_job
+from topo_tune.nccl.collectives import Collective
 from topo_tune.v1 import agent_pb2
 
 # NVLink multicast stays off on shared hosts (NVLS can take a host's GPUs out of service).

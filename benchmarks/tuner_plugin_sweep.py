@@ -22,9 +22,9 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.nccl_harness_vs_bare import ENV, harness
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.benchmark.sweep import SizeSweep
+from topo_tune.nccl.collectives import Collective
 from topo_tune.plugin import build_plugin, plugin_env
 
 SWEEP = SizeSweep(512, 512 << 20, 4)

@@ -9,10 +9,10 @@ import pytest
 
 from topo_tune.benchmark.env_policy import VARIABLES, EnvPolicy
 from topo_tune.errors import EnvPolicyError, SimInputError
-from topo_tune.knobs import catalogue
-from topo_tune.knobs.catalogue import CATALOGUE, Dimension, Role, Variable
-from topo_tune.knobs.docs_table import render
-from topo_tune.knobs.value_types import Int
+from topo_tune.nccl import variables as catalogue
+from topo_tune.nccl.docs_table import render
+from topo_tune.nccl.value_types import Int
+from topo_tune.nccl.variables import CATALOGUE, Dimension, Role, Variable
 from topo_tune.sim.knobs import MODELLED_VARIABLES, parse_env
 from topo_tune.tuner.space import FORBIDDEN, SITE_FIXED_KEYS, Fabric, RankOrder, SearchSpace
 

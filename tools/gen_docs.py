@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from topo_tune.knobs import catalogue
-from topo_tune.knobs.docs_table import render
+from topo_tune.nccl import variables as catalogue
+from topo_tune.nccl.docs_table import render
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = {ROOT / "docs" / "nccl-variables.md": lambda: render(catalogue.CATALOGUE)}

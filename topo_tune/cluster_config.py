@@ -198,6 +198,14 @@ class WorkloadConfig(_Section):
         return {**data, "collectives": derived}
 
 
+PROOF_ALPHA: Final = 0.01
+"""The proof's significance level per finalist (one definition: statistics and the schema read it here)."""
+PROOF_MIN_EFFECT: Final = 0.03
+"""The smallest gain worth promoting (``search.minEffect``)."""
+PROOF_MAX_LOSS: Final = 0.02
+"""The largest loss a promoted config may have in any weighted bucket (``search.maxLoss``)."""
+
+
 class SearchConfig(_Section):
     """How `topo-tune init` searches and proves."""
 
@@ -222,9 +230,9 @@ class SearchConfig(_Section):
         description="pairs a finalist may get in all, in looks of proofPairs, while a weighted bucket is neither "
         "shown safe nor shown slower (below proofPairs: one look of proofPairs)",
     )
-    min_effect: float = Field(default=0.03, ge=0, lt=1, description="smallest gain worth promoting")
+    min_effect: float = Field(default=PROOF_MIN_EFFECT, ge=0, lt=1, description="smallest gain worth promoting")
     max_loss: float = Field(
-        default=0.02,
+        default=PROOF_MAX_LOSS,
         ge=0,
         lt=1,
         description="largest loss a promoted config may have in any weighted bucket: each one's lower confidence "

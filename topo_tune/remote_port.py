@@ -10,7 +10,7 @@ from datetime import UTC
 
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobId, JobStatus, SizeRange
 from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound, ProbeStatus
-from topo_tune.benchmark.wire import COLLECTIVE_FROM_PROTO, COLLECTIVE_TO_PROTO, size_from_proto
+from topo_tune.benchmark.wire import COLLECTIVE_TO_PROTO, collective_from_proto, size_from_proto
 from topo_tune.client import PROBE_SAMPLING, AdminClient
 from topo_tune.node_record import ClusterTopology, NodeInfo, NodeState
 from topo_tune.v1 import admin_pb2, agent_pb2
@@ -52,7 +52,7 @@ def benchmark_job_from_proto(job: admin_pb2.BenchmarkJob) -> BenchmarkJob:
         job_id=JobId(job.job_id),
         status=JOB_STATUS_FROM_WIRE[job.status],
         message=job.message,
-        collective=COLLECTIVE_FROM_PROTO[job.collective],
+        collective=collective_from_proto(job.collective, field="job.collective"),
         nodes=tuple(job.nodes),
         world_size=job.world_size,
         dtype=job.dtype,

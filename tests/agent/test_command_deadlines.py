@@ -18,11 +18,11 @@ from tests.support.processes import free_port
 from tests.support.waiting import async_wait_until
 from topo_tune.agent.command_executor import CommandExecutor
 from topo_tune.agent.journal import Journal
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import spec_to_proto
 from topo_tune.controller.benchmarks.plan import JobNode, plan_job
+from topo_tune.nccl.collectives import Collective
 from topo_tune.v1 import agent_pb2
 
 

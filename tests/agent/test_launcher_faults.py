@@ -17,11 +17,11 @@ from pathlib import Path
 from tests.support.processes import process_gone
 from tests.support.waiting import wait_until
 from topo_tune.agent.bench.launcher import Launcher
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
 from topo_tune.benchmark.results import RankOutcome
 from topo_tune.benchmark.sweep import SizeSweep
+from topo_tune.nccl.collectives import Collective
 
 # Stands in for ``python -E -s -c BOOTSTRAP CONFIG``: reads the config the launcher wrote, then acts on
 # the behaviour file the test names (rank -> what to do).

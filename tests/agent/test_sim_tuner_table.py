@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from topo_tune.agent.sim_backend import run_simulated
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import spec_to_proto
 from topo_tune.controller.benchmarks.plan import JobNode, plan_job
+from topo_tune.nccl.collectives import Collective
 from topo_tune.sim import simulate
 from topo_tune.sim.node_topology import simulated_node_topology
 from topo_tune.sim.topology_import import cluster_from_topologies

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.results import SizeMeasurement
 from topo_tune.benchmark.table import TableContext, format_float, render_table
+from topo_tune.nccl.collectives import Collective
 
 
 def _c_get_float_str(value: float, width: int) -> str:

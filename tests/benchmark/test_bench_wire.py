@@ -8,7 +8,6 @@ import pytest
 
 from topo_tune.agent.bench.benchmark_executor import BenchmarkExecutor, probe_specs
 from topo_tune.agent.bench.worker_config import WorkerConfig, WorkerFault
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.benchmark.job_spec import MAX_DEADLINE_S, BenchmarkSpec, RankSlot
@@ -20,6 +19,7 @@ from topo_tune.benchmark.wire import (
     spec_from_proto,
     spec_to_proto,
 )
+from topo_tune.nccl.collectives import Collective
 from topo_tune.v1 import agent_pb2
 
 

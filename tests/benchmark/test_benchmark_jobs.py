@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.results import NcclChoice, RankResult, SizeMeasurement
 from topo_tune.benchmark.sweep import SizeSweep
@@ -24,6 +23,7 @@ from topo_tune.controller.benchmarks.plan import (
     summarize,
 )
 from topo_tune.errors import SpecError
+from topo_tune.nccl.collectives import Collective
 from topo_tune.v1 import agent_pb2
 
 NODES = (JobNode("b", "10.0.0.2", 8), JobNode("a", "10.0.0.1", 8), JobNode("c", "10.0.0.3", 4))

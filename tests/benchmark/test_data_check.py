@@ -16,8 +16,9 @@ from topo_tune.agent.bench.collective_ops import (
     placement_supported,
     wrong_elements,
 )
-from topo_tune.benchmark.collectives import Collective, shape
+from topo_tune.benchmark.collectives import shape
 from topo_tune.benchmark.dtypes import dtype_named
+from topo_tune.nccl.collectives import Collective
 
 WORLD = 3
 CPU = torch.device("cpu")

@@ -9,12 +9,12 @@ import pytest
 
 from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
 from topo_tune.agent.bench.worker import with_choices
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
 from topo_tune.benchmark.results import NcclChoice, SizeMeasurement
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.errors import PluginBuildError
+from topo_tune.nccl.collectives import Collective
 from topo_tune.plugin import PLUGIN_ENV, TABLE_ENV, BuiltPlugin, parse_tuner_table
 
 MIB = 1 << 20

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from topo_tune.benchmark.collectives import Collective, bandwidth, bus_factor, shape
+from topo_tune.benchmark.collectives import bandwidth, bus_factor, shape
 from topo_tune.benchmark.iteration_stats import IterationStats
 from topo_tune.benchmark.sweep import MAX_BYTES_LIMIT, SizeSweep, size_ladder
 from topo_tune.errors import SweepError
+from topo_tune.nccl.collectives import Collective
 
 
 def test_sweep_walks_like_nccl_tests_b_e_f() -> None:

@@ -14,7 +14,6 @@ import pytest
 from tests.benchmark.test_gloo_jobs import _free_port, _on_nodes
 from topo_tune.agent.bench.benchmark_executor import BenchmarkExecutor
 from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.benchmark.job_spec import BenchmarkSpec
@@ -22,6 +21,7 @@ from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import rank_result_from_proto, spec_to_proto
 from topo_tune.controller.benchmarks.plan import JobNode, plan_job
 from topo_tune.errors import SpecError
+from topo_tune.nccl.collectives import Collective
 from topo_tune.plugin import LIBRARY_FILE, build_plugin
 from topo_tune.v1 import agent_pb2
 

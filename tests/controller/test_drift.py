@@ -20,7 +20,6 @@ import sqlalchemy as sa
 
 from tests.controller.rollout.fleet import V1, V2, Clock, ControllerParts, SimFleet, SimVerifier, racks
 from tests.support.waiting import async_wait_until
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.job_record import BenchmarkJob, JobId, JobStatus, SizeRange
 from topo_tune.benchmark.results import SizeMeasurement
 from topo_tune.cluster_config import DriftConfig, RolloutGateConfig, RolloutThresholdsConfig, parse_cluster_config
@@ -32,6 +31,7 @@ from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase
 from topo_tune.controller.study_records import Study, StudyId, StudyRequest, StudyStatus
 from topo_tune.errors import ConfigError, NodeBusy, NotFoundError, ValidationError
+from topo_tune.nccl.collectives import Collective
 from topo_tune.sim.node_topology import simulated_node_topology
 
 RACKS = racks(2, 3)

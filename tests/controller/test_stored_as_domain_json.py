@@ -12,7 +12,6 @@ import sqlalchemy as sa
 from alembic import command as alembic_command
 from alembic.config import Config as AlembicConfig
 
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.job_record import JobStatus
 from topo_tune.benchmark.results import NcclChoice
@@ -24,6 +23,7 @@ from topo_tune.controller.commands import CommandBook
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.study_records import StudyRequest
+from topo_tune.nccl.collectives import Collective
 from topo_tune.v1 import admin_pb2, agent_pb2
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)

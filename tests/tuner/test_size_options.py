@@ -8,8 +8,6 @@ from topo_tune.plugin.table import parse_tuner_table
 from topo_tune.tuner.objective import Measurements, Objective, SizeSample, WorkloadProfile
 from topo_tune.tuner.size_options import (
     MARGIN,
-    ROLE_COMPOSED,
-    ROLE_OPTION,
     Option,
     StoredTrial,
     bases,
@@ -19,6 +17,7 @@ from topo_tune.tuner.size_options import (
     options_for,
     plan_next,
 )
+from topo_tune.tuner.trial_store import TrialRole
 
 KIB, MIB = 1024, 1 << 20
 # Two sizes in each of three buckets: 64K-1M (tree-sized), 1M-16M and 16M-4G.
@@ -199,7 +198,7 @@ def test_the_plan_measures_each_option_once_then_composes_once_per_base() -> Non
     planned, pending = plan_next(trials, BASELINE, OBJECTIVE, nodes=NODES, ranks=RANKS)
 
     assert not pending
-    assert {p.role for p in planned} == {ROLE_OPTION}
+    assert {p.role for p in planned} == {TrialRole.OPTION}
     assert {p.base for p in planned} == {1, 0}, "the best configuration of each rank order"
     assert len({p.key for p in planned}) == len(planned)
     for p in planned:
@@ -220,12 +219,13 @@ def test_the_plan_measures_each_option_once_then_composes_once_per_base() -> Non
         done.append(trial(t.number, measured(times(scale)), role=p.role, key=p.key, table=p.table, order=t.rank_order))
     composed, pending = plan_next(trials + done, BASELINE, OBJECTIVE, nodes=NODES, ranks=RANKS)
     by_base = {c.base: c for c in composed}
-    assert ({c.role for c in composed}, sorted(by_base), pending) == ({ROLE_COMPOSED}, [0, 1], False)
+    assert ({c.role for c in composed}, sorted(by_base), pending) == ({TrialRole.PER_SIZE}, [0, 1], False)
     assert rows_of(by_base[0].table) == [("allreduce", 65537, MIB, "ring", "ll128", None)]
     ((collective, low, high, algorithm, protocol, _),) = rows_of(by_base[1].table)
     assert (collective, low, high) == ("allreduce", 65537, MIB), "the large bucket the racks order wins stays NCCL's"
     assert f"{algorithm}/{protocol}" in ALL
-    stored = [trial(40 + c.base, measured(times()), role=ROLE_COMPOSED, key=c.key, table=c.table) for c in composed]
+    role = TrialRole.PER_SIZE
+    stored = [trial(40 + c.base, measured(times()), role=role, key=c.key, table=c.table) for c in composed]
     assert plan_next([*trials, *done, *stored], BASELINE, OBJECTIVE, nodes=NODES, ranks=RANKS) == ((), False)
 
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from tests.support.processes import run_cli
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.cluster_config import load_cluster_config, loads_cluster_config
 from topo_tune.errors import ConfigError, WorkloadFileError
+from topo_tune.nccl.collectives import Collective
 from topo_tune.tuner.objective import Measurements, SizeSample
 from topo_tune.workload.calls import per_rank
 from topo_tune.workload.file_kinds import read_workload_file

@@ -15,47 +15,13 @@ Non-goals: running anything (see ``topo_tune.agent.bench``) or choosing sizes (`
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
-__all__ = ["Collective", "CollectiveShape", "bandwidth", "shape"]
+from topo_tune.nccl.collectives import Collective
+
+__all__ = ["CollectiveShape", "bandwidth", "bus_factor", "shape"]
 
 _ALIGN_BYTES = 16
-
-
-class Collective(enum.StrEnum):
-    """A benchmarked (or simulated) collective, named as nccl-tests names its binaries (``all_reduce_perf``...)."""
-
-    ALL_REDUCE = "all_reduce"
-    ALL_GATHER = "all_gather"
-    REDUCE_SCATTER = "reduce_scatter"
-    BROADCAST = "broadcast"
-    REDUCE = "reduce"
-    ALLTOALL = "alltoall"
-    SENDRECV = "sendrecv"
-
-    @property
-    def reduces(self) -> bool:
-        """Whether the collective applies a reduction (printed as ``sum``, else ``none``)."""
-        return self in (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.REDUCE)
-
-    @property
-    def root(self) -> int:
-        """The root rank nccl-tests uses (``-r 0``); ``-1`` for collectives without a root."""
-        return 0 if self in (Collective.BROADCAST, Collective.REDUCE) else -1
-
-    @property
-    def redop_name(self) -> str:
-        return "sum" if self.reduces else "none"
-
-    @property
-    def checks_in_place(self) -> bool:
-        """Whether an in-place run can be checked.
-
-        nccl-tests reports ``N/A`` for in-place alltoall (NCCL has none); topo-tune also skips
-        in-place sendrecv, where torch would send from and receive into one buffer at once.
-        """
-        return self not in (Collective.ALLTOALL, Collective.SENDRECV)
 
 
 @dataclass(frozen=True, slots=True)

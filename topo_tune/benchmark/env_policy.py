@@ -2,7 +2,7 @@
 
 The agent runs privileged on every GPU node, so a benchmark's environment must not become a way to
 run code, write files or hang the fabric there (architecture invariant 9). Every accepted name is a
-variable of the catalogue (``topo_tune/knobs/catalogue.py``) with the type of value it takes
+variable of the catalogue (``topo_tune/nccl/variables.py``) with the type of value it takes
 (``knobs/value_types.py``); a name not listed is refused with the reason, so a variable a future NCCL adds
 (one that loads a library, say ``NCCL_IBVERBS_LIB``) is refused until someone has read what it does and
 listed it. Knobs that hang or corrupt data beyond some values accept only the safe ones (NCCL_FACTS §1.3).
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from topo_tune.errors import EnvPolicyError, EnvViolation
-from topo_tune.knobs import catalogue
-from topo_tune.knobs.value_types import DECIMAL, InputFile, OutputFile, Plugin, ValueType
+from topo_tune.nccl import variables as catalogue
+from topo_tune.nccl.value_types import DECIMAL, InputFile, OutputFile, Plugin, ValueType
 
 __all__ = [
     "OUTPUT_DIR",

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NewType
 
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.results import SizeMeasurement
+from topo_tune.nccl.collectives import Collective
 
 __all__ = ["BenchmarkJob", "BenchmarkRequest", "JobId", "JobOutcome", "JobStatus", "SizeRange"]
 

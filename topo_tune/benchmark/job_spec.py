@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import DType, dtype_named
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.errors import SpecError, TunerTableError
+from topo_tune.nccl.collectives import Collective
 from topo_tune.plugin.job_env import PLUGIN_ENV, TABLE_ENV
 from topo_tune.plugin.table import parse_tuner_table
 

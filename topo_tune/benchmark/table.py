@@ -15,9 +15,9 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import DType
 from topo_tune.benchmark.results import SizeMeasurement
+from topo_tune.nccl.collectives import Collective
 
 __all__ = ["TableContext", "format_float", "render_table"]
 

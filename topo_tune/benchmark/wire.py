@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
 from topo_tune.benchmark.results import NcclChoice, RankOutcome, RankResult, RankStatus, SizeMeasurement
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.errors import SpecError
+from topo_tune.nccl.collectives import Collective
 from topo_tune.v1 import agent_pb2
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "COLLECTIVE_TO_PROTO",
     "choice_from_proto",
     "choice_to_proto",
+    "collective_from_proto",
     "node_result_to_proto",
     "rank_result_from_proto",
     "rank_result_to_proto",
@@ -44,6 +45,20 @@ COLLECTIVE_TO_PROTO: dict[Collective, agent_pb2.Collective.ValueType] = {
     Collective.SENDRECV: agent_pb2.COLLECTIVE_SENDRECV,
 }
 COLLECTIVE_FROM_PROTO = {v: k for k, v in COLLECTIVE_TO_PROTO.items()}
+if set(COLLECTIVE_TO_PROTO) != set(Collective) or set(COLLECTIVE_FROM_PROTO) != set(agent_pb2.Collective.values()) - {
+    agent_pb2.COLLECTIVE_UNSPECIFIED
+}:  # pragma: no cover - an import-time check that both mappings are total
+    raise RuntimeError("every Collective needs its wire value, and every wire value its Collective")
+
+
+def collective_from_proto(value: int, *, field: str = "collective") -> Collective:
+    """The collective a message names; ``SpecError`` naming the field for an unset or unknown value."""
+    collective = COLLECTIVE_FROM_PROTO.get(agent_pb2.Collective.ValueType(value))
+    if collective is None:
+        known = ", ".join(c.value for c in Collective)
+        raise SpecError(f"{field}: {value} is not a collective this topo-tune knows ({known})")
+    return collective
+
 
 _OUTCOME_TO_PROTO = {
     RankOutcome.FINISHED: agent_pb2.RANK_OUTCOME_FINISHED,
@@ -55,9 +70,7 @@ _OUTCOME_TO_PROTO = {
 
 def spec_from_proto(run: agent_pb2.RunBenchmark) -> BenchmarkSpec:
     """Validate a ``RunBenchmark``; raises ``ValueError`` subclasses naming the field."""
-    collective = COLLECTIVE_FROM_PROTO.get(run.collective)
-    if collective is None:
-        raise SpecError(f"collective {run.collective} is not a benchmarkable collective")
+    collective = collective_from_proto(run.collective)
     try:
         dtype = dtype_named(run.dtype or "float32")
     except ValueError as exc:

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import click
 
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.table import TableContext, render_table
-from topo_tune.benchmark.wire import COLLECTIVE_FROM_PROTO, COLLECTIVE_TO_PROTO, size_from_proto
+from topo_tune.benchmark.wire import COLLECTIVE_FROM_PROTO, COLLECTIVE_TO_PROTO, collective_from_proto, size_from_proto
 from topo_tune.cli.admin import admin, connected
 from topo_tune.cli.output import emit_data, emit_table, to_data
 from topo_tune.cli.progress import progress_lines
 from topo_tune.client import AdminClient
 from topo_tune.errors import ControllerError, TunerTableError
+from topo_tune.nccl.collectives import Collective
 from topo_tune.plugin.table import parse_tuner_table
 from topo_tune.v1 import admin_pb2, agent_pb2
 
@@ -66,7 +66,7 @@ class TunerTableFile(click.ParamType):  # type: ignore[type-arg]
 
 
 def _table(job: admin_pb2.BenchmarkJob) -> str:
-    collective = Collective(COLLECTIVE_FROM_PROTO[job.collective])
+    collective = collective_from_proto(job.collective, field="job.collective")
     rows = [size_from_proto(s) for s in job.sizes]
     sizes = sorted(r.bytes for r in rows) or [0]
     context = TableContext(

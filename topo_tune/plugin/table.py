@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from topo_tune.errors import TunerTableError
+from topo_tune.nccl.collectives import PLUGIN_COLLECTIVES
 
 __all__ = [
     "ALGORITHMS",
@@ -27,7 +28,7 @@ __all__ = [
     "parse_tuner_table",
 ]
 
-COLLECTIVES = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
+COLLECTIVES = PLUGIN_COLLECTIVES
 ALGORITHMS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
 PROTOCOLS = ("ll", "ll128", "simple")
 KEEP_NCCLS = "-1"

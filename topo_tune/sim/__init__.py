@@ -8,8 +8,9 @@ calibration sources are described in ``docs/sim.md``.
 Pure: no gRPC, no hardware, no I/O. Non-goal: predicting a specific cluster to the percent.
 """
 
-from topo_tune.benchmark.collectives import Collective, bus_factor
+from topo_tune.benchmark.collectives import bus_factor
 from topo_tune.errors import SimInputError
+from topo_tune.nccl.collectives import Collective
 from topo_tune.sim.cluster import (
     Cluster,
     FabricKind,

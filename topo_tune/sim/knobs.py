@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from topo_tune.errors import SimInputError
-from topo_tune.knobs.catalogue import CATALOGUE
+from topo_tune.nccl.variables import CATALOGUE
 
 _E = TypeVar("_E", bound=enum.Enum)
 

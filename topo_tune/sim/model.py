@@ -29,8 +29,8 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.errors import SimInputError
+from topo_tune.nccl.collectives import Collective
 from topo_tune.sim.cluster import GpuProfile
 from topo_tune.sim.knobs import MAX_THREADS, Algorithm, NcclKnobs, Protocol
 from topo_tune.sim.network import NetView
@@ -107,7 +107,7 @@ def run(plan: Plan, collective: Collective, size: int) -> Choice:
     """NCCL's choice for ``size`` bytes and its true time."""
     if plan.nranks == 1:
         return Choice(plan.profile.launch_overhead_us + 2.0, _RING, _SIMPLE, 1)
-    if collective in (Collective.ALLTOALL, Collective.SENDRECV):
+    if collective.point_to_point:
         return _p2p(plan, collective, size)
     best: tuple[float, Algorithm, Protocol] | None = None
     candidates = plan.candidates.get(collective)
@@ -224,8 +224,10 @@ def _time(
         nsteps, inter_steps, link_bytes = 2 * (nranks - 1), 2 * (n - 1), 2.0 * (nranks - 1) / nranks * size
     elif collective in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER):
         nsteps, inter_steps, link_bytes = nranks - 1, n - 1, (nranks - 1) / nranks * size
-    else:  # broadcast / reduce: a pipelined chain through every rank
+    elif collective in (Collective.BROADCAST, Collective.REDUCE):  # a pipelined chain through every rank
         nsteps, inter_steps, link_bytes = nranks - 1, n - 1, float(size)
+    else:  # point-to-point is priced by _p2p; a collective added to the enum must be modelled here first
+        raise SimInputError("collective", f"the model has no algorithm for {collective.value}")
     latency += (nsteps - inter_steps) * hw_intra + inter_steps * (hw_net + hop_lat)
     if collective in (Collective.BROADCAST, Collective.REDUCE):
         step = _pipeline_step(step_nominal, size / nc, nranks - 1, proto)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.errors import SimInputError
+from topo_tune.nccl.collectives import Collective
 from topo_tune.sim.cluster import Cluster, FabricKind, GpuProfile, Transport
 from topo_tune.sim.knobs import MAX_CHANNELS, MAX_THREADS, Algorithm, NcclKnobs, Protocol
 from topo_tune.sim.network import NetView, net_view

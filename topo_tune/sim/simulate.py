@@ -20,8 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from topo_tune.benchmark.collectives import Collective, bus_factor
+from topo_tune.benchmark.collectives import bus_factor
 from topo_tune.errors import SimInputError
+from topo_tune.nccl.collectives import Collective
 from topo_tune.sim.cluster import Cluster
 from topo_tune.sim.knobs import parse_env
 from topo_tune.sim.model import offered, run

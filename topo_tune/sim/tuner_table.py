@@ -37,14 +37,6 @@ _NCCL_ALGO = {
     "pat": "PAT",
 }
 _NCCL_PROTO = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}
-# nccl-tests' names -> the plugin's; point-to-point never reaches a tuner.
-_PLUGIN_COLLECTIVE = {
-    "all_reduce": "allreduce",
-    "all_gather": "allgather",
-    "reduce_scatter": "reducescatter",
-    "broadcast": "broadcast",
-    "reduce": "reduce",
-}
 
 
 def simulate_with_table(
@@ -66,7 +58,7 @@ def simulate_with_table(
     """
     order = tuple(rank_order)
     base = simulate(cluster, collective=collective, sizes=sizes, env=env, rank_order=order, seed=seed, dtype=dtype)
-    name = _PLUGIN_COLLECTIVE.get(base.collective.value)
+    name = base.collective.plugin_name  # point-to-point never reaches a tuner
     rows = parse_tuner_table(table) if table else ()
     rows = tuple(r for r in rows if r.fits(n_nodes=base.nodes, n_ranks=base.nranks))
     if name is None or not rows:

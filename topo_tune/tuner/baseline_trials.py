@@ -27,6 +27,7 @@ from topo_tune.tuner.trial_store import (
     A_REASON,
     A_RETRY_OF,
     A_ROLE,
+    TrialRole,
     to_optuna,
 )
 
@@ -68,13 +69,14 @@ class BaselineTrials:
 
     def _ensure_baseline(self, study: optuna.Study) -> Measurements:
         while True:
-            trials = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(A_ROLE) == "baseline"]
+            trials = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(A_ROLE) == TrialRole.BASELINE]
             for t in trials:
                 if t.state == TrialState.COMPLETE:
                     return Measurements.from_json(t.user_attrs[A_MEASUREMENTS])
             if not trials:
                 study.enqueue_trial(
-                    to_optuna(self.space, self.space.baseline_params()), user_attrs={A_ROLE: "baseline", A_ATTEMPT: 1}
+                    to_optuna(self.space, self.space.baseline_params()),
+                    user_attrs={A_ROLE: TrialRole.BASELINE.value, A_ATTEMPT: 1},
                 )
                 continue
             if any(t.state == TrialState.WAITING for t in trials):
@@ -91,7 +93,7 @@ class BaselineTrials:
                 attempt = int(last.user_attrs.get(A_ATTEMPT, 1)) + 1
                 study.enqueue_trial(
                     to_optuna(self.space, self.space.baseline_params()),
-                    user_attrs={A_ROLE: "baseline", A_ATTEMPT: attempt, A_RETRY_OF: last.number},
+                    user_attrs={A_ROLE: TrialRole.BASELINE.value, A_ATTEMPT: attempt, A_RETRY_OF: last.number},
                 )
                 continue
             raise StudyError(
@@ -111,5 +113,5 @@ class BaselineTrials:
                 continue
             study.enqueue_trial(
                 to_optuna(self.space, candidate.params),
-                user_attrs={A_ROLE: "candidate", A_CANDIDATE: candidate.name, A_ATTEMPT: 1},
+                user_attrs={A_ROLE: TrialRole.CANDIDATE.value, A_CANDIDATE: candidate.name, A_ATTEMPT: 1},
             )

@@ -26,9 +26,8 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
-from topo_tune.tuner import size_options
 from topo_tune.tuner.objective import Measurements, Objective
-from topo_tune.tuner.trial_store import A_MEASUREMENTS, A_ROLE, A_TABLE
+from topo_tune.tuner.trial_store import A_MEASUREMENTS, A_TABLE, TrialRole, role_of
 
 __all__ = ["MIN_REPEATS", "NOISE_Z", "SEARCH_SLACK", "choose_finalists", "looked_safe", "search_noise", "shortfall"]
 
@@ -58,13 +57,13 @@ def choose_finalists(
     ranked = []
     for t in sorted(complete, key=lambda t: (-(t.value or 0.0), t.number)):
         key = _config_key(t)
-        if t.user_attrs.get(A_ROLE) == "baseline" or key == baseline_key or key in seen:
+        if role_of(t.user_attrs) is TrialRole.BASELINE or key == baseline_key or key in seen:
             continue
         if t.value is None or t.value <= 1.0:
             break
         seen.add(key)
         ranked.append(t)
-    tables = [t for t in ranked if t.user_attrs.get(A_ROLE) in ("table", size_options.ROLE_COMPOSED)]
+    tables = [t for t in ranked if role_of(t.user_attrs) in (TrialRole.TABLE, TrialRole.PER_SIZE)]
     noise = search_noise(complete, baseline, objective)
     safe = [t for t in ranked if looked_safe(t, baseline, objective, max_loss, noise)]
     out: list[FrozenTrial] = []

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from topo_tune.errors import ConfigError
+from topo_tune.nccl.collectives import Collective
 
 __all__ = [
     "COLLECTIVES",
@@ -33,7 +34,7 @@ __all__ = [
     "WorkloadProfile",
 ]
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv")
+COLLECTIVES = tuple(c.value for c in Collective)
 """Collectives by their nccl-tests names, as the benchmark backends and the sim model spell them."""
 
 

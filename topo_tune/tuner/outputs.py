@@ -39,6 +39,7 @@ from topo_tune.config_version import NCCL_CONF, RANK_MAP, TOPO_FILE, TUNER_TABLE
 from topo_tune.errors import ConfigError
 from topo_tune.topology.distance import PairMatrix
 from topo_tune.tuner.objective import Measurements, Objective
+from topo_tune.tuner.plugin_table import PLUGIN_COLLECTIVES
 from topo_tune.tuner.proof import FinalistProof, Tradeoff
 from topo_tune.tuner.rank_map import RankMap, RingPrediction
 from topo_tune.tuner.report.figures import report_figures
@@ -72,14 +73,6 @@ TRADEOFF = "tradeoff"
 SUMMARY_VERSION = 2
 
 TUNER_HEADER = "collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff"
-# nccl-tests names → the tuner plugin's; point-to-point collectives never reach a tuner.
-PLUGIN_COLLECTIVES = {
-    "all_reduce": "allreduce",
-    "all_gather": "allgather",
-    "reduce_scatter": "reducescatter",
-    "broadcast": "broadcast",
-    "reduce": "reduce",
-}
 PLUGIN_ALGORITHMS = {
     "ring": "ring",
     "tree": "tree",

@@ -22,19 +22,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from topo_tune.nccl.collectives import Collective
 from topo_tune.tuner.objective import Measurements, Objective, SizeBucket
 
 __all__ = ["CHANNEL_VARIABLES", "TABLE_HEADER", "ComposedRow", "ComposedTable", "ScoredTrial", "compose_table"]
 
 TABLE_HEADER = "collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff"
-# nccl-tests names -> the tuner plugin's; point-to-point collectives never reach a tuner.
-PLUGIN_COLLECTIVES: Mapping[str, str] = {
-    "all_reduce": "allreduce",
-    "all_gather": "allgather",
-    "reduce_scatter": "reducescatter",
-    "broadcast": "broadcast",
-    "reduce": "reduce",
-}
+PLUGIN_COLLECTIVES: Mapping[str, str] = {c.value: c.plugin_name for c in Collective if c.plugin_name is not None}
+"""nccl-tests names -> the tuner plugin's (from the one enum); point-to-point collectives never reach a tuner."""
 
 
 @dataclass(frozen=True)

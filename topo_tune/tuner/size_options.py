@@ -36,14 +36,13 @@ from typing import Any
 from topo_tune.plugin.table import ALGORITHMS, PROTOCOLS
 from topo_tune.tuner.objective import BucketScore, Measurements, Objective, SizeBucket
 from topo_tune.tuner.plugin_table import CHANNEL_VARIABLES, PLUGIN_COLLECTIVES, TABLE_HEADER, forced_channels
+from topo_tune.tuner.trial_store import TrialRole
 
 __all__ = [
     "BASES",
     "MARGIN",
     "MAX_CHANNEL_OPTIONS",
     "ROLES",
-    "ROLE_COMPOSED",
-    "ROLE_OPTION",
     "ComposedRow",
     "Option",
     "PerSizeTable",
@@ -57,9 +56,8 @@ __all__ = [
     "table_text",
 ]
 
-ROLE_OPTION = "option"
-ROLE_COMPOSED = "per_size"
-ROLES = (ROLE_OPTION, ROLE_COMPOSED)
+ROLES = (TrialRole.OPTION, TrialRole.PER_SIZE)
+"""The roles of the per-size search's trials."""
 BASES = 2
 """How many of the best rank orders get a per-size search (each base costs its options plus one trial)."""
 MARGIN = 0.01
@@ -75,7 +73,7 @@ class StoredTrial:
     """A trial of the study as the per-size search reads it."""
 
     number: int
-    role: str
+    role: TrialRole
     """baseline | candidate | sampled | table | option | per_size"""
     key: str
     """An option's or composed table's key; empty for other trials."""
@@ -123,7 +121,7 @@ class Option:
 class PlannedTrial:
     """A trial to enqueue: an option of a base, or a base's composed table."""
 
-    role: str
+    role: TrialRole
     key: str
     base: int
     params: Mapping[str, Any]
@@ -315,7 +313,9 @@ def bases(trials: Sequence[StoredTrial], baseline: Measurements, objective: Obje
     eligible = [
         t
         for t in trials
-        if t.role in ("baseline", "candidate", "sampled") and t.value is not None and t.measurements is not None
+        if t.role in (TrialRole.BASELINE, TrialRole.CANDIDATE, TrialRole.SAMPLED)
+        and t.value is not None
+        and t.measurements is not None
     ]
     by_order: dict[str, list[StoredTrial]] = {}
     for t in sorted(eligible, key=lambda t: (-(t.value or 0.0), t.number)):
@@ -409,16 +409,16 @@ def plan_next(
     """
     by_key = {t.key: t for t in trials if t.role in ROLES}
     pending = any(t.role in ROLES and not t.finished for t in trials)
-    searched = [t for t in trials if t.role in ("candidate", "sampled") and t.value is not None]
+    searched = [t for t in trials if t.role in (TrialRole.CANDIDATE, TrialRole.SAMPLED) and t.value is not None]
     planned: list[PlannedTrial] = []
     for base in bases(trials, baseline, objective):
         options = options_for(base, searched, baseline, objective)
-        keys = {option: f"{ROLE_OPTION}:{base.number}:{option.name}" for option in options}
+        keys = {option: f"{TrialRole.OPTION}:{base.number}:{option.name}" for option in options}
         missing = [option for option in options if keys[option] not in by_key]
         for option in missing:
             table = option_table(option, options[option], objective, nodes=nodes, ranks=ranks)
-            planned.append(PlannedTrial(ROLE_OPTION, keys[option], base.number, base.params, table))
-        composed_key = f"{ROLE_COMPOSED}:{base.number}"
+            planned.append(PlannedTrial(TrialRole.OPTION, keys[option], base.number, base.params, table))
+        composed_key = f"{TrialRole.PER_SIZE}:{base.number}"
         if missing or composed_key in by_key or any(not by_key[keys[o]].finished for o in options):
             continue
         measured = {
@@ -429,5 +429,5 @@ def plan_next(
         composed = compose(base, measured, baseline, objective, nodes=nodes, ranks=ranks)
         if composed is None or any(by_key[keys[o]].table == composed.text for o in options):
             continue  # nothing won, or one option won everywhere it applies: that trial already measured it
-        planned.append(PlannedTrial(ROLE_COMPOSED, composed_key, base.number, base.params, composed.text))
+        planned.append(PlannedTrial(TrialRole.PER_SIZE, composed_key, base.number, base.params, composed.text))
     return tuple(planned), pending

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from topo_tune.errors import ConfigError, UnsafeKnobError
-from topo_tune.knobs import catalogue
-from topo_tune.knobs.catalogue import CATALOGUE
+from topo_tune.nccl import variables as catalogue
+from topo_tune.nccl.collectives import Collective
+from topo_tune.nccl.variables import CATALOGUE
 
 __all__ = [
     "FORBIDDEN",
@@ -54,7 +55,7 @@ NATURAL_ORDER = "natural"
 """The candidate-order name of NCCL's natural order (ranks as the launcher hands them out)."""
 
 _VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:[-+.].*)?$")
-P2P_COLLECTIVES = frozenset({"alltoall", "sendrecv"})
+P2P_COLLECTIVES = frozenset(c.value for c in Collective if c.point_to_point)
 
 FORBIDDEN: Mapping[str, str] = CATALOGUE.never_searched
 """Knobs no study searches, with the reason a user asking for one is told (from the catalogue)."""

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from scipy import stats
 
+from topo_tune.cluster_config import PROOF_ALPHA, PROOF_MAX_LOSS, PROOF_MIN_EFFECT
 from topo_tune.errors import ConfigError
 
 __all__ = [
@@ -56,9 +57,9 @@ __all__ = [
     "holm",
 ]
 
-DEFAULT_ALPHA = 0.01
-DEFAULT_MIN_EFFECT = 0.03
-DEFAULT_MAX_LOSS = 0.02
+DEFAULT_ALPHA = PROOF_ALPHA
+DEFAULT_MIN_EFFECT = PROOF_MIN_EFFECT
+DEFAULT_MAX_LOSS = PROOF_MAX_LOSS
 
 
 class Decision(enum.Enum):

@@ -44,7 +44,7 @@ from optuna.trial import TrialState
 from topo_tune.cluster_config import SearchConfig
 from topo_tune.config_checks import naming_fields
 from topo_tune.errors import ConfigError, FailureKind, StudyError, TrialFailed
-from topo_tune.tuner import size_options, statistics
+from topo_tune.tuner import statistics
 from topo_tune.tuner.baseline_trials import BaselineTrials, Candidate
 from topo_tune.tuner.evaluation import Evaluator, MeasurementRequest, requested
 from topo_tune.tuner.finalists import SEARCH_SLACK, choose_finalists, shortfall
@@ -72,10 +72,12 @@ from topo_tune.tuner.trial_store import (
     S_MEASURED,
     S_RANK_ORDERS,
     Heartbeat,
+    TrialRole,
     distributions,
     engine_kwargs,
     logical_trials,
     measured_key,
+    role_of,
     stored_rank_orders,
     to_optuna,
     trial_config,
@@ -313,7 +315,7 @@ class TunerStudy(BaselineTrials, StaleTrials, TableTrials):
             # A sampled trial carries no role/attempt attributes: readers default them (one commit less each).
             trial.set_user_attr(A_WORKER, self.settings.worker_id)
             trial.set_user_attr(A_HEARTBEAT, self._clock())
-            is_baseline = trial.user_attrs.get(A_ROLE) == "baseline"
+            is_baseline = role_of(trial.user_attrs) is TrialRole.BASELINE
             if not is_baseline and baseline is None:
                 raise StudyError("internal: a trial before the baseline")  # _ensure_baseline orders them
             config = self._config_of(trial.params, trial.user_attrs)
@@ -350,7 +352,7 @@ class TunerStudy(BaselineTrials, StaleTrials, TableTrials):
         value = 1.0
         # An option trial forces one entry in every bucket that offers it, by design far slower in some: its
         # value over the whole ladder means nothing, each covered bucket does (so it is never pruned).
-        prunable = baseline is not None and trial.user_attrs.get(A_ROLE) != size_options.ROLE_OPTION
+        prunable = baseline is not None and role_of(trial.user_attrs) is not TrialRole.OPTION
         with Heartbeat(storage, trial_id, interval=self.settings.heartbeat_interval_s, clock=self._clock):
             for step, sizes in enumerate(self._rungs):
                 request = MeasurementRequest(self.objective.collectives, sizes, trial.number, "search")

@@ -11,7 +11,7 @@ from typing import Literal
 
 from optuna.trial import FrozenTrial, TrialState
 
-from topo_tune.tuner import size_options, statistics
+from topo_tune.tuner import statistics
 from topo_tune.tuner.objective import Measurements
 from topo_tune.tuner.proof import FinalistProof, Tradeoff, tradeoff
 from topo_tune.tuner.space import RankOrder, SearchSpace
@@ -20,11 +20,12 @@ from topo_tune.tuner.trial_store import (
     A_FAILURE,
     A_MEASUREMENTS,
     A_REASON,
-    A_ROLE,
     A_TABLE,
+    TrialRole,
     from_optuna,
     has_every_param,
     logical_trials,
+    role_of,
     superseded_trials,
     trial_config,
 )
@@ -45,7 +46,7 @@ class TrialRecord:
 
     number: int
     state: str  # complete | pruned | failed | wrong_result | timeout | stale | running | waiting
-    role: str
+    role: TrialRole
     params: Mapping[str, str]
     env: Mapping[str, str]
     rank_order: str
@@ -106,7 +107,7 @@ def trial_record(space: SearchSpace, t: FrozenTrial, *, superseded: bool) -> Tri
     return TrialRecord(
         number=t.number,
         state=state,
-        role=str(t.user_attrs.get(A_ROLE, "sampled")),
+        role=role_of(t.user_attrs),
         params=params,
         env=dict(config.env) if config else {},
         rank_order=config.rank_order.name if config else "",
@@ -135,8 +136,10 @@ def study_outcome(
     """The outcome of a study's stored trials and its finalists' proofs."""
     superseded = superseded_trials(trials)
     records = tuple(trial_record(space, t, superseded=t.number in superseded) for t in trials)
-    baseline = next(r for r in records if r.role == "baseline" and r.state == "complete")
-    searched = [r for r in records if r.state == "complete" and r.role != "baseline" and r.value is not None]
+    baseline = next(r for r in records if r.role is TrialRole.BASELINE and r.state == "complete")
+    searched = [
+        r for r in records if r.state == "complete" and r.role is not TrialRole.BASELINE and r.value is not None
+    ]
     best = max(searched, key=lambda r: (r.value or 0.0, -r.number), default=None)
     promoted = [p for p in proofs if p.promoted]
     chosen = max(promoted, key=lambda p: (p.speedup, -p.trial), default=None)
@@ -176,7 +179,7 @@ def study_progress(
     values = [t.value for t in finished if t.state == TrialState.COMPLETE and t.value is not None]
     if done is None or total is None:
         # The table trials come after the budget's searched trials: each adds itself to the total once asked for.
-        tables = sum(1 for t in logical_trials(trials) if t.user_attrs.get(A_ROLE) in ("table", *size_options.ROLES))
+        tables = sum(1 for t in logical_trials(trials) if role_of(t.user_attrs).has_table)
         done, total = len(finished), budget + tables
     eta = per_trial_s * max(total - done, 0) if per_trial_s is not None and phase == "search" else None
     return StudyProgress(phase, done, total, max(values) if values else None, eta)

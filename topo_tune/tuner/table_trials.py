@@ -25,8 +25,10 @@ from topo_tune.tuner.trial_store import (
     A_MEASUREMENTS,
     A_ROLE,
     A_TABLE,
+    TrialRole,
     has_every_param,
     logical_trials,
+    role_of,
     to_optuna,
 )
 
@@ -66,7 +68,7 @@ class TableTrials:
         if self._table_shape is None:
             return
         while True:
-            trials = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(A_ROLE) == "table"]
+            trials = [t for t in study.get_trials(deepcopy=False) if role_of(t.user_attrs) is TrialRole.TABLE]
             if any(t.state == TrialState.WAITING for t in trials):
                 self._run_trial(study, study.ask(self._distributions), baseline)
                 continue
@@ -75,7 +77,7 @@ class TableTrials:
             searched = [
                 ScoredTrial(t.number, self._config_of(t.params, t.user_attrs).env, t.value, Measurements.from_json(raw))
                 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if t.user_attrs.get(A_ROLE) != "baseline"
+                if role_of(t.user_attrs) is not TrialRole.BASELINE
                 and t.value is not None
                 and (raw := t.user_attrs.get(A_MEASUREMENTS))
             ]
@@ -99,7 +101,8 @@ class TableTrials:
                     row.speedup,
                 )
             study.enqueue_trial(
-                to_optuna(self.space, params), user_attrs={A_ROLE: "table", A_TABLE: composed.text, A_ATTEMPT: 1}
+                to_optuna(self.space, params),
+                user_attrs={A_ROLE: TrialRole.TABLE.value, A_TABLE: composed.text, A_ATTEMPT: 1},
             )
 
     # ---------------------------------------------------------------- per-size search (size_options)
@@ -111,7 +114,7 @@ class TableTrials:
         nodes, ranks = self._table_shape
         while True:
             trials = study.get_trials(deepcopy=False)
-            if any(t.state == TrialState.WAITING and t.user_attrs.get(A_ROLE) in size_options.ROLES for t in trials):
+            if any(t.state == TrialState.WAITING and role_of(t.user_attrs) in size_options.ROLES for t in trials):
                 self._run_trial(study, study.ask(self._distributions), baseline)
                 continue
             stored = [self._stored(t) for t in logical_trials(trials) if has_every_param(self.space, t.params)]
@@ -132,7 +135,7 @@ class TableTrials:
         config = self._config_of(t.params, {})
         return size_options.StoredTrial(
             number=t.number,
-            role=str(t.user_attrs.get(A_ROLE, "sampled")),
+            role=role_of(t.user_attrs),
             key=str(t.user_attrs.get(A_CANDIDATE, "")),
             finished=t.state.is_finished(),
             value=t.value if t.state == TrialState.COMPLETE else None,

@@ -11,6 +11,7 @@ Non-goals: running trials and deciding what is stale (``study``, ``stale_trials`
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import logging
 import sqlite3
@@ -42,12 +43,14 @@ __all__ = [
     "S_MEASURED",
     "S_RANK_ORDERS",
     "Heartbeat",
+    "TrialRole",
     "distributions",
     "engine_kwargs",
     "from_optuna",
     "has_every_param",
     "logical_trials",
     "measured_key",
+    "role_of",
     "stored_rank_orders",
     "superseded_trials",
     "to_optuna",
@@ -56,8 +59,36 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+
+class TrialRole(enum.StrEnum):
+    """Why a trial exists: the one definition of the roles stored under ``A_ROLE`` and shown in outputs."""
+
+    BASELINE = "baseline"
+    """NCCL's defaults in NCCL's natural order: measured first, what every trial is compared with."""
+    CANDIDATE = "candidate"
+    """A configuration derived from the topology (a ring-order candidate), enqueued before sampling."""
+    SAMPLED = "sampled"
+    """A configuration the sampler chose."""
+    TABLE = "table"
+    """A tuner-plugin table composed from the per-bucket winners of the environment trials."""
+    OPTION = "option"
+    """One per-size option (an algorithm/protocol/channel row) measured on a base configuration."""
+    PER_SIZE = "per_size"
+    """The table the per-size search composed from its options, measured as one trial."""
+
+    @property
+    def has_table(self) -> bool:
+        """The trial runs with a tuner-plugin table."""
+        return self in (TrialRole.TABLE, TrialRole.OPTION, TrialRole.PER_SIZE)
+
+
+def role_of(user_attrs: Mapping[str, object]) -> TrialRole:
+    """A stored trial's role (sampled trials store none)."""
+    return TrialRole(str(user_attrs.get(A_ROLE, TrialRole.SAMPLED)))
+
+
 # Trial user attributes (the persisted record of each trial besides Optuna's own columns).
-A_ROLE = "role"  # baseline | candidate | sampled | table
+A_ROLE = "role"  # a TrialRole; a sampled trial stores none (readers default it)
 A_TABLE = "tuner_table"  # the candidate tuner-plugin table a "table" trial runs with
 A_CANDIDATE = "candidate"
 A_ATTEMPT = "attempt"

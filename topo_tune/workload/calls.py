@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.errors import WorkloadFileError
+from topo_tune.nccl.collectives import Collective
 
 __all__ = ["CallStats", "FileCalls", "JobCalls", "Kind", "per_rank"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from topo_tune.benchmark.collectives import Collective
+from topo_tune.nccl.collectives import Collective
 
 __all__ = ["collective_named"]
 

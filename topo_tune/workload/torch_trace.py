@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.errors import WorkloadFileError
+from topo_tune.nccl.collectives import Collective
 from topo_tune.workload.calls import CallStats, FileCalls
 from topo_tune.workload.collective_names import collective_named
 from topo_tune.workload.json_stream import DEFAULT_LIMITS, JsonStream, Limits, open_text

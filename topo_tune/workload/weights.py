@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from topo_tune.benchmark.collectives import Collective
+from topo_tune.nccl.collectives import Collective
 from topo_tune.tuner.objective import DEFAULT_BUCKETS, Measurements, SizeBucket
 from topo_tune.workload.calls import JobCalls
 

@@ -44,7 +44,6 @@ from pathlib import Path
 from topo_tune.agent.bench.launcher import JobOutcome, Launcher
 from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
 from topo_tune.agent.bench.worker_config import WorkerFault
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.benchmark.job_spec import MAX_DEADLINE_S, BenchmarkSpec, RankSlot
@@ -52,6 +51,7 @@ from topo_tune.benchmark.results import RankOutcome
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import node_result_to_proto, spec_from_proto
 from topo_tune.errors import JobCancelled, LauncherBusy
+from topo_tune.nccl.collectives import Collective
 from topo_tune.v1 import agent_pb2
 from topo_tune.wire_values import timestamp_ns
 

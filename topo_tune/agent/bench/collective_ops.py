@@ -23,8 +23,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from topo_tune.benchmark.collectives import Collective, CollectiveShape
+from topo_tune.benchmark.collectives import CollectiveShape
 from topo_tune.benchmark.dtypes import DType
+from topo_tune.nccl.collectives import Collective
 
 __all__ = ["Buffers", "make_buffers", "op_for", "placement_supported", "wrong_elements"]
 

@@ -25,7 +25,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from topo_tune.benchmark.collectives import Collective, bandwidth, shape
+from topo_tune.benchmark.collectives import bandwidth, shape
 from topo_tune.benchmark.dtypes import DType
 from topo_tune.benchmark.job_record import JobStatus
 from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
@@ -33,6 +33,7 @@ from topo_tune.benchmark.results import RankResult, SizeMeasurement
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.wire import rank_result_from_proto
 from topo_tune.errors import SpecError
+from topo_tune.nccl.collectives import Collective
 from topo_tune.v1 import agent_pb2
 
 __all__ = [

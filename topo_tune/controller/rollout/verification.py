@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from topo_tune.benchmark.collectives import Collective
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus, SizeRange
 from topo_tune.cluster_config import RolloutGateConfig
 from topo_tune.config_layout import DEFAULT_CONFIG_DIR, staged_path
@@ -36,6 +35,7 @@ from topo_tune.config_version import NCCL_CONF, RANK_MAP
 from topo_tune.controller.rollout.gate_run import GateRun
 from topo_tune.controller.rollout.gates import Sample
 from topo_tune.errors import ValidationError
+from topo_tune.nccl.collectives import Collective
 
 logger = logging.getLogger(__name__)
 

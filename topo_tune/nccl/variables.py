@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-from topo_tune.knobs.value_types import (
+from topo_tune.nccl.value_types import (
     Choice,
     InputFile,
     Int,

@@ -6,7 +6,7 @@ Non-goal: explaining the roles beyond a line each (``catalogue.py`` and ``docs/t
 
 from __future__ import annotations
 
-from topo_tune.knobs.catalogue import Catalogue, Role
+from topo_tune.nccl.variables import Catalogue, Role
 
 _ROLE_TEXT = {
     Role.SEARCHED: "searched by studies",
@@ -27,7 +27,7 @@ def render(catalogue: Catalogue) -> str:
     lines = [
         "# NCCL and torch variables topo-tune knows",
         "",
-        "<!-- Generated from topo_tune/knobs/catalogue.py by `python tools/gen_docs.py`; do not edit. -->",
+        "<!-- Generated from topo_tune/nccl/variables.py by `python tools/gen_docs.py`; do not edit. -->",
         "",
         "A job or config version may set exactly these variables, each to a value of its type; any other name",
         "is refused with the reason (`docs/security.md`). Roles:",
