@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import socket
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,10 +22,12 @@ import click
 
 from topo_tune.agent.config_store import ConfigStore, jobs_lock_shared
 from topo_tune.cli.admin import connected
+from topo_tune.cli.compare import ArmConfig, compare_options, run_comparison, spec_from_options
 from topo_tune.cli.output import emit_data
 from topo_tune.client import AdminClient
 from topo_tune.config_layout import DEFAULT_CONFIG_DIR
-from topo_tune.errors import ConflictError
+from topo_tune.config_version import is_version_id
+from topo_tune.errors import ConfigError, ConflictError
 from topo_tune.job_config import expand_hostlist, job_environment, job_id_from_env, nodes_from_env
 from topo_tune.v1 import admin_pb2
 
@@ -136,8 +139,25 @@ def env(
         click.echo(f"export {key}={shlex.quote(value)}")
 
 
+def _staged_arm(name: str, *, job_id: str, nodes: list[str], config_dir: Path, tuner_plugin: Path | None) -> ArmConfig:
+    """An arm of ``exec --compare`` from this node's staged versions, in the order of the nodes sorted by name."""
+    if name == "defaults":
+        version, files = "", []
+    elif is_version_id(name):
+        version, files = name, sorted(ConfigStore(config_dir).read(name))
+    else:
+        raise ConfigError("--compare", f"{name!r}: give a staged config version id, or defaults for --against")
+    order = sorted(set(nodes))
+    variables = job_environment(
+        version, config_dir=config_dir.absolute(), files=files, tuner_plugin=tuner_plugin, job_id=job_id
+    )
+    variables.update({"TOPO_TUNE_NNODES": str(len(order)), "TOPO_TUNE_NODE_ORDER": ",".join(order)})
+    return ArmConfig(name=name, version=version, order=tuple(order), variables=variables)
+
+
 @click.command(name="exec", context_settings={"ignore_unknown_options": True})
 @_job_options
+@compare_options
 @connected
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def exec_(
@@ -147,6 +167,12 @@ def exec_(
     job_id: str,
     config_dir: Path,
     tuner_plugin: Path | None,
+    candidate: str,
+    against: str,
+    pairs: int,
+    metric: str,
+    higher_is_better: bool,
+    record_wait: float,
     command: tuple[str, ...],
 ) -> None:
     """Run COMMAND with the job's pinned config: topo-tune exec [--nodes ...] -- CMD ARGS...
@@ -155,7 +181,44 @@ def exec_(
     torchrun:  topo-tune exec --nodes "$NODES" -- torchrun --nnodes 4 ... train.py
     Slurm:     srun topo-tune exec -- python train.py     (nodes and job id from Slurm)
     Kubernetes: set TOPO_TUNE_JOB_ID from the Job's uid (downward API) and TOPO_TUNE_NODES.
+
+    \b
+    The job's own A/B, started on every node like plain exec (COMMAND runs 2 x PAIRS times, the arms
+    interleaved in an order every node derives from the job id):
+      topo-tune exec --compare stable --against defaults --pairs 5 --metric 'step_time=([0-9.]+)' \\
+          -- torchrun ... train.py
+    Each run gets its arm's NCCL files and node order; node rank 0 of each run reads the metric (the
+    last match, group 1; lower is better unless --higher-is-better); the figures (median per arm, gain,
+    CI, the tuner's proof statistics) are printed and recorded: topo-tune admin job comparisons.
     """
+    if candidate or against or metric or higher_is_better:
+        spec = spec_from_options(
+            candidate=candidate,
+            against=against,
+            pairs=pairs,
+            metric=metric,
+            higher_is_better=higher_is_better,
+            record_wait=record_wait,
+        )
+        job = job_id or job_id_from_env(os.environ)
+        if not job:
+            raise click.UsageError("no job id: pass --job-id or run under Slurm, torchrun or MPI")
+        nodes = _nodes(node_args, os.environ)
+        lock = jobs_lock_shared(config_dir)
+        if lock is not None:
+            os.set_inheritable(lock, True)  # held for every run of the comparison
+        plugin = tuner_plugin.absolute() if tuner_plugin is not None else None
+        status = run_comparison(
+            client,
+            spec=spec,
+            job_id=job,
+            nodes=nodes,
+            node=os.environ.get("TOPO_TUNE_NODE_NAME") or socket.gethostname(),
+            resolve=lambda name: _staged_arm(name, job_id=job, nodes=nodes, config_dir=config_dir, tuner_plugin=plugin),
+            command=command,
+            environ=os.environ,
+        )
+        sys.exit(status)
     config, variables = _resolve(
         client, node_args=node_args, job_id=job_id, config_dir=config_dir, tuner_plugin=tuner_plugin
     )
