@@ -378,6 +378,12 @@ class NetnsCluster:
         namespace = self.controller_namespace if host == "controller" else self.namespace(host)
         return ["ip", "netns", "exec", namespace, *argv]
 
+    def on_node(self, host: str, argv: Sequence[str]) -> list[str]:
+        """``argv`` as a process of a job on ``host`` runs it: in the host's namespace, with the host agent's own
+        config directory at the one shared path (``config_dir``)."""
+        own = self.workdir / f"config-{host}"
+        return self.exec_argv(host, [*_MOUNT_THEN, str(own), str(self.config_dir), *argv])
+
     @property
     def config_dir(self) -> Path:
         """The agents' config directory: one path, as on real nodes, each agent's own directory mounted there
@@ -424,7 +430,7 @@ class NetnsCluster:
                 "--reconnect-max", "2",  # controller restarts: reconnects stay prompt however long one took
             ],
             self.workdir / f"agent-{host}.log",
-            prefix=self.exec_argv(host, [*_MOUNT_THEN, str(own), str(self.config_dir)]),
+            prefix=self.on_node(host, []),
         ).start()  # fmt: skip
         self.agents[host] = agent
         return agent
