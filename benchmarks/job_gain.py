@@ -157,12 +157,13 @@ def train(cluster: NetnsCluster, *, job_id: str, pairs: int, grad_mib: float, st
 
 
 def comparison(cluster: NetnsCluster, job_id: str) -> dict[str, Any]:
-    listed = cluster.admin_json("job", "comparisons")
+    """The job's own A/B as the controller stores it (``admin job comparisons``)."""
+    listed = cluster.admin_json("job", "comparisons", "--job-id", job_id)
     assert isinstance(listed, list)
-    found = [c for c in listed if c.get("job_id") == job_id]
-    if not found:
-        raise SystemExit(f"the controller lists no comparison of job {job_id}")
-    result: dict[str, Any] = found[0]
+    complete = [c for c in listed if c["complete"]]
+    if not complete:
+        raise SystemExit(f"the controller holds no complete comparison of job {job_id}: {listed}")
+    result: dict[str, Any] = complete[0]
     return result
 
 
@@ -171,23 +172,24 @@ def table(
 ) -> str:
     (bucket,) = summary["buckets"]
     planned, naive = rank_map["planned"], rank_map["naive"]
-    predicted_ring = naive["ring_bottleneck_gbps"] / planned["ring_bottleneck_gbps"]
-    arms = {arm["name"]: arm for arm in compared["arms"]}
-    tuned, launcher = arms["stable"], arms["defaults"]
-    ratio, low, high = compared["ratio"], compared["ci_low"], compared["ci_high"]
+    predicted = naive["ring_bottleneck_gbps"] / planned["ring_bottleneck_gbps"]
+    job = compared["job"]
+    # The comparison's gain is the launcher-order run's step time over the tuned one's; its inverse is the ratio.
+    ratio, low, high = 1 / compared["gain"], 1 / compared["ci_high"], 1 / compared["ci_low"]
+    level = f"{compared['confidence']:.0%}"
     lines = [
         f"6 network-namespace hosts, gloo, 2 CPUs; launcher ring {args.slow_mbit:g} Mbit/s, hidden ring "
         f"{args.fast_mbit:g} Mbit/s, other pairs {args.mid_mbit:g} Mbit/s; DDP MLP, {args.grad_mib:g} MiB gradients, "
         f"{args.steps} timed steps per run, {args.pairs} interleaved pairs of runs",
-        "| | launcher order (defaults) | tuned order (stable) | tuned / launcher |",
+        "| | launcher order (--against defaults) | tuned order (--compare stable) | tuned / launcher |",
         "|---|---|---|---|",
-        f"| node order | {','.join(naive['node_order'])} | {','.join(tuned.get('order') or planned['node_order'])} | |",
-        f"| DDP step time, median of runs, ms (the job's own A/B) | {launcher['median']:.1f} | {tuned['median']:.1f} "
-        f"| {ratio:.3f} (CI {low:.3f}-{high:.3f}) |",
-        f"| all_reduce 2 MiB, the tuner's proof against the defaults (micro-benchmark) | | | "
+        f"| node order | {','.join(job['against_order'])} | {','.join(job['candidate_order'])} | |",
+        f"| DDP step time, ms (the job's own A/B; median of runs) | {compared['against_median']:.1f} | "
+        f"{compared['candidate_median']:.1f} | {ratio:.3f} ({level} CI {low:.3f}-{high:.3f}; {compared['decision']}) |",
+        f"| all_reduce 2 MiB, init's proof against the defaults (micro-benchmark) | | | "
         f"{1 / bucket['speedup']:.3f} (speedup {bucket['speedup']:.2f}x) |",
-        f"| predicted ring bottleneck from the probed pairs, GB/s | {naive['ring_bottleneck_gbps']:.4f} | "
-        f"{planned['ring_bottleneck_gbps']:.4f} | {predicted_ring:.3f} |",
+        f"| ring bottleneck predicted from the probed pairs, GB/s | {naive['ring_bottleneck_gbps']:.4f} | "
+        f"{planned['ring_bottleneck_gbps']:.4f} | {predicted:.3f} |",
         f"target: tuned step time <= {TARGET_RATIO} x the launcher order's: "
         f"{'met' if high <= TARGET_RATIO else 'not met'} (ratio {ratio:.3f}, CI upper bound {high:.3f})",
     ]
@@ -226,7 +228,8 @@ def main() -> None:
             print(cluster.logs(), file=sys.stderr)
             raise
     step(f"done in {time.monotonic() - started:.0f} s")
-    print(next((out for out in outputs if "ratio" in out), outputs[0]).strip()[-2000:], file=sys.stderr)
+    for host, output in zip(HOSTS, outputs, strict=True):
+        print(f"--- {host}\n{output.strip()[-1500:]}", file=sys.stderr)
     result = table(summary=summary, rank_map=rank_map, compared=compared, args=args)
     print(result)
     if args.record is not None:
