@@ -145,7 +145,7 @@ def train(cluster: NetnsCluster, *, job_id: str, pairs: int, grad_mib: float, st
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
-                env=cli_env(),
+                env=cli_env(TOPO_TUNE_NODE_NAME=host),
             )
         )
     outputs = [proc.communicate(timeout=3600)[0] for proc in procs]
