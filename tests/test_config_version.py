@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from topo_tune.config_version import (
     version_id,
 )
 from topo_tune.errors import ValidationError
+from topo_tune.topology.distance import node_pair_matrix
+from topo_tune.tuner.rank_map import plan_rank_map
 
 
 def test_id_depends_on_content_only() -> None:
@@ -74,7 +77,7 @@ def test_a_fixed_version_keeps_its_id() -> None:
     # (encoding, order, separators, digest length) would orphan every version already rolled out.
     files = {"nccl.conf": "NCCL_MIN_CTAS=16\nNCCL_PROTO=^LL128\n", "rankmap.json": '{"order": ["n1", "n0"]}\n'}
     # Worked out apart from the code: printf '%s' '[["nccl.conf","NCCL_DEBUG=WARN\n"]]' | sha256sum
-    assert ConfigVersion(files).id == "cv-6324e7a9ed34f372"
+    assert version_id(files) == "cv-6324e7a9ed34f372"
     assert version_id({}) == "cv-4f53cda18c2baa0c"
     assert version_id({"nccl.conf": "NCCL_DEBUG=WARN\n"}) == "cv-16c1939bfd28ea7d"
     assert version_id({"nccl.conf": "# n\u00f6de\n"}) == "cv-4213b13e5a61dfcb"  # UTF-8, not \\u escapes
@@ -191,7 +194,7 @@ def test_a_version_keeps_its_provenance_read_only_and_its_settings() -> None:
     with pytest.raises(TypeError):
         version.provenance["study"] = "s2"  # type: ignore[index]
     assert version.settings() == {"NCCL_MIN_CTAS": "16"}
-    assert ConfigVersion({"rankmap.json": "{}"}).settings() == {}
+    assert ConfigVersion({"nccl_tuner.conf": ""}).settings() == {}
 
 
 @pytest.mark.parametrize(
@@ -202,7 +205,7 @@ def test_a_version_keeps_its_provenance_read_only_and_its_settings() -> None:
             "files['x.conf']",
             "not a config file name; allowed: nccl.conf, nccl_tuner.conf, rankmap.json, topology.xml",
         ),
-        ({"rankmap.json": "x" * ((1 << 20) + 1)}, "files['rankmap.json']", "larger than 1048576 bytes"),
+        ({"topology.xml": "x" * ((1 << 20) + 1)}, "files['topology.xml']", "larger than 1048576 bytes"),
         ({"rankmap.json": "a\x00"}, "files['rankmap.json']", "contains a NUL byte"),
         ({"nccl.conf": "TORCH_X=1\n"}, "nccl.conf:TORCH_X", "only NCCL_* variables belong in nccl.conf"),
         ({"nccl.conf": "NCCL_IB_SL=16\n"}, "nccl.conf:NCCL_IB_SL", "16 is outside 0..15"),
@@ -223,7 +226,7 @@ def test_a_refused_version_names_the_field_and_the_reason(files: dict[str, str],
 
 
 def test_the_size_and_length_limits_are_inclusive() -> None:
-    ConfigVersion({"rankmap.json": "x" * (1 << 20)})
+    ConfigVersion({"topology.xml": "x" * (1 << 20)})
     assert parse_nccl_conf("NCCL_A=" + "v" * 1023 + "\n", strict=True) == {"NCCL_A": "v" * 1023}
     assert render_nccl_conf({"NCCL_HOSTID": "v" * 1023}) == "NCCL_HOSTID=" + "v" * 1023 + "\n"
 
@@ -276,3 +279,46 @@ def test_etc_nccl_conf_is_read_whatever_happened_to_the_first_file(tmp_path: Pat
 
 def test_the_system_file_is_the_one_nccl_reads() -> None:
     assert Path("/etc/nccl.conf") == SYSTEM_NCCL_CONF  # src/misc/param.cc: initEnvFunc
+
+
+def _rank_map(**changes: object) -> str:
+    rank_map: dict[str, object] = {
+        "version": 1,
+        "planned": {"node_order": ["n1", "n0"], "ring_bottleneck_gbps": 12.5, "ring_latency_us": 3.0},
+        "ranks": [{"rank": 0, "node": "n1", "local_rank": 0}, {"rank": 1, "node": "n0", "local_rank": 0}],
+    }
+    rank_map.update(changes)
+    return json.dumps(rank_map)
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "reason"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "files['rankmap.json']", "nested more than 8 levels deep; not a rank map"),
+        ('{"a": ' * 9 + "1" + "}" * 9, "files['rankmap.json']", "nested more than 8 levels deep; not a rank map"),
+        ("{not json", "files['rankmap.json']", "not JSON: Expecting property name enclosed in double quotes"),
+        ("[]", "files['rankmap.json']", "a rank map is a JSON object, not list"),
+        (_rank_map(order=["n1"]), "rankmap.json:order", "not a rank map key; known: method, naive, pairs, planned"),
+        (_rank_map(version=2), "rankmap.json:version", "must be 1, got 2"),
+        (_rank_map(planned=None), "rankmap.json:planned", "required: an object with node_order"),
+        (_rank_map(planned={"node_order": "n1"}), "rankmap.json:planned.node_order", "required: a list of node"),
+        (_rank_map(naive={"node_order": ["a", "a"]}), "rankmap.json:naive.node_order", "names a node twice"),
+        (_rank_map(ranks=[{"rank": "0", "node": "n1"}]), "rankmap.json:ranks", "a list of {rank, node, local_rank}"),
+    ],
+    ids=["deep", "nine-levels", "not-json", "list", "key", "version", "planned", "order", "twice", "ranks"],
+)
+def test_a_rank_map_is_checked_for_depth_and_shape_before_anything_stores_it(
+    text: str, field: str, reason: str
+) -> None:
+    with pytest.raises(ValidationError) as info:
+        ConfigVersion({"rankmap.json": text})
+    assert info.value.field == field and info.value.reason.startswith(reason), str(info.value)
+
+
+def test_brackets_inside_strings_are_no_nesting_and_the_tuner_s_rank_maps_pass() -> None:
+    ConfigVersion({"rankmap.json": _rank_map(method='[[[[[[[[[[ {{{{{{{{{{ \\ " ]]]]')})
+    names, rack_of = ["a1", "b1", "a2", "b2"], {"a1": "a", "a2": "a", "b1": "b", "b2": "b"}
+    pairs = node_pair_matrix(names, injection_gbps=dict.fromkeys(names, 400.0), rack_of=rack_of)
+    written = plan_rank_map(pairs, slots=8, rack_of=rack_of).to_json()
+    assert '"edges"' in written and '"pairs"' in written
+    ConfigVersion({"rankmap.json": written})

@@ -83,6 +83,73 @@ def check_files(files: Mapping[str, str]) -> None:
             raise ValidationError(f"files[{name!r}]", "contains a NUL byte")
     if NCCL_CONF in files:
         check_settings(parse_nccl_conf(files[NCCL_CONF], strict=True))
+    if RANK_MAP in files:
+        check_rank_map(files[RANK_MAP])
+
+
+MAX_RANK_MAP_DEPTH = 8
+"""Deepest nesting of a rank map's arrays and objects (the tuner writes 4: map, ring, edges, edge)."""
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_NESTING = re.compile(r"[\[\]{}]")
+_RANK_MAP_KEYS = frozenset({"version", "method", "world_size", "planned", "naive", "ranks", "pairs"})
+_RING_KEYS = frozenset({"node_order", "ring_bottleneck_gbps", "ring_latency_us", "edges"})
+
+
+def _json_depth(text: str) -> int:
+    """How deeply ``text``'s arrays and objects nest, counted without parsing (strings left out)."""
+    depth = most = 0
+    for match in _JSON_NESTING.finditer(_JSON_STRING.sub("", text)):
+        depth += 1 if match.group() in "[{" else -1
+        most = max(most, depth)
+    return most
+
+
+def check_rank_map(text: str) -> None:
+    """Refuse a ``rankmap.json`` that is not the rank map the tuner writes (``tuner/rank_map.py``).
+
+    The agent stages it for jobs and the gates read its ring order, so a node must never activate one it
+    cannot read: nesting is bounded before parsing (100,000 levels would overflow a parser's stack), then
+    the shape is checked: version 1, ``planned.node_order`` a list of distinct node names, known keys only.
+    """
+    where = f"files[{RANK_MAP!r}]"
+    if _json_depth(text) > MAX_RANK_MAP_DEPTH:
+        raise ValidationError(where, f"nested more than {MAX_RANK_MAP_DEPTH} levels deep; not a rank map")
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        raise ValidationError(where, f"not JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise ValidationError(where, f"a rank map is a JSON object, not {type(data).__name__}")
+    unknown = sorted(set(data) - _RANK_MAP_KEYS)
+    if unknown:
+        raise ValidationError(
+            f"{RANK_MAP}:{unknown[0]}", f"not a rank map key; known: {', '.join(sorted(_RANK_MAP_KEYS))}"
+        )
+    if data.get("version") != 1:
+        raise ValidationError(f"{RANK_MAP}:version", f"must be 1, got {data.get('version')!r}")
+    if not isinstance(data.get("planned"), dict):
+        raise ValidationError(f"{RANK_MAP}:planned", "required: an object with node_order")
+    for ring in ("planned", "naive"):
+        if ring in data:
+            _check_ring(data[ring], f"{RANK_MAP}:{ring}")
+    ranks = data.get("ranks", [])
+    if not isinstance(ranks, list) or not all(
+        isinstance(r, dict) and isinstance(r.get("node"), str) and type(r.get("rank")) is int for r in ranks
+    ):
+        raise ValidationError(f"{RANK_MAP}:ranks", "a list of {rank, node, local_rank} objects")
+
+
+def _check_ring(ring: object, where: str) -> None:
+    if not isinstance(ring, dict):
+        raise ValidationError(where, "an object with node_order")
+    unknown = sorted(set(ring) - _RING_KEYS)
+    if unknown:
+        raise ValidationError(f"{where}.{unknown[0]}", f"not a ring key; known: {', '.join(sorted(_RING_KEYS))}")
+    order = ring.get("node_order")
+    if not isinstance(order, list) or not all(isinstance(n, str) and 0 < len(n) <= 253 for n in order):
+        raise ValidationError(f"{where}.node_order", "required: a list of node names")
+    if len(set(order)) != len(order):
+        raise ValidationError(f"{where}.node_order", "names a node twice")
 
 
 def check_settings(settings: Mapping[str, str], *, config_dir: Path | None = None) -> None:

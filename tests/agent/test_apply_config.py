@@ -47,6 +47,13 @@ async def test_apply_config_activates_and_reports_the_version(
     assert bad.status is CommandStatus.REJECTED and "LD_PRELOAD" in bad.message  # type: ignore[attr-defined]
     assert store.active_version() == A.id
 
+    deep = {**A.files, "rankmap.json": "[" * 100_000 + "]" * 100_000}  # sent by a controller that did not check
+    refused = await _apply(controller, version_id(deep), deep, "apply-deep")
+    assert refused.status is CommandStatus.REJECTED, refused.message  # type: ignore[attr-defined]
+    assert "rankmap.json" in refused.message and "nested more than 8 levels" in refused.message  # type: ignore[attr-defined]
+    assert store.active_version() == A.id
+    assert version_id(deep) not in store.staged(), "nothing staged"
+
     await _apply(controller, B.id, dict(B.files), "apply-b")
     await async_wait_until(lambda: _reports(controller, B.id), what="the heartbeat to report B")
     await running.shutdown()
