@@ -41,6 +41,7 @@ from topo_tune.tuner.study import (
     stored_rank_orders,
 )
 from topo_tune.tuner.timeout_advice import MIN_SAMPLES, advise, latencies_of
+from topo_tune.tuner.workload_gain import WorkloadSource
 from topo_tune.v1 import topology_pb2
 
 logger = logging.getLogger(__name__)
@@ -384,6 +385,7 @@ def run_pass(
         advice=advise(latencies) if latencies else None,
         table_bucket_rows=search.tuner_table,
         objective=objective,
+        workload=WorkloadSource(cluster.workload.source, cluster.workload.collective_time_us),
     )
     version = written.config_version
     client.put_config_version(dict(version.files), dict(version.provenance), version_id=version.id)

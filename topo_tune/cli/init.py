@@ -22,6 +22,7 @@ from topo_tune.errors import ConfigError, EnvPolicyError
 from topo_tune.remote_port import RemotePort
 from topo_tune.tuner.outputs import verdict_lines
 from topo_tune.tuner.study import StudyProgress
+from topo_tune.tuner.workload_gain import gain_line
 
 if TYPE_CHECKING:
     from topo_tune.local_cluster import EmbeddedCluster
@@ -306,6 +307,7 @@ def init(
     click.echo(json.dumps({"config_version": summary.get("config_version"), "output": str(output)}, indent=None))
     for name in result.written.files:
         console.print(f"  wrote {output / name}")
+    console.print(gain_line(summary["workload"]), markup=False, highlight=False, soft_wrap=True)
     # Last: what was decided per weighted bucket, with its bounds, and the trade-off when there is one.
     for line in verdict_lines(outcome):
         console.print(line, markup=False, highlight=False, soft_wrap=True)

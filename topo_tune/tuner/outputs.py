@@ -49,6 +49,7 @@ from topo_tune.tuner.space import NATURAL_ORDER
 from topo_tune.tuner.statistics import Decision
 from topo_tune.tuner.study import StudyOutcome
 from topo_tune.tuner.timeout_advice import TimeoutAdvice
+from topo_tune.tuner.workload_gain import WorkloadSource, workload_gain
 
 __all__ = [
     "HOSTFILE",
@@ -284,6 +285,7 @@ def summary(
     config_version_id: str,
     advice: TimeoutAdvice | None,
     objective: Objective | None = None,
+    workload: WorkloadSource | None = None,
 ) -> dict[str, object]:
     """The machine-readable summary (``summary.json``). Each bucket row carries its workload weight (what the
     weighted speedup and its CI combine by) from the proof itself; ``objective`` adds nothing any more."""
@@ -366,6 +368,7 @@ def summary(
             for t in outcome.trials
         ],
         "timeout_advice": None if advice is None else advice.to_json(),
+        "workload": workload_gain(chosen, workload or WorkloadSource()),
     }
 
 
@@ -381,6 +384,7 @@ def write_outputs(
     plots: bool = True,
     table_bucket_rows: bool = True,
     objective: Objective | None = None,
+    workload: WorkloadSource | None = None,
 ) -> WrittenOutputs:
     """Write every output into ``directory`` (created if needed) and return the ConfigVersion of the result.
 
@@ -420,6 +424,7 @@ def write_outputs(
         config_version_id=version.id,
         advice=advice,
         objective=objective,
+        workload=workload,
     )
     written = {
         NCCL_CONF: files[NCCL_CONF],

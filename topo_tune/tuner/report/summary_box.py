@@ -14,6 +14,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from topo_tune.tuner.workload_gain import gain_line
+
 
 def weighted_ci(rows: Sequence[Mapping[str, Any]]) -> tuple[float, float] | None:
     """A conservative CI of the weighted geometric-mean speedup: the weighted geometric mean of the per-bucket
@@ -95,6 +97,9 @@ def summary_box(summary: Mapping[str, Any], files: Sequence[str], nodes: Sequenc
                 "see “What came closest” below",
             ),
         ]
+    workload = summary.get("workload")
+    if isinstance(workload, Mapping):
+        facts.append(("workload weights", e(gain_line(dict(workload)).removeprefix("workload weights: "))))
     study = summary.get("study") or {}
     facts.append(
         (
