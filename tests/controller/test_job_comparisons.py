@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -16,6 +17,7 @@ from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.server import Controller
 from topo_tune.errors import AlreadyExists, ConflictError, PermissionDenied, ValidationError
 from topo_tune.job_compare.schedule import Arm, arm_schedule
+from topo_tune.tuner.report.job_comparisons import comparison_section
 from topo_tune.v1 import admin_pb2
 
 JOB = "train-77"
@@ -56,7 +58,9 @@ def _job_client(controller: Controller) -> AdminClient:
     return AdminClient(f"127.0.0.1:{controller.port}", token=Credentials(TOKEN).issue_job())
 
 
-async def test_two_nodes_records_make_one_comparison_with_the_proofs_figures(controller: Controller) -> None:
+async def test_two_nodes_records_make_one_comparison_with_the_proofs_figures(
+    controller: Controller, tmp_path: Path
+) -> None:
     def record() -> tuple[admin_pb2.JobComparison, admin_pb2.JobComparison, admin_pb2.JobComparison]:
         with _job_client(controller) as client:
             first = client.record_job_comparison(_request(Arm.AGAINST))
@@ -89,6 +93,18 @@ async def test_two_nodes_records_make_one_comparison_with_the_proofs_figures(con
     )
     (data,) = json.loads(listed.output)
     assert data["complete"] and data["job"]["runs"][0]["node"] in ("n1", "n2")
+
+    report = tmp_path / "report.html"
+    report.write_text(f"<html><h1>init's page</h1>{comparison_section([])}</html>")
+    refreshed = await asyncio.to_thread(
+        CliRunner().invoke,
+        cli,
+        ["admin", "job", "comparisons", "--report", str(report), "--controller", f"127.0.0.1:{controller.port}"],
+        env={"TOPO_TUNE_TOKEN": TOKEN},
+    )
+    assert refreshed.exit_code == 0, refreshed.output
+    page = report.read_text()
+    assert page.startswith("<html><h1>init's page</h1>") and JOB in page and "No job has compared" not in page
 
 
 async def test_records_that_disagree_with_the_schedule_or_each_other_are_refused(controller: Controller) -> None:

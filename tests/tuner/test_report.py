@@ -13,10 +13,12 @@ import pytest
 
 from tests.tuner.test_study import study_settings
 from tools.report_browser import Chromium, chromium_binary
+from topo_tune.errors import ConfigError
 from topo_tune.sim import demo_cluster
 from topo_tune.topology.distance import PairMatrix
 from topo_tune.tuner.objective import Objective, WorkloadProfile
 from topo_tune.tuner.outputs import ClusterShape, write_outputs
+from topo_tune.tuner.report.job_comparisons import BEGIN, END, with_comparisons
 from topo_tune.tuner.report.page import render_report
 from topo_tune.tuner.report.summary_box import weighted_ci
 from topo_tune.tuner.sim_evaluator import SimEvaluator, sim_space
@@ -118,3 +120,27 @@ def test_the_report_takes_summary_fields_it_does_not_know(
     assert "<td class='l'>4</td>" in listed and "pruned" in listed
     assert "Trade-off candidate" in page and "all_reduce 0-1K 0.97x" in page
     assert "decision_word" in page and "not shown" in page
+
+
+def test_the_report_shows_what_jobs_measured_once_refreshed_and_nothing_else_changes(
+    demo: tuple[StudyOutcome, ClusterShape], tmp_path: Path
+) -> None:
+    outcome, shape = demo
+    page, _ = write(outcome, shape, tmp_path)
+    assert "What jobs measured" in page and "No job has compared versions yet" in page
+    run = {"index": 0, "pair": 0, "arm": "candidate", "value": 0.5, "node": "n1"}
+    job = {"job_id": "train<7>", "candidate": "stable", "candidate_version": "cv-0123456789abcdef"}
+    job |= {"against": "defaults", "against_version": "", "metric": "t=(<x>)", "higher_is_better": False}
+    job |= {"pairs": 2, "runs": [run] * 4}
+    stored = {"job": job, "complete": True, "candidate_median": 0.5, "against_median": 1.0, "gain": 2.0}
+    stored |= {"ci_low": 1.9, "ci_high": 2.1, "confidence": 0.98, "decision": "faster", "created_at": "2026-12-02"}
+    refreshed = with_comparisons(page, [stored], where="--report")
+    start, end = page.index(BEGIN), page.index(END) + len(END)
+    assert refreshed[:start] == page[:start] and refreshed.endswith(page[end:])
+    section = refreshed[start : len(refreshed) - len(page[end:])]
+    assert "train&lt;7&gt;" in section and "t=(&lt;x&gt;) (lower is better)" in section  # escaped
+    assert "stable (cv-0123456789abcdef)" in section and "<tr class='good'>" in section
+    assert "1.900–2.100 (98%)" in section and "4/4" in section
+    assert with_comparisons(refreshed, [], where="--report") == page  # refreshed again: as init wrote it
+    with pytest.raises(ConfigError, match=r"^--report: not a topo-tune report"):
+        with_comparisons("<html></html>", [], where="--report")

@@ -5,6 +5,9 @@ Also the one place a comparison is put in words for people: ``exec --compare`` p
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import click
 
 from topo_tune.cli.admin import admin, connected
@@ -64,14 +67,20 @@ def job() -> None:
     Examples:
       topo-tune admin job comparisons                  # every job's own A/B, newest first
       topo-tune admin job comparisons --job-id 4242 -o yaml   # one job's, with every run's value
+      topo-tune admin job comparisons --report out/report.html  # show them in init's report
     """
 
 
 @job.command()
 @click.option("--job-id", default="", help="Only this job's comparisons.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.option(
+    "--report",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="Also write them into this report.html's 'What jobs measured' section (init writes it empty).",
+)
 @connected
-def comparisons(client: AdminClient, fmt: str, job_id: str, limit: int) -> None:
+def comparisons(client: AdminClient, fmt: str, job_id: str, limit: int, report: Path | None) -> None:
     """The A/B comparisons jobs ran themselves with `topo-tune exec --compare`, newest first.
 
     \b
@@ -81,6 +90,15 @@ def comparisons(client: AdminClient, fmt: str, job_id: str, limit: int) -> None:
     tuner's proof statistics (one-sided t bounds at alpha = 0.01 each); DECISION uses the proof's words.
     """
     found = client.list_job_comparisons(job_id=job_id, limit=limit)
+    if report is not None:
+        # Here, not at the top: the report's modules pull in matplotlib, which listing never needs.
+        from topo_tune.tuner.report.job_comparisons import with_comparisons  # noqa: PLC0415
+
+        page = with_comparisons(report.read_text(encoding="utf-8"), [to_data(c) for c in found], where="--report")
+        partial = report.with_name(f".{report.name}.partial")
+        partial.write_text(page, encoding="utf-8")
+        os.replace(partial, report)  # a reader never sees half a page
+        click.echo(f"# {report}: {len(found)} job comparisons in 'What jobs measured'", err=True)
     if fmt != "table":
         emit_data([to_data(c) for c in found], fmt)
         return

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from topo_tune.tuner.report.figure import ReportFigure
+from topo_tune.tuner.report.job_comparisons import comparison_section
 from topo_tune.tuner.report.markup import STYLESHEET, figure_html
 from topo_tune.tuner.report.summary_box import summary_box
 from topo_tune.tuner.report.tables import bucket_table, closest_section, size_table, tradeoff_section, trial_table
@@ -24,8 +25,9 @@ def render_report(
     files: Sequence[str],
     nodes: Sequence[str],
     ranks: int,
+    comparisons: Sequence[Mapping[str, Any]] = (),
 ) -> str:
-    """The whole page; ``figures`` from :func:`report_figures`."""
+    """The whole page; ``figures`` from :func:`report_figures`; ``comparisons`` as ``job_comparisons`` takes them."""
     e = html.escape
     simulated = bool(summary.get("simulated"))
     badge = "<span class='badge sim'>SIMULATED</span>" if simulated else "<span class='badge meas'>MEASURED</span>"
@@ -57,6 +59,7 @@ def render_report(
         closest_section(summary),
         tradeoff_section(summary),
         "<h2 id='trials'>What was tried</h2>" + figs("knobs", "history") + no_knobs + trial_table(summary),
+        comparison_section(comparisons),
         "<h2 id='topology'>Topology</h2>" + figs("topology") if "topology" in by_section else "",
     ]
     body = "".join(sections)
