@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,17 +33,11 @@ def study_of(output: Path, summary: dict[str, object]) -> optuna.Study:
 
 
 def test_gloo_init_runs_real_collectives_and_writes_every_output(tmp_path: Path) -> None:
-    output = tmp_path / "out"
-    result = run_cli(
-        "--log-level",
-        "error",
-        "init",
-        "--cluster-config",
-        str(ROOT / "examples" / "local-gloo.yaml"),
-        "--output",
-        str(output),
-        timeout=600,
-    )
+    # As a user runs it from a clone: relative paths, the default (relative) output directory.
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    output = tmp_path / "topo-tune-output"
+    command = ("--log-level", "error", "init", "--cluster-config", "examples/local-gloo.yaml")
+    result = run_cli(*command, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     for name in OUTPUTS:
         assert (output / name).is_file(), name
@@ -68,6 +63,10 @@ def test_gloo_init_runs_real_collectives_and_writes_every_output(tmp_path: Path)
     assert summary["config_version"] in versions, "the result is stored as a config version"
     # stdout carries one JSON line for scripts.
     assert json.loads(result.stdout.strip().splitlines()[-1])["output"] == str(output)
+    # The same command again in the same directory: the finished study resumes and writes the same result.
+    again = run_cli(*command, timeout=600, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout.strip().splitlines()[-1])["config_version"] == summary["config_version"]
 
 
 def small_demo(*, budget: int) -> dict[str, Any]:

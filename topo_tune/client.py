@@ -76,6 +76,11 @@ def _answered_kind(error: grpc.RpcError) -> str:
     return ""
 
 
+def waits_for_operator(rollout: admin_pb2.RolloutInfo) -> bool:
+    """Paused until someone resumes, promotes, aborts or rolls it back (a timed pause between waves is not)."""
+    return rollout.phase == "paused" and not rollout.HasField("resume_at")
+
+
 @contextmanager
 def _mapped(address: str) -> Iterator[None]:
     try:
@@ -165,10 +170,15 @@ class AdminClient:
             last: U | None = None
             try:
                 with _mapped(self.address):
-                    for update in method(request, metadata=self._metadata):
+                    stream = method(request, metadata=self._metadata)
+                    for update in stream:
                         broken_since, pause, last = None, 0.1, update
                         if on_update is not None:
                             on_update(update)
+                        if ended(update):  # e.g. a paused rollout: the stream would go on, the wait is over
+                            if isinstance(stream, grpc.Call):
+                                stream.cancel()
+                            return update
                 if last is not None and ended(last):
                     return last
                 why = "the stream ended early"
@@ -248,12 +258,15 @@ class AdminClient:
     def watch_rollout(
         self, rollout_id: str, on_update: Callable[[admin_pb2.RolloutUpdate], None] | None = None
     ) -> admin_pb2.RolloutInfo:
-        """The rollout once it has ended (completed, rolled back or aborted); ``on_update`` with each change."""
+        """The rollout once it has ended (completed, rolled back or aborted) or waits for an operator (paused).
+
+        ``on_update`` with each change.
+        """
         last = self._watch(
             self._stub.WatchRollout,
             rollout_id,
             f"rollout {rollout_id}",
-            lambda u: u.rollout.phase in ROLLOUT_ENDS,
+            lambda u: u.rollout.phase in ROLLOUT_ENDS or waits_for_operator(u.rollout),
             on_update,
             later=f"topo-tune admin rollout status {rollout_id}",
         )

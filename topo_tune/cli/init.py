@@ -239,6 +239,9 @@ def init(
         raise click.BadParameter(
             f"cannot create {output}: {error.strerror or error}", param_hint="'--output'"
         ) from None
+    # Absolute from here on: the agents' benchmark workers run in their own job directories, where a
+    # relative path would name another place.
+    output = output.absolute()
     console = Console(stderr=True)
     simulated = " (SIMULATED: sim backend)" if cluster.backend == "sim" else ""
     console.print(f"[bold]topo-tune init[/bold] {config_file} → {output}{simulated}")

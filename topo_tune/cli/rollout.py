@@ -12,7 +12,7 @@ import click
 from topo_tune.cli.admin import connected
 from topo_tune.cli.output import emit_data, emit_table, to_data
 from topo_tune.cli.setting_options import setting_option, show_default
-from topo_tune.client import ROLLOUT_ENDS, AdminClient
+from topo_tune.client import ROLLOUT_ENDS, AdminClient, waits_for_operator
 from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.config_values import parse_duration
 from topo_tune.config_version import FILE_NAMES
@@ -20,6 +20,8 @@ from topo_tune.errors import ControllerError
 from topo_tune.v1 import admin_pb2
 
 _GATE = "rollout.gate"  # the controller's cluster.yaml: its defaults for every rollout
+PAUSED_EXIT = 3
+"""``rollout status --wait``'s exit status when the rollout waits for an operator (1: it failed; 0: completed)."""
 
 
 def actor() -> str:
@@ -210,15 +212,24 @@ def create(
     default=False,
     show_default=True,
     help="Follow the rollout to its end (completed, rolled back or aborted), a line on stderr per step; "
-    "exit 1 unless it completed. A pause waits for an operator (admin rollout resume|promote).",
+    f"exit 1 unless it completed. A pause that waits for an operator ends the wait too, with exit status "
+    f"{PAUSED_EXIT} and how to go on (a timed pause between waves is waited out).",
 )
 @connected
 def status(client: AdminClient, fmt: str, rollout_id: str, wait: bool) -> None:
     """Show a rollout (default: the active one, else the latest) with its waves and gate verdicts."""
     info = client.get_rollout(rollout_id)
-    if wait and info.phase not in ROLLOUT_ENDS:
+    if wait and info.phase not in ROLLOUT_ENDS and not waits_for_operator(info):
         info = client.watch_rollout(info.id, _step_lines())
     show(info, fmt)
+    if wait and waits_for_operator(info):
+        click.echo(
+            f"topo-tune: rollout {info.id} is paused: {info.reason or 'paused'}. It waits for an operator: "
+            f"`topo-tune admin rollout resume {info.id}` (a paused gate runs again), `promote {info.id}` "
+            f"(accept and go on), `abort {info.id}` or `rollback {info.id}`",
+            err=True,
+        )
+        raise click.exceptions.Exit(PAUSED_EXIT)
     if wait and info.phase != "completed":
         raise ControllerError(f"rollout {info.id} {info.phase}: {info.reason}")
 

@@ -1462,6 +1462,7 @@ class RolloutInfo(_message.Message):
     DRY_RUN_FIELD_NUMBER: _builtins.int
     GATE_FIELD_NUMBER: _builtins.int
     THRESHOLDS_FIELD_NUMBER: _builtins.int
+    RESUME_AT_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     config_version: _builtins.str
     previous_version: _builtins.str
@@ -1487,6 +1488,10 @@ class RolloutInfo(_message.Message):
     def thresholds(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """what its gates judge by"""
 
+    @_builtins.property
+    def resume_at(self) -> _timestamp_pb2.Timestamp:
+        """paused: when the timed pause between waves ends; unset: it waits for an operator"""
+
     def __init__(
         self,
         *,
@@ -1504,10 +1509,11 @@ class RolloutInfo(_message.Message):
         dry_run: _builtins.bool = ...,
         gate: Global___GateMeasurement | None = ...,
         thresholds: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        resume_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["gate", b"gate"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["gate", b"gate", "resume_at", b"resume_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "created_by", b"created_by", "dry_run", b"dry_run", "gate", b"gate", "gates", b"gates", "id", b"id", "node_phases", b"node_phases", "phase", b"phase", "plan", b"plan", "previous_version", b"previous_version", "reason", b"reason", "thresholds", b"thresholds", "wave", b"wave", "waves", b"waves"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "created_by", b"created_by", "dry_run", b"dry_run", "gate", b"gate", "gates", b"gates", "id", b"id", "node_phases", b"node_phases", "phase", b"phase", "plan", b"plan", "previous_version", b"previous_version", "reason", b"reason", "resume_at", b"resume_at", "thresholds", b"thresholds", "wave", b"wave", "waves", b"waves"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -99,17 +99,22 @@ async def test_gates_measured_by_benchmark_jobs_roll_back_a_slow_version_and_pau
     args = ["admin", "rollout", "status", neutral.rollout.id, "--wait", "--controller", f"127.0.0.1:{controller.port}"]
     waiting = asyncio.create_task(
         asyncio.to_thread(CliRunner().invoke, cli, args, env={"TOPO_TUNE_TOKEN": TOKEN})
-    )  # an operator follows it through the pause
+    )  # an operator follows it up to the pause, which waits for them
     paused = await settled(controller, neutral.rollout.id, RolloutPhase.PAUSED)
     assert "gain of 3% not shown" in paused.rollout.reason
-    assert not waiting.done(), "a pause is not the end"
+    stopped = await asyncio.wait_for(waiting, 60)
+    assert stopped.exit_code == 3, stopped.output
+    assert "# paused, 0/1 waves done (" in stopped.stderr and "gain of 3% not shown" in stopped.stderr
+    assert f"topo-tune admin rollout resume {neutral.rollout.id}" in stopped.stderr
     await controller.rollouts.promote(neutral.rollout.id, actor="operator")
+    waiting = asyncio.create_task(
+        asyncio.to_thread(CliRunner().invoke, cli, args, env={"TOPO_TUNE_TOKEN": TOKEN})
+    )  # promoted, then followed again to its end
     done = await settled(controller, neutral.rollout.id, RolloutPhase.COMPLETED)
     assert done.rollout.phase is RolloutPhase.COMPLETED
     followed = await asyncio.wait_for(waiting, 60)
     assert followed.exit_code == 0, followed.output
     assert f"rollout {neutral.rollout.id}: " in followed.stdout and "[completed]" in followed.stdout
-    assert "# paused, 0/1 waves done (" in followed.stderr and "gain of 3% not shown" in followed.stderr
     assert agent.config_store.active_version() == NEUTRAL.id
 
 

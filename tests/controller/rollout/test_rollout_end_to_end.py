@@ -303,3 +303,41 @@ async def test_a_changed_active_version_is_reported_refused_to_jobs_and_re_appli
     assert cluster.active_versions() == dict.fromkeys(RACKS, V1.id)
     after = {name: len(list((tmp_path / name / "config" / "versions").iterdir())) for name in RACKS}
     assert after == runs_before, "only the damaged node was touched, and it kept one copy"
+
+
+async def test_status_wait_returns_when_the_rollout_pauses_and_says_how_to_go_on(cluster: Cluster) -> None:
+    cluster.controller.rollouts.verifier = SimVerifier(RACKS)
+    request = create_request(V1, rollout_id="ro-wait", no_canary=True, require_approval=True)
+    await cluster.call(cluster.client.create_rollout, request)
+    environ = {**os.environ, "TOPO_TUNE_TOKEN": TOKEN, "TOPO_TUNE_CONTROLLER": cluster.address}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "topo_tune",
+        "admin",
+        "rollout",
+        "status",
+        "ro-wait",
+        "--wait",
+        env=environ,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), 60)
+    finally:
+        if process.returncode is None:
+            process.kill()
+    said = err.decode()
+    assert process.returncode == 3, said
+    assert "rollout ro-wait is paused: waiting for approval" in said
+    assert "topo-tune admin rollout resume ro-wait" in said and "promote ro-wait" in said
+    assert "[paused]" in out.decode(), "the status table is shown as without --wait"
+    # A wait on a rollout that is already paused returns at once, the same way.
+    again = await asyncio.to_thread(
+        CliRunner().invoke,
+        cli,
+        ["admin", "rollout", "status", "ro-wait", "--wait", "--controller", cluster.address],
+        env={"TOPO_TUNE_TOKEN": TOKEN},
+    )
+    assert again.exit_code == 3, again.output

@@ -229,7 +229,7 @@ def to_proto_rollout(snapshot: Snapshot, gates: list[GateRecord]) -> admin_pb2.R
 
 def to_proto_rollout_summary(rollout: Rollout) -> admin_pb2.RolloutInfo:
     """A rollout's identity and phase, without waves and gates (``admin rollout list``)."""
-    return admin_pb2.RolloutInfo(
+    info = admin_pb2.RolloutInfo(
         id=rollout.id,
         config_version=rollout.config_version,
         previous_version=rollout.previous_version,
@@ -238,6 +238,9 @@ def to_proto_rollout_summary(rollout: Rollout) -> admin_pb2.RolloutInfo:
         reason=rollout.reason,
         created_by=rollout.created_by,
     )
+    if rollout.resume_at is not None:
+        info.resume_at.CopyFrom(timestamp(rollout.resume_at))
+    return info
 
 
 def to_proto_rollout_plan(
