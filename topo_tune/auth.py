@@ -28,17 +28,23 @@ REFUSED = "missing or invalid bearer token"
 _BEARER = b"Bearer "
 
 
-def read_token(*, token_file: Path | None, token_env: str | None) -> str:
-    """The token from ``--token-file`` (preferred) or the ``TOPO_TUNE_TOKEN`` value the CLI read."""
+def read_token(
+    *, token_file: Path | None, token_env: str | None, named_by: str = "--token-file", hint: str = ""
+) -> str:
+    """The token from ``--token-file`` (preferred) or the ``TOPO_TUNE_TOKEN`` value the CLI read.
+
+    ``named_by`` is where the file's name came from (a flag or a cluster.yaml key): the error names it, with
+    ``hint`` after the reason.
+    """
     if token_file is not None:
         try:
             token = token_file.read_text(encoding="utf-8").strip()
         except OSError as exc:
-            raise ConfigError("--token-file", f"cannot read {token_file}: {exc.strerror or exc}") from None
+            raise ConfigError(named_by, f"cannot read {token_file}: {exc.strerror or exc}{hint}") from None
         except UnicodeDecodeError:
-            raise ConfigError("--token-file", f"{token_file} is not UTF-8 text") from None
+            raise ConfigError(named_by, f"{token_file} is not UTF-8 text{hint}") from None
         if not token:
-            raise ConfigError("--token-file", f"{token_file} is empty")
+            raise ConfigError(named_by, f"{token_file} is empty{hint}")
         return token
     if token_env:
         return token_env.strip()

@@ -105,7 +105,10 @@ class ControllerConfig(_Section):
         description="HOST:PORT of a plaintext gRPC health port, for kubelet probes when the main port uses mTLS; "
         "unset: off",
     )
-    token_file: str | None = None
+    token_file: str | None = Field(
+        default=None,
+        description="file holding the admin token; --token-file and $TOPO_TUNE_TOKEN win over it",
+    )
     tls: TlsConfig | None = None
     heartbeat_interval: Duration = Field(default=10.0, description="how often agents heartbeat")
     heartbeat_expiry: Duration = Field(default=30.0, description="silence after which a node is `lost`")

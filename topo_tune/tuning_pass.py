@@ -376,6 +376,7 @@ def run_pass(
     latencies = {c: times for c, times in measured_latencies.items() if len(times) >= MIN_SAMPLES}
     for collective in sorted(set(measured_latencies) - set(latencies)):
         logger.warning("no timeout advice for %s: fewer than %d measurements", collective, MIN_SAMPLES)
+    on_status(f"writing outputs to {output}")
     written = write_outputs(
         outcome,
         output,

@@ -9,11 +9,12 @@ from click.testing import CliRunner
 
 from topo_tune.cli import controller as controller_cli
 from topo_tune.cli.main import cli
+from topo_tune.controller.db.database import Database
 from topo_tune.controller.settings import ControllerSettings
 
 
-def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *flags: str) -> tuple[int, str, list[ControllerSettings]]:
-    """Run ``controller serve`` up to the point where it would start serving; return what it would serve with."""
+def captured(monkeypatch: pytest.MonkeyPatch) -> list[ControllerSettings]:
+    """``controller serve`` runs up to the point where it would start serving: what it would serve with."""
     seen: list[ControllerSettings] = []
 
     async def capture(settings: ControllerSettings) -> None:
@@ -21,6 +22,11 @@ def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *flags: str) -> tuple
 
     monkeypatch.setattr(controller_cli, "_serve", capture)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    return seen
+
+
+def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *flags: str) -> tuple[int, str, list[ControllerSettings]]:
+    seen = captured(monkeypatch)
     config = tmp_path / "cluster.yaml"
     config.write_text(
         "apiVersion: topo-tune/v1\ncontroller:\n"
@@ -92,3 +98,34 @@ def test_help_gives_each_flags_key_and_default_from_the_model() -> None:
     assert "[cluster.yaml controller.drift.sampleNodes, else 2]" in text
     assert "[cluster.yaml controller.retention.maxAge, else 90d]" in text
     assert "[cluster.yaml controller.heartbeatExpiry, else 30s]" in text
+
+
+def test_the_token_comes_from_the_flag_then_the_environment_then_cluster_yaml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = captured(monkeypatch)
+    config = tmp_path / "cluster.yaml"
+    config.write_text(f"apiVersion: topo-tune/v1\ncontroller:\n  tokenFile: {tmp_path / 'absent'}\n", encoding="utf-8")
+    flag = tmp_path / "flag.token"
+    flag.write_text("from-the-flag", encoding="utf-8")
+    serve = ["controller", "serve", "--config", str(config)]
+
+    from_env = CliRunner().invoke(cli, serve, env={"TOPO_TUNE_TOKEN": "from-the-environment"})
+    assert from_env.exit_code == 0, from_env.output
+    from_flag = CliRunner().invoke(cli, [*serve, "--token-file", str(flag)], env={"TOPO_TUNE_TOKEN": "from-env"})
+    assert from_flag.exit_code == 0, from_flag.output
+    assert [s.token for s in seen] == ["from-the-environment", "from-the-flag"]
+
+    from_file = CliRunner().invoke(cli, serve, env={"TOPO_TUNE_TOKEN": ""})
+    assert from_file.exit_code == 1
+    assert f"controller.tokenFile in {config}: cannot read {tmp_path / 'absent'}" in from_file.output
+    assert "TOPO_TUNE_TOKEN is unset: set it or pass --token-file" in from_file.output
+
+
+def test_a_sqlite_database_gets_its_directory(tmp_path: Path) -> None:
+    database = Database(f"sqlite:///{tmp_path / 'var' / 'lib' / 'controller.db'}")
+    try:
+        database.migrate()
+    finally:
+        database.engine.dispose()
+    assert (tmp_path / "var" / "lib" / "controller.db").is_file(), "made, not retried for a minute"

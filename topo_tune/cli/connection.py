@@ -31,9 +31,20 @@ def client_tls_options(function: F) -> F:
     return click.option("--tls-key", type=_PATH, help="Client key, for mTLS.")(function)
 
 
-def resolve_token(token_file: Path | None) -> str:
-    """The token from ``token_file``, else from ``$TOPO_TUNE_TOKEN``."""
-    return read_token(token_file=token_file, token_env=os.environ.get(TOKEN_ENVVAR))
+def resolve_token(token_file: Path | None, *, configured: Path | None = None, configured_as: str = "") -> str:
+    """The token from ``--token-file``, else ``$TOPO_TUNE_TOKEN``, else the file cluster.yaml names.
+
+    ``configured`` is that file (its key in cluster.yaml: ``configured_as``). The explicit flag wins over the
+    environment and the environment over the file's setting, so ``export TOPO_TUNE_TOKEN=...`` works with a
+    cluster.yaml written for the service, whose token file this machine may not have.
+    """
+    if token_file is not None:
+        return read_token(token_file=token_file, token_env=None)
+    from_env = os.environ.get(TOKEN_ENVVAR, "").strip()
+    if from_env or configured is None:
+        return read_token(token_file=None, token_env=from_env)
+    hint = f" (from {configured_as}; {TOKEN_ENVVAR} is unset: set it or pass --token-file to use another token)"
+    return read_token(token_file=configured, token_env=None, named_by=configured_as, hint=hint)
 
 
 def client_tls(ca: Path | None, cert: Path | None, key: Path | None) -> TlsFiles | None:

@@ -132,8 +132,8 @@ def serve(
 ) -> None:
     """Serve the agent and admin gRPC services until SIGTERM or Ctrl-C.
 
-    Flags override cluster.yaml. The token comes from --token-file or $TOPO_TUNE_TOKEN; every agent and
-    admin must present the same one.
+    Flags override cluster.yaml. The token comes from --token-file, else $TOPO_TUNE_TOKEN, else the file
+    controller.tokenFile names; admins present the same one, agents a credential issued with it.
 
     \b
     Example:
@@ -163,7 +163,6 @@ def serve(
         ),
         where="controller",
     )
-    token_path = token_file or (Path(section.token_file) if section.token_file else None)
     tls = None
     if tls_cert or tls_key or section.tls:
         tls = TlsFiles(
@@ -176,7 +175,11 @@ def serve(
     settings = ControllerSettings(
         listen=section.listen,
         database_url=section.database,
-        token=resolve_token(token_path),
+        token=resolve_token(
+            token_file,
+            configured=Path(section.token_file) if section.token_file else None,
+            configured_as=f"controller.tokenFile in {config_file}",
+        ),
         tls=tls,
         metrics_listen=section.metrics_listen,
         health_listen=section.health_listen,

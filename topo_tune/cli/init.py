@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -12,16 +14,16 @@ from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from topo_tune.benchmark.env_policy import EnvPolicy
+from topo_tune.cli import logs
 from topo_tune.cli.connection import client_tls, client_tls_options, resolve_token, token_options
+from topo_tune.cli.phases import PhaseDisplay
 from topo_tune.client import AdminClient
 from topo_tune.cluster_config import ClusterConfig, load_cluster_config
 from topo_tune.errors import ConfigError, EnvPolicyError
 from topo_tune.remote_port import RemotePort
 from topo_tune.tuner.outputs import verdict_lines
-from topo_tune.tuner.study import StudyProgress
 from topo_tune.tuner.workload_gain import gain_line
 
 if TYPE_CHECKING:
@@ -129,7 +131,9 @@ def _controller(
     """
     if cluster.controller.address:
         resolved = resolve_token(
-            token_file or (Path(cluster.controller.token_file) if cluster.controller.token_file else None)
+            token_file,
+            configured=Path(cluster.controller.token_file) if cluster.controller.token_file else None,
+            configured_as="controller.tokenFile",
         )
         with AdminClient(cluster.controller.address, token=resolved, tls=tls, timeout_s=60) as client:  # type: ignore[arg-type]
             yield client, f"sqlite:///{output / 'study.db'}"
@@ -216,7 +220,8 @@ def init(
     the other nodes it prints the `agent run` line to start on each (with a token file it writes in OUTPUT)
     and waits, counting the ready nodes. The result is either a configuration proven faster than NCCL's
     defaults, or a plain "keep NCCL's defaults". Ctrl-C leaves a consistent database; the same command
-    resumes the study.
+    resumes the study. The terminal shows a line per phase; the INFO log goes to OUTPUT/.topo-tune/init.log
+    (-v shows it on stderr too).
 
     \b
     Examples:
@@ -243,54 +248,41 @@ def init(
     # relative path would name another place.
     output = output.absolute()
     console = Console(stderr=True)
+    log_file = logs.log_to_file(
+        output / ".topo-tune" / "init.log", terminal_too=bool(click.get_current_context().meta.get(logs.LEVEL_CHOSEN))
+    )
+    logs.quiet_libraries()
     simulated = " (SIMULATED: sim backend)" if cluster.backend == "sim" else ""
-    console.print(f"[bold]topo-tune init[/bold] {config_file} → {output}{simulated}")
-    with (
-        _controller(
-            cluster,
-            output,
-            token_file,
-            client_tls(tls_ca, tls_cert, tls_key),
-            console=console,
-            node_timeout=node_timeout,
-        ) as (client, storage),
-        Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[best]}"),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[eta]}"),
-            console=console,
-            transient=False,
-        ) as progress,
-    ):
-        task = progress.add_task("starting", total=None, best="", eta="")
-
-        said: list[str] = []
-
-        def status(text: str) -> None:
-            progress.update(task, description=text)
-            if not console.is_terminal and text not in said[-1:]:
-                console.print(text, highlight=False)  # no live bar in a log: each new state, once, on its line
-                said.append(text)
-
-        def study_progress(update: StudyProgress) -> None:
-            best = f"best {update.best_value:.3f}x" if update.best_value is not None else ""
-            eta = f"ETA {update.eta_s:.0f}s" if update.eta_s is not None else ""
-            progress.update(
-                task, description=f"{update.phase}", completed=update.done, total=update.total, best=best, eta=eta
+    console.print(f"[bold]topo-tune init[/bold] {config_file} → {output}{simulated}", highlight=False, soft_wrap=True)
+    console.print(f"log: {log_file} (-v shows it here)", highlight=False, markup=False, soft_wrap=True)
+    tls = client_tls(tls_ca, tls_cert, tls_key)
+    try:
+        with (
+            _controller(cluster, output, token_file, tls, console=console, node_timeout=node_timeout) as (
+                client,
+                storage,
+            ),
+            PhaseDisplay(console) as phases,  # a line per phase, a live bar on a terminal
+        ):
+            result = run_pass(
+                cluster,
+                RemotePort(client),
+                output=output,
+                storage=storage,
+                node_timeout_s=node_timeout,
+                on_status=phases.status,
+                on_progress=phases.study,
             )
-
-        result = run_pass(
-            cluster,
-            RemotePort(client),
-            output=output,
-            storage=storage,
-            node_timeout_s=node_timeout,
-            on_status=status,
-            on_progress=study_progress,
+    except KeyboardInterrupt:
+        again = shlex.join(["topo-tune", *sys.argv[1:]])
+        console.print(
+            f"interrupted: every finished trial is kept in {output / '.topo-tune'}; the same command resumes "
+            f"the study:\n  {again}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
         )
+        raise click.exceptions.Exit(130) from None
     summary = json.loads((output / "summary.json").read_text())
     outcome = result.outcome
     counted = sum(1 for t in outcome.trials if not t.superseded)

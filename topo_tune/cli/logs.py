@@ -1,4 +1,10 @@
-"""Logging set-up, done only here: human-readable lines or JSON lines, with node/command/... ids."""
+"""Logging set-up, done only here: human-readable lines or JSON lines, with node/command/... ids.
+
+A daemon logs to stderr at ``--log-level``. ``init`` is a command a person watches: its INFO lines go to a
+file under its output directory and the terminal gets WARNING and up, unless ``-v`` or ``--log-level``
+asks for them there (``log_to_file``). The libraries' own chatter (Optuna, gRPC, APScheduler) is kept to
+WARNING and up and passes through these handlers only (``quiet_libraries``).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import json
 import logging
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 from topo_tune.log_text import escaped
 
@@ -48,11 +55,41 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(payload, default=str)
 
 
+LEVEL_CHOSEN = "topo_tune.log_level_chosen"
+"""``click.Context.meta`` key: whether ``-v``/``--log-level``/``$TOPO_TUNE_LOG_LEVEL`` chose stderr's level."""
+
+_LIBRARIES = ("apscheduler", "optuna", "grpc")
+"""Their INFO lines (every job run of a one-second sweep, every study created) are noise here."""
+
+
 def configure(*, level: str, fmt: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else HumanFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # APScheduler logs every job run at INFO; that is noise at a one-second sweep.
-    logging.getLogger("apscheduler").setLevel(max(logging.WARNING, root.level))
+    for name in _LIBRARIES:
+        logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
+
+
+def quiet_libraries() -> None:
+    """Optuna's records through the root handlers, not its own stderr handler (once Optuna is imported)."""
+    import optuna  # noqa: PLC0415 - only the commands that run studies load it
+
+    optuna.logging.disable_default_handler()
+    optuna.logging.enable_propagation()
+    optuna.logging.set_verbosity(max(logging.WARNING, logging.getLogger().level))
+    logging.captureWarnings(True)  # its ExperimentalWarning and the like: records, not bare lines on stderr
+
+
+def log_to_file(path: Path, *, terminal_too: bool) -> Path:
+    """Every record also goes to ``path`` (appended); the terminal keeps only WARNING and up unless ``terminal_too``."""
+    root = logging.getLogger()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(HumanFormatter())
+    if not terminal_too:
+        for existing in root.handlers:
+            existing.setLevel(max(logging.WARNING, root.level))
+    root.addHandler(handler)
+    return path

@@ -76,7 +76,14 @@ class _Group(click.Group):
     envvar="TOPO_TUNE_LOG_FORMAT",
     help="json: one JSON object per line, for log collectors.",
 )
-def cli(log_level: str, log_format: str) -> None:
+@click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    help="INFO lines (-vv: DEBUG) on stderr, also for init, which otherwise logs them to a file in its output.",
+)
+@click.pass_context
+def cli(ctx: click.Context, log_level: str, log_format: str, verbose: int) -> None:
     """Tune NCCL for this cluster: measure the topology, search configurations and ring orders,
     prove the winner against NCCL's defaults, and roll it out rack by rack.
 
@@ -87,6 +94,10 @@ def cli(log_level: str, log_format: str) -> None:
                 topo-tune admin rollout create VERSION
     Jobs:       topo-tune exec --nodes HOSTS -- CMD ...
     """
+    if verbose:
+        log_level = "debug" if verbose > 1 else "info"
+    chosen = verbose > 0 or ctx.get_parameter_source("log_level") is not click.core.ParameterSource.DEFAULT
+    ctx.meta[logs.LEVEL_CHOSEN] = chosen
     logs.configure(level=log_level, fmt=log_format)
 
 

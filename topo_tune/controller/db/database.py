@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
 from importlib import resources
+from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -76,6 +77,17 @@ def _is_transient(error: BaseException) -> bool:
     return isinstance(error, exc.OperationalError | exc.InterfaceError | exc.DisconnectionError)
 
 
+def _make_parent(database: str | None) -> None:
+    """A SQLite file's directory, made if missing: SQLite cannot, and a missing directory never heals by retrying."""
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    directory = Path(database).parent
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError("--database", f"cannot create {directory}: {error.strerror or error}") from None
+
+
 class Database:
     """One database URL, migrated to the current schema."""
 
@@ -86,6 +98,8 @@ class Database:
             raise ConfigError("--database", f"not a database URL: {url!r}") from None
         self.url = parsed
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
+        if self.is_sqlite:
+            _make_parent(parsed.database)
         self._retry_for_s = retry_for_s
         self._read_retry_for_s = min(read_retry_for_s, retry_for_s)
         self.engine = self._create_engine()
