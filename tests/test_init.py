@@ -32,6 +32,7 @@ def study_of(output: Path, summary: dict[str, object]) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=f"sqlite:///{output / '.topo-tune' / 'topo-tune.db'}")
 
 
+@pytest.mark.timeout(600)  # two runs of real gloo jobs: minutes when other work shares the two cores
 def test_gloo_init_runs_real_collectives_and_writes_every_output(tmp_path: Path) -> None:
     # As a user runs it from a clone: relative paths, the default (relative) output directory.
     shutil.copytree(ROOT / "examples", tmp_path / "examples")

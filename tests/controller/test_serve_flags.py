@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import secrets
+import shutil
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from tests.support.processes import Daemon, cli_env, free_port, run_cli
+from tests.support.waiting import wait_until
 from topo_tune.cli import controller as controller_cli
 from topo_tune.cli.main import cli
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.settings import ControllerSettings
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def captured(monkeypatch: pytest.MonkeyPatch) -> list[ControllerSettings]:
@@ -129,3 +135,27 @@ def test_a_sqlite_database_gets_its_directory(tmp_path: Path) -> None:
     finally:
         database.engine.dispose()
     assert (tmp_path / "var" / "lib" / "controller.db").is_file(), "made, not retried for a minute"
+
+
+def test_the_readme_controller_quick_start_with_the_example_cluster_yaml(tmp_path: Path) -> None:
+    # README "Using it": export TOPO_TUNE_TOKEN, serve with examples/cluster.yaml (whose tokenFile this machine
+    # lacks), issue a node's credential. Only the addresses and the database are this test's own.
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    port = free_port()
+    environment = cli_env(TOPO_TUNE_TOKEN=secrets.token_hex(16), TOPO_TUNE_CONTROLLER=f"127.0.0.1:{port}")
+    serve = ["controller", "serve", "--config", "examples/cluster.yaml", "--database", "sqlite:///controller.db"]
+    serve += ["--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{free_port()}"]
+    controller = Daemon(serve, tmp_path / "controller.log", env=environment, cwd=tmp_path).start()
+    try:
+        issued = wait_until(
+            lambda: (
+                (r := run_cli("admin", "credential", "issue", "--node", "gpu-a1", env=environment)).returncode == 0
+                and r
+            ),
+            timeout=60,
+            what=f"the controller to serve: {controller.output()[-2000:]}",
+        )
+        assert issued.stdout.startswith("topo-tune-agent:gpu-a1:")
+    finally:
+        controller.kill()
+    assert "cannot read /etc/topo-tune/token" not in controller.output()
