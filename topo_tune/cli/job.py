@@ -1,9 +1,9 @@
 """``topo-tune env`` / ``topo-tune exec``: give a job the one config version its nodes allow, pinned for its life.
 
 ``env`` prints ``export KEY=VALUE`` lines (``eval "$(topo-tune env ...)"``); ``exec`` runs the command with
-them, after checking that the version's files are staged on this node (a rank that silently fell back to
+them. Both first check that the version's files are staged on this node (a rank that silently fell back to
 NCCL's defaults would disagree with the job's other ranks) and that their content still hashes to the version's
-id (a changed file is refused, by ``env`` too when the version is staged where it runs). ``exec`` replaces
+id (a changed file is refused). ``exec`` replaces
 itself with the command while holding a shared lock on this node's ``jobs.lock`` (inherited by the command and
 its children), so the agent never changes this node's config under the job.
 """
@@ -110,6 +110,17 @@ def _check_content(config_dir: Path, version: str) -> None:
         ) from None
 
 
+def _check_staged(config: admin_pb2.JobConfig, conf: str, config_dir: Path) -> None:
+    """Refuse a version that is not staged (or changed) in this node's ``config_dir``: NCCL would silently run on
+    its defaults here while the job's other ranks use the version (a hang, or numbers that disagree)."""
+    if not os.path.exists(conf):
+        raise click.ClickException(
+            f"{config.config_version} is not staged on this node ({conf} is missing; is --config-dir the agent's "
+            f"--config-dir?); not handing a rank an NCCL config that would differ from the others'"
+        )
+    _check_content(config_dir, config.config_version)
+
+
 @click.command()
 @_job_options
 @connected
@@ -130,8 +141,7 @@ def env(
     config, variables = _resolve(
         client, node_args=node_args, job_id=job_id, config_dir=config_dir, tuner_plugin=tuner_plugin
     )
-    if os.path.exists(variables["NCCL_CONF_FILE"]):  # staged here (env may also run where nothing is)
-        _check_content(config_dir, config.config_version)
+    _check_staged(config, variables["NCCL_CONF_FILE"], config_dir)
     if fmt != "table":
         emit_data({"job_id": config.job_id, "config_version": config.config_version, "env": variables}, fmt)
         return
@@ -225,14 +235,7 @@ def exec_(
     lock = jobs_lock_shared(config_dir)
     if lock is not None:
         os.set_inheritable(lock, True)  # the command and its children keep the node's config from changing
-    conf = variables["NCCL_CONF_FILE"]
-    if not os.path.exists(conf):
-        # NCCL would silently run on its defaults here while the job's other ranks use the version: a hang.
-        raise click.ClickException(
-            f"{config.config_version} is not staged on this node ({conf} is missing); not starting a rank "
-            "whose NCCL config would differ from the others'"
-        )
-    _check_content(config_dir, config.config_version)
+    _check_staged(config, variables["NCCL_CONF_FILE"], config_dir)
     sys.stdout.flush()
     try:
         os.execvpe(command[0], list(command), {**os.environ, **variables})

@@ -157,3 +157,26 @@ async def test_a_graph_timed_gate_on_nodes_without_nccl_is_inconclusive_with_the
     assert "cuda_graph: CUDA graphs need the nccl backend; the nodes run sim" in gate.verdict.reasons[0]
     assert "cuda_graph" in paused.rollout.reason
     assert await controller.jobs.list(limit=10) == [], "no job was dispatched"
+
+
+async def test_a_gate_whose_jobs_the_agents_refuse_names_the_cause_in_the_rollout_status(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    # The agent stages versions under its own --config-dir; the controller still points gate jobs at the
+    # default one. Each job is refused by the agent's env policy: the verdict says so, not only "0 A/B pairs".
+    controller = gate_controller(sqlite_url, Path("/etc/nccl/topo-tune"))
+    await controller.start()
+    try:
+        async with sim_agent(controller.port, tmp_path):
+            policy = PlanPolicy(canary_nodes=0, gate=RolloutGateConfig(repeats=2))
+            thresholds = RolloutThresholdsConfig()
+            created = await controller.rollouts.create(NEUTRAL, policy=policy, thresholds=thresholds, actor="t")
+            await settled(controller, created.rollout.id, RolloutPhase.PAUSED)
+            args = ["admin", "rollout", "status", created.rollout.id, "--controller", f"127.0.0.1:{controller.port}"]
+            shown = await asyncio.to_thread(CliRunner().invoke, cli, args, env={"TOPO_TUNE_TOKEN": TOKEN})
+    finally:
+        await controller.stop()
+    assert shown.exit_code == 0, shown.output
+    reason = " ".join(line for line in shown.output.splitlines() if line.startswith("reason: "))
+    assert "every gate job failed" in reason and "is outside the agent's config directories" in reason, reason
+    assert "rollout.agentConfigDir" in reason and "--config-dir" in reason, reason

@@ -147,6 +147,10 @@ async def test_a_regressed_rack_rolls_back_and_jobs_keep_one_pinned_version(clus
     conf = tmp_path / "r1n1" / "config" / "versions" / V1.id / "nccl.conf"
     assert f"export NCCL_CONF_FILE={conf}" in printed.output
     assert conf.read_text() == V1.files["nccl.conf"], "the previous version is still staged on a migrated node"
+    elsewhere = [*args[:-2], "--config-dir", str(tmp_path / "not-the-agents")]
+    unstaged = await asyncio.to_thread(runner.invoke, cli, elsewhere, env={"TOPO_TUNE_TOKEN": TOKEN})
+    assert unstaged.exit_code == 1 and "NCCL_CONF_FILE" not in unstaged.output, "no path that is not there"
+    assert f"{V1.id} is not staged on this node" in unstaged.output and "--config-dir" in unstaged.output
     shown = await _exec_conf(cluster, tmp_path / "r2n1" / "config", "job-c", "r1n1,r2n1")
     assert shown == str(tmp_path / "r2n1" / "config" / "versions" / V2.id / "nccl.conf")
     refused = await _exec_conf(cluster, tmp_path / "r3n1" / "config", "job-c", "r1n1,r2n1", returncode=1)

@@ -34,7 +34,7 @@ from topo_tune.config_layout import DEFAULT_CONFIG_DIR, staged_path
 from topo_tune.config_version import NCCL_CONF, RANK_MAP
 from topo_tune.controller.rollout.gate_run import GateRun
 from topo_tune.controller.rollout.gates import Sample
-from topo_tune.errors import ValidationError
+from topo_tune.errors import ConflictError, ValidationError
 from topo_tune.nccl.collectives import Collective
 
 logger = logging.getLogger(__name__)
@@ -70,7 +70,10 @@ class BenchmarkVerifier:
         return tuple(nodes) if self.orders is None else await self.orders(version, nodes)
 
     async def verify(self, run: GateRun) -> Sequence[Sample]:
+        """The A/B samples of the wave's repeats; ``ConflictError`` with the first job's failure when every
+        repeat failed, so the cause (not only "0 A/B pairs") is in the gate's verdict and the rollout's reason."""
         samples: list[Sample] = []
+        failures: list[str] = []
         versions = {"new": run.new, "previous": run.previous}
         orders = {arm: await self.order_of(version, run.nodes) for arm, version in versions.items()}
         logger.info(
@@ -94,11 +97,22 @@ class BenchmarkVerifier:
                         job.message,
                         extra={"rollout": run.rollout_id, "wave": run.wave},
                     )
+                    failures.append(job.message or f"job {job.job_id} {job.status.value}")
                     break
                 measured[arm] = sample
             if len(measured) == 2:
                 samples.extend(measured[arm] for arm in arms)
+        if failures and not samples:
+            raise ConflictError(f"every gate job failed, e.g. {failures[0]}{self._hint(failures[0])}")
         return samples
+
+    def _hint(self, failure: str) -> str:
+        if "NCCL_CONF_FILE" not in failure:
+            return ""
+        return (
+            f" (gate jobs read each version from {self.config_dir}, the controller's rollout.agentConfigDir: "
+            "set it in the controller's cluster.yaml to the agents' --config-dir)"
+        )
 
     async def run_job(
         self, job_id: str, nodes: Sequence[str], version: str, *, measurement: RolloutGateConfig
