@@ -29,6 +29,7 @@ from topo_tune.config_layout import DEFAULT_CONFIG_DIR
 from topo_tune.config_version import is_version_id
 from topo_tune.errors import ConfigError, ConflictError
 from topo_tune.job_config import expand_hostlist, job_environment, job_id_from_env, nodes_from_env
+from topo_tune.plugin.job_env import workload_env
 from topo_tune.v1 import admin_pb2
 
 
@@ -169,6 +170,13 @@ def _staged_arm(name: str, *, job_id: str, nodes: list[str], config_dir: Path, t
 @_job_options
 @compare_options
 @connected
+@click.option(
+    "--record-workload",
+    "record_workload",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Count the job's collectives in the tuner plugin (needs --tuner-plugin) and write them into this "
+    "directory as each communicator ends; topo-tune workload import reads them (docs/workload.md).",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def exec_(
     client: AdminClient,
@@ -183,6 +191,7 @@ def exec_(
     metric: str,
     higher_is_better: bool,
     record_wait: float,
+    record_workload: Path | None,
     command: tuple[str, ...],
 ) -> None:
     """Run COMMAND with the job's pinned config: topo-tune exec [--nodes ...] -- CMD ARGS...
@@ -201,6 +210,10 @@ def exec_(
     last match, group 1; lower is better unless --higher-is-better); the figures (median per arm, gain,
     CI, the tuner's proof statistics) are printed and recorded: topo-tune admin job comparisons.
     """
+    if record_workload is not None and tuner_plugin is None:
+        raise click.UsageError("--record-workload needs --tuner-plugin: the plugin counts the calls")
+    if record_workload is not None and (candidate or against):
+        raise click.UsageError("--record-workload records a plain exec run, not a --compare")
     if candidate or against or metric or higher_is_better:
         spec = spec_from_options(
             candidate=candidate,
@@ -236,6 +249,12 @@ def exec_(
     if lock is not None:
         os.set_inheritable(lock, True)  # the command and its children keep the node's config from changing
     _check_staged(config, variables["NCCL_CONF_FILE"], config_dir)
+    if record_workload is not None:
+        assert tuner_plugin is not None
+        try:
+            variables = workload_env(record_workload, tuner_plugin, variables)
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint="--record-workload") from None
     sys.stdout.flush()
     try:
         os.execvpe(command[0], list(command), {**os.environ, **variables})

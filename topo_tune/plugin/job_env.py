@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["PLUGIN_ENV", "TABLE_ENV", "plugin_env"]
+__all__ = ["PLUGIN_ENV", "TABLE_ENV", "WORKLOAD_ENV", "plugin_env", "workload_env"]
 
 PLUGIN_ENV = "NCCL_TUNER_PLUGIN"
 """NCCL's variable naming the tuner plugin (a name, a library file or a path)."""
 
 TABLE_ENV = "NCCL_TUNER_CONFIG_FILE"
 """The variable the plugin reads its table path from (the same one NVIDIA's example plugin reads)."""
+
+WORKLOAD_ENV = "TOPO_TUNE_WORKLOAD_DIR"
+"""The directory the plugin writes its call counts into at finalize (``topo-tune exec --record-workload``)."""
 
 
 def plugin_env(table_path: Path, library_path: Path) -> dict[str, str]:
@@ -30,3 +33,16 @@ def plugin_env(table_path: Path, library_path: Path) -> dict[str, str]:
         if not path.is_absolute():
             raise ValueError(f"{name}: {str(path)!r} must be an absolute path, since every rank resolves it itself")
     return {PLUGIN_ENV: str(library_path), TABLE_ENV: str(table_path)}
+
+
+def workload_env(directory: Path, library_path: Path, env: dict[str, str]) -> dict[str, str]:
+    """``env`` plus what makes the plugin count the job's calls into ``directory`` (created if needed).
+
+    The plugin is loaded even when the version has no tuner table: without a table it changes nothing and
+    only counts. Raises ``ValueError`` when ``directory`` cannot be made.
+    """
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"cannot create {directory}: {error.strerror or error}") from None
+    return {PLUGIN_ENV: str(library_path.absolute()), **env, WORKLOAD_ENV: str(directory.absolute())}

@@ -39,6 +39,19 @@
  * given up with one WARN. A context's record needs no lock: NCCL asks about a communicator's collectives from
  * the thread that enqueues them, and a communicator may not be used by two threads at once.
  *
+ * The workload count: with TOPO_TUNE_WORKLOAD_DIR naming a directory, each communicator counts its calls per
+ * (collective, size class) in a fixed array allocated at init: class c holds the sizes in (2^(c-1), 2^c], so
+ * no class straddles a tuner bucket. getCollInfo only adds to two counters (relaxed atomics: no lock, no
+ * allocation, no branch beyond "counting?"); finalize writes them to a file of its own name inside that
+ * directory (topo-tune-workload.<host>.<pid>.<n>.txt, created there with O_EXCL and O_NOFOLLOW, never a path
+ * the job names) for `topo-tune workload import`:
+ *   topo-tune workload record 1
+ *   process <host>:<pid> nranks <n> nnodes <n>
+ *   <collective> <class max bytes> <calls> <bytes>
+ * NCCL calls getCollInfo once per group of aggregated tasks (same function, op and type within 4x in size,
+ * summed; src/enqueue.cc) and never on CUDA graph replay, so the counts are lower bounds of the job's calls;
+ * the data type is not passed to the tuner, so it is not counted.
+ *
  * Non-goals: reloading the table, per-commId tables, changing NCCL's model constants (v5 init), chunk sizes
  * (v6 getChunkSize), and send/recv (NCCL does not consult tuners for point-to-point).
  */
@@ -50,6 +63,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "nccl_tuner_abi.h"
 
@@ -64,6 +82,11 @@
 /* Distinct calls recorded per communicator (a benchmark sweep makes a few dozen); past it recording stops. */
 #define TT_RECORD_MAX 4096
 #define TT_RECORD_HEADER "collective,bytes,numPipeOps,regBuff,nNodes,nRanks,nccl,applied,channels,offered\n"
+#define TT_WORKLOAD_ENV "TOPO_TUNE_WORKLOAD_DIR"
+#define TT_WORKLOAD_MAGIC "topo-tune workload record 1\n"
+/* ncclFunc_t values counted (Broadcast .. AllReduce and NCCL's later functions); others go to the last slot. */
+#define TT_WORKLOAD_FUNCS 8
+#define TT_SIZE_CLASSES 64
 
 /* One table row, already validated. -1 in a key field means "any". */
 typedef struct {
@@ -83,6 +106,12 @@ typedef struct {
   int announcedPassedOver;
 } ttRow;
 
+/* Calls of one (collective, size class) and their bytes. */
+typedef struct {
+  uint64_t calls;
+  uint64_t bytes;
+} ttCount;
+
 /* One call already recorded. */
 typedef struct {
   int collType;
@@ -100,6 +129,8 @@ typedef struct {
   FILE* record; /* NULL: no record (not asked for, or given up) */
   ttRecordKey* recorded;
   int nRecorded;
+  ttCount (*counts)[TT_SIZE_CLASSES]; /* NULL: not counting; else [TT_WORKLOAD_FUNCS][TT_SIZE_CLASSES] */
+  int workloadDir;                    /* the directory's fd, opened at init (-1: none) */
 } ttContext;
 
 typedef struct {
@@ -455,6 +486,87 @@ static void recordCall(ttContext* ctx, ncclFunc_t collType, size_t nBytes, int n
   if (fflush(ctx->record) != 0 || ferror(ctx->record)) stopRecording(ctx, strerror(errno));
 }
 
+/* Class c holds (2^(c-1), 2^c]; sizes 0 and 1 are class 0. */
+static inline int sizeClass(size_t nBytes) {
+  if (nBytes <= 1) return 0;
+  int c = 64 - __builtin_clzll((unsigned long long)(nBytes - 1));
+  return c < TT_SIZE_CLASSES ? c : TT_SIZE_CLASSES - 1;
+}
+
+static inline void countCall(ttContext* ctx, ncclFunc_t collType, size_t nBytes) {
+  int f = (int)collType >= 0 && (int)collType < TT_WORKLOAD_FUNCS ? (int)collType : TT_WORKLOAD_FUNCS - 1;
+  ttCount* c = &ctx->counts[f][sizeClass(nBytes)];
+  __atomic_fetch_add(&c->calls, 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&c->bytes, (uint64_t)nBytes, __ATOMIC_RELAXED);
+}
+
+static void openWorkload(ttContext* ctx) {
+  ctx->workloadDir = -1;
+  const char* dir = getenv(TT_WORKLOAD_ENV);
+  if (dir == NULL || *dir == '\0') return;
+  ctx->workloadDir = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (ctx->workloadDir < 0) {
+    ttLog(ctx->log, NCCL_LOG_WARN, NCCL_INIT | NCCL_TUNING, __LINE__, "cannot open %s=%s (%s); not counting calls",
+          TT_WORKLOAD_ENV, dir, strerror(errno));
+    return;
+  }
+  ctx->counts = (ttCount(*)[TT_SIZE_CLASSES])calloc(TT_WORKLOAD_FUNCS, sizeof(*ctx->counts));
+  if (ctx->counts == NULL) {
+    ttLog(ctx->log, NCCL_LOG_WARN, NCCL_INIT | NCCL_TUNING, __LINE__, "out of memory; not counting calls");
+    close(ctx->workloadDir);
+    ctx->workloadDir = -1;
+  }
+}
+
+static const char* funcName(int f, char* buffer, size_t size) {
+  for (const ttName* n = kCollectives; n->name != NULL; n++) {
+    if (n->value == f) return n->name;
+  }
+  if (f == TT_WORKLOAD_FUNCS - 1) return "other_function"; /* every function from this one on */
+  snprintf(buffer, size, "function%d", f);
+  return buffer;
+}
+
+/* Writes the counts to a new file of the plugin's own name in the directory; one WARN if it cannot. */
+static void writeWorkload(ttContext* ctx) {
+  static int sequence = 0;
+  char host[HOST_NAME_MAX + 1] = "unknown";
+  if (gethostname(host, sizeof(host)) != 0) snprintf(host, sizeof(host), "unknown");
+  host[HOST_NAME_MAX] = '\0';
+  for (char* p = host; *p; p++) {
+    /* The name must stay one plain component of the directory. */
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '.'))
+      *p = '_';
+  }
+  if (host[0] == '.') host[0] = '_';
+  char name[HOST_NAME_MAX + 96];
+  int n = __atomic_fetch_add(&sequence, 1, __ATOMIC_RELAXED);
+  snprintf(name, sizeof(name), "topo-tune-workload.%s.%ld.%d.txt", host, (long)getpid(), n);
+  int fd = openat(ctx->workloadDir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  FILE* out = fd < 0 ? NULL : fdopen(fd, "w");
+  if (out == NULL) {
+    ttLog(ctx->log, NCCL_LOG_WARN, NCCL_TUNING, __LINE__, "cannot create the workload count %s (%s)", name,
+          strerror(errno));
+    if (fd >= 0) close(fd);
+    return;
+  }
+  fputs(TT_WORKLOAD_MAGIC, out);
+  fprintf(out, "process %s:%ld nranks %zu nnodes %zu\n", host, (long)getpid(), ctx->nRanks, ctx->nNodes);
+  for (int f = 0; f < TT_WORKLOAD_FUNCS; f++) {
+    char buffer[32];
+    for (int c = 0; c < TT_SIZE_CLASSES; c++) {
+      uint64_t calls = __atomic_load_n(&ctx->counts[f][c].calls, __ATOMIC_RELAXED);
+      if (calls == 0) continue;
+      fprintf(out, "%s %llu %llu %llu\n", funcName(f, buffer, sizeof(buffer)), 1ULL << c, (unsigned long long)calls,
+              (unsigned long long)__atomic_load_n(&ctx->counts[f][c].bytes, __ATOMIC_RELAXED));
+    }
+  }
+  if (fclose(out) != 0) {
+    ttLog(ctx->log, NCCL_LOG_WARN, NCCL_TUNING, __LINE__, "cannot write the workload count %s (%s)", name,
+          strerror(errno));
+  }
+}
+
 static ncclResult_t ttInit(void** context, uint64_t commId, int hasCommId, size_t nRanks, size_t nNodes,
                            ncclDebugLogger_t log) {
   if (context == NULL) return ncclSuccess;
@@ -482,6 +594,7 @@ static ncclResult_t ttInit(void** context, uint64_t commId, int hasCommId, size_
     bindTable(ctx, path);
   }
   openRecord(ctx);
+  openWorkload(ctx);
   *context = ctx;
   return ncclSuccess;
 }
@@ -547,9 +660,9 @@ static void applyRows(ttContext* ctx, ncclFunc_t collType, size_t nBytes, int nu
 static ncclResult_t ttGetCollInfo(void* context, ncclFunc_t collType, size_t nBytes, int numPipeOps,
                                   float** collCostTable, int numAlgo, int numProto, int regBuff, int* nChannels) {
   ttContext* ctx = (ttContext*)context;
-  if (ctx == NULL || collCostTable == NULL || nChannels == NULL || numAlgo <= 0 || numProto <= 0) {
-    return ncclSuccess;
-  }
+  if (ctx == NULL) return ncclSuccess;
+  if (ctx->counts != NULL) countCall(ctx, collType, nBytes);
+  if (collCostTable == NULL || nChannels == NULL || numAlgo <= 0 || numProto <= 0) return ncclSuccess;
   /* NCCL passes its float[NCCL_NUM_ALGORITHMS][NCCL_NUM_PROTOCOLS] array cast to float**. */
   float* table = (float*)collCostTable;
   int cells = numAlgo * numProto;
@@ -565,6 +678,9 @@ static ncclResult_t ttFinalize(void* context) {
   ttContext* ctx = (ttContext*)context;
   if (ctx == NULL) return ncclSuccess;
   if (ctx->record != NULL) fclose(ctx->record);
+  if (ctx->counts != NULL) writeWorkload(ctx);
+  if (ctx->workloadDir >= 0) close(ctx->workloadDir);
+  free(ctx->counts);
   free(ctx->recorded);
   free(ctx->rows);
   free(ctx);

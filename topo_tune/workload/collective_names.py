@@ -7,7 +7,7 @@ PyTorch names a call by its ``ProcessGroup`` method (``allreduce``, ``_allgather
 is reported as skipped by the caller, never folded into a collective it only resembles.
 
 Non-goal: sizes (each reader knows what its counts mean); the collectives themselves are
-:class:`topo_tune.benchmark.collectives.Collective`.
+:class:`topo_tune.nccl.collectives.Collective`.
 """
 
 from __future__ import annotations
