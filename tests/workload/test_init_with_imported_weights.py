@@ -74,3 +74,14 @@ def test_a_trace_at_4_to_16_mib_spends_the_proof_there_and_the_report_names_it(t
     assert "workload weights: imported: PyTorch profiler trace: job-rank0.json" in said
     assert "predicted change of the job's collective time" in said
     assert "job-rank0.json" in (output / "report.html").read_text()
+
+    # With the study's database, the same trace is weighed by the measured baseline's times.
+    database = f"sqlite:///{output / '.topo-tune' / 'topo-tune.db'}"
+    again = run_cli("workload", "import", str(trace), "--database", database, "-o", "json")
+    assert again.returncode == 0, again.stderr
+    data = json.loads(again.stdout)
+    assert data["source"]["weights"] == "baseline"
+    [row] = [b for b in data["buckets"] if b["weight"] > 0]
+    assert row["bucket"] == "1M-16M" and row["weight"] == 1.0 and row["calls"] == 11
+    missing = run_cli("workload", "import", str(trace), "--database", database, "--study", "nope")
+    assert missing.returncode == 1 and "no study 'nope'" in missing.stderr
