@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import math
 import random
 import time
 import uuid
@@ -54,6 +53,7 @@ from topo_tune.controller.db.left_running import end_left_running
 from topo_tune.controller.db.models import CommandRow, PairMeasurementRow, ProbeRoundRow
 from topo_tune.controller.job_ends import OpenPart, cancel_command, cancel_command_id, why_it_cannot_finish
 from topo_tune.controller.nodes import NodeRegistry
+from topo_tune.controller.probe_checks import listed_pairs, refused_results
 from topo_tune.errors import ConflictError, NotFoundError, ValidationError
 from topo_tune.node_record import NodeState
 from topo_tune.topology.sampling import (
@@ -147,15 +147,7 @@ class Probes:
         )
 
     async def start(self, request: ProbeRequest) -> ProbeRound:
-        listed = list(request.pairs)
-        if listed:
-            if request.nodes or request.sampling:
-                raise ValidationError("pairs", "give pairs, or nodes and a sampling policy, not both")
-            seen: set[frozenset[str]] = set()
-            for i, (a, b) in enumerate(listed):
-                if a == b or frozenset((a, b)) in seen:
-                    raise ValidationError(f"pairs[{i}]", f"{a}-{b} pairs a node with itself or is listed twice")
-                seen.add(frozenset((a, b)))
+        listed = listed_pairs(request)
         nodes = (
             sorted({n for pair in listed for n in pair})
             if listed
@@ -168,21 +160,7 @@ class Probes:
         if request.sampling not in ("", *SAMPLING_MODES):
             raise ValidationError("sampling", "full or sparse")
         mode: str = "listed" if listed else request.sampling or default_mode(len(nodes))
-        backends = set()
-        racks: dict[str, str] = {}
-        for i, name in enumerate(nodes):
-            names.node_name(name, f"nodes[{i}]")
-            if self.registry.state_of(name) is None:
-                raise NotFoundError(f"no node named {name!r}")
-            view = await self.registry.get(name)
-            if view.state is not NodeState.READY or view.drained:
-                raise ConflictError(
-                    f"node {name} is {'drained' if view.drained else view.state.value}: it takes no probe"
-                )
-            backends.add(view.backend)
-            racks[name] = view.rack or "default"
-        if "sim" in backends:
-            raise ValidationError("nodes", "sim nodes have no network to probe; the model's figures stand in")
+        racks = await self._probed_racks(nodes)
         if request.pair_deadline_s > MAX_DEADLINE_S:
             raise ValidationError("pair_deadline_s", f"at most {MAX_DEADLINE_S}")
         message_bytes = request.message_bytes or DEFAULT_MESSAGE_BYTES
@@ -220,6 +198,25 @@ class Probes:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return await self.get(round_id)
+
+    async def _probed_racks(self, nodes: list[str]) -> dict[str, str]:
+        """Each node's rack, once every node is shown ready, undrained and on a real network."""
+        backends = set()
+        racks: dict[str, str] = {}
+        for i, name in enumerate(nodes):
+            names.node_name(name, f"nodes[{i}]")
+            if self.registry.state_of(name) is None:
+                raise NotFoundError(f"no node named {name!r}")
+            view = await self.registry.get(name)
+            if view.state is not NodeState.READY or view.drained:
+                raise ConflictError(
+                    f"node {name} is {'drained' if view.drained else view.state.value}: it takes no probe"
+                )
+            backends.add(view.backend)
+            racks[name] = view.rack or "default"
+        if "sim" in backends:
+            raise ValidationError("nodes", "sim nodes have no network to probe; the model's figures stand in")
+        return racks
 
     async def _run(
         self, round_id: str, rounds: Sequence[Sequence[tuple[str, str]]], message_bytes: int, deadline_s: float
@@ -305,27 +302,7 @@ class Probes:
             peer_rendezvous_host=second.address or b,
             rendezvous_port=self.rng.randint(*self.port_range),
         )
-        now = self.wall_clock()
-        command = agent_pb2.Command(probe=probe, deadline_s=int(deadline_s))
-        command.deadline_at.FromDatetime(now + timedelta(seconds=deadline_s))
-        ids = [f"{probe.probe_id}-{rank}" for rank in (0, 1)]
-
-        def write(session: Session) -> list[CommandRecord]:
-            return [
-                self.commands.add(session, node, command, command_id=cid, now=now)
-                for node, cid in zip((a, b), ids, strict=True)
-            ]
-
-        loop = asyncio.get_running_loop()
-        for cid in ids:
-            self._waiters[cid] = loop.create_future()
-        try:
-            for record in await self.db.run(write):
-                await self.deliver(record)
-            results, cannot = await self._wait(ids, (a, b), until=time.monotonic() + deadline_s + self.result_grace_s)
-        finally:
-            for cid in ids:
-                self._waiters.pop(cid, None)
+        results, cannot = await self._send_and_wait(probe, (a, b), deadline_s=deadline_s)
         if cannot:
             await self._cancel(probe.probe_id, (a, b), results, cannot)
             return f"{a}-{b}: {cannot}", None
@@ -338,37 +315,68 @@ class Probes:
                     session, f"{probe.probe_id}-", now=closed_at, why="the probe's deadline passed"
                 )
             )
-        for node, result in zip((a, b), results, strict=True):
-            if result is None or result.status != agent_pb2.COMMAND_STATUS_SUCCEEDED or not result.HasField("probe"):
-                why = result.message if result is not None else "no result by the deadline"
-                return f"{a}-{b}: {node}: {why}", None
-            figures = {"bandwidth_gbps": result.probe.bandwidth_gbps, "latency_us": result.probe.latency_us}
-            for name, value in figures.items():
-                # The measured matrix replaces the model's figures everywhere; no link has these.
-                if not (math.isfinite(value) and value > 0):
-                    return f"{a}-{b}: {node}: reported {name} {value}, which no link has", None
+        refused = refused_results((a, b), results)
+        if refused:
+            return refused, None
         measured = [result.probe for result in results if result is not None]
         bandwidth = min(m.bandwidth_gbps for m in measured)  # the slower direction
         latency = max(m.latency_us for m in measured)
         how = "one-way broadcast each direction" if first.backend == "gloo" else "sendrecv algbw"
+        await self._store_pair(
+            round_id,
+            (a, b),
+            bandwidth=bandwidth,
+            latency=latency,
+            method=f"{how} @ {message_bytes} B, slower direction; latency @ {LATENCY_BYTES} B",
+        )
+        return "", (bandwidth, latency)
+
+    async def _send_and_wait(
+        self, probe: agent_pb2.Probe, pair: tuple[str, str], *, deadline_s: float
+    ) -> tuple[list[agent_pb2.CommandResult | None], str]:
+        """Store and send the probe to both nodes, then wait for their results (see :meth:`_wait`)."""
+        now = self.wall_clock()
+        command = agent_pb2.Command(probe=probe, deadline_s=int(deadline_s))
+        command.deadline_at.FromDatetime(now + timedelta(seconds=deadline_s))
+        ids = [f"{probe.probe_id}-{rank}" for rank in (0, 1)]
+
+        def write(session: Session) -> list[CommandRecord]:
+            return [
+                self.commands.add(session, node, command, command_id=cid, now=now)
+                for node, cid in zip(pair, ids, strict=True)
+            ]
+
+        loop = asyncio.get_running_loop()
+        for cid in ids:
+            self._waiters[cid] = loop.create_future()
+        try:
+            for record in await self.db.run(write):
+                await self.deliver(record)
+            return await self._wait(ids, pair, until=time.monotonic() + deadline_s + self.result_grace_s)
+        finally:
+            for cid in ids:
+                self._waiters.pop(cid, None)
+
+    async def _store_pair(
+        self, round_id: str, pair: tuple[str, str], *, bandwidth: float, latency: float, method: str
+    ) -> None:
         at = self.wall_clock()
 
         def store(session: Session) -> None:
             session.add(
                 PairMeasurementRow(
                     round_id=round_id,
-                    node_a=a,
-                    node_b=b,
+                    node_a=pair[0],
+                    node_b=pair[1],
                     bandwidth_gbps=bandwidth,
                     latency_us=latency,
-                    method=f"{how} @ {message_bytes} B, slower direction; latency @ {LATENCY_BYTES} B",
+                    method=method,
                     measured_at=at,
                 )
             )
 
         await self.db.run(store)
         self.changes.changed(round_id)
-        return "", (bandwidth, latency)
 
     async def _wait(
         self, ids: list[str], nodes: tuple[str, str], *, until: float

@@ -53,6 +53,7 @@ from topo_tune.controller.job_ends import OpenPart, cancel_command, cancel_comma
 from topo_tune.controller.nodes import NodeRegistry, NodeView
 from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, SpecError, SweepError, ValidationError
 from topo_tune.log_text import printable
+from topo_tune.nccl.collectives import Collective
 from topo_tune.node_record import NodeState
 from topo_tune.v1 import agent_pb2, topology_pb2
 from topo_tune.wire_values import timestamp
@@ -162,53 +163,45 @@ class BenchmarkJobs:
     ) -> tuple[BenchmarkSpec, agent_pb2.RunBenchmark, str, list[str]]:
         """The job's spec, the command every node is sent (for sim nodes with the simulated cluster), the
         nodes' backend and the nodes in rank order."""
-        collective = request.collective
-        if collective is None:
-            raise ValidationError(
-                "collective",
-                "one of all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv is required",
-            )
-        if not request.nodes:
-            raise ValidationError("nodes", "at least one node is required")
-        if len(set(request.nodes)) != len(request.nodes):
-            raise ValidationError("nodes", "a node is listed twice")
-        if request.deadline_s > MAX_DEADLINE_S:
-            raise ValidationError("deadline_s", f"at most {MAX_DEADLINE_S}")
-        views: list[NodeView] = []
-        for i, name in enumerate(request.nodes):
-            names.node_name(name, f"nodes[{i}]")
-            if self.registry.state_of(name) is None:
-                raise NotFoundError(f"no node named {name!r}")
-            view = await self.registry.get(name)
-            if view.state is not NodeState.READY:
-                raise ConflictError(f"node {name} is {view.state.value}: it takes no benchmark job")
-            if view.drained:
-                raise ConflictError(f"node {name} is drained: it takes no benchmark job")
-            views.append(view)
-        backends = {v.backend for v in views}
-        if len(backends) != 1:
-            raise ValidationError("nodes", f"the nodes run different backends ({', '.join(sorted(backends))})")
-        backend = backends.pop()
-        if request.cuda_graph and backend != "nccl":
-            raise ValidationError("cuda_graph", f"CUDA graphs need the nccl backend; the nodes run {backend}")
+        collective = _checked_request(request)
+        views = [await self._ready_node(name, f"nodes[{i}]") for i, name in enumerate(request.nodes)]
+        backend = _one_backend(views, cuda_graph=request.cuda_graph)
         topologies = {v.name: topology_pb2.NodeTopology.FromString(v.topology) for v in views}
+        job_nodes = [
+            JobNode(name=v.name, address=v.address or v.name, slots=self._slots(v, topologies[v.name], request))
+            for v in views
+        ]
+        spec = self._spec(request, job_id=job_id, collective=collective, nodes=job_nodes, backend=backend)
+        run = spec_to_proto(spec)
+        if backend == "sim":
+            self._add_simulated_cluster(run, request=request, job_id=job_id, views=views, topologies=topologies)
+        return spec, run, backend, list(request.nodes)
+
+    async def _ready_node(self, name: str, field: str) -> NodeView:
+        names.node_name(name, field)
+        if self.registry.state_of(name) is None:
+            raise NotFoundError(f"no node named {name!r}")
+        view = await self.registry.get(name)
+        if view.state is not NodeState.READY:
+            raise ConflictError(f"node {name} is {view.state.value}: it takes no benchmark job")
+        if view.drained:
+            raise ConflictError(f"node {name} is drained: it takes no benchmark job")
+        return view
+
+    def _spec(
+        self, request: BenchmarkRequest, *, job_id: str, collective: Collective, nodes: list[JobNode], backend: str
+    ) -> BenchmarkSpec:
         try:
-            sweep = SizeSweep(
-                min_bytes=request.sizes.min_bytes,
-                max_bytes=request.sizes.max_bytes,
-                step_factor=request.sizes.step_factor or 2,
-            )
-            dtype = dtype_named(request.dtype or "float32")
-            job_nodes = [
-                JobNode(name=v.name, address=v.address or v.name, slots=self._slots(v, topologies[v.name], request))
-                for v in views
-            ]
-            spec = plan_job(
+            return plan_job(
                 job_id=job_id,
                 collective=collective,
-                sweep=sweep,
-                dtype=dtype,
-                nodes=job_nodes,
+                sweep=SizeSweep(
+                    min_bytes=request.sizes.min_bytes,
+                    max_bytes=request.sizes.max_bytes,
+                    step_factor=request.sizes.step_factor or 2,
+                ),
+                dtype=dtype_named(request.dtype or "float32"),
+                nodes=nodes,
                 rendezvous_port=self.rng.randint(*self.settings.port_range),
                 env=dict(request.env),
                 gpu_devices=backend == "nccl",
@@ -224,16 +217,23 @@ class BenchmarkJobs:
             raise ValidationError(field_name, reason) from None
         except ValueError as error:
             raise ValidationError("", str(error)) from None
-        run = spec_to_proto(spec)
-        if backend == "sim":
-            run.sim.nodes.extend(topologies[name] for name in request.nodes)
-            run.sim.rack_of.update({v.name: v.rack or "default" for v in views})
-            if self.settings.spine_oversubscription is not None:
-                run.sim.spine_oversubscription = self.settings.spine_oversubscription
-            if self.settings.spine_ecmp_paths > 1:
-                run.sim.spine_ecmp_paths = self.settings.spine_ecmp_paths
-            run.sim.seed = request.sim_seed if request.sim_seed is not None else zlib.crc32(job_id.encode())
-        return spec, run, backend, list(request.nodes)
+
+    def _add_simulated_cluster(
+        self,
+        run: agent_pb2.RunBenchmark,
+        *,
+        request: BenchmarkRequest,
+        job_id: str,
+        views: list[NodeView],
+        topologies: dict[str, topology_pb2.NodeTopology],
+    ) -> None:
+        run.sim.nodes.extend(topologies[name] for name in request.nodes)
+        run.sim.rack_of.update({v.name: v.rack or "default" for v in views})
+        if self.settings.spine_oversubscription is not None:
+            run.sim.spine_oversubscription = self.settings.spine_oversubscription
+        if self.settings.spine_ecmp_paths > 1:
+            run.sim.spine_ecmp_paths = self.settings.spine_ecmp_paths
+        run.sim.seed = request.sim_seed if request.sim_seed is not None else zlib.crc32(job_id.encode())
 
     @staticmethod
     def _slots(view: NodeView, topology: topology_pb2.NodeTopology, request: BenchmarkRequest) -> int:
@@ -304,52 +304,12 @@ class BenchmarkJobs:
             cannot = "" if timed_out else why_it_cannot_finish(parts, lost)
             if len(final) < len(rows) and not timed_out and not cannot:
                 return None
-            spec = BenchmarkSpec.from_json(job.spec)
-            results = {r.node_name: fitting(spec, r.node_name, r.result or b"") for r in final}
-            try:
-                summary = summarize(spec, results)
-            except ValueError as error:  # results that fit each node, but not each other (a size one rank lacks)
-                summary = JobSummary(JobStatus.FAILED, f"job {job_id} failed: {error}", (), (), (), 0)
-            open_nodes = [r.node_name for r in rows if r not in final]
-            if cannot and open_nodes:
-                status = JobStatus.FAILED
-                message = f"job {job_id} failed: {cannot}; cancelled on {', '.join(sorted(open_nodes))}"
-            else:
-                status = JobStatus.TIMED_OUT if timed_out and open_nodes else summary.status
-                message = (
-                    summary.message
-                    if status is summary.status
-                    else f"job {job_id} timed_out: no result from {', '.join(sorted(open_nodes))} by the deadline"
-                )
-            outcome = JobOutcome(
-                sizes=summary.rows,
-                missing_ranks=summary.missing_ranks,
-                hung_ranks=summary.hung_ranks,
-                simulated=any(r.node_benchmark.simulated for r in results.values()) or job.backend == "sim",
-            )
+            status, message, outcome = _verdict(job, rows, final, timed_out=timed_out, cannot=cannot)
             job.status = status.value
             job.message = message
             job.outcome = outcome.to_json()
             job.finished_at = now
-            cancels = []
-            for row in rows:
-                if not CommandStatus(row.status).final:
-                    # Final now, so it is not sent again: a node that comes back gets the cancel instead.
-                    row.status = CommandStatus.FAILED if cannot else CommandStatus.TIMED_OUT
-                    row.message = f"cancelled: {cannot}" if cannot else "the benchmark job's deadline passed"
-                    row.finished_at = now
-                    if cannot:
-                        cancels.append(
-                            self.commands.add(
-                                session,
-                                row.node_name,
-                                cancel_command(job_id, cannot),
-                                command_id=cancel_command_id(job_id, job.nodes.index(row.node_name)),
-                                now=now,
-                                job_id=job_id,
-                            )
-                        )
-            return message, cancels
+            return message, self._close_open_parts(session, job, rows, cannot=cannot, now=now)
 
         ended = await self.db.run(finish)
         self.changes.changed(job_id)  # a node's part (or the whole job) is committed: wake whoever waits
@@ -359,6 +319,31 @@ class BenchmarkJobs:
         logger.info("benchmark job finished: %s", printable(message), extra={"job": job_id})  # agents' words in it
         for record in cancels:  # stored with the job's end; sent now, or when the node comes back
             await self.deliver(record)
+
+    def _close_open_parts(
+        self, session: Session, job: BenchmarkJobRow, rows: list[CommandRow], *, cannot: str, now: datetime
+    ) -> list[CommandRecord]:
+        """Mark the ended job's unfinished commands final; where it cannot finish, queue a cancel for each."""
+        cancels = []
+        for row in rows:
+            if CommandStatus(row.status).final:
+                continue
+            # Final now, so it is not sent again: a node that comes back gets the cancel instead.
+            row.status = CommandStatus.FAILED if cannot else CommandStatus.TIMED_OUT
+            row.message = f"cancelled: {cannot}" if cannot else "the benchmark job's deadline passed"
+            row.finished_at = now
+            if cannot:
+                cancels.append(
+                    self.commands.add(
+                        session,
+                        row.node_name,
+                        cancel_command(job.id, cannot),
+                        command_id=cancel_command_id(job.id, job.nodes.index(row.node_name)),
+                        now=now,
+                        job_id=job.id,
+                    )
+                )
+        return cancels
 
     # -- waiting on a job (events, not polling) ----------------------------------------------------------------
 
@@ -421,3 +406,56 @@ def _reported(node: str) -> str:
 
 class _StillEnding(NodeBusy):
     """A node has not yet confirmed the cancel of an earlier job: its workers may still be running."""
+
+
+def _checked_request(request: BenchmarkRequest) -> Collective:
+    """The request's collective, after the checks that need no node: ``ValidationError`` naming the field."""
+    if request.collective is None:
+        raise ValidationError("collective", f"one of {', '.join(c.value for c in Collective)} is required")
+    if not request.nodes:
+        raise ValidationError("nodes", "at least one node is required")
+    if len(set(request.nodes)) != len(request.nodes):
+        raise ValidationError("nodes", "a node is listed twice")
+    if request.deadline_s > MAX_DEADLINE_S:
+        raise ValidationError("deadline_s", f"at most {MAX_DEADLINE_S}")
+    return request.collective
+
+
+def _one_backend(views: list[NodeView], *, cuda_graph: bool) -> str:
+    backends = {v.backend for v in views}
+    if len(backends) != 1:
+        raise ValidationError("nodes", f"the nodes run different backends ({', '.join(sorted(backends))})")
+    backend = backends.pop()
+    if cuda_graph and backend != "nccl":
+        raise ValidationError("cuda_graph", f"CUDA graphs need the nccl backend; the nodes run {backend}")
+    return backend
+
+
+def _verdict(
+    job: BenchmarkJobRow, rows: list[CommandRow], final: list[CommandRow], *, timed_out: bool, cannot: str
+) -> tuple[JobStatus, str, JobOutcome]:
+    """How an ending job ended, from the results its nodes sent (``final``) and why it cannot go on."""
+    spec = BenchmarkSpec.from_json(job.spec)
+    results = {r.node_name: fitting(spec, r.node_name, r.result or b"") for r in final}
+    try:
+        summary = summarize(spec, results)
+    except ValueError as error:  # results that fit each node, but not each other (a size one rank lacks)
+        summary = JobSummary(JobStatus.FAILED, f"job {job.id} failed: {error}", (), (), (), 0)
+    open_nodes = [r.node_name for r in rows if r not in final]
+    if cannot and open_nodes:
+        status = JobStatus.FAILED
+        message = f"job {job.id} failed: {cannot}; cancelled on {', '.join(sorted(open_nodes))}"
+    else:
+        status = JobStatus.TIMED_OUT if timed_out and open_nodes else summary.status
+        message = (
+            summary.message
+            if status is summary.status
+            else f"job {job.id} timed_out: no result from {', '.join(sorted(open_nodes))} by the deadline"
+        )
+    outcome = JobOutcome(
+        sizes=summary.rows,
+        missing_ranks=summary.missing_ranks,
+        hung_ranks=summary.hung_ranks,
+        simulated=any(r.node_benchmark.simulated for r in results.values()) or job.backend == "sim",
+    )
+    return status, message, outcome
