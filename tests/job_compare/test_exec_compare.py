@@ -8,7 +8,9 @@ agent does when a rollout applies it (a rollout's gates would only make the test
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -26,12 +28,15 @@ pytestmark = pytest.mark.slow
 
 JOB_SCRIPT = Path(__file__).with_name("compare_job.py")
 VERSION = ConfigVersion({"nccl.conf": "NCCL_MIN_NCHANNELS=4\n"}, {"study": "compare-test"})
+UNSTAGED = ConfigVersion({"nccl.conf": "NCCL_MIN_NCHANNELS=8\n"}, {"study": "compare-test"})
+"""Stored at the controller, staged on no node."""
 METRIC = r"step_time=([0-9.]+)"
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path, f"sqlite:///{tmp_path / 'topo-tune.db'}")
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    workdir = tmp_path_factory.mktemp("cluster")
+    local = LocalCluster(workdir, f"sqlite:///{workdir / 'topo-tune.db'}")
     try:
         local.start_controller()
         for name in ("n1", "n2"):
@@ -105,11 +110,11 @@ def test_an_arm_not_staged_here_fails_before_the_first_run(cluster: LocalCluster
         TOPO_TUNE_NODE_NAME="n1",
         TOPO_TUNE_CONFIG_DIR=str(cluster.workdir / "config-n1"),
     )
-    args = ("exec", "--nodes", "n1", "--job-id", "j2", "--compare", VERSION.id, "--against", "defaults")
+    args = ("exec", "--nodes", "n1", "--job-id", "j2", "--compare", UNSTAGED.id, "--against", "defaults")
     touch = ("--metric", METRIC, "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')")
     result = run_cli(*args, *touch, env=env)
     assert result.returncode == 1
-    assert f"candidate arm {VERSION.id}: version {VERSION.id} is not staged on this node" in result.stderr
+    assert f"candidate arm {UNSTAGED.id}: version {UNSTAGED.id} is not staged on this node" in result.stderr
     assert "no run started on n1" in result.stderr and not marker.exists()
 
 
@@ -124,6 +129,32 @@ def test_a_failing_run_ends_the_comparison_with_its_status(cluster: LocalCluster
     result = run_cli(*args, "--metric", METRIC, "--", sys.executable, "-c", "raise SystemExit(7)", env=env)
     assert result.returncode == 7
     assert "run 1/10 (pair 1," in result.stderr and "exited with status 7; the comparison ends" in result.stderr
+
+
+def test_ctrl_c_ends_the_comparison_after_the_run_it_interrupted(cluster: LocalCluster) -> None:
+    _stage(cluster.workdir / "config-n1")
+    env = cli_env(
+        TOPO_TUNE_CONTROLLER=cluster.address,
+        TOPO_TUNE_NODE_NAME="n1",
+        TOPO_TUNE_CONFIG_DIR=str(cluster.workdir / "config-n1"),
+    )
+    args = ["exec", "--nodes", "n1", "--job-id", "j5", "--compare", VERSION.id, "--against", "defaults"]
+    args += ["--metric", METRIC, "--", sys.executable, "-c", "print('started', flush=True); input()"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "topo_tune", *args],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    assert process.stdout is not None and process.stdout.readline() == "started\n"
+    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C sends: the whole foreground group
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "run 1/10" in stderr and "exited with status 130; the comparison ends" in stderr
+    assert "run 2/10" not in stderr
 
 
 def test_a_bad_metric_names_the_flag() -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -152,29 +153,34 @@ def _pump(stream: IO[str], sink: IO[str], reader: MetricReader, lock: threading.
 def run_command(argv: Sequence[str], env: Mapping[str, str], reader: MetricReader | None) -> int:
     """Run ``argv`` once; its output passes through, and is fed to ``reader`` line by line when one is given."""
     sys.stdout.flush()
+    piped = subprocess.PIPE if reader is not None else None
     try:
-        if reader is None:
-            return subprocess.run(list(argv), env=dict(env), check=False, close_fds=False).returncode
         process = subprocess.Popen(
             list(argv),
             env=dict(env),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stdout=piped,
+            stderr=piped,
             text=True,
             errors="replace",
             close_fds=False,  # the jobs.lock descriptor stays with the command, as under plain exec
         )
     except OSError as error:
         raise click.ClickException(f"cannot run {argv[0]!r}: {error.strerror}") from None
-    assert process.stdout is not None and process.stderr is not None
-    lock = threading.Lock()
-    pumps = [
-        threading.Thread(target=_pump, args=(process.stdout, sys.stdout, reader, lock), daemon=True),
-        threading.Thread(target=_pump, args=(process.stderr, sys.stderr, reader, lock), daemon=True),
-    ]
+    pumps = []
+    if reader is not None:
+        assert process.stdout is not None and process.stderr is not None
+        lock = threading.Lock()
+        pumps = [
+            threading.Thread(target=_pump, args=(process.stdout, sys.stdout, reader, lock), daemon=True),
+            threading.Thread(target=_pump, args=(process.stderr, sys.stderr, reader, lock), daemon=True),
+        ]
     for pump in pumps:
         pump.start()
-    status = process.wait()
+    try:
+        status = process.wait()
+    except KeyboardInterrupt:
+        # The terminal's Ctrl-C reached the command too (one process group): let it finish, then stop there.
+        status = process.wait() or -signal.SIGINT
     for pump in pumps:
         pump.join()
     return status
