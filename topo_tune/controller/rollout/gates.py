@@ -153,70 +153,110 @@ def judge(
         if lost:
             reasons.append(f"lost nodes: {', '.join(lost)}")
         return Verdict(Outcome.INCONCLUSIVE, tuple(reasons), pairs=len(pairs), lost_nodes=lost)
-    log_ratio = [math.log(new.time_us / prev.time_us) for new, prev in pairs]
-    p99_ratio = [math.log(new.p99_us / prev.p99_us) for new, prev in pairs]
-    time_change = math.exp(float(np.mean(log_ratio))) - 1
-    p99_change = math.exp(float(np.mean(p99_ratio))) - 1
-    shift = math.log(1 + thresholds.min_gain)
-    p_gain = sign_flip_p([-r - shift for r in log_ratio])
-    p_regression = sign_flip_p(log_ratio)
-    p_p99 = sign_flip_p(p99_ratio)
-    busbw = np.asarray([new.busbw_gbps for new, _ in pairs])
-    cv_new = float(busbw.std(ddof=1) / busbw.mean()) if busbw.mean() > 0 else math.inf
-    busbw_new = float(np.exp(np.mean(np.log(busbw)))) if bool(np.all(busbw > 0)) else 0.0
-    busbw_drop, p_drop = 0.0, 1.0
-    if reference_busbw > 0 and busbw_new > 0:
-        busbw_drop = 1 - busbw_new / reference_busbw
-        floor = math.log(reference_busbw * (1 - thresholds.max_drop))
-        p_drop = sign_flip_p([floor - math.log(b) for b in busbw])
-
-    failures: list[str] = []
-    if time_change > thresholds.max_regression and p_regression < thresholds.alpha:
-        failures.append(
-            f"communication time {time_change:+.1%} (p = {p_regression:.4f}), beyond the allowed "
-            f"{thresholds.max_regression:.0%} slowdown"
-        )
-    if p99_change > thresholds.max_p99_regression and p_p99 < thresholds.alpha:
-        failures.append(
-            f"p99 latency {p99_change:+.1%} (p = {p_p99:.4f}), beyond the allowed {thresholds.max_p99_regression:.0%}"
-        )
-    if busbw_drop > thresholds.max_drop and p_drop < thresholds.alpha:
-        failures.append(
-            f"bus bandwidth {busbw_new:.4g} GB/s, {busbw_drop:.0%} below the reference {reference_busbw:.4g} GB/s "
-            f"(p = {p_drop:.4f}), beyond the allowed {thresholds.max_drop:.0%} drop"
-        )
-    pending: list[str] = []
-    if lost:
-        pending.append(f"lost nodes: {', '.join(lost)}")
-    if cv_new > thresholds.max_cv:
-        pending.append(f"throughput unstable: CV {cv_new:.3f} > {thresholds.max_cv}")
-    if p_gain >= thresholds.alpha:
-        wanted = (
-            f"gain of {thresholds.min_gain:.0%}"
-            if thresholds.min_gain >= 0
-            else f"slowdown of at most {-thresholds.min_gain:.0%}"
-        )
-        pending.append(f"{wanted} not shown: time {time_change:+.1%} (p = {p_gain:.4f})")
+    f = _figures(pairs, thresholds, reference_busbw)
+    failures = _failures(f, thresholds, reference_busbw)
+    pending = _pending(f, thresholds, lost)
     if failures:
         outcome, reasons = Outcome.FAILED, failures + pending
     elif pending:
         outcome, reasons = Outcome.INCONCLUSIVE, pending
     else:
         outcome = Outcome.SUCCESSFUL
-        reasons = [f"communication time {time_change:+.1%} (p = {p_gain:.4f}), p99 {p99_change:+.1%}, CV {cv_new:.3f}"]
+        reasons = [
+            f"communication time {f.time_change:+.1%} (p = {f.p_gain:.4f}), p99 {f.p99_change:+.1%}, CV {f.cv_new:.3f}"
+        ]
     return Verdict(
         outcome,
         tuple(reasons),
         pairs=len(pairs),
-        time_change=time_change,
-        p_gain=p_gain,
-        p_regression=p_regression,
-        p99_change=p99_change,
-        p_p99_regression=p_p99,
-        cv_new=cv_new,
+        time_change=f.time_change,
+        p_gain=f.p_gain,
+        p_regression=f.p_regression,
+        p99_change=f.p99_change,
+        p_p99_regression=f.p_p99,
+        cv_new=f.cv_new,
         lost_nodes=lost,
-        busbw_new=busbw_new,
+        busbw_new=f.busbw_new,
         reference_busbw=reference_busbw,
+        busbw_drop=f.busbw_drop,
+        p_drop=f.p_drop,
+    )
+
+
+@dataclass(frozen=True)
+class _Figures:
+    """What a gate's pairs show: changes of the new arm against the previous, and each test's p-value."""
+
+    time_change: float
+    p99_change: float
+    p_gain: float
+    p_regression: float
+    p_p99: float
+    cv_new: float
+    busbw_new: float
+    busbw_drop: float
+    p_drop: float
+
+
+def _figures(
+    pairs: Sequence[tuple[Sample, Sample]], thresholds: RolloutThresholdsConfig, reference_busbw: float
+) -> _Figures:
+    log_ratio = [math.log(new.time_us / prev.time_us) for new, prev in pairs]
+    p99_ratio = [math.log(new.p99_us / prev.p99_us) for new, prev in pairs]
+    shift = math.log(1 + thresholds.min_gain)
+    busbw = np.asarray([new.busbw_gbps for new, _ in pairs])
+    busbw_new = float(np.exp(np.mean(np.log(busbw)))) if bool(np.all(busbw > 0)) else 0.0
+    busbw_drop, p_drop = 0.0, 1.0
+    if reference_busbw > 0 and busbw_new > 0:
+        busbw_drop = 1 - busbw_new / reference_busbw
+        floor = math.log(reference_busbw * (1 - thresholds.max_drop))
+        p_drop = sign_flip_p([floor - math.log(b) for b in busbw])
+    return _Figures(
+        time_change=math.exp(float(np.mean(log_ratio))) - 1,
+        p99_change=math.exp(float(np.mean(p99_ratio))) - 1,
+        p_gain=sign_flip_p([-r - shift for r in log_ratio]),
+        p_regression=sign_flip_p(log_ratio),
+        p_p99=sign_flip_p(p99_ratio),
+        cv_new=float(busbw.std(ddof=1) / busbw.mean()) if busbw.mean() > 0 else math.inf,
+        busbw_new=busbw_new,
         busbw_drop=busbw_drop,
         p_drop=p_drop,
     )
+
+
+def _failures(f: _Figures, thresholds: RolloutThresholdsConfig, reference_busbw: float) -> list[str]:
+    """What the pairs show to be worse than allowed: each fails the gate."""
+    failures: list[str] = []
+    if f.time_change > thresholds.max_regression and f.p_regression < thresholds.alpha:
+        failures.append(
+            f"communication time {f.time_change:+.1%} (p = {f.p_regression:.4f}), beyond the allowed "
+            f"{thresholds.max_regression:.0%} slowdown"
+        )
+    if f.p99_change > thresholds.max_p99_regression and f.p_p99 < thresholds.alpha:
+        failures.append(
+            f"p99 latency {f.p99_change:+.1%} (p = {f.p_p99:.4f}), beyond the allowed "
+            f"{thresholds.max_p99_regression:.0%}"
+        )
+    if f.busbw_drop > thresholds.max_drop and f.p_drop < thresholds.alpha:
+        failures.append(
+            f"bus bandwidth {f.busbw_new:.4g} GB/s, {f.busbw_drop:.0%} below the reference {reference_busbw:.4g} GB/s "
+            f"(p = {f.p_drop:.4f}), beyond the allowed {thresholds.max_drop:.0%} drop"
+        )
+    return failures
+
+
+def _pending(f: _Figures, thresholds: RolloutThresholdsConfig, lost: tuple[str, ...]) -> list[str]:
+    """What keeps the gate from passing without failing it: each makes it inconclusive."""
+    pending: list[str] = []
+    if lost:
+        pending.append(f"lost nodes: {', '.join(lost)}")
+    if f.cv_new > thresholds.max_cv:
+        pending.append(f"throughput unstable: CV {f.cv_new:.3f} > {thresholds.max_cv}")
+    if f.p_gain >= thresholds.alpha:
+        wanted = (
+            f"gain of {thresholds.min_gain:.0%}"
+            if thresholds.min_gain >= 0
+            else f"slowdown of at most {-thresholds.min_gain:.0%}"
+        )
+        pending.append(f"{wanted} not shown: time {f.time_change:+.1%} (p = {f.p_gain:.4f})")
+    return pending
