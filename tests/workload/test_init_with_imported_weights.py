@@ -63,6 +63,12 @@ def test_a_trace_at_4_to_16_mib_spends_the_proof_there_and_the_report_names_it(t
             sizes = {s.bytes for s in Measurements.from_json(pair[side]).samples}
             assert sizes and all(MIB < s <= 16 * MIB for s in sizes), sizes
     assert {row["bucket"] for row in summary["buckets"]} == {"1M-16M"}
+    # ... and so did every trial of the search, the baseline included.
+    trials = [t for t in study.trials if "measurements" in t.user_attrs]
+    assert len(trials) >= 6
+    for t in trials:
+        sizes = {s.bytes for s in Measurements.from_json(t.user_attrs["measurements"]).samples}
+        assert sizes and all(MIB < s <= 16 * MIB for s in sizes), (t.number, sizes)
     # The weights' source, in summary.json, on init's output and in the report.
     workload = summary["workload"]
     assert workload["imported"] is True and "job-rank0.json" in workload["source"]

@@ -211,7 +211,8 @@ class TunerStudy(BaselineTrials, StaleTrials, TableTrials):
         self._sleep = sleep
         self._on_progress = on_progress
         self._distributions = distributions(space)
-        self._rungs = objective.rungs(settings.ladder, settings.rungs)
+        # Trials measure only the sizes the workload weighs: an imported trace's unused buckets cost no trial time.
+        self._rungs = objective.rungs(objective.weighted_sizes(settings.ladder) or settings.ladder, settings.rungs)
         self._active: set[int] = set()
         self._storages: list[optuna.storages.RDBStorage] = []
         self._storage: optuna.storages.RDBStorage  # the one open() opened last
