@@ -18,6 +18,7 @@ from topo_tune.workload.calls import per_rank
 from topo_tune.workload.file_kinds import read_workload_file
 from topo_tune.workload.json_stream import Limits
 from topo_tune.workload.weights import weigh
+from topo_tune.workload.workload_block import replace_block
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "workload"
 RANKS = [FIXTURES / f"ddp_gloo_rank{r}.json.gz" for r in (0, 1)]
@@ -298,3 +299,13 @@ def test_weights_replace_collectives_and_buckets() -> None:
     assert cluster.workload.collectives == {"all_reduce": 0.75, "broadcast": 0.25}
     with pytest.raises(ConfigError, match="weights replaces buckets"):
         loads_cluster_config(head + "  buckets: {0-1K: 1}\n")
+
+
+def test_the_block_is_found_in_flow_style_appended_when_missing_and_comments_around_it_stay() -> None:
+    block = "workload:\n  weights: {}\n"
+    flow = "apiVersion: topo-tune/v1\nworkload: {collectives: {all_reduce: 1},\n  buckets: {0-1K: 0}}\n"
+    flow += "# racks\nracks: []\n"
+    assert replace_block(flow, block) == "apiVersion: topo-tune/v1\n" + block + "# racks\nracks: []\n"
+    assert replace_block("apiVersion: topo-tune/v1", block) == "apiVersion: topo-tune/v1\n" + block
+    nested = "search:\n  workload: 3\nworkload:\n  # old\n  collectives: {}\n\n\nracks: []\n"
+    assert replace_block(nested, block) == "search:\n  workload: 3\n" + block + "\n\nracks: []\n"
