@@ -36,7 +36,8 @@ def workload() -> None:
 @click.option("--write", is_flag=True, help="Replace --cluster-config's workload: block in place.")
 @click.option(
     "--database",
-    help="A topo-tune database URL (e.g. sqlite:///out/study.db): weigh by its study's measured baseline times.",
+    help="A topo-tune database URL (e.g. sqlite:///out/.topo-tune/topo-tune.db): weigh by its study's "
+    "measured baseline times.",
 )
 @click.option("--study", help="With --database: the study whose baseline to use (default: the newest).")
 def import_(

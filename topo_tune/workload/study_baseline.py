@@ -1,8 +1,8 @@
 """The measured baseline (NCCL's defaults) of a study in a topo-tune database, for weighing by time.
 
-``topo-tune init`` stores every study in its database (``OUTPUT/study.db``, or the controller's); a study's
-baseline trial holds the time of every collective at every size of its ladder. The newest study with a
-completed baseline is used unless one is named.
+``topo-tune init`` stores every study in its database (``OUTPUT/.topo-tune/topo-tune.db``, or the
+controller's); a study's baseline trial holds the time of every collective at every size of its ladder. The
+newest study with a completed baseline is used unless one is named.
 
 Non-goals: anything else of a study (the report reads those), and writing.
 """
