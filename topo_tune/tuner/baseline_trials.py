@@ -10,7 +10,7 @@ Non-goals: running a trial (``study``), proposing configurations (the sampler).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -28,14 +28,11 @@ from topo_tune.tuner.trial_store import (
     A_RETRY_OF,
     A_ROLE,
     TrialRole,
+    TrialRunner,
     to_optuna,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from optuna.distributions import BaseDistribution
-
     from topo_tune.tuner.space import SearchSpace
 
 __all__ = ["BaselineTrials", "Candidate"]
@@ -52,22 +49,19 @@ class Candidate:
 
 
 class BaselineTrials:
-    """The baseline and the candidates (a mixin of ``TunerStudy``: they run as the study's own trials)."""
+    """The baseline and the candidates: run as the study's own trials, through its ``TrialRunner``."""
 
-    if TYPE_CHECKING:
-        space: SearchSpace
-        _poll_interval_s: float
-        _name: str
-        _budget: int
-        _candidates: list[Candidate]
-        _distributions: dict[str, BaseDistribution]
-        _sleep: Callable[[float], None]
+    def __init__(
+        self, space: SearchSpace, *, name: str, budget: int, candidates: Sequence[Candidate], runner: TrialRunner
+    ) -> None:
+        self.space = space
+        self.name = name
+        self.budget = budget
+        self.candidates = list(candidates)
+        self.runner = runner
 
-        def _run_trial(self, study: optuna.Study, trial: optuna.Trial, baseline: Measurements | None) -> None: ...
-
-        def _reclaim_stale(self, study: optuna.Study) -> None: ...
-
-    def _ensure_baseline(self, study: optuna.Study) -> Measurements:
+    def ensure(self, study: optuna.Study) -> Measurements:
+        """The baseline's measurements: measured first (again, where its worker died), else a ``StudyError``."""
         while True:
             trials = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(A_ROLE) == TrialRole.BASELINE]
             for t in trials:
@@ -80,11 +74,10 @@ class BaselineTrials:
                 )
                 continue
             if any(t.state == TrialState.WAITING for t in trials):
-                self._run_trial(study, study.ask(self._distributions), None)
+                self.runner.run_next(study, None)
                 continue
             if any(t.state == TrialState.RUNNING for t in trials):
-                self._sleep(self._poll_interval_s)
-                self._reclaim_stale(study)
+                self.runner.wait_for_others(study)
                 continue
             last = max(trials, key=lambda t: t.number)
             if last.user_attrs.get(A_FAILURE) == "stale":
@@ -101,14 +94,13 @@ class BaselineTrials:
                 f"{last.user_attrs.get(A_FAILURE, 'failed')}: {last.user_attrs.get(A_REASON, 'no reason recorded')}"
             )
 
-    def _enqueue_candidates(self, study: optuna.Study) -> None:
-        room = max(self._budget - 1, 0)
-        if len(self._candidates) > room:
-            logger.warning(
-                "study %s: %d candidates, budget leaves room for %d", self._name, len(self._candidates), room
-            )
+    def enqueue_candidates(self, study: optuna.Study) -> None:
+        """The caller's candidates, each once, within the budget (the baseline takes one trial of it)."""
+        room = max(self.budget - 1, 0)
+        if len(self.candidates) > room:
+            logger.warning("study %s: %d candidates, budget leaves room for %d", self.name, len(self.candidates), room)
         existing = {t.user_attrs.get(A_CANDIDATE) for t in study.get_trials(deepcopy=False)}
-        for candidate in self._candidates[:room]:
+        for candidate in self.candidates[:room]:
             if candidate.name in existing:
                 continue
             study.enqueue_trial(

@@ -28,6 +28,7 @@ from topo_tune.tuner.trial_store import (
     A_TABLE,
     A_WORKER,
     has_every_param,
+    trial_id,
 )
 
 if TYPE_CHECKING:
@@ -45,35 +46,40 @@ UNLABELED_GRACE_S = 10.0
 
 
 class StaleTrials:
-    """The study's stale-trial reclaim (a mixin of ``TunerStudy``: it uses the study's settings and storage)."""
+    """The study's stale-trial reclaim: fails trials whose worker is gone and enqueues each once more."""
 
-    if TYPE_CHECKING:
-        space: SearchSpace
-        _stale_after_s: float
-        _worker_id: str
-        _active: set[int]
-        _clock: Callable[[], float]
-        _storage: optuna.storages.RDBStorage
+    def __init__(
+        self,
+        space: SearchSpace,
+        *,
+        worker_id: str,
+        stale_after_s: float,
+        clock: Callable[[], float],
+        runs_here: Callable[[int], bool],
+    ) -> None:
+        self.space = space
+        self.worker_id = worker_id
+        self.stale_after_s = stale_after_s
+        self.clock = clock
+        self.runs_here = runs_here
+        """Whether this process is running trial ``number`` now (its heartbeat may lag, it is not stale)."""
 
-        def _trial_id(self, study: optuna.Study, number: int) -> int: ...
-
-    def _reclaim_stale(self, study: optuna.Study) -> None:
+    def reclaim(self, study: optuna.Study, storage: optuna.storages.RDBStorage) -> None:
         """Fail running trials whose worker is gone, and enqueue each once more (idempotently)."""
-        now = self._clock()
+        now = self.clock()
         trials = study.get_trials(deepcopy=False)
         retried = {t.user_attrs.get(A_RETRY_OF) for t in trials}
-        storage = self._storage
         for t in trials:
-            if t.state != TrialState.RUNNING or t.number in self._active:
+            if t.state != TrialState.RUNNING or self.runs_here(t.number):
                 continue
             beat = t.user_attrs.get(A_HEARTBEAT)
             if beat is None:
                 beat = t.datetime_start.timestamp() if t.datetime_start is not None else now
-            mine = t.user_attrs.get(A_WORKER) == self._worker_id
+            mine = t.user_attrs.get(A_WORKER) == self.worker_id
             # A worker labels its trial right after asking for it; one killed in between leaves a running trial
             # nobody owns, which no heartbeat will ever refresh: reclaim it after a short grace, not stale_after_s.
             unlabeled = A_WORKER not in t.user_attrs
-            patience = UNLABELED_GRACE_S if unlabeled else self._stale_after_s
+            patience = UNLABELED_GRACE_S if unlabeled else self.stale_after_s
             if not mine and now - float(beat) <= patience:
                 continue
             if mine:
@@ -83,9 +89,9 @@ class StaleTrials:
             else:
                 reason = f"no heartbeat for {now - float(beat):.0f} s (worker {t.user_attrs.get(A_WORKER, 'unknown')})"
             logger.warning("trial %d is stale: %s", t.number, reason)
-            trial_id = self._trial_id(study, t.number)
-            storage.set_trial_user_attr(trial_id, A_FAILURE, "stale")
-            storage.set_trial_user_attr(trial_id, A_REASON, reason)
+            stored_id = trial_id(storage, study, t.number)
+            storage.set_trial_user_attr(stored_id, A_FAILURE, "stale")
+            storage.set_trial_user_attr(stored_id, A_REASON, reason)
             attempt = int(t.user_attrs.get(A_ATTEMPT, 1))
             if attempt < MAX_ATTEMPTS and t.number not in retried:
                 attrs = {k: v for k, v in t.user_attrs.items() if k in (A_ROLE, A_CANDIDATE, A_TABLE)}
@@ -93,7 +99,7 @@ class StaleTrials:
                 study.enqueue_trial(self._retry_params(t), user_attrs=attrs)
             # If it finished meanwhile its result stands; the retry, if any, just measures it again.
             with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-                storage.set_trial_state_values(trial_id, TrialState.FAIL)
+                storage.set_trial_state_values(stored_id, TrialState.FAIL)
 
     def _retry_params(self, t: FrozenTrial) -> dict[str, Any]:
         """What a stale trial's retry measures: its own params, once every one of them was stored.

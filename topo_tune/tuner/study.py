@@ -81,6 +81,7 @@ from topo_tune.tuner.trial_store import (
     stored_rank_orders,
     to_optuna,
     trial_config,
+    trial_id,
 )
 
 __all__ = [
@@ -180,8 +181,11 @@ class StudySettings:
                 raise ConfigError(f"study.{name}", reason)
 
 
-class TunerStudy(BaselineTrials, StaleTrials, TableTrials):
-    """One study over ``space``, scored by ``objective``, measured by ``evaluate``."""
+class TunerStudy:
+    """One study over ``space``, scored by ``objective``, measured by ``evaluate``.
+
+    It holds its pieces (the baseline and candidates, the stale-trial reclaim, the table trials) and they call
+    back only through :class:`~topo_tune.tuner.trial_store.TrialRunner`, which the study implements."""
 
     def __init__(
         self,
@@ -196,17 +200,9 @@ class TunerStudy(BaselineTrials, StaleTrials, TableTrials):
         on_progress: Callable[[StudyProgress], None] | None = None,
     ) -> None:
         self.settings = settings
-        # What the mixins read of the settings.
-        self._worker_id, self._stale_after_s, self._budget = settings.worker_id, settings.stale_after_s, settings.budget
-        self._name, self._table_shape, self._poll_interval_s = (
-            settings.name,
-            settings.table_shape,
-            settings.poll_interval_s,
-        )
         self.space = space
         self.objective = objective
         self._evaluate = evaluate
-        self._candidates = list(candidates)
         self._clock = clock
         self._sleep = sleep
         self._on_progress = on_progress
@@ -218,11 +214,24 @@ class TunerStudy(BaselineTrials, StaleTrials, TableTrials):
         self._storage: optuna.storages.RDBStorage  # the one open() opened last
         self._started = clock()
         self._finished_here = 0
-        names = [c.name for c in self._candidates]
+        names = [c.name for c in candidates]
         if len(set(names)) != len(names):
             raise ConfigError("candidates", f"names must be unique, got {names}")
-        for c in self._candidates:
+        for c in candidates:
             space.config(c.params)  # refuses values outside the space, naming the dimension
+        self.baseline_trials = BaselineTrials(
+            space, name=settings.name, budget=settings.budget, candidates=candidates, runner=self
+        )
+        self.stale_trials = StaleTrials(
+            space,
+            worker_id=settings.worker_id,
+            stale_after_s=settings.stale_after_s,
+            clock=clock,
+            runs_here=self._active.__contains__,
+        )
+        self.table_trials = TableTrials(
+            space, objective=objective, name=settings.name, table_shape=settings.table_shape, runner=self
+        )
 
     # ---------------------------------------------------------------- study lifecycle
 
@@ -267,9 +276,22 @@ class TunerStudy(BaselineTrials, StaleTrials, TableTrials):
         return study
 
     def _trial_id(self, study: optuna.Study, number: int) -> int:
-        """The storage's id of trial ``number`` (through the storage's public API, not Optuna's private fields)."""
-        study_id = self._storage.get_study_id_from_name(study.study_name)
-        return self._storage.get_trial_id_from_study_id_trial_number(study_id, number)
+        return trial_id(self._storage, study, number)
+
+    # ---------------------------------------------------------------- what the pieces call (TrialRunner)
+
+    def run_next(self, study: optuna.Study, baseline: Measurements | None) -> None:
+        self._run_trial(study, study.ask(self._distributions), baseline)
+
+    def wait_for_others(self, study: optuna.Study) -> None:
+        self._sleep(self.settings.poll_interval_s)
+        self._reclaim_stale(study)
+
+    def config_of(self, params: Mapping[str, Any], attrs: Mapping[str, Any]) -> TrialConfig:
+        return trial_config(self.space, params, attrs)
+
+    def _reclaim_stale(self, study: optuna.Study) -> None:
+        self.stale_trials.reclaim(study, self._storage)
 
     def close(self) -> None:
         """Close the database connections the study opened."""
@@ -286,8 +308,8 @@ class TunerStudy(BaselineTrials, StaleTrials, TableTrials):
 
     def _run(self, study: optuna.Study) -> StudyOutcome:
         self._reclaim_stale(study)
-        baseline = self._ensure_baseline(study)
-        self._enqueue_candidates(study)
+        baseline = self.baseline_trials.ensure(study)
+        self.baseline_trials.enqueue_candidates(study)
         while True:
             self._reclaim_stale(study)
             trials = study.get_trials(deepcopy=False)
@@ -299,8 +321,8 @@ class TunerStudy(BaselineTrials, StaleTrials, TableTrials):
                     continue
                 break
             self._run_trial(study, study.ask(self._distributions), baseline)
-        self._table_trial(study, baseline)
-        self._per_size_trials(study, baseline)
+        self.table_trials.table_trial(study, baseline)
+        self.table_trials.per_size_trials(study, baseline)
         proofs = self._prove(study, baseline)
         outcome = self.outcome(study, proofs)
         self._progress("done", study)
@@ -318,8 +340,8 @@ class TunerStudy(BaselineTrials, StaleTrials, TableTrials):
             trial.set_user_attr(A_HEARTBEAT, self._clock())
             is_baseline = role_of(trial.user_attrs) is TrialRole.BASELINE
             if not is_baseline and baseline is None:
-                raise StudyError("internal: a trial before the baseline")  # _ensure_baseline orders them
-            config = self._config_of(trial.params, trial.user_attrs)
+                raise StudyError("internal: a trial before the baseline")  # BaselineTrials.ensure orders them
+            config = self.config_of(trial.params, trial.user_attrs)
             logger.info(
                 "trial %d (%s): %s, order %s",
                 trial.number,
@@ -401,11 +423,6 @@ class TunerStudy(BaselineTrials, StaleTrials, TableTrials):
             return False
         return value < self.settings.prune_ratio * max(peers)
 
-    # ---------------------------------------------------------------- tuner table
-
-    def _config_of(self, params: Mapping[str, Any], attrs: Mapping[str, Any]) -> TrialConfig:
-        return trial_config(self.space, params, attrs)
-
     # ---------------------------------------------------------------- proof
 
     def _prover(self, on_pair: Callable[[int, int], None] = lambda done, total: None) -> Prover:
@@ -424,7 +441,7 @@ class TunerStudy(BaselineTrials, StaleTrials, TableTrials):
             objective=self.objective,
             evaluate=self._evaluate,
             baseline_config=self.space.config(self.space.baseline_params()),
-            config_of=self._config_of,
+            config_of=self.config_of,
             on_pair=on_pair,
         )
 

@@ -11,7 +11,8 @@ Non-goals: composing tables (``plugin_table``, ``size_options``), running a tria
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -26,6 +27,7 @@ from topo_tune.tuner.trial_store import (
     A_ROLE,
     A_TABLE,
     TrialRole,
+    TrialRunner,
     has_every_param,
     logical_trials,
     role_of,
@@ -33,12 +35,8 @@ from topo_tune.tuner.trial_store import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-
-    from optuna.distributions import BaseDistribution
-
     from topo_tune.tuner.objective import Objective
-    from topo_tune.tuner.space import SearchSpace, TrialConfig
+    from topo_tune.tuner.space import SearchSpace
 
 __all__ = ["TableTrials"]
 
@@ -46,47 +44,50 @@ logger = logging.getLogger(__name__)
 
 
 class TableTrials:
-    """Table and per-size trials (a mixin of ``TunerStudy``: they run as the study's own trials)."""
+    """Table and per-size trials: run as the study's own trials, through its ``TrialRunner``."""
 
-    if TYPE_CHECKING:
-        space: SearchSpace
-        _poll_interval_s: float
-        _table_shape: tuple[int, int] | None
-        _name: str
-        objective: Objective
-        _distributions: dict[str, BaseDistribution]
-        _sleep: Callable[[float], None]
+    def __init__(
+        self,
+        space: SearchSpace,
+        *,
+        objective: Objective,
+        name: str,
+        table_shape: tuple[int, int] | None,
+        runner: TrialRunner,
+    ) -> None:
+        self.space = space
+        self.objective = objective
+        self.name = name
+        self.table_shape = table_shape
+        """The jobs' (nodes, ranks) a table is composed for; None: no table trials."""
+        self.runner = runner
 
-        def _run_trial(self, study: optuna.Study, trial: optuna.Trial, baseline: Measurements | None) -> None: ...
-
-        def _reclaim_stale(self, study: optuna.Study) -> None: ...
-
-        def _config_of(self, params: Mapping[str, Any], attrs: Mapping[str, Any]) -> TrialConfig: ...
-
-    def _table_trial(self, study: optuna.Study, baseline: Measurements) -> None:
+    def table_trial(self, study: optuna.Study, baseline: Measurements) -> None:
         """Compose a table from the search's per-bucket winners and measure it, once per study."""
-        if self._table_shape is None:
+        if self.table_shape is None:
             return
         while True:
             trials = [t for t in study.get_trials(deepcopy=False) if role_of(t.user_attrs) is TrialRole.TABLE]
             if any(t.state == TrialState.WAITING for t in trials):
-                self._run_trial(study, study.ask(self._distributions), baseline)
+                self.runner.run_next(study, baseline)
                 continue
             if trials:
                 return  # measured (or failed, or left to another worker's retry): the proof takes it from here
             searched = [
-                ScoredTrial(t.number, self._config_of(t.params, t.user_attrs).env, t.value, Measurements.from_json(raw))
+                ScoredTrial(
+                    t.number, self.runner.config_of(t.params, t.user_attrs).env, t.value, Measurements.from_json(raw)
+                )
                 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
                 if role_of(t.user_attrs) is not TrialRole.BASELINE
                 and t.value is not None
                 and (raw := t.user_attrs.get(A_MEASUREMENTS))
             ]
-            nodes, ranks = self._table_shape
+            nodes, ranks = self.table_shape
             composed = compose_table(searched, baseline, self.objective, nodes=nodes, ranks=ranks)
             if composed is None:
-                logger.info("study %s: no size bucket asks for its own channel count; no table trial", self._name)
+                logger.info("study %s: no size bucket asks for its own channel count; no table trial", self.name)
                 return
-            base = self._config_of(study.trials[composed.base_trial].params, {})
+            base = self.runner.config_of(study.trials[composed.base_trial].params, {})
             params = self.space.params_for(
                 env={k: v for k, v in composed.env.items() if k not in self.space.site_fixed},
                 rank_order=base.rank_order.name,
@@ -107,32 +108,34 @@ class TableTrials:
 
     # ---------------------------------------------------------------- per-size search (size_options)
 
-    def _per_size_trials(self, study: optuna.Study, baseline: Measurements) -> None:
+    def per_size_trials(self, study: optuna.Study, baseline: Measurements) -> None:
         """Measure NCCL's per-bucket options for the best bases, then each base's composed table, once."""
-        if self._table_shape is None:
+        if self.table_shape is None:
             return
-        nodes, ranks = self._table_shape
+        nodes, ranks = self.table_shape
         while True:
             trials = study.get_trials(deepcopy=False)
             if any(t.state == TrialState.WAITING and role_of(t.user_attrs) in size_options.ROLES for t in trials):
-                self._run_trial(study, study.ask(self._distributions), baseline)
+                self.runner.run_next(study, baseline)
                 continue
             stored = [self._stored(t) for t in logical_trials(trials) if has_every_param(self.space, t.params)]
             planned, pending = size_options.plan_next(stored, baseline, self.objective, nodes=nodes, ranks=ranks)
             for trial in planned:
-                logger.info("study %s: per-size %s (base trial %d)", self._name, trial.key, trial.base)
+                logger.info("study %s: per-size %s (base trial %d)", self.name, trial.key, trial.base)
                 attrs = {A_ROLE: trial.role, A_CANDIDATE: trial.key, A_TABLE: trial.table, A_ATTEMPT: 1}
                 study.enqueue_trial(dict(trial.params), user_attrs=attrs)
             if planned:
                 continue
             if not pending:
                 return
-            self._sleep(self._poll_interval_s)  # another worker's option trial: wait for it or its staleness
-            self._reclaim_stale(study)
+            self.runner.wait_for_others(study)  # another worker's option trial: wait for it or its staleness
+
+    def _env_of(self, t: FrozenTrial) -> Mapping[str, str]:
+        return self.runner.config_of(t.params, t.user_attrs).env
 
     def _stored(self, t: FrozenTrial) -> size_options.StoredTrial:
         raw = t.user_attrs.get(A_MEASUREMENTS)
-        config = self._config_of(t.params, {})
+        config = self.runner.config_of(t.params, {})
         return size_options.StoredTrial(
             number=t.number,
             role=role_of(t.user_attrs),

@@ -17,14 +17,14 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import optuna
 import sqlalchemy
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from topo_tune.tuner.objective import Objective
+from topo_tune.tuner.objective import Measurements, Objective
 from topo_tune.tuner.space import RankOrder, SearchSpace, TrialConfig
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "S_RANK_ORDERS",
     "Heartbeat",
     "TrialRole",
+    "TrialRunner",
     "distributions",
     "engine_kwargs",
     "from_optuna",
@@ -55,6 +56,7 @@ __all__ = [
     "superseded_trials",
     "to_optuna",
     "trial_config",
+    "trial_id",
 ]
 
 logger = logging.getLogger(__name__)
@@ -80,6 +82,24 @@ class TrialRole(enum.StrEnum):
     def has_table(self) -> bool:
         """The trial runs with a tuner-plugin table."""
         return self in (TrialRole.TABLE, TrialRole.OPTION, TrialRole.PER_SIZE)
+
+
+class TrialRunner(Protocol):
+    """What the study's pieces (baseline, stale-trial reclaim, table trials) need of the study that holds them."""
+
+    def run_next(self, study: optuna.Study, baseline: Measurements | None) -> None:
+        """Ask for the next trial (an enqueued one first) and run it to its end in this process."""
+
+    def wait_for_others(self, study: optuna.Study) -> None:
+        """Another worker's trial is running: wait a poll interval, then reclaim trials whose worker is gone."""
+
+    def config_of(self, params: Mapping[str, Any], attrs: Mapping[str, Any]) -> TrialConfig:
+        """The configuration a trial's params and attributes run."""
+
+
+def trial_id(storage: optuna.storages.RDBStorage, study: optuna.Study, number: int) -> int:
+    """The storage's id of trial ``number`` (through the storage's public API, not Optuna's private fields)."""
+    return storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study.study_name), number)
 
 
 def role_of(user_attrs: Mapping[str, object]) -> TrialRole:
