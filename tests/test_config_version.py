@@ -298,7 +298,11 @@ def _rank_map(**changes: object) -> str:
         ('{"a": ' * 9 + "1" + "}" * 9, "files['rankmap.json']", "nested more than 8 levels deep; not a rank map"),
         ("{not json", "files['rankmap.json']", "not JSON: Expecting property name enclosed in double quotes"),
         ("[]", "files['rankmap.json']", "a rank map is a JSON object, not list"),
-        (_rank_map(order=["n1"]), "rankmap.json:order", "not a rank map key; known: method, naive, pairs, planned"),
+        (
+            _rank_map(order=["n1"]),
+            "rankmap.json:order",
+            "not a rank map key; known: method, naive, pair_matrix, pairs, planned",
+        ),
         (_rank_map(version=2), "rankmap.json:version", "must be 1, got 2"),
         (_rank_map(planned=None), "rankmap.json:planned", "required: an object with node_order"),
         (_rank_map(planned={"node_order": "n1"}), "rankmap.json:planned.node_order", "required: a list of node"),

@@ -91,7 +91,7 @@ MAX_RANK_MAP_DEPTH = 8
 """Deepest nesting of a rank map's arrays and objects (the tuner writes 4: map, ring, edges, edge)."""
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _JSON_NESTING = re.compile(r"[\[\]{}]")
-_RANK_MAP_KEYS = frozenset({"version", "method", "world_size", "planned", "naive", "ranks", "pairs"})
+_RANK_MAP_KEYS = frozenset({"version", "method", "world_size", "planned", "naive", "ranks", "pairs", "pair_matrix"})
 _RING_KEYS = frozenset({"node_order", "ring_bottleneck_gbps", "ring_latency_us", "edges"})
 
 
@@ -137,6 +137,12 @@ def check_rank_map(text: str) -> None:
         isinstance(r, dict) and isinstance(r.get("node"), str) and type(r.get("rank")) is int for r in ranks
     ):
         raise ValidationError(f"{RANK_MAP}:ranks", "a list of {rank, node, local_rank} objects")
+    if "pair_matrix" in data:
+        # Jobs' node orders are planned on it: the reader they are planned with checks every row and number
+        # (imported here only: the agent and admin commands that never meet a rank map skip NumPy).
+        from topo_tune.version_ring import read_rank_map  # noqa: PLC0415
+
+        read_rank_map(text)
 
 
 def _check_ring(ring: object, where: str) -> None:

@@ -176,6 +176,7 @@ def rank_map(outcome: StudyOutcome, shape: ClusterShape) -> RankMap:
         slots={n: shape.slots[n] for n in order.nodes},
         method=f"study order {order.name!r}",
         pairs=shape.pairs,
+        racks={n: r for n, r in shape.racks.items() if n in index},
     )
 
 

@@ -4,7 +4,9 @@ Purpose: NCCL's inter-node ring follows the order of each node's lowest rank, so
 hand out ranks node by node in ring order, contiguous on each node (NCCL_FACTS §2.5). This module plans that
 order from a node-pair matrix and writes it as a JSON rank map and as hostfiles for Open MPI, Slurm
 (``--distribution=arbitrary``) and torchrun (``--node_rank`` per host), each with the predicted ring bottleneck
-next to the naive order's. Non-goals: launching jobs; intra-node GPU order (see `gpu_ring`).
+next to the naive order's. The JSON also carries the pair matrix the ring was planned on (``pair_matrix``, up to
+`PAIR_MATRIX_MAX_NODES` nodes), so that a job on part of the nodes can be given the best ring over its own nodes
+(``job_order``). Non-goals: launching jobs; intra-node GPU order (see `gpu_ring`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from topo_tune.topology.distance import PairMatrix
@@ -21,6 +23,10 @@ from topo_tune.tuner.ring_order import optimize_ring
 
 HostfileFlavour = Literal["mpi", "slurm", "torchrun"]
 RANK_MAP_VERSION = 1
+PAIR_MATRIX_MAX_NODES = 160
+"""Largest matrix a rank map carries: 160 nodes make 12,720 pairs, about 300 KB of the version's 1 MiB per file."""
+SOURCE_CODES = {"measured": "m", "inferred": "i", "modelled": "d", "given": "g"}
+"""One letter per pair in ``pair_matrix.sources``: where its figures came from."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,8 @@ class RankMap:
     pairs: PairMatrix | None = None
     """The matrix the rings were predicted from: each ring edge says whether its pair was measured, inferred
     from the rack model (sparse probing) or modelled, and the JSON counts each kind."""
+    racks: Mapping[str, str] = field(default_factory=dict)
+    """node → rack, carried with the matrix: a re-planned ring breaks bottleneck ties by fewest rack crossings."""
 
     def ranks(self) -> list[tuple[int, str, int]]:
         """(global rank, node, local rank) for every GPU, node by node in ring order."""
@@ -90,6 +98,8 @@ class RankMap:
             for estimate in pairs.estimates.values():
                 counts[estimate.source] = counts.get(estimate.source, 0) + 1
             payload["pairs"] = dict(sorted(counts.items()))
+            if len(pairs.names) <= PAIR_MATRIX_MAX_NODES:
+                payload["pair_matrix"] = pair_matrix_json(pairs, self.racks)
         return json.dumps(payload, indent=2) + "\n"
 
     def hostfile(self, flavour: HostfileFlavour) -> str:
@@ -100,16 +110,37 @@ class RankMap:
             )
         else:
             head = "# topo-tune ring order: one node, no inter-node ring\n"
-        if flavour == "mpi":
-            # Open MPI: keep ranks contiguous per host with --map-by slot (the default by-slot mapping).
-            return head + "".join(f"{node} slots={self.slots[node]}\n" for node in self.planned.order)
-        if flavour == "slurm":
-            # SLURM_HOSTFILE for srun --distribution=arbitrary: one line per task, in rank order.
-            return head + "".join(f"{node}\n" for _, node, _ in self.ranks())
-        if flavour == "torchrun":
-            # torchrun --node_rank=N on each host; rank = node_rank * nproc_per_node + local_rank.
-            return head + "".join(f"{node} {index}\n" for index, node in enumerate(self.planned.order))
-        raise ValueError(f"hostfile flavour must be mpi, slurm or torchrun, got {flavour!r}")
+        return head + hostfile_body(flavour, self.planned.order, self.slots)
+
+
+def hostfile_body(flavour: HostfileFlavour, order: Sequence[str], slots: Mapping[str, int] | int) -> str:
+    """The hostfile lines for nodes in ``order`` with ``slots`` ranks each (a count per node, or one for all)."""
+    per_node = dict.fromkeys(order, slots) if isinstance(slots, int) else slots
+    if flavour == "mpi":
+        # Open MPI: keep ranks contiguous per host with --map-by slot (the default by-slot mapping).
+        return "".join(f"{node} slots={per_node[node]}\n" for node in order)
+    if flavour == "slurm":
+        # SLURM_HOSTFILE for srun --distribution=arbitrary: one line per task, in rank order.
+        return "".join(f"{node}\n" * per_node[node] for node in order)
+    if flavour == "torchrun":
+        # torchrun --node_rank=N on each host; rank = node_rank * nproc_per_node + local_rank.
+        return "".join(f"{node} {index}\n" for index, node in enumerate(order))
+    raise ValueError(f"hostfile flavour must be mpi, slurm or torchrun, got {flavour!r}")
+
+
+def pair_matrix_json(pairs: PairMatrix, racks: Mapping[str, str]) -> dict[str, object]:
+    """The matrix over its nodes sorted by name, as upper-triangle rows: row i holds the pairs (i, j > i)."""
+    names = sorted(pairs.names)
+    rows = [[pairs.get(a, b) for b in names[i + 1 :]] for i, a in enumerate(names)]
+    data: dict[str, object] = {
+        "nodes": names,
+        "bandwidth_gbps": [[round(e.bandwidth_gbps, 4) for e in row] for row in rows[:-1]],
+        "latency_us": [[round(e.latency_us, 4) for e in row] for row in rows[:-1]],
+        "sources": ["".join(SOURCE_CODES.get(e.source, "d") for e in row) for row in rows[:-1]],
+    }
+    if racks:
+        data["racks"] = [racks.get(n, "") for n in names]
+    return data
 
 
 def plan_rank_map(
@@ -150,4 +181,5 @@ def plan_rank_map(
         slots=counts,
         method=ring.method,
         pairs=pairs,
+        racks={n: r for n, r in (rack_of or {}).items() if n in index},
     )
