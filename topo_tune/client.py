@@ -386,8 +386,12 @@ class AdminClient:
         request = admin_pb2.IssueCredentialRequest(role=role, node_name=node_name)
         return self._call(self._stub.IssueCredential, request)
 
-    def resolve_job_config(self, job_id: str, nodes: list[str]) -> admin_pb2.JobConfig:
-        request = admin_pb2.ResolveJobConfigRequest(job_id=job_id, nodes=nodes)
+    def resolve_job_config(
+        self, job_id: str, nodes: list[str], *, arm: str = "", preview: bool = False
+    ) -> admin_pb2.JobConfig:
+        """The job's pinned config and node order; ``arm``: "" the job's own, else a version id, "stable" or
+        "defaults" (pinned per job id and arm); ``preview``: the answer without pinning it."""
+        request = admin_pb2.ResolveJobConfigRequest(job_id=job_id, nodes=nodes, arm=arm, preview=preview)
         return self._call(self._stub.ResolveJobConfig, request)
 
     def record_job_comparison(self, request: admin_pb2.RecordJobComparisonRequest) -> admin_pb2.JobComparison:

@@ -7,6 +7,12 @@ the job, and the job asking again after another wave completed, gets the same ve
 points ``NCCL_CONF_FILE`` at the pinned version's staged file (``versions/<id>/nccl.conf``), which never
 changes while the job runs; for NCCL's defaults it points at ``/dev/null`` so no ``~/.nccl.conf`` leaks in.
 
+A version is settings and order: the pin also holds the job's node order (``tuner/job_order.py`` computes it
+from the version and the job's node set), and the environment names this node's rank in it
+(:func:`order_environment`). Besides the job's own config (arm ""), a job may ask for an explicitly named
+arm (:func:`arm_version`: a version id, "stable" or "defaults"), pinned per (job id, arm) the same way, so
+that ``exec --compare`` runs every arm with one version and one order on every node.
+
 Everything here is pure: the rollout state comes in as data (:class:`RolloutView`), pins as a mapping, the
 process environment as a mapping. Non-goals: storing pins (the controller does) and running the job (the CLI).
 """
@@ -19,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from topo_tune.config_layout import staged_path
-from topo_tune.config_version import NCCL_CONF, TOPO_FILE, TUNER_TABLE
+from topo_tune.config_version import NCCL_CONF, TOPO_FILE, TUNER_TABLE, is_version_id
 from topo_tune.errors import ConfigError, ConflictError
 from topo_tune.plugin.job_env import plugin_env
 
@@ -50,11 +56,34 @@ class RolloutView:
     rollout_id: str = ""
 
 
+ARM_STABLE = "stable"
+ARM_DEFAULTS = "defaults"
+ARMS = (ARM_STABLE, ARM_DEFAULTS)
+"""The arms a job may name besides a version id; "" is the job's own config (the rollout's rule)."""
+
+
 @dataclass(frozen=True)
 class JobPin:
     job_id: str
     version: str
     nodes: tuple[str, ...]
+    order: tuple[str, ...] = ()
+    """The job's node order: node rank i runs on ``order[i]``; empty until the controller computed it."""
+    arm: str = ""
+
+
+def arm_version(arm: str, nodes: Sequence[str], view: RolloutView) -> str:
+    """The version an arm names: "" the job's own (:func:`choose_version`), "stable" the stable one (even while
+    a rollout runs), "defaults" none (NCCL's defaults), or a version id as given."""
+    if not arm:
+        return choose_version(nodes, view)
+    if arm == ARM_STABLE:
+        return view.stable_version
+    if arm == ARM_DEFAULTS:
+        return ""
+    if is_version_id(arm):
+        return arm
+    raise ConfigError("arm", f"{arm[:80]!r} is not a config version id (cv- and 16 hex digits), stable or defaults")
 
 
 def choose_version(nodes: Sequence[str], view: RolloutView) -> str:
@@ -66,24 +95,50 @@ def choose_version(nodes: Sequence[str], view: RolloutView) -> str:
     return view.stable_version
 
 
-def resolve(job_id: str, nodes: Sequence[str], view: RolloutView, pins: Mapping[str, JobPin]) -> JobPin:
-    """The job's pin: the existing one, or a new one from :func:`choose_version`.
+def resolve(
+    job_id: str, nodes: Sequence[str], view: RolloutView, pins: Mapping[str, JobPin], *, arm: str = ""
+) -> JobPin:
+    """The job's pin for ``arm``: the existing one, or a new one from :func:`arm_version` (without its order).
 
-    A pinned job that names nodes outside its pin is refused: its version may not be staged there, and a rank
-    on such a node would read a different config from the others.
+    A pinned job that names nodes outside its pin is refused: its version may not be staged there, a rank
+    on such a node would read a different config from the others, and its node order has no place for them.
     """
     if not job_id:
         raise ConfigError("--job-id", f"no job id: pass --job-id or set one of {', '.join(JOB_ID_VARIABLES)}")
     pinned = pins.get(job_id)
     if pinned is not None:
         outside = sorted(set(nodes) - set(pinned.nodes))
-        if outside and pinned.version != view.stable_version:
+        if outside:
             raise ConflictError(
-                f"job {job_id} is pinned to {pinned.version} on {len(pinned.nodes)} nodes; "
-                f"{', '.join(outside)} may not have it: start the job under a new id"
+                f"job {job_id} is pinned to {pinned.version or 'NCCL defaults'} on {len(pinned.nodes)} nodes; "
+                f"{', '.join(outside[:5])} may not have it and have no place in its node order: "
+                "start the job under a new id"
             )
         return pinned
-    return JobPin(job_id, choose_version(nodes, view), tuple(sorted(set(nodes))))
+    return JobPin(job_id, arm_version(arm, nodes, view), tuple(sorted(set(nodes))), arm=arm)
+
+
+def order_environment(order: Sequence[str], *, node: str | None, master_addr: str) -> dict[str, str]:
+    """The order variables: ``TOPO_TUNE_NODE_ORDER``, ``TOPO_TUNE_NNODES``, ``TOPO_TUNE_MASTER_ADDR`` and, for
+    ``node`` (None: a launcher that starts the other nodes itself), ``TOPO_TUNE_NODE_RANK``.
+
+    A node that is not in the job's order is a `ConfigError` naming ``--node``: a rank there would take
+    another node's rank, or none.
+    """
+    env = {
+        "TOPO_TUNE_NODE_ORDER": ",".join(order),
+        "TOPO_TUNE_NNODES": str(len(order)),
+        "TOPO_TUNE_MASTER_ADDR": master_addr,
+    }
+    if node is not None:
+        if node not in order:
+            raise ConfigError(
+                "--node",
+                f"{node!r} is not one of the job's {len(order)} nodes ({', '.join(order[:5])}"
+                f"{', ...' if len(order) > 5 else ''}): pass --node NAME or set TOPO_TUNE_NODE_NAME",
+            )
+        env["TOPO_TUNE_NODE_RANK"] = str(list(order).index(node))
+    return env
 
 
 def job_environment(

@@ -23,6 +23,7 @@ async def sim_agent(
     rack: str = "rack-1",
     profile: str = "h100-nvswitch",
     config_dir: Path | None = None,
+    address: str = "",
 ) -> AsyncIterator[Agent]:
     """A registered agent whose state and config directories are ``root/state`` and ``root/config`` (so an agent
     started again on the same ``root`` is the same node coming back); ``config_dir`` gives several agents one
@@ -33,6 +34,7 @@ async def sim_agent(
         token=TOKEN,
         rack=rack,
         backend="sim",
+        address=address,
         state_dir=root / "state",
         config_dir=config_dir or root / "config",
         backoff_initial_s=0.05,

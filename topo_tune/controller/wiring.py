@@ -158,7 +158,7 @@ class Services:
             changes=self.changes,
         )
         self.retention = Retention(db=db, wall_clock=wall_clock, settings=settings.retention, metrics=self.metrics)
-        self.job_configs = JobResolver(self.rollout_store)
+        self.job_configs = JobResolver(self.rollout_store, self.registry)
         self.job_comparisons = JobComparisons(db=db, wall_clock=wall_clock)
 
     async def load(self) -> int:

@@ -172,7 +172,7 @@ class _CredentialRoleEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Creden
     CREDENTIAL_ROLE_AGENT: _CredentialRole.ValueType  # 2
     """the agent service, registering as its one node only"""
     CREDENTIAL_ROLE_JOB: _CredentialRole.ValueType  # 3
-    """ResolveJobConfig and RecordJobComparison only: `topo-tune env` / `exec`"""
+    """ResolveJobConfig and RecordJobComparison only: `env` / `exec` / `hostfile`"""
 
 class CredentialRole(_CredentialRole, metaclass=_CredentialRoleEnumTypeWrapper): ...
 
@@ -182,7 +182,7 @@ CREDENTIAL_ROLE_ADMIN: CredentialRole.ValueType  # 1
 CREDENTIAL_ROLE_AGENT: CredentialRole.ValueType  # 2
 """the agent service, registering as its one node only"""
 CREDENTIAL_ROLE_JOB: CredentialRole.ValueType  # 3
-"""ResolveJobConfig and RecordJobComparison only: `topo-tune env` / `exec`"""
+"""ResolveJobConfig and RecordJobComparison only: `env` / `exec` / `hostfile`"""
 Global___CredentialRole: _TypeAlias = CredentialRole  # noqa: Y015
 
 @_typing.final
@@ -1600,7 +1600,16 @@ class ResolveJobConfigRequest(_message.Message):
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     NODES_FIELD_NUMBER: _builtins.int
+    ARM_FIELD_NUMBER: _builtins.int
+    PREVIEW_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
+    """may be empty with preview"""
+    arm: _builtins.str
+    """Empty: the job's own config (the rollout's rule). Else an explicit arm, pinned per (job id, arm): a
+    config version id, "stable" (the stable version, also while a rollout runs) or "defaults" (NCCL's).
+    """
+    preview: _builtins.bool
+    """answer without storing a pin (`topo-tune hostfile`)"""
     @_builtins.property
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -1608,10 +1617,12 @@ class ResolveJobConfigRequest(_message.Message):
         *,
         job_id: _builtins.str = ...,
         nodes: _abc.Iterable[_builtins.str] | None = ...,
+        arm: _builtins.str = ...,
+        preview: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "nodes", b"nodes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arm", b"arm", "job_id", b"job_id", "nodes", b"nodes", "preview", b"preview"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1626,10 +1637,32 @@ class JobConfig(_message.Message):
     FILES_FIELD_NUMBER: _builtins.int
     NODES_FIELD_NUMBER: _builtins.int
     ROLLOUT_ID_FIELD_NUMBER: _builtins.int
+    NODE_ORDER_FIELD_NUMBER: _builtins.int
+    MASTER_ADDR_FIELD_NUMBER: _builtins.int
+    ORDER_METHOD_FIELD_NUMBER: _builtins.int
+    ORDER_BOTTLENECK_GBPS_FIELD_NUMBER: _builtins.int
+    GIVEN_BOTTLENECK_GBPS_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
+    ARM_FIELD_NUMBER: _builtins.int
+    MEASURED_EDGES_FIELD_NUMBER: _builtins.int
+    RING_EDGES_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     config_version: _builtins.str
     """empty: NCCL's defaults"""
     rollout_id: _builtins.str
+    master_addr: _builtins.str
+    """the address node_order[0]'s agent registered (else its name)"""
+    order_method: _builtins.str
+    """how the order was chosen: a key of tuner/job_order.py's METHODS"""
+    order_bottleneck_gbps: _builtins.float
+    """predicted ring bottleneck of node_order; 0: unknown; inf: one node"""
+    given_bottleneck_gbps: _builtins.float
+    """the same for the launcher's order (the nodes sorted by name)"""
+    arm: _builtins.str
+    """the request's arm"""
+    measured_edges: _builtins.int
+    """edges of node_order's ring whose pair was measured, of ring_edges"""
+    ring_edges: _builtins.int
     @_builtins.property
     def files(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """the file names the version holds"""
@@ -1637,6 +1670,14 @@ class JobConfig(_message.Message):
     @_builtins.property
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """the nodes the pin covers"""
+
+    @_builtins.property
+    def node_order(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """node rank i runs on node_order[i]; pinned with the job"""
+
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """e.g. nodes the version's pair matrix does not know"""
 
     def __init__(
         self,
@@ -1646,10 +1687,19 @@ class JobConfig(_message.Message):
         files: _abc.Iterable[_builtins.str] | None = ...,
         nodes: _abc.Iterable[_builtins.str] | None = ...,
         rollout_id: _builtins.str = ...,
+        node_order: _abc.Iterable[_builtins.str] | None = ...,
+        master_addr: _builtins.str = ...,
+        order_method: _builtins.str = ...,
+        order_bottleneck_gbps: _builtins.float = ...,
+        given_bottleneck_gbps: _builtins.float = ...,
+        warnings: _abc.Iterable[_builtins.str] | None = ...,
+        arm: _builtins.str = ...,
+        measured_edges: _builtins.int = ...,
+        ring_edges: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "files", b"files", "job_id", b"job_id", "nodes", b"nodes", "rollout_id", b"rollout_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arm", b"arm", "config_version", b"config_version", "files", b"files", "given_bottleneck_gbps", b"given_bottleneck_gbps", "job_id", b"job_id", "master_addr", b"master_addr", "measured_edges", b"measured_edges", "node_order", b"node_order", "nodes", b"nodes", "order_bottleneck_gbps", b"order_bottleneck_gbps", "order_method", b"order_method", "ring_edges", b"ring_edges", "rollout_id", b"rollout_id", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

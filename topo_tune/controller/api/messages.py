@@ -272,13 +272,24 @@ def to_proto_rollout_history(records: list[AuditRecord]) -> admin_pb2.RolloutHis
     )
 
 
-def to_proto_job_config(resolved: ResolvedJob) -> admin_pb2.JobConfig:
+def to_proto_job_config(resolved: ResolvedJob, *, preview: bool = False) -> admin_pb2.JobConfig:
+    order = resolved.order
+    measured, edges = order.measured_edges
     return admin_pb2.JobConfig(
-        job_id=resolved.pin.job_id,
+        job_id="" if preview and resolved.pin.job_id == "preview" else resolved.pin.job_id,
         config_version=resolved.pin.version,
         files=list(resolved.files),
         nodes=list(resolved.pin.nodes),
         rollout_id=resolved.rollout_id,
+        node_order=list(resolved.pin.order),
+        master_addr=resolved.master_addr,
+        order_method=order.method,
+        order_bottleneck_gbps=order.bottleneck_gbps or 0.0,
+        given_bottleneck_gbps=order.given_bottleneck_gbps or 0.0,
+        warnings=list(order.warnings),
+        arm=resolved.pin.arm,
+        measured_edges=measured,
+        ring_edges=edges,
     )
 
 

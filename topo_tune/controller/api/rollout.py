@@ -147,13 +147,14 @@ class RolloutServicerMixin:
     @maps_errors
     async def ResolveJobConfig(self, request: admin_pb2.ResolveJobConfigRequest, context: Ctx) -> admin_pb2.JobConfig:
         job_id = names.short_text(request.job_id, "job_id", limit=253)
-        if not job_id:
-            raise ValidationError("job_id", "required")
+        if not job_id and not request.preview:
+            raise ValidationError("job_id", "required (or ask for a preview)")
+        arm = names.short_text(request.arm, "arm", limit=32)
         if not request.nodes:
             raise ValidationError("nodes", "a job needs at least one node")
         if len(request.nodes) > MAX_JOB_NODES:
             raise ValidationError("nodes", f"more than {MAX_JOB_NODES}")
         for index, node in enumerate(request.nodes):
             names.node_name(node, f"nodes[{index}]")
-        resolved = await self._job_configs.resolve(job_id, list(request.nodes))
-        return messages.to_proto_job_config(resolved)
+        resolved = await self._job_configs.resolve(job_id, list(request.nodes), arm=arm, preview=request.preview)
+        return messages.to_proto_job_config(resolved, preview=request.preview)

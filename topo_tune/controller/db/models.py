@@ -236,13 +236,16 @@ class RolloutAuditRow(Base):
 
 
 class JobPinRow(Base):
-    """The config version a job was given, so all its ranks get the same one for its whole life."""
+    """The config version and node order a job was given (per arm: "" its own, or one ``exec --compare``
+    names), so all its ranks get the same ones for its whole life."""
 
     __tablename__ = "job_pins"
 
     job_id: Mapped[str] = mapped_column(String(253), primary_key=True)
+    arm: Mapped[str] = mapped_column(String(32), primary_key=True, default="")
     config_version: Mapped[str] = mapped_column(String(32))
     nodes: Mapped[list[str]] = mapped_column(JSON)
+    node_order: Mapped[list[str]] = mapped_column(JSON, default=list)
     rollout_id: Mapped[str] = mapped_column(String(64), default="")
     created_at: Mapped[datetime]
 

@@ -1,20 +1,32 @@
 """The controller's side of "one config per job": the rollout state as a job sees it, and durable pins.
 
-``job_config.resolve`` decides; this module feeds it the state (:func:`job_view`) and stores the first
-answer for a job id, so every rank and every later question of that job gets the same version, even from a
-controller that restarted meanwhile. When two ranks ask at once, the pin stored first stands.
+``job_config.resolve`` decides the version; ``tuner.job_order`` the node order over the job's nodes from that
+version's rank map. This module feeds them the state (:func:`job_view`, the version's files) and stores the
+first answer for a job id and arm, version and order together, so every rank and every later question of that
+job gets the same ones, even from a controller that restarted meanwhile. When two ranks ask at once, the pin
+stored first stands. The address of node rank 0 (``master_addr``) is what its agent registered, read at each
+question (the pin holds names, not addresses).
 
-Non-goals: the choice itself (``topo_tune.job_config``) and pin retention (a scheduled clean-up).
+Non-goals: the choices themselves (``topo_tune.job_config``, ``topo_tune.tuner.job_order``) and pin retention
+(a scheduled clean-up).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from topo_tune.config_version import RANK_MAP
+from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.rollout.state import RolloutPhase, WavePhase
 from topo_tune.controller.rollout.store import RolloutStore
+from topo_tune.errors import NotFoundError
 from topo_tune.job_config import JobPin, RolloutView, resolve
+from topo_tune.tuner.job_order import JobOrder, job_order, pinned_order
+
+logger = logging.getLogger(__name__)
 
 
 async def job_view(store: RolloutStore) -> RolloutView:
@@ -38,17 +50,40 @@ class ResolvedJob:
     pin: JobPin
     files: tuple[str, ...]
     rollout_id: str
+    order: JobOrder
+    """The pinned order with what the version's pair matrix predicts for it and for the launcher's order."""
+    master_addr: str = ""
 
 
 @dataclass
 class JobResolver:
     store: RolloutStore
+    registry: NodeRegistry | None = None
+    """Where node rank 0's address comes from; without one, ``master_addr`` is its node name."""
 
-    async def resolve(self, job_id: str, nodes: Sequence[str]) -> ResolvedJob:
-        existing = await self.store.get_pin(job_id)
+    async def resolve(self, job_id: str, nodes: Sequence[str], *, arm: str = "", preview: bool = False) -> ResolvedJob:
+        """The job's pin for ``arm`` (see ``job_config.arm_version``), stored unless ``preview``."""
+        existing = await self.store.get_pin(job_id, arm=arm) if job_id else None
         view = await job_view(self.store)
-        pin = resolve(job_id, nodes, view, {job_id: existing} if existing is not None else {})
+        pin = resolve(job_id or "preview", nodes, view, {job_id: existing} if existing else {}, arm=arm)
+        files = await self.store.versions.files(pin.version) if pin.version else {}
+        rank_map = files.get(RANK_MAP)
+        planned = job_order(rank_map, pin.nodes, version=pin.version)
         if existing is None:
-            pin = await self.store.pin(pin, rollout_id=view.rollout_id)
-        files = tuple(sorted(await self.store.versions.files(pin.version))) if pin.version else ()
-        return ResolvedJob(pin, files, view.rollout_id)
+            pin = dataclasses.replace(pin, order=planned.order)
+            if not preview:
+                pin = await self.store.pin(pin, rollout_id=view.rollout_id)
+        elif not pin.order:  # pinned before pins held orders: the order is a function of version and nodes
+            pin = dataclasses.replace(pin, order=planned.order)
+        if pin.order != planned.order:  # the pin stands (made by an earlier planner): predict it as it is
+            planned = pinned_order(rank_map, pin.order, version=pin.version)
+        return ResolvedJob(pin, tuple(sorted(files)), view.rollout_id, planned, await self._address(pin.order[0]))
+
+    async def _address(self, node: str) -> str:
+        if self.registry is None:
+            return node
+        try:
+            found = await self.registry.get(node)
+        except NotFoundError:
+            return node
+        return found.address or node

@@ -346,21 +346,26 @@ class RolloutStore:
 
         return await self.db.run(write)
 
-    async def get_pin(self, job_id: str) -> JobPin | None:
-        row = await self.db.read(lambda session: session.get(JobPinRow, job_id))
-        return JobPin(row.job_id, row.config_version, tuple(row.nodes)) if row is not None else None
+    async def get_pin(self, job_id: str, *, arm: str = "") -> JobPin | None:
+        row = await self.db.read(lambda session: session.get(JobPinRow, (job_id, arm)))
+        if row is None:
+            return None
+        return JobPin(row.job_id, row.config_version, tuple(row.nodes), tuple(row.node_order), row.arm)
 
     async def pin(self, pin: JobPin, *, rollout_id: str) -> JobPin:
-        """Store ``pin`` unless the job is pinned already; returns the pin that stands."""
+        """Store ``pin`` (version and node order, under its job id and arm) unless the job is pinned already;
+        returns the pin that stands."""
         at = self.wall_clock()
 
         def write(session: Session) -> None:
-            if session.get(JobPinRow, pin.job_id) is None:
+            if session.get(JobPinRow, (pin.job_id, pin.arm)) is None:
                 session.add(
                     JobPinRow(
                         job_id=pin.job_id,
+                        arm=pin.arm,
                         config_version=pin.version,
                         nodes=list(pin.nodes),
+                        node_order=list(pin.order),
                         rollout_id=rollout_id,
                         created_at=at,
                     )
@@ -372,6 +377,6 @@ class RolloutStore:
             if not isinstance(error.__cause__, sa.exc.IntegrityError):
                 raise
             # Another rank of the same job pinned it a moment ago: that pin stands.
-        stored = await self.get_pin(pin.job_id)
+        stored = await self.get_pin(pin.job_id, arm=pin.arm)
         assert stored is not None
         return stored
