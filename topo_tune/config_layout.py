@@ -5,6 +5,7 @@
     <config dir>/versions/<version id>/nccl.conf   a staged version's files (immutable)
     <config dir>/active -> versions/<version id>    the node's active version
     <config dir>/jobs.lock                          running jobs hold a shared lock on it
+    <config dir>/node-name                          the name this node's agent registers as
 
 The agent (``agent/config_store.py``) writes this layout; ``topo-tune env``/``exec`` point jobs at it. One
 module holds it so neither side has to import the other. Non-goals: reading or writing the files.
@@ -18,6 +19,7 @@ DEFAULT_CONFIG_DIR = Path("/etc/nccl/topo-tune")
 VERSIONS_DIR = "versions"
 ACTIVE_LINK = "active"
 JOBS_LOCK = "jobs.lock"
+NODE_NAME_FILE = "node-name"
 
 
 def staged_path(config_dir: Path, version: str, name: str) -> Path:

@@ -107,9 +107,10 @@ async def test_a_job_credential_is_refused_by_bench_run_and_reads_its_pinned_con
         refused = await asyncio.to_thread(run_cli, *command, env=env)
         assert refused.returncode == 1 and "job credentials may not call" in refused.stderr, command
     # What a job does need: its pinned config (with no version anywhere, NCCL's defaults: an empty version).
-    pinned = await asyncio.to_thread(run_cli, "env", "--nodes", "n1,n2", "--job-id", "j1", "-o", "json", env=env)
+    args = ("env", "--nodes", "n1,n2", "--node", "n2", "--job-id", "j1", "-o", "json")
+    pinned = await asyncio.to_thread(run_cli, *args, env=env)
     assert pinned.returncode == 0, pinned.stderr
-    assert '"job_id": "j1"' in pinned.stdout
+    assert '"job_id": "j1"' in pinned.stdout and '"TOPO_TUNE_NODE_RANK": "1"' in pinned.stdout, "and its order"
 
 
 async def test_a_node_cannot_register_as_another_and_the_real_agent_stays_up(

@@ -1,8 +1,9 @@
 """``topo-tune exec --compare`` end to end: a controller and agents on loopback, two nodes' exec processes
 started in different orders, a real gloo job per run; the comparison is stored and listed.
 
-The version is staged in each node's config directory with the agent's own ``ConfigStore.apply``, as the
-agent does when a rollout applies it (a rollout's gates would only make the test slower).
+The version is stored at the controller (each arm's version and order are pinned there per job and arm) and
+staged in each node's config directory with the agent's own ``ConfigStore.apply``, as the agent does when a
+rollout applies it (a rollout's gates would only make the test slower).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import LocalCluster, cli_env, free_port, run_cli
+from tests.support.processes import TOKEN, LocalCluster, cli_env, free_port, run_cli
 from topo_tune.agent.config_store import ConfigStore
+from topo_tune.client import AdminClient
 from topo_tune.config_version import ConfigVersion
 from topo_tune.job_compare.schedule import Arm, arm_schedule
 
@@ -41,6 +43,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         local.start_controller()
         for name in ("n1", "n2"):
             local.start_agent(name)
+        with AdminClient(local.address, token=TOKEN) as admin:
+            admin.put_config_version(dict(VERSION.files), dict(VERSION.provenance))
         yield local
     finally:
         local.stop()

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from topo_tune.config_layout import ACTIVE_LINK, JOBS_LOCK, VERSIONS_DIR, staged_path
+from topo_tune.config_layout import ACTIVE_LINK, JOBS_LOCK, NODE_NAME_FILE, VERSIONS_DIR, staged_path
 from topo_tune.config_version import (
     NCCL_CONF,
     check_files,
@@ -206,6 +206,16 @@ class ConfigStore:
         for entry in self.root.iterdir():
             if entry.name.startswith(_LINK_PREFIX):
                 entry.unlink(missing_ok=True)
+
+    def record_node_name(self, name: str) -> None:
+        """Write the name this node's agent registers as, for jobs on the host (replaced atomically)."""
+        target = self.root / NODE_NAME_FILE
+        if target.is_file() and target.read_text(encoding="utf-8").strip() == name:
+            return
+        temporary = self.root / f"{_LINK_PREFIX}node-name"
+        temporary.write_text(name + "\n", encoding="utf-8")
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, target)
 
     def apply(self, version: str, files: Mapping[str, str], *, busy: Busy = lambda: None) -> Applied:
         """Stage ``version`` (if needed) and make it active. ``version=""`` with no files deactivates.

@@ -106,6 +106,8 @@ class Agent:
         await self._finish_interrupted()
         try:
             await asyncio.to_thread(self.config_store.recover)  # an apply cut short leaves old or new; tidy up
+            # Jobs on this host learn the node's name from here (`topo-tune env`'s default for --node).
+            await asyncio.to_thread(self.config_store.record_node_name, self.settings.node_name)
         except OSError as error:
             # Not fatal: the agent still discovers and benchmarks; every ApplyConfig will fail with this reason.
             logger.error(

@@ -34,6 +34,7 @@ _LAZY_COMMANDS: Mapping[str, str] = {
     "topology": "topo_tune.cli.topology:topology",
     "env": "topo_tune.cli.job:env",
     "exec": "topo_tune.cli.job:exec_",
+    "hostfile": "topo_tune.cli.job:hostfile",
     "workload": "topo_tune.cli.workload:workload",
 }
 """Top-level command → ``module:attribute`` of its click command, imported on first use."""

@@ -147,14 +147,17 @@ async def test_a_regressed_rack_rolls_back_and_jobs_keep_one_pinned_version(clus
     conf = tmp_path / "r1n1" / "config" / "versions" / V1.id / "nccl.conf"
     assert f"export NCCL_CONF_FILE={conf}" in printed.output
     assert conf.read_text() == V1.files["nccl.conf"], "the previous version is still staged on a migrated node"
-    elsewhere = [*args[:-2], "--config-dir", str(tmp_path / "not-the-agents")]
+    elsewhere = [*args[:-2], "--config-dir", str(tmp_path / "not-the-agents"), "--node", "r1n1"]
     unstaged = await asyncio.to_thread(runner.invoke, cli, elsewhere, env={"TOPO_TUNE_TOKEN": TOKEN})
     assert unstaged.exit_code == 1 and "NCCL_CONF_FILE" not in unstaged.output, "no path that is not there"
     assert f"{V1.id} is not staged on this node" in unstaged.output and "--config-dir" in unstaged.output
     shown = await _exec_conf(cluster, tmp_path / "r2n1" / "config", "job-c", "r1n1,r2n1")
     assert shown == str(tmp_path / "r2n1" / "config" / "versions" / V2.id / "nccl.conf")
-    refused = await _exec_conf(cluster, tmp_path / "r3n1" / "config", "job-c", "r1n1,r2n1", returncode=1)
+    r3n1 = tmp_path / "r3n1" / "config"
+    refused = await _exec_conf(cluster, r3n1, "job-c", "r1n1,r2n1", returncode=1, node="r2n1")
     assert f"{V2.id} is not staged on this node" in refused, "a rank on a node without the version never starts"
+    outside = await _exec_conf(cluster, r3n1, "job-c", "r1n1,r2n1", returncode=1)
+    assert "--node: 'r3n1' is not one of the job's 2 nodes" in outside, "the agent's recorded name: not in the job"
 
     await cluster.call(cluster.client.change_rollout, "ro-v2", admin_pb2.ROLLOUT_ACTION_PROMOTE, actor="op")
     final = await cluster.wait_phase("ro-v2", "rolled_back")
@@ -169,8 +172,11 @@ async def _wave_completed(cluster: Cluster, rollout_id: str, wave: int) -> bool:
     return info.waves[wave].phase == "completed"
 
 
-async def _exec_conf(cluster: Cluster, config_dir: Path, job_id: str, nodes: str, returncode: int = 0) -> str:
+async def _exec_conf(
+    cluster: Cluster, config_dir: Path, job_id: str, nodes: str, returncode: int = 0, node: str = ""
+) -> str:
     environ = {**os.environ, "TOPO_TUNE_TOKEN": TOKEN, "TOPO_TUNE_CONTROLLER": cluster.address}
+    environ.pop("TOPO_TUNE_NODE_NAME", None)
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -182,6 +188,7 @@ async def _exec_conf(cluster: Cluster, config_dir: Path, job_id: str, nodes: str
         nodes,
         "--config-dir",
         str(config_dir),
+        *(["--node", node] if node else []),
         "--",
         sys.executable,
         "-c",

@@ -1,0 +1,79 @@
+"""The job's node order over real gRPC: computed from the version's pair matrix, pinned with the job id per
+arm, the same for node lists in any order, readable with the job credential, node rank 0's registered
+address; ``hostfile`` prints it with both predicted bottlenecks and pins nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.support.processes import TOKEN
+from tests.support.sim_agent import sim_agent
+from tests.tuner.test_job_order import SIX_MAP
+from topo_tune.agent.daemon import Agent
+from topo_tune.cli.main import cli
+from topo_tune.client import AdminClient
+from topo_tune.config_version import ConfigVersion
+from topo_tune.controller.server import Controller
+from topo_tune.errors import ConflictError, PermissionDenied
+from topo_tune.v1 import admin_pb2
+
+VERSION = ConfigVersion({"nccl.conf": "NCCL_MIN_NCHANNELS=4\n", "rankmap.json": SIX_MAP})
+
+
+@pytest.fixture
+async def agent_p(controller: Controller, tmp_path: Path) -> AsyncIterator[Agent]:
+    """Node p's agent, advertising 127.0.0.7: p is node rank 0 of the test's job."""
+    async with sim_agent(controller.port, tmp_path / "p", node="p", address="127.0.0.7") as agent:
+        yield agent
+
+
+async def test_the_order_is_pinned_per_arm_and_the_same_for_any_listing(controller: Controller, agent_p: Agent) -> None:
+    address = f"127.0.0.1:{controller.port}"
+    with AdminClient(address, token=TOKEN) as admin:
+        stored = await asyncio.to_thread(admin.put_config_version, dict(VERSION.files), {"study": "t"})
+        token = (await asyncio.to_thread(admin.issue_credential, admin_pb2.CREDENTIAL_ROLE_JOB)).token
+    with AdminClient(address, token=token) as job:
+        first = await asyncio.to_thread(job.resolve_job_config, "job-1", ["u", "s", "r", "p"], arm=stored.id)
+        again = await asyncio.to_thread(job.resolve_job_config, "job-1", ["p", "r", "s", "u"], arm=stored.id)
+        own = await asyncio.to_thread(job.resolve_job_config, "job-1", ["s", "p", "u", "r"])
+        with pytest.raises(ConflictError, match="no place in its node order"):
+            await asyncio.to_thread(job.resolve_job_config, "job-1", ["p", "q"], arm=stored.id)
+        with pytest.raises(PermissionDenied):
+            await asyncio.to_thread(job.get_config_version, stored.id)
+    assert list(first.node_order) == ["p", "s", "r", "u"] and first.order_method == "replanned"
+    assert (first.order_bottleneck_gbps, first.given_bottleneck_gbps) == (100.0, 10.0)
+    assert first.master_addr == "127.0.0.7", "the address node rank 0's agent registered"
+    assert again == first, "the second node, listing the nodes otherwise, gets the same answer"
+    assert (own.config_version, own.arm, list(own.node_order)) == ("", "", ["p", "r", "s", "u"]), "defaults"
+    pin = await controller.rollout_store.get_pin("job-1", arm=stored.id)
+    assert pin is not None and pin.order == ("p", "s", "r", "u") and pin.version == stored.id
+
+
+async def test_hostfile_prints_the_order_with_both_predictions_and_pins_nothing(
+    controller: Controller, agent_p: Agent
+) -> None:
+    address = f"127.0.0.1:{controller.port}"
+    with AdminClient(address, token=TOKEN) as admin:
+        stored = await asyncio.to_thread(admin.put_config_version, dict(VERSION.files), {"study": "t"})
+    args = ["hostfile", "--controller", address, "--nodes", "u,s,r,p", "--version", stored.id, "--slots", "8"]
+    shown = await asyncio.to_thread(CliRunner().invoke, cli, args, env={"TOPO_TUNE_TOKEN": TOKEN})
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.splitlines() == [
+        f"# topo-tune job order for 4 node(s), {stored.id}: re-planned over the job's nodes",
+        "# predicted ring bottleneck 100.00 GB/s vs 10.00 GB/s in the launcher's order (nodes sorted by name): "
+        "10.00x (0 of 4 ring edges measured)",
+        "p slots=8",
+        "s slots=8",
+        "r slots=8",
+        "u slots=8",
+    ]
+    bad = await asyncio.to_thread(
+        CliRunner().invoke, cli, [*args[:5], "--version", "newest"], env={"TOPO_TUNE_TOKEN": TOKEN}
+    )
+    assert bad.exit_code == 2 and "--version: 'newest' is not a config version id" in bad.output
+    assert await controller.rollout_store.get_pin("preview", arm=stored.id) is None, "a preview pins nothing"
