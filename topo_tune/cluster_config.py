@@ -269,7 +269,7 @@ class SearchConfig(_Section):
 
     @model_validator(mode="after")
     def _ladder(self) -> SearchConfig:
-        if not size_ladder(self.min_bytes, self.max_bytes, self.step_factor):
+        if not size_ladder(min_bytes=self.min_bytes, max_bytes=self.max_bytes, step_factor=self.step_factor):
             raise ValueError("maxBytes must not be below minBytes")
         return self
 
@@ -300,7 +300,7 @@ class RolloutGateConfig(_Section):
 
     @model_validator(mode="after")
     def _ladder(self) -> RolloutGateConfig:
-        if not size_ladder(self.min_bytes, self.max_bytes, self.step_factor):
+        if not size_ladder(min_bytes=self.min_bytes, max_bytes=self.max_bytes, step_factor=self.step_factor):
             raise ValueError("maxBytes must not be below minBytes")
         return self
 

@@ -115,7 +115,7 @@ def _samples(collective: str, sweep: SizeRange, job: BenchmarkJob) -> list[SizeS
     for row in job.sizes:
         if row.bytes not in rows or not row.in_place:
             rows[row.bytes] = row
-    requested = size_ladder(sweep.min_bytes, sweep.max_bytes, sweep.step_factor)
+    requested = size_ladder(min_bytes=sweep.min_bytes, max_bytes=sweep.max_bytes, step_factor=sweep.step_factor)
     measured = [rows[b] for b in sorted(rows)]
     if len(measured) != len(requested):
         raise TrialFailed(

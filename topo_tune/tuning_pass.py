@@ -273,7 +273,7 @@ def plan_study(
     )
     objective = Objective(workload_profile(cluster.workload))
     search = cluster.search
-    ladder = size_ladder(search.min_bytes, search.max_bytes, search.step_factor)
+    ladder = size_ladder(min_bytes=search.min_bytes, max_bytes=search.max_bytes, step_factor=search.step_factor)
     settings = StudySettings(
         name=name,
         storage=storage,

@@ -90,8 +90,8 @@ def test_iteration_stats_follow_nccl_tests_definitions() -> None:
 
 
 def test_the_size_ladder_is_nccl_tests_walk() -> None:
-    assert size_ladder(1024, 1 << 20, 4) == (1024, 4096, 16384, 65536, 262144, 1048576)
-    assert size_ladder(4096, 1 << 20, 1) == (4096,)
-    assert size_ladder(4096, 1024, 2) == ()
+    assert size_ladder(min_bytes=1024, max_bytes=1 << 20, step_factor=4) == (1024, 4096, 16384, 65536, 262144, 1048576)
+    assert size_ladder(min_bytes=4096, max_bytes=1 << 20, step_factor=1) == (4096,)
+    assert size_ladder(min_bytes=4096, max_bytes=1024, step_factor=2) == ()
     with pytest.raises(SweepError, match="min_bytes"):
-        size_ladder(0, 1024, 2)
+        size_ladder(min_bytes=0, max_bytes=1024, step_factor=2)

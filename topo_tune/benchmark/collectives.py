@@ -43,7 +43,7 @@ class CollectiveShape:
         return self.param_count * self.element_size
 
 
-def _aligned_part(count: int, nranks: int, element_size: int) -> int:
+def _aligned_part(count: int, *, nranks: int, element_size: int) -> int:
     # nccl-tests: (count/nranks) & -(16/eltSize), i.e. round down to 16-byte multiples.
     per_rank = count // nranks
     step = max(1, _ALIGN_BYTES // element_size)
@@ -58,13 +58,13 @@ def shape(collective: Collective, *, size_bytes: int, element_size: int, nranks:
         raise ValueError(f"element_size must be >= 1, got {element_size}")
     count = size_bytes // element_size
     if collective is Collective.ALL_GATHER:
-        base = _aligned_part(count, nranks, element_size)
+        base = _aligned_part(count, nranks=nranks, element_size=element_size)
         return CollectiveShape(base, base * nranks, base, element_size)
     if collective is Collective.REDUCE_SCATTER:
-        base = _aligned_part(count, nranks, element_size)
+        base = _aligned_part(count, nranks=nranks, element_size=element_size)
         return CollectiveShape(base * nranks, base, base, element_size)
     if collective is Collective.ALLTOALL:
-        part = _aligned_part(count, nranks, element_size)
+        part = _aligned_part(count, nranks=nranks, element_size=element_size)
         return CollectiveShape(part * nranks, part * nranks, part, element_size)
     # all_reduce, broadcast, reduce, sendrecv: one buffer of `count` elements.
     return CollectiveShape(count, count, count, element_size)

@@ -41,10 +41,10 @@ class SizeSweep:
 
     def sizes(self) -> tuple[int, ...]:
         """Requested sizes in bytes, smallest first."""
-        return size_ladder(self.min_bytes, self.max_bytes, self.step_factor)
+        return size_ladder(min_bytes=self.min_bytes, max_bytes=self.max_bytes, step_factor=self.step_factor)
 
 
-def size_ladder(min_bytes: int, max_bytes: int, step_factor: int) -> tuple[int, ...]:
+def size_ladder(*, min_bytes: int, max_bytes: int, step_factor: int) -> tuple[int, ...]:
     """The sizes nccl-tests walks for ``-b min -e max -f factor``, smallest first.
 
     A factor below 2 gives ``min_bytes`` alone; a ``max_bytes`` below ``min_bytes`` gives no size at all.

@@ -75,7 +75,7 @@ class StoredComparison:
     completed_at: datetime | None
 
 
-def comparison_id(job_id: str, candidate: str, against: str) -> str:
+def comparison_id(*, job_id: str, candidate: str, against: str) -> str:
     digest = hashlib.sha256(f"{job_id}\0{candidate}\0{against}".encode()).hexdigest()
     return f"jc-{digest[:16]}"
 
@@ -166,7 +166,7 @@ class JobComparisons:
     async def record(self, header: ComparisonHeader, runs: Sequence[RunValue]) -> StoredComparison:
         """Add one node's runs to the job's comparison; the figures once every run is in."""
         check_runs(header, runs)
-        key = comparison_id(header.job_id, header.candidate, header.against)
+        key = comparison_id(job_id=header.job_id, candidate=header.candidate, against=header.against)
         now = self.wall_clock()
 
         def write(session: Session) -> StoredComparison:

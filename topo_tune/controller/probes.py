@@ -268,7 +268,9 @@ class Probes:
         return list(
             await asyncio.gather(
                 *(
-                    self._probe(round_id, f"{number}-{i}", a, b, message_bytes=message_bytes, deadline_s=deadline_s)
+                    self._probe(
+                        round_id, pair_id=f"{number}-{i}", a=a, b=b, message_bytes=message_bytes, deadline_s=deadline_s
+                    )
                     for i, (a, b) in enumerate(pairs)
                 )
             )
@@ -289,7 +291,7 @@ class Probes:
         logger.info("probe round finished", extra={"round": round_id, "failures": len(failures)})
 
     async def _probe(
-        self, round_id: str, pair_id: str, a: str, b: str, *, message_bytes: int, deadline_s: float
+        self, round_id: str, *, pair_id: str, a: str, b: str, message_bytes: int, deadline_s: float
     ) -> tuple[str, Figures | None]:
         """Probe one pair; returns ('', (bandwidth, latency)) on success, else (a reason, None)."""
         first, second = await self.registry.get(a), await self.registry.get(b)

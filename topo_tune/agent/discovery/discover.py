@@ -292,9 +292,9 @@ def _nvlinks(gpu: topology_pb2.Gpu, nvml: NvmlApi, unknowns: list[str]) -> _GpuL
     return result
 
 
-def _p2p(nvml: NvmlApi, a: int, b: int, caps: int) -> topology_pb2.P2PStatus.ValueType:
+def _p2p(nvml: NvmlApi, a: int, b: int, *, caps: int) -> topology_pb2.P2PStatus.ValueType:
     try:
-        status = nvml.p2p_status(a, b, caps)
+        status = nvml.p2p_status(a, b, caps)  # positional: recorded and replayed as NVML is called
     except NvmlCallError:
         return topology_pb2.P2P_STATUS_UNKNOWN
     if status == P2P_STATUS_OK:
@@ -343,8 +343,8 @@ def _gpu_pairs(topo: topology_pb2.NodeTopology, nvml: NvmlApi, links: list[_GpuL
                     )
                 if not (la.known and lb.known):
                     unsure_pairs.append(f"GPU{a.index}-GPU{b.index}")
-            link.p2p_read = _p2p(nvml, a.index, b.index, P2P_CAPS_INDEX_READ)
-            link.p2p_write = _p2p(nvml, a.index, b.index, P2P_CAPS_INDEX_WRITE)
+            link.p2p_read = _p2p(nvml, a.index, b.index, caps=P2P_CAPS_INDEX_READ)
+            link.p2p_write = _p2p(nvml, a.index, b.index, caps=P2P_CAPS_INDEX_WRITE)
             topo.gpu_links.append(link)
     if unsure_pairs:
         unknowns.append("NVLink between " + ", ".join(unsure_pairs) + ": unknown; the matrix shows their PCIe level")

@@ -68,7 +68,7 @@ class NoVerifier:
         return ()
 
 
-def command_id(rollout_id: str, node: str, version: str, attempt: int) -> str:
+def command_id(*, rollout_id: str, node: str, version: str, attempt: int) -> str:
     digest = hashlib.sha256(f"{rollout_id}\0{node}\0{version}\0{attempt}".encode()).hexdigest()
     return f"ro-{digest[:40]}"
 
@@ -207,7 +207,12 @@ class RolloutEngine:
                 continue
             settled = True
             if name in desired:
-                cid = command_id(snapshot.rollout.id, name, desired[name], snapshot.nodes[name].attempt)
+                cid = command_id(
+                    rollout_id=snapshot.rollout.id,
+                    node=name,
+                    version=desired[name],
+                    attempt=snapshot.nodes[name].attempt,
+                )
                 try:
                     settled = (await self.commands.get(cid)).status.final
                 except NotFoundError:
@@ -222,7 +227,7 @@ class RolloutEngine:
         rollout = snapshot.rollout
         for node, version in state.desired_versions(snapshot).items():
             attempt = snapshot.nodes[node].attempt
-            cid = command_id(rollout.id, node, version, attempt)
+            cid = command_id(rollout_id=rollout.id, node=node, version=version, attempt=attempt)
             try:
                 record = await self.commands.get(cid)
             except NotFoundError:
@@ -317,7 +322,7 @@ class RolloutEngine:
                 continue  # caught up meanwhile
             attempt, record = 0, None
             while True:
-                cid = command_id("stable", name, stable, attempt + 1)
+                cid = command_id(rollout_id="stable", node=name, version=stable, attempt=attempt + 1)
                 try:
                     found = await self.commands.get(cid)
                 except NotFoundError:
@@ -335,7 +340,7 @@ class RolloutEngine:
                     continue
             files = await self.store.versions.files(stable) if stable else {}
             command = agent_pb2.Command(apply_config=agent_pb2.ApplyConfig(version=stable, files=files))
-            cid = command_id("stable", name, stable, attempt + 1)
+            cid = command_id(rollout_id="stable", node=name, version=stable, attempt=attempt + 1)
             await self.hub.deliver_new(await self.commands.submit(name, command, command_id=cid))
             logger.info(
                 "node reports %s%s; sending the stable version %s",
