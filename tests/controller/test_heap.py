@@ -59,3 +59,13 @@ def test_each_tick_walks_what_is_young_so_it_never_piles_up() -> None:
         assert len(young) < 100, "the pending objects were walked and moved on"
     finally:
         gc.enable()
+
+
+def test_freed_memory_is_given_back_to_the_system_once_an_interval() -> None:
+    now = [0.0]
+    keeper = HeapKeeper(trim_interval_s=10.0, clock=lambda: now[0])
+    assert keeper._trim_if_due(), "the first tick trims"
+    now[0] = 9.9
+    assert not keeper._trim_if_due()
+    now[0] = 10.0
+    assert keeper._trim_if_due()

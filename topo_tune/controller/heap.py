@@ -19,6 +19,13 @@ still freed by reference counting when they die (most do, the pending reads incl
 them are not found by those collections: they are reclaimed (`gc.unfreeze`, one full collection,
 `gc.freeze`) once the frozen set has grown by a quarter since the last reclaim, checked once per
 `reclaim_interval_s`: one pause an hour at worst, not one every few seconds.
+
+Freed memory is not always given back: a refused 15 MiB request is parsed, decoded and checked, about 60 MiB
+for a moment, and glibc's allocator keeps such freed chunks in its heaps, so the controller's resident
+memory grew by 400-900 MiB over a few batches of them and stayed there. Every ``trim_interval_s`` a tick
+asks the allocator to return its free pages (``malloc_trim``: a few ms with little to give back, tens of ms
+when it gives back hundreds of MiB): back to within a few tens of MiB of the start
+(``benchmarks/results/rejected-messages.md``). Resident memory cannot say when to: freeing does not lower it.
 Non-goals: tuning the collector's thresholds; objects that are freed by reference counting (most) are freed
 at once whether frozen or not.
 """
@@ -26,8 +33,12 @@ at once whether frozen or not.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import gc
 import logging
+import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,12 +46,34 @@ from dataclasses import dataclass, field
 logger = logging.getLogger(__name__)
 
 
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``; None on a C library without it (musl, macOS): nothing to give back then."""
+    name = ctypes.util.find_library("c")
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(name).malloc_trim if name else None  # type: ignore[assignment]
+    except (OSError, AttributeError):
+        return None
+    return trim
+
+
+_MALLOC_TRIM = _malloc_trim()
+_PAGE_MIB = os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _resident_mib() -> float:
+    with open("/proc/self/statm", encoding="ascii") as statm:
+        return int(statm.read().split()[1]) * _PAGE_MIB
+
+
 @dataclass
 class HeapKeeper:
     freeze_at: int = 10_000
     """Tracked objects in the old generation that make a tick freeze them: walking fewer costs a few ms."""
     reclaim_interval_s: float = 3600.0
+    trim_interval_s: float = 10.0
+    """How often a tick gives freed memory back to the system."""
     clock: Callable[[], float] = time.monotonic
+    _trimmed_at: float = field(default=-math.inf, init=False)
     _frozen_after_reclaim: int = field(default=-1, init=False)
     _reclaimed_at: float = field(default=0.0, init=False)
 
@@ -63,11 +96,23 @@ class HeapKeeper:
                 (time.perf_counter() - started) * 1000,
             )
             return "reclaimed"
+        self._trim_if_due()
         gc.collect(1)  # one second's survivors; young garbage goes first, so only what is alive is frozen
         if len(gc.get_objects(generation=2)) >= self.freeze_at:
             gc.freeze()
             return "froze"
         return ""
+
+    def _trim_if_due(self) -> bool:
+        if _MALLOC_TRIM is None or self.clock() - self._trimmed_at < self.trim_interval_s:
+            return False
+        self._trimmed_at = self.clock()
+        before = _resident_mib()
+        _MALLOC_TRIM(0)
+        given = before - _resident_mib()
+        if given >= 64:
+            logger.info("gave %.0f MiB of freed memory back to the system", given)
+        return True
 
     def _due(self) -> bool:
         self._reclaimed_at = self.clock()  # checked: the next check is an interval away

@@ -57,7 +57,11 @@ def _coroutine(behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitab
     async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         if isinstance(request, _Undecodable):
             await _refuse(context, request)
-        return await behavior(request, context)
+        try:
+            return await behavior(request, context)
+        except BaseException:
+            del request  # the abort's traceback keeps this frame: it must not keep the request (status_codes.abort)
+            raise
 
     return handle
 
@@ -68,8 +72,12 @@ def _generator(behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., Asy
     async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
         if isinstance(request, _Undecodable):
             await _refuse(context, request)
-        async for item in behavior(request, context):
-            yield item
+        try:
+            async for item in behavior(request, context):
+                yield item
+        except BaseException:
+            del request  # as above
+            raise
 
     return handle
 
