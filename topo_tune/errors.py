@@ -12,6 +12,7 @@
     │   ├── AlreadyExists         the id names an object that exists already, with another body
     │   ├── NodeBusy              a node runs another benchmark job (retry later)
     │   └── StoreBusy             (agent) the node runs a benchmark or a job: its configuration must not change now
+    ├── ConfigWriteError          (agent) the config directory cannot be written (disk full, quota, read-only)
     ├── StorageError              the database failed after retries
     │   ├── DatabaseFull          the disk under the database is full: writes fail at once, reads go on
     │   └── FencedError           a leader's write was refused: the database holds a newer leader's epoch
@@ -108,6 +109,15 @@ class NodeBusy(ConflictError):
 
 class StoreBusy(ConflictError):
     """The node is running a benchmark or a job; its configuration must not change now."""
+
+
+class ConfigWriteError(TopoTuneError):
+    """(agent) The node's config directory cannot be written now: a full disk, a quota, a read-only file system or
+    a permission; the message names the path. The active version is left as it was."""
+
+    def __init__(self, message: str, *, errno: int) -> None:
+        self.errno = errno
+        super().__init__(message)
 
 
 class StorageError(TopoTuneError):

@@ -36,6 +36,7 @@ EXPECTED: dict[type[errors.TopoTuneError], grpc.StatusCode] = {
     errors.AlreadyExists: C.ALREADY_EXISTS,
     errors.NodeBusy: C.ABORTED,
     errors.StoreBusy: C.ABORTED,
+    errors.ConfigWriteError: C.FAILED_PRECONDITION,  # (agent) its node's disk: the state, not the request
     errors.LauncherBusy: C.ABORTED,
     errors.StudyCancelled: C.CANCELLED,
     errors.JobCancelled: C.CANCELLED,

@@ -38,7 +38,7 @@ from topo_tune.agent.config_store import ConfigStore
 from topo_tune.agent.journal import Journal
 from topo_tune.agent.sim_backend import run_simulated
 from topo_tune.benchmark.env_policy import EnvPolicy
-from topo_tune.errors import ConflictError, StoreBusy, ValidationError
+from topo_tune.errors import ConfigWriteError, ConflictError, StoreBusy, ValidationError
 from topo_tune.v1 import agent_pb2, topology_pb2
 
 logger = logging.getLogger(__name__)
@@ -221,6 +221,11 @@ class CommandExecutor:
             except StoreBusy as error:
                 result.status = agent_pb2.COMMAND_STATUS_FAILED
                 result.message = str(error)
+                return
+            except ConfigWriteError as error:  # expected (a full disk): one line, no traceback; the old version stays
+                logger.warning("config version %s not applied: %s", request.version or "defaults", error)
+                result.status = agent_pb2.COMMAND_STATUS_FAILED
+                result.message = f"config version {request.version or 'defaults'} not applied: {error}"
                 return
         result.status = agent_pb2.COMMAND_STATUS_SUCCEEDED
         name, was = applied.version or "NCCL defaults", applied.previous or "NCCL defaults"

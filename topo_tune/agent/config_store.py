@@ -48,11 +48,13 @@ from topo_tune.config_version import (
     parse_nccl_conf,
     version_id,
 )
-from topo_tune.errors import ConflictError, StoreBusy, ValidationError
+from topo_tune.errors import ConfigWriteError, ConflictError, StoreBusy, ValidationError
 from topo_tune.private_files import set_own_mode
 
 logger = logging.getLogger(__name__)
 
+EXPECTED_WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+"""What the file system says when the directory cannot take a version now: full, over quota, read-only, denied."""
 _STAGING_PREFIX = ".staging-"
 SHARED_DIR = 0o755
 SHARED_FILE = 0o644
@@ -90,6 +92,19 @@ class Applied:
 
 Busy = Callable[[], str | None]
 """Returns why the node must not change now (a benchmark, a job), or None when it may."""
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """An expected OS error while writing under ``path`` becomes ``ConfigWriteError`` naming the path."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno not in EXPECTED_WRITE_ERRORS:
+            raise
+        raise ConfigWriteError(
+            f"cannot write {error.filename or path}: {os.strerror(error.errno)}", errno=error.errno
+        ) from None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -220,10 +235,16 @@ class ConfigStore:
     def apply(self, version: str, files: Mapping[str, str], *, busy: Busy = lambda: None) -> Applied:
         """Stage ``version`` (if needed) and make it active. ``version=""`` with no files deactivates.
 
-        Raises ``ValidationError`` before writing anything when the request is bad, and ``StoreBusy`` when
-        ``busy`` or a running job says the node must not change now.
+        Raises ``ValidationError`` before writing anything when the request is bad, ``StoreBusy`` when
+        ``busy`` or a running job says the node must not change now, and ``ConfigWriteError`` (naming the path)
+        when the directory cannot be written (a full disk, a quota, read-only): the old version stays active
+        and nothing half-written is left behind.
         """
         check_version(version, files, config_dir=self.root)
+        with _writing(self.root):
+            return self._apply(version, files, busy=busy)
+
+    def _apply(self, version: str, files: Mapping[str, str], *, busy: Busy) -> Applied:
         self.recover()
         previous = self.active_version()
         if previous == version and (not version or not self.damage()):
@@ -276,26 +297,34 @@ class ConfigStore:
                 else:
                     shutil.rmtree(final)
         staging = self._mkdtemp()
+        try:
+            self._write_staging(staging, files)
+            try:
+                os.rename(staging, final)
+            except OSError as error:
+                if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+                self.read(version)  # another process staged the same version meanwhile: fine if it is intact
+                shutil.rmtree(staging, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)  # a failed write (a full disk) leaves no staging behind
+            raise
+        _fsync_dir(self.versions)
+        self._step("renamed")
+
+    def _write_staging(self, staging: Path, files: Mapping[str, str]) -> None:
         for name, content in sorted(files.items()):
-            fd = os.open(staging / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, SHARED_FILE)
-            os.fchmod(fd, SHARED_FILE)  # whatever the umask: every job reads it, none may write it
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(content)
-                handle.flush()
-                os.fsync(handle.fileno())
+            with _writing(staging / name):
+                fd = os.open(staging / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, SHARED_FILE)
+                os.fchmod(fd, SHARED_FILE)  # whatever the umask: every job reads it, none may write it
+                with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                    handle.write(content)
+                    handle.flush()
+                    os.fsync(handle.fileno())
             self._step(f"wrote {name}")
         os.chmod(staging, SHARED_DIR)  # private (0700) while it was written; readable by jobs once complete
         _fsync_dir(staging)
         self._step("staged")
-        try:
-            os.rename(staging, final)
-        except OSError as error:
-            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                raise
-            self.read(version)  # another process staged the same version meanwhile: fine if it is intact
-            shutil.rmtree(staging, ignore_errors=True)
-        _fsync_dir(self.versions)
-        self._step("renamed")
 
     def _mkdtemp(self) -> Path:
         while True:
@@ -308,7 +337,8 @@ class ConfigStore:
 
     def _activate(self, version: str) -> None:
         link = self.root / f"{_LINK_PREFIX}{secrets.token_hex(6)}"
-        os.symlink(f"{VERSIONS_DIR}/{version}", link)
+        with _writing(link):
+            os.symlink(f"{VERSIONS_DIR}/{version}", link)
         self._step("linked")
         os.rename(link, self.active_link)  # atomic: readers see the old or the new target, nothing between
         self._step("swapped")

@@ -97,6 +97,9 @@ def nodes(client: AdminClient, fmt: str, rack: str) -> None:
         for n in found
     ]
     emit_table(f"{len(found)} nodes", ("NAME", "RACK", "STATE", "ACTIVITY", "BACKEND", "CONFIG", "HEARTBEAT"), rows)
+    failing = [(n.name, n.config_apply_error) for n in found if n.config_apply_error]
+    if failing:
+        emit_table("last config apply failed", ("NAME", "REASON"), failing)
 
 
 @admin.command()
@@ -121,6 +124,7 @@ def node(client: AdminClient, fmt: str, name: str) -> None:
         ("last heartbeat", _age(found.last_heartbeat_at)),
         ("config version", found.applied_config_version or "-"),
         ("config damage", found.config_damage or "-"),
+        ("config apply error", found.config_apply_error or "-"),
         ("host", f"{topo.hostname}, {topo.cpu_count} CPUs, {topo.memory_bytes / 2**30:.1f} GiB"),
         ("GPUs", ", ".join(f"{g.index}:{g.name}" for g in topo.gpus) or "none"),
         ("NICs", ", ".join(n.name for n in topo.nics) or "none"),

@@ -81,6 +81,9 @@ def show(info: admin_pb2.RolloutInfo, fmt: str) -> None:
             )
         )
     emit_table("waves", ("WAVE", "KIND", "RACKS", "NODES", "PHASE", "GATE"), rows)
+    if info.node_errors:
+        failing = [(name, info.node_phases.get(name, "?"), why) for name, why in sorted(info.node_errors.items())]
+        emit_table("nodes whose last apply failed", ("NODE", "PHASE", "REASON"), failing)
 
 
 @click.group()

@@ -394,6 +394,24 @@ class CommandBook:
 
         return await self.db.read(read)
 
+    async def apply_failures(self, node_name: str = "") -> dict[str, str]:
+        """Node -> why its last finished ApplyConfig failed (the agent's message, with the path); nodes whose
+        last finished one succeeded are left out. One node with ``node_name``, else every node."""
+        failed = [s.value for s in (CommandStatus.FAILED, CommandStatus.REJECTED, CommandStatus.TIMED_OUT)]
+
+        def read(session: Session) -> dict[str, str]:
+            finished = sa.select(CommandRow.node_name, CommandRow.status, CommandRow.message, CommandRow.finished_at)
+            finished = finished.where(CommandRow.kind == "apply_config", CommandRow.finished_at.is_not(None))
+            if node_name:
+                finished = finished.where(CommandRow.node_name == node_name)
+            last: dict[str, tuple[datetime, str, str]] = {}
+            for name, status, message, at in session.execute(finished):
+                if at is not None and (name not in last or at > last[name][0]):
+                    last[name] = (at, status, message)
+            return {name: message for name, (_, status, message) in last.items() if status in failed}
+
+        return await self.db.read(read)
+
 
 def _chunks(ids: Sequence[str], size: int = 500) -> list[Sequence[str]]:
     """Ids in slices small enough for one ``IN`` (SQLite binds a limited number of parameters)."""

@@ -224,6 +224,7 @@ class Node(_message.Message):
     REGISTRATIONS_FIELD_NUMBER: _builtins.int
     ADDRESS_FIELD_NUMBER: _builtins.int
     CONFIG_DAMAGE_FIELD_NUMBER: _builtins.int
+    CONFIG_APPLY_ERROR_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     rack: _builtins.str
     state: Global___NodeState.ValueType
@@ -238,6 +239,8 @@ class Node(_message.Message):
     """where peers reach it for benchmarks"""
     config_damage: _builtins.str
     """the agent's last report of a changed active version; "" if intact"""
+    config_apply_error: _builtins.str
+    """why the node's last finished ApplyConfig failed (with the path); "" if it did not"""
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
@@ -264,10 +267,11 @@ class Node(_message.Message):
         registrations: _builtins.int = ...,
         address: _builtins.str = ...,
         config_damage: _builtins.str = ...,
+        config_apply_error: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["last_heartbeat_at", b"last_heartbeat_at", "registered_at", b"registered_at", "topology", b"topology"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity", b"activity", "address", b"address", "agent_version", b"agent_version", "applied_config_version", b"applied_config_version", "backend", b"backend", "config_damage", b"config_damage", "drained", b"drained", "labels", b"labels", "last_heartbeat_at", b"last_heartbeat_at", "name", b"name", "rack", b"rack", "registered_at", b"registered_at", "registrations", b"registrations", "state", b"state", "topology", b"topology"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity", b"activity", "address", b"address", "agent_version", b"agent_version", "applied_config_version", b"applied_config_version", "backend", b"backend", "config_apply_error", b"config_apply_error", "config_damage", b"config_damage", "drained", b"drained", "labels", b"labels", "last_heartbeat_at", b"last_heartbeat_at", "name", b"name", "rack", b"rack", "registered_at", b"registered_at", "registrations", b"registrations", "state", b"state", "topology", b"topology"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1448,6 +1452,26 @@ class RolloutInfo(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class NodeErrorsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     ID_FIELD_NUMBER: _builtins.int
     CONFIG_VERSION_FIELD_NUMBER: _builtins.int
     PREVIOUS_VERSION_FIELD_NUMBER: _builtins.int
@@ -1463,6 +1487,7 @@ class RolloutInfo(_message.Message):
     GATE_FIELD_NUMBER: _builtins.int
     THRESHOLDS_FIELD_NUMBER: _builtins.int
     RESUME_AT_FIELD_NUMBER: _builtins.int
+    NODE_ERRORS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     config_version: _builtins.str
     previous_version: _builtins.str
@@ -1492,6 +1517,10 @@ class RolloutInfo(_message.Message):
     def resume_at(self) -> _timestamp_pb2.Timestamp:
         """paused: when the timed pause between waves ends; unset: it waits for an operator"""
 
+    @_builtins.property
+    def node_errors(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """node -> why its last finished ApplyConfig failed (absent: it did not)"""
+
     def __init__(
         self,
         *,
@@ -1510,10 +1539,11 @@ class RolloutInfo(_message.Message):
         gate: Global___GateMeasurement | None = ...,
         thresholds: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
         resume_at: _timestamp_pb2.Timestamp | None = ...,
+        node_errors: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["gate", b"gate", "resume_at", b"resume_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "created_by", b"created_by", "dry_run", b"dry_run", "gate", b"gate", "gates", b"gates", "id", b"id", "node_phases", b"node_phases", "phase", b"phase", "plan", b"plan", "previous_version", b"previous_version", "reason", b"reason", "resume_at", b"resume_at", "thresholds", b"thresholds", "wave", b"wave", "waves", b"waves"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "created_by", b"created_by", "dry_run", b"dry_run", "gate", b"gate", "gates", b"gates", "id", b"id", "node_errors", b"node_errors", "node_phases", b"node_phases", "phase", b"phase", "plan", b"plan", "previous_version", b"previous_version", "reason", b"reason", "resume_at", b"resume_at", "thresholds", b"thresholds", "wave", b"wave", "waves", b"waves"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -95,12 +95,18 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
         if request.rack:
             names.node_name(request.rack, "rack")
         views = await self._registry.list(rack=request.rack)
-        return admin_pb2.ListNodesResponse(nodes=[to_proto_node(v, with_topology=False) for v in views])
+        listed = [to_proto_node(v, with_topology=False) for v in views]
+        failures = await self._commands.apply_failures()
+        for node in listed:
+            node.config_apply_error = failures.get(node.name, "")
+        return admin_pb2.ListNodesResponse(nodes=listed)
 
     @maps_errors
     async def GetNode(self, request: admin_pb2.GetNodeRequest, context: Ctx) -> admin_pb2.Node:
         names.node_name(request.name, "name")
-        return to_proto_node(await self._registry.get(request.name), with_topology=True)
+        node = to_proto_node(await self._registry.get(request.name), with_topology=True)
+        node.config_apply_error = (await self._commands.apply_failures(request.name)).get(request.name, "")
+        return node
 
     @maps_errors
     async def SendCommand(self, request: admin_pb2.SendCommandRequest, context: Ctx) -> admin_pb2.CommandInfo:

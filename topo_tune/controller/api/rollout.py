@@ -23,7 +23,7 @@ from topo_tune.controller.rollout.engine import RolloutEngine
 from topo_tune.controller.rollout.gates import check_reachable
 from topo_tune.controller.rollout.job_pins import JobResolver
 from topo_tune.controller.rollout.plan import build_plan
-from topo_tune.controller.rollout.state import Snapshot
+from topo_tune.controller.rollout.state import NodePhase, Snapshot
 from topo_tune.errors import NotFoundError, ValidationError
 from topo_tune.v1 import admin_pb2
 
@@ -53,7 +53,13 @@ class RolloutServicerMixin:
         task.add_done_callback(_log_failure)
 
     async def _info(self, snapshot: Snapshot) -> admin_pb2.RolloutInfo:
-        return messages.to_proto_rollout(snapshot, await self._rollouts.store.gates(snapshot.rollout.id))
+        info = messages.to_proto_rollout(snapshot, await self._rollouts.store.gates(snapshot.rollout.id))
+        # Why a node still moving has not moved yet: its last ApplyConfig's failure (e.g. its config disk is full).
+        moving = {n for n, node in snapshot.nodes.items() if node.phase in (NodePhase.APPLYING, NodePhase.ROLLING_BACK)}
+        if moving:
+            failures = await self._rollouts.commands.apply_failures()
+            info.node_errors.update({n: why for n, why in failures.items() if n in moving})
+        return info
 
     @maps_errors
     async def CreateRollout(self, request: admin_pb2.CreateRolloutRequest, context: Ctx) -> admin_pb2.RolloutInfo:
