@@ -22,7 +22,7 @@ from topo_tune.cli.phases import PhaseDisplay
 from topo_tune.client import AdminClient
 from topo_tune.cluster_config import ClusterConfig, load_cluster_config
 from topo_tune.errors import ConfigError, EnvPolicyError
-from topo_tune.remote_port import RemotePort
+from topo_tune.remote_port import RESTART_WAIT_S, RemotePort
 from topo_tune.tuner.outputs import verdict_lines
 from topo_tune.tuner.workload_gain import gain_line
 
@@ -123,6 +123,7 @@ def _controller(
     *,
     console: Console,
     node_timeout: float,
+    controller_wait: float,
 ) -> Iterator[tuple[AdminClient, str]]:
     """An admin client to the remote controller of cluster.yaml, or to an embedded one.
 
@@ -135,7 +136,8 @@ def _controller(
             configured=Path(cluster.controller.token_file) if cluster.controller.token_file else None,
             configured_as="controller.tokenFile",
         )
-        with AdminClient(cluster.controller.address, token=resolved, tls=tls, timeout_s=60) as client:  # type: ignore[arg-type]
+        address = cluster.controller.address
+        with AdminClient(address, token=resolved, tls=tls, timeout_s=60, reconnect_s=controller_wait) as client:  # type: ignore[arg-type]
             yield client, f"sqlite:///{output / 'study.db'}"
         return
     # Only the embedded path needs the daemons.
@@ -200,6 +202,13 @@ def _controller(
     "NCCL_NVLS_ENABLE=0 where NVLink multicast must stay off; repeatable. Also printed in the `agent run` line "
     "for nodes elsewhere. Wins over a node's workerEnv in cluster.yaml.",
 )
+@click.option(
+    "--controller-wait",
+    type=click.FloatRange(0, 3600),
+    default=RESTART_WAIT_S,
+    show_default=True,
+    help="Seconds to wait for a controller that stops answering mid-pass (a restart) before giving up.",
+)
 @token_options
 @client_tls_options
 def init(
@@ -207,6 +216,7 @@ def init(
     output: Path,
     node_timeout: float,
     worker_env: dict[str, str],
+    controller_wait: float,
     token_file: Path | None,
     tls_ca: Path | None,
     tls_cert: Path | None,
@@ -258,15 +268,24 @@ def init(
     tls = client_tls(tls_ca, tls_cert, tls_key)
     try:
         with (
-            _controller(cluster, output, token_file, tls, console=console, node_timeout=node_timeout) as (
-                client,
-                storage,
-            ),
+            _controller(
+                cluster,
+                output,
+                token_file,
+                tls,
+                console=console,
+                node_timeout=node_timeout,
+                controller_wait=controller_wait,
+            ) as (client, storage),
             PhaseDisplay(console) as phases,  # a line per phase, a live bar on a terminal
         ):
             result = run_pass(
                 cluster,
-                RemotePort(client),
+                RemotePort(
+                    client,
+                    restart_wait_s=controller_wait,
+                    on_wait=lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True),
+                ),
                 output=output,
                 storage=storage,
                 node_timeout_s=node_timeout,
