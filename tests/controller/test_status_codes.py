@@ -29,6 +29,7 @@ EXPECTED: dict[type[errors.TopoTuneError], grpc.StatusCode] = {
     errors.ClusterModelError: C.INVALID_ARGUMENT,
     errors.NcclXmlError: C.INVALID_ARGUMENT,
     errors.RingOrderError: C.INVALID_ARGUMENT,
+    errors.WorkloadFileError: C.INVALID_ARGUMENT,
     errors.NotFoundError: C.NOT_FOUND,
     errors.PermissionDenied: C.PERMISSION_DENIED,
     errors.Unauthenticated: C.UNAUTHENTICATED,

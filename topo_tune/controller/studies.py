@@ -50,6 +50,7 @@ from topo_tune.errors import (
     AlreadyExists,
     ConflictError,
     NotFoundError,
+    StorageError,
     StudyCancelled,
     TopoTuneError,
     ValidationError,
@@ -206,15 +207,15 @@ class Studies:
             )
         except StudyCancelled:
             status, message = "cancelled", "cancelled by an admin; start it again with this id to resume"
-        except TopoTuneError as error:
-            message = str(error)
-        except (optuna.exceptions.StorageInternalError, sa.exc.OperationalError) as error:
+        except (optuna.exceptions.StorageInternalError, sa.exc.OperationalError, StorageError) as error:
             # Optuna's storage does not ride out a database outage: the study stops, its trials stay stored.
             message = (
                 f"the database became unavailable mid-study ({error.__class__.__name__}: {str(error)[:200]}); "
                 "its trials are kept: start it again with this id to resume"
             )
             logger.warning("study stopped: %s", message, extra={"study": study_id})
+        except TopoTuneError as error:
+            message = str(error)
         except Exception as error:
             logger.exception("study failed", extra={"study": study_id})
             message = f"{error.__class__.__name__}: {error}"

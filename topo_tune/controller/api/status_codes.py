@@ -18,6 +18,7 @@ import grpc
 import grpc.aio
 
 from topo_tune import errors
+from topo_tune.controller.db.database import answering_a_caller
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ CODES: dict[type[errors.TopoTuneError], grpc.StatusCode] = {
     errors.ClusterModelError: C.INVALID_ARGUMENT,
     errors.NcclXmlError: C.INVALID_ARGUMENT,
     errors.RingOrderError: C.INVALID_ARGUMENT,
+    errors.WorkloadFileError: C.INVALID_ARGUMENT,
     errors.NotFoundError: C.NOT_FOUND,
     errors.PermissionDenied: C.PERMISSION_DENIED,
     errors.Unauthenticated: C.UNAUTHENTICATED,
@@ -96,7 +98,8 @@ def maps_errors(
     @functools.wraps(method)
     async def wrapper(self: Self, request: Req, context: grpc.aio.ServicerContext[Req, Resp]) -> Resp:
         try:
-            return await method(self, request, context)
+            with answering_a_caller():
+                return await method(self, request, context)
         except grpc.aio.AbortError:
             raise
         except Exception as error:
@@ -114,8 +117,9 @@ def maps_stream_errors(
     @functools.wraps(method)
     async def wrapper(self: Self, request: Req, context: grpc.aio.ServicerContext[Req, Resp]) -> AsyncIterator[Resp]:
         try:
-            async for item in method(self, request, context):
-                yield item
+            with answering_a_caller():
+                async for item in method(self, request, context):
+                    yield item
         except grpc.aio.AbortError:
             raise
         except Exception as error:

@@ -4,8 +4,9 @@ SQLite (the embedded default) runs in WAL mode with a busy timeout; one worker t
 writing, so the controller never fights itself for SQLite's single write lock. Reads (``read``) run on
 threads of their own, so a write that waits (a database that went away, a lock) never holds up a read.
 PostgreSQL (production) gets a small pool with pre-ping. A database that goes away (restart, failover) is
-retried with exponential backoff, a write for up to ``retry_for_s``, a read for a few seconds (an admin is
-waiting on it); only when that runs out does the caller see ``StorageError``. A full disk is no transient
+retried with exponential backoff, a write for up to ``retry_for_s``, and so is a read, except one made while
+answering an RPC (``answering_a_caller``): a few seconds, so the caller hears "database unavailable" before its
+deadline; only when that runs out does the caller see ``StorageError``. A full disk is no transient
 failure: the write fails at once with ``DatabaseFull``, naming the database, while reads go on.
 
 Every state change goes through ``session_scope``: it commits when the block ends, rolls back on any
@@ -16,6 +17,8 @@ error, and never leaves a half-written change behind. A leader under leader elec
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import logging
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +43,17 @@ from topo_tune.private_files import private_sqlite
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+_ANSWERING = contextvars.ContextVar("answering_a_caller", default=False)
+
+
+@contextmanager
+def answering_a_caller() -> Iterator[None]:
+    """Reads made inside this block (an RPC's handler) give up after ``read_retry_for_s``, not ``retry_for_s``."""
+    token = _ANSWERING.set(True)
+    try:
+        yield
+    finally:
+        _ANSWERING.reset(token)
 
 
 def table_of(entity: type[DeclarativeBase]) -> sa.Table:
@@ -198,9 +212,9 @@ class Database:
             raise StorageError(f"database {self.name} is unavailable: {error.__class__.__name__}: {error}") from error
         raise AssertionError("unreachable: tenacity re-raises")  # pragma: no cover
 
-    def read_only(self, work: Callable[[Session], T]) -> T:
-        """``transact`` for work that only reads: unfenced, retried for ``read_retry_for_s`` only."""
-        return self._transact(work, guarded=False, for_s=self._read_retry_for_s)
+    def read_only(self, work: Callable[[Session], T], *, for_s: float | None = None) -> T:
+        """``transact`` for work that only reads: unfenced, retried for ``for_s`` (default ``retry_for_s``)."""
+        return self._transact(work, guarded=False, for_s=for_s)
 
     @property
     def epoch(self) -> int | None:
@@ -228,9 +242,10 @@ class Database:
         return await loop.run_in_executor(self._executor, self.transact, work)
 
     async def read(self, work: Callable[[Session], T]) -> T:
-        """``read_only`` on the reader threads: never queued behind a write."""
+        """``read_only`` on the reader threads: never queued behind a write; short while answering a caller."""
+        for_s = self._read_retry_for_s if _ANSWERING.get() else None
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._readers, self.read_only, work)
+        return await loop.run_in_executor(self._readers, functools.partial(self.read_only, work, for_s=for_s))
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
