@@ -313,7 +313,8 @@ def init(
         console.print(
             f"[bold]Result: config {result.written.config_version.id}[/bold], "
             f"{chosen.speedup:.3f}x the defaults (weighted geometric mean), rank order "
-            f"{chosen.config.rank_order.name}"
+            f"{chosen.config.rank_order.name}",
+            soft_wrap=True,
         )
         tuned = chosen.config.tuned_env(outcome.site_fixed)
         for key, value in sorted(tuned.items()):
