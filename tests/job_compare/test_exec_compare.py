@@ -44,7 +44,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         for name in ("n1", "n2"):
             local.start_agent(name)
         with AdminClient(local.address, token=TOKEN) as admin:
-            admin.put_config_version(dict(VERSION.files), dict(VERSION.provenance))
+            for version in (VERSION, UNSTAGED):
+                admin.put_config_version(dict(version.files), dict(version.provenance))
         yield local
     finally:
         local.stop()
