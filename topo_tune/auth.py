@@ -140,10 +140,32 @@ def channel_credentials(tls: TlsFiles) -> grpc.ChannelCredentials:
     )
 
 
+DEFAULT_PORT = 50051
+"""The controller's gRPC port when an address names none (``controller.listen``'s default)."""
+
+
+def with_default_port(address: str) -> str:
+    """``address`` with ``DEFAULT_PORT`` when it names a host alone: ``localhost`` → ``localhost:50051``.
+
+    gRPC's own default for a bare host is 443 (HTTPS), never where a controller listens. An address with a
+    port, or in one of gRPC's URI forms (``dns:///…``, ``unix:…``), is used as written.
+    """
+    text = address.strip()
+    if not text or "/" in text or text.startswith(("unix:", "unix-abstract:", "vsock:", "ipv4:", "ipv6:")):
+        return text
+    if text.startswith("["):  # [IPv6] or [IPv6]:port
+        return text if "]:" in text else f"{text}:{DEFAULT_PORT}"
+    if text.count(":") > 1:  # a bare IPv6 address
+        return f"[{text}]:{DEFAULT_PORT}"
+    host, sep, port = text.rpartition(":")
+    return text if sep and host and port else f"{text.rstrip(':')}:{DEFAULT_PORT}"
+
+
 def open_channel(
     address: str, *, tls: TlsFiles | None, options: list[tuple[str, Any]] | None = None
 ) -> grpc.aio.Channel:
-    """An aio channel to ``address``: TLS when ``tls`` is given, plaintext otherwise."""
+    """An aio channel to ``address`` (``with_default_port``): TLS when ``tls`` is given, plaintext otherwise."""
+    address = with_default_port(address)
     if tls is not None:
         return grpc.aio.secure_channel(address, channel_credentials(tls), options=options)
     return grpc.aio.insecure_channel(address, options=options)

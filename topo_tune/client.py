@@ -26,7 +26,7 @@ from typing import Protocol, TypeVar
 
 import grpc
 
-from topo_tune.auth import TlsFiles, bearer_metadata, channel_credentials
+from topo_tune.auth import TlsFiles, bearer_metadata, channel_credentials, with_default_port
 from topo_tune.errors import (
     ERROR_KIND,
     AlreadyExists,
@@ -129,7 +129,7 @@ class AdminClient:
         timeout_s: float = 10.0,
         reconnect_s: float = 60.0,
     ) -> None:
-        self.address = address
+        self.address = address = with_default_port(address)
         self._timeout_s = timeout_s
         self._reconnect_s = reconnect_s
         self._metadata = bearer_metadata(token)

@@ -32,7 +32,8 @@
     │   ClusterModelError (node/rack description), NcclXmlError (NCCL topology file),
     │   RingOrderError (ring problem matrices), WorkloadFileError (a trace, log or record to import)
     ├── the agent: LauncherBusy, JobCancelled (benchmark launcher; also ``RuntimeError``),
-    │   SessionRefused (the controller did not register the agent), NvmlCallError (one NVML call failed)
+    │   SessionRefused (the controller did not register the agent), AgentRefused (it refused the agent for
+    │   good: a wrong or another node's credential, an invalid registration), NvmlCallError (one NVML call failed)
     ├── tuning: TrialFailed (one trial's benchmark), StudyError (a study cannot go on), StudyCancelled
     │   (an admin stopped a study), PassError (a tuning pass cannot go on), ExpertModeRequired
     │   (an NCCL graph file without expert mode; also ``RuntimeError``)
@@ -286,6 +287,11 @@ class JobCancelled(TopoTuneError, RuntimeError):
 
 class SessionRefused(TopoTuneError):
     """The controller answered the registration with something other than ``Registered``."""
+
+
+class AgentRefused(TopoTuneError):
+    """The controller refused this agent for a reason that retrying cannot heal (a wrong token, another node's
+    credential, an invalid node name); ``str()`` is one line naming the flag or file to fix."""
 
 
 class NvmlCallError(TopoTuneError):

@@ -139,7 +139,7 @@ async def test_a_node_cannot_register_as_another_and_the_real_agent_stays_up(
 
         impostor = await open_session(channel, register("n4"), token=CREDENTIALS.issue_agent("n5"))
         await expect_status(
-            impostor, grpc.StatusCode.PERMISSION_DENIED, "this credential is node 'n5''s; it cannot register as"
+            impostor, grpc.StatusCode.PERMISSION_DENIED, "this credential is for node 'n5'; it cannot register as"
         )
         job = await open_session(channel, register("n4"), token=CREDENTIALS.issue_job())
         await expect_status(job, grpc.StatusCode.PERMISSION_DENIED, "job credentials may not call")

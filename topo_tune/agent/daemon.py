@@ -3,9 +3,10 @@
 The agent dials out (nodes often cannot be reached from the controller's side), registers with its
 topology, heartbeats, and executes the commands it is pushed. It survives controller restarts: the
 connection is retried with capped exponential backoff and full jitter after whatever ended a session (any
-exception: only ``stop`` ends the agent), commands keep running while the controller is away, and their
-results wait in the journal until a controller acknowledges them. The agent never changes its node's
-configuration on its own because the controller is gone.
+exception that can heal, ``backoff.heals``; a refusal only the operator can fix, a wrong or another node's
+token or an invalid registration, ends the agent with :class:`AgentRefused`), commands keep running while
+the controller is away, and their results wait in the journal until a controller acknowledges them. The
+agent never changes its node's configuration on its own because the controller is gone.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import grpc.aio
 
 from topo_tune import __version__
 from topo_tune.agent import discovery
-from topo_tune.agent.backoff import Backoff
+from topo_tune.agent.backoff import Backoff, heals
 from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
 from topo_tune.agent.command_executor import CommandExecutor
 from topo_tune.agent.config_store import ConfigStore
@@ -31,7 +32,7 @@ from topo_tune.agent.journal import Entry, Journal
 from topo_tune.agent.settings import AgentSettings
 from topo_tune.auth import bearer_metadata, open_channel, read_token
 from topo_tune.benchmark.env_policy import EnvPolicy
-from topo_tune.errors import SessionRefused
+from topo_tune.errors import AgentRefused, SessionRefused
 from topo_tune.kube.rack import NodeRackReader
 from topo_tune.v1 import agent_pb2, agent_pb2_grpc, topology_pb2
 from topo_tune.wire_values import BACKEND_TO_WIRE
@@ -164,8 +165,10 @@ class Agent:
         try:
             registered = await self._session(topology, stop)
         except grpc.aio.AioRpcError as error:
-            if error.code() == grpc.StatusCode.UNAUTHENTICATED:
-                logger.error("the controller refused this agent's token", extra={"node": self.settings.node_name})
+            if not heals(error.code(), registered=self.registered.is_set()):
+                refused = self._refusal(error.code(), error.details() or "")
+                logger.error("%s", refused, extra={"node": self.settings.node_name})
+                raise refused from None
             else:
                 logger.warning(
                     "session with %s ended: %s %s",
@@ -192,6 +195,27 @@ class Agent:
             self.registered.clear()
             self._outgoing = None
         return registered
+
+    def _refusal(self, code: grpc.StatusCode, details: str) -> AgentRefused:
+        """One line naming what to fix: the token's flag or file, or the registration's flags."""
+        node, controller = self.settings.node_name, self.settings.controller
+        if self.settings.token_file is not None:
+            source = f"--token-file {self.settings.token_file}"
+        elif self.settings.token:
+            source = "the token in $TOPO_TUNE_TOKEN"
+        else:
+            return AgentRefused(
+                f"no token: pass --token-file or set $TOPO_TUNE_TOKEN (the controller at {controller} "
+                "refused an agent without one)"
+            )
+        if code is grpc.StatusCode.UNAUTHENTICATED:
+            return AgentRefused(f"{source} is not this cluster's credential for node {node} (refused by {controller})")
+        if code is grpc.StatusCode.PERMISSION_DENIED:
+            return AgentRefused(f"{source} is not a credential node {node} (--node-name) may use: {details}")
+        return AgentRefused(
+            f"the controller at {controller} refused to register node {node}: {details} "
+            "(check --node-name, --rack and --label)"
+        )
 
     def _register_message(self, topology: topology_pb2.NodeTopology) -> agent_pb2.AgentMessage:
         return agent_pb2.AgentMessage(

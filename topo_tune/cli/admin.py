@@ -33,7 +33,7 @@ def connected(function: F) -> F:
         envvar="TOPO_TUNE_CONTROLLER",
         default="127.0.0.1:50051",
         show_default=True,
-        help="HOST:PORT of the controller [$TOPO_TUNE_CONTROLLER].",
+        help="HOST[:PORT] of the controller; the port is 50051 when left out [$TOPO_TUNE_CONTROLLER].",
     )
     @click.option("--output", "-o", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
     @token_options

@@ -13,7 +13,7 @@ import click
 from topo_tune.agent.settings import AgentSettings
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.cli.connection import client_tls, client_tls_options, resolve_token, token_options
-from topo_tune.errors import EnvPolicyError
+from topo_tune.errors import AgentRefused, EnvPolicyError
 from topo_tune.kube.environment import detect_in_cluster
 from topo_tune.kube.rack import DEFAULT_RACK_LABEL
 from topo_tune.v1 import topology_pb2
@@ -42,7 +42,7 @@ def agent() -> None:
     "controller_address",
     required=True,
     envvar="TOPO_TUNE_CONTROLLER",
-    help="HOST:PORT of the controller [$TOPO_TUNE_CONTROLLER].",
+    help="HOST[:PORT] of the controller; the port is 50051 when left out [$TOPO_TUNE_CONTROLLER].",
 )
 @click.option(
     "--node-name",
@@ -143,6 +143,8 @@ def run(
 
     The agent dials out, registers this node's topology, heartbeats, and runs the commands it is sent.
     When the controller goes away it retries with backoff and keeps its results until they are delivered.
+    A refusal that retrying cannot heal (a wrong token, another node's credential, an invalid node name) ends
+    it with exit status 2 and one line naming the flag or file to fix.
     """
     try:
         EnvPolicy(config_dirs=(config_dir,)).check(worker_env)
@@ -168,7 +170,12 @@ def run(
         worker_env=worker_env,
         backoff_max_s=reconnect_max_s,
     )
-    asyncio.run(_run(settings))
+    try:
+        asyncio.run(_run(settings))
+    except AgentRefused as refused:
+        # Not the group's exit 1: 2 says "fix the invocation", and a supervisor need not restart it at once.
+        click.echo(f"topo-tune: error: {refused}", err=True)
+        raise SystemExit(2) from None
 
 
 async def _run(settings: AgentSettings) -> None:

@@ -54,9 +54,10 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
                 # Before the registry is touched: the node's own session stays up.
                 self._hub.metrics.rejected_messages.inc()
                 bound = f"node {credential.node_name!r}" if credential is not None else "no node"
+                asked = first.register.node_name
                 await status_codes.abort(
                     context,
-                    PermissionDenied(f"register: this credential is {bound}'s; it cannot register as another node"),
+                    PermissionDenied(f"register: this credential is for {bound}; it cannot register as {asked!r}"),
                 )
         try:
             validation.register(first.register)
