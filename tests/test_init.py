@@ -53,6 +53,11 @@ def test_gloo_init_runs_real_collectives_and_writes_every_output(tmp_path: Path)
     for trial in summary["trials"]:
         if trial["value"] is not None:
             assert stored[trial["number"]].value == pytest.approx(trial["value"])
+    # The counts init prints are the database's: trials, and finalists (never "1 finalists").
+    assert summary["counts"]["trials"] == len(stored) and f"{len(stored)} trials: " in result.stderr
+    proven = {k.split(":")[1] for k in study.user_attrs if k.startswith("proof:") and k.endswith(":0")}
+    finalists = f"{len(proven)} finalist{'' if len(proven) == 1 else 's'} proven against the defaults"
+    assert summary["counts"]["finalists"] == len(proven) and finalists in result.stderr
     engine = sa.create_engine(f"sqlite:///{output / '.topo-tune' / 'topo-tune.db'}")
     with engine.connect() as connection:
         jobs = connection.execute(sa.text("SELECT backend, status FROM benchmark_jobs")).all()
@@ -157,12 +162,11 @@ def test_search_tuner_table_off_runs_no_table_trial_and_ships_no_table(tmp_path:
         head = max(i for i, line in enumerate(lines) if line.startswith(("promoted trial", "keep NCCL's defaults:")))
         shown = summary["buckets"] if summary["chosen"] else (summary["tradeoff"] or {}).get("buckets", [])
         expected = [
-            f"  {r['collective']:<14} {r['bucket']:<7} {r['speedup']:.3f}x [{r['ci_low']:.3f}, {r['ci_high']:.3f}] "
-            f"{r['decision']} ("
+            f"  {r['collective']:<14} {r['bucket']:<7} {r['speedup_text']} {r['decision']} ("
             + (
                 f"{r['pairs']} pairs"
                 if r["decided_at_pairs"] >= r["pairs"]
-                else f"bounds at {r['decided_at_pairs']} of {r['pairs']} pairs"
+                else f"decided at {r['decided_at_pairs']} of {r['pairs']} pairs"
             )
             + ")"
             for r in shown

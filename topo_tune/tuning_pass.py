@@ -40,6 +40,7 @@ from topo_tune.tuner.study import (
     run_study,
     stored_rank_orders,
 )
+from topo_tune.tuner.study_records import plural
 from topo_tune.tuner.timeout_advice import MIN_SAMPLES, advise, latencies_of
 from topo_tune.tuner.workload_gain import WorkloadSource
 from topo_tune.v1 import topology_pb2
@@ -356,7 +357,10 @@ def run_pass(
         table_shape=(len(names), sum(slots.values())) if search.tuner_table and cluster.backend != "gloo" else None,
     )
     space, objective, candidates = plan.space, plan.objective, list(plan.candidates)
-    on_status(f"searching: {search.budget} trials ({search.sampler}), then proving {search.finalists} finalists")
+    on_status(
+        f"searching: {plural(search.budget, 'trial')} ({search.sampler}; per-size/table trials come after), then "
+        f"proving up to {plural(search.finalists, 'finalist')}"
+    )
     evaluator = JobEvaluator(
         client,
         deadline_s=search.job_deadline,

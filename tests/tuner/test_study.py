@@ -147,6 +147,7 @@ def test_hopeless_trials_are_pruned_along_the_size_ladder(database: str) -> None
     pruned = [t for t in outcome.trials if t.state == "pruned"]
     assert pruned, "random sampling on this landscape always meets hopeless configurations"
     assert all(len(t.intermediate) < 3 for t in pruned), "a pruned trial stops before the last rung"
+    assert all(t.reason and "partial speedup" in t.reason and "best completed trial" in t.reason for t in pruned)
     assert landscape.calls["search"] < 30 * 3
 
 

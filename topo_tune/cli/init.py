@@ -24,6 +24,8 @@ from topo_tune.cluster_config import ClusterConfig, load_cluster_config
 from topo_tune.errors import ConfigError, EnvPolicyError
 from topo_tune.remote_port import RESTART_WAIT_S, RemotePort
 from topo_tune.tuner.outputs import verdict_lines
+from topo_tune.tuner.report.tables import table_rows
+from topo_tune.tuner.study_records import plural, trial_count_line
 from topo_tune.tuner.workload_gain import gain_line
 
 if TYPE_CHECKING:
@@ -304,8 +306,9 @@ def init(
         raise click.exceptions.Exit(130) from None
     summary = json.loads((output / "summary.json").read_text())
     outcome = result.outcome
-    counted = sum(1 for t in outcome.trials if not t.superseded)
-    console.print(f"{counted} trials on {len(result.nodes)} nodes{simulated}")
+    counts = trial_count_line(outcome, cluster.search.budget)
+    console.print(f"{counts}; on {plural(len(result.nodes), 'node')}{simulated}", markup=False, highlight=False)
+    console.print(f"{plural(len(outcome.proofs), 'finalist')} proven against the defaults", highlight=False)
     if outcome.chosen is None:
         console.print("[bold]Result: keep NCCL's defaults[/bold]")
     else:
@@ -319,6 +322,11 @@ def init(
         tuned = chosen.config.tuned_env(outcome.site_fixed)
         for key, value in sorted(tuned.items()):
             console.print(f"  {key}={value}")
+        table = table_rows(chosen.config.tuner_table)
+        if table:  # a table ships even with no NCCL_* variable: say what it sets
+            console.print(f"  nccl_tuner.conf: {plural(len(table), 'row')} (the tuner plugin's table, as proven)")
+        elif not tuned:
+            console.print("  no NCCL setting changed: the rank order alone")
     click.echo(json.dumps({"config_version": summary.get("config_version"), "output": str(output)}, indent=None))
     for name in result.written.files:
         console.print(f"  wrote {output / name}")

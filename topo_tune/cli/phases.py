@@ -108,6 +108,6 @@ class PhaseDisplay:
         if update.phase != self._phase:
             self._begin(update.phase, f"{_STUDY_PHASES.get(update.phase, update.phase)}")
         assert self._task is not None
-        best = f"best {update.best_value:.3f}x" if update.best_value is not None else ""
+        best = f"search best {update.best_value:.3f}x" if update.best_value is not None else ""
         eta = eta_text(update, phase_started=self._started, now=self._clock())
         self._progress.update(self._task, completed=update.done, total=update.total, best=best, eta=eta)

@@ -46,8 +46,10 @@ from topo_tune.tuner.report.figures import report_figures
 from topo_tune.tuner.report.page import render_report
 from topo_tune.tuner.ring import ring_metrics
 from topo_tune.tuner.space import NATURAL_ORDER
+from topo_tune.tuner.speedup_text import SEARCH_VS_PROOF, precise
 from topo_tune.tuner.statistics import Decision
 from topo_tune.tuner.study import StudyOutcome
+from topo_tune.tuner.study_records import trial_counts
 from topo_tune.tuner.timeout_advice import TimeoutAdvice
 from topo_tune.tuner.workload_gain import WorkloadSource, workload_gain
 
@@ -192,9 +194,11 @@ def _bucket_rows(proof: FinalistProof | None) -> list[dict[str, object]]:
             "scored_by": "time" if b.bucket.latency_bound else "busbw",
             "weight": b.weight,
             "decision": b.decision.value,
-            "speedup": b.comparison.speedup,
+            "speedup": b.speedup,
             "ci_low": b.ci_low,
             "ci_high": b.ci_high,
+            "speedup_text": b.text,
+            "precise": precise(b.ci_low, b.ci_high),
             "confidence": b.comparison.confidence,
             "p_value": b.comparison.p_value,
             "p_value_min_effect": b.comparison.p_margin,
@@ -227,29 +231,31 @@ def _tradeoff(t: Tradeoff | None, outcome: StudyOutcome) -> dict[str, object] | 
 
 
 def bucket_lines(proof: FinalistProof) -> list[str]:
-    """One line per weighted bucket: speedup over every pair, the bounds it was decided on, decision and pairs.
+    """One line per weighted bucket: its speedup and bounds (``BucketProof.text``), decision and pairs.
 
-    A bucket decided at an earlier look keeps that look's bounds (``statistics.SequentialDesign``) while later
-    pairs of other buckets move its point estimate, so the line says at how many pairs it was decided.
+    A bucket decided at an earlier look keeps that look's point and bounds (``statistics.SequentialDesign``)
+    while other buckets get more pairs, so the line says at how many pairs it was decided.
     """
     return [
-        f"  {b.collective:<14} {b.bucket.name:<7} {b.comparison.speedup:.3f}x "
-        f"[{b.ci_low:.3f}, {b.ci_high:.3f}] {b.decision.value} ({_pairs(b.decided_at, b.comparison.pairs)})"
+        f"  {b.collective:<14} {b.bucket.name:<7} {b.text} {b.decision.value} "
+        f"({_pairs(b.decided_at, b.comparison.pairs)})"
         for b in proof.weighted
     ]
 
 
 def _pairs(decided_at: int, pairs: int) -> str:
-    return f"{pairs} pairs" if decided_at >= pairs else f"bounds at {decided_at} of {pairs} pairs"
+    return f"{pairs} pairs" if decided_at >= pairs else f"decided at {decided_at} of {pairs} pairs"
 
 
 def verdict_lines(outcome: StudyOutcome) -> list[str]:
     """What was decided, in words a user reads: the result, and the trade-off with what would accept it."""
     lines = []
     floor = f"lower bound >= {1 - outcome.max_loss:.3f}"
+    if outcome.best is not None and outcome.best.value is not None:
+        lines.append(f"search best: trial {outcome.best.number} at {outcome.best.value:.3f}x; {SEARCH_VS_PROOF}")
     if outcome.chosen is not None:
         lines.append(
-            f"promoted trial {outcome.chosen.trial}: {outcome.chosen.speedup:.3f}x the defaults (weighted); every "
+            f"promoted trial {outcome.chosen.trial}: {outcome.chosen.text} the defaults (weighted); every "
             f"weighted bucket shown safe ({floor}) and one shown faster"
         )
         lines.extend(bucket_lines(outcome.chosen))
@@ -260,7 +266,7 @@ def verdict_lines(outcome: StudyOutcome) -> list[str]:
     t = outcome.tradeoff
     if t is not None:
         lines.append(
-            f"trade-off (not the result): trial {t.proof.trial}, {t.proof.speedup:.3f}x weighted, not shown safe in "
+            f"trade-off (not the result): trial {t.proof.trial}, {t.proof.text} weighted, not shown safe in "
             + ", ".join(f"{b.collective} {b.bucket.name}" for b in t.unsafe)
         )
         lines.extend(bucket_lines(t.proof))
@@ -321,12 +327,16 @@ def summary(
             "value": best.value,
             "env": {k: v for k, v in best.env.items() if k not in site},
             "rank_order": best.rank_order,
+            "note": SEARCH_VS_PROOF,
         },
         "chosen": None
         if chosen is None
         else {
             "trial": chosen.trial,
             "speedup": chosen.speedup,
+            "ci_low": None if chosen.interval is None else chosen.interval[0],
+            "ci_high": None if chosen.interval is None else chosen.interval[1],
+            "speedup_text": chosen.text,
             "env": chosen.config.tuned_env(site),
             "rank_order": chosen.config.rank_order.name,
             "node_order": list(chosen.config.rank_order.nodes),
@@ -347,7 +357,10 @@ def summary(
                 "trial": p.trial,
                 "search_value": p.search_value,
                 "proven_speedup": p.speedup,
-                "promoted": p.promoted,
+                "speedup_text": p.text if p.buckets else None,
+                # Several finalists may pass the rule; only the chosen one (the best of those) ships.
+                "passed": p.promoted,
+                "promoted": chosen is not None and p.trial == chosen.trial,
                 "failure": p.failure,
                 "tuner_table": p.config.tuner_table,
             }
@@ -368,6 +381,7 @@ def summary(
             }
             for t in outcome.trials
         ],
+        "counts": trial_counts(outcome),
         "timeout_advice": None if advice is None else advice.to_json(),
         "workload": workload_gain(chosen, workload or WorkloadSource()),
     }
@@ -397,7 +411,7 @@ def write_outputs(
     env = dict(outcome.site_fixed)
     if outcome.chosen is not None:
         env.update(outcome.chosen.config.tuned_env(outcome.site_fixed))
-    files: dict[str, str] = {NCCL_CONF: render_nccl_conf(env) if env else ""}
+    files: dict[str, str] = {NCCL_CONF: _nccl_conf(env)}
     table = tuner_table(outcome, shape, bucket_rows=table_bucket_rows)
     if table.count("\n") > 1:
         files[TUNER_TABLE] = table
@@ -441,7 +455,7 @@ def write_outputs(
         alt_env = dict(outcome.site_fixed)
         alt_env.update(outcome.tradeoff.proof.config.tuned_env(outcome.site_fixed))
         alt_ranks = rank_map(alternative, shape)
-        written[f"{TRADEOFF}/{NCCL_CONF}"] = render_nccl_conf(alt_env) if alt_env else ""
+        written[f"{TRADEOFF}/{NCCL_CONF}"] = _nccl_conf(alt_env)
         written[f"{TRADEOFF}/{TUNER_TABLE}"] = tuner_table(alternative, shape, bucket_rows=table_bucket_rows)
         written[f"{TRADEOFF}/{RANK_MAP}"] = alt_ranks.to_json()
         written[f"{TRADEOFF}/{HOSTFILE}"] = alt_ranks.hostfile("mpi")
@@ -480,6 +494,15 @@ def write_outputs(
             partial.unlink(missing_ok=True)
     names = sorted([*written, REPORT, *(f"{PLOTS}/{p}" for p in images)])
     return WrittenOutputs(directory, tuple(names), version)
+
+
+NO_SETTINGS = "NCCL's defaults: no NCCL setting to change (no site setting, nothing tuned was promoted)"
+
+
+def _nccl_conf(env: Mapping[str, str]) -> str:
+    """The settings as NCCL reads them; with none, a comment saying so (NCCL reads it as no setting), never
+    a 0-byte file that reads as a failed write."""
+    return render_nccl_conf(env) if env else render_nccl_conf({}, header=NO_SETTINGS)
 
 
 def _stage(target: Path, content: str | bytes) -> tuple[Path, Path]:

@@ -39,6 +39,7 @@ from topo_tune.tuner import statistics
 from topo_tune.tuner.evaluation import Evaluator, MeasurementRequest, requested
 from topo_tune.tuner.objective import BucketScore, Measurements, Objective, SizeBucket
 from topo_tune.tuner.space import TrialConfig
+from topo_tune.tuner.speedup_text import speedup_text
 
 __all__ = [
     "SMALL_BYTES",
@@ -95,10 +96,15 @@ class BucketProof:
 
     collective: str
     bucket: SizeBucket
-    comparison: statistics.Comparison  # over every pair measured (speedup, p-value, CVs)
+    comparison: statistics.Comparison  # over every pair measured (p-value, CVs)
     decision: statistics.Decision
     bounds: statistics.Bounds | None = None  # the sequential running bounds the decision rests on
     weight: float = 1.0
+
+    @property
+    def speedup(self) -> float:
+        """The point speedup every output shows: from the pairs its bounds rest on, within them."""
+        return self.bounds.point if self.bounds is not None else self.comparison.speedup
 
     @property
     def ci_low(self) -> float:
@@ -111,6 +117,13 @@ class BucketProof:
     @property
     def decided_at(self) -> int:
         return self.bounds.decided_at if self.bounds is not None else self.comparison.pairs
+
+    @property
+    def text(self) -> str:
+        """The speedup with its bounds as every output writes it (``speedup_text``)."""
+        c = self.comparison
+        cv = max(c.cv_baseline, c.cv_candidate)
+        return speedup_text(self.speedup, self.ci_low, self.ci_high, pairs=self.decided_at, cv=cv)
 
 
 @dataclass(frozen=True)
@@ -129,6 +142,31 @@ class FinalistProof:
     @property
     def weighted(self) -> tuple[BucketProof, ...]:
         return tuple(b for b in self.buckets if b.weight > 0)
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """A conservative interval of the weighted speedup: the weighted geometric mean of the buckets' bounds.
+
+        It holds whatever the buckets' correlation (the perfectly correlated case, the widest), and it holds
+        ``speedup`` (the same mean of points each within its bounds). None without a weighted bucket.
+        """
+        weighted = self.weighted
+        total = sum(b.weight for b in weighted)
+        if not weighted or any(b.ci_low <= 0 for b in weighted):
+            return None
+        low = math.exp(sum(b.weight * math.log(b.ci_low) for b in weighted) / total)
+        high = math.exp(sum(b.weight * math.log(b.ci_high) for b in weighted) / total)
+        return low, high
+
+    @property
+    def text(self) -> str:
+        """The weighted speedup with its conservative interval, as every output writes it."""
+        interval = self.interval
+        if interval is None:
+            return f"{self.speedup:.3f}x"
+        cv = max((max(b.comparison.cv_baseline, b.comparison.cv_candidate) for b in self.weighted), default=0.0)
+        pairs = min(b.decided_at for b in self.weighted)
+        return speedup_text(self.speedup, *interval, pairs=pairs, cv=cv)
 
     @property
     def promoted(self) -> bool:
@@ -255,7 +293,7 @@ class Prover:
                     BucketProof(collective, bucket, comparison, b.decision(self.settings.max_loss), b, weight)
                 )
             speedup = self.objective.combine(
-                BucketScore(b.collective, b.bucket, b.comparison.speedup, 0.0, 0.0, ()) for b in buckets
+                BucketScore(b.collective, b.bucket, b.speedup, 0.0, 0.0, ()) for b in buckets
             )
             out.append(
                 FinalistProof(

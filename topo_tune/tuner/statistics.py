@@ -148,12 +148,31 @@ def compare(
 
 @dataclass(frozen=True)
 class Bounds:
-    """What the looks so far have shown about one bucket: the running bounds and the decision."""
+    """What the looks so far have shown about one bucket: the running bounds, the point, and the decision.
+
+    ``point`` is the speedup estimated from the same pairs as the bounds (the first ``decided_at``), and it
+    lies within ``[low, high]`` by construction: each look's own interval holds its mean, but the running
+    bounds are the intersection of several looks' intervals, which may leave the last look's mean outside
+    (a point printed outside its own interval); then the point is the nearest end of that intersection, the
+    estimate restricted to what every look allowed.
+    """
 
     low: float  # the largest lower bound over the looks (each at its look's share of alpha)
     high: float  # the smallest upper bound
     faster: bool  # the gain beyond min_effect was shown at some look (Holm-corrected)
     decided_at: int  # pairs at the look that decided the bucket's safety (the last look's if undecided)
+    estimate: float | None = None  # the speedup over the first ``decided_at`` pairs (None: no look reached)
+
+    @property
+    def point(self) -> float:
+        """The point estimate, within ``[low, high]``."""
+        if self.estimate is not None:
+            value = self.estimate
+        elif self.low > 0 and math.isfinite(self.high):
+            value = math.sqrt(self.low * self.high)  # no look's mean: the middle of the bounds (log scale)
+        else:
+            value = 1.0
+        return min(max(value, self.low), self.high)
 
     def decision(self, max_loss: float) -> Decision:
         floor = 1.0 - max_loss
@@ -228,6 +247,7 @@ class SequentialDesign:
         high = [math.inf] * m
         faster = [False] * m
         decided_at = [0] * m
+        point: list[float | None] = [None] * m
         done = [False] * m
         for n, share in zip(self.looks, self.alphas, strict=True):
             p_margin = [1.0] * m
@@ -241,10 +261,11 @@ class SequentialDesign:
                 low[i] = max(low[i], c.ci_low)
                 high[i] = min(high[i], c.ci_high)
                 decided_at[i] = n
+                point[i] = c.speedup
                 done[i] = low[i] >= floor or high[i] < floor
             for i, shown in enumerate(holm(p_margin, share)):
                 faster[i] = faster[i] or shown
-        return [Bounds(low[i], high[i], faster[i], decided_at[i]) for i in range(m)]
+        return [Bounds(low[i], high[i], faster[i], decided_at[i], point[i]) for i in range(m)]
 
 
 def decide(
@@ -263,7 +284,10 @@ def decide(
         if not math.isclose(c.alpha, alpha):
             raise ConfigError("alpha", f"the comparisons' bounds are at {c.alpha}, not {alpha}")
     gains = holm([c.p_margin for c in comparisons], alpha)
-    return [Bounds(c.ci_low, c.ci_high, g, c.pairs).decision(max_loss) for c, g in zip(comparisons, gains, strict=True)]
+    return [
+        Bounds(c.ci_low, c.ci_high, g, c.pairs, c.speedup).decision(max_loss)
+        for c, g in zip(comparisons, gains, strict=True)
+    ]
 
 
 def holm(p_values: Sequence[float], alpha: float) -> list[bool]:

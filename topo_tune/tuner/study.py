@@ -390,8 +390,15 @@ class TunerStudy:
                 if baseline is not None:
                     value = self.objective.value(measured, baseline)
                 trial.report(value, step)
-                if prunable and step < len(self._rungs) - 1 and self._hopeless(trial, step, value):
-                    logger.info("trial %d pruned at rung %d (partial speedup %.3f)", trial.number, step, value)
+                best = self._hopeless(trial, step, value) if prunable and step < len(self._rungs) - 1 else None
+                if best is not None:
+                    reason = (
+                        f"pruned after rung {step + 1} of {len(self._rungs)} (sizes up to {max(sizes)} B): partial "
+                        f"speedup {value:.3f}x below {self.settings.prune_ratio:g} x the best completed trial's "
+                        f"{best:.3f}x there"
+                    )
+                    logger.info("trial %d %s", trial.number, reason)
+                    trial.set_user_attr(A_REASON, reason)
                     trial.set_user_attr(A_MEASUREMENTS, measured.to_json())
                     return TrialState.PRUNED, None
         # Stored once, at the end: a trial killed mid-way is measured again from scratch by its retry.
@@ -411,17 +418,19 @@ class TunerStudy:
         """
         return shortfall(measured, baseline, self.objective, self.settings.max_loss)
 
-    def _hopeless(self, trial: optuna.Trial, step: int, value: float) -> bool:
+    def _hopeless(self, trial: optuna.Trial, step: int, value: float) -> float | None:
+        """The best completed trial's partial value at ``step`` when this one is hopeless next to it, else None."""
         if self.settings.prune_ratio <= 0:
-            return False
+            return None
         peers = [
             t.intermediate_values[step]
             for t in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if step in t.intermediate_values
         ]
         if len(peers) < self.settings.prune_startup:
-            return False
-        return value < self.settings.prune_ratio * max(peers)
+            return None
+        best = max(peers)
+        return best if value < self.settings.prune_ratio * best else None
 
     # ---------------------------------------------------------------- proof
 

@@ -34,8 +34,11 @@ __all__ = [
     "StudyOutcome",
     "StudyProgress",
     "TrialRecord",
+    "plural",
     "study_outcome",
     "study_progress",
+    "trial_count_line",
+    "trial_counts",
     "trial_record",
 ]
 
@@ -112,7 +115,8 @@ def trial_record(space: SearchSpace, t: FrozenTrial, *, superseded: bool) -> Tri
         env=dict(config.env) if config else {},
         rank_order=config.rank_order.name if config else "",
         value=t.value if t.state == TrialState.COMPLETE else None,
-        reason=t.user_attrs.get(A_REASON),
+        # A pruned trial of a study from before pruning recorded why still says what happened to it.
+        reason=t.user_attrs.get(A_REASON) or ("pruned (partial speedup hopeless)" if state == "pruned" else None),
         intermediate=tuple(sorted(t.intermediate_values.items())),
         measurements=Measurements.from_json(raw) if raw else None,
         attempt=int(t.user_attrs.get(A_ATTEMPT, 1)),
@@ -163,6 +167,50 @@ def study_outcome(
         alpha=alpha,
         min_effect=min_effect,
     )
+
+
+def trial_counts(outcome: StudyOutcome) -> dict[str, int]:
+    """The study's stored trials counted as the outputs show them: ``trials`` (every one counted once),
+    ``in_budget`` (the search's: baseline, topology candidates, sampled), each of those roles, ``after_budget``
+    (channel table and per-size trials, run after the budget), ``superseded`` (stale runs whose retry counts
+    instead), ``finalists`` (proven against the defaults)."""
+    counted = [t for t in outcome.trials if not t.superseded]
+    after = sum(1 for t in counted if t.role.has_table)  # run after the budget, each with a table
+    return {
+        "trials": len(counted),
+        "in_budget": len(counted) - after,
+        "baseline": sum(1 for t in counted if t.role == TrialRole.BASELINE),
+        "candidate": sum(1 for t in counted if t.role == TrialRole.CANDIDATE),
+        "sampled": sum(1 for t in counted if t.role == TrialRole.SAMPLED),
+        "after_budget": after,
+        "superseded": len(outcome.trials) - len(counted),
+        "finalists": len(outcome.proofs),
+    }
+
+
+def trial_count_line(outcome: StudyOutcome, budget: int | None = None) -> str:
+    """How many trials ran and why that is not the budget: ``59 trials: 40 of the search budget of 40
+    (1 baseline, 3 topology candidates, 36 sampled), 19 per-size/table trials after it (not in the budget),
+    1 stale run measured again (not counted)`` (counts of ``trial_counts``)."""
+    n = trial_counts(outcome)
+    parts = [
+        plural(n["baseline"], "baseline") if n["baseline"] else "",
+        plural(n["candidate"], "topology candidate") if n["candidate"] else "",
+        f"{n['sampled']} sampled" if n["sampled"] else "",
+    ]
+    inside = ", ".join(p for p in parts if p)
+    of = f"{n['in_budget']} of the search budget" + ("" if budget is None else f" of {budget}")
+    line = plural(n["trials"], "trial") + (f": {of} ({inside})" if inside else "")
+    if n["after_budget"]:
+        line += f", {plural(n['after_budget'], 'per-size/table trial')} after it (not in the budget)"
+    if n["superseded"]:
+        line += f", {plural(n['superseded'], 'stale run')} measured again (not counted)"
+    return line
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 finalist``, ``2 finalists``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def study_progress(

@@ -22,6 +22,7 @@ from topo_tune.topology.distance import PairMatrix
 from topo_tune.tuner.objective import Measurements
 from topo_tune.tuner.report.figure import FIG_H, FIG_W, MEASURED, SIMULATED, ReportFigure, encode_png, size_axis
 from topo_tune.tuner.report.knobs import knob_figure
+from topo_tune.tuner.speedup_text import precise
 from topo_tune.tuner.study import StudyOutcome
 
 
@@ -100,6 +101,7 @@ def _speedup_figure(  # noqa: PLR0917 - one call site, in page order
         banded = True
     ax.plot([p[0] for p in points], [p[1] for p in points], "o-", color="tab:blue", label=f"{tuned_name} / defaults")
     ax.axhline(1.0, color="black", lw=1, ls="--", label="1.0 = NCCL's defaults")
+    ax.set_ylim(*_speedup_axis([p[1] for p in points], rows))
     size_axis(ax)
     ax.set_ylabel("speedup (time, defaults / tuned)")
     ax.set_title(f"{collective}: speedup per size [{label}]")
@@ -112,6 +114,22 @@ def _speedup_figure(  # noqa: PLR0917 - one call site, in page order
         f"[{label}]"
     )
     return ReportFigure(f"speedup-{collective}.png", caption, encode_png(fig), "speedup")
+
+
+def _speedup_axis(points: Sequence[float], rows: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
+    """The y range: every measured point, 1.0 and every precise bucket's bounds, padded by 10 %. A bucket whose
+    interval is not precise (``speedup_text.precise``) is clipped to it, so ``[0.000, 9410139.772]`` cannot
+    flatten every other line of the plot."""
+    values = [*points, 1.0]
+    for row in rows:
+        low, high, point = row.get("ci_low"), row.get("ci_high"), row.get("speedup")
+        if isinstance(point, (int, float)) and math.isfinite(point):
+            values.append(float(point))
+        if isinstance(low, (int, float)) and isinstance(high, (int, float)) and precise(low, high):
+            values += [float(low), float(high)]
+    low_y, high_y = min(values), max(values)
+    pad = (high_y - low_y) * 0.1 or 0.05
+    return max(low_y - pad, 0.0), high_y + pad
 
 
 def _busbw_figure(

@@ -14,6 +14,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from topo_tune.tuner.report.tables import table_rows as rows_of_table
+from topo_tune.tuner.speedup_text import speedup_text
 from topo_tune.tuner.workload_gain import gain_line
 
 
@@ -37,6 +39,17 @@ def weighted_ci(rows: Sequence[Mapping[str, Any]]) -> tuple[float, float] | None
     if total <= 0:
         return None
     return math.exp(low / total), math.exp(high / total)
+
+
+def _speedup_text(chosen: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
+    """The chosen weighted speedup as the study wrote it; for an older summary, formatted the same way."""
+    text = chosen.get("speedup_text")
+    if isinstance(text, str):
+        return text
+    ci = weighted_ci(rows)
+    if ci is None:
+        return f"{float(chosen['speedup']):.3f}x"
+    return speedup_text(float(chosen["speedup"]), *ci, pairs=0, cv=math.nan)
 
 
 def _commands(summary: Mapping[str, Any], files: Sequence[str], nodes: Sequence[str], ranks: int) -> str:
@@ -66,26 +79,24 @@ def summary_box(summary: Mapping[str, Any], files: Sequence[str], nodes: Sequenc
     version = str(summary.get("config_version") or "")
     rows = [r for r in summary.get("buckets") or [] if isinstance(r, Mapping)]
     if chosen:
-        ci = weighted_ci(rows)
         level = rows[0].get("confidence") if rows else None
         named = f"bounds {float(level) * 100:g}% each side" if isinstance(level, (int, float)) else "bounds"
-        ci_text = f" ({named} {ci[0]:.3f}× – {ci[1]:.3f}×, conservative)" if ci else ""
-        verdict = (
-            f"<div class='verdict promote'>Promote: {float(chosen['speedup']):.3f}× NCCL's defaults{e(ci_text)}</div>"
-        )
+        text = _speedup_text(chosen, rows)
+        verdict = f"<div class='verdict promote'>Promote: {e(text)} NCCL's defaults</div>"
         env = chosen.get("env") or {}
-        settings = (
-            "<br>".join(f"<code>{e(k)}={e(str(v))}</code>" for k, v in sorted(env.items())) or "none (order only)"
-        )
+        table = chosen.get("tuner_table") or ""
+        table_rows = len(rows_of_table(str(table)))
+        # A table ships even with no NCCL_* variable: "none" alone would hide what the version changes.
+        unset = f"none in nccl.conf; the tuner plugin table sets {table_rows} row(s)" if table else "none (order only)"
+        settings = "<br>".join(f"<code>{e(k)}={e(str(v))}</code>" for k, v in sorted(env.items())) or e(unset)
         order = chosen.get("rank_order", "")
         node_order = " → ".join(chosen.get("node_order") or [])
-        table = chosen.get("tuner_table") or ""
         facts = [
             ("config version", f"<code>{e(version)}</code>"),
-            ("weighted speedup", f"{float(chosen['speedup']):.3f}×{e(ci_text)} (trial {e(str(chosen.get('trial')))})"),
+            ("weighted speedup", f"{e(text)} ({e(named)}, conservative; trial {e(str(chosen.get('trial')))})"),
             ("NCCL settings", settings),
             ("rank order", f"{e(str(order))}: <code>{e(node_order)}</code>"),
-            ("tuner plugin table", "yes (nccl_tuner.conf, as proven)" if table else "no"),
+            ("tuner plugin table", f"yes (nccl_tuner.conf, as proven: {table_rows} row(s))" if table else "no"),
         ]
     else:
         verdict = "<div class='verdict keep'>Keep NCCL's defaults</div>"

@@ -9,12 +9,14 @@ Non-goals: the verdict (``summary_box``) and the figures (``figures``, ``knobs``
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from topo_tune.tuner.report.figure import size_label
 from topo_tune.tuner.report.figures import profiles
 from topo_tune.tuner.report.markup import data_table, fmt
+from topo_tune.tuner.speedup_text import SEARCH_VS_PROOF, speedup_text
 from topo_tune.tuner.study import StudyOutcome
 
 
@@ -25,20 +27,26 @@ def bucket_table(summary: Mapping[str, Any]) -> str:
     return _decision_table(rows) + _rule_note(summary, rows)
 
 
-_KNOWN = ["collective", "bucket", "weight", "decision", "speedup", "ci_low", "ci_high", "decided_at_pairs", "pairs"]
-
-
+_KNOWN = ["collective", "bucket", "weight", "decision", "speedup_text", "decided_at_pairs", "pairs"]
 _KNOWN += ["p_value", "cv_baseline", "cv_tuned"]
 
 
 def _decision_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    skip = {"min_bytes", "max_bytes", "scored_by", "confidence", "p_value_min_effect"}
+    # The bounds are in the speedup's text (the one way every output writes them), not columns of their own.
+    skip = {"min_bytes", "max_bytes", "scored_by", "confidence", "p_value_min_effect", "speedup", "ci_low", "ci_high"}
+    skip |= {"precise"}
     extra = [k for k in rows[0] if k not in _KNOWN and k not in skip]
-    columns = ["collective", "bucket", "weight", "decision", "speedup", "lower bound", "upper bound"]
-    columns += ["bounds at pairs", "pairs", "p", "CV defaults", "CV tuned", *extra]
+    columns = ["collective", "bucket", "weight", "decision", "speedup [bounds]"]
+    columns += ["decided at pairs", "pairs", "p", "CV defaults", "CV tuned", *extra]
     body, classes = [], []
     for r in rows:
-        body.append([fmt(r.get(k)) for k in _KNOWN] + [fmt(r.get(k)) for k in extra])
+        text = r.get("speedup_text")
+        if not isinstance(text, str):  # a summary from before the text: formatted the same way
+            low, high, point = r.get("ci_low"), r.get("ci_high"), r.get("speedup")
+            numbers = all(isinstance(v, (int, float)) for v in (low, high, point))
+            text = speedup_text(float(point), float(low), float(high), pairs=0, cv=math.nan) if numbers else "–"  # type: ignore[arg-type]
+        known = [text if k == "speedup_text" else fmt(r.get(k)) for k in _KNOWN]
+        body.append(known + [fmt(r.get(k)) for k in extra])
         decision = str(r.get("decision", ""))
         classes.append("good" if decision == "faster" else "bad" if decision in ("slower", "not shown safe") else "")
     return data_table(columns, body, left=4, classes=classes)
@@ -130,9 +138,7 @@ def closest_section(summary: Mapping[str, Any]) -> str:
         worse = [r for r in buckets if r.get("decision") in ("slower", "not shown safe") and (r.get("weight") or 0) > 0]
         better = [r for r in buckets if r.get("decision") == "faster"]
         reasons = [
-            f"{r.get('collective')} {r.get('bucket')}: {r.get('decision')} ({fmt(r.get('speedup'))}×, "
-            f"CI {fmt(r.get('ci_low'))}–{fmt(r.get('ci_high'))})"
-            for r in worse
+            f"{r.get('collective')} {r.get('bucket')}: {r.get('decision')} ({r.get('speedup_text')})" for r in worse
         ]
         why = best.get("failure") or (
             "; ".join(reasons)
@@ -157,6 +163,7 @@ def closest_section(summary: Mapping[str, Any]) -> str:
             for f in finalists
         ]
         parts.append(data_table(["trial", "search ×", "proven ×", "promoted", "failure"], rows, left=1))
+        parts.append(f"<p class='note'>Search × against proven ×: {e(SEARCH_VS_PROOF)}.</p>")
     extra = summary.get("trade_off")  # a summary from elsewhere may carry one in its own shape: shown as given
     if isinstance(extra, Mapping) and extra:
         rows = [[str(k), fmt(v) if not isinstance(v, (dict, list)) else str(v)] for k, v in extra.items()]
@@ -164,11 +171,20 @@ def closest_section(summary: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
+def table_rows(table: str) -> list[str]:
+    """The rows of a tuner-plugin table, without its comment lines."""
+    return [line.strip() for line in table.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
 def trial_table(summary: Mapping[str, Any]) -> str:
     trials = [t for t in summary.get("trials") or [] if isinstance(t, Mapping)]
     rows, classes = [], []
     for t in sorted(trials, key=lambda t: int(t.get("number", 0))):
         env = " ".join(f"{k.removeprefix('NCCL_')}={v}" for k, v in sorted((t.get("env") or {}).items()))
+        # Option and table trials share their base's environment: their table rows are what sets them apart.
+        table = table_rows(str(t.get("tuner_table") or ""))
+        if table:
+            env = f"{env or '(defaults)'} + table: {'; '.join(table)}"
         state = str(t.get("state", ""))
         rows.append(
             [
