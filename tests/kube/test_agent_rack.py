@@ -56,3 +56,26 @@ async def test_an_explicit_rack_wins_and_a_failed_read_leaves_it_empty(
     assert failed.rack == ""
     explicit.journal.close()
     failed.journal.close()
+
+
+async def test_a_topograph_node_registers_its_lowest_tier_as_rack_and_the_tiers_above(
+    controller: Controller, apiserver: FakeApiServer, kube_env: KubeEnvFactory, tmp_path: Path
+) -> None:
+    apiserver.add_node(
+        "n1",
+        labels={"network.topology.nvidia.com/block": "s1", "network.topology.nvidia.com/spine": "s2"},
+    )
+    settings = dataclasses.replace(
+        agent_settings(f"127.0.0.1:{controller.port}", tmp_path, "n1"), kubernetes=kube_env("agent")
+    )
+    agent = Agent(settings, discover=CountingDiscovery(), rng=random.Random(1))
+    stop = asyncio.Event()
+    task = asyncio.create_task(agent.run(stop))
+    try:
+        await asyncio.wait_for(agent.registered.wait(), 20)
+        node = await controller.registry.get("n1")
+        assert node.rack == "s1"
+        assert node.labels["network.topology.nvidia.com/spine"] == "s2", "the hierarchy reaches the controller"
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 20)

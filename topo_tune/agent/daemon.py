@@ -196,6 +196,10 @@ class Agent:
             self._outgoing = None
         return registered
 
+    def _hierarchy(self) -> dict[str, str]:
+        source = self._rack_source
+        return dict(source.hierarchy) if isinstance(source, NodeRackReader) else {}
+
     def _refusal(self, code: grpc.StatusCode, details: str) -> AgentRefused:
         """One line naming what to fix: the token's flag or file, or the registration's flags."""
         node, controller = self.settings.node_name, self.settings.controller
@@ -222,7 +226,8 @@ class Agent:
             register=agent_pb2.Register(
                 node_name=self.settings.node_name,
                 rack=self.rack,
-                labels=dict(self.settings.labels),
+                # The network tiers above the rack (kube.rack), under the labels the user gave.
+                labels={**self._hierarchy(), **self.settings.labels},
                 topology=topology,
                 agent_version=__version__,
                 backend=BACKEND_TO_WIRE[self.settings.backend],
