@@ -60,7 +60,8 @@ def agent() -> None:
     envvar="TOPO_TUNE_RACK_LABEL",
     default=DEFAULT_RACK_LABEL,
     show_default=True,
-    help="In a Kubernetes pod without --rack: the node label that names the rack [$TOPO_TUNE_RACK_LABEL].",
+    help="In a Kubernetes pod without --rack: the node label that names the rack; with the default, a node without "
+    "it takes the lowest Topograph, EKS or GKE network tier as its rack [$TOPO_TUNE_RACK_LABEL].",
 )
 @click.option("--label", "labels", multiple=True, callback=_labels, help="KEY=VALUE label; repeatable.")
 @click.option(
