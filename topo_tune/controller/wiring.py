@@ -182,7 +182,7 @@ class Services:
 
     async def _wave_order(self, version: str, nodes: Sequence[str]) -> tuple[str, ...]:
         """The rank order ``version``'s gate jobs run ``nodes`` in ("": NCCL's defaults, the launcher's order)."""
-        return wave_order(await self.config_versions.files(version) if version else {}, nodes)
+        return wave_order(await self.config_versions.files(version) if version else {}, nodes, version=version)
 
     async def _busy_reasons(self, nodes: list[str]) -> list[str]:
         return [f"{verdict.node_name}: {verdict.reason}" for verdict in await busy_nodes(self.idleness, nodes)]

@@ -24,9 +24,7 @@ from topo_tune.config_version import ConfigVersion, render_nccl_conf
 from topo_tune.controller.rollout.gates import Outcome
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase
-from topo_tune.controller.rollout.verification import wave_order
 from topo_tune.controller.server import Controller
-from topo_tune.errors import ValidationError
 
 pytestmark = pytest.mark.slow
 
@@ -86,14 +84,3 @@ async def test_a_gate_passes_a_better_order_and_fails_an_order_worse_than_the_st
     assert gate.verdict.time_change > 0.03 and "communication time" in gate.verdict.reasons[0]
     assert "wave 0 gate failed" in final.rollout.reason
     assert {a.config_store.active_version() for a in agents.values()} == {GROUPED.id}, "back on the stable order"
-
-
-def test_the_wave_order_follows_the_rank_map_over_the_waves_nodes() -> None:
-    files = dict(INTERLEAVED.files)
-    assert wave_order(files, ["n3", "n2", "n4", "n1"]) == ("n1", "n4", "n3", "n2")
-    assert wave_order(files, ["n2", "n3"]) == ("n3", "n2"), "the ring's order over a subset"
-    assert wave_order(files, ["n5", "n2", "n0", "n1"]) == ("n1", "n2", "n0", "n5"), "unknown nodes last, sorted"
-    assert wave_order({}, ["n3", "n1", "n2"]) == ("n1", "n2", "n3"), "NCCL's defaults: the launcher's order"
-    assert wave_order({"nccl.conf": SETTINGS}, ["b", "a"]) == ("a", "b"), "a version without a rank map"
-    with pytest.raises(ValidationError, match=r"rankmap\.json"):
-        wave_order({"rankmap.json": '{"planned": {}}'}, ["a"])

@@ -2,10 +2,11 @@
 
 Each repeat runs two benchmark jobs over all of the wave's nodes, one per version, and alternates which goes
 first (ABBA...), so drift in the fabric hits both arms alike. A version is its settings and its node order, so
-each arm's jobs place their ranks in that version's order of the wave's nodes (``wave_order``: its rank map's
-order over them; the launcher's order, sorted host names, for NCCL's defaults or a version without a rank
-map), the order a job on those nodes would be given: a version whose order is worse than the stable one's is
-measured slower and fails the gate, even with the same settings. A job selects its version's settings through
+each arm's jobs place their ranks in that version's order of the wave's nodes (``wave_order``: its ring
+re-planned over them, as ``tuner.job_order`` plans any job's nodes; the launcher's order, sorted host names,
+for NCCL's defaults or a version without a rank map), the order a job on those nodes is given: a version
+whose order is worse than the stable one's is measured slower and fails the gate, even with the same
+settings. A job selects its version's settings through
 ``NCCL_CONF_FILE`` pointing at that version's staged ``nccl.conf`` (unset for NCCL's defaults: the agents'
 env policy admits files inside their config directory only), the same file a pinned job reads; every agent
 keeps the previous version staged next to the active one. A version with a tuner-plugin table
@@ -21,7 +22,6 @@ Non-goals: judging (``gates.py``) and dispatching jobs (``controller/benchmarks/
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,8 +34,9 @@ from topo_tune.config_layout import DEFAULT_CONFIG_DIR, staged_path
 from topo_tune.config_version import NCCL_CONF, RANK_MAP
 from topo_tune.controller.rollout.gate_run import GateRun
 from topo_tune.controller.rollout.gates import Sample
-from topo_tune.errors import ConflictError, ValidationError
+from topo_tune.errors import ConflictError
 from topo_tune.nccl.collectives import Collective
+from topo_tune.tuner.job_order import job_order
 
 logger = logging.getLogger(__name__)
 
@@ -140,27 +141,15 @@ class BenchmarkVerifier:
         return await self.jobs.wait(job_id)
 
 
-def wave_order(files: Mapping[str, str], nodes: Sequence[str]) -> tuple[str, ...]:
-    """The rank order of ``nodes`` for a job given the version whose files are ``files`` ({}: NCCL's defaults).
-
-    The version's rank map lists its ring over the nodes it was tuned on; the nodes of that ring that are in
-    ``nodes`` keep its order, and nodes it does not list follow in the launcher's order. Without a rank map
-    (the version kept NCCL's natural order) the order is the launcher's: sorted host names, as a hostfile
-    lists them and as the study's baseline ran. ``ValidationError`` names the file when the map is unreadable.
-    """
-    launcher = sorted(nodes)
-    text = files.get(RANK_MAP)
-    if not text:
-        return tuple(launcher)
-    try:
-        planned = json.loads(text)["planned"]["node_order"]
-    except (ValueError, KeyError, TypeError):
-        planned = None
-    if not isinstance(planned, list) or not all(isinstance(n, str) for n in planned):
-        raise ValidationError(RANK_MAP, "has no planned.node_order list of node names")
-    wanted = set(nodes)
-    known = [n for n in planned if n in wanted]
-    return (*known, *(n for n in launcher if n not in known))
+def wave_order(files: Mapping[str, str], nodes: Sequence[str], *, version: str) -> tuple[str, ...]:
+    """The rank order of ``nodes`` for a job given ``version``, whose files are ``files`` ("" and {}: NCCL's
+    defaults): the order a job on exactly these nodes is handed (``tuner.job_order``: the version's ring
+    re-planned over them on its pair matrix, never worse there than the launcher's order; the launcher's
+    order, sorted host names, without a rank map). ``ValidationError`` names the field of a malformed map."""
+    answer = job_order(files.get(RANK_MAP), nodes, version=version)
+    for warning in answer.warnings:
+        logger.warning("gate order of %s: %s", version or "defaults", warning)
+    return answer.order
 
 
 def gate_job_id(rollout_id: str, *, wave: int, attempt: int, repeat: int, arm: str) -> str:
