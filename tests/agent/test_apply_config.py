@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+
+import pytest
 
 from tests.agent.config_store_child import A, B
 from tests.agent.test_daemon import CountingDiscovery, RunningAgent, _finished, address, start_agent
+from tests.conftest import controller_settings
 from tests.support.waiting import async_wait_until
 from topo_tune.config_version import version_id
 from topo_tune.controller.commands import CommandStatus
@@ -14,6 +17,18 @@ from topo_tune.controller.server import Controller
 from topo_tune.v1 import agent_pb2
 
 __all__ = ["start_agent"]  # the fixture, re-used from the daemon tests
+
+
+@pytest.fixture
+async def controller(sqlite_url: str) -> AsyncIterator[Controller]:
+    """A controller whose rollout pass never runs during a test: these tests apply versions by hand, and with
+    no rollout active the pass would hold the node on the stable version (NCCL's defaults) under them."""
+    server = Controller(controller_settings(sqlite_url, rollout_interval_s=3600.0))
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
 
 
 async def _apply(controller: Controller, version: str, files: dict[str, str], command_id: str) -> object:
