@@ -53,7 +53,13 @@ def test_drift_and_retention_settings_take_durations() -> None:
             "racks[2].nodes[0].gpus: expected integer, got 'eight'",
         ),
         ("racks:\n- {name: r0, nodes: [{name: a, gpu: 8}]}\n", "racks[0].nodes[0].gpu: unknown key"),
-        ("controler: {}\n", "controler: unknown key"),
+        ("controler: {}\n", "controler: unknown key; did you mean 'controller'?"),
+        ("search: {budjet: 4}\n", "search.budjet: unknown key; did you mean 'budget'?"),
+        (
+            "racks:\n- {name: r0, nodez: [{name: a}]}\n",
+            "racks[0].nodes: required field is missing; racks[0].nodez: unknown key; did you mean 'nodes'?",
+        ),
+        ("search: null\n", "search: expected a mapping, got null (an empty value)"),
         ("backend: mpi\n", "backend: input should be 'nccl', 'gloo' or 'sim'"),
         ("racks:\n- {name: r0, nodes: []}\n", "racks[0].nodes: list should have at least 1 item"),
         ("racks:\n- {nodes: [{name: a}]}\n", "racks[0].name: required field is missing"),
@@ -61,13 +67,16 @@ def test_drift_and_retention_settings_take_durations() -> None:
             "racks:\n- {name: r0, nodes: [{name: a}]}\n- {name: r1, nodes: [{name: a}]}\n",
             "racks[1].nodes[0].name: duplicate node name 'a' (also racks[0].nodes[0])",
         ),
-        ("racks:\n- {name: 'bad name', nodes: [{name: a}]}\n", "racks[0].name: string should match pattern"),
+        ("racks:\n- {name: 'bad name', nodes: [{name: a}]}\n", "racks[0].name: expected a host name (RFC 1123"),
         ("controller: {heartbeatInterval: soon}\n", "controller.heartbeatInterval: expected a duration"),
         (
             "controller: {heartbeatInterval: 30s, heartbeatExpiry: 10s}\n",
             "controller: heartbeatExpiry must be longer than heartbeatInterval",
         ),
-        ("controller: {listen: nowhere}\n", "controller.listen: string should match pattern"),
+        (
+            "controller: {listen: nowhere}\n",
+            "controller.listen: expected HOST:PORT, e.g. 127.0.0.1:50051, got 'nowhere'",
+        ),
         ("racks: {name: r0}\n", "racks: expected a list"),
         ("controller: {drift: {threshold: 1.5}}\n", "controller.drift.threshold: input should be less than 1"),
         ("controller: {retention: {maxAge: forever}}\n", "controller.retention.maxAge: expected a duration"),
@@ -238,3 +247,16 @@ def test_a_file_larger_than_the_bound_is_refused_unread(tmp_path: Path) -> None:
         handle.truncate(16 * 1024 * 1024 + 1)  # sparse: nothing is written, the size is what counts
     with pytest.raises(ConfigError, match=r"larger than 16 MiB$"):
         load_cluster_config(path)
+
+
+@pytest.mark.parametrize(
+    ("argv", "suggestion"),
+    [(["ini"], "Did you mean 'init'?"), (["admin", "rollot"], "Did you mean 'rollout'?")],
+)
+def test_a_mistyped_command_gets_the_closest_one(argv: list[str], suggestion: str) -> None:
+    from click.testing import CliRunner
+
+    from topo_tune.cli.main import cli
+
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 2 and suggestion in result.output

@@ -11,14 +11,17 @@ Non-goal: the settings themselves (``cluster_config.py``).
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import re
+import typing
 from collections.abc import Iterator, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pydantic
 from pydantic import BaseModel
 
+from topo_tune.config_values import PATTERN_WORDS
 from topo_tune.errors import ConfigError, FieldError, PathError
 
 _REASONS = {
@@ -56,8 +59,40 @@ def _format_path(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-def field_errors(exc: pydantic.ValidationError) -> list[tuple[str, str]]:
-    """(path, reason) of each error, as cluster.yaml's messages spell them."""
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The settings model an annotation holds, through ``list[...]``, ``dict[str, ...]`` and ``Optional``."""
+    while not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if not args:
+            return None
+        annotation = args[-1]
+    return annotation
+
+
+def _keys_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The keys (as the file spells them) the section at ``loc`` of ``model`` accepts; [] when unknown."""
+    current: type[BaseModel] | None = model
+    for part in loc:
+        if isinstance(part, int) or current is None:
+            continue  # an index of a list: the same model
+        field = next((f for name, f in current.model_fields.items() if part in (name, f.alias)), None)
+        current = _model_in(field.annotation) if field is not None else None
+    return [] if current is None else [f.alias or name for name, f in current.model_fields.items()]
+
+
+def _shown(value: object) -> str:
+    """A value as the YAML file spelled it: ``null`` for an empty value, not Python's ``None``."""
+    return "null (an empty value)" if value is None else repr(value)
+
+
+def _did_you_mean(key: object, known: list[str]) -> str:
+    close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def field_errors(exc: pydantic.ValidationError, model: type[BaseModel] | None = None) -> list[tuple[str, str]]:
+    """(path, reason) of each error, as cluster.yaml's messages spell them; with ``model``, an unknown key
+    names the closest key the section accepts ("did you mean 'search'?")."""
     found: list[tuple[str, str]] = []
     for err in exc.errors(include_url=False):
         path = _format_path(tuple(err["loc"]))
@@ -66,12 +101,18 @@ def field_errors(exc: pydantic.ValidationError) -> list[tuple[str, str]]:
             found.append((ctx_error.path, ctx_error.reason))
             continue
         kind = err["type"]
+        if kind == "string_pattern_mismatch":
+            words = PATTERN_WORDS.get(str(err.get("ctx", {}).get("pattern")), "not in the expected form")
+            found.append((path, f"{words}, got {_shown(err['input'])}"))
+            continue
         reason = _REASONS.get(kind)
         if reason is None:
             reason = str(err["msg"]).removeprefix("Value error, ")
             reason = reason[:1].lower() + reason[1:]
+        elif kind == "extra_forbidden" and model is not None and err["loc"]:
+            reason += _did_you_mean(err["loc"][-1], _keys_at(model, tuple(err["loc"][:-1])))
         elif kind not in ("missing", "extra_forbidden"):
-            reason = f"{reason}, got {err['input']!r}"
+            reason = f"{reason}, got {_shown(err['input'])}"
         found.append((path, reason))
     return found
 
@@ -80,12 +121,15 @@ Section = TypeVar("Section", bound=BaseModel)
 
 
 @contextlib.contextmanager
-def naming_fields(*, where: str = "", error: type[FieldError] = ConfigError) -> Iterator[None]:
-    """Turns a model's ``pydantic.ValidationError`` into one ``error`` naming every bad field (under ``where``)."""
+def naming_fields(
+    *, where: str = "", error: type[FieldError] = ConfigError, model: type[BaseModel] | None = None
+) -> Iterator[None]:
+    """Turns a model's ``pydantic.ValidationError`` into one ``error`` naming every bad field (under ``where``);
+    with the ``model`` validated, a mistyped key gets the closest accepted one."""
     try:
         yield
     except pydantic.ValidationError as exc:
-        errors = [(".".join(p for p in (where, f) if p), r) for f, r in field_errors(exc)]
+        errors = [(".".join(p for p in (where, f) if p), r) for f, r in field_errors(exc, model)]
         first_field, first_reason = errors[0]
         more = "; ".join(f"{f}: {r}" for f, r in errors[1:])
         raise error(first_field, first_reason + (f"; {more}" if more else "")) from None
@@ -95,7 +139,7 @@ def validated(
     model: type[Section], data: Mapping[str, object], *, where: str = "", error: type[FieldError] = ConfigError
 ) -> Section:
     """``data`` as a ``model``, or ``error`` naming every bad field (under ``where``, e.g. ``gate``)."""
-    with naming_fields(where=where, error=error):
+    with naming_fields(where=where, error=error, model=model):
         return model.model_validate(data)
     raise AssertionError("unreachable")  # for mypy: the context manager re-raises
 

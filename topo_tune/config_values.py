@@ -45,10 +45,17 @@ Duration = Annotated[
     ),
 ]
 
-HostPort = Annotated[
-    str,
-    Field(pattern=r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.\-]+):\d{1,5}$", description="HOST:PORT"),
-]
+HOST_PORT_PATTERN = r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.\-]+):\d{1,5}$"
+HostPort = Annotated[str, Field(pattern=HOST_PORT_PATTERN, description="HOST:PORT")]
+
+NODE_NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9\-_.]{0,251}[A-Za-z0-9])?$"
+PATTERN_WORDS = {
+    HOST_PORT_PATTERN: "expected HOST:PORT, e.g. 127.0.0.1:50051",
+    NODE_NAME_PATTERN: "expected a host name (RFC 1123: letters, digits, '-', '_' and '.', beginning and ending "
+    "with a letter or digit)",
+}
+"""What a value must look like, in words, for each pattern a setting is checked against (errors never show
+the regular expression)."""
 
 # RFC 1123 host names, which Kubernetes node names also are.
 NodeName = Annotated[
@@ -56,7 +63,7 @@ NodeName = Annotated[
     Field(
         min_length=1,
         max_length=253,
-        pattern=r"^[A-Za-z0-9]([A-Za-z0-9\-_.]{0,251}[A-Za-z0-9])?$",
+        pattern=NODE_NAME_PATTERN,
         description="a host name (RFC 1123), as the node's agent registers it",
     ),
 ]

@@ -82,7 +82,7 @@ def test_a_bad_duration_is_a_usage_error_naming_the_flag(tmp_path: Path, monkeyp
         (("--drift-threshold", "1.5"), "'--drift-threshold': input should be less than 1"),
         (("--drift-sample-nodes", "0"), "'--drift-sample-nodes': input should be greater than or equal to 1"),
         (("--heartbeat-interval", "0s"), "'--heartbeat-interval': input should be greater than 0"),
-        (("--listen", "50051"), "'--listen': string should match pattern"),
+        (("--listen", "50051"), "'--listen': expected HOST:PORT, e.g. 127.0.0.1:50051, got '50051'"),
     ],
 )
 def test_a_flag_gets_the_bounds_of_its_cluster_yaml_key(

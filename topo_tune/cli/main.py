@@ -52,6 +52,17 @@ class _Group(click.Group):
             self.add_command(command)
         return super().get_command(ctx, cmd_name)
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as error:
+            # click suggests among the commands loaded so far; most are loaded on first use (_LAZY_COMMANDS).
+            raise click.exceptions.NoSuchCommand(
+                error.command_name, possibilities=self.list_commands(ctx), ctx=ctx
+            ) from None
+
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
