@@ -12,6 +12,7 @@ import pytest
 from tests.support.processes import TOKEN, cli_env, run_cli
 from topo_tune.agent.backoff import heals
 from topo_tune.auth import DEFAULT_PORT, with_default_port
+from topo_tune.client import AdminClient
 from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.server import Controller
 
@@ -89,3 +90,9 @@ async def test_an_invalid_node_name_ends_the_agent_naming_the_flag(controller: C
     )
     assert code == 2, line
     assert "refused to register node bad name!" in line and "--node-name" in line
+
+
+def test_every_command_that_takes_controller_dials_the_default_port_of_a_bare_host() -> None:
+    # The agent dials through open_channel, every admin/env/exec command through AdminClient: both default it.
+    with AdminClient("localhost", token="t") as client:
+        assert client.address == f"localhost:{DEFAULT_PORT}"
