@@ -5,13 +5,14 @@ address; ``hostfile`` prints it with both predicted bottlenecks and pins nothing
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from tests.support.processes import TOKEN
+from tests.support.processes import TOKEN, cli_env, free_port
 from tests.support.sim_agent import sim_agent
 from tests.tuner.test_job_order import SIX_MAP
 from topo_tune.agent.daemon import Agent
@@ -77,3 +78,45 @@ async def test_hostfile_prints_the_order_with_both_predictions_and_pins_nothing(
     )
     assert bad.exit_code == 2 and "--version: 'newest' is not a config version id" in bad.output
     assert await controller.rollout_store.get_pin("preview", arm=stored.id) is None, "a preview pins nothing"
+
+
+RANK_SCRIPT = """
+import os, torch.distributed as dist
+dist.init_process_group("gloo", timeout=__import__("datetime").timedelta(seconds=60))
+print("node", os.environ["TOPO_TUNE_NODE_RANK"], "group", os.environ["GROUP_RANK"], "rank", dist.get_rank(),
+      "of", dist.get_world_size(), "order", os.environ["TOPO_TUNE_NODE_ORDER"], flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+async def test_exec_launcher_torchrun_gives_each_node_its_rank_in_the_jobs_order(
+    controller: Controller, tmp_path: Path
+) -> None:
+    """Two real torchruns (static rendezvous, gloo), started by exec on 'two nodes' that list the nodes
+    differently: torchrun's node ranks are the job's order, and they meet in one job of 2 x 2 ranks."""
+    script = tmp_path / "ranks.py"
+    script.write_text(RANK_SCRIPT)
+    port = str(free_port())
+    async with sim_agent(controller.port, tmp_path / "p", node="p", address="127.0.0.1"):
+        processes = []
+        for node, listed in (("s", "s,p"), ("p", "p,s")):
+            env = cli_env(TOPO_TUNE_CONTROLLER=f"127.0.0.1:{controller.port}", TOPO_TUNE_NODE_NAME=node)
+            torchrun = [str(Path(sys.executable).with_name("torchrun")), "--nproc_per_node=2", f"--master_port={port}"]
+            argv = [sys.executable, "-m", "topo_tune", "exec", "--launcher", "torchrun", "--job-id", "tr-1"]
+            argv += ["--nodes", listed, "--config-dir", str(tmp_path / node), "--", *torchrun, str(script)]
+            processes.append(
+                await asyncio.create_subprocess_exec(
+                    *argv, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+                )
+            )
+        outputs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in processes)), 180)
+    for process, (_, err) in zip(processes, outputs, strict=True):
+        assert process.returncode == 0, err.decode()[-3000:]
+    lines = sorted(line for out, _ in outputs for line in out.decode().splitlines() if line.startswith("node"))
+    assert lines == [
+        "node 0 group 0 rank 0 of 4 order p,s",
+        "node 0 group 0 rank 1 of 4 order p,s",
+        "node 1 group 1 rank 2 of 4 order p,s",
+        "node 1 group 1 rank 3 of 4 order p,s",
+    ]
