@@ -161,8 +161,9 @@ def test_the_matrix_is_carried_and_read_back() -> None:
     ],
 )
 def test_a_malformed_rank_map_names_its_field(text: str, field: str) -> None:
-    with pytest.raises(ValidationError, match=field.replace("[", r"\[").replace("]", r"\]")):
-        job_order(text, ["a", "b"])
+    for nodes in (["a", "b"], ["a"]):  # a job of one node too: the map is refused, not skipped
+        with pytest.raises(ValidationError, match=field.replace("[", r"\[").replace("]", r"\]")):
+            job_order(text, nodes)
 
 
 def test_a_version_refuses_a_malformed_pair_matrix_before_anything_stores_it() -> None:

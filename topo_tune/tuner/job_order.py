@@ -91,11 +91,11 @@ def job_order(rank_map: str | None, nodes: Sequence[str], *, version: str = "x")
     given = launcher_order(nodes)
     if not given:
         raise ValidationError("nodes", "a job needs at least one node")
+    ring = read_rank_map(rank_map) if rank_map is not None else None  # a malformed map is refused, for any job
     if len(given) == 1:
         return JobOrder(given, given, "single", math.inf, math.inf)
-    if rank_map is None:
+    if ring is None:
         return JobOrder(given, given, "defaults" if not version else "natural", None, None)
-    ring = read_rank_map(rank_map)
     members = set(given)
     index = ring.index()
     in_ring = set(ring.order)
