@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import weakref
 from collections.abc import Iterator
 
@@ -69,3 +71,24 @@ def test_freed_memory_is_given_back_to_the_system_once_an_interval() -> None:
     assert not keeper._trim_if_due()
     now[0] = 10.0
     assert keeper._trim_if_due()
+
+
+FREED_BLOCKS = """
+import sys
+from topo_tune.controller.heap import _resident_mib, fix_mmap_threshold
+if sys.argv[1] == "fixed":
+    assert fix_mmap_threshold()
+start = _resident_mib()
+for _ in range(3):
+    block = b"x" * (15 << 20)  # a refused request's size
+    del block
+    held = [b"y" * 100 for _ in range(1000)]  # small blocks allocated after it, as a server's are
+print(round(_resident_mib() - start))
+"""
+
+
+@pytest.mark.parametrize(("threshold", "kept"), [("dynamic", 15), ("fixed", 0)])
+def test_with_the_mmap_threshold_fixed_a_freed_15_mib_block_is_given_back_at_once(threshold: str, kept: int) -> None:
+    # Its own process: the threshold is per process and this one's heap has a history.
+    run = subprocess.run([sys.executable, "-c", FREED_BLOCKS, threshold], capture_output=True, text=True, check=True)
+    assert abs(int(run.stdout) - kept) <= 2, f"{threshold}: {run.stdout} MiB kept"

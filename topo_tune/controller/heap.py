@@ -22,10 +22,12 @@ them are not found by those collections: they are reclaimed (`gc.unfreeze`, one 
 
 Freed memory is not always given back: a refused 15 MiB request is parsed, decoded and checked, about 60 MiB
 for a moment, and glibc's allocator keeps such freed chunks in its heaps, so the controller's resident
-memory grew by 400-900 MiB over a few batches of them and stayed there. Every ``trim_interval_s`` a tick
-asks the allocator to return its free pages (``malloc_trim``: a few ms with little to give back, tens of ms
-when it gives back hundreds of MiB): back to within a few tens of MiB of the start
-(``benchmarks/results/rejected-messages.md``). Resident memory cannot say when to: freeing does not lower it.
+memory grew by 400-900 MiB over a few batches of them and stayed there: glibc serves a large block from
+``mmap`` (given back when freed) only above a threshold that it raises to the size of each such block freed,
+so after the first, 15 MiB blocks came from its heaps. ``run`` therefore fixes that threshold at
+``MMAP_THRESHOLD`` (1 MiB; fixing it also ends the raising), and every ``trim_interval_s`` a tick asks the
+allocator to return the free pages of its heaps (``malloc_trim``: a few ms with little to give back). 1,000
+such refusals leave the resident set within a few MiB of the start (``benchmarks/results/rejected-messages.md``).
 Non-goals: tuning the collector's thresholds; objects that are freed by reference counting (most) are freed
 at once whether frozen or not.
 """
@@ -57,6 +59,19 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 _MALLOC_TRIM = _malloc_trim()
+MMAP_THRESHOLD = 1 << 20
+_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+
+
+def fix_mmap_threshold(size: int = MMAP_THRESHOLD) -> bool:
+    """Serve blocks of ``size`` bytes or more from ``mmap`` from now on, whatever was freed before (glibc only)."""
+    name = ctypes.util.find_library("c")
+    try:
+        return bool(name) and ctypes.CDLL(name).mallopt(_M_MMAP_THRESHOLD, size) == 1
+    except (OSError, AttributeError):
+        return False
+
+
 _PAGE_MIB = os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
@@ -119,7 +134,8 @@ class HeapKeeper:
         return gc.get_freeze_count() >= 1.25 * max(self._frozen_after_reclaim, self.freeze_at)
 
     async def run(self, interval_s: float = 1.0) -> None:
-        """Tick every ``interval_s`` until cancelled."""
+        """Tick every ``interval_s`` until cancelled (the daemon's own process: it fixes the mmap threshold)."""
+        fix_mmap_threshold()
         while True:
             await asyncio.sleep(interval_s)
             self.tick()
