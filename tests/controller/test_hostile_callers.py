@@ -55,6 +55,7 @@ async def _hostile_agent(address: str) -> None:
             damage = f"{seq}: {HOSTILE}"  # a new text each time: every heartbeat is a change of damage
             event = agent_pb2.AgentEvent(kind="k\n\x1b[2J12:00:00.000 INFO", message=f"{seq}: {HOSTILE}")
             await call.write(agent_pb2.AgentMessage(event=event))
+            await call.write(agent_pb2.AgentMessage(ack=agent_pb2.CommandAck(command_id=f"never-sent-{seq}")))
             await call.write(agent_pb2.AgentMessage(heartbeat=agent_pb2.Heartbeat(seq=seq, config_damage=damage)))
         while True:  # the last heartbeat acknowledged: everything before it was handled
             reply = await asyncio.wait_for(call.read(), 20)
@@ -73,7 +74,8 @@ def test_agent_text_is_logged_escaped_bounded_and_rate_limited(controller: tuple
     assert not [line for line in lines if line.startswith(FORGED[:12])], "a forged line starts a line of its own"
     damaged = [line for line in lines if "active config version damaged" in line]
     events = [line for line in lines if "agent event" in line]
-    assert len(damaged) == BURST and len(events) == BURST, (len(damaged), len(events))
+    unknown = [line for line in lines if "ack for an unknown command" in line]
+    assert len(damaged) == len(events) == len(unknown) == BURST, (len(damaged), len(events), len(unknown))
     for line in damaged + events:
         assert "\\n12:00:00.000 INFO" in line and "\\x1b[2J" in line and "\\u2028" in line, line
         assert "characters in all)" in line and len(line) < 2000, line  # 5,000 characters cut

@@ -178,14 +178,22 @@ class SessionHub:
             session.send(agent_pb2.ControllerMessage(heartbeat_ack=agent_pb2.HeartbeatAck(seq=heartbeat.seq)))
         elif kind == "ack":
             command_id = message.ack.command_id
-            if not await self.commands.acked(session.node_name, command_id):
-                logger.warning("ack for an unknown command", extra={"node": session.node_name, "command": command_id})
+            known = await self.commands.acked(session.node_name, command_id)
+            held = None if known else self.log_gate.admit(session.node_name, "unknown ack")
+            if held is not None:  # an agent chooses how many it sends: a few lines a minute per node
+                logger.warning(
+                    "ack for an unknown command%s",
+                    held_note(held),
+                    extra={"node": session.node_name, "command": command_id},
+                )
         elif kind == "result":
             result = message.result
             finished = await self.commands.finish(session.node_name, result)
-            if not finished.known:
+            held = None if finished.known else self.log_gate.admit(session.node_name, "unknown result")
+            if held is not None:
                 logger.warning(
-                    "result for an unknown command",
+                    "result for an unknown command%s",
+                    held_note(held),
                     extra={"node": session.node_name, "command": result.command_id},
                 )
             # Acknowledge even unknown results: the agent would otherwise re-send them forever.
