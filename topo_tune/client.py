@@ -386,6 +386,12 @@ class AdminClient:
         request = admin_pb2.IssueCredentialRequest(role=role, node_name=node_name)
         return self._call(self._stub.IssueCredential, request)
 
+    def list_credentials(self) -> list[admin_pb2.CredentialInfo]:
+        return list(self._call(self._stub.ListCredentials, admin_pb2.ListCredentialsRequest()).credentials)
+
+    def revoke_credential(self, credential_id: str) -> admin_pb2.CredentialInfo:
+        return self._call(self._stub.RevokeCredential, admin_pb2.RevokeCredentialRequest(id=credential_id))
+
     def resolve_job_config(
         self, job_id: str, nodes: list[str], *, arm: str = "", preview: bool = False
     ) -> admin_pb2.JobConfig:

@@ -1,7 +1,8 @@
-"""``topo-tune admin credential``: issue the narrower credentials (one node's agent, or the jobs).
+"""``topo-tune admin credential``: issue the narrower credentials (one node's agent, or the jobs), list them,
+revoke one.
 
 Needs the admin token. The token is printed alone on stdout, so it can go straight into a file or a Secret
-and never through argv.
+and never through argv; list and revoke show ids (a short hash of each token), never a token.
 """
 
 from __future__ import annotations
@@ -9,14 +10,14 @@ from __future__ import annotations
 import click
 
 from topo_tune.cli.admin import admin, connected
-from topo_tune.cli.output import emit_data
+from topo_tune.cli.output import emit_data, emit_table
 from topo_tune.client import AdminClient
 from topo_tune.v1 import admin_pb2
 
 
 @admin.group()
 def credential() -> None:
-    """Issue agent and job credentials (see docs/security.md for who holds which)."""
+    """Issue, list and revoke agent and job credentials (see docs/security.md for who holds which)."""
 
 
 @credential.command()
@@ -40,6 +41,46 @@ def issue(client: AdminClient, fmt: str, node_name: str, for_jobs: bool) -> None
     role = admin_pb2.CREDENTIAL_ROLE_JOB if for_jobs else admin_pb2.CREDENTIAL_ROLE_AGENT
     issued = client.issue_credential(role, node_name)
     if fmt != "table":
-        emit_data({"role": "job" if for_jobs else "agent", "node": node_name, "token": issued.token}, fmt)
+        emit_data(
+            {"id": issued.id, "role": "job" if for_jobs else "agent", "node": node_name, "token": issued.token}, fmt
+        )
         return
     click.echo(issued.token)
+
+
+def _row(info: admin_pb2.CredentialInfo) -> dict[str, str]:
+    return {
+        "id": info.id,
+        "role": admin_pb2.CredentialRole.Name(info.role).removeprefix("CREDENTIAL_ROLE_").lower(),
+        "node": info.node_name,
+        "issued": info.issued_at.ToDatetime().isoformat(timespec="seconds") + "Z",
+        "revoked": info.revoked_at.ToDatetime().isoformat(timespec="seconds") + "Z"
+        if info.HasField("revoked_at")
+        else "",
+    }
+
+
+@credential.command(name="list")
+@connected
+def list_(client: AdminClient, fmt: str) -> None:
+    """The credentials issued, by id (never the token): role, node, when, and when revoked."""
+    rows = [_row(c) for c in client.list_credentials()]
+    if fmt != "table":
+        emit_data(rows, fmt)
+        return
+    columns = ["id", "role", "node", "issued", "revoked"]
+    emit_table("credentials", columns, [[r[c] for c in columns] for r in rows])
+
+
+@credential.command()
+@click.argument("credential_id", metavar="ID")
+@connected
+def revoke(client: AdminClient, fmt: str, credential_id: str) -> None:
+    """Revoke credential ID (from `admin credential list`): refused from the next call on, and the node's open
+    agent session is closed (the agent exits with status 2). A node's revoked credential cannot be issued
+    again; a new admin token gives every credential anew."""
+    row = _row(client.revoke_credential(credential_id))
+    if fmt != "table":
+        emit_data(row, fmt)
+        return
+    click.echo(f"revoked {row['id']} ({row['role']}{', node ' + row['node'] if row['node'] else ''})")

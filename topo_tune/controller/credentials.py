@@ -8,12 +8,16 @@ for a job's pinned config (``ResolveJobConfig``) and record the runs of its own 
 
 Agent and job credentials are derived from the admin token with HMAC-SHA256 (``topo-tune-agent:NODE:MAC``,
 ``topo-tune-job:MAC``): the controller issues them (``topo-tune admin credential issue``) and checks them
-without storing anything, and replacing the admin token revokes every one of them at once. In a Kubernetes
+without a lookup, and replacing the admin token revokes every one of them at once. Each issued credential is
+also recorded by its **id** (``credential_id``: a short hash of the token, never the token itself), so one
+can be listed and revoked alone (``credential_ledger``): a revoked id is refused at once, ``PERMISSION_DENIED``
+naming it. The tokens are derived, so a node's revoked credential stays revoked: that node gets a new one only
+with a new admin token. In a Kubernetes
 cluster an agent may instead present its pod's projected service-account token, which the API server's
 TokenReview binds to the pod's node (``kube/agent_identity.py``). The guard decides from the call's metadata
 alone, before its body is read.
 
-Non-goal: revoking one credential alone (replace the admin token and re-issue), user identities.
+Non-goal: user identities.
 """
 
 from __future__ import annotations
@@ -50,11 +54,19 @@ ALLOWED_METHODS: dict[Role, frozenset[str] | None] = {
 }
 
 
+def credential_id(token: str | bytes) -> str:
+    """The id an issued credential is listed and revoked by: 12 hex digits of its token's SHA-256."""
+    data = token.encode() if isinstance(token, str) else token
+    return hashlib.sha256(data).hexdigest()[:12]
+
+
 @dataclass(frozen=True)
 class Credential:
     role: Role
     node_name: str = ""
     """For ``Role.AGENT``: the one node this credential registers as."""
+    id: str = ""
+    """For issued (agent, job) credentials: ``credential_id`` of the token."""
 
     def may_call(self, method: str) -> bool:
         allowed = ALLOWED_METHODS[self.role]
@@ -75,6 +87,8 @@ class Credentials:
         """In a cluster: the node a Kubernetes service-account token of an agent pod is bound to, or None."""
         # A key of its own, so that no issued token reveals anything usable about the admin token.
         self._key = hmac.new(self._admin, _KEY_LABEL, hashlib.sha256).digest()
+        self.revoked: set[str] = set()
+        """Ids of revoked credentials (``credential_ledger`` keeps it, from the database)."""
 
     def _mac(self, role: Role, node_name: str = "") -> str:
         return hmac.new(self._key, f"{role.value}\0{node_name}".encode(), hashlib.sha256).hexdigest()
@@ -100,9 +114,9 @@ class Credentials:
         if text.startswith(_AGENT_PREFIX):
             node_name, _, mac = text.removeprefix(_AGENT_PREFIX).rpartition(":")
             if node_name and hmac.compare_digest(mac, self._mac(Role.AGENT, node_name)):
-                return Credential(Role.AGENT, node_name)
+                return Credential(Role.AGENT, node_name, credential_id(token))
         elif text.startswith(_JOB_PREFIX) and hmac.compare_digest(text.removeprefix(_JOB_PREFIX), self._mac(Role.JOB)):
-            return Credential(Role.JOB)
+            return Credential(Role.JOB, id=credential_id(token))
         return None
 
     async def of_call(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> Credential | None:
@@ -127,6 +141,8 @@ class CredentialInterceptor(GuardInterceptor):
         if credential is None:
             return grpc.StatusCode.UNAUTHENTICATED, REFUSED
         method: str = handler_call_details.method
+        if credential.id and credential.id in self._credentials.revoked:
+            return grpc.StatusCode.PERMISSION_DENIED, f"credential {credential.id} was revoked"
         if not credential.may_call(method):
             return grpc.StatusCode.PERMISSION_DENIED, f"{credential.role.value} credentials may not call {method}"
         return None

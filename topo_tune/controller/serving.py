@@ -87,6 +87,7 @@ class Serving:
                 job_comparisons=services.job_comparisons,
                 drift=services.drift,
                 credentials=services.credentials,
+                credential_ledger=services.credential_ledger,
             ),
             server,
         )

@@ -39,6 +39,10 @@ class AgentSession:
     instance_id: str
     outgoing: asyncio.Queue[agent_pb2.ControllerMessage | None] = field(default_factory=asyncio.Queue)
     close_reason: str = ""
+    credential_id: str = ""
+    """The issued credential the session registered with ("" for the admin token or a reviewed pod token)."""
+    denied: bool = False
+    """Closed because its credential was revoked: the stream ends PERMISSION_DENIED, not UNAVAILABLE."""
     sent_commands: set[str] = field(default_factory=set)
     """Commands already put on this stream: a stream is reliable, so each goes out once per session."""
 
@@ -221,6 +225,13 @@ class SessionHub:
         if self._sessions.get(session.node_name) is session:
             del self._sessions[session.node_name]
         self.metrics.sessions.set(len(self._sessions))
+
+    def deny(self, node_name: str, credential_id: str, reason: str) -> None:
+        """Close ``node_name``'s session if it registered with credential ``credential_id`` (now revoked)."""
+        session = self._sessions.get(node_name)
+        if session is not None and session.credential_id == credential_id:
+            session.denied = True
+            session.close(reason)
 
     def close_all(self, reason: str) -> None:
         for session in list(self._sessions.values()):

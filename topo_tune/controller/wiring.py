@@ -21,6 +21,7 @@ from topo_tune.controller.api.in_process import InProcessPort
 from topo_tune.controller.benchmarks.service import BenchmarkJobs, JobSettings
 from topo_tune.controller.changes import Changes
 from topo_tune.controller.commands import CommandBook
+from topo_tune.controller.credential_ledger import CredentialLedger
 from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.drift import DriftChecker
@@ -160,11 +161,13 @@ class Services:
         self.retention = Retention(db=db, wall_clock=wall_clock, settings=settings.retention, metrics=self.metrics)
         self.job_configs = JobResolver(self.rollout_store, self.registry)
         self.job_comparisons = JobComparisons(db=db, wall_clock=wall_clock)
+        self.credential_ledger = CredentialLedger(db=db, credentials=credentials, hub=self.hub, wall_clock=wall_clock)
 
     async def load(self) -> int:
         """Load what the database holds and end the work a previous controller process left running; returns how
         many nodes are known."""
         known = await self.registry.load()
+        await self.credential_ledger.load()
         await self.probes.recover()
         await self.jobs.recover()
         await self.studies.recover()

@@ -2714,24 +2714,117 @@ class IssuedCredential(_message.Message):
     TOKEN_FIELD_NUMBER: _builtins.int
     ROLE_FIELD_NUMBER: _builtins.int
     NODE_NAME_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
     token: _builtins.str
     """a bearer token; secret: hand it to the node or the job's users only"""
     role: Global___CredentialRole.ValueType
     node_name: _builtins.str
+    id: _builtins.str
+    """what `admin credential list` shows and `revoke` takes (a short hash of the token)"""
     def __init__(
         self,
         *,
         token: _builtins.str = ...,
         role: Global___CredentialRole.ValueType = ...,
         node_name: _builtins.str = ...,
+        id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_name", b"node_name", "role", b"role", "token", b"token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "node_name", b"node_name", "role", b"role", "token", b"token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___IssuedCredential: _TypeAlias = IssuedCredential  # noqa: Y015
+
+@_typing.final
+class CredentialInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    NODE_NAME_FIELD_NUMBER: _builtins.int
+    ISSUED_AT_FIELD_NUMBER: _builtins.int
+    REVOKED_AT_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    role: Global___CredentialRole.ValueType
+    node_name: _builtins.str
+    @_builtins.property
+    def issued_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def revoked_at(self) -> _timestamp_pb2.Timestamp:
+        """unset while the credential is valid"""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        role: Global___CredentialRole.ValueType = ...,
+        node_name: _builtins.str = ...,
+        issued_at: _timestamp_pb2.Timestamp | None = ...,
+        revoked_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["issued_at", b"issued_at", "revoked_at", b"revoked_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "issued_at", b"issued_at", "node_name", b"node_name", "revoked_at", b"revoked_at", "role", b"role"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CredentialInfo: _TypeAlias = CredentialInfo  # noqa: Y015
+
+@_typing.final
+class ListCredentialsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCredentialsRequest: _TypeAlias = ListCredentialsRequest  # noqa: Y015
+
+@_typing.final
+class ListCredentialsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CREDENTIALS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def credentials(self) -> _containers.RepeatedCompositeFieldContainer[Global___CredentialInfo]: ...
+    def __init__(
+        self,
+        *,
+        credentials: _abc.Iterable[Global___CredentialInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credentials", b"credentials"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCredentialsResponse: _TypeAlias = ListCredentialsResponse  # noqa: Y015
+
+@_typing.final
+class RevokeCredentialRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevokeCredentialRequest: _TypeAlias = RevokeCredentialRequest  # noqa: Y015
 
 @_typing.final
 class WatchRequest(_message.Message):

@@ -199,6 +199,16 @@ class AdminServiceStub:
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.IssueCredentialRequest.SerializeToString,
                 response_deserializer=topo__tune_dot_v1_dot_admin__pb2.IssuedCredential.FromString,
                 _registered_method=True)
+        self.ListCredentials = channel.unary_unary(
+                '/topo_tune.v1.AdminService/ListCredentials',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.ListCredentialsRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListCredentialsResponse.FromString,
+                _registered_method=True)
+        self.RevokeCredential = channel.unary_unary(
+                '/topo_tune.v1.AdminService/RevokeCredential',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.RevokeCredentialRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.CredentialInfo.FromString,
+                _registered_method=True)
         self.WatchBenchmark = channel.unary_stream(
                 '/topo_tune.v1.AdminService/WatchBenchmark',
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.WatchRequest.SerializeToString,
@@ -436,6 +446,19 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListCredentials(self, request, context):
+        """The credentials issued (by id, never the token), and revoking one alone: refused at once, its session closed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeCredential(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WatchBenchmark(self, request, context):
         """Watch one thing until it ends: its state now, then again at each change the controller commits (a node
         reported, a pair measured, a wave moved on, a trial finished), the last message being the ended state; then the stream
@@ -637,6 +660,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.IssueCredential,
                     request_deserializer=topo__tune_dot_v1_dot_admin__pb2.IssueCredentialRequest.FromString,
                     response_serializer=topo__tune_dot_v1_dot_admin__pb2.IssuedCredential.SerializeToString,
+            ),
+            'ListCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCredentials,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListCredentialsRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.ListCredentialsResponse.SerializeToString,
+            ),
+            'RevokeCredential': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeCredential,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.RevokeCredentialRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.CredentialInfo.SerializeToString,
             ),
             'WatchBenchmark': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchBenchmark,
@@ -1555,6 +1588,60 @@ class AdminService:
             '/topo_tune.v1.AdminService/IssueCredential',
             topo__tune_dot_v1_dot_admin__pb2.IssueCredentialRequest.SerializeToString,
             topo__tune_dot_v1_dot_admin__pb2.IssuedCredential.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/ListCredentials',
+            topo__tune_dot_v1_dot_admin__pb2.ListCredentialsRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.ListCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeCredential(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/RevokeCredential',
+            topo__tune_dot_v1_dot_admin__pb2.RevokeCredentialRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.CredentialInfo.FromString,
             options,
             channel_credentials,
             insecure,

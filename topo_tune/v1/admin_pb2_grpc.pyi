@@ -75,6 +75,9 @@ class AdminServiceStub:
     """A drift check now, as the periodic one runs: returned once stored, `running` while its jobs measure."""
     IssueCredential: _grpc.UnaryUnaryMultiCallable[_admin_pb2.IssueCredentialRequest, _admin_pb2.IssuedCredential]
     """Credentials of the narrower roles (admin only): one node's agent, or the jobs."""
+    ListCredentials: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListCredentialsRequest, _admin_pb2.ListCredentialsResponse]
+    """The credentials issued (by id, never the token), and revoking one alone: refused at once, its session closed."""
+    RevokeCredential: _grpc.UnaryUnaryMultiCallable[_admin_pb2.RevokeCredentialRequest, _admin_pb2.CredentialInfo]
     WatchBenchmark: _grpc.UnaryStreamMultiCallable[_admin_pb2.WatchRequest, _admin_pb2.BenchmarkJobUpdate]
     """Watch one thing until it ends: its state now, then again at each change the controller commits (a node
     reported, a pair measured, a wave moved on, a trial finished), the last message being the ended state; then the stream
@@ -133,6 +136,9 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """A drift check now, as the periodic one runs: returned once stored, `running` while its jobs measure."""
     IssueCredential: _aio.UnaryUnaryMultiCallable[_admin_pb2.IssueCredentialRequest, _admin_pb2.IssuedCredential]  # type: ignore[assignment]
     """Credentials of the narrower roles (admin only): one node's agent, or the jobs."""
+    ListCredentials: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListCredentialsRequest, _admin_pb2.ListCredentialsResponse]  # type: ignore[assignment]
+    """The credentials issued (by id, never the token), and revoking one alone: refused at once, its session closed."""
+    RevokeCredential: _aio.UnaryUnaryMultiCallable[_admin_pb2.RevokeCredentialRequest, _admin_pb2.CredentialInfo]  # type: ignore[assignment]
     WatchBenchmark: _aio.UnaryStreamMultiCallable[_admin_pb2.WatchRequest, _admin_pb2.BenchmarkJobUpdate]  # type: ignore[assignment]
     """Watch one thing until it ends: its state now, then again at each change the controller commits (a node
     reported, a pair measured, a wave moved on, a trial finished), the last message being the ended state; then the stream
@@ -386,6 +392,21 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.IssuedCredential, _abc.Awaitable[_admin_pb2.IssuedCredential]]:
         """Credentials of the narrower roles (admin only): one node's agent, or the jobs."""
+
+    @_abc_1.abstractmethod
+    def ListCredentials(
+        self,
+        request: _admin_pb2.ListCredentialsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListCredentialsResponse, _abc.Awaitable[_admin_pb2.ListCredentialsResponse]]:
+        """The credentials issued (by id, never the token), and revoking one alone: refused at once, its session closed."""
+
+    @_abc_1.abstractmethod
+    def RevokeCredential(
+        self,
+        request: _admin_pb2.RevokeCredentialRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.CredentialInfo, _abc.Awaitable[_admin_pb2.CredentialInfo]]: ...
 
     @_abc_1.abstractmethod
     def WatchBenchmark(

@@ -35,8 +35,10 @@ from topo_tune.controller.api.status_codes import maps_errors
 from topo_tune.controller.api.watch import WatchServicerMixin
 from topo_tune.controller.commands import CommandBook
 from topo_tune.controller.config_versions import ConfigVersions
-from topo_tune.controller.credentials import Credentials
+from topo_tune.controller.credential_ledger import CredentialLedger, IssuedRecord
+from topo_tune.controller.credentials import Credentials, Role, credential_id
 from topo_tune.controller.job_comparisons import JobComparisons
+from topo_tune.wire_values import timestamp, timestamp_or_none
 
 if TYPE_CHECKING:
     from topo_tune.controller.drift import DriftChecker
@@ -75,6 +77,7 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
         drift: DriftChecker | None = None,
         credentials: Credentials | None = None,
         job_comparisons: JobComparisons | None = None,
+        credential_ledger: CredentialLedger | None = None,
     ) -> None:
         self._registry = registry
         self._commands = commands
@@ -89,6 +92,7 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
         self._drift = drift
         self._credentials = credentials
         self._job_comparisons = job_comparisons
+        self._ledger = credential_ledger
 
     @maps_errors
     async def ListNodes(self, request: admin_pb2.ListNodesRequest, context: Ctx) -> admin_pb2.ListNodesResponse:
@@ -272,19 +276,44 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
         if self._credentials is None:
             raise TopoTuneError("this controller issues no credentials")
         if request.role == admin_pb2.CREDENTIAL_ROLE_AGENT:
-            token = self._credentials.issue_agent(request.node_name)
+            role = Role.AGENT
+            names.node_name(request.node_name, "node_name")
         elif request.role == admin_pb2.CREDENTIAL_ROLE_JOB:
             if request.node_name:
                 raise ValidationError("node_name", "a job credential is not bound to a node; leave it empty")
-            token = self._credentials.issue_job()
+            role = Role.JOB
         else:
             raise ValidationError("role", "credentials are issued for the agent or the job role only")
-        logger.info(
-            "issued a %s credential",
-            admin_pb2.CredentialRole.Name(request.role).removeprefix("CREDENTIAL_ROLE_").lower(),
-            extra={"node": request.node_name},
-        )
-        return admin_pb2.IssuedCredential(token=token, role=request.role, node_name=request.node_name)
+        if self._ledger is not None:
+            token, record = await self._ledger.issue(role, request.node_name)
+            key = record.id
+        else:
+            token = (
+                self._credentials.issue_agent(request.node_name)
+                if role is Role.AGENT
+                else self._credentials.issue_job()
+            )
+            key = credential_id(token)
+        logger.info("issued %s credential %s", role.value, key, extra={"node": request.node_name})
+        return admin_pb2.IssuedCredential(token=token, role=request.role, node_name=request.node_name, id=key)
+
+    def _credential_ledger(self) -> CredentialLedger:
+        if self._ledger is None:  # pragma: no cover - the server always wires it
+            raise ConflictError("this controller keeps no credential ledger")
+        return self._ledger
+
+    @maps_errors
+    async def ListCredentials(
+        self, request: admin_pb2.ListCredentialsRequest, context: Ctx
+    ) -> admin_pb2.ListCredentialsResponse:
+        records = await self._credential_ledger().list()
+        return admin_pb2.ListCredentialsResponse(credentials=[_credential_info(r) for r in records])
+
+    @maps_errors
+    async def RevokeCredential(
+        self, request: admin_pb2.RevokeCredentialRequest, context: Ctx
+    ) -> admin_pb2.CredentialInfo:
+        return _credential_info(await self._credential_ledger().revoke(request.id))
 
     def _comparisons(self) -> JobComparisons:
         if self._job_comparisons is None:  # pragma: no cover - the server always wires it
@@ -305,3 +334,16 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
         job_id = names.short_text(request.job_id, "job_id", limit=253)
         found = await self._comparisons().list(job_id=job_id, limit=validation.limit(request.limit, default=50))
         return admin_pb2.ListJobComparisonsResponse(comparisons=[to_proto_job_comparison(c) for c in found])
+
+
+_ROLES = {Role.AGENT: admin_pb2.CREDENTIAL_ROLE_AGENT, Role.JOB: admin_pb2.CREDENTIAL_ROLE_JOB}
+
+
+def _credential_info(record: IssuedRecord) -> admin_pb2.CredentialInfo:
+    return admin_pb2.CredentialInfo(
+        id=record.id,
+        role=_ROLES[record.role],
+        node_name=record.node_name,
+        issued_at=timestamp(record.issued_at),
+        revoked_at=timestamp_or_none(record.revoked_at),
+    )

@@ -48,6 +48,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         if first.WhichOneof("kind") != "register":
             self._hub.metrics.rejected_messages.inc()
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "register: the first message must register")
+        credential = None
         if self._credentials is not None:
             credential = await self._credentials.of_call(context.invocation_metadata())
             if credential is None or not credential.may_register_as(first.register.node_name):
@@ -62,6 +63,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         try:
             validation.register(first.register)
             session, registered = await self._hub.open(first.register, peer_host=peer_host(context.peer()))
+            session.credential_id = credential.id if credential is not None else ""
         except TopoTuneError as error:
             if isinstance(error, ValidationError):
                 self._hub.metrics.rejected_messages.inc()
@@ -80,6 +82,8 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             self._hub.close(session)
         if failure:
             await status_codes.abort(context, failure[0])
+        if session.denied:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, session.close_reason)
         if session.close_reason and session.close_reason != "agent closed the stream":
             await context.abort(grpc.StatusCode.UNAVAILABLE, session.close_reason)
 

@@ -328,3 +328,16 @@ class JobComparisonRow(Base):
     """Medians, gain, bounds, decision; None until every run is in."""
     created_at: Mapped[datetime]
     completed_at: Mapped[datetime | None]
+
+
+class CredentialRow(Base):
+    """An agent or job credential as issued: its id (a short hash of the token, never the token), role, node,
+    when, and when it was revoked."""
+
+    __tablename__ = "credentials"
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16))
+    node_name: Mapped[str] = mapped_column(String(253), default="")
+    issued_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None]

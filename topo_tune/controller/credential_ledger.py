@@ -1,0 +1,114 @@
+"""The ledger of issued credentials: each one recorded by id when issued, and revoked alone.
+
+Purpose: agent and job credentials are derived from the admin token (``credentials``), so checking one needs
+no lookup; the ledger adds what derivation cannot: which were handed out (id, role, node, when) and which are
+revoked. A revocation is committed first, with an event in the node's history (``events``: ``credential.issued``
+and ``credential.revoked``: the audit trail), then acted on: the id joins the set the
+guard refuses with ``PERMISSION_DENIED`` from the next call on, and the node's open agent session is closed
+with the same status, so the agent exits rather than retrying (``agent/backoff.py``). ``load`` fills that set
+from the database when a controller starts; a standby already running when a credential is revoked on the
+leader learns of it at its next start (a known limit: revoke on the leader, then restart standbys).
+
+Non-goals: the token format and the check (``credentials``), user identities.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from topo_tune.controller.credentials import Credentials, Role, credential_id
+from topo_tune.controller.db.database import Database
+from topo_tune.controller.db.models import CredentialRow, EventRow
+from topo_tune.controller.sessions import SessionHub
+from topo_tune.errors import ConflictError, NotFoundError, ValidationError
+
+logger = logging.getLogger(__name__)
+
+_ID_CHARS = frozenset("0123456789abcdef")
+
+
+@dataclass(frozen=True)
+class IssuedRecord:
+    id: str
+    role: Role
+    node_name: str
+    issued_at: datetime
+    revoked_at: datetime | None
+
+
+def _record(row: CredentialRow) -> IssuedRecord:
+    return IssuedRecord(row.id, Role(row.role), row.node_name, row.issued_at, row.revoked_at)
+
+
+@dataclass
+class CredentialLedger:
+    db: Database
+    credentials: Credentials
+    hub: SessionHub
+    wall_clock: Callable[[], datetime]
+
+    async def load(self) -> None:
+        """The revoked ids, from the database (at start-up)."""
+        rows = await self.db.read(
+            lambda s: list(s.scalars(sa.select(CredentialRow.id).where(CredentialRow.revoked_at.is_not(None))))
+        )
+        self.credentials.revoked.update(rows)
+
+    async def issue(self, role: Role, node_name: str = "") -> tuple[str, IssuedRecord]:
+        """A credential's token and its record; refused for one revoked (a derived token cannot change)."""
+        token = self.credentials.issue_agent(node_name) if role is Role.AGENT else self.credentials.issue_job()
+        key = credential_id(token)
+        now = self.wall_clock()
+
+        def write(session: Session) -> IssuedRecord:
+            row = session.get(CredentialRow, key)
+            if row is not None and row.revoked_at is not None:
+                whose = f"node {node_name!r}'s agent" if node_name else "the jobs'"
+                raise ConflictError(
+                    f"credential {key} ({whose}) was revoked; a new one needs a new admin token (docs/security.md)"
+                )
+            if row is None:
+                row = CredentialRow(id=key, role=role.value, node_name=node_name, issued_at=now, revoked_at=None)
+                session.add(row)
+                message = f"credential {key} issued ({role.value})"
+                session.add(EventRow(node_name=node_name, kind="credential.issued", message=message, at=now))
+            session.flush()
+            return _record(row)
+
+        return token, await self.db.run(write)
+
+    async def list(self) -> list[IssuedRecord]:
+        rows = await self.db.read(
+            lambda s: [_record(r) for r in s.scalars(sa.select(CredentialRow).order_by(CredentialRow.issued_at))]
+        )
+        return list(rows)
+
+    async def revoke(self, key: str) -> IssuedRecord:
+        """Revoke credential ``key``: committed with its event, then refused and its session closed."""
+        if len(key) != 12 or not set(key) <= _ID_CHARS:
+            raise ValidationError("id", f"expected the 12 hex digits `admin credential list` shows, got {key!r}")
+        now = self.wall_clock()
+
+        def write(session: Session) -> IssuedRecord:
+            row = session.get(CredentialRow, key, with_for_update=True)
+            if row is None:
+                raise NotFoundError(f"no credential {key} was issued by this controller (see admin credential list)")
+            if row.revoked_at is None:
+                row.revoked_at = now
+                message = f"credential {key} revoked ({row.role})"
+                session.add(EventRow(node_name=row.node_name, kind="credential.revoked", message=message, at=now))
+            session.flush()
+            return _record(row)
+
+        record = await self.db.run(write)
+        self.credentials.revoked.add(key)
+        if record.role is Role.AGENT:
+            self.hub.deny(record.node_name, key, f"credential {key} was revoked")
+        logger.info("revoked credential %s", key, extra={"node": record.node_name})
+        return record
