@@ -389,7 +389,6 @@ def run_pass(
         topology_fingerprint=fingerprint,
         advice=advise(latencies) if latencies else None,
         table_bucket_rows=search.tuner_table,
-        objective=objective,
         workload=WorkloadSource(cluster.workload.source, cluster.workload.collective_time_us),
     )
     version = written.config_version

@@ -13,13 +13,14 @@ import pytest
 
 from tests.tuner.test_outputs import LARGE_ONLY, demo_study
 from topo_tune.config_version import parse_nccl_conf
-from topo_tune.tuner.outputs import _nccl_conf, bucket_lines, verdict_lines, write_outputs
+from topo_tune.tuner.outputs import _nccl_conf, write_outputs
 from topo_tune.tuner.proof import BucketProof
 from topo_tune.tuner.report.tables import trial_table
 from topo_tune.tuner.speedup_text import precise, speedup_text
 from topo_tune.tuner.statistics import Bounds, SequentialDesign, compare
 from topo_tune.tuner.study import StudyOutcome
 from topo_tune.tuner.study_records import trial_count_line
+from topo_tune.tuner.study_summary import bucket_lines, verdict_lines
 from topo_tune.tuner.trial_store import A_ROLE, superseded_trials
 
 

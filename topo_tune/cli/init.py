@@ -23,9 +23,9 @@ from topo_tune.client import AdminClient
 from topo_tune.cluster_config import ClusterConfig, load_cluster_config
 from topo_tune.errors import ConfigError, EnvPolicyError
 from topo_tune.remote_port import RESTART_WAIT_S, RemotePort
-from topo_tune.tuner.outputs import verdict_lines
 from topo_tune.tuner.report.tables import table_rows
 from topo_tune.tuner.study_records import plural, trial_count_line
+from topo_tune.tuner.study_summary import verdict_lines
 from topo_tune.tuner.workload_gain import gain_line
 
 if TYPE_CHECKING:

@@ -56,8 +56,8 @@ from topo_tune.errors import (
     ValidationError,
 )
 from topo_tune.node_record import NodeState
-from topo_tune.tuner.outputs import verdict_lines
 from topo_tune.tuner.study import A_FAILURE, A_REASON, StudyProgress
+from topo_tune.tuner.study_summary import verdict_lines
 from topo_tune.tuning_pass import run_pass
 
 logger = logging.getLogger(__name__)
