@@ -219,7 +219,7 @@ def main() -> None:
             if summary["result"] != "promote":
                 raise SystemExit(f"init kept NCCL's defaults: {summary.get('buckets')}")
             step(f"rolling out {version}")
-            roll_out(cluster, version)
+            rolled = roll_out(cluster, version)
             step("the DDP job under exec --compare stable --against defaults")
             job_id = f"job-gain-{int(time.time())}"
             outputs = train(cluster, job_id=job_id, pairs=args.pairs, grad_mib=args.grad_mib, steps=args.steps)
@@ -227,15 +227,22 @@ def main() -> None:
         except BaseException:
             print(cluster.logs(), file=sys.stderr)
             raise
-    step(f"done in {time.monotonic() - started:.0f} s")
+    elapsed = time.monotonic() - started
+    step(f"done in {elapsed:.0f} s")
     for host, output in zip(HOSTS, outputs, strict=True):
         print(f"--- {host}\n{output.strip()[-1500:]}", file=sys.stderr)
     result = table(summary=summary, rank_map=rank_map, compared=compared, args=args)
+    gates = "; ".join(f"{g['outcome']}: {' '.join(g['reasons'])}" for g in rolled["gates"])
+    result += f"\nrollout gate (the version and its order against the defaults in the launcher's order): {gates}"
     print(result)
     if args.record is not None:
-        command = " ".join(shlex.quote(a) for a in ["python", "benchmarks/job_gain.py", *sys.argv[1:]])
+        shown = [
+            "DIR" if prev == "--workdir" else a for prev, a in zip(["", *sys.argv[1:]], sys.argv[1:], strict=False)
+        ]
+        command = " ".join(shlex.quote(a) for a in ["python", "benchmarks/job_gain.py", *shown])
         with args.record.open("a") as record:
-            record.write(f"\n## {datetime.now(UTC):%Y-%m-%d %H:%M} UTC\n\nCommand: `{command}` (as root)\n\n")
+            record.write(f"\n## {datetime.now(UTC):%Y-%m-%d %H:%M} UTC\n\nCommand: `{command}` (as root), ")
+            record.write(f"{elapsed:.0f} s from building the cluster to the table.\n\n")
             record.write(f"```\n{result}\n```\n")
 
 
