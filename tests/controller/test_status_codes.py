@@ -53,6 +53,7 @@ EXPECTED: dict[type[errors.TopoTuneError], grpc.StatusCode] = {
     errors.ControllerDatabaseFull: C.UNAVAILABLE,
     errors.PluginBuildError: C.FAILED_PRECONDITION,
     errors.SessionRefused: C.FAILED_PRECONDITION,
+    errors.AgentRefused: C.FAILED_PRECONDITION,  # (agent) ends the agent: never sent as a status
     errors.NvmlCallError: C.FAILED_PRECONDITION,
     errors.TrialFailed: C.FAILED_PRECONDITION,
     errors.StudyError: C.FAILED_PRECONDITION,
