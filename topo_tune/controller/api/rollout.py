@@ -17,7 +17,7 @@ import grpc.aio
 from topo_tune.config_checks import overridden
 from topo_tune.config_version import ConfigVersion
 from topo_tune.controller import names
-from topo_tune.controller.api import messages, validation
+from topo_tune.controller.api import messages, rollout_messages, validation
 from topo_tune.controller.api.status_codes import maps_errors
 from topo_tune.controller.rollout.engine import RolloutEngine
 from topo_tune.controller.rollout.gates import check_reachable
@@ -53,7 +53,7 @@ class RolloutServicerMixin:
         task.add_done_callback(_log_failure)
 
     async def _info(self, snapshot: Snapshot) -> admin_pb2.RolloutInfo:
-        info = messages.to_proto_rollout(snapshot, await self._rollouts.store.gates(snapshot.rollout.id))
+        info = rollout_messages.to_proto_rollout(snapshot, await self._rollouts.store.gates(snapshot.rollout.id))
         # Why a node still moving has not moved yet: its last ApplyConfig's failure (e.g. its config disk is full).
         moving = {n for n, node in snapshot.nodes.items() if node.phase in (NodePhase.APPLYING, NodePhase.ROLLING_BACK)}
         if moving:
@@ -65,7 +65,7 @@ class RolloutServicerMixin:
     async def CreateRollout(self, request: admin_pb2.CreateRolloutRequest, context: Ctx) -> admin_pb2.RolloutInfo:
         if request.rollout_id:
             names.command_id(request.rollout_id, "rollout_id")
-        policy = messages.from_proto_policy(request, gate_defaults=self._rollouts.gate_defaults)
+        policy = rollout_messages.from_proto_policy(request, gate_defaults=self._rollouts.gate_defaults)
         if policy.gate.cuda_graph:
             # Refused now rather than as an inconclusive gate after the canary was already switched.
             other = [n for n in await self._rollouts.registry.list() if n.backend != "nccl"]
@@ -91,7 +91,7 @@ class RolloutServicerMixin:
         if request.dry_run:
             nodes = await self._rollouts.registry.list()
             plan = build_plan({n.name: n.rack for n in nodes}, policy)
-            return messages.to_proto_rollout_plan(version.id, plan, policy, thresholds)
+            return rollout_messages.to_proto_rollout_plan(version.id, plan, policy, thresholds)
         snapshot = await self._rollouts.create(
             version, policy=policy, thresholds=thresholds, actor=_actor(request.actor), rollout_id=request.rollout_id
         )
@@ -118,7 +118,7 @@ class RolloutServicerMixin:
     ) -> admin_pb2.ListRolloutsResponse:
         limit = validation.limit(request.limit, default=50, most=1000)
         rollouts = await self._rollouts.store.recent(limit=limit)
-        return admin_pb2.ListRolloutsResponse(rollouts=[messages.to_proto_rollout_summary(r) for r in rollouts])
+        return admin_pb2.ListRolloutsResponse(rollouts=[rollout_messages.to_proto_rollout_summary(r) for r in rollouts])
 
     @maps_errors
     async def ChangeRollout(self, request: admin_pb2.ChangeRolloutRequest, context: Ctx) -> admin_pb2.RolloutInfo:
@@ -148,7 +148,7 @@ class RolloutServicerMixin:
     ) -> admin_pb2.RolloutHistory:
         names.command_id(request.rollout_id, "rollout_id")
         records = await self._rollouts.store.history(request.rollout_id)
-        return messages.to_proto_rollout_history(records)
+        return rollout_messages.to_proto_rollout_history(records)
 
     @maps_errors
     async def ResolveJobConfig(self, request: admin_pb2.ResolveJobConfigRequest, context: Ctx) -> admin_pb2.JobConfig:

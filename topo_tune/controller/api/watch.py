@@ -19,11 +19,11 @@ from topo_tune.controller import names
 from topo_tune.controller.api.messages import (
     to_proto_check_update,
     to_proto_job_update,
-    to_proto_rollout,
     to_proto_rollout_update,
     to_proto_round_update,
     to_proto_study_update,
 )
+from topo_tune.controller.api.rollout_messages import to_proto_rollout
 from topo_tune.controller.api.status_codes import maps_stream_errors
 from topo_tune.controller.benchmarks.service import BenchmarkJobs
 from topo_tune.controller.probes import Probes
