@@ -61,7 +61,16 @@ async def test_a_token_of_another_cluster_ends_the_agent_naming_its_token_file(
     token_file.write_text(Credentials("another cluster's token").issue_agent("gpu-a1"))
     address = f"127.0.0.1:{controller.port}"
     code, line = await _agent(
-        tmp_path, "--controller", address, "--node-name", "gpu-a1", "--token-file", str(token_file), token=None
+        tmp_path,
+        "--controller",
+        address,
+        "--node-name",
+        "gpu-a1",
+        "--token-file",
+        str(token_file),
+        "--token-grace",
+        "0.5",
+        token=None,
     )
     assert code == 2, line
     assert line == (

@@ -7,7 +7,9 @@ controller restart, so thousands of agents do not arrive in the same second.
 An answer heals when waiting can change it: the controller unreachable, restarting, overloaded, a deadline.
 One does not when only the operator can: the token refused (UNAUTHENTICATED), a credential that is another
 node's or revoked (PERMISSION_DENIED), a registration the controller cannot accept (INVALID_ARGUMENT before
-``Registered``: an invalid node name). Retrying those forever only fills a log; the agent exits instead.
+``Registered``: an invalid node name). Retrying those forever only fills a log; the agent exits instead,
+except that a token read from ``--token-file`` is retried for ``token_grace_s`` while the file may be
+rewritten (kubelet rotates a projected token in place).
 An INVALID_ARGUMENT after registration is about one message of a working session and heals by reconnecting.
 """
 

@@ -67,6 +67,8 @@ class Agent:
                 environment=settings.kubernetes, node_name=settings.node_name, label=settings.rack_label
             )
         self._rack_source = rack_source
+        self._token_used = ""
+        self._refused: tuple[str, float] | None = None  # the token last refused, and since when
         self._discover = discover
         self.config_store = ConfigStore(settings.config_dir)
         # Candidate tuner tables of benchmark jobs: staged under the state directory, with the installed
@@ -165,7 +167,7 @@ class Agent:
         try:
             registered = await self._session(topology, stop)
         except grpc.aio.AioRpcError as error:
-            if not heals(error.code(), registered=self.registered.is_set()):
+            if not heals(error.code(), registered=self.registered.is_set()) and not self._token_may_rotate(error):
                 refused = self._refusal(error.code(), error.details() or "")
                 logger.error("%s", refused, extra={"node": self.settings.node_name})
                 raise refused from None
@@ -195,6 +197,24 @@ class Agent:
             self.registered.clear()
             self._outgoing = None
         return registered
+
+    def _token_may_rotate(self, error: grpc.aio.AioRpcError) -> bool:
+        """Whether a refused token from ``--token-file`` is still within ``token_grace_s`` (see the setting)."""
+        if error.code() is not grpc.StatusCode.UNAUTHENTICATED or self.settings.token_file is None:
+            return False
+        now = asyncio.get_running_loop().time()
+        if self._refused is None or self._refused[0] != self._token_used:
+            self._refused = (self._token_used, now)
+        left = self.settings.token_grace_s - (now - self._refused[1])
+        if left <= 0:
+            return False
+        logger.warning(
+            "the controller refused the token in %s; retrying for %.0f s more in case the file is rotated",
+            self.settings.token_file,
+            left,
+            extra={"node": self.settings.node_name},
+        )
+        return True
 
     def _hierarchy(self) -> dict[str, str]:
         source = self._rack_source
@@ -244,6 +264,7 @@ class Agent:
             token = self.settings.token
             if self.settings.token_file is not None:
                 token = await asyncio.to_thread(read_token, token_file=self.settings.token_file, token_env=None)
+            self._token_used = token
             call = stub.Session(metadata=bearer_metadata(token))
             await call.write(self._register_message(topology))
             first = await call.read()

@@ -43,6 +43,10 @@ class AgentSettings:
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 30.0
     """Reconnect delays grow from ``backoff_initial_s`` to this cap, with full jitter."""
+    token_grace_s: float = 60.0
+    """How long a token read from ``token_file`` is retried while the controller refuses it, waiting for the file
+    to be rewritten (kubelet rotates a projected token in place); a changed token starts the wait again. Past it,
+    or with no token file, the refusal ends the agent (``AgentRefused``)."""
     default_heartbeat_interval_s: float = 10.0
     """Used until the controller says otherwise in ``Registered``."""
     kubernetes: KubeEnvironment | None = None

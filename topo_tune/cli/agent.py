@@ -119,6 +119,16 @@ def agent() -> None:
     help="Seconds: the longest wait between attempts to reach the controller (they start at 0.5 s, double, and are "
     "drawn at random below that cap so a fleet does not reconnect at once) [$TOPO_TUNE_RECONNECT_MAX].",
 )
+@click.option(
+    "--token-grace",
+    "token_grace_s",
+    type=click.FloatRange(0, 3600),
+    envvar="TOPO_TUNE_TOKEN_GRACE",
+    default=AgentSettings.token_grace_s,
+    show_default=True,
+    help="Seconds: how long a token from --token-file that the controller refuses is retried, in case the file is "
+    "rewritten (a rotated Kubernetes token); then the agent exits with status 2 [$TOPO_TUNE_TOKEN_GRACE].",
+)
 @token_options
 @client_tls_options
 def run(
@@ -135,6 +145,7 @@ def run(
     config_dir: Path,
     worker_env: dict[str, str],
     reconnect_max_s: float,
+    token_grace_s: float,
     token_file: Path | None,
     tls_ca: Path | None,
     tls_cert: Path | None,
@@ -170,6 +181,7 @@ def run(
         rack_label=rack_label,
         worker_env=worker_env,
         backoff_max_s=reconnect_max_s,
+        token_grace_s=token_grace_s,
     )
     try:
         asyncio.run(_run(settings))
