@@ -58,6 +58,8 @@ class FileCalls:
     """Why the counts may be lower than the job's calls, when they may."""
     process: str | None = None
     """The process that wrote it when one process writes several files (one per communicator)."""
+    communicator_ranks: int | None = None
+    """The ranks of the communicator the file counted, where the file says (a plugin record does)."""
 
     def add(self, collective: Collective, size: int, *, duration_us: float | None, calls: float = 1.0) -> None:
         self.calls.setdefault((collective, size), CallStats()).add(duration_us, calls)
@@ -103,6 +105,8 @@ def per_rank(files: Iterable[FileCalls]) -> JobCalls:
             merged.timed_calls += stats.timed_calls / n
             merged.time_us += stats.time_us / n
         skipped.update(f.skipped)
+    if not total:
+        raise WorkloadFileError(", ".join(f.source for f in files), "no collective call to weigh" + _why_empty(files))
     return JobCalls(
         calls=dict(sorted(total.items())),
         skipped={name: count / n for name, count in sorted(skipped.items())},
@@ -111,3 +115,11 @@ def per_rank(files: Iterable[FileCalls]) -> JobCalls:
         ranks=tuple(f.rank for f in files),
         lower_bound=tuple(dict.fromkeys(f.lower_bound for f in files if f.lower_bound)),
     )
+
+
+def _why_empty(files: list[FileCalls]) -> str:
+    # NCCL runs a one-rank communicator's collectives without asking the tuner plugin, so its record is
+    # empty; importing it must not replace a workload with nothing.
+    if any(f.kind == "plugin-record" and f.communicator_ranks == 1 for f in files):
+        return " (a tuner plugin record of a one-rank communicator: NCCL does not ask the plugin about its calls)"
+    return ""

@@ -59,6 +59,9 @@ def read_plugin_record(path: Path, *, limits: Limits = DEFAULT_LIMITS) -> FileCa
                 if len(fields) < 2:
                     raise bad(number, "process line without its host:pid")
                 out.process = fields[1]
+                ranks = fields.index("nranks") + 1 if "nranks" in fields else 0
+                if 0 < ranks < len(fields) and fields[ranks].isdigit():
+                    out.communicator_ranks = int(fields[ranks])
                 continue
             if len(fields) != 4 or not all(f.isdigit() for f in fields[1:]):
                 raise bad(number, "expected '<collective> <class max bytes> <calls> <bytes>'")

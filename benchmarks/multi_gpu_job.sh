@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# The whole GPU record of benchmarks/results/h200-multi-gpu-job.md on one host with N GPUs (N = what torch
+# sees; one GPU works too, as a dry run whose communicators have one rank):
+#   1. a controller and one nccl agent (one worker per GPU), `topo-tune init` with graph timing, rollout of
+#      the resulting version to the node;
+#   2. benchmarks/ddp_train.py under torchrun through `topo-tune exec --compare VERSION --against defaults`;
+#   3. the same job once through `exec --record-workload` with its profiler trace, both imported with
+#      `topo-tune workload import`;
+#   4. nccl-tests all_reduce_perf 128 KiB-4 MiB, graph-timed: plugin not loaded / empty table / counting,
+#      interleaved, ROUNDS rounds (needs NCCL_TESTS=<nccl-tests source tree>; built here, nothing fetched).
+# Every step's output goes to OUT/<step>.log and a line `== step rc=... wall=...` to stdout; a failed step
+# does not stop the later ones. NVLink multicast stays off in every process this starts.
+#
+# SKIP_INIT=1 skips step 1's init and rollout and step 2.
+# Usage (repository root, topo-tune importable by python3):
+#   NCCL_TESTS=path/to/nccl-tests PAIRS=10 BUDGET=16 ROUNDS=3 benchmarks/multi_gpu_job.sh OUT
+set -u
+OUT=${1:?usage: multi_gpu_job.sh OUT}
+PAIRS=${PAIRS:-10}
+BUDGET=${BUDGET:-16}
+PROOF_PAIRS=${PROOF_PAIRS:-5}
+ROUNDS=${ROUNDS:-3}
+STEPS=${STEPS:-30}
+PORT=${PORT:-50551}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+REPO=$(pwd)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+TOPO_TUNE_TOKEN=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
+export TOPO_TUNE_TOKEN TOPO_TUNE_CONTROLLER=127.0.0.1:$PORT
+NGPU=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+NODE=$(hostname)
+TT=(python3 -m topo_tune)
+PLUGIN=$OUT/plugin/libnccl-tuner-topotune.so
+CONFIG_DIR=$OUT/agent-config
+METRIC='step_time_ms: ([0-9.]+)'
+JOB=(torchrun --standalone --nproc_per_node="$NGPU" "$REPO/benchmarks/ddp_train.py" --steps "$STEPS")
+
+step() {  # step NAME CMD...: run CMD, its output in OUT/NAME.log; print rc, wall time and the log's tail
+    local name=$1 start rc
+    shift
+    echo "== $name: $*"
+    start=$(date +%s.%N)
+    "$@" >"$OUT/$name.log" 2>&1
+    rc=$?
+    echo "== $name rc=$rc wall=$(python3 -c "import time; print(f'{time.time() - $start:.1f}')")s"
+    tail -n "${TAIL:-20}" "$OUT/$name.log"
+    return $rc
+}
+
+versions() {
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__,
+"cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())), "gpus", torch.cuda.device_count())'
+    nvidia-smi topo -m
+}
+step versions versions
+
+# 1. controller, one agent (a worker per GPU), init with graph timing, rollout.
+"${TT[@]}" controller serve --listen "127.0.0.1:$PORT" --database "sqlite:///$OUT/controller.db" \
+    --heartbeat-interval 1 --heartbeat-expiry 10 >"$OUT/controller.log" 2>&1 &
+CONTROLLER=$!
+"${TT[@]}" agent run --backend nccl --controller "127.0.0.1:$PORT" --node-name "$NODE" --rack r0 \
+    --address 127.0.0.1 --state-dir "$OUT/agent" --config-dir "$CONFIG_DIR" \
+    --worker-env NCCL_NVLS_ENABLE=0 --worker-env TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
+    --worker-env NVSHMEM_DISABLE_NVLS=1 >"$OUT/agent.log" 2>&1 &
+AGENT=$!
+trap 'kill $AGENT $CONTROLLER 2>/dev/null; wait 2>/dev/null' EXIT
+python3 - "$PORT" <<'EOF'
+import socket, sys, time
+for _ in range(120):
+    try:
+        socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1).close()
+        break
+    except OSError:
+        time.sleep(0.5)
+EOF
+cat >"$OUT/cluster.yaml" <<EOF
+apiVersion: topo-tune/v1
+kind: Cluster
+metadata:
+  name: h200-x$NGPU
+controller:
+  address: 127.0.0.1:$PORT
+backend: nccl
+racks:
+  - name: r0
+    nodes:
+      - {name: $NODE, gpus: $NGPU}
+workload:
+  collectives: {all_reduce: 1}
+search:
+  budget: $BUDGET
+  knobs: [channels, nthreads, buffsize]
+  minBytes: 1M
+  maxBytes: 64M
+  stepFactor: 4
+  rungs: 1
+  finalists: 2
+  proofPairs: $PROOF_PAIRS
+  iters: 20
+  warmupIters: 5
+  cudaGraph: true
+  jobDeadline: 120s
+EOF
+step plugin-build "${TT[@]}" plugin build --output "$OUT/plugin"
+[ -z "${SKIP_INIT:-}" ] && step init "${TT[@]}" init --cluster-config "$OUT/cluster.yaml" --output "$OUT/result" --node-timeout 90
+VERSION=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1])).get("config_version") or "")' \
+    "$OUT/result/summary.json" 2>/dev/null)
+echo "== version: ${VERSION:-(none)}"
+if [ -n "$VERSION" ] && [ -z "${SKIP_INIT:-}" ]; then
+    if [ -f "$OUT/result/tradeoff/nccl.conf" ]; then
+        # Defaults kept: the named best trade-off goes out as a non-default version (its own files).
+        step rollout "${TT[@]}" admin rollout create --file "nccl.conf=$OUT/result/tradeoff/nccl.conf" \
+            --file "nccl_tuner.conf=$OUT/result/tradeoff/nccl_tuner.conf" --no-canary -y
+        VERSION=$(grep -o 'cv-[0-9a-f]*' "$OUT/rollout.log" | head -n 1)
+        echo "== trade-off version: ${VERSION:-(none)}"
+    else
+        step rollout "${TT[@]}" admin rollout create "$VERSION" --no-canary -y
+    fi
+    step rollout-wait "${TT[@]}" admin rollout status --wait
+fi
+
+# 2. the job's own A/B through exec --compare.
+if [ -n "$VERSION" ] && [ -z "${SKIP_INIT:-}" ]; then
+    TAIL=40 step compare "${TT[@]}" exec --nodes "$NODE" --node "$NODE" --config-dir "$CONFIG_DIR" \
+        --tuner-plugin "$PLUGIN" --job-id "compare-$$" --compare "$VERSION" --against defaults \
+        --pairs "$PAIRS" --metric "$METRIC" -- "${JOB[@]}"
+fi
+
+# 3. the job's workload: the plugin's counts and the profiler trace of the same run, each imported.
+step record "${TT[@]}" exec --nodes "$NODE" --node "$NODE" --config-dir "$CONFIG_DIR" --tuner-plugin "$PLUGIN" \
+    --job-id "record-$$" --record-workload "$OUT/plugin-counts" -- "${JOB[@]}" --profile-dir "$OUT/trace"
+TAIL=60 step import-trace "${TT[@]}" workload import "$OUT"/trace/rank*.json.gz
+TAIL=60 step import-counts "${TT[@]}" workload import "$OUT"/plugin-counts/*
+"${TT[@]}" workload import "$OUT"/trace/rank*.json.gz -o json >"$OUT/import-trace.json" 2>&1
+"${TT[@]}" workload import "$OUT"/plugin-counts/* -o json >"$OUT/import-counts.json" 2>&1
+
+# 4. the plugin's cost in nccl-tests: not loaded / empty table / counting, interleaved.
+if [ -n "${NCCL_TESTS:-}" ]; then
+    NCCL_HOME=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])')
+    CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
+    cp -r "$NCCL_TESTS" "$OUT/nccl-tests-build"
+    ln -sf libnccl.so.2 "$NCCL_HOME/lib/libnccl.so" 2>/dev/null
+    step nccl-tests-build make -C "$OUT/nccl-tests-build" -j8 MPI=0 NCCL_HOME="$NCCL_HOME" CUDA_HOME="$CUDA_HOME" \
+        NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90
+    PERF=$OUT/nccl-tests-build/build/all_reduce_perf
+    export LD_LIBRARY_PATH=$NCCL_HOME/lib:${LD_LIBRARY_PATH:-}
+    echo '# collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff' \
+        >"$OUT/empty-table.csv"
+    for round in $(seq 1 "$ROUNDS"); do
+        step "perf-off-$round" env -u NCCL_TUNER_PLUGIN "$PERF" -b 128K -e 4M -f 2 -g "$NGPU" -n 200 -w 20 -G 20
+        step "perf-empty-$round" env NCCL_TUNER_PLUGIN="$PLUGIN" NCCL_TUNER_CONFIG_FILE="$OUT/empty-table.csv" \
+            NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING "$PERF" -b 128K -e 4M -f 2 -g "$NGPU" -n 200 -w 20 -G 20
+        mkdir -p "$OUT/perf-counts-$round"
+        step "perf-count-$round" env NCCL_TUNER_PLUGIN="$PLUGIN" NCCL_TUNER_CONFIG_FILE="$OUT/empty-table.csv" \
+            TOPO_TUNE_WORKLOAD_DIR="$OUT/perf-counts-$round" "$PERF" -b 128K -e 4M -f 2 -g "$NGPU" -n 200 -w 20 -G 20
+    done
+    TABLE=$OUT/result/nccl_tuner.conf
+    step perf-promoted-table env NCCL_TUNER_PLUGIN="$PLUGIN" NCCL_TUNER_CONFIG_FILE="$TABLE" \
+        TOPO_TUNE_WORKLOAD_DIR="$OUT/perf-counts-promoted" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING \
+        "$PERF" -b 128K -e 4M -f 2 -g "$NGPU" -n 20 -w 5
+fi
+echo "== done"
