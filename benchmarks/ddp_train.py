@@ -28,6 +28,7 @@ import shutil
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -107,9 +108,8 @@ def main(argv: list[str] | None = None) -> None:
     dist.destroy_process_group()
 
 
-def _profile(step: object, *, steps: int, out: Path) -> None:
+def _profile(step: Callable[[], None], *, steps: int, out: Path) -> None:
     """Profile ``steps`` calls of ``step`` and write a gzip'd Chrome trace to ``out``."""
-    assert callable(step)
     out.parent.mkdir(parents=True, exist_ok=True)
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=activities, record_shapes=True) as prof:
