@@ -159,3 +159,14 @@ def test_the_readme_controller_quick_start_with_the_example_cluster_yaml(tmp_pat
     finally:
         controller.kill()
     assert "cannot read /etc/topo-tune/token" not in controller.output()
+
+
+def test_agent_config_dir_from_the_flag_over_cluster_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = captured(monkeypatch)
+    config = tmp_path / "cluster.yaml"
+    config.write_text("apiVersion: topo-tune/v1\nrollout: {agentConfigDir: /srv/topo-tune}\n", encoding="utf-8")
+    serve = ["controller", "serve", "--config", str(config)]
+    for flags in ([], ["--agent-config-dir", "nodes/config"]):
+        result = CliRunner().invoke(cli, [*serve, *flags], env={"TOPO_TUNE_TOKEN": "t"})
+        assert result.exit_code == 0, result.output
+    assert [s.agent_config_dir for s in seen] == [Path("/srv/topo-tune"), Path.cwd() / "nodes" / "config"]

@@ -19,6 +19,7 @@ from topo_tune.cluster_config import (
     ControllerConfig,
     DriftConfig,
     RetentionConfig,
+    RolloutConfig,
     load_cluster_config,
     parse_cluster_config,
 )
@@ -103,6 +104,7 @@ def controller() -> None:
 @setting_option(DriftConfig, "sample_nodes", "--drift-sample-nodes", key="controller.drift")
 @setting_option(DriftConfig, "open_study", "--drift-open-study", key="controller.drift")
 @setting_option(RetentionConfig, "max_age", "--retention-max-age", key="controller.retention", off="0")
+@setting_option(RolloutConfig, "agent_config_dir", "--agent-config-dir", key="rollout", metavar="DIR")
 def serve(
     config_file: Path | None,
     listen: str | None,
@@ -129,6 +131,7 @@ def serve(
     drift_sample_nodes: int | None,
     drift_open_study: bool | None,
     retention_max_age: float | None,
+    agent_config_dir: str | None,
 ) -> None:
     """Serve the agent and admin gRPC services until SIGTERM or Ctrl-C.
 
@@ -204,7 +207,7 @@ def serve(
         ),
         rollout_gate=cluster.rollout.gate,
         rollout_thresholds=cluster.rollout.thresholds,
-        agent_config_dir=Path(cluster.rollout.agent_config_dir),
+        agent_config_dir=Path(agent_config_dir or cluster.rollout.agent_config_dir).absolute(),
         kubernetes=kubernetes,
         agent_service_account=_service_account(agent_service_account),
         leader_election=_leader_election(
