@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from tests.support.processes import TOKEN
 from topo_tune.cli.main import cli
 from topo_tune.client import AdminClient
+from topo_tune.config_version import ConfigVersion
 from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.server import Controller
 from topo_tune.errors import AlreadyExists, ConflictError, PermissionDenied, ValidationError
@@ -26,6 +27,22 @@ VALUES = {Arm.CANDIDATE: [1.0, 1.02, 0.98], Arm.AGAINST: [2.0, 2.04, 1.97]}
 # The arms' orders put a different node first: the candidate's runs are read on n2, the others' on n1.
 CANDIDATE_ORDER = ["n2", "n1"]
 AGAINST_ORDER = ["n1", "n2"]
+VERSION = ConfigVersion(
+    {
+        "nccl.conf": "NCCL_MIN_NCHANNELS=4\n",
+        "rankmap.json": json.dumps({"version": 1, "planned": {"node_order": CANDIDATE_ORDER}}),
+    },
+    {"study": "compare-test"},
+)
+
+
+def _pin_arms(controller: Controller, job_id: str = JOB) -> None:
+    """What exec --compare does first on every node: the controller pins each arm's version and order."""
+    with AdminClient(f"127.0.0.1:{controller.port}", token=TOKEN) as admin:
+        admin.put_config_version(dict(VERSION.files), dict(VERSION.provenance))
+    with _job_client(controller) as client:
+        for arm in (VERSION.id, "defaults"):
+            client.resolve_job_config(job_id, ["n1", "n2"], arm=arm)
 
 
 def _request(arm: Arm | None, **changes: object) -> admin_pb2.RecordJobComparisonRequest:
@@ -39,8 +56,8 @@ def _request(arm: Arm | None, **changes: object) -> admin_pb2.RecordJobCompariso
             )
     fields: dict[str, object] = {
         "job_id": JOB,
-        "candidate": "stable",
-        "candidate_version": "cv-0123456789abcdef",
+        "candidate": VERSION.id,
+        "candidate_version": VERSION.id,
         "against": "defaults",
         "against_version": "",
         "metric": r"step_time=([0-9.]+)",
@@ -62,6 +79,7 @@ async def test_two_nodes_records_make_one_comparison_with_the_proofs_figures(
     controller: Controller, tmp_path: Path
 ) -> None:
     def record() -> tuple[admin_pb2.JobComparison, admin_pb2.JobComparison, admin_pb2.JobComparison]:
+        _pin_arms(controller)
         with _job_client(controller) as client:
             first = client.record_job_comparison(_request(Arm.AGAINST))
             again = client.record_job_comparison(_request(Arm.AGAINST))  # a retry: a no-op
@@ -84,7 +102,7 @@ async def test_two_nodes_records_make_one_comparison_with_the_proofs_figures(
         env={"TOPO_TUNE_TOKEN": TOKEN, "COLUMNS": "200"},
     )
     assert result.exit_code == 0, result.output
-    assert JOB in result.output and "stable (cv-0123456789abcdef)" in result.output and "faster" in result.output
+    assert JOB in result.output and VERSION.id in result.output and "faster" in result.output
     listed = await asyncio.to_thread(
         CliRunner().invoke,
         cli,
@@ -111,6 +129,9 @@ async def test_records_that_disagree_with_the_schedule_or_each_other_are_refused
     def refusals() -> list[str]:
         seen = []
         with _job_client(controller) as client:
+            with pytest.raises(ConflictError, match=f"job {JOB} has no pinned config for arm {VERSION.id}"):
+                client.record_job_comparison(_request(Arm.AGAINST))
+            _pin_arms(controller)
             client.record_job_comparison(_request(Arm.AGAINST))
             bad_runs = list(_request(Arm.CANDIDATE).runs)
             wrong_arm = admin_pb2.JobComparisonRun()
@@ -129,6 +150,8 @@ async def test_records_that_disagree_with_the_schedule_or_each_other_are_refused
                 (_request(Arm.CANDIDATE, metric="other=([0-9]+)"), ConflictError),
                 (_request(Arm.CANDIDATE, pairs=1), ValidationError),
                 (_request(Arm.CANDIDATE, against_order=["n1", "n3"]), ValidationError),
+                (_request(Arm.CANDIDATE, candidate_order=AGAINST_ORDER, runs=[]), ValidationError),
+                (_request(Arm.CANDIDATE, against="stable", against_version="cv-0123456789abcdef"), ConflictError),
             ):
                 with pytest.raises(kind) as caught:
                     client.record_job_comparison(request)
@@ -145,3 +168,5 @@ async def test_records_that_disagree_with_the_schedule_or_each_other_are_refused
     assert "recorded with metric" in seen[3]
     assert seen[4].startswith("pairs: must be within [2,")
     assert seen[5].startswith("against_order: must hold each of the job's nodes")
+    assert seen[6] == f"candidate_order: job {JOB}'s arm {VERSION.id} is pinned to the order n2,n1, not n1,n2"
+    assert "has no pinned config for arm stable" in seen[7]

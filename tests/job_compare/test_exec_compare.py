@@ -29,7 +29,16 @@ from topo_tune.job_compare.schedule import Arm, arm_schedule
 pytestmark = pytest.mark.slow
 
 JOB_SCRIPT = Path(__file__).with_name("compare_job.py")
-VERSION = ConfigVersion({"nccl.conf": "NCCL_MIN_NCHANNELS=4\n"}, {"study": "compare-test"})
+RING = ["n2", "n1"]
+"""The version's ring puts n2 first; NCCL's defaults keep the launcher's order (n1 first): node rank 0 of a
+run, which reads its metric, is n2 under the candidate and n1 under the against arm."""
+VERSION = ConfigVersion(
+    {
+        "nccl.conf": "NCCL_MIN_NCHANNELS=4\n",
+        "rankmap.json": json.dumps({"version": 1, "planned": {"node_order": RING}}),
+    },
+    {"study": "compare-test"},
+)
 UNSTAGED = ConfigVersion({"nccl.conf": "NCCL_MIN_NCHANNELS=8\n"}, {"study": "compare-test"})
 """Stored at the controller, staged on no node."""
 METRIC = r"step_time=([0-9.]+)"
@@ -93,6 +102,8 @@ def test_two_nodes_started_in_different_orders_agree_and_the_comparison_is_store
         assert {line[2] for line in seen} == {run.arm.value}  # both nodes ran the same arm in each run
         assert {line[3] for line in seen} == {VERSION.id if run.arm is Arm.CANDIDATE else "defaults"}
         assert sorted(line[4] for line in seen) == ["0", "1"]  # distinct node ranks that met in one job
+        first = RING[0] if run.arm is Arm.CANDIDATE else "n1"
+        assert [line[1] for line in seen if line[4] == "0"] == [first]  # each arm's own order
     recorded = outputs["n1"][0] + outputs["n2"][0]
     assert re.search(r"gain (1\.9[5-9]|2\.0[0-4])\dx .*: faster", recorded), recorded
 
@@ -104,6 +115,9 @@ def test_two_nodes_started_in_different_orders_agree_and_the_comparison_is_store
     assert 1.95 < comparison["gain"] < 2.05 and comparison["ci_low"] < comparison["gain"] < comparison["ci_high"]
     assert comparison["job"]["candidate_version"] == VERSION.id and comparison["job"]["against_version"] == ""
     assert [r["index"] for r in comparison["job"]["runs"]] == list(range(4))
+    # Each node recorded the runs it read: the comparison was put together from both.
+    assert {r["node"] for r in comparison["job"]["runs"]} == {"n1", "n2"}
+    assert comparison["job"]["candidate_order"] == RING and comparison["job"]["against_order"] == ["n1", "n2"]
     table = run_cli(*comparisons, env=cli_env(COLUMNS="200"))
     assert "train-1" in table.stdout and "faster" in table.stdout
 

@@ -8,8 +8,10 @@ and with the proof's statistics (``job_compare.summary``): a job reports what it
 
 A record is checked against the job's schedule (``job_compare.schedule``, derived again from the job id): a
 run's pair and arm must be the ones the schedule gives its index, and its node must be node rank 0 of its
-arm's order. The same run recorded again with the same value is a no-op (a retry); with another value it is
-refused, as is a record whose arms, metric, pairs or orders differ from what the first one said.
+arm's order. Each arm's version and order must be the ones pinned for the job and that arm (``exec
+--compare`` resolved them here): a job credential records only what this controller gave the job. The same
+run recorded again with the same value is a no-op (a retry); with another value it is refused, as is a
+record whose arms, metric, pairs or orders differ from what the first one said.
 
 Non-goals: running the job (the CLI), who may record (``credentials``: a job credential may).
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -32,6 +34,7 @@ from topo_tune.controller.db.models import JobComparisonRow
 from topo_tune.errors import AlreadyExists, ConflictError, StorageError, ValidationError
 from topo_tune.job_compare.schedule import Arm, arm_schedule
 from topo_tune.job_compare.summary import ComparisonSummary, RunValue, summarise
+from topo_tune.job_config import JobPin
 from topo_tune.tuner.statistics import Decision
 
 
@@ -158,14 +161,44 @@ def _merge(header: ComparisonHeader, row: JobComparisonRow, runs: Sequence[RunVa
     return [merged[index] for index in sorted(merged)]
 
 
+PinLookup = Callable[[str, str], Awaitable[JobPin | None]]
+"""(job id, arm as named) → the job's pin for that arm, or None."""
+
+
 @dataclass
 class JobComparisons:
     db: Database
     wall_clock: Callable[[], datetime]
+    pins: PinLookup
+
+    async def _check_pins(self, header: ComparisonHeader) -> None:
+        for side, name, version in (
+            (Arm.CANDIDATE, header.candidate, header.candidate_version),
+            (Arm.AGAINST, header.against, header.against_version),
+        ):
+            pin = await self.pins(header.job_id, name)
+            if pin is None:
+                raise ConflictError(
+                    f"job {header.job_id} has no pinned config for arm {name}: a comparison is recorded by the "
+                    "exec --compare that resolved its arms at this controller"
+                )
+            if pin.version != version:
+                raise ValidationError(
+                    f"{side.value}_version",
+                    f"job {header.job_id}'s arm {name} is pinned to {pin.version or 'defaults'}, "
+                    f"not {version or 'defaults'}",
+                )
+            if tuple(pin.order) != header.order(side):
+                raise ValidationError(
+                    f"{side.value}_order",
+                    f"job {header.job_id}'s arm {name} is pinned to the order {','.join(pin.order)}, "
+                    f"not {','.join(header.order(side))}",
+                )
 
     async def record(self, header: ComparisonHeader, runs: Sequence[RunValue]) -> StoredComparison:
         """Add one node's runs to the job's comparison; the figures once every run is in."""
         check_runs(header, runs)
+        await self._check_pins(header)
         key = comparison_id(job_id=header.job_id, candidate=header.candidate, against=header.against)
         now = self.wall_clock()
 

@@ -160,7 +160,9 @@ class Services:
         )
         self.retention = Retention(db=db, wall_clock=wall_clock, settings=settings.retention, metrics=self.metrics)
         self.job_configs = JobResolver(self.rollout_store, self.registry)
-        self.job_comparisons = JobComparisons(db=db, wall_clock=wall_clock)
+        self.job_comparisons = JobComparisons(
+            db=db, wall_clock=wall_clock, pins=lambda job_id, arm: self.rollout_store.get_pin(job_id, arm=arm)
+        )
         self.credential_ledger = CredentialLedger(db=db, credentials=credentials, hub=self.hub, wall_clock=wall_clock)
 
     async def load(self) -> int:
