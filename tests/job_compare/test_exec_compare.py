@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.processes import TOKEN, LocalCluster, cli_env, free_port, run_cli
+from tests.support.waiting import wait_until
 from topo_tune.agent.config_store import ConfigStore
 from topo_tune.client import AdminClient
 from topo_tune.config_version import ConfigVersion
@@ -52,6 +53,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         local.start_controller()
         for name in ("n1", "n2"):
             local.start_agent(name)
+        # Registered, with the address node rank 0's peers are sent to (TOPO_TUNE_MASTER_ADDR).
+        wait_until(
+            lambda: (
+                {n["name"] for n in json.loads(local.admin("nodes", "-o", "json").stdout) if n["address"]}
+                == {"n1", "n2"}
+            ),
+            what="both agents registered",
+        )
         with AdminClient(local.address, token=TOKEN) as admin:
             for version in (VERSION, UNSTAGED):
                 admin.put_config_version(dict(version.files), dict(version.provenance))
