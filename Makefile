@@ -45,6 +45,7 @@ report-screenshot: install chromium
 	$(BIN)/topo-tune --log-level warning init --cluster-config examples/demo-cluster.yaml --output .report-demo
 	$(BIN)/python tools/report_browser.py check .report-demo/report.html
 	$(BIN)/python tools/report_browser.py screenshot .report-demo/report.html docs/report-demo.png
+	$(BIN)/python tools/report_sources.py --write
 	rm -rf .report-demo
 
 # The docs pages rendered from code (the knob catalogue's table); a test fails when they are stale.
