@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 POLICY = "topo_tune/benchmark/env_policy.py"
-VERSION = "topo_tune/config_version.py"
+VERSION = "topo_tune/versions/version.py"
 TESTS = ["tests/benchmark/test_env_policy.py", "tests/test_config_version.py"]
 
 # (what it lets through, file, text, replacement)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import grpc.aio
 
-from topo_tune.auth import bearer_metadata
+from topo_tune.security.auth import bearer_metadata
 from topo_tune.v1 import agent_pb2, agent_pb2_grpc
 
 TOKEN = "load-test-token"

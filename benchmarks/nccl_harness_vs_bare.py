@@ -39,10 +39,10 @@ from topo_tune.benchmark.job_spec import BenchmarkSpec
 from topo_tune.benchmark.results import SizeMeasurement
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.benchmark.table import TableContext, render_table
-from topo_tune.benchmark.wire import rank_result_from_proto, spec_to_proto
 from topo_tune.controller.benchmarks.plan import JobNode, aggregate, plan_job
 from topo_tune.nccl.collectives import Collective
 from topo_tune.v1 import agent_pb2
+from topo_tune.wire.benchmark import rank_result_from_proto, spec_to_proto
 
 # NVLink multicast stays off on shared hosts (NVLS can take a host's GPUs out of service).
 ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}

@@ -46,7 +46,7 @@ from typing import Any
 
 import grpc.aio
 
-from topo_tune.auth import bearer_metadata
+from topo_tune.security.auth import bearer_metadata
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2, agent_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,9 +17,9 @@ import random
 import statistics
 import time
 
-from topo_tune.tuner.ring import ring_metrics, upper_bound
-from topo_tune.tuner.ring_instances import rack_instance
-from topo_tune.tuner.ring_order import optimize_ring
+from topo_tune.tuner.ring.instances import rack_instance
+from topo_tune.tuner.ring.model import ring_metrics, upper_bound
+from topo_tune.tuner.ring.optimizer import optimize_ring
 
 SHAPES = {
     # name: (rack size, spine oversubscription, share of nodes with a half-rate NIC)

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from tests.controller.rollout.fleet import V1, Clock, ControllerParts, SimFleet, SimVerifier, racks
-from topo_tune.cluster_config import RolloutThresholdsConfig
+from topo_tune.config.cluster import RolloutThresholdsConfig
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase, desired_versions
 

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import optuna
 
-from topo_tune.cluster_config import ClusterConfig, load_cluster_config
+from topo_tune.config.cluster import ClusterConfig, load_cluster_config
 from topo_tune.sim import Cluster
 from topo_tune.sim import Spine as SimSpine
 from topo_tune.sim.node_topology import simulated_node_topology
@@ -56,7 +56,7 @@ from topo_tune.tuner.space import SearchSpace, TrialConfig
 from topo_tune.tuner.study import Candidate, MeasurementRequest, SamplerName, StudySettings, run_study
 
 # The pass's own helpers, so the benchmark cannot drift from what init builds.
-from topo_tune.tuning_pass import plan_study
+from topo_tune.tuning_pass.run import plan_study
 
 TOLERANCES = (0.02, 0.005)
 DEMO_BUDGET = 40

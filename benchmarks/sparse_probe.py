@@ -25,8 +25,8 @@ from topo_tune.sim.cluster import Cluster, Nic, RackUplink, Spine
 from topo_tune.sim.demo import h100_node, ndr_nics
 from topo_tune.sim.pair_figures import pair_matrices
 from topo_tune.topology.sampling import PairSampler, SamplingPolicy, pair_rounds
-from topo_tune.tuner.ring import ring_metrics
-from topo_tune.tuner.ring_order import optimize_ring
+from topo_tune.tuner.ring.model import ring_metrics
+from topo_tune.tuner.ring.optimizer import optimize_ring
 
 
 def planted_cluster(

@@ -20,7 +20,7 @@ import pytest
 
 from tests.support.processes import TOKEN, LocalCluster
 from tests.support.waiting import wait_until
-from topo_tune.client import AdminClient
+from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ControllerError
 from topo_tune.v1 import admin_pb2
 

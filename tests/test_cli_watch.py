@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 from tests.support.processes import TOKEN, LocalCluster, cli_env
 from tests.support.waiting import wait_until
 from topo_tune.cli.main import cli
-from topo_tune.client import AdminClient
+from topo_tune.client.admin import AdminClient
 from topo_tune.controller.db.models import CommandRow
 from topo_tune.errors import ControllerUnavailable
 from topo_tune.v1 import admin_pb2, agent_pb2

@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 import yaml
 
-from topo_tune.cluster_config import json_schema, json_schema_text, load_cluster_config, loads_cluster_config
+from topo_tune.config.cluster import json_schema, json_schema_text, load_cluster_config, loads_cluster_config
 from topo_tune.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from topo_tune.config_version import (
+from topo_tune.errors import ValidationError
+from topo_tune.topology.distance import node_pair_matrix
+from topo_tune.tuner.ring.rank_map import plan_rank_map
+from topo_tune.versions.version import (
     SYSTEM_NCCL_CONF,
     ConfigVersion,
     check_settings,
@@ -18,9 +21,6 @@ from topo_tune.config_version import (
     render_nccl_conf,
     version_id,
 )
-from topo_tune.errors import ValidationError
-from topo_tune.topology.distance import node_pair_matrix
-from topo_tune.tuner.rank_map import plan_rank_map
 
 
 def test_id_depends_on_content_only() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from topo_tune.errors import ConfigError, ConflictError
-from topo_tune.job_config import (
+from topo_tune.jobs.config import (
     JobPin,
     RolloutView,
     choose_version,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from topo_tune.errors import ConfigError
-from topo_tune.job_config import order_environment
-from topo_tune.launchers import launch
+from topo_tune.jobs.config import order_environment
+from topo_tune.jobs.launchers import launch
 
 ORDER = ["gpu03", "gpu01", "gpu04", "gpu02"]
 

@@ -6,7 +6,7 @@ import json
 import logging
 
 from topo_tune.cli.logs import HumanFormatter, JsonFormatter
-from topo_tune.log_text import LogGate, held_note, printable
+from topo_tune.security.log_text import LogGate, held_note, printable
 
 FORGED = "ok\n12:00:00.000 INFO    topo_tune.controller.server: admin token accepted\x1b[2J\u2028\x85\t"
 

@@ -15,7 +15,7 @@ from tests.agent.config_store_child import A
 from topo_tune.agent.config_store import ConfigStore
 from topo_tune.agent.journal import Journal
 from topo_tune.controller.db.database import Database
-from topo_tune.private_files import private_dir, private_sqlite
+from topo_tune.security.private_files import private_dir, private_sqlite
 from topo_tune.v1 import agent_pb2
 
 

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from topo_tune.client import AdminClient
-from topo_tune.cluster_config import loads_cluster_config
+from topo_tune.cli.local_cluster import EmbeddedCluster
+from topo_tune.client.admin import AdminClient
+from topo_tune.config.cluster import loads_cluster_config
 from topo_tune.errors import TrialFailed
-from topo_tune.job_evaluator import JobEvaluator
-from topo_tune.local_cluster import EmbeddedCluster
-from topo_tune.node_record import NodeState
-from topo_tune.remote_port import RemotePort
 from topo_tune.tuner.space import RankOrder, TrialConfig
 from topo_tune.tuner.study import MeasurementRequest
-from topo_tune.tuning_pass import require_gpus, wait_for_nodes
+from topo_tune.tuning_pass.job_evaluator import JobEvaluator
+from topo_tune.tuning_pass.node_record import NodeState
+from topo_tune.tuning_pass.remote_port import RemotePort
+from topo_tune.tuning_pass.run import require_gpus, wait_for_nodes
 
 CLUSTER = """apiVersion: topo-tune/v1
 backend: sim

@@ -6,14 +6,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound, ProbeStatus
-from topo_tune.cluster_config import ClusterConfig, parse_cluster_config
-from topo_tune.node_record import ClusterTopology, NodeInfo, NodeState
+from topo_tune.config.cluster import ClusterConfig, parse_cluster_config
 from topo_tune.topology.distance import PairMatrix
 from topo_tune.tuner.objective import Measurements, SizeSample
-from topo_tune.tuner.rank_map import plan_rank_map
+from topo_tune.tuner.ring.rank_map import plan_rank_map
 from topo_tune.tuner.space import TrialConfig
 from topo_tune.tuner.study import MeasurementRequest, run_study
-from topo_tune.tuning_pass import StudyPlan, _pair_matrix, check_ring, plan_study
+from topo_tune.tuning_pass.node_record import ClusterTopology, NodeInfo, NodeState
+from topo_tune.tuning_pass.run import StudyPlan, _pair_matrix, check_ring, plan_study
 from topo_tune.v1 import topology_pb2
 
 NODES = ("node-1", "node-2", "node-3", "node-4")

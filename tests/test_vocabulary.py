@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from topo_tune import cluster_config
-from topo_tune.benchmark.wire import COLLECTIVE_TO_PROTO, collective_from_proto
-from topo_tune.cluster_config import SearchConfig
+from topo_tune.config import cluster as cluster_config
+from topo_tune.config.cluster import SearchConfig
 from topo_tune.errors import SpecError
 from topo_tune.nccl.collectives import PLUGIN_COLLECTIVES, Collective
 from topo_tune.plugin import table
@@ -21,6 +20,7 @@ from topo_tune.sim.plan import build_plan
 from topo_tune.tuner import objective, plugin_table, statistics
 from topo_tune.tuner.trial_store import TrialRole, role_of
 from topo_tune.v1 import agent_pb2
+from topo_tune.wire.benchmark import COLLECTIVE_TO_PROTO, collective_from_proto
 
 PLUGIN_SOURCE = Path(table.__file__).with_name("topotune_tuner.c")
 

@@ -41,7 +41,7 @@
 
 Servicers map these to gRPC status codes in one table (``controller/api/status_codes.py``: e.g. ``ValidationError``
 → INVALID_ARGUMENT, ``ConflictError`` → FAILED_PRECONDITION, ``AlreadyExists`` → ALREADY_EXISTS); the admin
-client maps status codes back (``client.py``). Non-goal: foreign exceptions (``OSError``, ``grpc.RpcError``)
+client maps status codes back (``client/admin.py``). Non-goal: foreign exceptions (``OSError``, ``grpc.RpcError``)
 are converted where they are caught, not wrapped here.
 """
 

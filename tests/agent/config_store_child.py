@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from topo_tune.agent.config_store import ConfigStore
-from topo_tune.config_version import ConfigVersion, render_nccl_conf
+from topo_tune.versions.version import ConfigVersion, render_nccl_conf
 
 A = ConfigVersion(
     {

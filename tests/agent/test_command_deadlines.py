@@ -20,10 +20,10 @@ from topo_tune.agent.command_executor import CommandExecutor
 from topo_tune.agent.journal import Journal
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.sweep import SizeSweep
-from topo_tune.benchmark.wire import spec_to_proto
 from topo_tune.controller.benchmarks.plan import JobNode, plan_job
 from topo_tune.nccl.collectives import Collective
 from topo_tune.v1 import agent_pb2
+from topo_tune.wire.benchmark import spec_to_proto
 
 
 def _executor(tmp_path: Path) -> CommandExecutor:

@@ -15,9 +15,9 @@ from tests.agent.config_store_child import A, B
 from topo_tune.agent.command_executor import CommandExecutor
 from topo_tune.agent.config_store import ConfigStore, check_version, jobs_lock_shared
 from topo_tune.agent.journal import Journal
-from topo_tune.config_version import ConfigVersion, render_nccl_conf, version_id
 from topo_tune.errors import ConflictError, StoreBusy, ValidationError
 from topo_tune.v1 import agent_pb2
+from topo_tune.versions.version import ConfigVersion, render_nccl_conf, version_id
 
 CHILD = Path(__file__).with_name("config_store_child.py")
 ROOT_DIR = Path(__file__).resolve().parent.parent.parent

@@ -8,13 +8,13 @@ from topo_tune.agent.sim_backend import run_simulated
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.benchmark.sweep import SizeSweep
-from topo_tune.benchmark.wire import spec_to_proto
 from topo_tune.controller.benchmarks.plan import JobNode, plan_job
 from topo_tune.nccl.collectives import Collective
 from topo_tune.sim import simulate
 from topo_tune.sim.node_topology import simulated_node_topology
 from topo_tune.sim.topology_import import cluster_from_topologies
 from topo_tune.v1 import agent_pb2
+from topo_tune.wire.benchmark import spec_to_proto
 
 NODES = ("a", "b")
 SWEEP = SizeSweep(4096, 1 << 30, 16)  # 4K 64K 1M 16M 256M

@@ -13,14 +13,9 @@ from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.benchmark.job_spec import MAX_DEADLINE_S, BenchmarkSpec, RankSlot
 from topo_tune.benchmark.results import NcclChoice, RankResult, SizeMeasurement
 from topo_tune.benchmark.sweep import SizeSweep
-from topo_tune.benchmark.wire import (
-    rank_result_from_proto,
-    rank_result_to_proto,
-    spec_from_proto,
-    spec_to_proto,
-)
 from topo_tune.nccl.collectives import Collective
 from topo_tune.v1 import agent_pb2
+from topo_tune.wire.benchmark import rank_result_from_proto, rank_result_to_proto, spec_from_proto, spec_to_proto
 
 
 def _spec(**overrides: object) -> BenchmarkSpec:

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.results import NcclChoice, RankResult, SizeMeasurement
 from topo_tune.benchmark.sweep import SizeSweep
-from topo_tune.benchmark.wire import rank_result_to_proto
 from topo_tune.controller.benchmarks.plan import (
     JobNode,
     JobStatus,
@@ -25,6 +24,7 @@ from topo_tune.controller.benchmarks.plan import (
 from topo_tune.errors import SpecError
 from topo_tune.nccl.collectives import Collective
 from topo_tune.v1 import agent_pb2
+from topo_tune.wire.benchmark import rank_result_to_proto
 
 NODES = (JobNode("b", "10.0.0.2", 8), JobNode("a", "10.0.0.1", 8), JobNode("c", "10.0.0.3", 4))
 

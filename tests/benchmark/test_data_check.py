@@ -9,13 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from topo_tune.agent.bench.collective_ops import (
-    Buffers,
-    fill_inputs,
-    make_buffers,
-    placement_supported,
-    wrong_elements,
-)
+from topo_tune.agent.bench.collective_ops import Buffers, fill_inputs, make_buffers, placement_supported, wrong_elements
 from topo_tune.benchmark.collectives import shape
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.nccl.collectives import Collective

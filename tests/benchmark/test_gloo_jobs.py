@@ -22,10 +22,10 @@ from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.benchmark.job_spec import BenchmarkSpec
 from topo_tune.benchmark.sweep import SizeSweep
-from topo_tune.benchmark.wire import rank_result_from_proto, spec_to_proto
 from topo_tune.controller.benchmarks.plan import JobNode, aggregate, plan_job
 from topo_tune.nccl.collectives import Collective
 from topo_tune.v1 import agent_pb2
+from topo_tune.wire.benchmark import rank_result_from_proto, spec_to_proto
 
 pytestmark = pytest.mark.slow
 

@@ -25,13 +25,13 @@ from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.env_policy import OUTPUT_DIR, VARIABLES, EnvPolicy
 from topo_tune.benchmark.job_spec import BenchmarkSpec
 from topo_tune.benchmark.sweep import SizeSweep
-from topo_tune.benchmark.wire import rank_result_from_proto, spec_to_proto
-from topo_tune.config_version import ConfigVersion, render_nccl_conf
 from topo_tune.controller.benchmarks.plan import JobNode, plan_job
 from topo_tune.errors import EnvPolicyError, ValidationError
 from topo_tune.nccl.collectives import Collective
 from topo_tune.nccl.value_types import InputFile, OutputFile
 from topo_tune.v1 import agent_pb2
+from topo_tune.versions.version import ConfigVersion, render_nccl_conf
+from topo_tune.wire.benchmark import rank_result_from_proto, spec_to_proto
 
 pytestmark = pytest.mark.slow
 

@@ -11,10 +11,10 @@ import pytest
 
 from tests.support.processes import TOKEN, cli_env, run_cli
 from topo_tune.agent.backoff import heals
-from topo_tune.auth import DEFAULT_PORT, with_default_port
-from topo_tune.client import AdminClient
+from topo_tune.client.admin import AdminClient
 from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.server import Controller
+from topo_tune.security.auth import DEFAULT_PORT, with_default_port
 
 CREDENTIALS = Credentials(TOKEN)
 

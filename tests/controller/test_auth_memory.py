@@ -11,7 +11,7 @@ import grpc.aio
 
 from tests.support.processes import Daemon, free_port, run_cli
 from tests.support.waiting import wait_until
-from topo_tune.auth import bearer_metadata
+from topo_tune.security.auth import bearer_metadata
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
 
 CONCURRENT = 24

@@ -22,16 +22,16 @@ from tests.conftest import controller_settings
 from tests.support.processes import TOKEN, process_gone
 from tests.support.waiting import async_wait_until
 from topo_tune.agent.daemon import Agent
-from topo_tune.auth import bearer_metadata
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus
 from topo_tune.benchmark.probe_record import ProbeRound, ProbeStatus
 from topo_tune.cli.main import cli
-from topo_tune.client import AdminClient
+from topo_tune.client.admin import AdminClient
 from topo_tune.controller.api.messages import from_proto_benchmark_request, from_proto_probe_request
 from topo_tune.controller.job_ends import cancel_command
 from topo_tune.controller.server import Controller
 from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, ValidationError
 from topo_tune.kube.idleness import IdleVerdict
+from topo_tune.security.auth import bearer_metadata
 from topo_tune.sim.node_topology import simulated_node_topology
 from topo_tune.topology.sampling import SamplingPolicy
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2

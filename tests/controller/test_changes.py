@@ -8,7 +8,7 @@ import gc
 import pytest
 
 from tests.support.processes import TOKEN
-from topo_tune.client import AdminClient
+from topo_tune.client.admin import AdminClient
 from topo_tune.controller.changes import Changes
 from topo_tune.controller.server import Controller
 from topo_tune.errors import NotFoundError, WatchEnded

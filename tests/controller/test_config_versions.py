@@ -10,10 +10,10 @@ from click.testing import CliRunner, Result
 
 from tests.support.processes import TOKEN
 from topo_tune.cli.main import cli
-from topo_tune.client import AdminClient
-from topo_tune.config_version import ConfigVersion
+from topo_tune.client.admin import AdminClient
 from topo_tune.controller.server import Controller
 from topo_tune.errors import NotFoundError, ValidationError
+from topo_tune.versions.version import ConfigVersion
 
 
 async def admin_cli(controller: Controller, *args: str) -> Result:

@@ -16,9 +16,9 @@ import pytest
 
 from tests.controller.test_services import expect_status, open_session, register
 from tests.support.processes import TOKEN, Daemon, cli_env, run_cli
-from topo_tune.auth import bearer_metadata
 from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.server import Controller
+from topo_tune.security.auth import bearer_metadata
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
 
 CREDENTIALS = Credentials(TOKEN)

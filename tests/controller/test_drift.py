@@ -22,7 +22,7 @@ from tests.controller.rollout.fleet import V1, V2, Clock, ControllerParts, SimFl
 from tests.support.waiting import async_wait_until
 from topo_tune.benchmark.job_record import BenchmarkJob, JobId, JobStatus, SizeRange
 from topo_tune.benchmark.results import SizeMeasurement
-from topo_tune.cluster_config import DriftConfig, RolloutGateConfig, RolloutThresholdsConfig, parse_cluster_config
+from topo_tune.config.cluster import DriftConfig, RolloutGateConfig, RolloutThresholdsConfig, parse_cluster_config
 from topo_tune.controller.db.models import EventRow
 from topo_tune.controller.drift import DriftCheck, DriftChecker
 from topo_tune.controller.metrics import ControllerMetrics

@@ -23,17 +23,17 @@ from tests.conftest import controller_settings
 from tests.support.processes import TOKEN
 from tests.support.sim_agent import sim_agent
 from tests.support.waiting import async_wait_until
-from topo_tune.auth import bearer_metadata
 from topo_tune.cli.main import cli
-from topo_tune.client import AdminClient
-from topo_tune.cluster_config import DriftConfig, RolloutGateConfig, RolloutThresholdsConfig
-from topo_tune.config_version import ConfigVersion, render_nccl_conf
+from topo_tune.client.admin import AdminClient
+from topo_tune.config.cluster import DriftConfig, RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.controller.api.messages import to_proto_drift_check
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase
 from topo_tune.controller.rollout.verification import BenchmarkVerifier
 from topo_tune.controller.server import Controller
+from topo_tune.security.auth import bearer_metadata
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
+from topo_tune.versions.version import ConfigVersion, render_nccl_conf
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from topo_tune.cluster_config import DriftConfig
+from topo_tune.config.cluster import DriftConfig
 from topo_tune.controller.drift.verdict import DriftStatus, Reference, judge
 
 SETTINGS = DriftConfig(threshold=0.10, alpha=0.05, repeats=3)

@@ -17,8 +17,8 @@ import pytest
 
 from tests.support.processes import TOKEN, Daemon, free_port, run_cli
 from tests.support.waiting import wait_until
-from topo_tune.auth import bearer_metadata
 from topo_tune.controller.credentials import Credentials
+from topo_tune.security.auth import bearer_metadata
 from topo_tune.v1 import agent_pb2, agent_pb2_grpc
 
 FORGED = "12:00:00.000 INFO    topo_tune.controller.server: FORGED admin token accepted"

@@ -12,14 +12,14 @@ from click.testing import CliRunner
 
 from tests.support.processes import TOKEN
 from topo_tune.cli.main import cli
-from topo_tune.client import AdminClient
-from topo_tune.config_version import ConfigVersion
+from topo_tune.client.admin import AdminClient
 from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.server import Controller
 from topo_tune.errors import AlreadyExists, ConflictError, PermissionDenied, ValidationError
-from topo_tune.job_compare.schedule import Arm, arm_schedule
+from topo_tune.jobs.compare.schedule import Arm, arm_schedule
 from topo_tune.tuner.report.job_comparisons import comparison_section
 from topo_tune.v1 import admin_pb2
+from topo_tune.versions.version import ConfigVersion
 
 JOB = "train-77"
 PAIRS = 3

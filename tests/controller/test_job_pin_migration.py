@@ -12,7 +12,7 @@ from alembic.config import Config as AlembicConfig
 
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.rollout.store import RolloutStore
-from topo_tune.job_config import JobPin
+from topo_tune.jobs.config import JobPin
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 

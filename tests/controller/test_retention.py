@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from tests.controller.rollout.fleet import V1
-from topo_tune.cluster_config import RetentionConfig
+from topo_tune.config.cluster import RetentionConfig
 from topo_tune.controller.commands import CommandBook
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import (

@@ -14,8 +14,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.conftest import controller_settings
 from tests.support.processes import TOKEN
-from topo_tune.auth import bearer_metadata
 from topo_tune.controller.server import Controller
+from topo_tune.security.auth import bearer_metadata
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2, agent_pb2_grpc
 
 

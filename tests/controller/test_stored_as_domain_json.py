@@ -16,7 +16,6 @@ from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.job_record import JobStatus
 from topo_tune.benchmark.results import NcclChoice
 from topo_tune.benchmark.sweep import SizeSweep
-from topo_tune.benchmark.wire import spec_to_proto
 from topo_tune.controller.benchmarks.plan import JobNode, plan_job
 from topo_tune.controller.benchmarks.service import BenchmarkJobs
 from topo_tune.controller.commands import CommandBook
@@ -25,6 +24,7 @@ from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.study_records import StudyRequest
 from topo_tune.nccl.collectives import Collective
 from topo_tune.v1 import admin_pb2, agent_pb2
+from topo_tune.wire.benchmark import spec_to_proto
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 ROWS = [

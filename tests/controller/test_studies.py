@@ -18,7 +18,7 @@ from tests.support.processes import TOKEN
 from tests.support.waiting import async_wait_until
 from tests.test_cli_watch import Calls
 from topo_tune.cli.main import cli
-from topo_tune.cluster_config import SearchConfig, WorkloadConfig
+from topo_tune.config.cluster import SearchConfig, WorkloadConfig
 from topo_tune.controller.api.messages import from_proto_study_request
 from topo_tune.controller.server import Controller
 from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus

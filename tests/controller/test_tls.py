@@ -13,10 +13,10 @@ from tests.conftest import controller_settings
 from tests.support.certificates import make_pki
 from tests.support.processes import TOKEN
 from topo_tune.agent.daemon import Agent
-from topo_tune.auth import TlsFiles
-from topo_tune.client import AdminClient
+from topo_tune.client.admin import AdminClient
 from topo_tune.controller.server import Controller
 from topo_tune.errors import ControllerUnavailable, Unauthenticated
+from topo_tune.security.auth import TlsFiles
 
 
 @pytest.mark.parametrize("mutual", [False, True], ids=["tls", "mtls"])

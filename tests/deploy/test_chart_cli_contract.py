@@ -17,7 +17,7 @@ import pytest
 from tests.deploy.chart_render import Manifest, Rendered, ci_values, containers, env_of, render
 from topo_tune.cli.connection import TOKEN_ENVVAR
 from topo_tune.cli.main import cli
-from topo_tune.cluster_config import loads_cluster_config
+from topo_tune.config.cluster import loads_cluster_config
 from topo_tune.controller.serving import SERVICE_NAMES
 from topo_tune.errors import ConfigError
 

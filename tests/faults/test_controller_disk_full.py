@@ -20,7 +20,7 @@ from tests.conftest import controller_settings
 from tests.faults.figures import record
 from tests.support.processes import TOKEN, free_port
 from tests.support.tmpfs import SmallDisk, small_disk
-from topo_tune.client import AdminClient
+from topo_tune.client.admin import AdminClient
 from topo_tune.controller.server import Controller
 from topo_tune.errors import ControllerDatabaseFull, ControllerDatabaseUnavailable, ControllerUnavailable
 

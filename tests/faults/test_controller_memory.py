@@ -17,7 +17,7 @@ import pytest
 from tests.faults.figures import record
 from tests.support.processes import TOKEN, Daemon, free_port, run_cli
 from tests.support.waiting import wait_until
-from topo_tune.auth import bearer_metadata
+from topo_tune.security.auth import bearer_metadata
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
 
 pytestmark = [pytest.mark.faults_long, pytest.mark.slow]  # 15 GB through the controller: run when named

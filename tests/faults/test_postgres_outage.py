@@ -21,14 +21,14 @@ from tests.faults.figures import record
 from tests.support.postgres import PostgresServer
 from tests.support.processes import TOKEN
 from tests.support.waiting import async_wait_until
-from topo_tune.client import AdminClient
-from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
-from topo_tune.config_version import ConfigVersion, render_nccl_conf
+from topo_tune.client.admin import AdminClient
+from topo_tune.config.cluster import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase
 from topo_tune.controller.server import Controller
 from topo_tune.controller.study_records import StudyStatus
 from topo_tune.errors import ControllerDatabaseUnavailable
+from topo_tune.versions.version import ConfigVersion, render_nccl_conf
 
 pytestmark = [pytest.mark.faults, pytest.mark.postgres, pytest.mark.slow]
 

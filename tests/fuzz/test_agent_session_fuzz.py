@@ -27,9 +27,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.processes import TOKEN, LocalCluster
-from topo_tune.auth import bearer_metadata
 from topo_tune.controller.api import validation
 from topo_tune.errors import ValidationError
+from topo_tune.security.auth import bearer_metadata
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2, agent_pb2_grpc
 
 T = TypeVar("T")

@@ -13,7 +13,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from topo_tune.cluster_config import ClusterConfig, loads_cluster_config, parse_cluster_config
+from topo_tune.config.cluster import ClusterConfig, loads_cluster_config, parse_cluster_config
 from topo_tune.errors import ConfigError
 
 EXAMPLE = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml").read_text())

@@ -23,9 +23,9 @@ import pytest
 from tests.support.processes import TOKEN, LocalCluster, cli_env, free_port, run_cli
 from tests.support.waiting import wait_until
 from topo_tune.agent.config_store import ConfigStore
-from topo_tune.client import AdminClient
-from topo_tune.config_version import ConfigVersion
-from topo_tune.job_compare.schedule import Arm, arm_schedule
+from topo_tune.client.admin import AdminClient
+from topo_tune.jobs.compare.schedule import Arm, arm_schedule
+from topo_tune.versions.version import ConfigVersion
 
 pytestmark = pytest.mark.slow
 

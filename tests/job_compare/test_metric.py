@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from topo_tune.errors import ConfigError, MetricNotFound
-from topo_tune.job_compare.metric import MetricReader, compile_metric, parse_metric
+from topo_tune.jobs.compare.metric import MetricReader, compile_metric, parse_metric
 
 OUTPUT = """warming up
 step 1 step_time=0.91 loss=2.3

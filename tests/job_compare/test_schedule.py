@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from topo_tune.errors import ConfigError
-from topo_tune.job_compare.schedule import Arm, arm_schedule
+from topo_tune.jobs.compare.schedule import Arm, arm_schedule
 
 JOB_IDS = [f"job-{n}" for n in range(40)] + ["4242", "slurm.123_4", "x" * 253]
 
@@ -39,7 +39,7 @@ def test_the_job_id_chooses_which_arm_leads_each_block() -> None:
 
 def test_separate_processes_with_different_hash_seeds_derive_the_same_schedule() -> None:
     code = (
-        "from topo_tune.job_compare.schedule import arm_schedule\n"
+        "from topo_tune.jobs.compare.schedule import arm_schedule\n"
         "print(''.join(r.arm.value[0] for job in ('a', 'job-7', '4242') for r in arm_schedule(job, 9)))"
     )
     outputs = set()

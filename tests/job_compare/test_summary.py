@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from topo_tune.errors import ValidationError
-from topo_tune.job_compare.schedule import Arm, arm_schedule
-from topo_tune.job_compare.summary import RunValue, summarise
+from topo_tune.jobs.compare.schedule import Arm, arm_schedule
+from topo_tune.jobs.compare.summary import RunValue, summarise
 from topo_tune.tuner import statistics
 
 

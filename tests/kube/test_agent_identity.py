@@ -15,11 +15,11 @@ from tests.conftest import controller_settings
 from tests.controller.test_services import expect_status, open_session, register
 from tests.kube.conftest import KubeEnvFactory
 from tests.kube.fake_apiserver import TOKEN_REVIEWS, FakeApiServer
-from topo_tune.auth import bearer_metadata
 from topo_tune.controller.server import Controller
 from topo_tune.errors import ConfigError, KubernetesError
 from topo_tune.kube.agent_identity import AgentTokenReviewer
 from topo_tune.kube.objects import TokenReview
+from topo_tune.security.auth import bearer_metadata
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
 
 AGENTS = "topo-tune:topo-tune-agent"

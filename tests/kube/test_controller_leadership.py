@@ -25,7 +25,6 @@ from tests.kube.conftest import KubeEnvFactory
 from tests.kube.fake_apiserver import FakeApiServer
 from tests.support.processes import TOKEN
 from tests.support.waiting import async_wait_until
-from topo_tune.auth import bearer_metadata
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import EventRow, LeaderEpochRow
 from topo_tune.controller.leadership import NOT_LEADER
@@ -34,6 +33,7 @@ from topo_tune.errors import ConfigError, FencedError
 from topo_tune.kube.idleness import IdleVerdict
 from topo_tune.kube.leader_election import LeaderElectionSettings
 from topo_tune.kube.serving_label import LEADER_LABEL
+from topo_tune.security.auth import bearer_metadata
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2, agent_pb2_grpc
 
 AGENT_SERVICE = "topo_tune.v1.AgentService"

@@ -20,7 +20,7 @@ import pytest
 from tests.netns.conftest import ClusterFactory
 from tests.support.netns import ClusterShape, NetnsCluster
 from tests.support.waiting import wait_until
-from topo_tune.config_version import ConfigVersion, render_nccl_conf
+from topo_tune.versions.version import ConfigVersion, render_nccl_conf
 
 pytestmark = pytest.mark.netns
 

@@ -14,14 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from topo_tune.cli.main import cli
-from topo_tune.plugin import (
-    LIBRARY_FILE,
-    SOURCE_FILES,
-    PluginBuildError,
-    build_plugin,
-    find_compiler,
-    plugin_env,
-)
+from topo_tune.plugin import LIBRARY_FILE, SOURCE_FILES, PluginBuildError, build_plugin, find_compiler, plugin_env
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,11 +12,11 @@ import asyncio
 import time
 from pathlib import Path
 
-from topo_tune.client import AdminClient
-from topo_tune.cluster_config import loads_cluster_config
-from topo_tune.local_cluster import EmbeddedCluster
-from topo_tune.remote_port import RemotePort
-from topo_tune.tuning_pass import wait_for_nodes
+from topo_tune.cli.local_cluster import EmbeddedCluster
+from topo_tune.client.admin import AdminClient
+from topo_tune.config.cluster import loads_cluster_config
+from topo_tune.tuning_pass.remote_port import RemotePort
+from topo_tune.tuning_pass.run import wait_for_nodes
 from topo_tune.v1 import admin_pb2, agent_pb2
 
 CLUSTER = """apiVersion: topo-tune/v1

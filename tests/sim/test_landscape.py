@@ -8,16 +8,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 
-from topo_tune.sim import (
-    Cluster,
-    IntraNodeFabric,
-    Nic,
-    Node,
-    NodePairMeasurement,
-    Spine,
-    Transport,
-    simulate,
-)
+from topo_tune.sim import Cluster, IntraNodeFabric, Nic, Node, NodePairMeasurement, Spine, Transport, simulate
 from topo_tune.sim.demo import defaults_optimal_cluster, demo_cluster, h100_node
 from topo_tune.sim.profiles import H100_SXM, PCIE_GEN4, PCIE_GPU
 

@@ -6,7 +6,7 @@ from xml.etree import ElementTree
 import pytest
 
 from topo_tune.errors import ExpertModeRequired
-from topo_tune.tuner.gpu_ring import intra_node_ring, render_graph_file
+from topo_tune.tuner.ring.gpu_order import intra_node_ring, render_graph_file
 from topo_tune.v1 import topology_pb2
 
 Machine = Callable[[str], topology_pb2.NodeTopology]

@@ -6,7 +6,7 @@ import pytest
 
 from topo_tune.topology.distance import node_pair_matrix
 from topo_tune.topology.sampling import PairSampler, SamplingPolicy
-from topo_tune.tuner.rank_map import plan_rank_map
+from topo_tune.tuner.ring.rank_map import plan_rank_map
 
 
 def _pairs() -> tuple[list[str], dict[str, str]]:

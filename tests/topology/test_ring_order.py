@@ -5,9 +5,9 @@ import random
 import pytest
 
 from topo_tune.errors import RingOrderError
-from topo_tune.tuner.ring import canonical_rotation, ring_metrics, upper_bound
-from topo_tune.tuner.ring_instances import rack_instance
-from topo_tune.tuner.ring_order import optimize_ring
+from topo_tune.tuner.ring.instances import rack_instance
+from topo_tune.tuner.ring.model import canonical_rotation, ring_metrics, upper_bound
+from topo_tune.tuner.ring.optimizer import optimize_ring
 
 
 def _brute_force(bw: list[list[float]], lat: list[list[float]]) -> tuple[float, float]:

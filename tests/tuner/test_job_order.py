@@ -10,13 +10,13 @@ import random
 
 import pytest
 
-from topo_tune.config_version import ConfigVersion
 from topo_tune.errors import ValidationError
 from topo_tune.topology.distance import PairMatrix
-from topo_tune.tuner.job_order import job_order, pinned_order, read_rank_map
-from topo_tune.tuner.rank_map import RankMap, RingPrediction, plan_rank_map
-from topo_tune.tuner.ring import ring_metrics
-from topo_tune.tuner.ring_instances import rack_instance
+from topo_tune.tuner.ring.instances import rack_instance
+from topo_tune.tuner.ring.job_order import job_order, pinned_order, read_rank_map
+from topo_tune.tuner.ring.model import ring_metrics
+from topo_tune.tuner.ring.rank_map import RankMap, RingPrediction, plan_rank_map
+from topo_tune.versions.version import ConfigVersion
 
 
 def rank_map_of(names: list[str], bandwidth: list[list[float]], order: list[str] | None = None) -> str:

@@ -12,7 +12,6 @@ import optuna
 import pytest
 
 from tests.tuner.test_outputs import LARGE_ONLY, demo_study
-from topo_tune.config_version import parse_nccl_conf
 from topo_tune.tuner.outputs import _nccl_conf, write_outputs
 from topo_tune.tuner.proof import BucketProof
 from topo_tune.tuner.report.tables import trial_table
@@ -22,6 +21,7 @@ from topo_tune.tuner.study import StudyOutcome
 from topo_tune.tuner.study_records import trial_count_line
 from topo_tune.tuner.study_summary import bucket_lines, verdict_lines
 from topo_tune.tuner.trial_store import A_ROLE, superseded_trials
+from topo_tune.versions.version import parse_nccl_conf
 
 
 def test_the_point_is_inside_running_bounds_that_exclude_the_last_looks_mean() -> None:

@@ -16,7 +16,6 @@ from tests.plugin.nccl_tuner_harness import ALLREDUCE, LL, LOG_WARN, RING, SIMPL
 from tests.tuner.landscape import NODES, Landscape, synthetic_space
 from tests.tuner.output_writer import shape
 from tests.tuner.test_study import study_settings, synthetic_objective
-from topo_tune.config_version import ConfigVersion, parse_nccl_conf
 from topo_tune.plugin import build_plugin
 from topo_tune.sim import demo_cluster
 from topo_tune.topology.distance import PairMatrix
@@ -25,6 +24,7 @@ from topo_tune.tuner.outputs import ClusterShape, write_outputs
 from topo_tune.tuner.sim_evaluator import SimEvaluator, sim_space
 from topo_tune.tuner.study import StudyOutcome, run_study
 from topo_tune.tuner.timeout_advice import advise, latencies_of
+from topo_tune.versions.version import ConfigVersion, parse_nccl_conf
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from topo_tune.tuner.ring import rack_crossings, ring_metrics
-from topo_tune.tuner.ring_order import optimize_ring
+from topo_tune.tuner.ring.model import rack_crossings, ring_metrics
+from topo_tune.tuner.ring.optimizer import optimize_ring
 
 INTRA_GBPS = 400.0
 SPINE_GBPS = 400.0 / 3  # a 3:1 spine as a pair matrix sees it: every cross-rack pair alone gets a third

@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 
 from tests.support.waiting import wait_until
 from tests.tuner.landscape import Landscape, exhaustive_optimum, synthetic_space
-from topo_tune.cluster_config import SearchConfig
+from topo_tune.config.cluster import SearchConfig
 from topo_tune.errors import ConfigError, StudyError, TrialFailed
 from topo_tune.sim import defaults_optimal_cluster, demo_cluster
 from topo_tune.tuner.objective import Measurements, Objective, WorkloadProfile
@@ -35,14 +35,7 @@ from topo_tune.tuner.study import (
     TunerStudy,
     run_study,
 )
-from topo_tune.tuner.trial_store import (
-    A_HEARTBEAT,
-    A_WORKER,
-    C_BUCKET_FLOOR,
-    distributions,
-    from_optuna,
-    to_optuna,
-)
+from topo_tune.tuner.trial_store import A_HEARTBEAT, A_WORKER, C_BUCKET_FLOOR, distributions, from_optuna, to_optuna
 
 ROOT = Path(__file__).resolve().parents[2]
 LADDER = (1024, 65536, 1 << 20, 1 << 24, 1 << 28)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.support.processes import run_cli
-from topo_tune.cluster_config import load_cluster_config, loads_cluster_config
+from topo_tune.config.cluster import load_cluster_config, loads_cluster_config
 from topo_tune.errors import ConfigError, WorkloadFileError
 from topo_tune.nccl.collectives import Collective
 from topo_tune.tuner.objective import Measurements, SizeSample

@@ -39,8 +39,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from topo_tune.config_layout import ACTIVE_LINK, JOBS_LOCK, NODE_NAME_FILE, VERSIONS_DIR, staged_path
-from topo_tune.config_version import (
+from topo_tune.errors import ConfigWriteError, ConflictError, StoreBusy, ValidationError
+from topo_tune.security.private_files import set_own_mode
+from topo_tune.versions.layout import ACTIVE_LINK, JOBS_LOCK, NODE_NAME_FILE, VERSIONS_DIR, staged_path
+from topo_tune.versions.version import (
     NCCL_CONF,
     check_files,
     check_settings,
@@ -48,8 +50,6 @@ from topo_tune.config_version import (
     parse_nccl_conf,
     version_id,
 )
-from topo_tune.errors import ConfigWriteError, ConflictError, StoreBusy, ValidationError
-from topo_tune.private_files import set_own_mode
 
 logger = logging.getLogger(__name__)
 

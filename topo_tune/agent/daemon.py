@@ -30,12 +30,12 @@ from topo_tune.agent.command_executor import CommandExecutor
 from topo_tune.agent.config_store import ConfigStore
 from topo_tune.agent.journal import Entry, Journal
 from topo_tune.agent.settings import AgentSettings
-from topo_tune.auth import bearer_metadata, open_channel, read_token
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.errors import AgentRefused, SessionRefused
 from topo_tune.kube.rack import NodeRackReader
+from topo_tune.security.auth import bearer_metadata, open_channel, read_token
 from topo_tune.v1 import agent_pb2, agent_pb2_grpc, topology_pb2
-from topo_tune.wire_values import BACKEND_TO_WIRE
+from topo_tune.wire.values import BACKEND_TO_WIRE
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from topo_tune.private_files import private_dir, private_sqlite
+from topo_tune.security.private_files import private_dir, private_sqlite
 from topo_tune.v1 import agent_pb2
 
 

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from topo_tune.auth import TlsFiles
-from topo_tune.config_layout import DEFAULT_CONFIG_DIR
 from topo_tune.kube.environment import KubeEnvironment
 from topo_tune.kube.rack import DEFAULT_RACK_LABEL
+from topo_tune.security.auth import TlsFiles
+from topo_tune.versions.layout import DEFAULT_CONFIG_DIR
 
 
 @dataclass(frozen=True)

@@ -15,15 +15,15 @@ from pathlib import Path
 
 from topo_tune.benchmark.collectives import shape
 from topo_tune.benchmark.env_policy import EnvPolicy
-from topo_tune.benchmark.wire import spec_from_proto
-from topo_tune.config_version import parse_nccl_conf
 from topo_tune.errors import SimInputError
 from topo_tune.sim import Spine
 from topo_tune.sim.simulate import choice_of
 from topo_tune.sim.topology_import import cluster_from_topologies
 from topo_tune.sim.tuner_table import simulate_with_table
 from topo_tune.v1 import agent_pb2
-from topo_tune.wire_values import timestamp_ns
+from topo_tune.versions.version import parse_nccl_conf
+from topo_tune.wire.benchmark import spec_from_proto
+from topo_tune.wire.values import timestamp_ns
 
 
 def _with_conf_file(env: Mapping[str, str]) -> dict[str, str]:

@@ -13,9 +13,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from topo_tune.cli.connection import client_tls, client_tls_options, resolve_token, token_options
 from topo_tune.cli.output import FORMATS, emit_data, emit_table, to_data
-from topo_tune.client import AdminClient
+from topo_tune.client.admin import AdminClient
 from topo_tune.v1 import admin_pb2, agent_pb2
-from topo_tune.wire_values import BACKEND_FROM_WIRE
+from topo_tune.wire.values import BACKEND_FROM_WIRE
 
 F = TypeVar("F", bound=Callable[..., Any])
 

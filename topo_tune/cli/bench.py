@@ -10,15 +10,15 @@ import click
 
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.table import TableContext, render_table
-from topo_tune.benchmark.wire import COLLECTIVE_FROM_PROTO, COLLECTIVE_TO_PROTO, collective_from_proto, size_from_proto
 from topo_tune.cli.admin import admin, connected
 from topo_tune.cli.output import emit_data, emit_table, to_data
 from topo_tune.cli.progress import progress_lines
-from topo_tune.client import AdminClient
+from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ControllerError, TunerTableError
 from topo_tune.nccl.collectives import Collective
 from topo_tune.plugin.table import parse_tuner_table
 from topo_tune.v1 import admin_pb2, agent_pb2
+from topo_tune.wire.benchmark import COLLECTIVE_FROM_PROTO, COLLECTIVE_TO_PROTO, collective_from_proto, size_from_proto
 
 _SIZE = re.compile(r"^(\d+)([KMG]?)B?$", re.IGNORECASE)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

@@ -35,10 +35,10 @@ from typing import IO, Any
 import click
 
 from topo_tune.cli.job_comparisons import verdict_lines
-from topo_tune.client import AdminClient
+from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ConfigError, MetricNotFound, TopoTuneError
-from topo_tune.job_compare.metric import MetricReader, compile_metric
-from topo_tune.job_compare.schedule import Arm, Run, arm_schedule
+from topo_tune.jobs.compare.metric import MetricReader, compile_metric
+from topo_tune.jobs.compare.schedule import Arm, Run, arm_schedule
 from topo_tune.v1 import admin_pb2
 
 logger = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from topo_tune.cluster_config import json_schema_text, load_cluster_config
+from topo_tune.config.cluster import json_schema_text, load_cluster_config
 
 
 @click.group()

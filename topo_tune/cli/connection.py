@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
-from topo_tune.auth import TlsFiles, read_token
+from topo_tune.security.auth import TlsFiles, read_token
 
 F = TypeVar("F", bound=Callable[..., Any])
 

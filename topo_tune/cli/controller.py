@@ -11,10 +11,10 @@ from pathlib import Path
 
 import click
 
-from topo_tune.auth import TlsFiles
 from topo_tune.cli.connection import resolve_token, token_options
 from topo_tune.cli.setting_options import setting_option
-from topo_tune.cluster_config import (
+from topo_tune.config.checks import overridden
+from topo_tune.config.cluster import (
     ClusterConfig,
     ControllerConfig,
     DriftConfig,
@@ -23,11 +23,11 @@ from topo_tune.cluster_config import (
     load_cluster_config,
     parse_cluster_config,
 )
-from topo_tune.config_checks import overridden
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.errors import ConfigError
 from topo_tune.kube.environment import KubeEnvironment, detect_in_cluster
 from topo_tune.kube.leader_election import LeaderElectionSettings
+from topo_tune.security.auth import TlsFiles
 
 _PATH = click.Path(path_type=Path, dir_okay=False)
 

@@ -7,7 +7,7 @@ import click
 from topo_tune.cli.admin import admin, connected
 from topo_tune.cli.output import emit_data, emit_table, to_data
 from topo_tune.cli.progress import progress_lines
-from topo_tune.client import AdminClient
+from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ControllerError
 from topo_tune.v1 import admin_pb2
 

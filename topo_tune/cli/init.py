@@ -19,17 +19,17 @@ from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.cli import logs
 from topo_tune.cli.connection import client_tls, client_tls_options, resolve_token, token_options
 from topo_tune.cli.phases import PhaseDisplay
-from topo_tune.client import AdminClient
-from topo_tune.cluster_config import ClusterConfig, load_cluster_config
+from topo_tune.client.admin import AdminClient
+from topo_tune.config.cluster import ClusterConfig, load_cluster_config
 from topo_tune.errors import ConfigError, EnvPolicyError
-from topo_tune.remote_port import RESTART_WAIT_S, RemotePort
 from topo_tune.tuner.report.tables import table_rows
 from topo_tune.tuner.study_records import plural, trial_count_line
 from topo_tune.tuner.study_summary import verdict_lines
 from topo_tune.tuner.workload_gain import gain_line
+from topo_tune.tuning_pass.remote_port import RESTART_WAIT_S, RemotePort
 
 if TYPE_CHECKING:
-    from topo_tune.local_cluster import EmbeddedCluster
+    from topo_tune.cli.local_cluster import EmbeddedCluster
 
 _PATH = click.Path(path_type=Path, dir_okay=False)
 
@@ -88,7 +88,7 @@ def _tell_how_to_join(
     console: Console, embedded: EmbeddedCluster, elsewhere: Sequence[str], token_dir: Path, node_timeout: float
 ) -> None:
     """Before the wait: the ``agent run`` line for each node that is not this machine, with its own credential."""
-    from topo_tune.local_cluster import agent_command, node_credential_file  # noqa: PLC0415 - embedded path only
+    from topo_tune.cli.local_cluster import agent_command, node_credential_file  # noqa: PLC0415 - embedded path only
 
     cluster = embedded.cluster
     rack_of = cluster.rack_of()
@@ -143,7 +143,7 @@ def _controller(
             yield client, f"sqlite:///{output / 'study.db'}"
         return
     # Only the embedded path needs the daemons.
-    from topo_tune.local_cluster import EmbeddedCluster, ThisHost, nodes_here, token_file_for  # noqa: PLC0415
+    from topo_tune.cli.local_cluster import EmbeddedCluster, ThisHost, nodes_here, token_file_for  # noqa: PLC0415
 
     _check_node_env(cluster)
     here, elsewhere = nodes_here(cluster, ThisHost.detect())
@@ -241,7 +241,7 @@ def init(
       topo-tune init --cluster-config examples/local-gloo.yaml
       topo-tune init --cluster-config examples/one-box.yaml    # one GPU machine, no other process
     """
-    from topo_tune.tuning_pass import run_pass  # noqa: PLC0415 - the tuner stack loads only for this command
+    from topo_tune.tuning_pass.run import run_pass  # noqa: PLC0415 - the tuner stack loads only for this command
 
     cluster = load_cluster_config(config_file)
     if worker_env:

@@ -3,7 +3,7 @@ order, pinned for its life.
 
 Besides the NCCL variables, ``env`` and ``exec`` name this node's place in the job's order
 (``TOPO_TUNE_NODE_RANK``, ``TOPO_TUNE_NNODES``, ``TOPO_TUNE_MASTER_ADDR``, ``TOPO_TUNE_NODE_ORDER``); ``exec
---launcher`` hands the order to torchrun, srun or mpirun (``topo_tune.launchers``); ``hostfile`` prints a
+--launcher`` hands the order to torchrun, srun or mpirun (``topo_tune.jobs.launchers``); ``hostfile`` prints a
 launcher's hostfile for the job's nodes with the predicted ring bottleneck next to the launcher's own order's.
 
 ``env`` prints ``export KEY=VALUE`` lines (``eval "$(topo-tune env ...)"``); ``exec`` runs the command with
@@ -32,10 +32,9 @@ from topo_tune.agent.config_store import ConfigStore, jobs_lock_shared
 from topo_tune.cli.admin import connected
 from topo_tune.cli.compare import ArmConfig, compare_options, run_comparison, spec_from_options
 from topo_tune.cli.output import emit_data
-from topo_tune.client import AdminClient
-from topo_tune.config_layout import DEFAULT_CONFIG_DIR, NODE_NAME_FILE
+from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ConfigError, ConflictError
-from topo_tune.job_config import (
+from topo_tune.jobs.config import (
     RolloutView,
     arm_version,
     expand_hostlist,
@@ -44,11 +43,12 @@ from topo_tune.job_config import (
     nodes_from_env,
     order_environment,
 )
-from topo_tune.launchers import LAUNCHERS, LauncherFlavour, launch, starts_other_nodes
+from topo_tune.jobs.launchers import LAUNCHERS, LauncherFlavour, launch, starts_other_nodes
 from topo_tune.plugin.job_env import workload_env
-from topo_tune.tuner.job_order import METHODS
-from topo_tune.tuner.rank_map import HostfileFlavour, hostfile_body
+from topo_tune.tuner.ring.job_order import METHODS
+from topo_tune.tuner.ring.rank_map import HostfileFlavour, hostfile_body
 from topo_tune.v1 import admin_pb2
+from topo_tune.versions.layout import DEFAULT_CONFIG_DIR, NODE_NAME_FILE
 
 
 def _nodes_option(function: Any) -> Any:

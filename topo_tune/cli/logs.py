@@ -14,7 +14,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from topo_tune.log_text import escaped
+from topo_tune.security.log_text import escaped
 
 # Attributes every LogRecord has; anything else was passed with ``extra=`` and is an id worth showing.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}

@@ -12,12 +12,12 @@ import click
 from topo_tune.cli.admin import connected
 from topo_tune.cli.output import emit_data, emit_table, to_data
 from topo_tune.cli.setting_options import setting_option, show_default
-from topo_tune.client import ROLLOUT_ENDS, AdminClient, waits_for_operator
-from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
-from topo_tune.config_values import parse_duration
-from topo_tune.config_version import FILE_NAMES
+from topo_tune.client.admin import ROLLOUT_ENDS, AdminClient, waits_for_operator
+from topo_tune.config.cluster import RolloutGateConfig, RolloutThresholdsConfig
+from topo_tune.config.values import parse_duration
 from topo_tune.errors import ControllerError
 from topo_tune.v1 import admin_pb2
+from topo_tune.versions.version import FILE_NAMES
 
 _GATE = "rollout.gate"  # the controller's cluster.yaml: its defaults for every rollout
 PAUSED_EXIT = 3

@@ -19,8 +19,8 @@ import pydantic
 from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 
-from topo_tune.config_checks import field_errors
-from topo_tune.config_values import parse_bytes, parse_duration, show_bytes, show_duration
+from topo_tune.config.checks import field_errors
+from topo_tune.config.values import parse_bytes, parse_duration, show_bytes, show_duration
 
 F = TypeVar("F", bound=Callable[..., Any])
 

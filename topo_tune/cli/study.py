@@ -7,8 +7,8 @@ import click
 from topo_tune.cli.admin import admin, connected
 from topo_tune.cli.output import emit_data, emit_table, to_data
 from topo_tune.cli.setting_options import setting_option
-from topo_tune.client import AdminClient
-from topo_tune.cluster_config import SearchConfig
+from topo_tune.client.admin import AdminClient
+from topo_tune.config.cluster import SearchConfig
 from topo_tune.v1 import admin_pb2
 
 STATUS_NAMES = {v: k.removeprefix("STUDY_STATUS_").lower() for k, v in admin_pb2.StudyStatus.items()}

@@ -19,7 +19,7 @@ from topo_tune.topology.fingerprint import topology_fingerprint
 from topo_tune.topology.matrix import render_node_matrix
 from topo_tune.topology.nccl_dump import read_nccl_topology
 from topo_tune.topology.nccl_topo_file import nccl_topology_xml, vm_topology_file
-from topo_tune.tuner.rank_map import HostfileFlavour, plan_rank_map
+from topo_tune.tuner.ring.rank_map import HostfileFlavour, plan_rank_map
 
 
 @click.group()

@@ -28,7 +28,7 @@ from topo_tune.controller.db.models import CommandRow, EventRow, NodeRow
 from topo_tune.controller.group_commit import GroupCommit
 from topo_tune.errors import AlreadyExists, NotFoundError
 from topo_tune.v1 import agent_pb2
-from topo_tune.wire_values import timestamp
+from topo_tune.wire.values import timestamp
 
 logger = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from topo_tune.config_version import ConfigVersion, is_version_id
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import ConfigVersionRow
 from topo_tune.errors import NotFoundError, ValidationError
+from topo_tune.versions.version import ConfigVersion, is_version_id
 
 
 @dataclass(frozen=True)

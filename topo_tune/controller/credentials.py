@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from topo_tune.auth import REFUSED, GuardInterceptor, presented_token
 from topo_tune.controller import names
+from topo_tune.security.auth import REFUSED, GuardInterceptor, presented_token
 
 AGENT_SESSION = "/topo_tune.v1.AgentService/Session"
 RESOLVE_JOB_CONFIG = "/topo_tune.v1.AdminService/ResolveJobConfig"

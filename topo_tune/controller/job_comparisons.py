@@ -32,9 +32,9 @@ from sqlalchemy.orm import Session
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import JobComparisonRow
 from topo_tune.errors import AlreadyExists, ConflictError, StorageError, ValidationError
-from topo_tune.job_compare.schedule import Arm, arm_schedule
-from topo_tune.job_compare.summary import ComparisonSummary, RunValue, summarise
-from topo_tune.job_config import JobPin
+from topo_tune.jobs.compare.schedule import Arm, arm_schedule
+from topo_tune.jobs.compare.summary import ComparisonSummary, RunValue, summarise
+from topo_tune.jobs.config import JobPin
 from topo_tune.tuner.statistics import Decision
 
 

@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Protocol
 
 import grpc
 
-from topo_tune.auth import GuardInterceptor
 from topo_tune.controller.db.database import Database
 from topo_tune.errors import FencedError, StaleTermError
 from topo_tune.kube.leader_election import LeaderElectionSettings, LeaderElector, LeadershipTerm
 from topo_tune.kube.serving_label import ServingLabel
+from topo_tune.security.auth import GuardInterceptor
 
 if TYPE_CHECKING:
     from topo_tune.kube.api import KubeApi

@@ -30,16 +30,9 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from topo_tune.cluster_config import RetentionConfig
+from topo_tune.config.cluster import RetentionConfig
 from topo_tune.controller.db.database import Database
-from topo_tune.controller.db.models import (
-    BenchmarkJobRow,
-    CommandRow,
-    DriftCheckRow,
-    EventRow,
-    GateResultRow,
-    StudyRow,
-)
+from topo_tune.controller.db.models import BenchmarkJobRow, CommandRow, DriftCheckRow, EventRow, GateResultRow, StudyRow
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.rollout.verification import gate_job_id
 

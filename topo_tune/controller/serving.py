@@ -18,7 +18,6 @@ import grpc.aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
-from topo_tune.auth import server_credentials
 from topo_tune.controller.api.admin import SERVICE_NAME as ADMIN_SERVICE_NAME
 from topo_tune.controller.api.admin import AdminServicer
 from topo_tune.controller.api.agent import AgentServicer
@@ -28,6 +27,7 @@ from topo_tune.controller.leadership import LeaderOnlyInterceptor
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.controller.wiring import Services
 from topo_tune.errors import ConfigError
+from topo_tune.security.auth import server_credentials
 from topo_tune.v1 import admin_pb2_grpc, agent_pb2, agent_pb2_grpc
 
 logger = logging.getLogger(__name__)

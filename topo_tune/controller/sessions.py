@@ -19,9 +19,9 @@ from topo_tune.controller.commands import CommandBook, CommandRecord
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import NodeRegistry, Registration
 from topo_tune.errors import ValidationError
-from topo_tune.log_text import LogGate, held_note, printable
+from topo_tune.security.log_text import LogGate, held_note, printable
 from topo_tune.v1 import agent_pb2
-from topo_tune.wire_values import BACKEND_FROM_WIRE
+from topo_tune.wire.values import BACKEND_FROM_WIRE
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The controller's settings: built once by the CLI from cluster.yaml, flags and environment.
 
 What cluster.yaml holds is its own section objects (``DriftConfig``, ``RolloutGateConfig``, ...) or, for the
-flat values, defaults read from ``ControllerConfig``: each default is written once, in ``cluster_config.py``.
+flat values, defaults read from ``ControllerConfig``: each default is written once, in ``config/cluster.py``.
 """
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from topo_tune.auth import TlsFiles
-from topo_tune.cluster_config import (
+from topo_tune.config.cluster import (
     ControllerConfig,
     DriftConfig,
     RetentionConfig,
@@ -21,6 +20,7 @@ from topo_tune.cluster_config import (
 )
 from topo_tune.kube.environment import KubeEnvironment
 from topo_tune.kube.leader_election import LeaderElectionSettings
+from topo_tune.security.auth import TlsFiles
 
 _FILE = ControllerConfig()
 _ROLLOUT = RolloutConfig()

@@ -26,8 +26,8 @@ import optuna
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from topo_tune.admin_port import AdminPort
-from topo_tune.cluster_config import (
+from topo_tune.config.checks import naming_fields, validated
+from topo_tune.config.cluster import (
     API_VERSION,
     ClusterConfig,
     Metadata,
@@ -37,8 +37,7 @@ from topo_tune.cluster_config import (
     SpineConfig,
     WorkloadConfig,
 )
-from topo_tune.config_checks import naming_fields, validated
-from topo_tune.config_values import Backend
+from topo_tune.config.values import Backend
 from topo_tune.controller import names as check
 from topo_tune.controller.changes import Changes
 from topo_tune.controller.db.database import Database
@@ -55,10 +54,11 @@ from topo_tune.errors import (
     TopoTuneError,
     ValidationError,
 )
-from topo_tune.node_record import NodeState
 from topo_tune.tuner.study import A_FAILURE, A_REASON, StudyProgress
 from topo_tune.tuner.study_summary import verdict_lines
-from topo_tune.tuning_pass import run_pass
+from topo_tune.tuning_pass.controller_port import AdminPort
+from topo_tune.tuning_pass.node_record import NodeState
+from topo_tune.tuning_pass.run import run_pass
 
 logger = logging.getLogger(__name__)
 

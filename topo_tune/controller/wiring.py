@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
-from topo_tune.config_version import TUNER_TABLE
 from topo_tune.controller.api.in_process import InProcessPort
 from topo_tune.controller.benchmarks.service import BenchmarkJobs, JobSettings
 from topo_tune.controller.changes import Changes
@@ -40,6 +39,7 @@ from topo_tune.controller.studies import Studies
 from topo_tune.kube.idleness import NodeIdleness, busy_nodes
 from topo_tune.plugin.table import parse_tuner_table
 from topo_tune.v1 import agent_pb2
+from topo_tune.versions.version import TUNER_TABLE
 
 logger = logging.getLogger(__name__)
 

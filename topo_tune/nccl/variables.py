@@ -30,16 +30,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-from topo_tune.nccl.value_types import (
-    Choice,
-    InputFile,
-    Int,
-    OutputFile,
-    Pattern,
-    Plugin,
-    Proto,
-    ValueType,
-)
+from topo_tune.nccl.value_types import Choice, InputFile, Int, OutputFile, Pattern, Plugin, Proto, ValueType
 
 __all__ = ["CATALOGUE", "Catalogue", "Dimension", "Need", "Role", "Variable"]
 

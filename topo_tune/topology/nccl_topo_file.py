@@ -13,12 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from topo_tune.topology.cpulist import hex_mask_from_cpulist
-from topo_tune.topology.nccl_xml import (
-    BRIDGE_CLASS,
-    Element,
-    attr,
-    render_xml,
-)
+from topo_tune.topology.nccl_xml import BRIDGE_CLASS, Element, attr, render_xml
 from topo_tune.topology.nic_ports import Endpoint, folded_bus_id, nccl_ports
 from topo_tune.topology.pci import PciPath, parse_pci_path
 from topo_tune.v1 import topology_pb2

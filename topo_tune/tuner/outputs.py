@@ -35,19 +35,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from topo_tune.config_version import NCCL_CONF, RANK_MAP, TOPO_FILE, TUNER_TABLE, ConfigVersion, render_nccl_conf
 from topo_tune.errors import ConfigError
 from topo_tune.topology.distance import PairMatrix
-from topo_tune.tuner.rank_map import RankMap, RingPrediction
 from topo_tune.tuner.report.figures import report_figures
 from topo_tune.tuner.report.page import render_report
-from topo_tune.tuner.ring import ring_metrics
+from topo_tune.tuner.ring.model import ring_metrics
+from topo_tune.tuner.ring.rank_map import RankMap, RingPrediction
 from topo_tune.tuner.shipped_table import tuner_table
 from topo_tune.tuner.space import NATURAL_ORDER
 from topo_tune.tuner.study import StudyOutcome
 from topo_tune.tuner.study_summary import TRADEOFF, summary
 from topo_tune.tuner.timeout_advice import TimeoutAdvice
 from topo_tune.tuner.workload_gain import WorkloadSource
+from topo_tune.versions.version import NCCL_CONF, RANK_MAP, TOPO_FILE, TUNER_TABLE, ConfigVersion, render_nccl_conf
 
 __all__ = [
     "HOSTFILE",

@@ -9,7 +9,7 @@ from typing import get_args
 
 import optuna
 
-from topo_tune.cluster_config import SamplerName
+from topo_tune.config.cluster import SamplerName
 from topo_tune.tuner.coordinate_descent import CoordinateDescentSampler
 from topo_tune.tuner.space import SearchSpace
 from topo_tune.tuner.trial_store import distributions

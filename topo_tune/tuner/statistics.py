@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from scipy import stats
 
-from topo_tune.cluster_config import PROOF_ALPHA, PROOF_MAX_LOSS, PROOF_MIN_EFFECT
+from topo_tune.config.cluster import PROOF_ALPHA, PROOF_MAX_LOSS, PROOF_MIN_EFFECT
 from topo_tune.errors import ConfigError
 
 __all__ = [

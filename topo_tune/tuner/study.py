@@ -49,12 +49,7 @@ from topo_tune.tuner.proof import SMALL_RUNS, FinalistProof, ProofSettings, Prov
 from topo_tune.tuner.samplers import SamplerName, make_sampler
 from topo_tune.tuner.space import SearchSpace, TrialConfig
 from topo_tune.tuner.stale_trials import StaleTrials
-from topo_tune.tuner.study_records import (
-    StudyOutcome,
-    StudyProgress,
-    study_outcome,
-    study_progress,
-)
+from topo_tune.tuner.study_records import StudyOutcome, StudyProgress, study_outcome, study_progress
 from topo_tune.tuner.study_settings import StudySettings
 from topo_tune.tuner.table_trials import TableTrials
 from topo_tune.tuner.trial_store import (

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from topo_tune.cluster_config import SearchConfig
-from topo_tune.config_checks import naming_fields
+from topo_tune.config.checks import naming_fields
+from topo_tune.config.cluster import SearchConfig
 from topo_tune.errors import ConfigError
 from topo_tune.tuner import statistics
 from topo_tune.tuner.objective import DEFAULT_LADDER

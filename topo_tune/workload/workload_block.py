@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from topo_tune.cluster_config import loads_cluster_config
+from topo_tune.config.cluster import loads_cluster_config
 from topo_tune.errors import ConfigError, PathError, WorkloadFileError
 from topo_tune.workload.calls import KIND_LABELS
 from topo_tune.workload.weights import SOURCE_LABELS, WorkloadWeights

@@ -13,7 +13,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from topo_tune.config_version import ConfigVersion, render_nccl_conf
 from topo_tune.controller.commands import CommandBook
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.metrics import ControllerMetrics
@@ -24,6 +23,7 @@ from topo_tune.controller.rollout.gates import Sample
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.sessions import SessionHub
 from topo_tune.v1 import agent_pb2
+from topo_tune.versions.version import ConfigVersion, render_nccl_conf
 
 V1 = ConfigVersion({"nccl.conf": render_nccl_conf({"NCCL_MIN_CTAS": "8"})})
 V2 = ConfigVersion({"nccl.conf": render_nccl_conf({"NCCL_MIN_CTAS": "16", "NCCL_NTHREADS": "256"})})

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.controller.rollout.fleet import V1, V2, V3, Clock, ControllerParts, SimFleet, SimVerifier, racks
-from topo_tune.cluster_config import RolloutThresholdsConfig
+from topo_tune.config.cluster import RolloutThresholdsConfig
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.rollout.engine import NoVerifier
 from topo_tune.controller.rollout.gates import Outcome

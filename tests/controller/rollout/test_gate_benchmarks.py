@@ -21,15 +21,15 @@ from tests.support.sim_agent import sim_agent
 from tests.support.waiting import async_wait_until
 from topo_tune.agent.daemon import Agent
 from topo_tune.cli.main import cli
-from topo_tune.client import AdminClient
-from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
-from topo_tune.config_version import ConfigVersion, render_nccl_conf
+from topo_tune.client.admin import AdminClient
+from topo_tune.config.cluster import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.controller.rollout.gates import Outcome
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase, Snapshot
 from topo_tune.controller.rollout.verification import BenchmarkVerifier
 from topo_tune.controller.server import Controller
 from topo_tune.v1 import admin_pb2
+from topo_tune.versions.version import ConfigVersion, render_nccl_conf
 
 pytestmark = pytest.mark.slow
 

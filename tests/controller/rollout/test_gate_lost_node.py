@@ -23,13 +23,13 @@ from tests.controller.rollout.test_gate_benchmarks import NEUTRAL, settled
 from tests.support.processes import Daemon
 from tests.support.waiting import async_wait_until
 from topo_tune.benchmark.job_record import BenchmarkJob, JobStatus
-from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
+from topo_tune.config.cluster import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.controller.rollout.gates import Outcome
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase
 from topo_tune.controller.rollout.verification import BenchmarkVerifier
 from topo_tune.controller.server import Controller
-from topo_tune.node_record import NodeState
+from topo_tune.tuning_pass.node_record import NodeState
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 

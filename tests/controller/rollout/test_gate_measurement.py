@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from topo_tune.cluster_config import RolloutGateConfig, parse_cluster_config
+from topo_tune.config.cluster import RolloutGateConfig, parse_cluster_config
 from topo_tune.controller.api.rollout_messages import from_proto_policy, to_proto_gate
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.errors import ValidationError

@@ -19,12 +19,12 @@ import pytest
 from tests.controller.rollout.test_gate_benchmarks import gate_controller, settled
 from tests.support.sim_agent import sim_agent
 from topo_tune.agent.daemon import Agent
-from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
-from topo_tune.config_version import ConfigVersion, render_nccl_conf
+from topo_tune.config.cluster import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.controller.rollout.gates import Outcome
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase
 from topo_tune.controller.server import Controller
+from topo_tune.versions.version import ConfigVersion, render_nccl_conf
 
 pytestmark = pytest.mark.slow
 

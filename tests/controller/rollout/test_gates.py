@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
-from topo_tune.config_checks import overridden
+from topo_tune.config.checks import overridden
+from topo_tune.config.cluster import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.controller.rollout.gates import Outcome, Sample, check_reachable, judge, sign_flip_p
 from topo_tune.errors import ValidationError
 

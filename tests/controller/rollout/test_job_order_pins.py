@@ -17,11 +17,11 @@ from tests.support.sim_agent import sim_agent
 from tests.tuner.test_job_order import SIX_MAP
 from topo_tune.agent.daemon import Agent
 from topo_tune.cli.main import cli
-from topo_tune.client import AdminClient
-from topo_tune.config_version import ConfigVersion
+from topo_tune.client.admin import AdminClient
 from topo_tune.controller.server import Controller
 from topo_tune.errors import ConflictError, PermissionDenied
 from topo_tune.v1 import admin_pb2
+from topo_tune.versions.version import ConfigVersion
 
 VERSION = ConfigVersion({"nccl.conf": "NCCL_MIN_NCHANNELS=4\n", "rankmap.json": SIX_MAP})
 

@@ -27,11 +27,11 @@ from topo_tune.agent.config_store import jobs_lock_shared
 from topo_tune.agent.daemon import Agent
 from topo_tune.agent.settings import AgentSettings
 from topo_tune.cli.main import cli
-from topo_tune.client import AdminClient
-from topo_tune.config_version import ConfigVersion
+from topo_tune.client.admin import AdminClient
 from topo_tune.controller.server import Controller
 from topo_tune.errors import ConflictError
 from topo_tune.v1 import admin_pb2, topology_pb2
+from topo_tune.versions.version import ConfigVersion
 
 T = TypeVar("T")
 RACKS = racks(4, 2)

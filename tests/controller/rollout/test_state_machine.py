@@ -14,7 +14,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from topo_tune.cluster_config import RolloutThresholdsConfig
+from topo_tune.config.cluster import RolloutThresholdsConfig
 from topo_tune.controller.rollout import state
 from topo_tune.controller.rollout.gates import Outcome, Verdict
 from topo_tune.controller.rollout.plan import PlanPolicy, build_plan

@@ -9,14 +9,14 @@ from datetime import timedelta
 import pytest
 
 from tests.controller.rollout.fleet import V1, V2, Clock, racks
-from topo_tune.cluster_config import RolloutThresholdsConfig
+from topo_tune.config.cluster import RolloutThresholdsConfig
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.rollout import state
 from topo_tune.controller.rollout.gates import Outcome, Sample, Verdict
 from topo_tune.controller.rollout.plan import PlanPolicy, build_plan
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.errors import ConflictError, NotFoundError
-from topo_tune.job_config import JobPin
+from topo_tune.jobs.config import JobPin
 
 RACKS = racks(3, 2)
 

@@ -49,11 +49,11 @@ from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.benchmark.job_spec import MAX_DEADLINE_S, BenchmarkSpec, RankSlot
 from topo_tune.benchmark.results import RankOutcome
 from topo_tune.benchmark.sweep import SizeSweep
-from topo_tune.benchmark.wire import node_result_to_proto, spec_from_proto
 from topo_tune.errors import JobCancelled, LauncherBusy
 from topo_tune.nccl.collectives import Collective
 from topo_tune.v1 import agent_pb2
-from topo_tune.wire_values import timestamp_ns
+from topo_tune.wire.benchmark import node_result_to_proto, spec_from_proto
+from topo_tune.wire.values import timestamp_ns
 
 __all__ = ["DEFAULT_PROBE_ITERS", "BenchmarkExecutor", "probe_figures", "probe_specs"]
 

@@ -11,7 +11,7 @@ rank's output is compared with the value computed from the pattern. Sums of smal
 exact in every dtype up to its exact-integer limit; past it (16-bit floats on big worlds) a
 relative tolerance of ``ceil(log2(n)) / limit`` absorbs rounding from the order of summation.
 
-Non-goals: timing (``worker``), the wire (``topo_tune.benchmark.wire``).
+Non-goals: timing (``worker``), the wire (``topo_tune.wire.benchmark``).
 """
 
 from __future__ import annotations

@@ -44,22 +44,16 @@ import torch
 import torch.distributed as dist
 from torch.distributed import PrefixStore, ProcessGroupGloo, TCPStore  # type: ignore[attr-defined]
 
-from topo_tune.agent.bench.collective_ops import (
-    fill_inputs,
-    make_buffers,
-    op_for,
-    placement_supported,
-    wrong_elements,
-)
+from topo_tune.agent.bench.collective_ops import fill_inputs, make_buffers, op_for, placement_supported, wrong_elements
 from topo_tune.agent.bench.worker_config import WorkerConfig
 from topo_tune.benchmark.collectives import bandwidth, shape
 from topo_tune.benchmark.iteration_stats import IterationStats
 from topo_tune.benchmark.job_spec import BenchmarkSpec
 from topo_tune.benchmark.results import NcclChoice, RankResult, SizeMeasurement
-from topo_tune.config_version import SYSTEM_NCCL_CONF, file_settings
 from topo_tune.errors import RecordError
 from topo_tune.plugin.job_env import PLUGIN_ENV, TABLE_ENV
 from topo_tune.plugin.record import RECORD_ENV, RecordedCall, parse_record
+from topo_tune.versions.version import SYSTEM_NCCL_CONF, file_settings
 
 __all__ = ["main"]
 

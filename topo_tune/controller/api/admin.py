@@ -38,7 +38,7 @@ from topo_tune.controller.config_versions import ConfigVersions
 from topo_tune.controller.credential_ledger import CredentialLedger, IssuedRecord
 from topo_tune.controller.credentials import Credentials, Role, credential_id
 from topo_tune.controller.job_comparisons import JobComparisons
-from topo_tune.wire_values import timestamp, timestamp_or_none
+from topo_tune.wire.values import timestamp, timestamp_or_none
 
 if TYPE_CHECKING:
     from topo_tune.controller.drift import DriftChecker

@@ -15,7 +15,7 @@ from topo_tune.controller.api import status_codes, validation
 from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.sessions import AgentSession, SessionHub
 from topo_tune.errors import PermissionDenied, TopoTuneError, ValidationError
-from topo_tune.log_text import printable
+from topo_tune.security.log_text import printable
 from topo_tune.v1 import agent_pb2, agent_pb2_grpc
 
 logger = logging.getLogger(__name__)

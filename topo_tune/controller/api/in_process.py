@@ -21,7 +21,7 @@ from topo_tune.controller.config_versions import ConfigVersions, StoredVersion
 from topo_tune.controller.nodes import NodeRegistry, NodeView
 from topo_tune.controller.probes import Probes
 from topo_tune.errors import StudyCancelled
-from topo_tune.node_record import ClusterTopology, NodeInfo
+from topo_tune.tuning_pass.node_record import ClusterTopology, NodeInfo
 from topo_tune.v1 import topology_pb2
 
 T = TypeVar("T")

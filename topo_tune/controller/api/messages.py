@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus, SizeRange
 from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound, ProbeStatus
-from topo_tune.benchmark.wire import COLLECTIVE_FROM_PROTO, COLLECTIVE_TO_PROTO, size_to_proto
 from topo_tune.controller import names
 from topo_tune.controller.benchmarks.service import JobProgress
 from topo_tune.controller.commands import STATUS_TO_WIRE as COMMAND_STATUS_TO_WIRE
@@ -22,11 +21,12 @@ from topo_tune.controller.rollout.job_pins import ResolvedJob
 from topo_tune.controller.rollout.state import Snapshot, WavePhase
 from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus, StudyTrials
 from topo_tune.errors import ValidationError
-from topo_tune.job_compare.schedule import MAX_PAIRS, Arm
-from topo_tune.job_compare.summary import RunValue
-from topo_tune.node_record import NodeState
+from topo_tune.jobs.compare.schedule import MAX_PAIRS, Arm
+from topo_tune.jobs.compare.summary import RunValue
+from topo_tune.tuning_pass.node_record import NodeState
 from topo_tune.v1 import admin_pb2, agent_pb2, topology_pb2
-from topo_tune.wire_values import backend_to_wire, timestamp, timestamp_or_none
+from topo_tune.wire.benchmark import COLLECTIVE_FROM_PROTO, COLLECTIVE_TO_PROTO, size_to_proto
+from topo_tune.wire.values import backend_to_wire, timestamp, timestamp_or_none
 
 NODE_STATES = {NodeState.READY: admin_pb2.NODE_STATE_READY, NodeState.LOST: admin_pb2.NODE_STATE_LOST}
 ACTIVITIES = {

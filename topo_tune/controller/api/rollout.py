@@ -14,8 +14,7 @@ from typing import Any
 
 import grpc.aio
 
-from topo_tune.config_checks import overridden
-from topo_tune.config_version import ConfigVersion
+from topo_tune.config.checks import overridden
 from topo_tune.controller import names
 from topo_tune.controller.api import messages, rollout_messages, validation
 from topo_tune.controller.api.status_codes import maps_errors
@@ -26,6 +25,7 @@ from topo_tune.controller.rollout.plan import build_plan
 from topo_tune.controller.rollout.state import NodePhase, Snapshot
 from topo_tune.errors import NotFoundError, ValidationError
 from topo_tune.v1 import admin_pb2
+from topo_tune.versions.version import ConfigVersion
 
 logger = logging.getLogger(__name__)
 

@@ -6,14 +6,14 @@ Split from ``messages.py`` by concept; the same rule holds: the rollout services
 
 from __future__ import annotations
 
-from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
-from topo_tune.config_checks import overridden
+from topo_tune.config.checks import overridden
+from topo_tune.config.cluster import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.controller.rollout.plan import Plan, PlanPolicy, Wave
 from topo_tune.controller.rollout.state import Rollout, Snapshot
 from topo_tune.controller.rollout.store import AuditRecord, GateRecord
 from topo_tune.errors import ValidationError
 from topo_tune.v1 import admin_pb2
-from topo_tune.wire_values import timestamp
+from topo_tune.wire.values import timestamp
 
 _GATE_FIELDS = ("repeats", "min_bytes", "max_bytes", "step_factor", "iters", "warmup_iters")
 

@@ -31,10 +31,10 @@ from topo_tune.benchmark.job_record import JobStatus
 from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
 from topo_tune.benchmark.results import RankResult, SizeMeasurement
 from topo_tune.benchmark.sweep import SizeSweep
-from topo_tune.benchmark.wire import rank_result_from_proto
 from topo_tune.errors import SpecError
 from topo_tune.nccl.collectives import Collective
 from topo_tune.v1 import agent_pb2
+from topo_tune.wire.benchmark import rank_result_from_proto
 
 __all__ = [
     "JobNode",

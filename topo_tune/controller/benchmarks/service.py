@@ -33,15 +33,9 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from topo_tune.benchmark.dtypes import dtype_named
-from topo_tune.benchmark.job_record import (
-    BenchmarkJob,
-    BenchmarkRequest,
-    JobOutcome,
-    JobStatus,
-)
+from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobOutcome, JobStatus
 from topo_tune.benchmark.job_spec import MAX_DEADLINE_S, BenchmarkSpec
 from topo_tune.benchmark.sweep import SizeSweep
-from topo_tune.benchmark.wire import spec_to_proto
 from topo_tune.controller import names
 from topo_tune.controller.benchmarks import rows as stored
 from topo_tune.controller.benchmarks.plan import JobNode, JobSummary, fitting, plan_job, summarize
@@ -52,11 +46,12 @@ from topo_tune.controller.db.models import BenchmarkJobRow, CommandRow
 from topo_tune.controller.job_ends import OpenPart, cancel_command, cancel_command_id, why_it_cannot_finish
 from topo_tune.controller.nodes import NodeRegistry, NodeView
 from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, SpecError, SweepError, ValidationError
-from topo_tune.log_text import printable
 from topo_tune.nccl.collectives import Collective
-from topo_tune.node_record import NodeState
+from topo_tune.security.log_text import printable
+from topo_tune.tuning_pass.node_record import NodeState
 from topo_tune.v1 import agent_pb2, topology_pb2
-from topo_tune.wire_values import timestamp
+from topo_tune.wire.benchmark import spec_to_proto
+from topo_tune.wire.values import timestamp
 
 logger = logging.getLogger(__name__)
 

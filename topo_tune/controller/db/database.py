@@ -38,7 +38,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 
 from topo_tune.controller.db import fence
 from topo_tune.errors import ConfigError, DatabaseFull, StorageError
-from topo_tune.private_files import private_sqlite
+from topo_tune.security.private_files import private_sqlite
 
 logger = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ from statistics import fmean
 from typing import Any, Protocol
 
 from topo_tune.benchmark.job_record import BenchmarkJob
-from topo_tune.cluster_config import DriftConfig, RolloutGateConfig
+from topo_tune.config.cluster import DriftConfig, RolloutGateConfig
 from topo_tune.controller.changes import Changes
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.drift.store import DriftCheck, DriftStore
@@ -53,7 +53,7 @@ from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.rollout.verification import job_sample
 from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus
 from topo_tune.errors import TopoTuneError, ValidationError
-from topo_tune.node_record import NodeState
+from topo_tune.tuning_pass.node_record import NodeState
 
 logger = logging.getLogger(__name__)
 

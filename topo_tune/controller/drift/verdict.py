@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from statistics import fmean
 
-from topo_tune.cluster_config import DriftConfig
+from topo_tune.config.cluster import DriftConfig
 from topo_tune.controller.bandwidth_drop import drop_beyond
 
 

@@ -35,8 +35,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
-from topo_tune.config_version import ConfigVersion
+from topo_tune.config.cluster import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.controller.changes import Changes
 from topo_tune.controller.commands import CommandBook, CommandStatus
 from topo_tune.controller.nodes import NodeRegistry
@@ -47,8 +46,9 @@ from topo_tune.controller.rollout.plan import PlanPolicy, build_plan
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.sessions import SessionHub
 from topo_tune.errors import ConflictError, NotFoundError, TopoTuneError
-from topo_tune.node_record import NodeState
+from topo_tune.tuning_pass.node_record import NodeState
 from topo_tune.v1 import agent_pb2
+from topo_tune.versions.version import ConfigVersion
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from topo_tune.cluster_config import RolloutGateConfig
+from topo_tune.config.cluster import RolloutGateConfig
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from topo_tune.cluster_config import RolloutGateConfig, RolloutThresholdsConfig
+from topo_tune.config.cluster import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.errors import ValidationError
 
 _EXACT_MAX_PAIRS = 16

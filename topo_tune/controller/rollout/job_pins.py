@@ -7,7 +7,7 @@ job gets the same ones, even from a controller that restarted meanwhile. When tw
 stored first stands. The address of node rank 0 (``master_addr``) is what its agent registered, read at each
 question (the pin holds names, not addresses).
 
-Non-goals: the choices themselves (``topo_tune.job_config``, ``topo_tune.tuner.job_order``) and pin retention
+Non-goals: the choices themselves (``topo_tune.jobs.config``, ``topo_tune.tuner.ring.job_order``) and pin retention
 (a scheduled clean-up).
 """
 
@@ -18,13 +18,13 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from topo_tune.config_version import RANK_MAP
 from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.rollout.state import RolloutPhase, WavePhase
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.errors import NotFoundError
-from topo_tune.job_config import JobPin, RolloutView, resolve
-from topo_tune.tuner.job_order import JobOrder, job_order, pinned_order
+from topo_tune.jobs.config import JobPin, RolloutView, resolve
+from topo_tune.tuner.ring.job_order import JobOrder, job_order, pinned_order
+from topo_tune.versions.version import RANK_MAP
 
 logger = logging.getLogger(__name__)
 

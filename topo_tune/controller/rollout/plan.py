@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from topo_tune.cluster_config import RolloutGateConfig
-from topo_tune.config_checks import validated
+from topo_tune.config.checks import validated
+from topo_tune.config.cluster import RolloutGateConfig
 from topo_tune.errors import ValidationError
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from topo_tune.cluster_config import RolloutThresholdsConfig
+from topo_tune.config.cluster import RolloutThresholdsConfig
 from topo_tune.controller.rollout.gates import Outcome, Verdict
 from topo_tune.controller.rollout.plan import Plan, PlanPolicy, WaveKind
 from topo_tune.errors import ConflictError

@@ -19,7 +19,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from topo_tune.cluster_config import RolloutThresholdsConfig
+from topo_tune.config.cluster import RolloutThresholdsConfig
 from topo_tune.controller.config_versions import ConfigVersions
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import (
@@ -44,7 +44,7 @@ from topo_tune.controller.rollout.state import (
     WaveState,
 )
 from topo_tune.errors import AlreadyExists, ConflictError, NotFoundError, StorageError
-from topo_tune.job_config import JobPin
+from topo_tune.jobs.config import JobPin
 
 ACTIVE_PHASES = [p.value for p in RolloutPhase if not p.final]
 

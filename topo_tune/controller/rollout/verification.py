@@ -29,14 +29,14 @@ from pathlib import Path
 from typing import Protocol
 
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus, SizeRange
-from topo_tune.cluster_config import RolloutGateConfig
-from topo_tune.config_layout import DEFAULT_CONFIG_DIR, staged_path
-from topo_tune.config_version import NCCL_CONF, RANK_MAP
+from topo_tune.config.cluster import RolloutGateConfig
 from topo_tune.controller.rollout.gate_run import GateRun
 from topo_tune.controller.rollout.gates import Sample
 from topo_tune.errors import ConflictError
 from topo_tune.nccl.collectives import Collective
-from topo_tune.tuner.job_order import job_order
+from topo_tune.tuner.ring.job_order import job_order
+from topo_tune.versions.layout import DEFAULT_CONFIG_DIR, staged_path
+from topo_tune.versions.version import NCCL_CONF, RANK_MAP
 
 logger = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ import sqlalchemy as sa
 from alembic import op
 
 from topo_tune.benchmark.job_spec import BenchmarkSpec
-from topo_tune.benchmark.wire import spec_from_proto, spec_to_proto
 from topo_tune.v1 import admin_pb2, agent_pb2
+from topo_tune.wire.benchmark import spec_from_proto, spec_to_proto
 
 revision = "0010"
 down_revision = "0009"

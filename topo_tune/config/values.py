@@ -4,7 +4,7 @@ A duration is seconds or a string with a unit (``500ms``, ``10s``, ``2m``, ``1h`
 string with a power-of-1024 unit (``64K``, ``16M``, ``1G``), as nccl-tests spells them. ``show_duration`` and
 ``show_bytes`` write a value back the same way, for help texts.
 
-Non-goal: the sections that use them (``cluster_config.py``).
+Non-goal: the sections that use them (``config/cluster.py``).
 """
 
 from __future__ import annotations

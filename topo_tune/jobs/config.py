@@ -7,7 +7,7 @@ the job, and the job asking again after another wave completed, gets the same ve
 points ``NCCL_CONF_FILE`` at the pinned version's staged file (``versions/<id>/nccl.conf``), which never
 changes while the job runs; for NCCL's defaults it points at ``/dev/null`` so no ``~/.nccl.conf`` leaks in.
 
-A version is settings and order: the pin also holds the job's node order (``tuner/job_order.py`` computes it
+A version is settings and order: the pin also holds the job's node order (``tuner/ring/job_order.py`` computes it
 from the version and the job's node set), and the environment names this node's rank in it
 (:func:`order_environment`). Besides the job's own config (arm ""), a job may ask for an explicitly named
 arm (:func:`arm_version`: a version id, "stable" or "defaults"), pinned per (job id, arm) the same way, so
@@ -24,10 +24,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from topo_tune.config_layout import staged_path
-from topo_tune.config_version import NCCL_CONF, TOPO_FILE, TUNER_TABLE, is_version_id
 from topo_tune.errors import ConfigError, ConflictError
 from topo_tune.plugin.job_env import plugin_env
+from topo_tune.versions.layout import staged_path
+from topo_tune.versions.version import NCCL_CONF, TOPO_FILE, TUNER_TABLE, is_version_id
 
 DEFAULTS_FILE = "/dev/null"
 """NCCL_CONF_FILE for a job on NCCL's defaults: an empty file, so ``~/.nccl.conf`` is not read either."""

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from topo_tune.tuner.ring import FloatArray, Ring, array_metrics, crossing_matrix
+from topo_tune.tuner.ring.model import FloatArray, Ring, array_metrics, crossing_matrix
 
 EXACT_LIMIT = 12
 

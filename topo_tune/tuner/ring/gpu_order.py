@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from topo_tune.errors import ExpertModeRequired
 from topo_tune.topology.distance import PairMatrix, gpu_pair_matrix
 from topo_tune.topology.levels import closeness, nccl_path_type
-from topo_tune.tuner.ring_order import optimize_ring
+from topo_tune.tuner.ring.optimizer import optimize_ring
 from topo_tune.v1 import topology_pb2
 
 

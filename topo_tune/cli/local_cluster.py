@@ -28,7 +28,7 @@ from pathlib import Path
 
 from topo_tune.agent.daemon import Agent
 from topo_tune.agent.settings import AgentSettings
-from topo_tune.cluster_config import ClusterConfig, NodeConfig
+from topo_tune.config.cluster import ClusterConfig, NodeConfig
 from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.server import Controller
 from topo_tune.controller.settings import ControllerSettings

@@ -21,13 +21,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from topo_tune import bounded_yaml
 from topo_tune.benchmark.job_spec import MAX_DEADLINE_S
 from topo_tune.benchmark.sweep import size_ladder
-from topo_tune.config_checks import validated
-from topo_tune.config_layout import DEFAULT_CONFIG_DIR
-from topo_tune.config_values import Backend, ByteSize, Duration, HostPort, NodeName
+from topo_tune.config import bounded_yaml
+from topo_tune.config.checks import validated
+from topo_tune.config.values import Backend, ByteSize, Duration, HostPort, NodeName
 from topo_tune.errors import ConfigError, PathError, YamlLimitError
+from topo_tune.versions.layout import DEFAULT_CONFIG_DIR
 
 API_VERSION: Final = "topo-tune/v1"
 

@@ -15,7 +15,7 @@ rank am I" is how a job ends up with the launcher's order after all. Everything 
 the hostfile and runs the command.
 
 Non-goals: starting processes on other nodes (the user's launcher does) and choosing the order
-(``tuner/job_order.py``).
+(``tuner/ring/job_order.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from topo_tune.errors import ConfigError
-from topo_tune.tuner.rank_map import hostfile_body
+from topo_tune.tuner.ring.rank_map import hostfile_body
 
 LauncherFlavour = Literal["torchrun", "mpi", "slurm"]
 LAUNCHERS: tuple[LauncherFlavour, ...] = ("torchrun", "mpi", "slurm")

@@ -24,7 +24,7 @@ Guarantees, each pinned by a test:
   with a warning; the prediction is then unknown, since their links were never measured or modelled.
 - No version (NCCL's defaults), or a version that kept NCCL's natural order (no rank map): the launcher's order.
 
-Non-goals: storing the answer (the controller pins it), launching anything (``topo_tune.launchers``), and the
+Non-goals: storing the answer (the controller pins it), launching anything (``topo_tune.jobs.launchers``), and the
 optimizer itself (``ring_order``).
 """
 
@@ -37,9 +37,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from topo_tune.errors import ValidationError
-from topo_tune.tuner.ring import array_metrics, canonical_rotation
-from topo_tune.tuner.ring_order import optimize_ring
-from topo_tune.version_ring import VersionRing, read_rank_map
+from topo_tune.tuner.ring.model import array_metrics, canonical_rotation
+from topo_tune.tuner.ring.optimizer import optimize_ring
+from topo_tune.versions.ring import VersionRing, read_rank_map
 
 _REL = 1e-9
 """Bottlenecks this close (relative) are equal: the matrix is rounded to 4 decimals in the rank map."""

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from topo_tune.admin_port import AdminPort
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus, SizeRange
 from topo_tune.benchmark.results import SizeMeasurement
 from topo_tune.benchmark.sweep import size_ladder
@@ -23,6 +22,7 @@ from topo_tune.nccl.collectives import Collective
 from topo_tune.tuner.objective import Measurements, SizeSample
 from topo_tune.tuner.space import TrialConfig
 from topo_tune.tuner.study import MeasurementRequest
+from topo_tune.tuning_pass.controller_port import AdminPort
 
 
 @dataclass

@@ -10,7 +10,7 @@ from typing import Protocol
 
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest
 from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound
-from topo_tune.node_record import ClusterTopology, NodeInfo
+from topo_tune.tuning_pass.node_record import ClusterTopology, NodeInfo
 
 
 class AdminPort(Protocol):

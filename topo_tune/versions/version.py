@@ -105,7 +105,7 @@ def _json_depth(text: str) -> int:
 
 
 def check_rank_map(text: str) -> None:
-    """Refuse a ``rankmap.json`` that is not the rank map the tuner writes (``tuner/rank_map.py``).
+    """Refuse a ``rankmap.json`` that is not the rank map the tuner writes (``tuner/ring/rank_map.py``).
 
     The agent stages it for jobs and the gates read its ring order, so a node must never activate one it
     cannot read: nesting is bounded before parsing (100,000 levels would overflow a parser's stack), then
@@ -140,7 +140,7 @@ def check_rank_map(text: str) -> None:
     if "pair_matrix" in data:
         # Jobs' node orders are planned on it: the reader they are planned with checks every row and number
         # (imported here only: the agent and admin commands that never meet a rank map skip NumPy).
-        from topo_tune.version_ring import read_rank_map  # noqa: PLC0415
+        from topo_tune.versions.ring import read_rank_map  # noqa: PLC0415
 
         read_rank_map(text)
 

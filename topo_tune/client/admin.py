@@ -26,7 +26,6 @@ from typing import Protocol, TypeVar
 
 import grpc
 
-from topo_tune.auth import TlsFiles, bearer_metadata, channel_credentials, with_default_port
 from topo_tune.errors import (
     ERROR_KIND,
     AlreadyExists,
@@ -41,6 +40,7 @@ from topo_tune.errors import (
     Unauthenticated,
     ValidationError,
 )
+from topo_tune.security.auth import TlsFiles, bearer_metadata, channel_credentials, with_default_port
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
 
 logger = logging.getLogger(__name__)

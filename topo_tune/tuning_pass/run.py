@@ -19,30 +19,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from topo_tune.admin_port import AdminPort
 from topo_tune.benchmark.probe_record import ProbeRequest, ProbeRound, ProbeStatus
 from topo_tune.benchmark.sweep import size_ladder
-from topo_tune.cluster_config import ClusterConfig, WorkloadConfig
+from topo_tune.config.cluster import ClusterConfig, WorkloadConfig
 from topo_tune.errors import ConfigError, PassError
-from topo_tune.job_evaluator import JobEvaluator
-from topo_tune.node_record import NodeInfo, NodeState
 from topo_tune.topology import Measurement, PairMatrix, Spine, build_cluster
 from topo_tune.topology.sampling import default_mode, infer_pairs
 from topo_tune.tuner.objective import Objective, WorkloadProfile
 from topo_tune.tuner.outputs import ClusterShape, WrittenOutputs, write_outputs
-from topo_tune.tuner.rank_map import plan_rank_map
+from topo_tune.tuner.ring.rank_map import plan_rank_map
 from topo_tune.tuner.space import NATURAL_ORDER, Fabric, RankOrder, SearchSpace
-from topo_tune.tuner.study import (
-    Candidate,
-    StudyOutcome,
-    StudyProgress,
-    StudySettings,
-    run_study,
-    stored_rank_orders,
-)
+from topo_tune.tuner.study import Candidate, StudyOutcome, StudyProgress, StudySettings, run_study, stored_rank_orders
 from topo_tune.tuner.study_records import plural
 from topo_tune.tuner.timeout_advice import MIN_SAMPLES, advise, latencies_of
 from topo_tune.tuner.workload_gain import WorkloadSource
+from topo_tune.tuning_pass.controller_port import AdminPort
+from topo_tune.tuning_pass.job_evaluator import JobEvaluator
+from topo_tune.tuning_pass.node_record import NodeInfo, NodeState
 from topo_tune.v1 import topology_pb2
 
 logger = logging.getLogger(__name__)

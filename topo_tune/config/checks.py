@@ -5,7 +5,7 @@ pydantic reports ``('racks', 2, 'nodes', 0, 'gpus')`` and "Input should be a val
 error (``ConfigError`` for a file or flag, ``ValidationError`` for a request); ``overridden`` puts a flag's or
 request's values over a section and validates the whole again (``model_copy`` checks nothing).
 
-Non-goal: the settings themselves (``cluster_config.py``).
+Non-goal: the settings themselves (``config/cluster.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import pydantic
 from pydantic import BaseModel
 
-from topo_tune.config_values import PATTERN_WORDS
+from topo_tune.config.values import PATTERN_WORDS
 from topo_tune.errors import ConfigError, FieldError, PathError
 
 _REASONS = {

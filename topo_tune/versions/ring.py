@@ -1,9 +1,9 @@
 """A config version's ring as its ``rankmap.json`` holds it: the planned node order and the pair matrix.
 
-Purpose: read (and so check, naming the field) what ``tuner/rank_map.py`` writes, for the places that plan or
-predict on it: a job's node order (``tuner/job_order.py``) and the check a version passes before anything
+Purpose: read (and so check, naming the field) what ``tuner/ring/rank_map.py`` writes, for the places that plan or
+predict on it: a job's node order (``tuner/ring/job_order.py``) and the check a version passes before anything
 stores or stages it (``config_version.check_rank_map``). It sits below both and needs only NumPy.
-Non-goals: planning rings (``tuner/ring_order.py``) and writing rank maps.
+Non-goals: planning rings (``tuner/ring/optimizer.py``) and writing rank maps.
 """
 
 from __future__ import annotations

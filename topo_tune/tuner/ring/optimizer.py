@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from topo_tune.errors import RingOrderError
-from topo_tune.tuner.ring import Matrix, Ring, array_metrics, checked_arrays
-from topo_tune.tuner.ring_exact import EXACT_LIMIT, exact_ring
-from topo_tune.tuner.ring_heuristic import heuristic_ring
+from topo_tune.tuner.ring.exact import EXACT_LIMIT, exact_ring
+from topo_tune.tuner.ring.heuristic import heuristic_ring
+from topo_tune.tuner.ring.model import Matrix, Ring, array_metrics, checked_arrays
 
 
 def optimize_ring(

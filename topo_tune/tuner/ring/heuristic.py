@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from topo_tune.tuner.ring import FloatArray, Ring, array_metrics, array_upper_bound
-from topo_tune.tuner.ring_exact import EXACT_LIMIT, exact_ring
+from topo_tune.tuner.ring.exact import EXACT_LIMIT, exact_ring
+from topo_tune.tuner.ring.model import FloatArray, Ring, array_metrics, array_upper_bound
 
 
 class _Tour:

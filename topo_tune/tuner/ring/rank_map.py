@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from topo_tune.topology.distance import PairMatrix
-from topo_tune.tuner.ring import Ring, ring_metrics
-from topo_tune.tuner.ring_order import optimize_ring
+from topo_tune.tuner.ring.model import Ring, ring_metrics
+from topo_tune.tuner.ring.optimizer import optimize_ring
 
 HostfileFlavour = Literal["mpi", "slurm", "torchrun"]
 RANK_MAP_VERSION = 1

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from topo_tune.errors import ConfigError, ValidationError
-from topo_tune.job_compare.schedule import Arm
+from topo_tune.jobs.compare.schedule import Arm
 from topo_tune.tuner import statistics
 
 
