@@ -68,6 +68,19 @@ class Services:
         """Asked before benchmark work goes to a node (Kubernetes: cordoned, or GPU pods on it)."""
         self._leading = leading
         self.metrics = ControllerMetrics()
+        self._fleet(settings, controller_id=controller_id)
+        self._measurements(settings)
+        self._rollouts_and_studies(settings)
+        self.retention = Retention(db=db, wall_clock=wall_clock, settings=settings.retention, metrics=self.metrics)
+        self.job_configs = JobResolver(self.rollout_store, self.registry)
+        self.job_comparisons = JobComparisons(
+            db=db, wall_clock=wall_clock, pins=lambda job_id, arm: self.rollout_store.get_pin(job_id, arm=arm)
+        )
+        self.credential_ledger = CredentialLedger(db=db, credentials=credentials, hub=self.hub, wall_clock=wall_clock)
+
+    def _fleet(self, settings: ControllerSettings, *, controller_id: str) -> None:
+        """The nodes, the command book, the agents' sessions and the wake-ups every service listens to."""
+        db = self.db
         self.registry = NodeRegistry(
             db=db,
             expiry_s=settings.heartbeat_expiry_s,
@@ -89,6 +102,10 @@ class Services:
             result_listeners=(self._on_result,),
         )
         self.changes = Changes()  # one set of wake-ups for jobs, probe rounds, drift checks, rollouts and studies
+
+    def _measurements(self, settings: ControllerSettings) -> None:
+        """Benchmark jobs and probe rounds on the nodes."""
+        db = self.db
         self.jobs = BenchmarkJobs(
             db=db,
             registry=self.registry,
@@ -111,6 +128,10 @@ class Services:
             wall_clock=wall_clock,
             changes=self.changes,
         )
+
+    def _rollouts_and_studies(self, settings: ControllerSettings) -> None:
+        """Config versions and rollouts, studies, and the drift checks of the stable version."""
+        db = self.db
         self.rollout_store = RolloutStore(db=db, wall_clock=wall_clock)
         self.config_versions = self.rollout_store.versions
         spine = (settings.spine_oversubscription, settings.spine_bandwidth_gbps)
@@ -158,12 +179,6 @@ class Services:
             idle=self._idle_nodes,
             changes=self.changes,
         )
-        self.retention = Retention(db=db, wall_clock=wall_clock, settings=settings.retention, metrics=self.metrics)
-        self.job_configs = JobResolver(self.rollout_store, self.registry)
-        self.job_comparisons = JobComparisons(
-            db=db, wall_clock=wall_clock, pins=lambda job_id, arm: self.rollout_store.get_pin(job_id, arm=arm)
-        )
-        self.credential_ledger = CredentialLedger(db=db, credentials=credentials, hub=self.hub, wall_clock=wall_clock)
 
     async def load(self) -> int:
         """Load what the database holds and end the work a previous controller process left running; returns how
