@@ -50,7 +50,9 @@ async def test_a_pod_token_registers_as_its_own_node_only(channel: grpc.aio.Chan
     call = await open_session(channel, register("n4"), token=POD_TOKEN)
     assert (await asyncio.wait_for(call.read(), 10)).registered.node_name == "n4"
     impostor = await open_session(channel, register("n5"), token=POD_TOKEN)
-    await expect_status(impostor, grpc.StatusCode.PERMISSION_DENIED, "this credential is node 'n4''s")
+    await expect_status(
+        impostor, grpc.StatusCode.PERMISSION_DENIED, "this credential is for node 'n4'; it cannot register as 'n5'"
+    )
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await admin_pb2_grpc.AdminServiceStub(channel).ListNodes(
             admin_pb2.ListNodesRequest(), metadata=bearer_metadata(POD_TOKEN)
