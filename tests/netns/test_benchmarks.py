@@ -31,6 +31,10 @@ SUCCEEDED = "succeeded"
 RUNNING = "running"
 
 
+LOST_PEER = ("restarted", "Connection reset by peer", "Connection closed by peer")
+"""How a job says one of its nodes' agents was killed under it."""
+
+
 def gbytes(mbit: float) -> float:
     """Mbit/s (as tc counts) in GB/s (as the benchmarks report)."""
     return mbit / 8 / 1000
@@ -197,7 +201,9 @@ def test_a_cut_link_times_a_job_out_and_a_killed_agent_fails_one_job_and_one_tri
     cluster.start_agent("b")
     ended_job = ended(cluster, job_id)
     assert ended_job["status"] == "failed", ended_job
-    assert "restarted" in ended_job["message"], ended_job["message"]
+    # b's rank dies with its agent (parent-death signal), so which word comes first is a race: a's rank losing
+    # its peer, or b's restarted agent reporting the interrupted command.
+    assert any(why in ended_job["message"] for why in LOST_PEER), ended_job["message"]
     assert cluster.nodes()["b"]["registrations"] == 2
     assert bench(cluster, ["a", "b"], *job)["status"] == SUCCEEDED
 
@@ -227,7 +233,7 @@ def test_a_cut_link_times_a_job_out_and_a_killed_agent_fails_one_job_and_one_tri
     assert isinstance(trials, dict)
     failed = [t for t in trials["trials"] if t["state"] not in ("complete", "pruned")]
     assert len(failed) == 1, trials
-    assert failed[0]["state"] == "failed" and "restarted" in failed[0]["reason"], failed
+    assert failed[0]["state"] == "failed" and any(why in failed[0]["reason"] for why in LOST_PEER), failed
     later = [t for t in trials["trials"] if t["number"] > failed[0]["number"] and t["state"] == "complete"]
     assert later, f"no trial completed after the failed one: {trials}"
     assert cluster.nodes()["b"]["registrations"] == 3
