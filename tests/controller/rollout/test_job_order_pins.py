@@ -81,10 +81,12 @@ async def test_hostfile_prints_the_order_with_both_predictions_and_pins_nothing(
 
 
 RANK_SCRIPT = """
-import os, torch.distributed as dist
+import os, pathlib, torch.distributed as dist
 dist.init_process_group("gloo", timeout=__import__("datetime").timedelta(seconds=60))
-print("node", os.environ["TOPO_TUNE_NODE_RANK"], "group", os.environ["GROUP_RANK"], "rank", dist.get_rank(),
-      "of", dist.get_world_size(), "order", os.environ["TOPO_TUNE_NODE_ORDER"], flush=True)
+line = (f"node {os.environ['TOPO_TUNE_NODE_RANK']} group {os.environ['GROUP_RANK']} rank {dist.get_rank()}"
+        f" of {dist.get_world_size()} order {os.environ['TOPO_TUNE_NODE_ORDER']}")
+# one file per rank: the ranks of a node share one stdout, and their writes would interleave there
+(pathlib.Path(os.environ["RANKS_DIR"]) / f"rank-{dist.get_rank()}").write_text(line)
 dist.destroy_process_group()
 """
 
@@ -97,11 +99,15 @@ async def test_exec_launcher_torchrun_gives_each_node_its_rank_in_the_jobs_order
     differently: torchrun's node ranks are the job's order, and they meet in one job of 2 x 2 ranks."""
     script = tmp_path / "ranks.py"
     script.write_text(RANK_SCRIPT)
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
     port = str(free_port())
     async with sim_agent(controller.port, tmp_path / "p", node="p", address="127.0.0.1"):
         processes = []
         for node, listed in (("s", "s,p"), ("p", "p,s")):
-            env = cli_env(TOPO_TUNE_CONTROLLER=f"127.0.0.1:{controller.port}", TOPO_TUNE_NODE_NAME=node)
+            env = cli_env(
+                TOPO_TUNE_CONTROLLER=f"127.0.0.1:{controller.port}", TOPO_TUNE_NODE_NAME=node, RANKS_DIR=str(ranks)
+            )
             torchrun = [str(Path(sys.executable).with_name("torchrun")), "--nproc_per_node=2", f"--master_port={port}"]
             argv = [sys.executable, "-m", "topo_tune", "exec", "--launcher", "torchrun", "--job-id", "tr-1"]
             argv += ["--nodes", listed, "--config-dir", str(tmp_path / node), "--", *torchrun, str(script)]
@@ -113,7 +119,7 @@ async def test_exec_launcher_torchrun_gives_each_node_its_rank_in_the_jobs_order
         outputs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in processes)), 180)
     for process, (_, err) in zip(processes, outputs, strict=True):
         assert process.returncode == 0, err.decode()[-3000:]
-    lines = sorted(line for out, _ in outputs for line in out.decode().splitlines() if line.startswith("node"))
+    lines = sorted(path.read_text() for path in ranks.iterdir())
     assert lines == [
         "node 0 group 0 rank 0 of 4 order p,s",
         "node 0 group 0 rank 1 of 4 order p,s",
