@@ -5,9 +5,13 @@ no lookup; the ledger adds what derivation cannot: which were handed out (id, ro
 revoked. A revocation is committed first, with an event in the node's history (``events``: ``credential.issued``
 and ``credential.revoked``: the audit trail), then acted on: the id joins the set the
 guard refuses with ``PERMISSION_DENIED`` from the next call on, and the node's open agent session is closed
-with the same status, so the agent exits rather than retrying (``agent/backoff.py``). ``load`` fills that set
-from the database when a controller starts; a standby already running when a credential is revoked on the
-leader learns of it at its next start (a known limit: revoke on the leader, then restart standbys).
+with the same status, so the agent exits rather than retrying (``agent/backoff.py``).
+
+``load`` fills that set from the database at the start of every leadership term (``Leadership`` runs it after
+the term's epoch is claimed and before the first call is let in), so a credential revoked on the leader is
+refused by whichever controller serves next. No refresh while serving is needed: a standby serves no agent or
+admin call at all (``UNAVAILABLE``), and the fence (``db/fence.py``) orders every revocation either before the
+successor's claim, so its ``load`` reads it, or refuses the revocation's commit, so the admin sees it fail.
 
 Non-goals: the token format and the check (``credentials``), user identities.
 """
@@ -54,7 +58,7 @@ class CredentialLedger:
     wall_clock: Callable[[], datetime]
 
     async def load(self) -> None:
-        """The revoked ids, from the database (at start-up)."""
+        """The revoked ids, from the database: at the start of each term (alone: once, at start-up)."""
         rows = await self.db.read(
             lambda s: list(s.scalars(sa.select(CredentialRow.id).where(CredentialRow.revoked_at.is_not(None))))
         )
