@@ -33,8 +33,8 @@ _LAZY_COMMANDS: Mapping[str, str] = {
     "plugin": "topo_tune.cli.plugin:plugin",
     "topology": "topo_tune.cli.topology:topology",
     "env": "topo_tune.cli.job:env",
-    "exec": "topo_tune.cli.job:exec_",
-    "hostfile": "topo_tune.cli.job:hostfile",
+    "exec": "topo_tune.cli.job_exec:exec_",
+    "hostfile": "topo_tune.cli.hostfile:hostfile",
     "workload": "topo_tune.cli.workload:workload",
 }
 """Top-level command → ``module:attribute`` of its click command, imported on first use."""
