@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import os
 import signal
 import subprocess
@@ -91,7 +92,8 @@ def test_the_baseline_runs_first_then_candidates_and_a_proven_winner_is_chosen(d
         assert {k: t.env[k] for k in space.site_fixed} == dict(space.site_fixed)
 
 
-def test_on_a_flat_landscape_the_answer_is_keep_the_defaults(database: str) -> None:
+def test_on_a_flat_landscape_the_answer_is_keep_the_defaults(database: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="topo_tune.tuner.study")
     outcome = run_study(
         study_settings(database, budget=16),
         space=synthetic_space(),
@@ -100,6 +102,9 @@ def test_on_a_flat_landscape_the_answer_is_keep_the_defaults(database: str) -> N
     )
     assert outcome.chosen is None
     assert all(not p.promoted for p in outcome.proofs)
+    started = [r.getMessage() for r in caplog.records if r.getMessage().startswith("trial ")]
+    roles = {m.split("(", 1)[1].split(")", 1)[0] for m in started if "): " in m}
+    assert roles == {"baseline", "sampled"}, "each trial's log line names its role"
 
 
 def test_failed_wrong_and_timed_out_trials_are_recorded_and_never_chosen(database: str) -> None:

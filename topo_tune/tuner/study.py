@@ -57,7 +57,6 @@ from topo_tune.tuner.trial_store import (
     A_HEARTBEAT,
     A_MEASUREMENTS,
     A_REASON,
-    A_ROLE,
     A_WORKER,
     C_BUCKET_FLOOR,
     S_FINGERPRINT,
@@ -261,7 +260,7 @@ class TunerStudy:
             logger.info(
                 "trial %d (%s): %s, order %s",
                 trial.number,
-                trial.user_attrs.get(A_ROLE),
+                role_of(trial.user_attrs).value,
                 config.tuned_env(self.space.site_fixed) or "defaults",
                 config.rank_order.name,
             )
