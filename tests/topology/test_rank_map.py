@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import itertools
 import json
+from datetime import UTC, datetime
 
 import pytest
 
-from topo_tune.topology.distance import node_pair_matrix
+from topo_tune.topology.distance import Measurement, node_pair_matrix
 from topo_tune.topology.sampling import PairSampler, SamplingPolicy
 from topo_tune.tuner.ring.rank_map import plan_rank_map
 
@@ -41,7 +43,11 @@ def test_hostfiles_for_mpi_slurm_and_torchrun() -> None:
     plan = plan_rank_map(pairs, slots={n: 2 for n in names}, rack_of=rack_of)
     order = plan.planned.order
     mpi = plan.hostfile("mpi").splitlines()
-    assert mpi[0].startswith("# topo-tune ring order: predicted bottleneck 400.00 GB/s (naive order 400.00 GB/s)")
+    edges = len(names)
+    assert mpi[0] == (
+        "# topo-tune ring order: predicted bottleneck 400.00 GB/s (naive order 400.00 GB/s; "
+        f"ring edges: {edges} modelled)"
+    ), "a prediction from modelled pairs says so"
     assert mpi[1:] == [f"{n} slots=2" for n in order]
     assert plan.hostfile("slurm").splitlines()[1:] == [n for n in order for _ in range(2)]
     assert plan.hostfile("torchrun").splitlines()[1:] == [f"{n} {i}" for i, n in enumerate(order)]
@@ -83,3 +89,23 @@ def test_rank_map_marks_ring_edges_inferred_by_sparse_probing() -> None:
         pair = tuple(sorted((edge["node_a"], edge["node_b"])))
         assert edge["source"] == ("measured" if pair in measured else "inferred")
     assert {e["source"] for e in edges} == {"measured", "inferred"}
+
+
+def test_the_hostfile_head_says_how_many_ring_edges_were_measured() -> None:
+    names, rack_of = _pairs()
+    pairs = node_pair_matrix(names, injection_gbps=dict.fromkeys(names, 400.0), rack_of=rack_of)
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    for a, b in itertools.combinations(names, 2):
+        pairs = pairs.with_measurement(a, b, Measurement(400.0, 5.0, when, "sendrecv"))
+    plan = plan_rank_map(pairs, slots=dict.fromkeys(names, 2), rack_of=rack_of)
+    assert plan.hostfile("mpi").splitlines()[0].endswith("; ring edges: 6 measured)")
+    # Measure the pairs inside each rack at their modelled figures: the plan stays rack by rack, with two
+    # spine-crossing edges left modelled.
+    partial = node_pair_matrix(names, injection_gbps=dict.fromkeys(names, 400.0), rack_of=rack_of)
+    for a, b in itertools.combinations(names, 2):
+        if rack_of[a] == rack_of[b]:
+            model = partial.get(a, b)
+            partial = partial.with_measurement(a, b, Measurement(model.bandwidth_gbps, model.latency_us, when, "x"))
+    partly = plan_rank_map(partial, slots=dict.fromkeys(names, 2), rack_of=rack_of)
+    head = partly.hostfile("mpi").splitlines()[0]
+    assert head.endswith("; ring edges: 4 measured, 2 modelled)"), head

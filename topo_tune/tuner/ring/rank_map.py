@@ -106,11 +106,24 @@ class RankMap:
         if math.isfinite(self.planned.bottleneck_gbps):
             head = (
                 f"# topo-tune ring order: predicted bottleneck {self.planned.bottleneck_gbps:.2f} GB/s "
-                f"(naive order {self.naive.bottleneck_gbps:.2f} GB/s)\n"
+                f"(naive order {self.naive.bottleneck_gbps:.2f} GB/s; {self._edge_sources()})\n"
             )
         else:
             head = "# topo-tune ring order: one node, no inter-node ring\n"
         return head + hostfile_body(flavour, self.planned.order, self.slots)
+
+    def _edge_sources(self) -> str:
+        """Where the planned ring's edge figures came from, so that a modelled prediction never reads as measured."""
+        if self.pairs is None:
+            return "where its pair figures came from is not recorded"
+        order = self.planned.order
+        edges = [(order[i], order[(i + 1) % len(order)]) for i in range(len(order))][: 1 if len(order) == 2 else None]
+        counts: dict[str, int] = {}
+        for a, b in edges:
+            source = self.pairs.get(a, b).source
+            counts[source] = counts.get(source, 0) + 1
+        kinds = ", ".join(f"{n} {source}" for source, n in sorted(counts.items()))
+        return f"ring edges: {kinds}"
 
 
 def hostfile_body(flavour: HostfileFlavour, order: Sequence[str], slots: Mapping[str, int] | int) -> str:
