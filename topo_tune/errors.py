@@ -54,6 +54,9 @@ from typing import Literal
 ERROR_KIND = "topo-tune-error"
 """The gRPC trailing-metadata key under which the controller names the class of an error it raised on purpose;
 the transport never sets it, so a client tells "the controller answered" from "cannot reach it"."""
+ERROR_FIELD = "topo-tune-field-bin"
+"""The trailing-metadata key (binary: UTF-8) under which the controller names the field of a ``FieldError``, so
+that a client splits ``"<field>: <reason>"`` without guessing (a reason may hold ": ", a field may be empty)."""
 
 FailureKind = Literal["failed", "wrong_result", "timeout"]
 FAILURE_KINDS: tuple[FailureKind, ...] = ("failed", "wrong_result", "timeout")

@@ -27,6 +27,7 @@ from typing import Protocol, TypeVar
 import grpc
 
 from topo_tune.errors import (
+    ERROR_FIELD,
     ERROR_KIND,
     AlreadyExists,
     ConflictError,
@@ -67,13 +68,27 @@ ROLLOUT_ENDS = frozenset({"completed", "rolled_back", "aborted"})
 STORAGE_KINDS = frozenset({"StorageError"})
 
 
-def _answered_kind(error: grpc.RpcError) -> str:
-    """The class name of the controller's error; empty when the controller did not answer (the transport's)."""
+def _trailing(error: grpc.RpcError, wanted: str) -> str | None:
     trailing = getattr(error, "trailing_metadata", None)
     for key, value in (trailing() if callable(trailing) else None) or ():
-        if key == ERROR_KIND:
+        if key == wanted:
             return value if isinstance(value, str) else value.decode(errors="replace")
-    return ""
+    return None
+
+
+def _answered_kind(error: grpc.RpcError) -> str:
+    """The class name of the controller's error; empty when the controller did not answer (the transport's)."""
+    return _trailing(error, ERROR_KIND) or ""
+
+
+def _refused_field(error: grpc.RpcError, details: str) -> ValidationError:
+    """The controller's ``INVALID_ARGUMENT`` as the ``ValidationError`` it raised: the field as it named it (a
+    controller older than ``ERROR_FIELD``: the text before the first ": ")."""
+    field = _trailing(error, ERROR_FIELD)
+    if field is None:
+        field, _, reason = details.partition(": ")
+        return ValidationError(field, reason) if reason else ValidationError("", details)
+    return ValidationError(field, details.removeprefix(f"{field}: ") if field else details)
 
 
 def waits_for_operator(rollout: admin_pb2.RolloutInfo) -> bool:
@@ -106,8 +121,7 @@ def _mapped(address: str) -> Iterator[None]:
         if code == grpc.StatusCode.NOT_FOUND:
             raise NotFoundError(details) from None
         if code == grpc.StatusCode.INVALID_ARGUMENT:
-            field, _, reason = details.partition(": ")
-            raise ValidationError(field, reason) if reason else ValidationError("", details) from None
+            raise _refused_field(error, details) from None
         if code == grpc.StatusCode.ABORTED:
             raise NodeBusy(details) from None
         if code == grpc.StatusCode.ALREADY_EXISTS:

@@ -4,7 +4,8 @@ Never a blanket ``INTERNAL``: an unexpected exception is logged with its traceba
 ``INTERNAL`` with a fixed message, while every error topo-tune raises on purpose has its own code.
 Every answer for an error raised on purpose carries the error's class name in the trailing metadata
 (``ERROR_KIND``), so a client tells "the controller answered: its database is unavailable" apart from an
-UNAVAILABLE that gRPC itself reports when the controller cannot be reached.
+UNAVAILABLE that gRPC itself reports when the controller cannot be reached; an error about one field names
+the field there too (``ERROR_FIELD``), so a client can say it in its own terms (the CLI: the flag).
 """
 
 from __future__ import annotations
@@ -82,7 +83,10 @@ async def abort(context: grpc.aio.ServicerContext[Any, Any], error: BaseExceptio
         error.__traceback__ = None
         await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the controller's log")
     error.__traceback__ = None
-    await context.abort(code_for(error), str(error), trailing_metadata=((errors.ERROR_KIND, type(error).__name__),))
+    metadata: list[tuple[str, str | bytes]] = [(errors.ERROR_KIND, type(error).__name__)]
+    if isinstance(error, errors.FieldError):
+        metadata.append((errors.ERROR_FIELD, error.field.encode()))
+    await context.abort(code_for(error), str(error), trailing_metadata=tuple(metadata))
 
 
 Req = TypeVar("Req")

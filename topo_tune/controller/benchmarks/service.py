@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 import uuid
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -54,6 +55,7 @@ from topo_tune.wire.benchmark import spec_to_proto
 from topo_tune.wire.values import timestamp
 
 logger = logging.getLogger(__name__)
+_FIELD_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*|\[\d+\])*")
 
 
 @dataclass(frozen=True)
@@ -208,7 +210,11 @@ class BenchmarkJobs:
                 cuda_graph=request.cuda_graph,
             )
         except (SpecError, SweepError) as error:
+            # Their messages start with the field ("sizes.max_bytes (8) is below ..."), or with a field and its
+            # value ("ranks_per_node=9 but ..."): the whole message then, under no field.
             field_name, _, reason = str(error).partition(" ")
+            if not _FIELD_PATH.fullmatch(field_name):
+                field_name, reason = "", str(error)
             raise ValidationError(field_name, reason) from None
         except ValueError as error:
             raise ValidationError("", str(error)) from None
