@@ -252,7 +252,7 @@ async def test_admin_rpc_and_cli_print_an_nccl_tests_table(
         env={"TOPO_TUNE_TOKEN": TOKEN},
     )
     assert graphed.exit_code == 1
-    assert "cuda_graph: CUDA graphs need the nccl backend; the nodes run sim" in graphed.output
+    assert "error: --cuda-graph: CUDA graphs need the nccl backend; the nodes run sim" in graphed.output
 
 
 async def test_cli_runs_a_candidate_tuner_table_and_shows_its_digest(

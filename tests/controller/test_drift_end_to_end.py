@@ -114,7 +114,7 @@ async def test_drift_check_finds_the_version_as_fast_then_reports_a_slower_node(
         assert watched.status == "ok" and [(u.progress.done, u.progress.total) for u in updates] == [(2, 2)]
         wrong = await asyncio.to_thread(run_admin, controller, "drift", "run", "--version", "cv-0000000000000000")
         assert wrong.exit_code == 1
-        assert f"config_version: cv-0000000000000000 is not the active version ({NEUTRAL.id})" in wrong.output
+        assert f"error: --version: cv-0000000000000000 is not the active version ({NEUTRAL.id})" in wrong.output
 
     async with sim_agent(controller.port, tmp_path, profile="pcie"):  # the same node back on PCIe-only hardware
         await async_wait_until(on_version, timeout=30, what="gpu1 to register again")

@@ -101,7 +101,7 @@ async def test_a_study_runs_on_known_nodes_and_stores_its_version(
         env={"TOPO_TUNE_TOKEN": TOKEN},
     )
     assert refused.exit_code != 0
-    assert "search.cudaGraph: CUDA graphs need backend nccl, not sim" in refused.output
+    assert "error: --cuda-graph: CUDA graphs need backend nccl, not sim" in refused.output
 
 
 async def test_study_start_wait_follows_the_stream_to_the_end_and_a_short_study_gets_no_timeout_advice(

@@ -12,6 +12,7 @@ import click
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from topo_tune.cli.connection import client_tls, client_tls_options, resolve_token, token_options
+from topo_tune.cli.field_flags import naming_flags
 from topo_tune.cli.output import FORMATS, emit_data, emit_table, to_data
 from topo_tune.client.admin import AdminClient
 from topo_tune.v1 import admin_pb2, agent_pb2
@@ -25,7 +26,8 @@ ACTIVITY_NAMES = {v: k.removeprefix("AGENT_ACTIVITY_").lower() for k, v in agent
 
 
 def connected(function: F) -> F:
-    """Add --controller/--output/token/TLS options and pass an open ``AdminClient`` as ``client``."""
+    """Add --controller/--output/token/TLS options and pass an open ``AdminClient`` as ``client``; a refused
+    request's fields are named as the command's flags (``field_flags``)."""
 
     @click.option(
         "--controller",
@@ -49,7 +51,8 @@ def connected(function: F) -> F:
         **kwargs: Any,
     ) -> Any:
         tls = client_tls(tls_ca, tls_cert, tls_key)
-        with AdminClient(address, token=resolve_token(token_file), tls=tls) as client:
+        token = resolve_token(token_file)
+        with naming_flags(click.get_current_context()), AdminClient(address, token=token, tls=tls) as client:
             return function(client=client, fmt=fmt, **kwargs)
 
     return wrapper  # type: ignore[return-value]

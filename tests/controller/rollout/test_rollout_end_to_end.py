@@ -249,7 +249,7 @@ async def test_the_admin_rollout_commands(cluster: Cluster, tmp_path: Path) -> N
         env={"TOPO_TUNE_TOKEN": TOKEN},
     )
     assert graphs.exit_code != 0
-    assert "gate.cuda_graph: CUDA graphs need the nccl backend; node" in graphs.output
+    assert "error: --gate-cuda-graph: CUDA graphs need the nccl backend; node" in graphs.output
     assert "runs sim (and 7 more)" in graphs.output
     few = await asyncio.to_thread(
         runner.invoke,
@@ -258,7 +258,7 @@ async def test_the_admin_rollout_commands(cluster: Cluster, tmp_path: Path) -> N
         env={"TOPO_TUNE_TOKEN": TOKEN},
     )
     assert few.exit_code != 0
-    assert "gate.repeats: 2 A/B repeats can never show p < 0.01: at least 7 are needed" in few.output
+    assert "error: --gate-repeats: 2 A/B repeats can never show p < 0.01: at least 7 are needed" in few.output
     assert [r.id for r in await cluster.call(cluster.client.list_rollouts)] == ["ro-cli"], "nothing was created"
 
 

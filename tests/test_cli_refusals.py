@@ -1,0 +1,128 @@
+"""A value the controller refuses is reported in one line naming the flag or argument the user typed.
+
+Every command drives a real controller (gRPC on loopback, SQLite) with two sim agents on racks r1 and r2,
+through the real CLI; the request's own field names (``canary_rack``, ``gate.repeats``, ``sizes.min_bytes``)
+must not show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from tests.controller.test_benchmark_jobs_service import RunningAgent, agents, jobs_controller, registered  # noqa: F401
+from tests.support.processes import TOKEN
+from topo_tune.cli.field_flags import ALIASES
+from topo_tune.cli.main import cli
+from topo_tune.controller.server import Controller
+
+BAD_ID = "bad/id"
+CONF = "nccl.conf=CONF"  # CONF: a valid nccl.conf the test writes
+CASES: list[tuple[str, str, str]] = [
+    # (command line, how the error line starts after "topo-tune: error: ", a request field it must not name)
+    ("admin nodes --rack bad_rack!", "--rack: not a valid node name", "rack:"),
+    ("admin node bad!", "NAME: not a valid node name", "name:"),
+    ("admin rediscover bad!", "NODE: not a valid node name", "node_name"),
+    ("admin rediscover n1 n1", "NODE: 'n1' is listed twice", "node_names"),
+    ("admin rediscover n1 n2 --id bad/id", "--id: not a valid command id", "command_id_prefix"),
+    ("admin drain bad!", "NODE: not a valid node name", "node_name"),
+    ("admin undrain n1 --id bad/id", "--id: not a valid command id", "command_id"),
+    ("admin command bad/id", "ID: not a valid command id", "command_id"),
+    ("admin commands --node bad!", "--node: not a valid node name", "node_name"),
+    ("admin bench run --nodes n1,bad!", "--nodes: not a valid node name", "nodes[1]"),
+    ("admin bench run --nodes n1 --dtype nope", "--dtype: 'nope' is not supported", "dtype '"),
+    ("admin bench run --nodes n1 -b 64M -e 8", "--max-bytes: (8) is below --min-bytes", "sizes."),
+    ("admin bench run --nodes n1 -f 1 -b 8 -e 64", "--step-factor: must be >= 2 when --min-bytes", "_bytes"),
+    ("admin bench run --nodes n1 --ranks-per-node 1000", "--ranks-per-node=1000 but nodes", "ranks_per_node"),
+    ("admin bench run --nodes n1 --cuda-graph", "--cuda-graph: CUDA graphs need the nccl backend", "cuda_graph"),
+    ("admin bench show bad/id", "ID: not a valid command id", "job_id"),
+    ("admin probe run --nodes n1", "--nodes: a probe round needs at least two ready nodes", "nodes:"),
+    ("admin probe run", "--nodes (not given): sim nodes have no network to probe", "nodes:"),
+    ("admin probe show bad/id", "ID: not a valid command id", "round_id"),
+    ("admin study start --id bad/id", "--id: not a valid study id", "study_id"),
+    ("admin study start --nodes bad!", "--nodes: not a valid node name", "nodes[0]"),
+    ("admin study start --min-bytes 64M --max-bytes 8", "--max-bytes must not be below --min-bytes", "Bytes"),
+    ("admin study start --cuda-graph", "--cuda-graph: CUDA graphs need backend nccl", "cudaGraph"),
+    ("admin study status bad/id", "ID: not a valid study id", "study_id"),
+    ("admin study cancel bad/id", "ID: not a valid study id", "study_id"),
+    ("admin rollout create --dry-run", "CONFIG_VERSION (not given): give a known version id", "config_version"),
+    (f"admin rollout create --file {CONF} --id bad/id --dry-run", "--id: not a valid command id", "rollout_id"),
+    ("admin rollout create --file bad=CONF --dry-run", "--file bad: not a config file name", "files["),
+    (f"admin rollout create --file {CONF} --canary-rack nope --dry-run", "--canary-rack: no rack named", "canary_"),
+    (f"admin rollout create --file {CONF} --gate-repeats 2 --dry-run", "--gate-repeats: 2 A/B repeats", "gate."),
+    (
+        f"admin rollout create --file {CONF} --gate-min-bytes 1G --dry-run",
+        "--gate-max-bytes (not given) must not be below --gate-min-bytes",
+        "Bytes",
+    ),
+    (
+        f"admin rollout create --file {CONF} --gate-cuda-graph --dry-run",
+        "--gate-cuda-graph: CUDA graphs need the nccl backend",
+        "gate.",
+    ),
+    (f"admin rollout create --file {CONF} --threshold foo=1 --dry-run", "--threshold foo: unknown key", "thresholds"),
+    (
+        f"admin rollout create --file {CONF} --threshold alpha=5 --threshold min_gain=7 --dry-run",
+        "--threshold min_gain: input should be less than 1; --threshold alpha: input should be less than 0.5",
+        "thresholds",
+    ),
+    ("admin rollout status bad/id", "ROLLOUT_ID: not a valid command id", "rollout_id"),
+    ("admin rollout history bad/id", "ROLLOUT_ID: not a valid command id", "rollout_id"),
+    ("admin rollout pause bad/id", "ROLLOUT_ID: not a valid command id", "rollout_id"),
+    ("admin rollout rollback bad/id", "ROLLOUT_ID: not a valid command id", "rollout_id"),
+    ("admin config show bad", "ID: not a config version id", "id:"),
+    ("admin config diff bad cv-0000000000000000", "OLD or NEW: not a config version id", "id:"),
+    ("admin config export bad --dir DIR", "ID: not a config version id", "id:"),
+    ("admin credential issue --node bad!", "--node: not a valid node name", "node_name"),
+    ("admin credential revoke nope", "ID: expected the 12 hex digits", "id:"),
+    ("admin drift run --version bad", "--version: bad is not the active version", "config_version"),
+    ("admin drift show bad/id", "ID: not a valid command id", "check_id"),
+    ("hostfile --nodes n1,bad!", "--nodes: not a valid node name", "nodes["),
+    ("env --job-id j1 --nodes n1,bad! --node n1", "--nodes: not a valid node name", "nodes["),
+]
+
+
+def _argv(line: str, tmp_path: Path) -> list[str]:
+    return [w.replace("CONF", str(tmp_path / "nccl.conf")).replace("DIR", str(tmp_path / "out")) for w in line.split()]
+
+
+async def test_each_refused_value_names_the_flag_it_came_from(
+    jobs_controller: Controller,  # noqa: F811
+    agents: Callable[..., RunningAgent],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    await registered(agents("n1", "sim", rack="r1"), agents("n2", "sim", rack="r2"))
+    (tmp_path / "nccl.conf").write_text("NCCL_MIN_CTAS=16\n")
+    address = ["--controller", f"127.0.0.1:{jobs_controller.port}"]
+    wrong: list[str] = []
+    for line, starts, internal in CASES:
+        result = await asyncio.to_thread(
+            CliRunner().invoke, cli, [*_argv(line, tmp_path), *address], env={"TOPO_TUNE_TOKEN": TOKEN}
+        )
+        said = result.stderr.strip()
+        if result.exit_code != 1 or "\n" in said or not said.startswith(f"topo-tune: error: {starts}"):
+            wrong.append(f"{line}\n  exit {result.exit_code}: {said or result.output.strip()}")
+        elif internal in said.removeprefix(f"topo-tune: error: {starts}"):
+            wrong.append(f"{line}\n  names {internal!r} further on: {said}")
+    assert wrong == [], "\n".join(wrong)
+
+
+@pytest.mark.parametrize(("path", "fields"), sorted(ALIASES.items()))
+def test_each_alias_names_a_parameter_of_its_command(path: str, fields: dict[str, str]) -> None:
+    command: click.Command = cli
+    ctx = click.Context(cli, info_name="topo-tune")
+    for word in path.split():
+        assert isinstance(command, click.Group), path
+        found = command.get_command(ctx, word)
+        assert found is not None, f"no command {path!r}"
+        command = found
+    params = {p.name for p in command.params}
+    for field, names in fields.items():
+        missing = [name for name in names.split() if name not in params]
+        assert not missing, f"{path}: {field} → {missing}: not parameters of the command"
+        assert field not in params, f"{path}: {field} is a parameter's own name; the alias is not needed"
