@@ -1,4 +1,5 @@
-"""A value the controller refuses is reported in one line naming the flag or argument the user typed.
+"""A value the controller refuses is reported in one line naming the flag or argument the user typed, when the
+command is given (a study's workload and site settings too, not once the study runs).
 
 Every command drives a real controller (gRPC on loopback, SQLite) with two sim agents on racks r1 and r2,
 through the real CLI; the request's own field names (``canary_rack``, ``gate.repeats``, ``sizes.min_bytes``)
@@ -48,6 +49,9 @@ CASES: list[tuple[str, str, str]] = [
     ("admin study start --nodes bad!", "--nodes: not a valid node name", "nodes[0]"),
     ("admin study start --min-bytes 64M --max-bytes 8", "--max-bytes must not be below --min-bytes", "Bytes"),
     ("admin study start --cuda-graph", "--cuda-graph: CUDA graphs need backend nccl", "cudaGraph"),
+    ("admin study start --collective nope", "--collective nope: unknown collective; known: all_reduce", "workload"),
+    ("admin study start --collective all_reduce=-1", "--collective all_reduce: weight must be", "workload"),
+    ("admin study start --site FOO=1", "--site FOO: not a site setting", "site_fixed"),
     ("admin study status bad/id", "ID: not a valid study id", "study_id"),
     ("admin study cancel bad/id", "ID: not a valid study id", "study_id"),
     ("admin rollout create --dry-run", "CONFIG_VERSION (not given): give a known version id", "config_version"),

@@ -47,6 +47,7 @@ from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.study_records import Study, StudyId, StudyRequest, StudyStatus, StudyTrial, StudyTrials
 from topo_tune.errors import (
     AlreadyExists,
+    ConfigError,
     ConflictError,
     NotFoundError,
     StorageError,
@@ -54,11 +55,12 @@ from topo_tune.errors import (
     TopoTuneError,
     ValidationError,
 )
+from topo_tune.tuner.space import check_site_fixed
 from topo_tune.tuner.study import A_FAILURE, A_REASON, StudyProgress
 from topo_tune.tuner.study_summary import verdict_lines
 from topo_tune.tuning_pass.controller_port import AdminPort
 from topo_tune.tuning_pass.node_record import NodeState
-from topo_tune.tuning_pass.run import run_pass
+from topo_tune.tuning_pass.run import run_pass, workload_profile
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +167,7 @@ class Studies:
             given["tuner_table"] = False
         search = validated(SearchConfig, given, where="search", error=ValidationError)
         with naming_fields(error=ValidationError):
-            return ClusterConfig(
+            cluster = ClusterConfig(
                 api_version=API_VERSION,
                 metadata=Metadata(name=study_id),
                 backend=cast("Backend", backends.pop()),  # checked by the model like any other value
@@ -177,7 +179,12 @@ class Studies:
                 search=search,
                 site_fixed=dict(request.site_fixed),
             )
-        raise AssertionError("unreachable")  # for mypy: naming_fields re-raises
+        try:  # what the pass would refuse once the study runs, refused now
+            workload_profile(cluster.workload)
+            check_site_fixed(cluster.site_fixed)
+        except ConfigError as error:
+            raise ValidationError(error.field, error.reason) from None
+        return cluster
 
     def _run_study(
         self, study_id: str, cluster: ClusterConfig, port: AdminPort, loop: asyncio.AbstractEventLoop

@@ -209,6 +209,19 @@ def _catalogue(version: tuple[int, int, int], fabric: Fabric, collectives: froze
     return dims
 
 
+def check_site_fixed(site: Mapping[str, str]) -> None:
+    """``ConfigError`` naming ``site_fixed.KEY`` for a key that is no site setting or a value NCCL cannot take;
+    ``UnsafeKnobError`` for one that can hang a job. Checked when a space is built and when a study is asked
+    for, before it runs."""
+    for key, value in site.items():
+        if key not in SITE_FIXED_KEYS:
+            raise ConfigError(f"site_fixed.{key}", f"not a site setting; allowed: {', '.join(sorted(SITE_FIXED_KEYS))}")
+        if not value or value != value.strip():
+            raise ConfigError(f"site_fixed.{key}", f"empty or padded value {value!r}")
+    if site.get("NCCL_IB_TIMEOUT") is not None and _int_or_none(site["NCCL_IB_TIMEOUT"]) in (0, *range(32, 256)):
+        raise UnsafeKnobError("site_fixed.NCCL_IB_TIMEOUT", FORBIDDEN["NCCL_IB_TIMEOUT"])
+
+
 def _search_name(key: str) -> str:
     return key if key.startswith("NCCL_") else "NCCL_" + key
 
@@ -244,15 +257,7 @@ class SearchSpace:
         """
         version = parse_nccl_version(nccl_version)
         site = dict(site_fixed or {})
-        for key, value in site.items():
-            if key not in SITE_FIXED_KEYS:
-                raise ConfigError(
-                    f"site_fixed.{key}", f"not a site setting; allowed: {', '.join(sorted(SITE_FIXED_KEYS))}"
-                )
-            if not value or value != value.strip():
-                raise ConfigError(f"site_fixed.{key}", f"empty or padded value {value!r}")
-        if site.get("NCCL_IB_TIMEOUT") is not None and _int_or_none(site["NCCL_IB_TIMEOUT"]) in (0, *range(32, 256)):
-            raise UnsafeKnobError("site_fixed.NCCL_IB_TIMEOUT", FORBIDDEN["NCCL_IB_TIMEOUT"])
+        check_site_fixed(site)
         orders = tuple(rank_orders)
         if not orders or orders[0].name != NATURAL_ORDER:
             raise ConfigError("rank_orders", f"must start with NCCL's natural order, named {NATURAL_ORDER!r}")
