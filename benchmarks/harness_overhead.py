@@ -28,6 +28,7 @@ from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.controller.benchmarks.plan import JobNode, aggregate, plan_job
+from topo_tune.nccl.backends import Backend
 from topo_tune.nccl.collectives import Collective
 from topo_tune.v1 import agent_pb2
 from topo_tune.wire.benchmark import rank_result_from_proto, spec_to_proto
@@ -111,7 +112,7 @@ def end_to_end(sizes: list[int], *, ranks: int, iters: int, rounds: int) -> list
         result = executor.execute(
             spec_to_proto(spec),
             node_name="local",
-            backend="gloo",
+            backend=Backend.GLOO,
             deadline_s=600,
             work_dir=Path(tempfile.mkdtemp()),
         )

@@ -14,6 +14,7 @@ import pytest
 from topo_tune.cli.local_cluster import ThisHost, agent_command, nodes_here, token_file_for
 from topo_tune.config.cluster import ClusterConfig, parse_cluster_config
 from topo_tune.errors import ConfigError
+from topo_tune.nccl.backends import Backend
 from topo_tune.tuning_pass.node_record import NodeInfo, NodeState
 from topo_tune.tuning_pass.run import last_heard
 
@@ -67,7 +68,7 @@ def test_the_agent_line_carries_everything_the_node_needs() -> None:
     line = agent_command(
         node.racks[0].nodes[0],
         rack="r",
-        backend="nccl",
+        backend=Backend.NCCL,
         controller="gpu-07:50051",
         token_file=Path("/srv/out dir/.topo-tune/agent-token"),
     )

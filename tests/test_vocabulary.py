@@ -1,16 +1,20 @@
-"""One name for one thing: collectives, trial roles and the proof's defaults each have one definition, and
+"""One name for one thing: collectives, backends, trial roles and the proof's defaults each have one definition, and
 every mapping from it is total (no branch that quietly picks a collective)."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
+import click
 import pytest
 
+from topo_tune.cli.agent import run as agent_run
 from topo_tune.config import cluster as cluster_config
 from topo_tune.config.cluster import SearchConfig
 from topo_tune.errors import SpecError
+from topo_tune.nccl.backends import LAUNCHED_BACKENDS, Backend
 from topo_tune.nccl.collectives import PLUGIN_COLLECTIVES, Collective
 from topo_tune.plugin import table
 from topo_tune.sim.demo import ndr_pair
@@ -21,8 +25,10 @@ from topo_tune.tuner import objective, plugin_table, statistics
 from topo_tune.tuner.trial_store import TrialRole, role_of
 from topo_tune.v1 import agent_pb2
 from topo_tune.wire.benchmark import COLLECTIVE_TO_PROTO, collective_from_proto
+from topo_tune.wire.values import BACKEND_FROM_WIRE, BACKEND_TO_WIRE, backend_to_wire
 
 PLUGIN_SOURCE = Path(table.__file__).with_name("topotune_tuner.c")
+CHART_SCHEMA = Path(__file__).resolve().parent.parent / "charts" / "topo-tune" / "values.schema.json"
 
 
 def test_every_collective_has_one_name_in_each_vocabulary() -> None:
@@ -79,3 +85,21 @@ def test_the_proof_s_defaults_are_defined_once() -> None:
     schema = cluster_config.ClusterConfig.model_json_schema(by_alias=True)
     fields = schema["$defs"]["SearchConfig"]["properties"]
     assert (fields["minEffect"]["default"], fields["maxLoss"]["default"]) == (search.min_effect, search.max_loss)
+
+
+def test_backends_are_one_enum_and_every_place_that_names_them_takes_exactly_its_members() -> None:
+    names = [b.value for b in Backend]
+    for b in Backend:
+        assert BACKEND_FROM_WIRE[BACKEND_TO_WIRE[b]] is b
+        assert backend_to_wire(b.value) == BACKEND_TO_WIRE[b]
+    assert set(BACKEND_FROM_WIRE) == set(agent_pb2.Backend.values()) - {agent_pb2.BACKEND_UNSPECIFIED}
+    assert backend_to_wire("mpi") == agent_pb2.BACKEND_UNSPECIFIED
+    assert cluster_config.json_schema()["properties"]["backend"]["enum"] == names
+    for name in names:
+        cluster = cluster_config.loads_cluster_config(f"apiVersion: topo-tune/v1\nbackend: {name}\n")
+        assert cluster.backend is Backend(name)
+    option = next(p for p in agent_run.params if p.name == "backend")
+    assert isinstance(option.type, click.Choice) and list(option.type.choices) == names
+    chart = json.loads(CHART_SCHEMA.read_text(encoding="utf-8"))
+    assert chart["properties"]["agent"]["properties"]["backend"]["enum"] == names
+    assert tuple(b for b in Backend if not b.simulated) == LAUNCHED_BACKENDS

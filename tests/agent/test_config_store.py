@@ -16,6 +16,7 @@ from topo_tune.agent.command_executor import CommandExecutor
 from topo_tune.agent.config_store import ConfigStore, check_version, jobs_lock_shared
 from topo_tune.agent.journal import Journal
 from topo_tune.errors import ConflictError, StoreBusy, ValidationError
+from topo_tune.nccl.backends import Backend
 from topo_tune.v1 import agent_pb2
 from topo_tune.versions.version import ConfigVersion, render_nccl_conf, version_id
 
@@ -277,7 +278,7 @@ def test_no_active_version_is_no_damage(store: ConfigStore) -> None:
 
 def test_a_job_naming_a_changed_staged_version_is_rejected_before_it_runs(store: ConfigStore, tmp_path: Path) -> None:
     store.apply(A.id, A.files)
-    executor = CommandExecutor(journal=Journal(tmp_path / "journal.db"), config_store=store, backend="sim")
+    executor = CommandExecutor(journal=Journal(tmp_path / "journal.db"), config_store=store, backend=Backend.SIM)
     pinned = str(store.path_of(A.id))
     assert store.damage_of_file(pinned) == ""
     assert store.damage_of_file(str(store.root / "active" / "nccl.conf")) == ""

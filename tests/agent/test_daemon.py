@@ -22,6 +22,7 @@ from topo_tune.agent.journal import Journal
 from topo_tune.agent.settings import AgentSettings
 from topo_tune.controller.commands import CommandStatus
 from topo_tune.controller.server import Controller
+from topo_tune.nccl.backends import Backend
 from topo_tune.tuning_pass.node_record import NodeState
 from topo_tune.v1 import agent_pb2, topology_pb2
 
@@ -58,7 +59,7 @@ def agent_settings(address: str, state_dir: Path, name: str = "n1") -> AgentSett
         controller=address,
         node_name=name,
         token=TOKEN,
-        backend="sim",
+        backend=Backend.SIM,
         state_dir=state_dir,
         config_dir=state_dir / "config",
         backoff_initial_s=0.05,

@@ -21,6 +21,7 @@ from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
 from topo_tune.benchmark.results import RankOutcome
 from topo_tune.benchmark.sweep import SizeSweep
+from topo_tune.nccl.backends import Backend
 from topo_tune.nccl.collectives import Collective
 
 # Stands in for ``python -E -s -c BOOTSTRAP CONFIG``: reads the config the launcher wrote, then acts on
@@ -87,7 +88,9 @@ def _launcher(tmp_path: Path, behaviour: dict[int, str]) -> Launcher:
     fake.write_text(f"#!{sys.executable}\n{_FAKE_PYTHON}")
     fake.chmod(0o755)
     _behave(tmp_path, behaviour)
-    return Launcher(backend="gloo", python=str(fake), passthrough={"FAKE_BEHAVIOUR": str(tmp_path / "behaviour.json")})
+    return Launcher(
+        backend=Backend.GLOO, python=str(fake), passthrough={"FAKE_BEHAVIOUR": str(tmp_path / "behaviour.json")}
+    )
 
 
 def test_garbage_on_a_ranks_result_channel_fails_that_rank_by_name(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.benchmark.job_spec import MAX_DEADLINE_S, BenchmarkSpec, RankSlot
 from topo_tune.benchmark.results import NcclChoice, RankResult, SizeMeasurement
 from topo_tune.benchmark.sweep import SizeSweep
+from topo_tune.nccl.backends import Backend
 from topo_tune.nccl.collectives import Collective
 from topo_tune.v1 import agent_pb2
 from topo_tune.wire.benchmark import rank_result_from_proto, rank_result_to_proto, spec_from_proto, spec_to_proto
@@ -104,17 +105,17 @@ def test_bad_wire_values_name_the_field() -> None:
 def test_executor_rejects_what_it_cannot_run_without_starting_anything(tmp_path: Path) -> None:
     executor = BenchmarkExecutor(policy=EnvPolicy())
     run = spec_to_proto(_spec())
-    sim = executor.execute(run, node_name="a", backend="sim", deadline_s=10, work_dir=tmp_path)
+    sim = executor.execute(run, node_name="a", backend=Backend.SIM, deadline_s=10, work_dir=tmp_path)
     assert sim.status == agent_pb2.COMMAND_STATUS_REJECTED and "not run by this executor" in sim.message
-    stranger = executor.execute(run, node_name="z", backend="gloo", deadline_s=10, work_dir=tmp_path)
+    stranger = executor.execute(run, node_name="z", backend=Backend.GLOO, deadline_s=10, work_dir=tmp_path)
     assert stranger.status == agent_pb2.COMMAND_STATUS_REJECTED and "no rank on node z" in stranger.message
     run.iters = 0
-    bad = executor.execute(run, node_name="a", backend="gloo", deadline_s=10, work_dir=tmp_path)
+    bad = executor.execute(run, node_name="a", backend=Backend.GLOO, deadline_s=10, work_dir=tmp_path)
     assert bad.status == agent_pb2.COMMAND_STATUS_REJECTED and "iters" in bad.message
     assert bad.HasField("finished_at")
     run.iters = 10
     run.cuda_graph = True
-    graphed = executor.execute(run, node_name="a", backend="gloo", deadline_s=10, work_dir=tmp_path)
+    graphed = executor.execute(run, node_name="a", backend=Backend.GLOO, deadline_s=10, work_dir=tmp_path)
     assert graphed.status == agent_pb2.COMMAND_STATUS_REJECTED
     assert graphed.message == "cuda_graph: CUDA graphs need the nccl backend; this node runs gloo"
     assert list(tmp_path.iterdir()) == []
@@ -124,14 +125,14 @@ def test_a_deadline_the_agent_cannot_keep_is_rejected_naming_the_field(tmp_path:
     # deadline_s is a uint32 on the wire: a controller can send 49 days; the launcher could not wait that long.
     executor = BenchmarkExecutor(policy=EnvPolicy())
     run = spec_to_proto(_spec())
-    far = executor.execute(run, node_name="a", backend="gloo", deadline_s=4e9, work_dir=tmp_path)
+    far = executor.execute(run, node_name="a", backend=Backend.GLOO, deadline_s=4e9, work_dir=tmp_path)
     assert far.status == agent_pb2.COMMAND_STATUS_REJECTED
     assert far.message == f"deadline_s must be at most {MAX_DEADLINE_S} s, got 4000000000"
     probe = agent_pb2.Probe(
         probe_id="p", peers=["a", "b"], message_bytes=1 << 20, rendezvous_host="ha", peer_rendezvous_host="hb"
     )
     probe.rendezvous_port = 7000
-    far = executor.probe(probe, node_name="a", backend="gloo", deadline_s=4e9, work_dir=tmp_path)
+    far = executor.probe(probe, node_name="a", backend=Backend.GLOO, deadline_s=4e9, work_dir=tmp_path)
     assert far.status == agent_pb2.COMMAND_STATUS_REJECTED and "deadline_s" in far.message
     assert list(tmp_path.iterdir()) == [], "nothing was started"
 
@@ -171,7 +172,7 @@ def test_worker_config_round_trips_with_its_fault_hook(tmp_path: Path) -> None:
     config = WorkerConfig(
         spec=_spec(),
         rank=1,
-        backend="gloo",
+        backend=Backend.GLOO,
         bind_address="127.0.0.1",
         rendezvous_timeout_s=30.0,
         progress_path=tmp_path / "p.jsonl",

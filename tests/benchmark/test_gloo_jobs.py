@@ -23,6 +23,7 @@ from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.benchmark.job_spec import BenchmarkSpec
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.controller.benchmarks.plan import JobNode, aggregate, plan_job
+from topo_tune.nccl.backends import Backend
 from topo_tune.nccl.collectives import Collective
 from topo_tune.v1 import agent_pb2
 from topo_tune.wire.benchmark import rank_result_from_proto, spec_to_proto
@@ -87,7 +88,7 @@ def _run_job(
         lambda n: executors[n].execute(
             run,
             node_name=n,
-            backend="gloo",
+            backend=Backend.GLOO,
             deadline_s=deadline_s,
             work_dir=work_dir,
             fault=fault,
@@ -185,7 +186,7 @@ def test_a_refused_env_is_rejected_before_anything_runs(
 ) -> None:
     spec = _spec("refused-1", env={"LD_PRELOAD": "/tmp/x.so", "NCCL_PROTO": "LL128"})
     result = executors["n0"].execute(
-        spec_to_proto(spec), node_name="n0", backend="gloo", deadline_s=30, work_dir=tmp_path
+        spec_to_proto(spec), node_name="n0", backend=Backend.GLOO, deadline_s=30, work_dir=tmp_path
     )
     assert result.status == agent_pb2.COMMAND_STATUS_REJECTED
     assert "LD_PRELOAD" in result.message and "NCCL_PROTO" in result.message
@@ -206,7 +207,7 @@ def test_probe_measures_latency_and_bandwidth_between_two_agents(
     )
     results = _on_nodes(
         ("n0", "n1"),
-        lambda n: executors[n].probe(probe, node_name=n, backend="gloo", deadline_s=60, work_dir=tmp_path),
+        lambda n: executors[n].probe(probe, node_name=n, backend=Backend.GLOO, deadline_s=60, work_dir=tmp_path),
     )
     for node, peer in (("n0", "n1"), ("n1", "n0")):
         result = results[node]
@@ -221,7 +222,9 @@ def test_a_node_runs_one_job_at_a_time(tmp_path: Path) -> None:
     runs = [spec_to_proto(_spec(f"alone-{i}", nodes=("n0", "ghost"))) for i in range(2)]
     results = _on_nodes(
         ("0", "1"),
-        lambda i: executor.execute(runs[int(i)], node_name="n0", backend="gloo", deadline_s=10.0, work_dir=tmp_path),
+        lambda i: executor.execute(
+            runs[int(i)], node_name="n0", backend=Backend.GLOO, deadline_s=10.0, work_dir=tmp_path
+        ),
     )
     statuses = sorted(r.status for r in results.values())
     assert statuses == [agent_pb2.COMMAND_STATUS_TIMED_OUT, agent_pb2.COMMAND_STATUS_REJECTED]
@@ -235,7 +238,9 @@ def test_ranks_pin_themselves_to_their_devices_cpus(tmp_path: Path) -> None:
     cpu = sorted(os.sched_getaffinity(0))[-1]
     executor = BenchmarkExecutor(policy=EnvPolicy(), cpus_for_device={-1: [cpu]})
     spec = _spec("pinned-1", collective=Collective.ALL_REDUCE, nodes=("n0",), ranks_per_node=2)
-    result = executor.execute(spec_to_proto(spec), node_name="n0", backend="gloo", deadline_s=60, work_dir=tmp_path)
+    result = executor.execute(
+        spec_to_proto(spec), node_name="n0", backend=Backend.GLOO, deadline_s=60, work_dir=tmp_path
+    )
     assert result.status == agent_pb2.COMMAND_STATUS_SUCCEEDED, result.message
     assert [rec["cpus"] for rec in _started_records(tmp_path, spec)] == [[cpu], [cpu]]
 
@@ -244,7 +249,9 @@ def test_the_nodes_own_worker_env_wins_over_the_jobs(tmp_path: Path) -> None:
     # A host that forbids NVLink multicast keeps it off whatever a trial asks for.
     executor = BenchmarkExecutor(policy=EnvPolicy(), node_env={"NCCL_NVLS_ENABLE": "0"})
     spec = _spec("node-env-1", nodes=("n0",), env={"NCCL_NVLS_ENABLE": "1", "NCCL_DEBUG": "WARN"})
-    result = executor.execute(spec_to_proto(spec), node_name="n0", backend="gloo", deadline_s=60.0, work_dir=tmp_path)
+    result = executor.execute(
+        spec_to_proto(spec), node_name="n0", backend=Backend.GLOO, deadline_s=60.0, work_dir=tmp_path
+    )
     assert result.status == agent_pb2.COMMAND_STATUS_SUCCEEDED, result.message
     [rank] = [rank_result_from_proto(r) for r in result.node_benchmark.ranks]
     assert rank.effective_env["NCCL_NVLS_ENABLE"] == "0"
@@ -255,7 +262,7 @@ async def test_a_new_address_does_not_let_a_second_job_run_beside_the_first(tmp_
     # The controller reports another address at a re-registration (another controller, an IPv6 path) while
     # a job runs: that job keeps its sockets, and the node still runs one job at a time.
     executor = CommandExecutor(
-        journal=Journal(tmp_path / "journal.sqlite3"), node_name="n0", backend="gloo", work_dir=tmp_path
+        journal=Journal(tmp_path / "journal.sqlite3"), node_name="n0", backend=Backend.GLOO, work_dir=tmp_path
     )
     # Rank 1 lives on a node that never runs it, so rank 0 waits at the rendezvous.
     first_spec = _spec("rebind-1", nodes=("n0", "ghost"))

@@ -27,6 +27,7 @@ from topo_tune.benchmark.job_spec import BenchmarkSpec
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.controller.benchmarks.plan import JobNode, plan_job
 from topo_tune.errors import EnvPolicyError, ValidationError
+from topo_tune.nccl.backends import Backend
 from topo_tune.nccl.collectives import Collective
 from topo_tune.nccl.value_types import InputFile, OutputFile
 from topo_tune.v1 import agent_pb2
@@ -83,7 +84,7 @@ class Cluster:
         return self.executor.execute(
             spec_to_proto(_spec(job_id, env)),
             node_name="n0",
-            backend="gloo",
+            backend=Backend.GLOO,
             deadline_s=60.0,
             work_dir=self.work,
         )

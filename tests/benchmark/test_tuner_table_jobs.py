@@ -20,6 +20,7 @@ from topo_tune.benchmark.job_spec import BenchmarkSpec
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.controller.benchmarks.plan import JobNode, plan_job
 from topo_tune.errors import SpecError
+from topo_tune.nccl.backends import Backend
 from topo_tune.nccl.collectives import Collective
 from topo_tune.plugin import LIBRARY_FILE, build_plugin
 from topo_tune.v1 import agent_pb2
@@ -66,7 +67,7 @@ def _run(
 ) -> dict[str, agent_pb2.CommandResult]:
     return _on_nodes(
         NODES,
-        lambda n: executors[n].execute(run, node_name=n, backend="gloo", deadline_s=60.0, work_dir=work / n),
+        lambda n: executors[n].execute(run, node_name=n, backend=Backend.GLOO, deadline_s=60.0, work_dir=work / n),
     )
 
 
@@ -126,7 +127,7 @@ def test_a_job_may_not_point_nccl_at_another_plugin_or_table_itself(tmp_path: Pa
 def test_an_agent_without_a_tuner_plugin_refuses_a_table(tmp_path: Path) -> None:
     run = spec_to_proto(_spec("none-1", table=TABLE))
     result = BenchmarkExecutor(policy=EnvPolicy()).execute(
-        run, node_name="n0", backend="gloo", deadline_s=10.0, work_dir=tmp_path
+        run, node_name="n0", backend=Backend.GLOO, deadline_s=10.0, work_dir=tmp_path
     )
     assert result.status == agent_pb2.COMMAND_STATUS_REJECTED
     assert result.message == "tuner_table: this agent runs no tuner plugin"

@@ -31,6 +31,7 @@ from topo_tune.controller.job_ends import cancel_command
 from topo_tune.controller.server import Controller
 from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, ValidationError
 from topo_tune.kube.idleness import IdleVerdict
+from topo_tune.nccl.backends import Backend
 from topo_tune.security.auth import bearer_metadata
 from topo_tune.sim.node_topology import simulated_node_topology
 from topo_tune.topology.sampling import SamplingPolicy
@@ -56,7 +57,7 @@ async def agents(tmp_path: Path, jobs_controller: Controller) -> AsyncIterator[C
 
     def start(name: str, backend: str, rack: str = "", *, address: str = "") -> RunningAgent:
         settings = agent_settings(f"127.0.0.1:{jobs_controller.port}", tmp_path / name, name)
-        settings = replace(settings, backend=backend, rack=rack, address=address)
+        settings = replace(settings, backend=Backend(backend), rack=rack, address=address)
         if backend == "sim":
             agent = Agent(settings, rng=random.Random(0), discover=lambda: simulated_node_topology(name, gpus=4))
         else:
@@ -474,7 +475,7 @@ async def test_probes_of_a_round_cut_short_by_a_restart_are_not_sent_again(sqlit
     try:
         gone = []
         for name in ("g1", "g2"):
-            settings = replace(agent_settings(f"127.0.0.1:{first.port}", tmp_path / name, name), backend="gloo")
+            settings = replace(agent_settings(f"127.0.0.1:{first.port}", tmp_path / name, name), backend=Backend.GLOO)
             agent, stop = Agent(settings, rng=random.Random(0)), asyncio.Event()
             gone.append(RunningAgent(agent, stop, asyncio.create_task(agent.run(stop))))
         await _gone_away(first, *gone)

@@ -31,6 +31,7 @@ from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase
 from topo_tune.controller.study_records import Study, StudyId, StudyRequest, StudyStatus
 from topo_tune.errors import ConfigError, NodeBusy, NotFoundError, ValidationError
+from topo_tune.nccl.backends import Backend
 from topo_tune.nccl.collectives import Collective
 from topo_tune.sim.node_topology import simulated_node_topology
 
@@ -83,7 +84,7 @@ class MeasuredJobs:
             world_size=len(nodes),
             dtype="float32",
             env={},
-            backend="sim",
+            backend=Backend.SIM,
             sizes_requested=SizeRange(1 << 20, 1 << 28, 16),
             iters=20,
             warmup_iters=5,

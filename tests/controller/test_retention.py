@@ -30,6 +30,7 @@ from topo_tune.controller.db.models import (
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.retention import Retention, RetentionReport
 from topo_tune.controller.rollout.verification import gate_job_id
+from topo_tune.nccl.backends import Backend
 from topo_tune.v1 import agent_pb2
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -60,7 +61,7 @@ def job(
     """A benchmark job as the job book stores it: the job row and one command per node."""
     session.add(
         BenchmarkJobRow(
-            id=job_id, status=status, backend="sim", nodes=list(nodes), spec={}, created_at=at, deadline_at=at
+            id=job_id, status=status, backend=Backend.SIM, nodes=list(nodes), spec={}, created_at=at, deadline_at=at
         )
     )
     session.add_all(

@@ -11,6 +11,7 @@ from pathlib import Path
 from tests.support.processes import TOKEN
 from topo_tune.agent.daemon import Agent
 from topo_tune.agent.settings import AgentSettings
+from topo_tune.nccl.backends import Backend
 from topo_tune.sim.node_topology import simulated_node_topology
 
 
@@ -33,7 +34,7 @@ async def sim_agent(
         node_name=node,
         token=TOKEN,
         rack=rack,
-        backend="sim",
+        backend=Backend.SIM,
         address=address,
         state_dir=root / "state",
         config_dir=config_dir or root / "config",

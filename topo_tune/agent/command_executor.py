@@ -39,6 +39,7 @@ from topo_tune.agent.journal import Journal
 from topo_tune.agent.sim_backend import run_simulated
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.errors import ConfigWriteError, ConflictError, StoreBusy, ValidationError
+from topo_tune.nccl.backends import Backend
 from topo_tune.v1 import agent_pb2, topology_pb2
 
 logger = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ it refuses closes the session, and the journal would re-send that result on ever
 class CommandExecutor:
     journal: Journal
     node_name: str = "localhost"
-    backend: str = "gloo"
+    backend: Backend = Backend.GLOO
     work_dir: Path = Path("/var/lib/topo-tune/bench")
     policy: EnvPolicy = field(default_factory=EnvPolicy)
     bind_address: str = "127.0.0.1"
@@ -110,7 +111,7 @@ class CommandExecutor:
 
     def _cancel(self, request: agent_pb2.CancelJob, result: agent_pb2.CommandResult) -> None:
         result.status = agent_pb2.COMMAND_STATUS_SUCCEEDED
-        if self.backend != "sim" and self._benchmarks().cancel(request.job_id, request.reason):
+        if self.backend.launches_workers and self._benchmarks().cancel(request.job_id, request.reason):
             result.message = f"job {request.job_id} cancelled: its workers were killed"
         else:  # sim jobs finish as they start; a real one that arrives later is refused
             result.message = f"job {request.job_id} was not running here; it will not start"
@@ -124,7 +125,7 @@ class CommandExecutor:
             return agent_pb2.CommandResult(
                 status=agent_pb2.COMMAND_STATUS_REJECTED, message=f"NCCL_CONF_FILE: {damage}"
             )
-        if self.backend == "sim":
+        if self.backend.simulated:
             return run_simulated(
                 command.run_benchmark, node_name=self.node_name, policy=self.policy, now_ns=time.time_ns()
             )
@@ -137,7 +138,7 @@ class CommandExecutor:
         )
 
     def _probe(self, command: agent_pb2.Command) -> agent_pb2.CommandResult:
-        if self.backend == "sim":
+        if self.backend.simulated:
             return agent_pb2.CommandResult(
                 status=agent_pb2.COMMAND_STATUS_REJECTED,
                 message="a sim agent has no network to probe; the model's node-pair figures stand in",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from topo_tune.kube.environment import KubeEnvironment
 from topo_tune.kube.rack import DEFAULT_RACK_LABEL
+from topo_tune.nccl.backends import Backend
 from topo_tune.security.auth import TlsFiles
 from topo_tune.versions.layout import DEFAULT_CONFIG_DIR
 
@@ -22,8 +23,7 @@ class AgentSettings:
     """Where ``token`` came from: read again at every session (a Kubernetes projected token is rotated)."""
     rack: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
-    backend: str = "gloo"
-    """nccl | gloo | sim."""
+    backend: Backend = Backend.GLOO
     state_dir: Path = Path("/var/lib/topo-tune")
     """The agent's journal of commands and results lives here; it survives agent restarts."""
     config_dir: Path = DEFAULT_CONFIG_DIR
@@ -35,7 +35,7 @@ class AgentSettings:
     """Variables this node's operator gives every benchmark worker (checked by the env policy); they win over
     a job's values, e.g. ``NCCL_NVLS_ENABLE=0`` where NVLink multicast must stay off."""
     sim_profile: str = "h100-nvswitch"
-    """For ``backend == "sim"``: the simulated node this agent stands for."""
+    """For the ``sim`` backend: the simulated node this agent stands for."""
     sim_gpus: int = 8
     benchmark_deadline_s: float = 600.0
     """Deadline of a benchmark job whose command gives none."""

@@ -16,6 +16,7 @@ from topo_tune.cli.connection import client_tls, client_tls_options, resolve_tok
 from topo_tune.errors import AgentRefused, EnvPolicyError
 from topo_tune.kube.environment import detect_in_cluster
 from topo_tune.kube.rack import DEFAULT_RACK_LABEL
+from topo_tune.nccl.backends import Backend
 from topo_tune.v1 import topology_pb2
 
 _DIR = click.Path(path_type=Path, file_okay=False)
@@ -66,8 +67,8 @@ def agent() -> None:
 @click.option("--label", "labels", multiple=True, callback=_labels, help="KEY=VALUE label; repeatable.")
 @click.option(
     "--backend",
-    type=click.Choice(["nccl", "gloo", "sim"]),
-    default="nccl",
+    type=click.Choice([b.value for b in Backend]),
+    default=Backend.NCCL.value,
     show_default=True,
     help="Benchmark backend: nccl (GPUs), gloo (CPUs over TCP), sim (analytic model, labelled simulated).",
 )
@@ -169,7 +170,7 @@ def run(
         token_file=token_file.absolute() if token_file else None,
         rack=rack,
         labels=labels,
-        backend=backend,
+        backend=Backend(backend),
         address=address,
         sim_profile=sim_profile,
         sim_gpus=sim_gpus,
@@ -198,7 +199,7 @@ async def _run(settings: AgentSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if settings.backend == "sim":
+    if settings.backend.simulated:
         from topo_tune.sim.node_topology import simulated_node_topology  # noqa: PLC0415
 
         def simulated() -> topology_pb2.NodeTopology:

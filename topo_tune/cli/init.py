@@ -264,7 +264,7 @@ def init(
         output / ".topo-tune" / "init.log", terminal_too=bool(click.get_current_context().meta.get(logs.LEVEL_CHOSEN))
     )
     logs.quiet_libraries()
-    simulated = " (SIMULATED: sim backend)" if cluster.backend == "sim" else ""
+    simulated = " (SIMULATED: sim backend)" if cluster.backend.simulated else ""
     console.print(f"[bold]topo-tune init[/bold] {config_file} → {output}{simulated}", highlight=False, soft_wrap=True)
     console.print(f"log: {log_file} (-v shows it here)", highlight=False, markup=False, soft_wrap=True)
     tls = client_tls(tls_ca, tls_cert, tls_key)

@@ -33,6 +33,7 @@ from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.server import Controller
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.errors import ConfigError
+from topo_tune.nccl.backends import Backend
 from topo_tune.sim.node_topology import simulated_node_topology
 
 logger = logging.getLogger(__name__)
@@ -77,11 +78,11 @@ def node_is_here(node: NodeConfig, cluster: ClusterConfig, host: ThisHost) -> bo
     this machine's. Without one, a ``gloo`` node is a stand-in run here (several on one CPU box), and an
     ``nccl`` node is here when it is named by this host or is the cluster's only node (one GPU box).
     """
-    if cluster.backend == "sim":
+    if cluster.backend.simulated:
         return True
     if node.address:
         return host.owns(node.address)
-    if cluster.backend == "gloo":
+    if cluster.backend is Backend.GLOO:
         return True
     return node.name.lower() in host.names or sum(len(rack.nodes) for rack in cluster.racks) == 1
 
@@ -96,7 +97,7 @@ def nodes_here(cluster: ClusterConfig, host: ThisHost) -> tuple[tuple[str, ...],
     for rack in cluster.racks:
         for node in rack.nodes:
             (here if node_is_here(node, cluster, host) else elsewhere).append(node.name)
-    if cluster.backend == "nccl" and len(here) > 1:
+    if cluster.backend.runs_nccl and len(here) > 1:
         raise ConfigError(
             "racks",
             f"nodes {here[0]} and {here[1]} are both this machine; an nccl node is a whole machine "
@@ -149,13 +150,13 @@ def agent_command(
     node: NodeConfig,
     *,
     rack: str,
-    backend: str,
+    backend: Backend,
     controller: str,
     token_file: Path,
 ) -> str:
     """The ``topo-tune agent run`` line that makes ``node`` join the controller at ``controller``."""
     words = ["topo-tune", "agent", "run", "--controller", controller, "--token-file", str(token_file)]
-    words += ["--node-name", node.name, "--rack", rack, "--backend", backend]
+    words += ["--node-name", node.name, "--rack", rack, "--backend", backend.value]
     if node.address:
         words += ["--address", node.address]
     for key, value in sorted(node.worker_env.items()):
@@ -245,7 +246,7 @@ class EmbeddedCluster:
             sim_gpus=max(1, gpus),
             worker_env=node.worker_env,
         )
-        if backend == "sim":
+        if backend.simulated:
             agent = Agent(settings, discover=lambda: simulated_node_topology(name, gpus=max(1, gpus)))
         else:
             agent = Agent(settings)

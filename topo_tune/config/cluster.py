@@ -25,8 +25,9 @@ from topo_tune.benchmark.job_spec import MAX_DEADLINE_S
 from topo_tune.benchmark.sweep import size_ladder
 from topo_tune.config import bounded_yaml
 from topo_tune.config.checks import validated
-from topo_tune.config.values import Backend, ByteSize, Duration, HostPort, NodeName
+from topo_tune.config.values import BackendName, ByteSize, Duration, HostPort, NodeName
 from topo_tune.errors import ConfigError, PathError, YamlLimitError
+from topo_tune.nccl.backends import Backend
 from topo_tune.versions.layout import DEFAULT_CONFIG_DIR
 
 API_VERSION: Final = "topo-tune/v1"
@@ -348,7 +349,7 @@ class ClusterConfig(_Section):
     kind: Literal["Cluster"] = "Cluster"
     metadata: Metadata = Field(default_factory=Metadata)
     controller: ControllerConfig = Field(default_factory=ControllerConfig)
-    backend: Backend = "sim"
+    backend: BackendName = Backend.SIM
     rack_label: str = Field(
         default="topology.kubernetes.io/rack", description="Kubernetes node label that names a node's rack"
     )
@@ -380,15 +381,15 @@ class ClusterConfig(_Section):
                     )
                 nodes[node.name] = (i, j)
         # Graph timing is the nccl default: eager timing measures Python's launch cost below a few MiB.
-        if self.backend == "nccl" and "cuda_graph" not in self.search.model_fields_set:
+        if self.backend.runs_nccl and "cuda_graph" not in self.search.model_fields_set:
             object.__setattr__(self, "search", self.search.model_copy(update={"cuda_graph": True}))
         gate = self.rollout.gate
-        if self.backend == "nccl" and "cuda_graph" not in gate.model_fields_set:
+        if self.backend.runs_nccl and "cuda_graph" not in gate.model_fields_set:
             gate = gate.model_copy(update={"cuda_graph": True})
             object.__setattr__(self, "rollout", self.rollout.model_copy(update={"gate": gate}))
-        if self.search.cuda_graph and self.backend != "nccl":
+        if self.search.cuda_graph and not self.backend.runs_nccl:
             raise PathError("search.cudaGraph", f"CUDA graphs need backend nccl, not {self.backend}")
-        if self.rollout.gate.cuda_graph and self.backend != "nccl":
+        if self.rollout.gate.cuda_graph and not self.backend.runs_nccl:
             raise PathError("rollout.gate.cudaGraph", f"CUDA graphs need backend nccl, not {self.backend}")
         return self
 

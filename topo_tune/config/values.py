@@ -1,7 +1,8 @@
 """The value types of ``cluster.yaml``: durations, byte sizes, host:port, node names; parsed and shown.
 
 A duration is seconds or a string with a unit (``500ms``, ``10s``, ``2m``, ``1h``, ``30d``); a size is bytes or a
-string with a power-of-1024 unit (``64K``, ``16M``, ``1G``), as nccl-tests spells them. ``show_duration`` and
+string with a power-of-1024 unit (``64K``, ``16M``, ``1G``), as nccl-tests spells them; a backend is named by
+its value (``nccl``, ``gloo``, ``sim``). ``show_duration`` and
 ``show_bytes`` write a value back the same way, for help texts.
 
 Non-goal: the sections that use them (``config/cluster.py``).
@@ -10,10 +11,12 @@ Non-goal: the sections that use them (``config/cluster.py``).
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated
 
 import pydantic
-from pydantic import Field
+from pydantic import Field, PlainSerializer, WithJsonSchema
+
+from topo_tune.nccl.backends import Backend
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -68,7 +71,12 @@ NodeName = Annotated[
     ),
 ]
 
-Backend = Literal["nccl", "gloo", "sim"]
+BackendName = Annotated[
+    Backend,
+    WithJsonSchema({"enum": [b.value for b in Backend], "title": "Backend", "type": "string"}),
+    PlainSerializer(lambda backend: backend.value, return_type=str),
+]
+"""cluster.yaml's ``backend``: a :class:`~topo_tune.nccl.backends.Backend`, read and written as its value."""
 
 _BYTES = re.compile(r"^\s*(\d+)\s*([KMG]?)i?B?\s*$", re.IGNORECASE)
 _BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from topo_tune.controller.db.database import Database, table_of
 from topo_tune.controller.db.models import EventRow, NodeRow
 from topo_tune.errors import NotFoundError
+from topo_tune.nccl.backends import Backend
 from topo_tune.security.log_text import LogGate, held_note, printable
 from topo_tune.topology.fingerprint import topology_fingerprint
 from topo_tune.tuning_pass.node_record import NodeState
@@ -43,7 +44,7 @@ class Registration:
     labels: Mapping[str, str]
     topology: bytes
     agent_version: str
-    backend: str
+    backend: Backend
     instance_id: str
     applied_config_version: str
     drained: bool
@@ -98,7 +99,7 @@ class NodeView:
     drained: bool
     activity: str
     agent_version: str
-    backend: str
+    backend: Backend
     applied_config_version: str
     topology: bytes
     address: str
@@ -340,7 +341,7 @@ def _view(row: NodeRow, live: _Liveness | None) -> NodeView:
         drained=row.drained,
         activity=live.activity if live else row.activity,
         agent_version=row.agent_version,
-        backend=row.backend,
+        backend=Backend(row.backend),
         applied_config_version=live.applied_config_version if live else row.applied_config_version,
         topology=row.topology,
         address=row.address,

@@ -55,6 +55,7 @@ from topo_tune.controller.job_ends import OpenPart, cancel_command, cancel_comma
 from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.probe_checks import listed_pairs, refused_results
 from topo_tune.errors import ConflictError, NotFoundError, ValidationError
+from topo_tune.nccl.backends import Backend
 from topo_tune.topology.sampling import SAMPLING_MODES, PairSampler, SamplingPolicy, default_mode, pair_rounds
 from topo_tune.tuning_pass.node_record import NodeState
 from topo_tune.v1 import agent_pb2
@@ -195,7 +196,7 @@ class Probes:
 
     async def _probed_racks(self, nodes: list[str]) -> dict[str, str]:
         """Each node's rack, once every node is shown ready, undrained and on a real network."""
-        backends = set()
+        backends: set[Backend] = set()
         racks: dict[str, str] = {}
         for i, name in enumerate(nodes):
             names.node_name(name, f"nodes[{i}]")
@@ -208,7 +209,7 @@ class Probes:
                 )
             backends.add(view.backend)
             racks[name] = view.rack or "default"
-        if "sim" in backends:
+        if any(backend.simulated for backend in backends):
             raise ValidationError("nodes", "sim nodes have no network to probe; the model's figures stand in")
         return racks
 
@@ -317,7 +318,7 @@ class Probes:
         measured = [result.probe for result in results if result is not None]
         bandwidth = min(m.bandwidth_gbps for m in measured)  # the slower direction
         latency = max(m.latency_us for m in measured)
-        how = "one-way broadcast each direction" if first.backend == "gloo" else "sendrecv algbw"
+        how = "one-way broadcast each direction" if first.backend.one_way_probes else "sendrecv algbw"
         await self._store_pair(
             round_id,
             (a, b),

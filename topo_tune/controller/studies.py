@@ -20,7 +20,6 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import cast
 
 import optuna
 import sqlalchemy as sa
@@ -37,7 +36,6 @@ from topo_tune.config.cluster import (
     SpineConfig,
     WorkloadConfig,
 )
-from topo_tune.config.values import Backend
 from topo_tune.controller import names as check
 from topo_tune.controller.changes import Changes
 from topo_tune.controller.db.database import Database
@@ -117,7 +115,7 @@ class Studies:
                         request=request.to_json(),
                         nodes=nodes,
                         created_at=now,
-                        simulated=cluster.backend == "sim",
+                        simulated=cluster.backend.simulated,
                     )
                 )
             else:
@@ -170,7 +168,7 @@ class Studies:
             cluster = ClusterConfig(
                 api_version=API_VERSION,
                 metadata=Metadata(name=study_id),
-                backend=cast("Backend", backends.pop()),  # checked by the model like any other value
+                backend=backends.pop(),
                 racks=[RackConfig(name=rack, nodes=members) for rack, members in racks.items()],
                 spine=None if self.spine[0] is None else SpineConfig(oversubscription=self.spine[0]),
                 workload=WorkloadConfig(collectives=dict(request.collectives))

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
+from topo_tune.nccl.backends import Backend
 from topo_tune.nccl.value_types import Choice, InputFile, Int, OutputFile, Pattern, Plugin, Proto, ValueType
 
 __all__ = ["CATALOGUE", "Catalogue", "Dimension", "Need", "Role", "Variable"]
@@ -98,9 +99,9 @@ class Variable:
     """What goes wrong when a study searches it: such a knob is refused by name with this reason."""
 
     @property
-    def backends(self) -> tuple[str, ...]:
+    def backends(self) -> tuple[Backend, ...]:
         """The benchmark backends whose measurements it changes (gloo runs no NCCL: none of them)."""
-        return ("nccl", "sim") if self.sim else ("nccl",)
+        return tuple(b for b in Backend if b.runs_nccl or (self.sim and b.simulated))
 
 
 @dataclass(frozen=True)

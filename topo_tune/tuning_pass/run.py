@@ -209,7 +209,7 @@ def _fabric(cluster: ClusterConfig, topologies: dict[str, topology_pb2.NodeTopol
     # NVLink multicast kept off in every node's workers (workerEnv) is not a setting to search.
     nvls_off = all(n.worker_env.get("NCCL_NVLS_ENABLE") == "0" for r in cluster.racks for n in r.nodes)
     return Fabric(
-        nodes=len(topologies), ib=ib, socket=not ib, nvls=nvswitch and cluster.backend != "gloo" and not nvls_off
+        nodes=len(topologies), ib=ib, socket=not ib, nvls=nvswitch and cluster.backend.plays_nccl and not nvls_off
     )
 
 
@@ -307,10 +307,10 @@ def run_pass(
         on_status(f"waiting for nodes: {ready}/{len(names)} ready, missing {', '.join(missing[:3])}{more}")
 
     wait_for_nodes(client, names, timeout_s=node_timeout_s, on_wait=waiting)
-    if cluster.backend == "nccl":
+    if cluster.backend.runs_nccl:
         require_gpus(client, names)
     measured = 0
-    if cluster.backend != "sim" and len(names) > 1:
+    if not cluster.backend.simulated and len(names) > 1:
         if _sparse(cluster, len(names)):
             on_status(f"probing a sparse sample of {len(names) * (len(names) - 1) // 2} node pairs")
         else:
@@ -321,7 +321,7 @@ def run_pass(
             measured += check_ring(client, cluster, names)
     pairs, topologies, fingerprint = _pair_matrix(client, cluster, names)
     # Ranks per node as the benchmark jobs place them: every GPU (nccl, sim), one process (gloo).
-    slots = {name: max(1, len(topologies[name].gpus)) if cluster.backend != "gloo" else 1 for name in names}
+    slots = {name: max(1, len(topologies[name].gpus)) if cluster.backend.plays_nccl else 1 for name in names}
     if sum(slots.values()) == 1:
         on_status(
             "one rank in all: a collective on one rank moves no data, so the trials measure launch jitter and "
@@ -347,7 +347,7 @@ def run_pass(
         # After the search, a candidate tuner-plugin table from the per-bucket winners is measured for the
         # job's communicator (unless cluster.yaml turns it off); gloo never loads NCCL's plugin, so there it
         # would measure nothing.
-        table_shape=(len(names), sum(slots.values())) if search.tuner_table and cluster.backend != "gloo" else None,
+        table_shape=(len(names), sum(slots.values())) if search.tuner_table and cluster.backend.plays_nccl else None,
     )
     space, objective, candidates = plan.space, plan.objective, list(plan.candidates)
     on_status(

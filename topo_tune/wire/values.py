@@ -10,19 +10,26 @@ from datetime import datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from topo_tune.nccl.backends import Backend
 from topo_tune.v1 import agent_pb2
 
-BACKEND_TO_WIRE: dict[str, agent_pb2.Backend.ValueType] = {
-    "nccl": agent_pb2.BACKEND_NCCL,
-    "gloo": agent_pb2.BACKEND_GLOO,
-    "sim": agent_pb2.BACKEND_SIM,
+BACKEND_TO_WIRE: dict[Backend, agent_pb2.Backend.ValueType] = {
+    Backend.NCCL: agent_pb2.BACKEND_NCCL,
+    Backend.GLOO: agent_pb2.BACKEND_GLOO,
+    Backend.SIM: agent_pb2.BACKEND_SIM,
 }
-BACKEND_FROM_WIRE: dict[agent_pb2.Backend.ValueType, str] = {wire: name for name, wire in BACKEND_TO_WIRE.items()}
+BACKEND_FROM_WIRE: dict[agent_pb2.Backend.ValueType, Backend] = {wire: name for name, wire in BACKEND_TO_WIRE.items()}
+if set(BACKEND_TO_WIRE) != set(Backend) or set(BACKEND_FROM_WIRE) != set(agent_pb2.Backend.values()) - {
+    agent_pb2.BACKEND_UNSPECIFIED
+}:  # pragma: no cover - an import-time check that both mappings are total
+    raise RuntimeError("every Backend needs its wire value, and every wire value its Backend")
 
 
 def backend_to_wire(name: str) -> agent_pb2.Backend.ValueType:
-    """A backend's enum value; ``BACKEND_UNSPECIFIED`` for a name the wire does not know."""
-    return BACKEND_TO_WIRE.get(name, agent_pb2.BACKEND_UNSPECIFIED)
+    """A backend's enum value; ``BACKEND_UNSPECIFIED`` for a name the wire does not know (a stored row from
+    a version that named another)."""
+    known = name in set(Backend)
+    return BACKEND_TO_WIRE[Backend(name)] if known else agent_pb2.BACKEND_UNSPECIFIED
 
 
 def timestamp(at: datetime) -> Timestamp:

@@ -22,6 +22,7 @@ from topo_tune.controller.rollout.gate_run import GateRun
 from topo_tune.controller.rollout.gates import Sample
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.sessions import SessionHub
+from topo_tune.nccl.backends import Backend
 from topo_tune.v1 import agent_pb2
 from topo_tune.versions.version import ConfigVersion, render_nccl_conf
 
@@ -93,7 +94,7 @@ class SimFleet:
                     labels={},
                     topology=b"",
                     agent_version="test",
-                    backend="sim",
+                    backend=Backend.SIM,
                     instance_id="i",
                     applied_config_version=self.active.get(node, ""),
                     drained=False,

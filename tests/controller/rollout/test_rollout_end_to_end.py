@@ -30,6 +30,7 @@ from topo_tune.cli.main import cli
 from topo_tune.client.admin import AdminClient
 from topo_tune.controller.server import Controller
 from topo_tune.errors import ConflictError
+from topo_tune.nccl.backends import Backend
 from topo_tune.v1 import admin_pb2, topology_pb2
 from topo_tune.versions.version import ConfigVersion
 
@@ -73,7 +74,7 @@ async def cluster(sqlite_url: str, tmp_path: Path) -> AsyncIterator[Cluster]:
             node_name=name,
             token=TOKEN,
             rack=rack,
-            backend="sim",
+            backend=Backend.SIM,
             state_dir=tmp_path / name,
             config_dir=tmp_path / name / "config",
             backoff_initial_s=0.05,

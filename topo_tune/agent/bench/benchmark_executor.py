@@ -50,6 +50,7 @@ from topo_tune.benchmark.job_spec import MAX_DEADLINE_S, BenchmarkSpec, RankSlot
 from topo_tune.benchmark.results import RankOutcome
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.errors import JobCancelled, LauncherBusy
+from topo_tune.nccl.backends import LAUNCHED_BACKENDS, Backend
 from topo_tune.nccl.collectives import Collective
 from topo_tune.v1 import agent_pb2
 from topo_tune.wire.benchmark import node_result_to_proto, spec_from_proto
@@ -63,7 +64,6 @@ DEFAULT_PROBE_ITERS = 20
 _DEFAULT_LATENCY_BYTES = 8
 _PROBE_JOB_SUFFIXES = ("-out", "-back")
 """A gloo probe's one-way jobs are ``probe-<id>-out`` and ``probe-<id>-back`` (see ``probe_specs``)."""
-_BACKENDS = ("nccl", "gloo")
 """The backends run as real processes (a sim agent computes its figures, it runs no ranks)."""
 
 
@@ -95,7 +95,7 @@ class BenchmarkExecutor:
                 clock=monotonic,
                 cpus_for_device=cpus_for_device,
             )
-            for name in _BACKENDS
+            for name in LAUNCHED_BACKENDS
         }
 
     def rebind(self, address: str) -> None:
@@ -121,11 +121,11 @@ class BenchmarkExecutor:
         finished = timestamp_ns(int(self._wall_clock() * 1e9))
         return agent_pb2.CommandResult(status=status, message=message, finished_at=finished)
 
-    def _launcher(self, backend: str) -> Launcher | None:
+    def _launcher(self, backend: Backend) -> Launcher | None:
         return self._launchers.get(backend)
 
     def _prepare(
-        self, backend: str, build: Callable[[], BenchmarkSpec], deadline_s: float
+        self, backend: Backend, build: Callable[[], BenchmarkSpec], deadline_s: float
     ) -> tuple[Launcher, BenchmarkSpec] | agent_pb2.CommandResult:
         """The launcher and the validated spec, or the ``REJECTED`` result saying why not."""
         launcher = self._launcher(backend)
@@ -134,13 +134,13 @@ class BenchmarkExecutor:
         try:
             _check_deadline(deadline_s)
             spec = build()
-            if spec.cuda_graph and launcher is self._launchers.get("gloo"):
-                raise ValueError("cuda_graph: CUDA graphs need the nccl backend; this node runs gloo")
+            if spec.cuda_graph and not backend.runs_nccl:
+                raise ValueError(f"cuda_graph: CUDA graphs need the nccl backend; this node runs {backend}")
             if spec.tuner_table:
                 if self._tuner_plugin is None:
                     raise ValueError("tuner_table: this agent runs no tuner plugin")
                 spec = self._tuner_plugin.staged(spec)
-            elif self._tuner_plugin is not None and launcher is self._launchers.get("nccl"):
+            elif self._tuner_plugin is not None and backend.runs_nccl:
                 spec = self._tuner_plugin.recording(spec)
             self._policy.check(spec.env)
         except ValueError as exc:
@@ -152,7 +152,7 @@ class BenchmarkExecutor:
         run: agent_pb2.RunBenchmark,
         *,
         node_name: str,
-        backend: str,
+        backend: Backend,
         deadline_s: float,
         work_dir: Path,
         fault: WorkerFault | None = None,
@@ -197,7 +197,7 @@ class BenchmarkExecutor:
         probe: agent_pb2.Probe,
         *,
         node_name: str,
-        backend: str,
+        backend: Backend,
         deadline_s: float,
         work_dir: Path,
     ) -> agent_pb2.CommandResult:
@@ -207,7 +207,7 @@ class BenchmarkExecutor:
             return self._result(agent_pb2.COMMAND_STATUS_REJECTED, f"backend {backend} is not run by this executor")
         try:
             _check_deadline(deadline_s)
-            specs = probe_specs(probe, one_way=backend == "gloo")
+            specs = probe_specs(probe, one_way=backend.one_way_probes)
         except ValueError as exc:
             return self._result(agent_pb2.COMMAND_STATUS_REJECTED, str(exc))
         started = self._monotonic()

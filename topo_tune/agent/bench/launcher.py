@@ -67,6 +67,7 @@ from topo_tune.benchmark.env_policy import OUTPUT_DIR, EnvPolicy
 from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
 from topo_tune.benchmark.results import RankOutcome, RankResult, RankStatus
 from topo_tune.errors import JobCancelled, LauncherBusy
+from topo_tune.nccl.backends import LAUNCHED_BACKENDS, Backend
 
 __all__ = ["BASE_ENV", "CANCELLED_KEPT", "DUMP_DEFAULTS", "JobCancelled", "JobOutcome", "Launcher", "LauncherBusy"]
 
@@ -185,7 +186,7 @@ class Launcher:
     def __init__(
         self,
         *,
-        backend: str,
+        backend: Backend,
         bind_address: str = "127.0.0.1",
         passthrough: Mapping[str, str] | None = None,
         node_env: Mapping[str, str] | None = None,
@@ -193,8 +194,9 @@ class Launcher:
         clock: Callable[[], float] = time.monotonic,
         cpus_for_device: Mapping[int, Sequence[int]] | None = None,
     ) -> None:
-        if backend not in ("nccl", "gloo"):
-            raise ValueError(f"backend must be 'nccl' or 'gloo', got {backend!r}")
+        if backend not in LAUNCHED_BACKENDS:
+            known = " or ".join(repr(b.value) for b in LAUNCHED_BACKENDS)
+            raise ValueError(f"backend must be {known}, got {backend!r}")
         self._backend = backend
         self._bind_address = bind_address
         self._passthrough = dict(passthrough or {})

@@ -51,6 +51,7 @@ from topo_tune.benchmark.iteration_stats import IterationStats
 from topo_tune.benchmark.job_spec import BenchmarkSpec
 from topo_tune.benchmark.results import NcclChoice, RankResult, SizeMeasurement
 from topo_tune.errors import RecordError
+from topo_tune.nccl.backends import Backend
 from topo_tune.plugin.job_env import PLUGIN_ENV, TABLE_ENV
 from topo_tune.plugin.record import RECORD_ENV, RecordedCall, parse_record
 from topo_tune.versions.version import SYSTEM_NCCL_CONF, file_settings
@@ -265,7 +266,7 @@ def process_environ() -> dict[str, str]:
     return out
 
 
-def _effective_env(spec: BenchmarkSpec, backend: str) -> dict[str, str]:
+def _effective_env(spec: BenchmarkSpec, backend: Backend) -> dict[str, str]:
     """The job's variables and every NCCL one as NCCL saw them (nccl.conf included), versions, the table's digest.
 
     NCCL always also reads ``/etc/nccl.conf`` (``NCCL_CONF_FILE`` does not stop it), so what it would add from
@@ -278,7 +279,7 @@ def _effective_env(spec: BenchmarkSpec, backend: str) -> dict[str, str]:
         env["topo_tune.system_nccl_conf_sha256"] = hashlib.sha256(SYSTEM_NCCL_CONF.read_bytes()).hexdigest()
     except OSError:
         env["topo_tune.system_nccl_conf_sha256"] = "absent"
-    env["topo_tune.backend"] = backend
+    env["topo_tune.backend"] = backend.value
     table = os.environ.get(TABLE_ENV)
     if table:
         # What this rank's NCCL will read, so a result proves every rank ran the same candidate table.
@@ -287,7 +288,7 @@ def _effective_env(spec: BenchmarkSpec, backend: str) -> dict[str, str]:
         except OSError as exc:
             env["topo_tune.tuner_table_sha256"] = f"unreadable: {exc.strerror}"
     env["topo_tune.torch_version"] = torch.__version__
-    if backend == "nccl":
+    if backend.runs_nccl:
         env["topo_tune.nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())  # type: ignore[no-untyped-call]
     return env
 
@@ -336,10 +337,10 @@ def run(config: WorkerConfig, progress: Progress) -> RankResult:
     timeout = datetime.timedelta(seconds=config.rendezvous_timeout_s)
     pg_store = PrefixStore(f"topo_tune/{spec.job_id}/pg", store)
     record = config.result_path.with_name("tuner_record.csv")
-    if config.backend == "nccl" and os.environ.get(PLUGIN_ENV):
+    if config.backend.runs_nccl and os.environ.get(PLUGIN_ENV):
         # Read by the plugin when NCCL creates the communicator (putenv: NCCL's getenv sees it).
         os.environ[RECORD_ENV] = str(record)
-    if config.backend == "nccl":
+    if config.backend.runs_nccl:
         device = torch.device("cuda", slot.device)
         torch.cuda.set_device(device)
         dist.init_process_group(

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from topo_tune.benchmark.job_spec import BenchmarkSpec
+from topo_tune.nccl.backends import Backend
 
 __all__ = ["WorkerConfig", "WorkerFault"]
 
@@ -37,8 +38,8 @@ class WorkerFault:
 class WorkerConfig:
     spec: BenchmarkSpec
     rank: int
-    backend: str
-    """``nccl`` or ``gloo``."""
+    backend: Backend
+    """One of ``LAUNCHED_BACKENDS`` (``nccl`` or ``gloo``)."""
     bind_address: str
     """Address gloo binds its sockets to (this node's address)."""
     rendezvous_timeout_s: float
@@ -54,7 +55,7 @@ class WorkerConfig:
         data: dict[str, Any] = {
             "spec": self.spec.to_json(),
             "rank": self.rank,
-            "backend": self.backend,
+            "backend": self.backend.value,
             "bind_address": self.bind_address,
             "rendezvous_timeout_s": self.rendezvous_timeout_s,
             "progress_path": str(self.progress_path),
@@ -74,7 +75,7 @@ class WorkerConfig:
         return cls(
             spec=BenchmarkSpec.from_json(data["spec"]),
             rank=data["rank"],
-            backend=data["backend"],
+            backend=Backend(data["backend"]),
             bind_address=data["bind_address"],
             rendezvous_timeout_s=data["rendezvous_timeout_s"],
             progress_path=Path(data["progress_path"]),

@@ -26,7 +26,7 @@ from topo_tune.jobs.compare.summary import RunValue
 from topo_tune.tuning_pass.node_record import NodeState
 from topo_tune.v1 import admin_pb2, agent_pb2, topology_pb2
 from topo_tune.wire.benchmark import COLLECTIVE_FROM_PROTO, COLLECTIVE_TO_PROTO, size_to_proto
-from topo_tune.wire.values import backend_to_wire, timestamp, timestamp_or_none
+from topo_tune.wire.values import BACKEND_TO_WIRE, backend_to_wire, timestamp, timestamp_or_none
 
 NODE_STATES = {NodeState.READY: admin_pb2.NODE_STATE_READY, NodeState.LOST: admin_pb2.NODE_STATE_LOST}
 ACTIVITIES = {
@@ -45,7 +45,7 @@ def to_proto_node(view: NodeView, *, with_topology: bool) -> admin_pb2.Node:
         registered_at=timestamp_or_none(view.registered_at),
         last_heartbeat_at=timestamp_or_none(view.last_heartbeat_at),
         agent_version=view.agent_version,
-        backend=backend_to_wire(view.backend),
+        backend=BACKEND_TO_WIRE[view.backend],
         drained=view.drained,
         activity=ACTIVITIES.get(view.activity, agent_pb2.AGENT_ACTIVITY_UNSPECIFIED),
         applied_config_version=view.applied_config_version,

@@ -68,7 +68,7 @@ class RolloutServicerMixin:
         policy = rollout_messages.from_proto_policy(request, gate_defaults=self._rollouts.gate_defaults)
         if policy.gate.cuda_graph:
             # Refused now rather than as an inconclusive gate after the canary was already switched.
-            other = [n for n in await self._rollouts.registry.list() if n.backend != "nccl"]
+            other = [n for n in await self._rollouts.registry.list() if not n.backend.runs_nccl]
             if other:
                 raise ValidationError(
                     "gate.cuda_graph",

@@ -14,6 +14,7 @@ from topo_tune.benchmark.job_record import BenchmarkJob, JobId, JobOutcome, JobS
 from topo_tune.benchmark.job_spec import BenchmarkSpec
 from topo_tune.controller.commands import CommandStatus
 from topo_tune.controller.db.models import BenchmarkJobRow, CommandRow
+from topo_tune.nccl.backends import Backend
 from topo_tune.v1 import agent_pb2
 
 RUNNING = JobStatus.RUNNING.value
@@ -69,7 +70,7 @@ def job_view(job: BenchmarkJobRow) -> BenchmarkJob:
         cuda_graph=spec.cuda_graph,
         tuner_table_sha256=tuner_table_sha256(spec.tuner_table),
         created_at=job.created_at,
-        simulated=outcome.simulated or job.backend == "sim",
+        simulated=outcome.simulated or Backend(job.backend).simulated,
         sizes=outcome.sizes,
         missing_ranks=outcome.missing_ranks,
         hung_ranks=outcome.hung_ranks,

@@ -47,6 +47,7 @@ from topo_tune.controller.db.models import BenchmarkJobRow, CommandRow
 from topo_tune.controller.job_ends import OpenPart, cancel_command, cancel_command_id, why_it_cannot_finish
 from topo_tune.controller.nodes import NodeRegistry, NodeView
 from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, SpecError, SweepError, ValidationError
+from topo_tune.nccl.backends import Backend
 from topo_tune.nccl.collectives import Collective
 from topo_tune.security.log_text import printable
 from topo_tune.tuning_pass.node_record import NodeState
@@ -157,7 +158,7 @@ class BenchmarkJobs:
 
     async def _plan(
         self, request: BenchmarkRequest, job_id: str
-    ) -> tuple[BenchmarkSpec, agent_pb2.RunBenchmark, str, list[str]]:
+    ) -> tuple[BenchmarkSpec, agent_pb2.RunBenchmark, Backend, list[str]]:
         """The job's spec, the command every node is sent (for sim nodes with the simulated cluster), the
         nodes' backend and the nodes in rank order."""
         collective = _checked_request(request)
@@ -170,7 +171,7 @@ class BenchmarkJobs:
         ]
         spec = self._spec(request, job_id=job_id, collective=collective, nodes=job_nodes, backend=backend)
         run = spec_to_proto(spec)
-        if backend == "sim":
+        if backend.simulated:
             self._add_simulated_cluster(run, request=request, job_id=job_id, views=views, topologies=topologies)
         return spec, run, backend, list(request.nodes)
 
@@ -186,7 +187,7 @@ class BenchmarkJobs:
         return view
 
     def _spec(
-        self, request: BenchmarkRequest, *, job_id: str, collective: Collective, nodes: list[JobNode], backend: str
+        self, request: BenchmarkRequest, *, job_id: str, collective: Collective, nodes: list[JobNode], backend: Backend
     ) -> BenchmarkSpec:
         try:
             return plan_job(
@@ -201,7 +202,7 @@ class BenchmarkJobs:
                 nodes=nodes,
                 rendezvous_port=self.rng.randint(*self.settings.port_range),
                 env=dict(request.env),
-                gpu_devices=backend == "nccl",
+                gpu_devices=backend.runs_nccl,
                 ranks_per_node=request.ranks_per_node or None,
                 warmup_iters=request.warmup_iters or 5,
                 iters=request.iters or 20,
@@ -238,7 +239,7 @@ class BenchmarkJobs:
 
     @staticmethod
     def _slots(view: NodeView, topology: topology_pb2.NodeTopology, request: BenchmarkRequest) -> int:
-        if view.backend in ("nccl", "sim"):
+        if view.backend.plays_nccl:
             return len(topology.gpus)
         return request.ranks_per_node or 1
 
@@ -422,12 +423,12 @@ def _checked_request(request: BenchmarkRequest) -> Collective:
     return request.collective
 
 
-def _one_backend(views: list[NodeView], *, cuda_graph: bool) -> str:
+def _one_backend(views: list[NodeView], *, cuda_graph: bool) -> Backend:
     backends = {v.backend for v in views}
     if len(backends) != 1:
         raise ValidationError("nodes", f"the nodes run different backends ({', '.join(sorted(backends))})")
     backend = backends.pop()
-    if cuda_graph and backend != "nccl":
+    if cuda_graph and not backend.runs_nccl:
         raise ValidationError("cuda_graph", f"CUDA graphs need the nccl backend; the nodes run {backend}")
     return backend
 
@@ -457,6 +458,6 @@ def _verdict(
         sizes=summary.rows,
         missing_ranks=summary.missing_ranks,
         hung_ranks=summary.hung_ranks,
-        simulated=any(r.node_benchmark.simulated for r in results.values()) or job.backend == "sim",
+        simulated=any(r.node_benchmark.simulated for r in results.values()) or Backend(job.backend).simulated,
     )
     return status, message, outcome

@@ -1,0 +1,51 @@
+"""The one list of benchmark backends (``nccl``, ``gloo``, ``sim``) and what each one can do.
+
+cluster.yaml's ``backend``, ``topo-tune agent --backend``, the wire's ``Backend`` enum (a total mapping in
+``wire/values.py``, checked at import) and the agent's executors all name a backend through :class:`Backend`;
+every "does this backend ..." question is a property here, not a string compared at the caller. Non-goal: how a
+backend runs (the workers in ``agent/bench/``, the model in ``agent/sim_backend.py``).
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["LAUNCHED_BACKENDS", "Backend"]
+
+
+class Backend(enum.StrEnum):
+    """Where an agent's collectives run: NCCL on GPUs, gloo on CPUs over TCP, or the analytic model."""
+
+    NCCL = "nccl"
+    GLOO = "gloo"
+    SIM = "sim"
+
+    @property
+    def simulated(self) -> bool:
+        """Whether results come from the model (labelled simulated), not from collectives that ran."""
+        return self is Backend.SIM
+
+    @property
+    def launches_workers(self) -> bool:
+        """Whether the agent starts ``torch.distributed`` worker processes for it (``agent/bench/``)."""
+        return self is not Backend.SIM
+
+    @property
+    def runs_nccl(self) -> bool:
+        """Whether NCCL itself runs: GPUs, CUDA graphs, and the tuner plugin's table loaded by NCCL."""
+        return self is Backend.NCCL
+
+    @property
+    def plays_nccl(self) -> bool:
+        """Whether it stands for NCCL on GPUs (nccl, and sim's model of it): one rank per GPU, NCCL's own choices
+        and the tuner plugin's table. gloo runs on CPUs and never loads NCCL or its plugin."""
+        return self is not Backend.GLOO
+
+    @property
+    def one_way_probes(self) -> bool:
+        """Whether a pair probe times a broadcast each direction (gloo has no concurrent send/recv), not sendrecv."""
+        return self is Backend.GLOO
+
+
+LAUNCHED_BACKENDS: tuple[Backend, ...] = tuple(b for b in Backend if b.launches_workers)
+"""The backends the agent's benchmark executor runs with worker processes (the rest it simulates)."""
