@@ -130,6 +130,36 @@ async def test_study_start_wait_follows_the_stream_to_the_end_and_a_short_study_
     assert not summary.get("timeout_advice"), "fewer than five measurements fit no latency"
 
 
+async def test_study_start_wait_exits_1_when_the_study_does_not_succeed(
+    jobs_controller: Controller,
+    agents: Callable[..., RunningAgent],  # noqa: F811
+) -> None:
+    await registered(*(agents(name, "sim") for name in ("s1", "s2")))
+    args = ["admin", "study", "start", "--id", "st-stopped", "--budget", "40", "--wait"]
+    waiting = asyncio.create_task(
+        asyncio.to_thread(
+            CliRunner().invoke,
+            cli,
+            [*args, "--controller", f"127.0.0.1:{jobs_controller.port}"],
+            env={"TOPO_TUNE_TOKEN": TOKEN},
+        )
+    )
+
+    async def started() -> bool:
+        try:
+            return (await jobs_controller.studies.get("st-stopped")).status == StudyStatus.RUNNING
+        except NotFoundError:
+            return False
+
+    await async_wait_until(started, timeout=30, what="the study to start")
+    await jobs_controller.studies.cancel("st-stopped")
+    waited = await asyncio.wait_for(waiting, 60)
+    assert waited.exit_code == 1, waited.output
+    assert waited.stderr.strip().splitlines()[-1] == (  # before it: this process's controller's log lines
+        "topo-tune: error: study st-stopped cancelled: cancelled by an admin; start it again with this id to resume"
+    )
+
+
 async def test_cancel_then_resume_counts_every_trial_once(
     jobs_controller: Controller,
     agents: Callable[..., RunningAgent],  # noqa: F811

@@ -9,6 +9,7 @@ from topo_tune.cli.output import emit_data, emit_table, to_data
 from topo_tune.cli.setting_options import setting_option
 from topo_tune.client.admin import AdminClient
 from topo_tune.config.cluster import SearchConfig
+from topo_tune.errors import ControllerError
 from topo_tune.v1 import admin_pb2
 
 STATUS_NAMES = {v: k.removeprefix("STUDY_STATUS_").lower() for k, v in admin_pb2.StudyStatus.items()}
@@ -82,7 +83,12 @@ def study() -> None:
     key=None,
     help="measure a tuner-plugin table composed from the per-size winners as one more trial",
 )
-@click.option("--wait/--no-wait", default=False, show_default=True, help="Wait until the study ends.")
+@click.option(
+    "--wait/--no-wait",
+    default=False,
+    show_default=True,
+    help="Wait until the study ends; exit 1 when it failed or was cancelled.",
+)
 @connected
 def start(
     client: AdminClient,
@@ -127,6 +133,8 @@ def start(
     if wait and info.status == admin_pb2.STUDY_STATUS_RUNNING:
         info = client.watch_study(info.study_id)  # the controller's stream: nothing is sent while it runs
     _print(info, fmt)
+    if wait and info.status in (admin_pb2.STUDY_STATUS_FAILED, admin_pb2.STUDY_STATUS_CANCELLED):
+        raise ControllerError(f"study {info.study_id} {STATUS_NAMES[info.status]}: {info.message}")
 
 
 @study.command()
