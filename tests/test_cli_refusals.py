@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from tests.controller.test_benchmark_jobs_service import RunningAgent, agents, jobs_controller, registered  # noqa: F401
 from tests.support.processes import TOKEN
-from topo_tune.cli.field_flags import ALIASES
+from topo_tune.cli.field_flags import ALIASES, spelled
 from topo_tune.cli.main import cli
 from topo_tune.controller.server import Controller
 
@@ -130,3 +130,32 @@ def test_each_alias_names_a_parameter_of_its_command(path: str, fields: dict[str
         missing = [name for name in names.split() if name not in params]
         assert not missing, f"{path}: {field} → {missing}: not parameters of the command"
         assert field not in params, f"{path}: {field} is a parameter's own name; the alias is not needed"
+
+
+def _context(path: str) -> click.Context:
+    ctx = click.Context(cli, info_name="topo-tune")
+    for word in path.split():
+        assert isinstance(ctx.command, click.Group), path
+        command = ctx.command.get_command(ctx, word)
+        assert command is not None, path
+        ctx = click.Context(command, parent=ctx, info_name=word)
+    return ctx
+
+
+@pytest.mark.parametrize(
+    ("path", "field", "reason", "said"),
+    [
+        ("admin probe run", "message_bytes", "a multiple of 8", "--size: a multiple of 8"),
+        ("admin probe run", "pair_deadline_s", "at most 3600", "--pair-deadline: at most 3600"),
+        ("admin bench run", "env.NCCL_ALGO", "is set by the agent", "--env NCCL_ALGO: is set by the agent"),
+        ("admin bench run", "deadline_s", "at most 600", "--deadline: at most 600"),
+        ("admin rollout create", "pause_between_s", "must be 0 or more", "--pause-between: must be 0 or more"),
+        ("admin rollout create", "max_parallel_racks", "at least 1", "--max-parallel-racks: at least 1"),
+        ("admin rollout create", "canary_nodes", "must be 0 or more", "--canary: must be 0 or more"),
+        ("admin rollout create", "nodes", "the cluster has no nodes", "nodes: the cluster has no nodes"),
+        ("admin bench run", "", "see docs/security.md for NCCL_DEBUG", "see docs/security.md for NCCL_DEBUG"),
+    ],
+)
+def test_a_field_is_spelled_as_the_flag_it_came_from(path: str, field: str, reason: str, said: str) -> None:
+    spelled_field, spelled_reason = spelled(_context(path), field, reason)
+    assert ": ".join(p for p in (spelled_field, spelled_reason) if p) == said
