@@ -15,8 +15,8 @@ to the node) first in each scheme below (``TIER_SCHEMES``):
 With the default ``rackLabel`` the rack is ``topology.kubernetes.io/rack`` when the node has it, else the
 lowest tier present of the first scheme the node carries; the tiers above it are the **hierarchy** (e.g. the
 spine block), sent with the registration as node labels so the controller's rollout waves and ring planner
-can group by them. A ``rackLabel`` other than the default overrides: that label alone is the rack (the
-hierarchy is still read).
+can group by them (``tiers_above`` reads them back, top tier first). A ``rackLabel`` other than the default
+overrides: that label alone is the rack (the hierarchy is still read).
 
 Reading never raises: the agent must run even when the API is unreachable or its RBAC is missing; the rack
 is then empty (the controller may still know it from cluster.yaml) and the reason is logged.
@@ -88,6 +88,16 @@ def placement(labels: Mapping[str, str], rack_label: str = DEFAULT_RACK_LABEL) -
         hierarchy = {}
     rack = labels.get(rack_label, "")
     return Placement(rack, rack_label if rack else "", hierarchy)
+
+
+def tiers_above(labels: Mapping[str, str]) -> tuple[str, ...]:
+    """The tier values a registration's labels carry (``Placement.hierarchy``), the top tier first: what the
+    controller groups a node's rack by. The first scheme present wins, as in ``placement``; ``()`` for none."""
+    for scheme in TIER_SCHEMES:
+        present = [labels[label] for label in scheme.tiers if labels.get(label)]
+        if present:
+            return tuple(reversed(present))
+    return ()
 
 
 class NodeRackReader:

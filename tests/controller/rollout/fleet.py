@@ -77,6 +77,8 @@ class SimFleet:
     """The agents: node → active version, and every command id each has executed."""
 
     rack_of: dict[str, str]
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    """node → the labels it registers with (e.g. the network tiers above its rack)."""
     active: dict[str, str] = field(default_factory=dict)
     executed: dict[str, list[str]] = field(default_factory=dict)
     """node → versions applied, in order (one entry per executed command)."""
@@ -91,7 +93,7 @@ class SimFleet:
                 Registration(
                     node_name=node,
                     rack=rack,
-                    labels={},
+                    labels=self.labels.get(node, {}),
                     topology=b"",
                     agent_version="test",
                     backend=Backend.SIM,

@@ -10,6 +10,7 @@ import pytest
 
 from tests.controller.rollout.fleet import V1, V2, V3, Clock, ControllerParts, SimFleet, SimVerifier, racks
 from topo_tune.config.cluster import RolloutThresholdsConfig
+from topo_tune.controller.api.rollout_messages import to_proto_rollout
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.rollout.engine import NoVerifier
 from topo_tune.controller.rollout.gates import Outcome
@@ -72,6 +73,28 @@ async def test_a_full_rollout_goes_canary_then_rack_by_rack(parts: ControllerPar
     assert waves_started == [f"wave {i}" for i in range(5)], "waves in order, each once"
     assert history[0].actor == "alice"
     assert await parts.engine.store.stable_version() == V1.id
+
+
+async def test_racks_are_rolled_out_spine_block_by_block_from_the_labels_nodes_register_with(
+    parts: ControllerParts, clock: Clock
+) -> None:
+    # Topograph's labels as the agent sends them: the rack from the leaf, the block above it as a label.
+    block_of = {"rack-1": "block-2", "rack-2": "block-10", "rack-3": "block-2", "rack-4": "block-10"}
+    labels = {node: {"network.topology.nvidia.com/block": block_of[rack]} for node, rack in RACKS.items()}
+    fleet = SimFleet(RACKS, labels=labels)
+    await fleet.register_all(parts.registry)
+    policy = PlanPolicy(canary_nodes=0, max_parallel_racks=2)
+    created = await parts.engine.create(
+        V1, policy=policy, thresholds=RolloutThresholdsConfig(), actor="alice", rollout_id="ro-1"
+    )
+    assert [(w.group, w.racks) for w in created.waves] == [
+        (("block-2",), ("rack-1", "rack-3")),
+        (("block-10",), ("rack-2", "rack-4")),
+    ], "racks of one block together, blocks in natural order; rack-2 waits for block-2 to pass"
+    shown = to_proto_rollout(await parts.engine.store.load("ro-1"), []).plan
+    assert shown.splitlines()[1].split() == ["0", "racks", "4", "block-2", "rack-1,", "rack-3"], shown
+    final = await drive(parts, fleet, clock, "ro-1")
+    assert final.rollout.phase is RolloutPhase.COMPLETED
 
 
 async def test_a_regressed_rack_fails_its_gate_and_every_applied_wave_rolls_back(

@@ -1,4 +1,5 @@
-"""Rollout plans: canary first, then racks in natural order, K at a time; deterministic and rendered."""
+"""Rollout plans: canary first, then racks in natural order (grouped by the network tiers above them), K at a time;
+deterministic and rendered."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import pytest
 
 from topo_tune.controller.rollout.plan import NO_RACK, PlanPolicy, WaveKind, build_plan
 from topo_tune.errors import ValidationError
+from topo_tune.kube.rack import placement, tiers_above
 
 
 def cluster(racks: int, per_rack: int) -> dict[str, str]:
@@ -67,3 +69,58 @@ def test_bad_options_name_the_option(policy: object, field: str) -> None:
     with pytest.raises(ValidationError) as caught:
         policy()  # type: ignore[operator]
     assert caught.value.field == field
+
+
+def two_spines() -> dict[str, tuple[str, ...]]:
+    """Topograph-like paths (spine, block, rack): spine s1 holds blocks b1 (racks 1-3) and b2 (rack 4), spine s2
+    block b10 (racks 5-6); listed in an order that is neither."""
+    racks = {1: ("s2", "b10"), 4: ("s1", "b2"), 2: ("s1", "b1"), 6: ("s2", "b10"), 3: ("s1", "b1"), 5: ("s2", "b10")}
+    racks[10] = ("s1", "b1")
+    return {f"r{r}-n{n}": (*tiers, f"rack-{r}") for r, tiers in racks.items() for n in (1, 2)}
+
+
+def test_racks_go_block_by_block_and_a_wave_never_spans_two_blocks() -> None:
+    nodes = {**two_spines(), "r1-n1": ("s1", "b1", "rack-1"), "r1-n2": ("s1", "b1", "rack-1")}
+    plan = build_plan(nodes, PlanPolicy(canary_nodes=1, max_parallel_racks=2))
+    assert [(w.group, w.racks) for w in plan.waves] == [
+        (("s1", "b1"), ("rack-1",)),  # the canary: the first rack of the first block
+        (("s1", "b1"), ("rack-1", "rack-2")),
+        (("s1", "b1"), ("rack-3", "rack-10")),
+        (("s1", "b2"), ("rack-4",)),  # alone: a wave of two racks would reach into the next block
+        (("s2", "b10"), ("rack-5", "rack-6")),
+    ]
+    assert build_plan(dict(reversed(nodes.items())), PlanPolicy(canary_nodes=1, max_parallel_racks=2)) == plan
+    lines = plan.render().splitlines()
+    assert lines[0].split() == ["wave", "kind", "nodes", "group", "racks"]
+    assert lines[4].split() == ["3", "racks", "2", "s1/b2", "rack-4"]
+
+
+def test_eks_layers_and_gke_blocks_group_racks_the_same_way() -> None:
+    def eks(layer1: str, layer2: str, layer3: str) -> dict[str, str]:
+        prefix = "topology.k8s.aws/network-node-layer-"
+        return {f"{prefix}1": layer1, f"{prefix}2": layer2, f"{prefix}3": layer3}
+
+    def gke(block: str, subblock: str) -> dict[str, str]:
+        return {"cloud.google.com/gce-topology-block": block, "cloud.google.com/gce-topology-subblock": subblock}
+
+    for labels in (
+        {"a": eks("nn-1", "nn-20", "nn-300"), "b": eks("nn-1", "nn-21", "nn-301"), "c": eks("nn-1", "nn-20", "nn-302")},
+        {"a": gke("blk-9", "sb-1"), "b": gke("blk-10", "sb-2"), "c": gke("blk-9", "sb-3")},
+    ):
+        # What the agent sends: its rack, and the tiers above it as labels; the controller rebuilds the path.
+        sent = {node: placement(values) for node, values in labels.items()}
+        paths = {node: (*tiers_above(p.hierarchy), p.rack) for node, p in sent.items()}
+        plan = build_plan(paths, PlanPolicy(canary_nodes=0, max_parallel_racks=3))
+        assert [sorted(w.nodes) for w in plan.waves] == [["a", "c"], ["b"]], labels
+
+
+def test_racks_without_tiers_come_after_the_groups_and_a_rack_follows_most_of_its_nodes() -> None:
+    nodes: dict[str, str | tuple[str, ...]] = {"x": "rack-1", "y": ("b2", "rack-2"), "z": ("b1", "rack-3")}
+    nodes |= {"y2": ("b2", "rack-2"), "y3": ("b1", "rack-2")}  # one mislabelled node does not move its rack
+    plan = build_plan(nodes, PlanPolicy(canary_nodes=0, max_parallel_racks=5))
+    assert [(w.group, w.racks) for w in plan.waves] == [
+        (("b1",), ("rack-3",)),
+        (("b2",), ("rack-2",)),
+        ((), ("rack-1",)),
+    ]
+    assert plan.render().splitlines()[-2].split()[3] == "-"

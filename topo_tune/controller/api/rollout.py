@@ -21,7 +21,6 @@ from topo_tune.controller.api.status_codes import maps_errors
 from topo_tune.controller.rollout.engine import RolloutEngine
 from topo_tune.controller.rollout.gates import check_reachable
 from topo_tune.controller.rollout.job_pins import JobResolver
-from topo_tune.controller.rollout.plan import build_plan
 from topo_tune.controller.rollout.state import NodePhase, Snapshot
 from topo_tune.errors import NotFoundError, ValidationError
 from topo_tune.v1 import admin_pb2
@@ -89,8 +88,7 @@ class RolloutServicerMixin:
         else:
             raise ValidationError("config_version", "give a known version id or the version's files")
         if request.dry_run:
-            nodes = await self._rollouts.registry.list()
-            plan = build_plan({n.name: n.rack for n in nodes}, policy)
+            plan = await self._rollouts.plan(policy)
             return rollout_messages.to_proto_rollout_plan(version.id, plan, policy, thresholds)
         snapshot = await self._rollouts.create(
             version, policy=policy, thresholds=thresholds, actor=_actor(request.actor), rollout_id=request.rollout_id

@@ -44,7 +44,7 @@ def to_proto_gate(gate: RolloutGateConfig) -> admin_pb2.GateMeasurement:
 
 def to_proto_rollout(snapshot: Snapshot, gates: list[GateRecord]) -> admin_pb2.RolloutInfo:
     rollout = snapshot.rollout
-    plan = Plan(tuple(Wave(w.index, w.kind, w.racks, w.nodes) for w in snapshot.waves))
+    plan = Plan(tuple(Wave(w.index, w.kind, w.racks, w.nodes, w.group) for w in snapshot.waves))
     info = to_proto_rollout_summary(rollout)
     info.MergeFrom(
         admin_pb2.RolloutInfo(

@@ -189,6 +189,8 @@ class RolloutWaveRow(Base):
     index: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     kind: Mapped[str] = mapped_column(String(16))
     racks: Mapped[list[str]] = mapped_column(JSON)
+    tiers: Mapped[list[str]] = mapped_column(JSON, default=list, server_default="[]")
+    """The network tiers above the wave's racks, top first (the plan's group)."""
     phase: Mapped[str] = mapped_column(String(16))
 
 

@@ -42,10 +42,11 @@ from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.rollout import state
 from topo_tune.controller.rollout.gate_run import GateRun
 from topo_tune.controller.rollout.gates import Outcome, Sample, judge
-from topo_tune.controller.rollout.plan import PlanPolicy, build_plan
+from topo_tune.controller.rollout.plan import Plan, PlanPolicy, build_plan
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.sessions import SessionHub
 from topo_tune.errors import ConflictError, NotFoundError, TopoTuneError
+from topo_tune.kube.rack import tiers_above
 from topo_tune.tuning_pass.node_record import NodeState
 from topo_tune.v1 import agent_pb2
 from topo_tune.versions.version import ConfigVersion
@@ -98,6 +99,12 @@ class RolloutEngine:
     _gates_running: set[tuple[str, int, int]] = field(default_factory=set, init=False)
     _gate_tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
+    async def plan(self, policy: PlanPolicy) -> Plan:
+        """The waves over the registered nodes, each placed by its rack and the network tiers above it that its
+        registration's labels name (``kube.rack``)."""
+        nodes = await self.registry.list()
+        return build_plan({n.name: (*tiers_above(n.labels), n.rack) for n in nodes}, policy)
+
     async def create(
         self,
         version: ConfigVersion,
@@ -108,8 +115,7 @@ class RolloutEngine:
         rollout_id: str = "",
     ) -> state.Snapshot:
         """Plan a rollout of ``version`` over the registered nodes and store it ``pending``."""
-        nodes = await self.registry.list()
-        plan = build_plan({n.name: n.rack for n in nodes}, policy)
+        plan = await self.plan(policy)
         await self.store.versions.store(version)
         step = state.new_snapshot(
             rollout_id=rollout_id or f"ro-{uuid.uuid4().hex[:12]}",

@@ -2,9 +2,15 @@
 
 The first wave is a canary (``canary_nodes`` nodes of the first rack, or the whole rack ``canary_rack``);
 then the remaining nodes go rack by rack in natural rack order (``rack-2`` before ``rack-10``),
-``max_parallel_racks`` racks per wave. A node that is not in any rack, in a cluster that has racks, is
-skipped and listed with why: a wave of its own would gate a stray (often lost) node as if it were a rack.
-A cluster without any racks is one rack ``""``.
+``max_parallel_racks`` racks per wave.
+Where nodes name the network tiers above their rack (a node's **path**: e.g. spine, block, then rack, from the
+Topograph, EKS or GKE labels; ``kube.rack``), racks are grouped by those tiers: the groups go in natural order
+(a spine's blocks together), each group's racks one after another, and a wave never holds racks of two groups,
+so a fault in one spine block shows before the next block is touched. A rack's group is the tiers most of its
+nodes name (ties: the first in natural order); racks without tiers come after the groups. Without tiers
+(every node placed by its rack alone) the order is the racks' own.
+A node that is not in any rack, in a cluster that has racks, is skipped and listed with why: a wave of its
+own would gate a stray (often lost) node as if it were a rack. A cluster without any racks is one rack ``""``.
 The plan is deterministic (same nodes and policy, same waves), so a restarted controller that rebuilds it
 gets the same answer, and it is rendered as a table for the operator to read before it starts.
 
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -70,7 +77,13 @@ class Wave:
     kind: WaveKind
     racks: tuple[str, ...]
     nodes: tuple[str, ...]
+    group: tuple[str, ...] = ()
+    """The network tiers above the wave's racks, top first (``()``: none known)."""
 
+
+Path = str | tuple[str, ...]
+"""Where a node sits: its rack, or the tiers above its rack (top first) then the rack, e.g.
+``("spine-1", "block-2", "rack-7")``."""
 
 NO_RACK = "no rack, in a cluster of racks: give it one (--rack, cluster.yaml or the rack label) to include it"
 
@@ -86,11 +99,16 @@ class Plan:
         return {node: wave.index for wave in self.waves for node in wave.nodes}
 
     def render(self) -> str:
-        """A table for the operator: one line per wave."""
-        lines = [f"{'wave':>4}  {'kind':<6}  {'nodes':>5}  racks"]
-        for wave in self.waves:
+        """A table for the operator: one line per wave (with the wave's network group where nodes name tiers)."""
+        groups = ["/".join(w.group) or "-" for w in self.waves]
+        shown = any(w.group for w in self.waves)
+        width = max([len("group"), *map(len, groups)]) if shown else 0
+        group_head = f"{'group':<{width}}  " if shown else ""
+        lines = [f"{'wave':>4}  {'kind':<6}  {'nodes':>5}  {group_head}racks"]
+        for wave, group in zip(self.waves, groups, strict=True):
             racks = ", ".join(r or "(no rack)" for r in wave.racks)
-            lines.append(f"{wave.index:>4}  {wave.kind.value:<6}  {len(wave.nodes):>5}  {racks}")
+            cell = f"{group:<{width}}  " if shown else ""
+            lines.append(f"{wave.index:>4}  {wave.kind.value:<6}  {len(wave.nodes):>5}  {cell}{racks}")
         total = sum(len(w.nodes) for w in self.waves)
         lines.append(f"{len(self.waves)} waves, {total} nodes")
         lines.extend(f"skipped {node}: {why}" for node, why in self.skipped)
@@ -103,37 +121,61 @@ def natural_key(rack: str) -> tuple[int, tuple[tuple[int, str], ...]]:
     return (1 if rack == "" else 0, parts)
 
 
-def build_plan(rack_of: Mapping[str, str], policy: PlanPolicy) -> Plan:
-    """Waves for the nodes ``rack_of`` names (node → rack). Raises ``ValidationError`` naming the option."""
-    if not rack_of:
+def group_key(group: tuple[str, ...]) -> tuple[int, tuple[tuple[int, tuple[tuple[int, str], ...]], ...]]:
+    """Natural order of groups of racks (top tier first); racks without tiers (``()``) sort last."""
+    return (1 if not group else 0, tuple(natural_key(tier) for tier in group))
+
+
+def _groups(path_of: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    """Rack → the tiers above it that most of its nodes name (ties: the first in natural order)."""
+    votes: dict[str, Counter[tuple[str, ...]]] = {}
+    for path in path_of.values():
+        votes.setdefault(path[-1], Counter())[path[:-1]] += 1
+    return {rack: min(count, key=lambda g: (-count[g], group_key(g))) for rack, count in votes.items()}
+
+
+def build_plan(placement: Mapping[str, Path], policy: PlanPolicy) -> Plan:
+    """Waves for the nodes ``placement`` names (node → rack, or node → path: see `Path`). Raises
+    ``ValidationError`` naming the option."""
+    if not placement:
         raise ValidationError("nodes", "the cluster has no nodes to roll out to")
+    path_of = {node: (path,) if isinstance(path, str) else (tuple(path) or ("",)) for node, path in placement.items()}
     by_rack: dict[str, list[str]] = {}
-    for node, rack in rack_of.items():
-        by_rack.setdefault(rack, []).append(node)
+    for node, path in path_of.items():
+        by_rack.setdefault(path[-1], []).append(node)
     skipped: tuple[tuple[str, str], ...] = ()
     if "" in by_rack and len(by_rack) > 1:
         skipped = tuple((node, NO_RACK) for node in sorted(by_rack.pop(""), key=natural_key))
-    racks = sorted(by_rack, key=natural_key)
+    group_of = _groups({node: path for node, path in path_of.items() if path[-1] in by_rack})
+    racks = sorted(by_rack, key=lambda rack: (group_key(group_of[rack]), natural_key(rack)))
     for rack in racks:
         by_rack[rack].sort(key=natural_key)
-    waves: list[Wave] = []
+    waves = _canary(by_rack, racks, policy)
+    if waves:
+        waves[0] = dataclasses.replace(waves[0], group=group_of[waves[0].racks[0]])
+    for group in sorted({group_of[rack] for rack in racks}, key=group_key):
+        members = [rack for rack in racks if group_of[rack] == group]
+        for start in range(0, len(members), policy.max_parallel_racks):
+            chunk = tuple(members[start : start + policy.max_parallel_racks])
+            nodes = tuple(node for rack in chunk for node in by_rack[rack])
+            waves.append(Wave(len(waves), WaveKind.RACKS, chunk, nodes, group))
+    return Plan(tuple(waves), skipped)
+
+
+def _canary(by_rack: dict[str, list[str]], racks: list[str], policy: PlanPolicy) -> list[Wave]:
+    """The canary wave, taken out of ``by_rack`` and ``racks`` (a rack it empties leaves ``racks``)."""
     if policy.canary_rack:
         if policy.canary_rack not in by_rack:
             raise ValidationError("canary_rack", f"no rack named {policy.canary_rack!r}; racks: {', '.join(racks)}")
-        waves.append(Wave(0, WaveKind.CANARY, (policy.canary_rack,), tuple(by_rack.pop(policy.canary_rack))))
         racks.remove(policy.canary_rack)
-    elif policy.canary_nodes:
-        first = racks[0]
-        if policy.canary_nodes >= len(by_rack[first]) and len(racks) > 1:
-            waves.append(Wave(0, WaveKind.CANARY, (first,), tuple(by_rack.pop(first))))
-            racks.remove(first)
-        else:
-            canary, by_rack[first] = by_rack[first][: policy.canary_nodes], by_rack[first][policy.canary_nodes :]
-            waves.append(Wave(0, WaveKind.CANARY, (first,), tuple(canary)))
-            if not by_rack[first]:
-                racks.remove(first)
-    for start in range(0, len(racks), policy.max_parallel_racks):
-        group = tuple(racks[start : start + policy.max_parallel_racks])
-        nodes = tuple(node for rack in group for node in by_rack[rack])
-        waves.append(Wave(len(waves), WaveKind.RACKS, group, nodes))
-    return Plan(tuple(waves), skipped)
+        return [Wave(0, WaveKind.CANARY, (policy.canary_rack,), tuple(by_rack.pop(policy.canary_rack)))]
+    if not policy.canary_nodes:
+        return []
+    first = racks[0]
+    if policy.canary_nodes >= len(by_rack[first]) and len(racks) > 1:
+        racks.remove(first)
+        return [Wave(0, WaveKind.CANARY, (first,), tuple(by_rack.pop(first)))]
+    canary, by_rack[first] = by_rack[first][: policy.canary_nodes], by_rack[first][policy.canary_nodes :]
+    if not by_rack[first]:
+        racks.remove(first)
+    return [Wave(0, WaveKind.CANARY, (first,), tuple(canary))]

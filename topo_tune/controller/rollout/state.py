@@ -98,6 +98,8 @@ class WaveState:
     racks: tuple[str, ...]
     nodes: tuple[str, ...]
     phase: WavePhase = WavePhase.PENDING
+    group: tuple[str, ...] = ()
+    """The network tiers above the wave's racks (``plan.Wave.group``)."""
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,7 @@ def new_snapshot(
         thresholds=thresholds,
         created_by=created_by,
     )
-    waves = tuple(WaveState(w.index, w.kind, w.racks, w.nodes) for w in plan.waves)
+    waves = tuple(WaveState(w.index, w.kind, w.racks, w.nodes, group=w.group) for w in plan.waves)
     nodes = {node: NodeRollout(wave.index) for wave in plan.waves for node in wave.nodes}
     message = f"{previous_version or 'defaults'} → {config_version}"
     if plan.skipped:  # kept in the history: the plan's waves do not name what they leave out

@@ -124,6 +124,7 @@ def _load(session: Session, row: RolloutRow) -> Snapshot:
                 tuple(w.racks),
                 tuple(members.get(w.index, [])),
                 WavePhase(w.phase),
+                tuple(w.tiers),
             )
             for w in waves
         ),
@@ -169,7 +170,12 @@ class RolloutStore:
             session.flush()
             session.add_all(
                 RolloutWaveRow(
-                    rollout_id=rollout.id, index=w.index, kind=w.kind.value, racks=list(w.racks), phase=w.phase
+                    rollout_id=rollout.id,
+                    index=w.index,
+                    kind=w.kind.value,
+                    racks=list(w.racks),
+                    tiers=list(w.group),
+                    phase=w.phase,
                 )
                 for w in snapshot.waves
             )
