@@ -1,7 +1,9 @@
-"""The pass's study plan: a resumed study searches the rank orders it started with."""
+"""The pass's study plan: a resumed study searches the rank orders it started with; the pair matrix and the ring
+planned on it, from the nodes' registered racks, tiers and probes."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -13,7 +15,7 @@ from topo_tune.tuner.ring.rank_map import plan_rank_map
 from topo_tune.tuner.space import TrialConfig
 from topo_tune.tuner.study import MeasurementRequest, run_study
 from topo_tune.tuning_pass.node_record import ClusterTopology, NodeInfo, NodeState
-from topo_tune.tuning_pass.run import StudyPlan, _pair_matrix, check_ring, plan_study
+from topo_tune.tuning_pass.run import StudyPlan, _pair_matrix, check_ring, network_tiers, plan_study
 from topo_tune.v1 import topology_pb2
 
 NODES = ("node-1", "node-2", "node-3", "node-4")
@@ -181,3 +183,51 @@ def test_the_ring_planned_from_a_sparse_sample_has_its_inferred_pairs_probed() -
         before = len(client.rounds)
         check_ring(client, cluster, names)  # type: ignore[arg-type]
         assert len(client.rounds) == before
+
+
+BLOCK = {1: "A", 2: "B", 3: "A", 4: "B"}
+
+
+class _Blocks(_Probed):
+    """Nodes n1..n8 in racks of two, rack-1 and rack-3 in Topograph block A, rack-2 and rack-4 in block B (`BLOCK`):
+    the labels their agents registered with."""
+
+    def cluster_topology(self) -> ClusterTopology:
+        nodes = super().cluster_topology().nodes
+        return ClusterTopology(
+            tuple(
+                dataclasses.replace(n, labels={"network.topology.nvidia.com/block": BLOCK[self.rack(n.name)]})
+                for n in nodes
+            )
+        )
+
+    @staticmethod
+    def rack(name: str) -> int:
+        return (int(name[1:]) + 1) // 2
+
+
+def test_the_tiers_nodes_register_keep_each_block_together_on_the_planned_ring(tmp_path: Path) -> None:
+    names = [f"n{i}" for i in range(1, 9)]
+    racks = [{"name": f"rack-{r}", "nodes": [{"name": n} for n in names if _Blocks.rack(n) == r]} for r in range(1, 5)]
+    cluster = parse_cluster_config(
+        {"apiVersion": "topo-tune/v1", "backend": "gloo", "racks": racks, "search": {"probeSampling": "full"}}
+    )
+    client = _Blocks(names, [("n1", "n3", 4.0)])
+    pairs, topologies, _ = _pair_matrix(client, cluster, names)  # type: ignore[arg-type]
+    assert (pairs.get("n1", "n2").hops, pairs.get("n1", "n5").hops, pairs.get("n1", "n4").hops) == (2, 4, 6)
+    assert pairs.get("n1", "n3").source == "measured" and pairs.get("n1", "n3").bandwidth_gbps == 4.0
+    tiers = network_tiers(client.cluster_topology().nodes, names)
+    assert tiers["n3"] == ("B",)
+    built = plan_study(
+        cluster,
+        names=names,
+        pairs=pairs,
+        topologies=topologies,
+        slots=dict.fromkeys(names, 1),
+        name="init/blocks",
+        storage=f"sqlite:///{tmp_path / 'study.db'}",
+        tiers=tiers,
+    )
+    optimized = next(o.nodes for o in built.space.rank_orders if o.name == "optimized")
+    block = [BLOCK[_Blocks.rack(n)] for n in optimized]
+    assert sum(block[i] != block[i - 1] for i in range(8)) == 2, optimized

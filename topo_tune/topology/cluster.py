@@ -2,8 +2,10 @@
 
 Purpose: what the controller knows about the cluster's shape. It is built from the nodes' `NodeTopology` and a
 plain ``node -> rack`` mapping (from ``cluster.yaml`` or a Kubernetes node label, parsed elsewhere), with the
-spine's oversubscription when the operator gives it. It renders the ``admin topology`` views: the cluster as
-racks (table or JSON) and one node's matrix. Non-goals: parsing configuration files; talking to agents.
+spine's oversubscription when the operator gives it, and the network tiers above each node's rack where its
+labels name them (a spine block: ``kube.rack``), which the modelled node pairs climb. It renders the
+``admin topology`` views: the cluster as racks (table or JSON) and one node's matrix.
+Non-goals: parsing configuration files; talking to agents.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ class ClusterTopology:
     nodes: Mapping[str, topology_pb2.NodeTopology]
     spine: Spine | None = None
     fingerprints: Mapping[str, str] = field(default_factory=dict)
+    tiers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """node → the network tiers above its rack, top first (none known: absent)."""
 
     @property
     def rack_of(self) -> dict[str, str]:
@@ -75,6 +79,7 @@ class ClusterTopology:
             order,
             injection_gbps={name: node_injection_gbps(self.nodes[name]) for name in order},
             rack_of=self.rack_of,
+            tiers_of=self.tiers,
             spine_oversubscription=self.spine.oversubscription if self.spine else 1.0,
             spine_gbps=self.spine.bandwidth_gbps if self.spine else None,
         )
@@ -86,9 +91,11 @@ def build_cluster(
     *,
     spine: Spine | None = None,
     default_rack: str | None = DEFAULT_RACK,
+    tiers_of: Mapping[str, tuple[str, ...]] | None = None,
 ) -> ClusterTopology:
     """Group nodes into racks. A rack named for an unknown node is an error naming it; a node without a rack goes
-    to ``default_rack``, or is an error when ``default_rack`` is None."""
+    to ``default_rack``, or is an error when ``default_rack`` is None. ``tiers_of``: node → the tiers above its
+    rack, top first (a node left out has none)."""
     for node in rack_of:
         if node not in nodes:
             raise ClusterModelError(f"rack mapping names node {node!r}, which has no topology")
@@ -106,6 +113,7 @@ def build_cluster(
         nodes=dict(nodes),
         spine=spine,
         fingerprints={name: topology_fingerprint(topo) for name, topo in nodes.items()},
+        tiers={node: tuple(t) for node, t in (tiers_of or {}).items() if node in nodes and t},
     )
 
 

@@ -254,6 +254,7 @@ def node_pair_matrix(
     *,
     injection_gbps: Mapping[str, float | None],
     rack_of: Mapping[str, str],
+    tiers_of: Mapping[str, Sequence[str]] | None = None,
     spine_oversubscription: float = 1.0,
     spine_gbps: float | None = None,
     unknown_injection_gbps: float = 1.25,
@@ -261,7 +262,12 @@ def node_pair_matrix(
 ) -> PairMatrix:
     """Model every node pair: same rack = leaf switch only (2 hops), other racks = leaf-spine-leaf (4 hops) at
     ``1/spine_oversubscription`` of the endpoints' rate, capped at ``spine_gbps`` (Gb/s, like NIC rates) when
-    given. ``injection_gbps`` is in GB/s (see `node_injection_gbps`). An unknown NIC rate counts as 10 GbE."""
+    given. ``injection_gbps`` is in GB/s (see `node_injection_gbps`). An unknown NIC rate counts as 10 GbE.
+
+    ``tiers_of`` (node → the tiers above its rack, top first, e.g. spine then block): two switch hops more
+    for each tier the pair must climb above the rack (other racks of one block: 4 hops; other blocks of one
+    spine: 6), so a path across a higher tier costs more latency. The rate across racks stays the spine's:
+    nothing says how much less a higher tier gives, so the model does not guess."""
     if spine_oversubscription < 1.0:
         raise ValueError(f"spine_oversubscription must be >= 1, got {spine_oversubscription}")
     w = weights or DistanceWeights()
@@ -270,7 +276,7 @@ def node_pair_matrix(
         for b in nodes[i + 1 :]:
             rate = min(injection_gbps.get(a) or unknown_injection_gbps, injection_gbps.get(b) or unknown_injection_gbps)
             same_rack = rack_of.get(a) == rack_of.get(b)
-            hops = 2 if same_rack else 4
+            hops = 2 if same_rack else 4 + 2 * _tiers_parted(tiers_of, a, b)
             if not same_rack:
                 rate /= spine_oversubscription
                 if spine_gbps is not None:
@@ -283,3 +289,15 @@ def node_pair_matrix(
                 distance=w.distance(hops=hops, bandwidth_gbps=rate, cross_numa=False),
             )
     return PairMatrix(names=tuple(nodes), estimates=estimates, weights=w)
+
+
+def _tiers_parted(tiers_of: Mapping[str, Sequence[str]] | None, a: str, b: str) -> int:
+    """How many tiers above their racks two nodes in different racks climb to meet: 0 when they share the tier
+    directly above (one block), 1 when they share only the one above that, and so on (a tier a node does not
+    name counts as shared)."""
+    if not tiers_of:
+        return 0
+    above_a, above_b = tuple(tiers_of.get(a, ())), tuple(tiers_of.get(b, ()))
+    depth = min(len(above_a), len(above_b))
+    above_a, above_b = above_a[len(above_a) - depth :], above_b[len(above_b) - depth :]
+    return next((depth - level for level in range(depth) if above_a[level] != above_b[level]), 0)

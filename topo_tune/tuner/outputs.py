@@ -72,6 +72,8 @@ class ClusterShape:
     slots: Mapping[str, int]
     pairs: PairMatrix
     racks: Mapping[str, str] = field(default_factory=dict)  # node → rack, for the report's heatmap
+    tiers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """node → the network tiers above its rack, top first: carried in the rank map for a job's re-planned ring."""
 
     @property
     def nodes(self) -> int:
@@ -111,6 +113,7 @@ def rank_map(outcome: StudyOutcome, shape: ClusterShape) -> RankMap:
         method=f"study order {order.name!r}",
         pairs=shape.pairs,
         racks={n: r for n, r in shape.racks.items() if n in index},
+        tiers={n: t for n, t in shape.tiers.items() if n in index and t},
     )
 
 

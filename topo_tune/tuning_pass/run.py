@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from topo_tune.benchmark.probe_record import ProbeRequest, ProbeRound, ProbeStat
 from topo_tune.benchmark.sweep import size_ladder
 from topo_tune.config.cluster import ClusterConfig, WorkloadConfig
 from topo_tune.errors import ConfigError, PassError
+from topo_tune.kube.rack import tiers_above
 from topo_tune.topology import Measurement, PairMatrix, Spine, build_cluster
 from topo_tune.topology.sampling import default_mode, infer_pairs
 from topo_tune.tuner.objective import Objective, WorkloadProfile
@@ -132,14 +133,22 @@ RING_CHECKS = 2
 """Rounds of probing the inferred pairs on the ring planned from a sparse sample."""
 
 
+def network_tiers(nodes: Sequence[NodeInfo], names: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """node → the network tiers above its rack (a spine block…) that its registration's labels name, top first
+    (``kube.rack``); a node naming none is left out. The ring planner keeps each tier's groups together."""
+    wanted = set(names)
+    return {n.name: tiers for n in nodes if n.name in wanted and (tiers := tiers_above(n.labels))}
+
+
 def check_ring(client: AdminPort, cluster: ClusterConfig, names: Sequence[str]) -> int:
     """After a sparse sample: plan the ring on the mixed matrix and probe the pairs on it that were inferred
     (an inferred pair may be slower than its group's median), up to `RING_CHECKS` times; returns how many
     pairs were measured."""
     measured = 0
+    tiers = network_tiers(client.cluster_topology().nodes, names)
     for _ in range(RING_CHECKS):
         pairs, _, _ = _pair_matrix(client, cluster, names)
-        order = plan_rank_map(pairs, slots=1, rack_of=cluster.rack_of()).planned.order
+        order = plan_rank_map(pairs, slots=1, rack_of=cluster.rack_of(), tiers_of=tiers).planned.order
         edges = [(order[i], order[(i + 1) % len(order)]) for i in range(len(order))] if len(order) > 2 else []
         unprobed = sorted({(min(a, b), max(a, b)) for a, b in edges if pairs.get(a, b).source == "inferred"})
         if not unprobed:
@@ -169,7 +178,8 @@ def _pair_matrix(
         spine = Spine(
             oversubscription=cluster.spine.oversubscription or 1.0, bandwidth_gbps=cluster.spine.bandwidth_gbps
         )
-    model = build_cluster(topologies, {n: r for n, r in cluster.rack_of().items() if n in topologies}, spine=spine)
+    racks = {n: r for n, r in cluster.rack_of().items() if n in topologies}
+    model = build_cluster(topologies, racks, spine=spine, tiers_of=network_tiers(view.nodes, nodes))
     found = [m for m in client.measured_pairs() if m.node_a in topologies and m.node_b in topologies]
     if _sparse(cluster, len(topologies)) and found:
         # A sparse sample: the pairs it left out are inferred from what it measured (rack by rack), not from
@@ -238,8 +248,10 @@ def plan_study(
     slots: dict[str, int],
     name: str,
     storage: str,
+    tiers: Mapping[str, tuple[str, ...]] | None = None,
 ) -> StudyPlan:
-    """The study ``cluster`` asks for over ``names`` (listed rack by rack), from their pair matrix.
+    """The study ``cluster`` asks for over ``names`` (listed rack by rack), from their pair matrix and the
+    network tiers above their racks (`network_tiers`).
 
     The rank-order dimension holds NCCL's natural order (the launcher's: hostfiles list sorted host names),
     the ring-order optimizer's order and cluster.yaml's own listing, when they differ; the last two are
@@ -252,7 +264,7 @@ def plan_study(
         # A resumed study: the pairs were probed again, and noise may have moved the ring optimizer's choice.
         orders = list(stored)
     else:
-        planned = plan_rank_map(pairs, slots=slots, naive_order=natural, rack_of=cluster.rack_of())
+        planned = plan_rank_map(pairs, slots=slots, naive_order=natural, rack_of=cluster.rack_of(), tiers_of=tiers)
         orders = [RankOrder(NATURAL_ORDER, natural)]
         for order_name, order in (("optimized", tuple(planned.planned.order)), ("racks", tuple(names))):
             if order not in {o.nodes for o in orders}:
@@ -320,6 +332,7 @@ def run_pass(
             on_status("probing the inferred pairs on the planned ring")
             measured += check_ring(client, cluster, names)
     pairs, topologies, fingerprint = _pair_matrix(client, cluster, names)
+    tiers = network_tiers(client.cluster_topology().nodes, names)
     # Ranks per node as the benchmark jobs place them: every GPU (nccl, sim), one process (gloo).
     slots = {name: max(1, len(topologies[name].gpus)) if cluster.backend.plays_nccl else 1 for name in names}
     if sum(slots.values()) == 1:
@@ -336,6 +349,7 @@ def run_pass(
         slots=slots,
         name=f"init/{cluster.metadata.name}/{nccl_version}/{fingerprint}/{cluster.backend}/{len(names)}",
         storage=storage,
+        tiers=tiers,
     )
     search = cluster.search
     settings = dataclasses.replace(
@@ -377,7 +391,7 @@ def run_pass(
     written = write_outputs(
         outcome,
         output,
-        shape=ClusterShape(slots=slots, pairs=pairs, racks=cluster.rack_of()),
+        shape=ClusterShape(slots=slots, pairs=pairs, racks=cluster.rack_of(), tiers=tiers),
         nccl_version=nccl_version,
         topology_fingerprint=fingerprint,
         advice=advise(latencies) if latencies else None,

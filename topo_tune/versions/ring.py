@@ -34,6 +34,8 @@ class VersionRing:
     sources: FloatArray | None = None
     """Per pair: 1 where the figure was measured, 0 where it was modelled or inferred."""
     racks: tuple[str, ...] | None = None
+    tiers: tuple[tuple[str, ...], ...] | None = None
+    """Per node of ``names``: the network tiers above its rack, top first (None: the rank map names none)."""
 
     def index(self) -> dict[str, int]:
         return {n: i for i, n in enumerate(self.names)}
@@ -91,7 +93,18 @@ def read_rank_map(text: str) -> VersionRing:
         rack_labels = _strings(racks, "pair_matrix.racks")
         if len(rack_labels) != len(names):
             raise ValidationError("rankmap.json:pair_matrix.racks", f"{len(rack_labels)} labels for {len(names)} nodes")
-    return VersionRing(order, names, bandwidth, latency, sources, rack_labels)
+    return VersionRing(order, names, bandwidth, latency, sources, rack_labels, _tiers(matrix.get("tiers"), len(names)))
+
+
+def _tiers(value: object, n: int) -> tuple[tuple[str, ...], ...] | None:
+    if value is None:
+        return None
+    field = "rankmap.json:pair_matrix.tiers"
+    if not isinstance(value, list) or len(value) != n:
+        raise ValidationError(field, f"must be a list of one list of tier names per node ({n})")
+    if not all(isinstance(t, list) and all(isinstance(v, str) and v for v in t) for t in value):
+        raise ValidationError(field, "each entry must be a list of non-empty strings")
+    return tuple(tuple(t) for t in value)
 
 
 def _get(data: dict[str, Any], key: str, kind: type) -> Any:

@@ -1,7 +1,8 @@
 """The exact ring for up to ``EXACT_LIMIT`` members.
 
 Purpose: the largest bottleneck for which a Hamiltonian cycle exists (a check over bitmasks), then Held–Karp
-over that cycle's edges for the fewest rack crossings and then the least summed latency.
+over that cycle's edges for the fewest crossings of the highest tier given (a spine block's boundary), then
+of each tier below it down to the racks, and then the least summed latency.
 
 Non-goals: larger instances (``ring_heuristic``); input checks (``ring``).
 """
@@ -36,7 +37,9 @@ def _has_hamiltonian_cycle(adj: list[int], n: int) -> bool:
     return bool(ends[full] & adj[0])
 
 
-def exact_ring(bw: FloatArray, lat: FloatArray, racks: Sequence[str] | None = None) -> Ring:
+def exact_ring(
+    bw: FloatArray, lat: FloatArray, racks: Sequence[str] | None = None, tiers: Sequence[Sequence[str]] | None = None
+) -> Ring:
     n = bw.shape[0]
     thresholds = sorted({float(bw[i, j]) for i in range(n) for j in range(i + 1, n)})
     lo, hi = 0, len(thresholds) - 1
@@ -52,8 +55,9 @@ def exact_ring(bw: FloatArray, lat: FloatArray, racks: Sequence[str] | None = No
             hi = mid - 1
     target = thresholds[best]
     # Crossings, then latency: Held–Karp over the allowed edges only. One crossing weighs more than the
-    # latency of every edge together, so the summed cost orders rings by crossings first, exactly.
-    crossing = crossing_matrix(racks, n) * (float(lat.sum()) + 1.0)
+    # latency of every edge together (and one of a higher tier more than all below it), so the summed cost
+    # orders rings by crossings first, exactly.
+    crossing = crossing_matrix(racks, n, tiers) * (float(lat.sum()) + 1.0)
     cost = np.where(bw >= target, lat + crossing, np.inf)
     np.fill_diagonal(cost, np.inf)
     size = 1 << n

@@ -1,9 +1,11 @@
 """The ring heuristic for instances too large for the exact method.
 
-Purpose: a rack-aware first tour (racks visited contiguously, so a ring over R racks crosses the spine R
-times), then 2-opt and Or-opt under a penalty for edges below a bottleneck target, the target found by a
-search from an upper bound downward, with double-bridge kicks out of local optima. Seeded: the same inputs
-give the same ring.
+Purpose: a rack- and tier-aware first tour (each spine block's racks visited together, each rack's nodes
+together, so a ring over B blocks of R racks crosses between blocks B times and between racks R times), then
+2-opt and Or-opt under a penalty for edges below a bottleneck target, the target found by a search from an
+upper bound downward, with double-bridge kicks out of local optima. The moves weigh latency, not crossings:
+a modelled matrix keeps the tour's groups together by its higher latency across each tier (``node_pair_matrix``).
+Seeded: the same inputs give the same ring.
 
 Non-goals: optimality (``ring_exact`` is exact for small instances); input checks (``ring``).
 """
@@ -16,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from topo_tune.tuner.ring.exact import EXACT_LIMIT, exact_ring
-from topo_tune.tuner.ring.model import FloatArray, Ring, array_metrics, array_upper_bound
+from topo_tune.tuner.ring.model import FloatArray, Ring, array_metrics, array_upper_bound, member_paths
 
 
 class _Tour:
@@ -188,42 +190,56 @@ def _path_nn(members: list[int], cost: FloatArray) -> list[int]:
     return [members[i] for i in path]
 
 
-def _construct(problem: _Problem, racks: Sequence[str] | None, target: float) -> list[int]:
-    bw, lat = problem.bw, problem.lat
-    n = bw.shape[0]
-    cost = problem.cost(target)
-    labels = list(racks) if racks is not None else ["" for _ in range(n)]
+def _construct(problem: _Problem, paths: list[tuple[str, ...]] | None, target: float) -> list[int]:
+    """A first tour visiting each group of each tier contiguously (the top tier's groups, within each the next
+    tier's, down to racks), so a ring over G groups of a tier crosses that tier's boundaries G times."""
+    n = problem.bw.shape[0]
+    return _arrange(problem, problem.cost(target), list(range(n)), paths or [("",)] * n, 0)
+
+
+def _arrange(
+    problem: _Problem, cost: FloatArray, members: list[int], paths: list[tuple[str, ...]], level: int
+) -> list[int]:
+    """A path through ``members`` visiting each of their groups at ``level`` (0: the top tier, the last: racks)
+    contiguously, the groups in the order of a ring over the best link between each pair of groups."""
     groups: dict[str, list[int]] = {}
-    for member, rack in enumerate(labels):
-        groups.setdefault(rack, []).append(member)
-    paths = {rack: _path_nn(members, cost) for rack, members in groups.items()}
-    names = sorted(paths)
+    for member in members:
+        groups.setdefault(paths[member][level], []).append(member)
+    last = level == len(paths[members[0]]) - 1
+    parts = {
+        name: _path_nn(inside, cost) if last else _arrange(problem, cost, inside, paths, level + 1)
+        for name, inside in groups.items()
+    }
+    names = sorted(parts)
     if len(names) == 1:
-        return paths[names[0]]
-    # Rack order: a ring over racks on the best link between each pair of racks, exact when small.
-    r = len(names)
-    rack_bw = np.zeros((r, r))
-    rack_lat = np.zeros((r, r))
-    for x in range(r):
-        for y in range(x + 1, r):
-            block = np.ix_(groups[names[x]], groups[names[y]])
-            rack_bw[x, y] = rack_bw[y, x] = float(bw[block].max())
-            rack_lat[x, y] = rack_lat[y, x] = float(lat[block].min())
-    if r <= 3:
-        rack_order = list(range(r))
-    elif r <= EXACT_LIMIT:
-        rack_order = list(exact_ring(rack_bw, rack_lat).order)
-    else:
-        rack_cost = -rack_bw
-        np.fill_diagonal(rack_cost, np.inf)
-        rack_order = _path_nn(list(range(r)), rack_cost)
+        return parts[names[0]]
     tour: list[int] = []
-    for x in rack_order:
-        path = paths[names[x]]
+    for x in _group_order(problem, [groups[name] for name in names]):
+        path = parts[names[x]]
         if tour and len(path) > 1 and cost[tour[-1], path[-1]] < cost[tour[-1], path[0]]:
             path = path[::-1]
         tour.extend(path)
     return tour
+
+
+def _group_order(problem: _Problem, groups: list[list[int]]) -> list[int]:
+    """A ring over groups on the best link between each pair of them, exact when small."""
+    bw, lat = problem.bw, problem.lat
+    r = len(groups)
+    group_bw = np.zeros((r, r))
+    group_lat = np.zeros((r, r))
+    for x in range(r):
+        for y in range(x + 1, r):
+            block = np.ix_(groups[x], groups[y])
+            group_bw[x, y] = group_bw[y, x] = float(bw[block].max())
+            group_lat[x, y] = group_lat[y, x] = float(lat[block].min())
+    if r <= 3:
+        return list(range(r))
+    if r <= EXACT_LIMIT:
+        return list(exact_ring(group_bw, group_lat).order)
+    group_cost = -group_bw
+    np.fill_diagonal(group_cost, np.inf)
+    return _path_nn(list(range(r)), group_cost)
 
 
 def heuristic_ring(
@@ -231,6 +247,7 @@ def heuristic_ring(
     lat: FloatArray,
     racks: Sequence[str] | None,
     *,
+    tiers: Sequence[Sequence[str]] | None = None,
     seed: int,
     neighbours: int,
     tolerance: float,
@@ -264,7 +281,7 @@ def heuristic_ring(
 
     # The target starts at the upper bound; below it, a binary search over the distinct bandwidths, each try
     # warm-started from the last tour, stops once the bracket is within ``tolerance`` (relative).
-    start = _construct(problem, racks, candidates[-1])
+    start = _construct(problem, member_paths(racks, tiers, n), candidates[-1])
     best = attempt(candidates[-1], start)
     if best.violations():
         lo, hi = 0, len(candidates) - 2

@@ -178,7 +178,8 @@ def _replan(ring: VersionRing, known: tuple[str, ...]) -> tuple[str, ...]:
     sub_bw = ring.bandwidth[np.ix_(rows, rows)]
     sub_lat = ring.latency[np.ix_(rows, rows)]
     racks = [ring.racks[r] for r in rows] if ring.racks is not None else None
-    planned = optimize_ring(sub_bw, sub_lat, racks=racks, seed=0)
+    tiers = [ring.tiers[r] for r in rows] if ring.tiers is not None else None
+    planned = optimize_ring(sub_bw, sub_lat, racks=racks, tiers=tiers, seed=0)
     return tuple(known[i] for i in canonical_rotation(planned.order))
 
 

@@ -1,8 +1,10 @@
-"""A ring of members and what it achieves: bottleneck bandwidth, summed latency, rack crossings.
+"""A ring of members and what it achieves: bottleneck bandwidth, summed latency, rack and tier crossings.
 
 Purpose: the ``Ring`` record, checking the bandwidth and latency matrices a ring problem is posed on
-(``RingOrderError`` names the entry), a ring's metrics, an upper bound no ring can beat, and one canonical
-rotation per ring.
+(``RingOrderError`` names the entry), a ring's metrics, an upper bound no ring can beat, one canonical
+rotation per ring, and each member's path through the network (``member_paths``: the tiers above its rack,
+such as a spine block, then the rack) with the crossing weights that make one crossing of a higher tier
+outweigh every crossing below it.
 
 Non-goals: finding a good ring (``ring_order``, ``ring_exact``, ``ring_heuristic``).
 """
@@ -112,13 +114,32 @@ def array_upper_bound(bw: FloatArray, racks: Sequence[str] | None) -> float:
     return bound
 
 
-def crossing_matrix(racks: Sequence[str] | None, n: int) -> FloatArray:
-    """1 where the two members sit in different racks, else 0 (all 0 without racks)."""
-    if racks is None:
-        return np.zeros((n, n))
-    labels = np.asarray(list(racks))
-    crossing: FloatArray = (labels[:, None] != labels[None, :]).astype(np.float64)
-    return crossing
+def member_paths(
+    racks: Sequence[str] | None, tiers: Sequence[Sequence[str]] | None, n: int
+) -> list[tuple[str, ...]] | None:
+    """Each member's path, all of one depth: the tiers above its rack, top first (a tier a member does not
+    name is ""), then its rack. None when neither racks nor tiers are given."""
+    if racks is None and tiers is None:
+        return None
+    rack = list(racks) if racks is not None else [""] * n
+    above = [tuple(t) for t in tiers] if tiers is not None else [()] * n
+    depth = max((len(a) for a in above), default=0)
+    return [("",) * (depth - len(a)) + a + (r,) for a, r in zip(above, rack, strict=True)]
+
+
+def crossing_matrix(racks: Sequence[str] | None, n: int, tiers: Sequence[Sequence[str]] | None = None) -> FloatArray:
+    """What an edge between two members crosses: 1 per rack boundary, ``n + 1`` per boundary of the tier above,
+    ``(n + 1)²`` per boundary of the tier above that, and so on, so that a ring's summed weight orders rings by
+    the crossings of their highest tier first (a ring has n edges). All 0 without racks or tiers."""
+    paths = member_paths(racks, tiers, n)
+    weight: FloatArray = np.zeros((n, n))
+    if paths is None:
+        return weight
+    depth = len(paths[0]) if paths else 0
+    for level in range(depth):  # 0: the rack; a member pair parted at a tier is parted at every tier below it
+        labels = np.asarray(["\x1f".join(p[: depth - level]) for p in paths])
+        weight += (labels[:, None] != labels[None, :]) * float(n + 1) ** level
+    return weight
 
 
 def rack_crossings(order: Sequence[int], racks: Sequence[str]) -> int:

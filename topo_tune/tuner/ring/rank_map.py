@@ -49,6 +49,8 @@ class RankMap:
     from the rack model (sparse probing) or modelled, and the JSON counts each kind."""
     racks: Mapping[str, str] = field(default_factory=dict)
     """node → rack, carried with the matrix: a re-planned ring breaks bottleneck ties by fewest rack crossings."""
+    tiers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """node → the tiers above its rack, top first, carried likewise: a higher tier's crossings count first."""
 
     def ranks(self) -> list[tuple[int, str, int]]:
         """(global rank, node, local rank) for every GPU, node by node in ring order."""
@@ -99,7 +101,7 @@ class RankMap:
                 counts[estimate.source] = counts.get(estimate.source, 0) + 1
             payload["pairs"] = dict(sorted(counts.items()))
             if len(pairs.names) <= PAIR_MATRIX_MAX_NODES:
-                payload["pair_matrix"] = pair_matrix_json(pairs, self.racks)
+                payload["pair_matrix"] = pair_matrix_json(pairs, self.racks, self.tiers)
         return json.dumps(payload, indent=2) + "\n"
 
     def hostfile(self, flavour: HostfileFlavour) -> str:
@@ -141,8 +143,11 @@ def hostfile_body(flavour: HostfileFlavour, order: Sequence[str], slots: Mapping
     raise ValueError(f"hostfile flavour must be mpi, slurm or torchrun, got {flavour!r}")
 
 
-def pair_matrix_json(pairs: PairMatrix, racks: Mapping[str, str]) -> dict[str, object]:
-    """The matrix over its nodes sorted by name, as upper-triangle rows: row i holds the pairs (i, j > i)."""
+def pair_matrix_json(
+    pairs: PairMatrix, racks: Mapping[str, str], tiers: Mapping[str, tuple[str, ...]] | None = None
+) -> dict[str, object]:
+    """The matrix over its nodes sorted by name, as upper-triangle rows: row i holds the pairs (i, j > i); the
+    racks and the tiers above them (per node, top first) where known."""
     names = sorted(pairs.names)
     rows = [[pairs.get(a, b) for b in names[i + 1 :]] for i, a in enumerate(names)]
     data: dict[str, object] = {
@@ -153,6 +158,8 @@ def pair_matrix_json(pairs: PairMatrix, racks: Mapping[str, str]) -> dict[str, o
     }
     if racks:
         data["racks"] = [racks.get(n, "") for n in names]
+    if tiers and any(tiers.values()):
+        data["tiers"] = [list(tiers.get(n, ())) for n in names]
     return data
 
 
@@ -162,9 +169,11 @@ def plan_rank_map(
     slots: Mapping[str, int] | int,
     naive_order: Sequence[str] | None = None,
     rack_of: Mapping[str, str] | None = None,
+    tiers_of: Mapping[str, tuple[str, ...]] | None = None,
     seed: int = 0,
 ) -> RankMap:
     """Order ``pairs.names`` into the best ring and compare it with ``naive_order`` (default: the given order).
+    ``tiers_of``: node → the tiers above its rack, top first (`optimize_ring`'s ``tiers``).
 
     The planned ring is rotated to start at the naive order's first node, so rank 0 stays where it was.
     """
@@ -181,7 +190,8 @@ def plan_rank_map(
             raise ValueError(f"slots[{node!r}] must be at least 1, got {count}")
     bw, lat = pairs.bandwidth(), pairs.latency()
     racks = [rack_of.get(n, "") for n in names] if rack_of is not None else None
-    ring: Ring = optimize_ring(bw, lat, racks=racks, seed=seed)
+    tiers = [tiers_of.get(n, ()) for n in names] if tiers_of else None
+    ring: Ring = optimize_ring(bw, lat, racks=racks, tiers=tiers, seed=seed)
     order = [names[i] for i in ring.order]
     if order:
         start = order.index(naive[0])
@@ -195,4 +205,5 @@ def plan_rank_map(
         method=ring.method,
         pairs=pairs,
         racks={n: r for n, r in (rack_of or {}).items() if n in index},
+        tiers={n: tuple(t) for n, t in (tiers_of or {}).items() if n in index and t},
     )
