@@ -118,3 +118,27 @@ def test_eta_from_the_study_or_from_the_phase_rate() -> None:
     assert eta_text(_progress("search", 2, 10, eta=41.6), phase_started=0.0, now=5.0) == "ETA 42s"
     assert eta_text(_progress("proof", 2, 6), phase_started=0.0, now=10.0) == "ETA 20s", "5 s a pair, 4 to go"
     assert eta_text(_progress("proof", 0, 6), phase_started=0.0, now=10.0) == ""
+
+
+def test_without_a_terminal_a_long_phase_prints_its_count_at_most_once_a_minute() -> None:
+    console = Console(file=open("/dev/null", "w"), force_terminal=False)  # noqa: SIM115 - closed with the console
+    said: list[str] = []
+    console.print = lambda text, **_: said.append(str(text))  # type: ignore[method-assign]
+    now = [0.0]
+    with PhaseDisplay(console, clock=lambda: now[0]) as phases:
+        for done in range(0, 121):
+            now[0] = done * 3.5  # a proof job every 3.5 s, as one H200's workers take
+            phases.study(_progress("proof", done, 120))
+    console.file.close()
+    proving = "proving the finalists against NCCL's defaults (A/B pairs)"
+    assert said[0] == proving
+    counts = said[1:]
+    assert [line.split(": ")[1].split(",")[0] for line in counts] == [
+        "18/120",
+        "36/120",
+        "54/120",
+        "72/120",
+        "90/120",
+        "108/120",
+    ], "a count line at most once a minute, never silent for longer"
+    assert counts[0] == f"{proving}: 18/120, search best 1.200x, 1m03s, ETA 357s"

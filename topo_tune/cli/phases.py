@@ -2,7 +2,9 @@
 
 On a terminal each phase is a live rich bar with its count, the best speedup so far, the time spent and an
 estimate of the time left; once the next phase starts it stays on screen as that phase's line. Written to a
-file or a pipe there is no bar: each phase's first line, and any note, once.
+file or a pipe there is no bar: each phase's first line, and any note, once, then a count line at most every
+``PLAIN_EVERY_S`` while a phase runs (``proving …: 40/120, 3m10s, ETA 4m``), so that a log read with
+``kubectl logs`` or in CI shows a long proof moving.
 
 Non-goals: logging (``logs``: INFO lines go to the output's log file); progress of ``admin`` commands that
 wait on a controller (``progress``).
@@ -21,6 +23,9 @@ from topo_tune.tuner.study import StudyProgress
 
 _PHASE_OF_STATUS = {"waiting for nodes": "nodes", "probing": "probe", "searching": "search", "writing": "outputs"}
 """A status line's first words → its phase; any other status is a note printed once above the bars."""
+
+PLAIN_EVERY_S = 60.0
+"""Without a terminal: the longest a running phase goes without a line."""
 
 _STUDY_PHASES = {"search": "searching", "proof": "proving the finalists against NCCL's defaults (A/B pairs)"}
 
@@ -62,6 +67,7 @@ class PhaseDisplay:
         self._task: TaskID | None = None
         self._started = 0.0
         self._said: set[str] = set()
+        self._counted = 0.0  # when the last count line was printed (no terminal)
 
     def __enter__(self) -> PhaseDisplay:
         self._progress.start()
@@ -78,6 +84,7 @@ class PhaseDisplay:
         if self._task is not None:
             self._progress.stop_task(self._task)
         self._phase, self._started = phase, self._clock()
+        self._counted = self._started
         self._task = self._progress.add_task(description, total=None, best="", eta="")
         self._say(description)
 
@@ -111,3 +118,10 @@ class PhaseDisplay:
         best = f"search best {update.best_value:.3f}x" if update.best_value is not None else ""
         eta = eta_text(update, phase_started=self._started, now=self._clock())
         self._progress.update(self._task, completed=update.done, total=update.total, best=best, eta=eta)
+        now = self._clock()
+        if not self._live and now - self._counted >= PLAIN_EVERY_S:
+            self._counted = now
+            spent = f"{(now - self._started) // 60:.0f}m{(now - self._started) % 60:02.0f}s"
+            parts = [f"{update.done}/{update.total}", best, spent, eta]
+            line = f"{_STUDY_PHASES.get(update.phase, update.phase)}: {', '.join(p for p in parts if p)}"
+            self._console.print(line, highlight=False, markup=False, soft_wrap=True)
