@@ -1,4 +1,4 @@
-"""What a valid name or id looks like: node and rack names, command and job ids, study ids, short texts.
+"""What a valid name or id looks like: node and rack names, command, benchmark and job ids, study ids, short texts.
 
 The domain services check the names they are handed with these (a service may be called in-process, not only
 through the admin API); ``api/validation.py`` checks whole wire messages with them. Each raises
@@ -15,6 +15,9 @@ from topo_tune.errors import ValidationError
 NODE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9\-_.]{0,251}[A-Za-z0-9])?$")
 COMMAND_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 STUDY_ID = NODE_NAME
+JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@+=\-]{0,252}$")
+"""A job's own id as launchers spell it: Slurm's digits, torchrun's run id, PMIx namespaces (``prterun-h-1@1``),
+a Kubernetes uid. No '/', space or control character: it is stored, logged and exported to the job."""
 MAX_LABELS = 64
 MAX_LABEL_KEY = 317  # a 253-character prefix, "/", a 63-character name, as Kubernetes allows
 MAX_LABEL_VALUE = 256
@@ -35,6 +38,18 @@ def study_id(value: str, field: str = "study_id") -> str:
     if len(value) > 253 or not STUDY_ID.match(value):
         raise ValidationError(
             field, f"not a valid study id (letters, digits, '-_.', at most 253 characters): {value[:80]!r}"
+        )
+    return value
+
+
+def job_id(value: str, field: str = "job_id", *, required: bool = True) -> str:
+    if not value:
+        if required:
+            raise ValidationError(field, "required")
+        return value
+    if not JOB_ID.match(value):
+        raise ValidationError(
+            field, f"not a valid job id (letters, digits, '_.:@+=-', at most 253 characters): {value[:80]!r}"
         )
     return value
 

@@ -19,7 +19,7 @@ from topo_tune.agent.daemon import Agent
 from topo_tune.cli.main import cli
 from topo_tune.client.admin import AdminClient
 from topo_tune.controller.server import Controller
-from topo_tune.errors import ConflictError, PermissionDenied
+from topo_tune.errors import ConflictError, PermissionDenied, ValidationError
 from topo_tune.v1 import admin_pb2
 from topo_tune.versions.version import ConfigVersion
 
@@ -78,6 +78,28 @@ async def test_hostfile_prints_the_order_with_both_predictions_and_pins_nothing(
     )
     assert bad.exit_code == 2 and "--version: 'newest' is not a config version id" in bad.output
     assert await controller.rollout_store.get_pin("preview", arm=stored.id) is None, "a preview pins nothing"
+
+
+@pytest.mark.parametrize("job_id", ["a/b", "../x", "job 1", "j\nINFO forged", "-lead", "x" * 254])
+async def test_a_job_id_that_is_not_an_id_is_refused_naming_the_flag_and_nothing_is_pinned(
+    controller: Controller, job_id: str
+) -> None:
+    address = f"127.0.0.1:{controller.port}"
+    args = ["hostfile", "--controller", address, "--nodes", "u,s", "--job-id", job_id]
+    shown = await asyncio.to_thread(CliRunner().invoke, cli, args, env={"TOPO_TUNE_TOKEN": TOKEN})
+    assert shown.exit_code != 0 and "--job-id" in shown.output and "not a valid job id" in shown.output, shown.output
+    with AdminClient(address, token=TOKEN) as admin, pytest.raises(ValidationError, match="job_id"):
+        await asyncio.to_thread(admin.resolve_job_config, job_id, ["u", "s"])
+    assert await controller.rollout_store.get_pin(job_id) is None
+
+
+@pytest.mark.parametrize(
+    "job_id", ["1234567", "prterun-host-12345@1", "3f2a9c1e-0d4b-4c6a-9e8f-7a6b5c4d3e2f", "a.b_c:d+e=f"]
+)
+async def test_job_ids_that_launchers_give_are_accepted(controller: Controller, job_id: str) -> None:
+    with AdminClient(f"127.0.0.1:{controller.port}", token=TOKEN) as admin:
+        config = await asyncio.to_thread(admin.resolve_job_config, job_id, ["u", "s"])
+    assert config.job_id == job_id
 
 
 RANK_SCRIPT = """

@@ -331,7 +331,7 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
     async def ListJobComparisons(
         self, request: admin_pb2.ListJobComparisonsRequest, context: Ctx
     ) -> admin_pb2.ListJobComparisonsResponse:
-        job_id = names.short_text(request.job_id, "job_id", limit=253)
+        job_id = names.job_id(request.job_id, required=False)
         found = await self._comparisons().list(job_id=job_id, limit=validation.limit(request.limit, default=50))
         return admin_pb2.ListJobComparisonsResponse(comparisons=[to_proto_job_comparison(c) for c in found])
 

@@ -365,9 +365,7 @@ def from_proto_job_comparison(
     request: admin_pb2.RecordJobComparisonRequest,
 ) -> tuple[ComparisonHeader, list[RunValue]]:
     """A node's record, checked field by field (the schedule and orders are checked by the store)."""
-    job_id = names.short_text(request.job_id, "job_id", limit=253)
-    if not job_id:
-        raise ValidationError("job_id", "required")
+    job_id = names.job_id(request.job_id)
     if not request.metric:
         raise ValidationError("metric", "required")
     if not 2 <= request.pairs <= MAX_PAIRS:

@@ -150,7 +150,7 @@ class RolloutServicerMixin:
 
     @maps_errors
     async def ResolveJobConfig(self, request: admin_pb2.ResolveJobConfigRequest, context: Ctx) -> admin_pb2.JobConfig:
-        job_id = names.short_text(request.job_id, "job_id", limit=253)
+        job_id = names.job_id(request.job_id, required=False)
         if not job_id and not request.preview:
             raise ValidationError("job_id", "required (or ask for a preview)")
         arm = names.short_text(request.arm, "arm", limit=32)
