@@ -24,6 +24,8 @@ NODES = {
     "pcie-01": ("pcie-2socket-8gpu", "rack-b"),
     "vm-01": ("h200-vm", "rack-b"),
 }
+TIERS = {"network.topology.nvidia.com/spine": "spine-1", "network.topology.nvidia.com/block": "blk-2"}
+"""The tiers above rack-a, as its agents register them (Topograph's labels)."""
 
 
 async def invoke(*args: str) -> Result:
@@ -42,7 +44,12 @@ async def test_admin_topology_shows_racks_and_node_matrices(tmp_path: Path, sqli
                 topology, _ = replay(fixture, tmp_path / name)
                 topology.hostname = name
                 register = agent_pb2.Register(
-                    node_name=name, rack=rack, backend=agent_pb2.BACKEND_NCCL, instance_id="i", topology=topology
+                    node_name=name,
+                    rack=rack,
+                    backend=agent_pb2.BACKEND_NCCL,
+                    instance_id="i",
+                    topology=topology,
+                    labels=TIERS if rack == "rack-a" else {},
                 )
                 call = await open_session(channel, agent_pb2.AgentMessage(register=register))
                 await call.read()
@@ -51,7 +58,8 @@ async def test_admin_topology_shows_racks_and_node_matrices(tmp_path: Path, sqli
 
             racks = await invoke("--controller", address)
             assert racks.exit_code == 0, racks.output
-            assert "rack-a" in racks.output and "rack-b" in racks.output
+            assert "Rack rack-a (2 nodes, under spine-1/blk-2)" in racks.output
+            assert "Rack rack-b (2 nodes)" in racks.output
             for name in NODES:
                 assert name in racks.output
 
@@ -67,6 +75,7 @@ async def test_admin_topology_shows_racks_and_node_matrices(tmp_path: Path, sqli
             data = json.loads(as_json.output)
             assert {n for rack in data["racks"] for n in rack["nodes"]} == set(NODES)
             assert data["spine"]["oversubscription"] == 4.0
+            assert [r.get("tiers") for r in data["racks"]] == [[["spine-1", "blk-2"]], None]
             one = yaml.safe_load((await invoke("hgx-01", "--controller", address, "-o", "yaml")).output)
             assert one["rack"] == "rack-a" and one["topology"]["gpu_links"][0]["kind"] in ("self", "nvlink")
             assert isinstance(one["topology"]["memory_bytes"], int)

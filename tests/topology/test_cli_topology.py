@@ -88,6 +88,24 @@ def test_ring_orders_nodes_from_a_pair_file(tmp_path: Path) -> None:
     assert asym.exit_code == 2 and "bandwidth[0][1]" in asym.output
 
 
+def test_ring_keeps_each_block_of_a_pair_file_together(tmp_path: Path) -> None:
+    # Four racks of two at one rate and latency everywhere across racks: only the tiers tell the blocks apart.
+    nodes = [f"n{i}" for i in range(1, 9)]
+    rack = {n: f"r{(int(n[1:]) + 1) // 2}" for n in nodes}
+    block = {n: "A" if rack[n] in ("r1", "r3") else "B" for n in nodes}
+    bw = [[0.0 if x == y else (50.0 if rack[x] == rack[y] else 12.5) for y in nodes] for x in nodes]
+    path = tmp_path / "pairs.json"
+    tiers = {n: ["spine-1", block[n]] for n in nodes}
+    path.write_text(json.dumps({"nodes": nodes, "bandwidth_gbps": bw, "racks": rack, "tiers": tiers}))
+    result = CliRunner().invoke(cli, ["topology", "ring", str(path)])
+    assert result.exit_code == 0, result.output
+    order = json.loads(result.output)["planned"]["node_order"]
+    assert sum(block[order[i]] != block[order[i - 1]] for i in range(8)) == 2, order
+    path.write_text(json.dumps({"nodes": nodes, "bandwidth_gbps": bw, "tiers": {"n1": "A"}}))
+    bad = CliRunner().invoke(cli, ["topology", "ring", str(path)])
+    assert bad.exit_code == 2 and '"tiers" must map each node to a list of tier names' in bad.output
+
+
 def test_show_writes_a_read_file_back_as_nccl_xml() -> None:
     path = FIXTURES / "h200-x2-vm" / "nccl-topo-dump.xml"
     result = CliRunner().invoke(cli, ["topology", "show", "--nccl-xml", str(path), "--output", "nccl-xml"])

@@ -266,6 +266,7 @@ def topology(client: AdminClient, fmt: str, node_name: str | None) -> None:
     matrix with its legend, NUMA and CPU affinity, and what discovery could not tell.
     """
     # Imported here: the topology model pulls in numpy, which the other admin commands do not need.
+    from topo_tune.kube.rack import tiers_above  # noqa: PLC0415
     from topo_tune.topology import Spine, build_cluster, render_admin_topology  # noqa: PLC0415
     from topo_tune.topology.cluster import admin_topology_data  # noqa: PLC0415
     from topo_tune.v1 import topology_pb2  # noqa: PLC0415
@@ -278,7 +279,8 @@ def topology(client: AdminClient, fmt: str, node_name: str | None) -> None:
             bandwidth_gbps=view.spine_bandwidth_gbps if view.HasField("spine_bandwidth_gbps") else None,
         )
     topologies: dict[str, topology_pb2.NodeTopology] = {n.name: n.topology for n in view.nodes}
-    cluster = build_cluster(topologies, {n.name: n.rack for n in view.nodes if n.rack}, spine=spine)
+    tiers = {n.name: tiers_above(n.labels) for n in view.nodes}
+    cluster = build_cluster(topologies, {n.name: n.rack for n in view.nodes if n.rack}, spine=spine, tiers_of=tiers)
     if fmt != "table":
         emit_data(admin_topology_data(cluster, node=node_name, node_data=to_data), fmt)
         return

@@ -103,6 +103,17 @@ def vm_file(host_xml: Path, pairs: tuple[str, ...]) -> None:
         raise click.BadParameter(str(error), param_hint="--map") from error
 
 
+def _tiers(data: dict[str, object]) -> dict[str, tuple[str, ...]] | None:
+    tiers = data.get("tiers")
+    if tiers is None:
+        return None
+    if not isinstance(tiers, dict) or not all(
+        isinstance(t, list) and all(isinstance(v, str) and v for v in t) for t in tiers.values()
+    ):
+        raise click.BadParameter('"tiers" must map each node to a list of tier names', param_hint="PAIRS_FILE")
+    return {str(node): tuple(t) for node, t in tiers.items()}
+
+
 @topology.command("ring")
 @click.argument("pairs_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
@@ -117,8 +128,11 @@ def ring(pairs_file: Path, output: str) -> None:
 
     \b
     PAIRS_FILE is JSON: {"nodes": [...], "bandwidth_gbps": [[GB/s]], "latency_us": [[µs]] (optional),
-                         "racks": {"node": "rack"} (optional), "slots": 8 or {"node": 8}}
-    The rank map and hostfiles give the predicted ring bottleneck next to the file's own node order.
+                         "racks": {"node": "rack"} (optional),
+                         "tiers": {"node": ["spine", "block"]} (optional: above the rack, top first),
+                         "slots": 8 or {"node": 8}}
+    The rank map and hostfiles give the predicted ring bottleneck next to the file's own node order; the ring
+    crosses each tier (a spine block) as few times as its bottleneck allows, then each rack.
     """
     try:
         data = json.loads(pairs_file.read_text())
@@ -126,7 +140,7 @@ def ring(pairs_file: Path, output: str) -> None:
         raise click.BadParameter(f"cannot read {pairs_file}: {error}", param_hint="PAIRS_FILE") from error
     if not isinstance(data, dict):
         raise click.BadParameter("expected a JSON object", param_hint="PAIRS_FILE")
-    unknown = sorted(set(data) - {"nodes", "bandwidth_gbps", "latency_us", "racks", "slots"})
+    unknown = sorted(set(data) - {"nodes", "bandwidth_gbps", "latency_us", "racks", "tiers", "slots"})
     if unknown:
         raise click.BadParameter(f"unknown key(s): {', '.join(unknown)}", param_hint="PAIRS_FILE")
     for key in ("nodes", "bandwidth_gbps"):
@@ -136,7 +150,7 @@ def ring(pairs_file: Path, output: str) -> None:
         pairs = PairMatrix.from_matrices(
             data["nodes"], data["bandwidth_gbps"], data.get("latency_us"), method=f"file {pairs_file.name}"
         )
-        plan = plan_rank_map(pairs, slots=data.get("slots", 1), rack_of=data.get("racks"))
+        plan = plan_rank_map(pairs, slots=data.get("slots", 1), rack_of=data.get("racks"), tiers_of=_tiers(data))
     except (TypeError, ValueError) as error:
         raise click.BadParameter(str(error), param_hint="PAIRS_FILE") from error
     flavours: dict[str, HostfileFlavour] = {"mpi": "mpi", "slurm": "slurm", "torchrun": "torchrun"}

@@ -153,6 +153,11 @@ def _nic_summary(topo: topology_pb2.NodeTopology) -> str:
     return ", ".join(f"{count}x {key}" for key, count in sorted(rates.items()))
 
 
+def _rack_tiers(cluster: ClusterTopology, rack: Rack) -> list[tuple[str, ...]]:
+    """The distinct tiers above ``rack`` its nodes name, top first each (one, unless labels disagree)."""
+    return sorted({cluster.tiers[n] for n in rack.nodes if n in cluster.tiers})
+
+
 def render_cluster(cluster: ClusterTopology) -> str:
     """The cluster as racks: one line per node with its GPUs, links, NICs, fingerprint and unknown count."""
     lines = [f"Cluster {cluster.fingerprint}: {len(cluster.nodes)} nodes in {len(cluster.racks)} racks"]
@@ -165,7 +170,8 @@ def render_cluster(cluster: ClusterTopology) -> str:
         lines.append(f"Spine: oversubscription {cluster.spine.oversubscription:g}:1{uplink}")
     for rack in cluster.racks:
         lines.append("")
-        lines.append(f"Rack {rack.name} ({len(rack.nodes)} nodes)")
+        above = ", ".join("/".join(tiers) for tiers in _rack_tiers(cluster, rack))
+        lines.append(f"Rack {rack.name} ({len(rack.nodes)} nodes{f', under {above}' if above else ''})")
         width = max(len(n) for n in rack.nodes)
         for name in rack.nodes:
             topo = cluster.nodes[name]
@@ -197,7 +203,11 @@ def cluster_to_dict(
             "oversubscription": cluster.spine.oversubscription,
             "bandwidth_gbps": cluster.spine.bandwidth_gbps,
         },
-        "racks": [{"name": rack.name, "nodes": list(rack.nodes)} for rack in cluster.racks],
+        "racks": [
+            {"name": rack.name, "nodes": list(rack.nodes)}
+            | ({"tiers": [list(t) for t in tiers]} if (tiers := _rack_tiers(cluster, rack)) else {})
+            for rack in cluster.racks
+        ],
         "nodes": {
             name: {"fingerprint": cluster.fingerprints[name], "topology": node_data(cluster.nodes[name])}
             for name in cluster.node_order()
