@@ -81,7 +81,7 @@ class Wave:
     """The network tiers above the wave's racks, top first (``()``: none known)."""
 
 
-Path = str | tuple[str, ...]
+NetworkPath = str | tuple[str, ...]
 """Where a node sits: its rack, or the tiers above its rack (top first) then the rack, e.g.
 ``("spine-1", "block-2", "rack-7")``."""
 
@@ -134,8 +134,8 @@ def _groups(path_of: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]
     return {rack: min(count, key=lambda g: (-count[g], group_key(g))) for rack, count in votes.items()}
 
 
-def build_plan(placement: Mapping[str, Path], policy: PlanPolicy) -> Plan:
-    """Waves for the nodes ``placement`` names (node → rack, or node → path: see `Path`). Raises
+def build_plan(placement: Mapping[str, NetworkPath], policy: PlanPolicy) -> Plan:
+    """Waves for the nodes ``placement`` names (node → rack, or node → path: see `NetworkPath`). Raises
     ``ValidationError`` naming the option."""
     if not placement:
         raise ValidationError("nodes", "the cluster has no nodes to roll out to")
