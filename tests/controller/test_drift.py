@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from tests.controller.rollout.fleet import V1, V2, Clock, ControllerParts, SimFleet, SimVerifier, racks
 from tests.support.waiting import async_wait_until
-from topo_tune.benchmark.job_record import BenchmarkJob, JobId, JobStatus, SizeRange
+from topo_tune.benchmark.job_record import BenchmarkJob, JobStatus, SizeRange
 from topo_tune.benchmark.results import SizeMeasurement
 from topo_tune.config.cluster import DriftConfig, RolloutGateConfig, RolloutThresholdsConfig, parse_cluster_config
 from topo_tune.controller.db.models import EventRow
@@ -29,8 +29,9 @@ from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import Registration
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase
-from topo_tune.controller.study_records import Study, StudyId, StudyRequest, StudyStatus
+from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus
 from topo_tune.errors import ConfigError, NodeBusy, NotFoundError, ValidationError
+from topo_tune.ids import JobId, StudyId
 from topo_tune.nccl.backends import Backend
 from topo_tune.nccl.collectives import Collective
 from topo_tune.sim.node_topology import simulated_node_topology

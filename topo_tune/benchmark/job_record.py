@@ -12,15 +12,13 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NewType
+from typing import Any
 
 from topo_tune.benchmark.results import SizeMeasurement
+from topo_tune.ids import JobId
 from topo_tune.nccl.collectives import Collective
 
-__all__ = ["BenchmarkJob", "BenchmarkRequest", "JobId", "JobOutcome", "JobStatus", "SizeRange"]
-
-JobId = NewType("JobId", str)
-"""A benchmark job's id (``bj-…`` or client-chosen): never a scheduler job or a user's training job."""
+__all__ = ["BenchmarkJob", "BenchmarkRequest", "JobOutcome", "JobStatus", "SizeRange"]
 
 
 class JobStatus(enum.StrEnum):

@@ -15,6 +15,7 @@ from topo_tune.cli.job import job_nodes, nodes_option, order_data
 from topo_tune.cli.output import emit_data
 from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ConfigError
+from topo_tune.ids import NO_CONFIG_VERSION
 from topo_tune.jobs.config import RolloutView, arm_version
 from topo_tune.tuner.ring.job_order import METHODS
 from topo_tune.tuner.ring.rank_map import HostfileFlavour, hostfile_body
@@ -95,7 +96,7 @@ def hostfile(
     """
     nodes = job_nodes(node_args, os.environ)
     try:
-        arm_version(arm, nodes, RolloutView(stable_version=""))
+        arm_version(arm, nodes, RolloutView(stable_version=NO_CONFIG_VERSION))
     except ConfigError as error:
         raise click.BadParameter(error.reason, param_hint="--version") from None
     config = client.resolve_job_config(job_id, nodes, arm=arm, preview=True)

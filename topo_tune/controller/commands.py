@@ -27,6 +27,7 @@ from topo_tune.controller.db.database import Database, table_of
 from topo_tune.controller.db.models import CommandRow, EventRow, NodeRow
 from topo_tune.controller.group_commit import GroupCommit
 from topo_tune.errors import AlreadyExists, NotFoundError
+from topo_tune.ids import NodeName
 from topo_tune.v1 import agent_pb2
 from topo_tune.wire.values import timestamp
 
@@ -64,7 +65,7 @@ STATUS_FROM_WIRE = {wire: status for status, wire in STATUS_TO_WIRE.items()}
 @dataclass(frozen=True)
 class CommandRecord:
     id: str
-    node_name: str
+    node_name: NodeName
     kind: str
     status: CommandStatus
     message: str
@@ -110,7 +111,7 @@ def _record(row: CommandRow) -> CommandRecord:
     result = agent_pb2.CommandResult.FromString(row.result) if row.result is not None else None
     return CommandRecord(
         id=row.id,
-        node_name=row.node_name,
+        node_name=NodeName(row.node_name),
         kind=row.kind,
         status=CommandStatus(row.status),
         message=row.message,

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 
 from topo_tune.errors import ValidationError
+from topo_tune.ids import NodeName, RolloutId, StudyId
 
 NODE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9\-_.]{0,251}[A-Za-z0-9])?$")
 COMMAND_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
@@ -24,22 +25,22 @@ MAX_LABEL_VALUE = 256
 MAX_SHORT = 128
 
 
-def node_name(value: str, field: str) -> str:
+def node_name(value: str, field: str) -> NodeName:
     if not value:
         raise ValidationError(field, "required")
     if len(value) > 253 or not NODE_NAME.match(value):
         raise ValidationError(field, f"not a valid node name (RFC 1123, at most 253 characters): {value[:80]!r}")
-    return value
+    return NodeName(value)
 
 
-def study_id(value: str, field: str = "study_id") -> str:
+def study_id(value: str, field: str = "study_id") -> StudyId:
     if not value:
         raise ValidationError(field, "required")
     if len(value) > 253 or not STUDY_ID.match(value):
         raise ValidationError(
             field, f"not a valid study id (letters, digits, '-_.', at most 253 characters): {value[:80]!r}"
         )
-    return value
+    return StudyId(value)
 
 
 def job_id(value: str, field: str = "job_id", *, required: bool = True) -> str:
@@ -60,6 +61,11 @@ def command_id(value: str, field: str) -> str:
     if not COMMAND_ID.match(value):
         raise ValidationError(field, f"not a valid command id (letters, digits, '_.-', at most 64): {value[:80]!r}")
     return value
+
+
+def rollout_id(value: str, field: str = "rollout_id") -> RolloutId:
+    """A rollout id is spelt as a command id."""
+    return RolloutId(command_id(value, field))
 
 
 def short_text(value: str, field: str, *, limit: int = MAX_SHORT) -> str:

@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from topo_tune.controller.db.database import Database, table_of
 from topo_tune.controller.db.models import EventRow, NodeRow
 from topo_tune.errors import NotFoundError
+from topo_tune.ids import NO_CONFIG_VERSION, ConfigVersionId, NodeName
 from topo_tune.nccl.backends import Backend
 from topo_tune.security.log_text import LogGate, held_note, printable
 from topo_tune.topology.fingerprint import topology_fingerprint
@@ -39,14 +40,14 @@ logger = logging.getLogger(__name__)
 class Registration:
     """What an agent says about itself when it (re-)registers."""
 
-    node_name: str
+    node_name: NodeName
     rack: str
     labels: Mapping[str, str]
     topology: bytes
     agent_version: str
     backend: Backend
     instance_id: str
-    applied_config_version: str
+    applied_config_version: ConfigVersionId
     drained: bool
     address: str = ""
     """Where peers reach the node: what the agent advertised, else the address its session came from."""
@@ -56,10 +57,10 @@ class Registration:
 class TopologyChange:
     """A node registered again with another topology fingerprint."""
 
-    node_name: str
+    node_name: NodeName
     before: str
     after: str
-    applied_config_version: str
+    applied_config_version: ConfigVersionId
 
 
 def _fingerprint(topology: bytes) -> str:
@@ -72,7 +73,7 @@ class _Liveness:
     last_seen: float  # monotonic clock
     last_seen_at: datetime  # wall clock, for display and the database
     activity: str = "idle"
-    applied_config_version: str = ""
+    applied_config_version: ConfigVersionId = NO_CONFIG_VERSION
     config_damage: str = ""
     """The agent's report that the active version's files no longer hash to its id (memory only)."""
     dirty: bool = False
@@ -83,7 +84,7 @@ class LiveReport:
     """What a node's agent last said, from memory, for the loops that run every second."""
 
     state: NodeState
-    applied_config_version: str
+    applied_config_version: ConfigVersionId
     last_seen_at: datetime
     config_damage: str = ""
 
@@ -92,7 +93,7 @@ class LiveReport:
 class NodeView:
     """A node as admins see it: the stored row overlaid with live heartbeat data."""
 
-    name: str
+    name: NodeName
     rack: str
     state: NodeState
     labels: Mapping[str, str]
@@ -100,7 +101,7 @@ class NodeView:
     activity: str
     agent_version: str
     backend: Backend
-    applied_config_version: str
+    applied_config_version: ConfigVersionId
     topology: bytes
     address: str
     registrations: int
@@ -122,16 +123,16 @@ class NodeRegistry:
     """Told, after the registration is committed, about a node whose topology fingerprint changed."""
     log_gate: LogGate = field(default_factory=LogGate)
     """How often a node's reports of damage are logged."""
-    _live: dict[str, _Liveness] = field(default_factory=dict, init=False)
-    _lost: set[str] = field(default_factory=set, init=False)
+    _live: dict[NodeName, _Liveness] = field(default_factory=dict, init=False)
+    _lost: set[NodeName] = field(default_factory=set, init=False)
     """The names whose state is ``lost``: the loops that want them every second need not walk the fleet."""
 
     async def load(self) -> int:
         """Read the registry from the database; every node starts a fresh expiry window."""
 
-        def read(session: Session) -> list[tuple[str, str, str]]:
+        def read(session: Session) -> list[tuple[NodeName, str, ConfigVersionId]]:
             rows = session.execute(sa.select(NodeRow.name, NodeRow.state, NodeRow.applied_config_version))
-            return [(r[0], r[1], r[2]) for r in rows]
+            return [(NodeName(r[0]), r[1], ConfigVersionId(r[2])) for r in rows]
 
         now, wall = self.clock(), self.wall_clock()
         for name, state, version in await self.db.run(read):
@@ -157,7 +158,7 @@ class NodeRegistry:
             elif row.topology and registration.topology and row.topology != registration.topology:
                 before, after = _fingerprint(row.topology), _fingerprint(registration.topology)
                 if before != after:  # the same hardware listed another way is no change
-                    change = TopologyChange(row.name, before, after, registration.applied_config_version)
+                    change = TopologyChange(registration.node_name, before, after, registration.applied_config_version)
                     message = f"topology fingerprint {before} -> {after}"
                     session.add(EventRow(node_name=row.name, kind="node.topology_changed", message=message, at=wall))
             if row.state != NodeState.READY:
@@ -195,7 +196,9 @@ class NodeRegistry:
                 await listener(change)
         return view
 
-    def heartbeat(self, name: str, *, activity: str, applied_config_version: str, config_damage: str = "") -> bool:
+    def heartbeat(
+        self, name: NodeName, *, activity: str, applied_config_version: ConfigVersionId, config_damage: str = ""
+    ) -> bool:
         """Record a heartbeat in memory. True when the node was ``lost`` and must be marked ready."""
         live = self._live.get(name)
         if live is None:
@@ -216,10 +219,10 @@ class NodeRegistry:
         live.dirty = True
         return live.state is NodeState.LOST
 
-    async def mark_ready(self, name: str) -> None:
+    async def mark_ready(self, name: NodeName) -> None:
         await self._transition([name], NodeState.READY, "node.ready", "heartbeats resumed")
 
-    async def sweep(self) -> list[str]:
+    async def sweep(self) -> list[NodeName]:
         """Mark every node silent for longer than the expiry ``lost``; returns their names."""
         now = self.clock()
         expired = [
@@ -233,7 +236,7 @@ class NodeRegistry:
                 logger.warning("node lost", extra={"node": name})
         return expired
 
-    async def _transition(self, names: list[str], state: NodeState, kind: str, message: str) -> None:
+    async def _transition(self, names: list[NodeName], state: NodeState, kind: str, message: str) -> None:
         wall = self.wall_clock()
 
         def write(session: Session) -> None:
@@ -278,18 +281,18 @@ class NodeRegistry:
             live.dirty = False
         return len(dirty)
 
-    def state_of(self, name: str) -> NodeState | None:
+    def state_of(self, name: NodeName) -> NodeState | None:
         live = self._live.get(name)
         return live.state if live else None
 
-    def live_report(self, name: str) -> LiveReport | None:
+    def live_report(self, name: NodeName) -> LiveReport | None:
         """What the node last reported (state, config version, last heartbeat), without a database read."""
         live = self._live.get(name)
         if live is None:
             return None
         return LiveReport(live.state, live.applied_config_version, live.last_seen_at, live.config_damage)
 
-    def off_version(self, version: str) -> list[str]:
+    def off_version(self, version: ConfigVersionId) -> list[NodeName]:
         """The nodes, not ``lost``, that report a config version other than ``version`` or a damaged one.
 
         A loop that runs every second over the whole fleet: it compares fields and builds nothing per node.
@@ -306,7 +309,7 @@ class NodeRegistry:
         """How many nodes report an active config version whose files no longer match its id."""
         return sum(1 for live in self._live.values() if live.config_damage)
 
-    def lost(self) -> frozenset[str]:
+    def lost(self) -> frozenset[NodeName]:
         """The names of the nodes that are ``lost``."""
         return frozenset(self._lost)
 
@@ -320,21 +323,21 @@ class NodeRegistry:
                 query = query.where(NodeRow.rack == rack)
             return list(session.scalars(query))
 
-        return [_view(row, self._live.get(row.name)) for row in await self.db.read(read)]
+        return [_view(row, self._live.get(NodeName(row.name))) for row in await self.db.read(read)]
 
-    async def get(self, name: str) -> NodeView:
+    async def get(self, name: NodeName) -> NodeView:
         row = await self.db.read(lambda session: session.get(NodeRow, name))
         if row is None:
             raise NotFoundError(f"no node named {name!r}")
         return _view(row, self._live.get(name))
 
-    def exists(self, name: str) -> bool:
+    def exists(self, name: NodeName) -> bool:
         return name in self._live
 
 
 def _view(row: NodeRow, live: _Liveness | None) -> NodeView:
     return NodeView(
-        name=row.name,
+        name=NodeName(row.name),
         rack=row.rack,
         state=live.state if live else NodeState(row.state),
         labels=dict(row.labels),
@@ -342,7 +345,7 @@ def _view(row: NodeRow, live: _Liveness | None) -> NodeView:
         activity=live.activity if live else row.activity,
         agent_version=row.agent_version,
         backend=Backend(row.backend),
-        applied_config_version=live.applied_config_version if live else row.applied_config_version,
+        applied_config_version=live.applied_config_version if live else ConfigVersionId(row.applied_config_version),
         topology=row.topology,
         address=row.address,
         registrations=row.registrations,

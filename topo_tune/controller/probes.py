@@ -55,6 +55,7 @@ from topo_tune.controller.job_ends import OpenPart, cancel_command, cancel_comma
 from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.probe_checks import listed_pairs, refused_results
 from topo_tune.errors import ConflictError, NotFoundError, ValidationError
+from topo_tune.ids import NodeName
 from topo_tune.nccl.backends import Backend
 from topo_tune.topology.sampling import SAMPLING_MODES, PairSampler, SamplingPolicy, default_mode, pair_rounds
 from topo_tune.tuning_pass.node_record import NodeState
@@ -198,8 +199,8 @@ class Probes:
         """Each node's rack, once every node is shown ready, undrained and on a real network."""
         backends: set[Backend] = set()
         racks: dict[str, str] = {}
-        for i, name in enumerate(nodes):
-            names.node_name(name, f"nodes[{i}]")
+        for i, given in enumerate(nodes):
+            name = names.node_name(given, f"nodes[{i}]")
             if self.registry.state_of(name) is None:
                 raise NotFoundError(f"no node named {name!r}")
             view = await self.registry.get(name)
@@ -257,14 +258,24 @@ class Probes:
         await self._finish(round_id, failures)
 
     async def _probe_round(
-        self, round_id: str, number: int, pairs: Sequence[tuple[str, str]], message_bytes: int, deadline_s: float
+        self,
+        round_id: str,
+        number: int,
+        pairs: Sequence[tuple[str, str]],
+        message_bytes: int,
+        deadline_s: float,
     ) -> list[tuple[str, Figures | None]]:
         """One round of disjoint pairs, in parallel."""
         return list(
             await asyncio.gather(
                 *(
                     self._probe(
-                        round_id, pair_id=f"{number}-{i}", a=a, b=b, message_bytes=message_bytes, deadline_s=deadline_s
+                        round_id,
+                        pair_id=f"{number}-{i}",
+                        a=NodeName(a),  # the pair planners pair the registry's node names
+                        b=NodeName(b),
+                        message_bytes=message_bytes,
+                        deadline_s=deadline_s,
                     )
                     for i, (a, b) in enumerate(pairs)
                 )
@@ -286,7 +297,7 @@ class Probes:
         logger.info("probe round finished", extra={"round": round_id, "failures": len(failures)})
 
     async def _probe(
-        self, round_id: str, *, pair_id: str, a: str, b: str, message_bytes: int, deadline_s: float
+        self, round_id: str, *, pair_id: str, a: NodeName, b: NodeName, message_bytes: int, deadline_s: float
     ) -> tuple[str, Figures | None]:
         """Probe one pair; returns ('', (bandwidth, latency)) on success, else (a reason, None)."""
         first, second = await self.registry.get(a), await self.registry.get(b)
@@ -329,7 +340,7 @@ class Probes:
         return "", (bandwidth, latency)
 
     async def _send_and_wait(
-        self, probe: agent_pb2.Probe, pair: tuple[str, str], *, deadline_s: float
+        self, probe: agent_pb2.Probe, pair: tuple[NodeName, NodeName], *, deadline_s: float
     ) -> tuple[list[agent_pb2.CommandResult | None], str]:
         """Store and send the probe to both nodes, then wait for their results (see :meth:`_wait`)."""
         now = self.wall_clock()
@@ -376,7 +387,7 @@ class Probes:
         self.changes.changed(round_id)
 
     async def _wait(
-        self, ids: list[str], nodes: tuple[str, str], *, until: float
+        self, ids: list[str], nodes: tuple[NodeName, NodeName], *, until: float
     ) -> tuple[list[agent_pb2.CommandResult | None], str]:
         """Both results, or those in by ``until``; or as soon as the probe cannot finish, why not."""
         waiters = [self._waiters[cid] for cid in ids]
@@ -398,7 +409,7 @@ class Probes:
             self.changes.changed(_lost(name))
 
     async def _cancel(
-        self, probe_id: str, nodes: tuple[str, str], results: list[agent_pb2.CommandResult | None], why: str
+        self, probe_id: str, nodes: tuple[NodeName, NodeName], results: list[agent_pb2.CommandResult | None], why: str
     ) -> None:
         """Close the probe's open command and send its node a cancel, in one transaction, then deliver."""
         now = self.wall_clock()

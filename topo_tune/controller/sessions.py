@@ -19,6 +19,7 @@ from topo_tune.controller.commands import CommandBook, CommandRecord
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import NodeRegistry, Registration
 from topo_tune.errors import ValidationError
+from topo_tune.ids import ConfigVersionId, NodeName
 from topo_tune.security.log_text import LogGate, held_note, printable
 from topo_tune.v1 import agent_pb2
 from topo_tune.wire.values import BACKEND_FROM_WIRE
@@ -35,7 +36,7 @@ ACTIVITY_NAMES = {
 
 @dataclass(eq=False)
 class AgentSession:
-    node_name: str
+    node_name: NodeName
     instance_id: str
     outgoing: asyncio.Queue[agent_pb2.ControllerMessage | None] = field(default_factory=asyncio.Queue)
     close_reason: str = ""
@@ -70,7 +71,7 @@ class SessionHub:
     _sessions: dict[str, AgentSession] = field(default_factory=dict, init=False)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict, init=False)
 
-    def _lock(self, node_name: str) -> asyncio.Lock:
+    def _lock(self, node_name: NodeName) -> asyncio.Lock:
         return self._locks.setdefault(node_name, asyncio.Lock())
 
     async def open(
@@ -81,19 +82,19 @@ class SessionHub:
         ``peer_host`` is the address the session came from: the node's benchmark address unless the agent
         advertised one. ``register`` was checked by the servicer (``api/validation.register``)."""
         registration = Registration(
-            node_name=register.node_name,
+            node_name=NodeName(register.node_name),
             rack=register.rack,
             labels=dict(register.labels),
             topology=register.topology.SerializeToString(),
             agent_version=register.agent_version,
             backend=BACKEND_FROM_WIRE[register.backend],
             instance_id=register.instance_id,
-            applied_config_version=register.applied_config_version,
+            applied_config_version=ConfigVersionId(register.applied_config_version),
             drained=register.drained,
             address=register.address or peer_host,
         )
         view = await self.registry.register(registration)
-        session = AgentSession(register.node_name, register.instance_id)
+        session = AgentSession(registration.node_name, register.instance_id)
         previous = self._sessions.get(register.node_name)
         if previous is not None:
             previous.close("superseded by a newer session of this node")
@@ -174,7 +175,7 @@ class SessionHub:
             was_lost = self.registry.heartbeat(
                 session.node_name,
                 activity=ACTIVITY_NAMES[heartbeat.activity],
-                applied_config_version=heartbeat.applied_config_version,
+                applied_config_version=ConfigVersionId(heartbeat.applied_config_version),
                 config_damage=heartbeat.config_damage,
             )
             if was_lost:
@@ -237,5 +238,5 @@ class SessionHub:
         for session in list(self._sessions.values()):
             session.close(reason)
 
-    def connected(self, node_name: str) -> bool:
+    def connected(self, node_name: NodeName) -> bool:
         return node_name in self._sessions

@@ -42,7 +42,7 @@ from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.left_running import end_left_running
 from topo_tune.controller.db.models import StudyRow
 from topo_tune.controller.nodes import NodeRegistry
-from topo_tune.controller.study_records import Study, StudyId, StudyRequest, StudyStatus, StudyTrial, StudyTrials
+from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus, StudyTrial, StudyTrials
 from topo_tune.errors import (
     AlreadyExists,
     ConfigError,
@@ -53,6 +53,7 @@ from topo_tune.errors import (
     TopoTuneError,
     ValidationError,
 )
+from topo_tune.ids import NodeName, StudyId
 from topo_tune.tuner.space import check_site_fixed
 from topo_tune.tuner.study import A_FAILURE, A_REASON, StudyProgress
 from topo_tune.tuner.study_summary import verdict_lines
@@ -137,11 +138,13 @@ class Studies:
     async def _cluster(self, study_id: str, request: StudyRequest) -> ClusterConfig:
         views = [v for v in await self.registry.list() if v.state is NodeState.READY and not v.drained]
         known = {v.name: v for v in await self.registry.list()}
-        names = list(request.nodes) or [v.name for v in views]
-        for i, name in enumerate(names):
-            check.node_name(name, f"nodes[{i}]")
+        names: list[NodeName] = []
+        for i, raw in enumerate(request.nodes):
+            name = check.node_name(raw, f"nodes[{i}]")
             if name not in known:
                 raise NotFoundError(f"no node named {name!r}")
+            names.append(name)
+        names = names or [v.name for v in views]
         if len(names) < 1:
             raise ValidationError("nodes", "no ready node to tune")
         backends = {known[n].backend for n in names}

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, NewType
+from typing import Any
 
-StudyId = NewType("StudyId", str)
+from topo_tune.ids import StudyId
 
 
 class StudyStatus(StrEnum):

@@ -36,6 +36,7 @@ from topo_tune.controller.rollout.verification import BenchmarkVerifier, wave_or
 from topo_tune.controller.sessions import SessionHub
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.controller.studies import Studies
+from topo_tune.ids import NodeName
 from topo_tune.kube.idleness import NodeIdleness, busy_nodes
 from topo_tune.plugin.table import parse_tuner_table
 from topo_tune.v1 import agent_pb2
@@ -207,7 +208,7 @@ class Services:
     async def _busy_reasons(self, nodes: list[str]) -> list[str]:
         return [f"{verdict.node_name}: {verdict.reason}" for verdict in await busy_nodes(self.idleness, nodes)]
 
-    async def _idle_nodes(self, nodes: list[str]) -> list[str]:
+    async def _idle_nodes(self, nodes: list[NodeName]) -> list[NodeName]:
         busy = {verdict.node_name for verdict in await busy_nodes(self.idleness, nodes)}
         return [n for n in nodes if n not in busy]
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from topo_tune.errors import ConfigError, ConflictError
+from topo_tune.ids import NO_CONFIG_VERSION, NO_ROLLOUT, ConfigVersionId, NodeName, RolloutId
 from topo_tune.plugin.job_env import plugin_env
 from topo_tune.versions.layout import staged_path
 from topo_tune.versions.version import NCCL_CONF, TOPO_FILE, TUNER_TABLE, is_version_id
@@ -47,13 +48,13 @@ JOB_ID_VARIABLES = (
 class RolloutView:
     """What job resolution needs to know about the rollout state."""
 
-    stable_version: str
+    stable_version: ConfigVersionId
     """The version every node has (the previous stable one while a rollout runs; "" = NCCL's defaults)."""
-    new_version: str = ""
+    new_version: ConfigVersionId = NO_CONFIG_VERSION
     """The version being rolled out ("" when none is, or while it rolls back)."""
-    migrated_nodes: frozenset[str] = frozenset()
+    migrated_nodes: frozenset[NodeName] = frozenset()
     """Nodes in completed waves of that rollout."""
-    rollout_id: str = ""
+    rollout_id: RolloutId = NO_ROLLOUT
 
 
 ARM_STABLE = "stable"

@@ -18,10 +18,11 @@ from collections.abc import Callable
 from datetime import UTC
 from typing import TypeVar
 
-from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobId, JobStatus, SizeRange
+from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus, SizeRange
 from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound, ProbeStatus
 from topo_tune.client.admin import PROBE_SAMPLING, AdminClient
 from topo_tune.errors import ControllerUnavailable
+from topo_tune.ids import JobId
 from topo_tune.tuning_pass.node_record import ClusterTopology, NodeInfo, NodeState
 from topo_tune.v1 import admin_pb2, agent_pb2
 from topo_tune.wire.benchmark import COLLECTIVE_TO_PROTO, collective_from_proto, size_from_proto

@@ -21,9 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import TypeGuard
 
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.errors import EnvPolicyError, ValidationError
+from topo_tune.ids import ConfigVersionId
 
 NCCL_CONF = "nccl.conf"
 TUNER_TABLE = "nccl_tuner.conf"
@@ -41,13 +43,13 @@ _KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,127}$")
 _ID = re.compile(r"^cv-[0-9a-f]{16}$")
 
 
-def version_id(files: Mapping[str, str]) -> str:
+def version_id(files: Mapping[str, str]) -> ConfigVersionId:
     """``cv-`` and 16 hex digits of the SHA-256 of the files, independent of their order."""
     canonical = json.dumps(sorted(files.items()), ensure_ascii=False, separators=(",", ":"))
-    return "cv-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
+    return ConfigVersionId("cv-" + hashlib.sha256(canonical.encode()).hexdigest()[:16])
 
 
-def is_version_id(value: str) -> bool:
+def is_version_id(value: str) -> TypeGuard[ConfigVersionId]:
     return bool(_ID.match(value))
 
 
@@ -62,7 +64,7 @@ class ConfigVersion:
         object.__setattr__(self, "provenance", MappingProxyType(dict(self.provenance)))
 
     @property
-    def id(self) -> str:
+    def id(self) -> ConfigVersionId:
         return version_id(self.files)
 
     def settings(self) -> dict[str, str]:

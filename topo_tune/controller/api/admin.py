@@ -107,8 +107,8 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
 
     @maps_errors
     async def GetNode(self, request: admin_pb2.GetNodeRequest, context: Ctx) -> admin_pb2.Node:
-        names.node_name(request.name, "name")
-        node = to_proto_node(await self._registry.get(request.name), with_topology=True)
+        name = names.node_name(request.name, "name")
+        node = to_proto_node(await self._registry.get(name), with_topology=True)
         node.config_apply_error = (await self._commands.apply_failures(request.name)).get(request.name, "")
         return node
 

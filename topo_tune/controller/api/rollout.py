@@ -62,8 +62,7 @@ class RolloutServicerMixin:
 
     @maps_errors
     async def CreateRollout(self, request: admin_pb2.CreateRolloutRequest, context: Ctx) -> admin_pb2.RolloutInfo:
-        if request.rollout_id:
-            names.command_id(request.rollout_id, "rollout_id")
+        rollout_id = names.rollout_id(request.rollout_id) if request.rollout_id else None
         policy = rollout_messages.from_proto_policy(request, gate_defaults=self._rollouts.gate_defaults)
         if policy.gate.cuda_graph:
             # Refused now rather than as an inconclusive gate after the canary was already switched.
@@ -91,7 +90,7 @@ class RolloutServicerMixin:
             plan = await self._rollouts.plan(policy)
             return rollout_messages.to_proto_rollout_plan(version.id, plan, policy, thresholds)
         snapshot = await self._rollouts.create(
-            version, policy=policy, thresholds=thresholds, actor=_actor(request.actor), rollout_id=request.rollout_id
+            version, policy=policy, thresholds=thresholds, actor=_actor(request.actor), rollout_id=rollout_id
         )
         self._reconcile_soon()
         return await self._info(snapshot)
@@ -100,8 +99,7 @@ class RolloutServicerMixin:
     async def GetRollout(self, request: admin_pb2.GetRolloutRequest, context: Ctx) -> admin_pb2.RolloutInfo:
         store = self._rollouts.store
         if request.rollout_id:
-            names.command_id(request.rollout_id, "rollout_id")
-            return await self._info(await store.load(request.rollout_id))
+            return await self._info(await store.load(names.rollout_id(request.rollout_id)))
         snapshot = await store.active()
         if snapshot is None:
             recent = await store.recent(limit=1)
@@ -120,10 +118,10 @@ class RolloutServicerMixin:
 
     @maps_errors
     async def ChangeRollout(self, request: admin_pb2.ChangeRolloutRequest, context: Ctx) -> admin_pb2.RolloutInfo:
-        names.command_id(request.rollout_id, "rollout_id")
+        rid = names.rollout_id(request.rollout_id)
         reason = names.short_text(request.reason, "reason")
         actor = _actor(request.actor)
-        engine, rid = self._rollouts, request.rollout_id
+        engine = self._rollouts
         action = request.action
         if action == admin_pb2.ROLLOUT_ACTION_PAUSE:
             snapshot = await engine.pause(rid, actor=actor, reason=reason)
@@ -144,8 +142,7 @@ class RolloutServicerMixin:
     async def GetRolloutHistory(
         self, request: admin_pb2.GetRolloutHistoryRequest, context: Ctx
     ) -> admin_pb2.RolloutHistory:
-        names.command_id(request.rollout_id, "rollout_id")
-        records = await self._rollouts.store.history(request.rollout_id)
+        records = await self._rollouts.store.history(names.rollout_id(request.rollout_id))
         return rollout_messages.to_proto_rollout_history(records)
 
     @maps_errors

@@ -78,12 +78,12 @@ class WatchServicerMixin:
     async def WatchRollout(
         self, request: admin_pb2.WatchRequest, context: Ctx
     ) -> AsyncIterator[admin_pb2.RolloutUpdate]:
-        names.command_id(request.id, "id")
+        rollout_id = names.rollout_id(request.id, "id")
         store = self._rollouts.store
 
         async def read() -> tuple[admin_pb2.RolloutInfo, Snapshot]:
-            snapshot = await store.load(request.id)
-            return to_proto_rollout(snapshot, await store.gates(request.id)), snapshot
+            snapshot = await store.load(rollout_id)
+            return to_proto_rollout(snapshot, await store.gates(rollout_id)), snapshot
 
         async for rollout, snapshot in self._rollouts.changes.follow(
             request.id, read, lambda found: found[1].rollout.phase.final

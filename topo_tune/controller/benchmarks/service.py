@@ -47,6 +47,7 @@ from topo_tune.controller.db.models import BenchmarkJobRow, CommandRow
 from topo_tune.controller.job_ends import OpenPart, cancel_command, cancel_command_id, why_it_cannot_finish
 from topo_tune.controller.nodes import NodeRegistry, NodeView
 from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, SpecError, SweepError, ValidationError
+from topo_tune.ids import NodeName
 from topo_tune.nccl.backends import Backend
 from topo_tune.nccl.collectives import Collective
 from topo_tune.security.log_text import printable
@@ -175,8 +176,8 @@ class BenchmarkJobs:
             self._add_simulated_cluster(run, request=request, job_id=job_id, views=views, topologies=topologies)
         return spec, run, backend, list(request.nodes)
 
-    async def _ready_node(self, name: str, field: str) -> NodeView:
-        names.node_name(name, field)
+    async def _ready_node(self, given: str, field: str) -> NodeView:
+        name = names.node_name(given, field)
         if self.registry.state_of(name) is None:
             raise NotFoundError(f"no node named {name!r}")
         view = await self.registry.get(name)
@@ -227,9 +228,9 @@ class BenchmarkJobs:
         request: BenchmarkRequest,
         job_id: str,
         views: list[NodeView],
-        topologies: dict[str, topology_pb2.NodeTopology],
+        topologies: dict[NodeName, topology_pb2.NodeTopology],
     ) -> None:
-        run.sim.nodes.extend(topologies[name] for name in request.nodes)
+        run.sim.nodes.extend(topologies[view.name] for view in views)  # the views are the request's nodes, in order
         run.sim.rack_of.update({v.name: v.rack or "default" for v in views})
         if self.settings.spine_oversubscription is not None:
             run.sim.spine_oversubscription = self.settings.spine_oversubscription

@@ -53,6 +53,7 @@ from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.rollout.verification import job_sample
 from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus
 from topo_tune.errors import TopoTuneError, ValidationError
+from topo_tune.ids import NO_CONFIG_VERSION, ConfigVersionId, NodeName, RolloutId
 from topo_tune.tuning_pass.node_record import NodeState
 
 logger = logging.getLogger(__name__)
@@ -98,7 +99,7 @@ class DriftChecker:
     metrics: ControllerMetrics
     wall_clock: Callable[[], datetime]
     settings: DriftConfig = field(default_factory=DriftConfig)
-    idle: Callable[[list[str]], Awaitable[list[str]]] | None = None
+    idle: Callable[[list[NodeName]], Awaitable[list[NodeName]]] | None = None
     """The idle subset of the given nodes (Kubernetes: no GPU pods, not cordoned); None: all are idle."""
     rng: random.Random = field(default_factory=random.Random)
     new_id: Callable[[], str] = lambda: "dc-" + uuid.uuid4().hex[:12]
@@ -157,7 +158,7 @@ class DriftChecker:
 
     async def _prepare(self, check_id: str, *, expected: str) -> _Planned | None:
         """Store the check: ``skipped`` with the reason (None), or ``running`` with what it will measure."""
-        version, skipped = "", ""
+        version, skipped = NO_CONFIG_VERSION, ""
         active = await self.rollouts.active()
         stable = await self.rollouts.stable()
         if expected and (stable is None or stable.config_version != expected):
@@ -239,7 +240,7 @@ class DriftChecker:
             check_id, reference=planned.reference, measured=measured, failure=failure, simulated=simulated
         )
 
-    async def references(self, rollout_id: str) -> list[Reference]:
+    async def references(self, rollout_id: RolloutId) -> list[Reference]:
         """Per wave of ``rollout_id``, the mean ``new``-arm bus bandwidth of its last gate attempt with samples."""
         snapshot = await self.rollouts.load(rollout_id)
         latest: dict[int, list[float]] = {}
@@ -253,7 +254,9 @@ class DriftChecker:
             if wave < len(snapshot.waves) and snapshot.waves[wave].nodes
         ]
 
-    async def _choose(self, references: Sequence[Reference], version: str) -> tuple[Reference, list[str]] | str:
+    async def _choose(
+        self, references: Sequence[Reference], version: ConfigVersionId
+    ) -> tuple[Reference, list[NodeName]] | str:
         """A wave and the nodes of it to measure, or why there are none."""
         views = {v.name: v for v in await self.registry.list()}
         eligible = [

@@ -15,6 +15,7 @@ from statistics import fmean
 
 from topo_tune.config.cluster import DriftConfig
 from topo_tune.controller.bandwidth_drop import drop_beyond
+from topo_tune.ids import NodeName, RolloutId
 
 
 class DriftStatus(StrEnum):
@@ -38,9 +39,9 @@ class DriftKind(StrEnum):
 class Reference:
     """What a rollout's gate measured for its new version on one wave."""
 
-    rollout_id: str
+    rollout_id: RolloutId
     wave: int
-    nodes: tuple[str, ...]
+    nodes: tuple[NodeName, ...]
     busbw_gbps: float
     """The mean of ``samples``."""
     samples: tuple[float, ...] = ()

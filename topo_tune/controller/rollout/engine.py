@@ -46,6 +46,7 @@ from topo_tune.controller.rollout.plan import Plan, PlanPolicy, build_plan
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.sessions import SessionHub
 from topo_tune.errors import ConflictError, NotFoundError, TopoTuneError
+from topo_tune.ids import ConfigVersionId, NodeName, RolloutId
 from topo_tune.kube.rack import tiers_above
 from topo_tune.tuning_pass.node_record import NodeState
 from topo_tune.v1 import agent_pb2
@@ -69,7 +70,11 @@ class NoVerifier:
         return ()
 
 
-def command_id(*, rollout_id: str, node: str, version: str, attempt: int) -> str:
+_STABLE = RolloutId("stable")
+"""What the stable version's re-applies count as in their command ids (never a rollout's id: ``ro-…``)."""
+
+
+def command_id(*, rollout_id: RolloutId, node: NodeName, version: ConfigVersionId, attempt: int) -> str:
     digest = hashlib.sha256(f"{rollout_id}\0{node}\0{version}\0{attempt}".encode()).hexdigest()
     return f"ro-{digest[:40]}"
 
@@ -112,13 +117,13 @@ class RolloutEngine:
         policy: PlanPolicy,
         thresholds: RolloutThresholdsConfig,
         actor: str,
-        rollout_id: str = "",
+        rollout_id: RolloutId | None = None,
     ) -> state.Snapshot:
         """Plan a rollout of ``version`` over the registered nodes and store it ``pending``."""
         plan = await self.plan(policy)
         await self.store.versions.store(version)
         step = state.new_snapshot(
-            rollout_id=rollout_id or f"ro-{uuid.uuid4().hex[:12]}",
+            rollout_id=rollout_id or RolloutId(f"ro-{uuid.uuid4().hex[:12]}"),
             config_version=version.id,
             previous_version=await self.store.stable_version(),
             plan=plan,
@@ -204,9 +209,9 @@ class RolloutEngine:
                 )
         return after
 
-    async def _observe(self, snapshot: state.Snapshot) -> dict[str, state.Observed]:
+    async def _observe(self, snapshot: state.Snapshot) -> dict[NodeName, state.Observed]:
         desired = state.desired_versions(snapshot)
-        observed: dict[str, state.Observed] = {}
+        observed: dict[NodeName, state.Observed] = {}
         for name in snapshot.nodes:
             view = self.registry.live_report(name)
             if view is None:
@@ -228,7 +233,7 @@ class RolloutEngine:
             )
         return observed
 
-    async def _act(self, snapshot: state.Snapshot, observed: Mapping[str, state.Observed]) -> bool:
+    async def _act(self, snapshot: state.Snapshot, observed: Mapping[NodeName, state.Observed]) -> bool:
         """Send what is missing. True when something changed that needs another pass."""
         rollout = snapshot.rollout
         for node, version in state.desired_versions(snapshot).items():
@@ -328,7 +333,7 @@ class RolloutEngine:
                 continue  # caught up meanwhile
             attempt, record = 0, None
             while True:
-                cid = command_id(rollout_id="stable", node=name, version=stable, attempt=attempt + 1)
+                cid = command_id(rollout_id=_STABLE, node=name, version=stable, attempt=attempt + 1)
                 try:
                     found = await self.commands.get(cid)
                 except NotFoundError:
@@ -346,7 +351,7 @@ class RolloutEngine:
                     continue
             files = await self.store.versions.files(stable) if stable else {}
             command = agent_pb2.Command(apply_config=agent_pb2.ApplyConfig(version=stable, files=files))
-            cid = command_id(rollout_id="stable", node=name, version=stable, attempt=attempt + 1)
+            cid = command_id(rollout_id=_STABLE, node=name, version=stable, attempt=attempt + 1)
             await self.hub.deliver_new(await self.commands.submit(name, command, command_id=cid))
             logger.info(
                 "node reports %s%s; sending the stable version %s",
@@ -358,7 +363,7 @@ class RolloutEngine:
 
     # -- the operator's verbs: each is one committed step ------------------------------------------------------
 
-    async def _verb(self, rollout_id: str, make: Callable[[state.Snapshot], state.Step | None]) -> state.Snapshot:
+    async def _verb(self, rollout_id: RolloutId, make: Callable[[state.Snapshot], state.Step | None]) -> state.Snapshot:
         async with self._lock:
             snapshot = await self.store.load(rollout_id)
             step = make(snapshot)
@@ -366,19 +371,19 @@ class RolloutEngine:
                 snapshot = await self._commit(snapshot, step)
         return snapshot
 
-    async def pause(self, rollout_id: str, *, actor: str, reason: str = "") -> state.Snapshot:
+    async def pause(self, rollout_id: RolloutId, *, actor: str, reason: str = "") -> state.Snapshot:
         return await self._verb(rollout_id, lambda s: state.pause(s, actor=actor, reason=reason))
 
-    async def resume(self, rollout_id: str, *, actor: str) -> state.Snapshot:
+    async def resume(self, rollout_id: RolloutId, *, actor: str) -> state.Snapshot:
         return await self._verb(rollout_id, lambda s: state.resume(s, actor=actor))
 
-    async def promote(self, rollout_id: str, *, actor: str) -> state.Snapshot:
+    async def promote(self, rollout_id: RolloutId, *, actor: str) -> state.Snapshot:
         return await self._verb(rollout_id, lambda s: state.promote(s, actor=actor, now=self.wall_clock()))
 
-    async def abort(self, rollout_id: str, *, actor: str, reason: str = "") -> state.Snapshot:
+    async def abort(self, rollout_id: RolloutId, *, actor: str, reason: str = "") -> state.Snapshot:
         return await self._verb(rollout_id, lambda s: state.abort(s, actor=actor, reason=reason))
 
-    async def rollback(self, rollout_id: str, *, actor: str, reason: str = "") -> state.Snapshot:
+    async def rollback(self, rollout_id: RolloutId, *, actor: str, reason: str = "") -> state.Snapshot:
         """Roll back (also a completed or aborted rollout), unless another rollout has started since."""
 
         def make(snapshot: state.Snapshot) -> state.Step | None:

@@ -22,6 +22,7 @@ from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.rollout.state import RolloutPhase, WavePhase
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.errors import NotFoundError
+from topo_tune.ids import NodeName, RolloutId
 from topo_tune.jobs.config import JobPin, RolloutView, resolve
 from topo_tune.tuner.ring.job_order import JobOrder, job_order, pinned_order
 from topo_tune.versions.version import RANK_MAP
@@ -49,7 +50,7 @@ async def job_view(store: RolloutStore) -> RolloutView:
 class ResolvedJob:
     pin: JobPin
     files: tuple[str, ...]
-    rollout_id: str
+    rollout_id: RolloutId
     order: JobOrder
     """The pinned order with what the version's pair matrix predicts for it and for the launcher's order."""
     master_addr: str = ""
@@ -83,7 +84,7 @@ class JobResolver:
         if self.registry is None:
             return node
         try:
-            found = await self.registry.get(node)
+            found = await self.registry.get(NodeName(node))
         except NotFoundError:
             return node
         return found.address or node

@@ -29,6 +29,7 @@ from topo_tune.config.cluster import RolloutThresholdsConfig
 from topo_tune.controller.rollout.gates import Outcome, Verdict
 from topo_tune.controller.rollout.plan import Plan, PlanPolicy, WaveKind
 from topo_tune.errors import ConflictError
+from topo_tune.ids import ConfigVersionId, NodeName, RolloutId
 
 
 class RolloutPhase(StrEnum):
@@ -72,9 +73,9 @@ TIMER = "timer"
 
 @dataclass(frozen=True)
 class Rollout:
-    id: str
-    config_version: str
-    previous_version: str
+    id: RolloutId
+    config_version: ConfigVersionId
+    previous_version: ConfigVersionId
     """What a rollback returns to: the stable version when the rollout was created ("" = NCCL defaults)."""
     phase: RolloutPhase
     policy: PlanPolicy
@@ -96,7 +97,7 @@ class WaveState:
     index: int
     kind: WaveKind
     racks: tuple[str, ...]
-    nodes: tuple[str, ...]
+    nodes: tuple[NodeName, ...]
     phase: WavePhase = WavePhase.PENDING
     group: tuple[str, ...] = ()
     """The network tiers above the wave's racks (``plan.Wave.group``)."""
@@ -114,7 +115,7 @@ class NodeRollout:
 class Snapshot:
     rollout: Rollout
     waves: tuple[WaveState, ...]
-    nodes: Mapping[str, NodeRollout]
+    nodes: Mapping[NodeName, NodeRollout]
 
     @property
     def current_wave(self) -> WaveState | None:
@@ -125,12 +126,12 @@ class Snapshot:
 class Observed:
     """What the fleet says about one node right now."""
 
-    version: str
+    version: ConfigVersionId
     lost: bool = False
     settled: bool = True
     """No command of this rollout is still open for the node: what it reports is where it will stay."""
 
-    def reports(self, version: str) -> bool:
+    def reports(self, version: ConfigVersionId) -> bool:
         return self.version == version and not self.lost and self.settled
 
 
@@ -152,9 +153,9 @@ class Step:
 
 def new_snapshot(
     *,
-    rollout_id: str,
-    config_version: str,
-    previous_version: str,
+    rollout_id: RolloutId,
+    config_version: ConfigVersionId,
+    previous_version: ConfigVersionId,
     plan: Plan,
     policy: PlanPolicy,
     thresholds: RolloutThresholdsConfig,
@@ -171,8 +172,11 @@ def new_snapshot(
         thresholds=thresholds,
         created_by=created_by,
     )
-    waves = tuple(WaveState(w.index, w.kind, w.racks, w.nodes, group=w.group) for w in plan.waves)
-    nodes = {node: NodeRollout(wave.index) for wave in plan.waves for node in wave.nodes}
+    # The plan names nodes as cluster.yaml and the registry do; here they become node names.
+    waves = tuple(
+        WaveState(w.index, w.kind, w.racks, tuple(NodeName(n) for n in w.nodes), group=w.group) for w in plan.waves
+    )
+    nodes = {node: NodeRollout(wave.index) for wave in waves for node in wave.nodes}
     message = f"{previous_version or 'defaults'} → {config_version}"
     if plan.skipped:  # kept in the history: the plan's waves do not name what they leave out
         message += "; " + "; ".join(f"skipped {node}: {why}" for node, why in plan.skipped[:20])
@@ -202,7 +206,7 @@ class _Builder:
         self.waves[index] = dataclasses.replace(self.waves[index], phase=phase)
         self.audit.append(AuditEntry(f"wave {index}", before, phase, self.actor, message))
 
-    def set_node(self, name: str, message: str = "", **changes: object) -> None:
+    def set_node(self, name: NodeName, message: str = "", **changes: object) -> None:
         before = self.nodes[name]
         self.nodes[name] = dataclasses.replace(before, **changes)  # type: ignore[arg-type]
         self.audit.append(AuditEntry(f"node {name}", before.phase, self.nodes[name].phase, self.actor, message))
@@ -215,7 +219,7 @@ class _Builder:
 
 
 def reconcile(
-    snapshot: Snapshot, observed: Mapping[str, Observed], verdict: Verdict | None, now: datetime
+    snapshot: Snapshot, observed: Mapping[NodeName, Observed], verdict: Verdict | None, now: datetime
 ) -> Step | None:
     """The next step the rollout takes on its own, or None when it waits (for agents, a gate or a human)."""
     rollout = snapshot.rollout
@@ -236,11 +240,11 @@ def reconcile(
     return b.step()
 
 
-def _lost(nodes: Iterable[str], observed: Mapping[str, Observed]) -> list[str]:
+def _lost(nodes: Iterable[NodeName], observed: Mapping[NodeName, Observed]) -> list[NodeName]:
     return [n for n in nodes if n not in observed or observed[n].lost]
 
 
-def _applying(b: _Builder, snapshot: Snapshot, observed: Mapping[str, Observed]) -> None:
+def _applying(b: _Builder, snapshot: Snapshot, observed: Mapping[NodeName, Observed]) -> None:
     wave = snapshot.current_wave
     rollout = snapshot.rollout
     if wave is None:
@@ -323,7 +327,7 @@ def _start_rollback(b: _Builder, reason: str) -> None:
     b.set_rollout(reason, phase=RolloutPhase.ROLLING_BACK, reason=reason, paused_from=None, resume_at=None)
 
 
-def _rolling_back(b: _Builder, snapshot: Snapshot, observed: Mapping[str, Observed]) -> None:
+def _rolling_back(b: _Builder, snapshot: Snapshot, observed: Mapping[NodeName, Observed]) -> None:
     rollout = snapshot.rollout
     current = next((w for w in reversed(snapshot.waves) if w.phase is WavePhase.ROLLING_BACK), None)
     if current is None:
@@ -351,7 +355,7 @@ def _rolling_back(b: _Builder, snapshot: Snapshot, observed: Mapping[str, Observ
 # -- what the engine must do for the committed snapshot --------------------------------------------------------
 
 
-def desired_versions(snapshot: Snapshot) -> dict[str, str]:
+def desired_versions(snapshot: Snapshot) -> dict[NodeName, ConfigVersionId]:
     """Node → the version it must be sent now (only nodes the rollout is changing)."""
     rollout = snapshot.rollout
     if rollout.phase is RolloutPhase.APPLYING:
@@ -369,7 +373,7 @@ def pending_gate(snapshot: Snapshot) -> tuple[int, int] | None:
     return None
 
 
-def retry_node(snapshot: Snapshot, node: str, why: str) -> Step:
+def retry_node(snapshot: Snapshot, node: NodeName, why: str) -> Step:
     """The node's last ApplyConfig failed: the next one goes out under a new attempt number."""
     b = _Builder(snapshot, ENGINE)
     b.set_node(node, f"attempt {snapshot.nodes[node].attempt} failed: {why}", attempt=snapshot.nodes[node].attempt + 1)

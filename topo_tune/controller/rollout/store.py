@@ -44,6 +44,7 @@ from topo_tune.controller.rollout.state import (
     WaveState,
 )
 from topo_tune.errors import AlreadyExists, ConflictError, NotFoundError, StorageError
+from topo_tune.ids import NO_CONFIG_VERSION, ConfigVersionId, NodeName, RolloutId
 from topo_tune.jobs.config import JobPin
 
 ACTIVE_PHASES = [p.value for p in RolloutPhase if not p.final]
@@ -71,9 +72,9 @@ class GateRecord:
 
 def _rollout_from_row(row: RolloutRow) -> Rollout:
     return Rollout(
-        id=row.id,
-        config_version=row.config_version,
-        previous_version=row.previous_version,
+        id=RolloutId(row.id),
+        config_version=ConfigVersionId(row.config_version),
+        previous_version=ConfigVersionId(row.previous_version),
         phase=RolloutPhase(row.phase),
         policy=PlanPolicy.from_json(row.policy),
         thresholds=RolloutThresholdsConfig.model_validate(row.thresholds),
@@ -112,9 +113,9 @@ def _load(session: Session, row: RolloutRow) -> Snapshot:
         sa.select(RolloutWaveRow).where(RolloutWaveRow.rollout_id == row.id).order_by(RolloutWaveRow.index)
     ).all()
     node_rows = session.scalars(sa.select(RolloutNodeRow).where(RolloutNodeRow.rollout_id == row.id)).all()
-    members: dict[int, list[str]] = {}
+    members: dict[int, list[NodeName]] = {}
     for node in sorted(node_rows, key=lambda n: n.position):
-        members.setdefault(node.wave, []).append(node.node_name)
+        members.setdefault(node.wave, []).append(NodeName(node.node_name))
     return Snapshot(
         rollout=_rollout_from_row(row),
         waves=tuple(
@@ -128,7 +129,7 @@ def _load(session: Session, row: RolloutRow) -> Snapshot:
             )
             for w in waves
         ),
-        nodes={n.node_name: NodeRollout(n.wave, NodePhase(n.phase), n.attempt) for n in node_rows},
+        nodes={NodeName(n.node_name): NodeRollout(n.wave, NodePhase(n.phase), n.attempt) for n in node_rows},
     )
 
 
@@ -196,7 +197,7 @@ class RolloutStore:
         return snapshot
 
     @staticmethod
-    def _audit(session: Session, rollout_id: str, revision: int, step: Step, at: datetime) -> None:
+    def _audit(session: Session, rollout_id: RolloutId, revision: int, step: Step, at: datetime) -> None:
         session.add_all(
             RolloutAuditRow(
                 rollout_id=rollout_id,
@@ -242,7 +243,7 @@ class RolloutStore:
         await self.db.run(write)
         return after
 
-    async def load(self, rollout_id: str) -> Snapshot:
+    async def load(self, rollout_id: RolloutId) -> Snapshot:
         def read(session: Session) -> Snapshot:
             row = session.get(RolloutRow, rollout_id)
             if row is None:
@@ -278,13 +279,13 @@ class RolloutStore:
 
         return await self.db.read(read)
 
-    async def stable_version(self) -> str:
+    async def stable_version(self) -> ConfigVersionId:
         """The version the fleet runs when no rollout is active: the last completed rollout's ("" if none)."""
         stable = await self.stable()
-        return stable.config_version if stable is not None else ""
+        return stable.config_version if stable is not None else NO_CONFIG_VERSION
 
     async def save_gate(
-        self, rollout_id: str, *, wave: int, attempt: int, verdict: Verdict, samples: Sequence[Sample]
+        self, rollout_id: RolloutId, *, wave: int, attempt: int, verdict: Verdict, samples: Sequence[Sample]
     ) -> Verdict:
         """Store a gate result; if one exists for this wave and attempt, that one stands and is returned."""
         at = self.wall_clock()
@@ -308,11 +309,11 @@ class RolloutStore:
 
         return await self.db.run(write)
 
-    async def gate(self, rollout_id: str, *, wave: int, attempt: int) -> Verdict | None:
+    async def gate(self, rollout_id: RolloutId, *, wave: int, attempt: int) -> Verdict | None:
         row = await self.db.read(lambda session: session.get(GateResultRow, (rollout_id, wave, attempt)))
         return _verdict_from_json(row.verdict) if row is not None else None
 
-    async def gates(self, rollout_id: str) -> list[GateRecord]:
+    async def gates(self, rollout_id: RolloutId) -> list[GateRecord]:
         def read(session: Session) -> list[GateRecord]:
             rows = session.scalars(
                 sa.select(GateResultRow)
@@ -332,7 +333,7 @@ class RolloutStore:
 
         return await self.db.read(read)
 
-    async def history(self, rollout_id: str) -> list[AuditRecord]:
+    async def history(self, rollout_id: RolloutId) -> list[AuditRecord]:
         def read(session: Session) -> list[AuditRecord]:
             if session.get(RolloutRow, rollout_id) is None:
                 raise NotFoundError(f"no rollout {rollout_id!r}")
@@ -358,7 +359,7 @@ class RolloutStore:
             return None
         return JobPin(row.job_id, row.config_version, tuple(row.nodes), tuple(row.node_order), row.arm)
 
-    async def pin(self, pin: JobPin, *, rollout_id: str) -> JobPin:
+    async def pin(self, pin: JobPin, *, rollout_id: RolloutId) -> JobPin:
         """Store ``pin`` (version and node order, under its job id and arm) unless the job is pinned already;
         returns the pin that stands."""
         at = self.wall_clock()
