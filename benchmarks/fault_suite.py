@@ -36,12 +36,12 @@ def main() -> int:
         rows = [json.loads(line) for line in figures.read_text().splitlines()] if figures.exists() else []
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "(no pytest output)"
     print(f"pytest -m 'faults or faults_long': {summary}; {took:.0f} s wall")
-    print("| scenario | faults injected | resumes | rows checked |")
-    print("|---|---:|---:|---:|")
+    print("| scenario | faults injected | resumes | rows checked | measured |")
+    print("|---|---:|---:|---:|---|")
     for row in rows:
-        print(f"| {row['scenario']} | {row['faults']} | {row['resumes']} | {row['rows']} |")
+        print(f"| {row['scenario']} | {row['faults']} | {row['resumes']} | {row['rows']} | {row.get('measured', '')} |")
     total = {key: sum(int(r[key]) for r in rows) for key in ("faults", "resumes", "rows")}
-    print(f"| **all {len(rows)} scenarios** | {total['faults']} | {total['resumes']} | {total['rows']} |")
+    print(f"| **all {len(rows)} scenarios** | {total['faults']} | {total['resumes']} | {total['rows']} | |")
     if done.returncode != 0:
         print(done.stdout[-4000:], file=sys.stderr)
     return done.returncode

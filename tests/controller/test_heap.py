@@ -73,6 +73,29 @@ def test_freed_memory_is_given_back_to_the_system_once_an_interval() -> None:
     assert keeper._trim_if_due()
 
 
+def test_memory_freed_after_a_burst_is_given_back_at_the_next_tick_and_memory_in_use_is_not_trimmed_again() -> None:
+    now, readings = [0.0], [200.0]  # the resident set, MiB: before a trim, then after it
+    keeper = HeapKeeper(
+        trim_interval_s=10.0,
+        trim_growth_mib=32.0,
+        clock=lambda: now[0],
+        resident_mib=lambda: readings.pop(0) if len(readings) > 1 else readings[0],
+    )
+
+    def tick(at: float, *resident: float) -> bool:
+        now[0], readings[:] = at, list(resident)
+        return keeper._trim_if_due()
+
+    assert tick(0.0, 200.0), "the first tick trims: 200 MiB is the floor"
+    assert not tick(1.0, 231.0), "less than 32 MiB above the floor"
+    assert tick(2.0, 290.0, 270.0), "a burst in flight: 90 MiB above the floor"
+    assert tick(3.0, 300.0, 205.0), "the burst ended: what it freed is given back at the next tick"
+    assert not tick(4.0, 205.0)
+    assert tick(5.0, 260.0, 259.0), "sessions that stay: trimmed once, giving back little..."
+    assert not tick(6.0, 260.0), "...so they are the new floor, not trimmed every second"
+    assert tick(16.0, 260.0), "the interval still trims"
+
+
 FREED_BLOCKS = """
 import sys
 from topo_tune.controller.heap import _resident_mib, fix_mmap_threshold

@@ -4,6 +4,8 @@
   controller's human log shows them escaped on the line of the record, bounded, and only a few per node.
 - A job credential sending bytes that are not the request message to an admin method: ``INVALID_ARGUMENT``
   naming the request, one log line per call and no traceback (as for every other unary method).
+- An admin sending a config version larger than any that could pass its checks: refused by its length, the
+  sizes named; one a little smaller is parsed and refused naming the file that is too large.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ import pytest
 
 from tests.support.processes import TOKEN, Daemon, free_port, run_cli
 from tests.support.waiting import wait_until
+from topo_tune.controller.api.validation import PUT_CONFIG_VERSION_BYTES
 from topo_tune.controller.credentials import Credentials
+from topo_tune.controller.names import MAX_LABEL_KEY, MAX_LABEL_VALUE, MAX_LABELS
 from topo_tune.security.auth import bearer_metadata
-from topo_tune.v1 import agent_pb2, agent_pb2_grpc
+from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2, agent_pb2_grpc
+from topo_tune.versions.version import FILE_NAMES, MAX_FILE_BYTES
 
 FORGED = "12:00:00.000 INFO    topo_tune.controller.server: FORGED admin token accepted"
 HOSTILE = f"files changed\n{FORGED}\r\n\x1b[2J\x1b[31mred\u2028{'y' * 5000}"
@@ -111,3 +116,40 @@ def test_an_undecodable_admin_request_is_invalid_argument_with_one_log_line(cont
     log = daemon.output()
     assert "Traceback" not in log and "DecodeError" not in log, log[-3000:]
     assert log.count("refused a request to /topo_tune.v1.AdminService/") == len(calls)
+
+
+def test_the_largest_config_version_that_can_pass_its_checks_is_within_the_length_bound() -> None:
+    four_bytes = "\U0001f600"  # the label limits count characters: each of these is 4 bytes in UTF-8
+    largest = admin_pb2.PutConfigVersionRequest(
+        files={name: "x" * MAX_FILE_BYTES for name in FILE_NAMES},
+        provenance={
+            f"{i:03d}" + four_bytes * (MAX_LABEL_KEY - 3): four_bytes * MAX_LABEL_VALUE for i in range(MAX_LABELS)
+        },
+        id="cv-0123456789abcdef",
+    )
+    assert largest.ByteSize() <= PUT_CONFIG_VERSION_BYTES < 5 << 20
+
+
+async def _put(address: str, request: admin_pb2.PutConfigVersionRequest) -> grpc.aio.AioRpcError:
+    async with grpc.aio.insecure_channel(address) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await admin_pb2_grpc.AdminServiceStub(channel).PutConfigVersion(
+                request, metadata=bearer_metadata(TOKEN), timeout=20
+            )
+        return caught.value
+
+
+def test_a_config_version_too_large_to_be_valid_is_refused_by_its_length(controller: tuple[str, Daemon]) -> None:
+    address, daemon = controller
+    over = admin_pb2.PutConfigVersionRequest(files={"nccl.conf": "#" * PUT_CONFIG_VERSION_BYTES})
+    error = asyncio.run(_put(address, over))
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert error.details() == (
+        f"request: the body is {over.ByteSize():,} bytes; a valid PutConfigVersion request is at most "
+        f"{PUT_CONFIG_VERSION_BYTES:,}"
+    )
+    under = admin_pb2.PutConfigVersionRequest(files={"nccl.conf": "#" * (2 * MAX_FILE_BYTES)})
+    error = asyncio.run(_put(address, under))
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "files['nccl.conf']: larger than 1048576 bytes" in error.details(), error.details()
+    assert "Traceback" not in daemon.output()

@@ -12,11 +12,12 @@ import sys
 from pathlib import Path
 
 
-def record(scenario: str, *, faults: int, resumes: int, rows: int) -> None:
+def record(scenario: str, *, faults: int, resumes: int, rows: int, measured: str = "") -> None:
+    """``measured``: what the scenario measured besides the counts (the memory test's RSS), in a few words."""
     target = os.environ.get("TOPO_TUNE_FAULT_FIGURES")
     if not target:
         return
-    line = {"scenario": scenario, "faults": faults, "resumes": resumes, "rows": rows}
+    line = {"scenario": scenario, "faults": faults, "resumes": resumes, "rows": rows, "measured": measured}
     with Path(target).open("a") as out:
         out.write(json.dumps(line) + "\n")
     print(f"fault figures: {line}", file=sys.stderr)

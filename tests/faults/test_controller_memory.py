@@ -3,6 +3,8 @@
 The messages are the ones a hostile caller can send: with a valid admin token but a body the controller refuses
 (a 15 MiB ``nccl.conf``, over the 1 MiB a version's file may hold), and without a token at all. Each is
 refused; none may leave memory behind, so a stream of them cannot grow the controller until it is killed.
+The controller refuses the token holder's body by its length, before parsing it (``request_decoding.py``), and
+gives back what gRPC received it into once its resident set has grown (``heap.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from tests.support.waiting import wait_until
 from topo_tune.security.auth import bearer_metadata
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
 
-pytestmark = [pytest.mark.faults_long, pytest.mark.slow]  # 15 GB through the controller: run when named
+pytestmark = [pytest.mark.faults, pytest.mark.slow]  # 15 GB through the controller: under a minute here
 
 MESSAGES = 1000
 CONCURRENT = 8
@@ -58,11 +60,6 @@ async def _send(address: str, count: int) -> dict[grpc.StatusCode, int]:
     return codes
 
 
-@pytest.mark.xfail(
-    reason="borderline: RSS 215 MB before, 280 MB 30 s after in one run (+65 MB), within 50 MB in the next "
-    "(1,895 MB before refused requests were freed); not strict while it straddles the bound",
-    strict=False,
-)
 def test_a_thousand_rejected_15_mib_messages_leave_the_controller_rss_where_it_was(tmp_path: Path) -> None:
     address = f"127.0.0.1:{free_port()}"
     args = ["controller", "serve", "--listen", address, "--database", f"sqlite:///{tmp_path / 'db.sqlite'}"]
@@ -79,7 +76,7 @@ def test_a_thousand_rejected_15_mib_messages_leave_the_controller_rss_where_it_w
             grpc.StatusCode.INVALID_ARGUMENT: MESSAGES // 2,
             grpc.StatusCode.UNAUTHENTICATED: MESSAGES // 2,
         }, codes
-        # Settled: the controller's heap keeper hands freed memory back to the system every 10 s.
+        # Settled: the heap keeper hands freed memory back within a second of 32 MiB growth, and every 10 s.
         seen = [rss_mb(pid)]
 
         def within() -> bool:
@@ -93,6 +90,12 @@ def test_a_thousand_rejected_15_mib_messages_leave_the_controller_rss_where_it_w
                 f"RSS {before:.0f} MB before, {seen[-1]:.0f} MB 30 s after {MESSAGES} messages"
             ) from None
         assert run_cli("admin", "nodes", "--controller", address).returncode == 0, "the controller still serves"
-        record("1,000 rejected 15 MiB messages", faults=MESSAGES, resumes=0, rows=MESSAGES)
+        record(
+            "1,000 rejected 15 MiB messages",
+            faults=MESSAGES,
+            resumes=0,
+            rows=MESSAGES,
+            measured=f"RSS {before:.0f} MB before, {max(seen):.0f} MB at most after, {seen[-1]:.0f} MB settled",
+        )
     finally:
         controller.kill()

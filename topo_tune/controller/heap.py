@@ -25,9 +25,13 @@ for a moment, and glibc's allocator keeps such freed chunks in its heaps, so the
 memory grew by 400-900 MiB over a few batches of them and stayed there: glibc serves a large block from
 ``mmap`` (given back when freed) only above a threshold that it raises to the size of each such block freed,
 so after the first, 15 MiB blocks came from its heaps. ``run`` therefore fixes that threshold at
-``MMAP_THRESHOLD`` (1 MiB; fixing it also ends the raising), and every ``trim_interval_s`` a tick asks the
-allocator to return the free pages of its heaps (``malloc_trim``: a few ms with little to give back). 1,000
-such refusals leave the resident set within a few MiB of the start (``benchmarks/results/rejected-messages.md``).
+``MMAP_THRESHOLD`` (1 MiB; fixing it also ends the raising), and a tick asks the allocator to return the free
+pages of its heaps (``malloc_trim``: a few ms with little to give back) every ``trim_interval_s``, and at once
+while the resident set is ``trim_growth_mib`` above its floor (what it was after a trim that gave back little:
+the memory in use): what gRPC received in small buffers for a burst of refused requests (100-200 MiB) is given
+back within a second of the burst, not up to an interval later, and memory that is really in use raises the
+floor after one trim instead of being trimmed every second. 1,000 such refusals leave the resident set
+within a few MiB of the start (``benchmarks/results/rejected-messages.md``).
 Non-goals: tuning the collector's thresholds; objects that are freed by reference counting (most) are freed
 at once whether frozen or not.
 """
@@ -87,8 +91,13 @@ class HeapKeeper:
     reclaim_interval_s: float = 3600.0
     trim_interval_s: float = 10.0
     """How often a tick gives freed memory back to the system."""
+    trim_growth_mib: float = 32.0
+    """How far above its floor the resident set makes the next tick trim, whatever the interval."""
     clock: Callable[[], float] = time.monotonic
+    resident_mib: Callable[[], float] = _resident_mib
+    """This process's resident set, MiB."""
     _trimmed_at: float = field(default=-math.inf, init=False)
+    _floor_mib: float = field(default=math.inf, init=False)
     _frozen_after_reclaim: int = field(default=-1, init=False)
     _reclaimed_at: float = field(default=0.0, init=False)
 
@@ -119,12 +128,18 @@ class HeapKeeper:
         return ""
 
     def _trim_if_due(self) -> bool:
-        if _MALLOC_TRIM is None or self.clock() - self._trimmed_at < self.trim_interval_s:
+        if _MALLOC_TRIM is None:
+            return False
+        before = self.resident_mib()
+        above = before - self._floor_mib >= self.trim_growth_mib
+        if not above and self.clock() - self._trimmed_at < self.trim_interval_s:
             return False
         self._trimmed_at = self.clock()
-        before = _resident_mib()
         _MALLOC_TRIM(0)
-        given = before - _resident_mib()
+        after = self.resident_mib()
+        given = before - after
+        # Little given back: what is resident is in use, the floor from now on. Else it was freed memory.
+        self._floor_mib = after if given < self.trim_growth_mib / 8 else min(self._floor_mib, after)
         if given >= 64:
             logger.info("gave %.0f MiB of freed memory back to the system", given)
         return True

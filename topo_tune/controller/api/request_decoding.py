@@ -5,14 +5,20 @@ gRPC deserializes a unary request before the servicer method runs, so a ``Decode
 deserializer of every method whose request is a single message, once for all services: bytes that do not
 parse become a marker, and the wrapped handler answers the marker with the status ``status_codes`` gives a
 ``ValidationError``. Streamed requests are decoded as the servicer reads them; ``AgentService.Session``
-handles that itself. Non-goal: checking the content of a message that parses (``validation.py``).
+handles that itself.
+
+A method whose checks make its largest valid request a fraction of the server's receive limit
+(``validation.REQUEST_BYTES``: a config version's files hold at most 1 MiB each) has a body above that size
+refused by its length alone: not parsed, decoded and checked first (for a 15 MiB version: about 60 MiB
+allocated and freed per call, which the allocator kept for a while). Non-goal: checking the content of a
+message that parses (``validation.py``).
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +26,7 @@ import grpc
 import grpc.aio
 from google.protobuf.message import DecodeError
 
-from topo_tune.controller.api import status_codes
+from topo_tune.controller.api import status_codes, validation
 from topo_tune.errors import ValidationError
 
 logger = logging.getLogger(__name__)
@@ -31,24 +37,29 @@ class _Undecodable:
     """What the wrapped deserializer returns for bytes that are not the method's request message."""
 
     method: str
+    why: str
+    """What is wrong with the body, as the caller is told."""
 
 
-def _deserializer(method: str, parse: Callable[[bytes], Any] | None) -> Callable[[bytes], Any]:
+def _deserializer(method: str, parse: Callable[[bytes], Any] | None, most: int | None) -> Callable[[bytes], Any]:
+    name = method.rpartition("/")[2]
+
     def deserialize(data: bytes) -> Any:
         if parse is None:
             return data
+        if most is not None and len(data) > most:
+            return _Undecodable(method, f"the body is {len(data):,} bytes; a valid {name} request is at most {most:,}")
         try:
             return parse(data)
         except DecodeError:
-            return _Undecodable(method)
+            return _Undecodable(method, f"the body is not a valid {name} request message")
 
     return deserialize
 
 
 async def _refuse(context: grpc.aio.ServicerContext[Any, Any], request: _Undecodable) -> None:
-    name = request.method.rpartition("/")[2]
-    logger.warning("refused a request to %s: its body is not a valid %s request", request.method, name)
-    await status_codes.abort(context, ValidationError("request", f"the body is not a valid {name} request message"))
+    logger.warning("refused a request to %s: %s", request.method, request.why)
+    await status_codes.abort(context, ValidationError("request", request.why))
 
 
 def _coroutine(behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -83,7 +94,13 @@ def _generator(behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., Asy
 
 
 class DecodingInterceptor(grpc.aio.ServerInterceptor):
-    """Gives every unary-request method a deserializer that cannot raise and a handler that refuses its marker."""
+    """Gives every unary-request method a deserializer that cannot raise and a handler that refuses its marker.
+
+    ``request_bytes``: the largest body each method named in it may have (default ``validation.REQUEST_BYTES``).
+    """
+
+    def __init__(self, request_bytes: Mapping[str, int] = validation.REQUEST_BYTES) -> None:
+        self._request_bytes = request_bytes
 
     async def intercept_service(
         self,
@@ -94,7 +111,7 @@ class DecodingInterceptor(grpc.aio.ServerInterceptor):
         if handler is None or handler.request_streaming:
             return handler
         method: str = handler_call_details.method
-        deserializer = _deserializer(method, handler.request_deserializer)
+        deserializer = _deserializer(method, handler.request_deserializer, self._request_bytes.get(method))
         if handler.response_streaming:
             behavior: Any = handler.unary_stream  # an aio handler, though grpc's stubs type the sync one
             wrapped = _generator(behavior) if inspect.isasyncgenfunction(behavior) else _coroutine(behavior)

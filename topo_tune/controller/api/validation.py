@@ -8,11 +8,22 @@ oneofs. These functions turn such messages into ``ValidationError`` naming the f
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from google.protobuf.message import Message
 
-from topo_tune.controller.names import command_id, labels, node_name, short_text
+from topo_tune.controller.names import (
+    MAX_LABEL_KEY,
+    MAX_LABEL_VALUE,
+    MAX_LABELS,
+    command_id,
+    labels,
+    node_name,
+    short_text,
+)
 from topo_tune.errors import ValidationError
 from topo_tune.v1 import admin_pb2, agent_pb2
+from topo_tune.versions.version import FILE_NAMES, MAX_FILE_BYTES
 
 MAX_TOPOLOGY_BYTES = 1 << 20
 MAX_GPUS = 1024
@@ -29,6 +40,20 @@ TERMINAL_STATUSES = frozenset(
         agent_pb2.COMMAND_STATUS_REJECTED,
     }
 )
+
+
+_ADMIN = admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name
+_UTF8_MOST = 4
+"""Bytes a character takes at most in UTF-8: the label limits count characters."""
+PUT_CONFIG_VERSION_BYTES = (
+    len(FILE_NAMES) * (MAX_FILE_BYTES + 64)  # every file at its limit, with its name and the map entry's framing
+    + MAX_LABELS * ((MAX_LABEL_KEY + MAX_LABEL_VALUE) * _UTF8_MOST + 16)  # the provenance at its limits
+    + 1024  # the claimed id (a version id is 19 characters)
+)
+"""The largest ``PutConfigVersion`` request that can pass its checks: about 4.2 MiB of the 16 MiB the server takes."""
+REQUEST_BYTES: Mapping[str, int] = {f"/{_ADMIN}/PutConfigVersion": PUT_CONFIG_VERSION_BYTES}
+"""Methods whose requests can legitimately be only a fraction of the server's receive limit: a body larger
+than this is refused by its length, before it is parsed (``request_decoding.py``)."""
 
 
 def limit(value: int, *, default: int, most: int = MAX_LIMIT) -> int:
