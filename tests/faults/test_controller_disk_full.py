@@ -41,46 +41,54 @@ def disk(tmp_path: Path) -> Iterator[SmallDisk]:
         yield mounted
 
 
+async def fill_fail_and_recover(admin: AdminClient, disk: SmallDisk, *, database: str) -> tuple[list[str], str]:
+    """Fill ``disk`` under a controller's database, then: writes fail at once naming ``database`` and saying it
+    is full; reads are answered; once space returns the same write succeeds and every version stored before
+    is there whole. Returns the ids stored and what the failed write said."""
+    stored = [(await asyncio.to_thread(admin.put_config_version, big_version(), {"by": "test"})).id]
+    await asyncio.to_thread(disk.fill)
+
+    # Writes: the first one past the space the database still had fails, at once, with the database's name.
+    failure: ControllerDatabaseFull | None = None
+    for _ in range(60):
+        files = big_version()
+        started = time.monotonic()
+        try:
+            stored.append((await asyncio.to_thread(admin.put_config_version, files, {"by": "test"})).id)
+        except ControllerDatabaseFull as error:
+            failure, took = error, time.monotonic() - started
+            break
+    assert failure is not None, "the disk never filled"
+    assert took < 3.0, f"a full disk is not retried: the write failed after {took:.1f} s"
+    message = str(failure)
+    assert "answered" in message and database in message and "is full" in message, message
+    assert message.count("\n") == 0, message
+
+    # Reads are answered while the disk is full, promptly; nothing half-written shows.
+    started = time.monotonic()
+    listed = await asyncio.to_thread(admin.list_config_versions)
+    assert time.monotonic() - started < 3.0
+    assert sorted(v.id for v in listed) == sorted(stored)
+    await asyncio.to_thread(admin.list_nodes)
+
+    # Space returns: the same write succeeds; nothing stored before was lost.
+    disk.free()
+    stored.append((await asyncio.to_thread(admin.put_config_version, files, {"by": "test"})).id)
+    listed = await asyncio.to_thread(admin.list_config_versions)
+    assert sorted(v.id for v in listed) == sorted(stored)
+    for version_id in stored:
+        got = await asyncio.to_thread(admin.get_config_version, version_id)
+        assert got.files["nccl.conf"].count("\n") == CONTENT_LINES + 1
+    return stored, message
+
+
 async def test_a_full_disk_fails_writes_at_once_keeps_reads_and_recovers(disk: SmallDisk) -> None:
     path = disk.root / "controller.db"
     controller = Controller(controller_settings(f"sqlite:///{path}"))
     await controller.start()
     admin = AdminClient(f"127.0.0.1:{controller.port}", token=TOKEN, timeout_s=10)
     try:
-        stored = [(await asyncio.to_thread(admin.put_config_version, big_version(), {"by": "test"})).id]
-        await asyncio.to_thread(disk.fill)
-
-        # Writes: the first one past the space SQLite still had fails, at once, with the database's name.
-        failure: ControllerDatabaseFull | None = None
-        for _ in range(30):
-            files = big_version()
-            started = time.monotonic()
-            try:
-                stored.append((await asyncio.to_thread(admin.put_config_version, files, {"by": "test"})).id)
-            except ControllerDatabaseFull as error:
-                failure, took = error, time.monotonic() - started
-                break
-        assert failure is not None, "the disk never filled"
-        assert took < 3.0, f"a full disk is not retried: the write failed after {took:.1f} s"
-        message = str(failure)
-        assert "answered" in message and str(path) in message and "full" in message, message
-        assert message.count("\n") == 0
-
-        # Reads are answered while the disk is full, promptly.
-        started = time.monotonic()
-        listed = await asyncio.to_thread(admin.list_config_versions)
-        assert time.monotonic() - started < 3.0
-        assert sorted(v.id for v in listed) == sorted(stored)
-        await asyncio.to_thread(admin.list_nodes)
-
-        # Space returns: the same write succeeds; nothing stored before was lost, nothing half-stored shows.
-        disk.free()
-        again = await asyncio.to_thread(admin.put_config_version, files, {"by": "test"})
-        stored.append(again.id)
-        listed = await asyncio.to_thread(admin.list_config_versions)
-        assert sorted(v.id for v in listed) == sorted(stored)
-        for version_id in stored:
-            assert (await asyncio.to_thread(admin.get_config_version, version_id)).files["nccl.conf"].count("\n") > 0
+        stored, _ = await fill_fail_and_recover(admin, disk, database=str(path))
         record("controller SQLite disk full", faults=1, resumes=1, rows=len(stored))
     finally:
         admin.close()

@@ -45,21 +45,23 @@ class PostgresServer:
     _run_as: list[str] = field(default_factory=list)
 
     @classmethod
-    def start(cls) -> PostgresServer:
+    def start(cls, *, root: Path | None = None, wal_dir: Path | None = None) -> PostgresServer:
+        """A new server whose data directory is ``root``/data (``root``: a fresh temporary directory when None,
+        else one the caller made, e.g. on a small disk, and removes); its WAL in ``wal_dir`` when given."""
         existing = os.environ.get("TOPO_TUNE_TEST_POSTGRES_URL")
-        if existing:
+        if existing and root is None:
             return cls(admin_url=existing)
         bindir = _bindir()
-        root = Path(tempfile.mkdtemp(prefix="topo-tune-pg-"))
+        root = root or Path(tempfile.mkdtemp(prefix="topo-tune-pg-"))
         data = root / "data"
         shutil.chown(root, "postgres", "postgres")
         port = _free_port()
         run_as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        subprocess.run(
-            [*run_as, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"],
-            check=True,
-            capture_output=True,
-        )
+        initdb = [str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"]
+        if wal_dir is not None:
+            shutil.chown(wal_dir, "postgres", "postgres")
+            initdb += ["--waldir", str(wal_dir / "pg_wal")]
+        subprocess.run([*run_as, *initdb], check=True, capture_output=True)
         server = cls(
             admin_url=f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres",
             _data=data,

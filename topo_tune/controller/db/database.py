@@ -205,9 +205,11 @@ class Database:
                     return work(session)
         except exc.SQLAlchemyError as error:
             if _is_disk_full(error):
+                # The driver's first line: PostgreSQL adds "HINT:  Check free disk space." on lines of its own.
+                said = str(getattr(error, "orig", error)).strip().splitlines()[0]
                 raise DatabaseFull(
                     f"database {self.name} is full: no space left on the disk under it; "
-                    f"writes fail until space is freed ({getattr(error, 'orig', error)})"
+                    f"writes fail until space is freed ({said})"
                 ) from error
             raise StorageError(f"database {self.name} is unavailable: {error.__class__.__name__}: {error}") from error
         raise AssertionError("unreachable: tenacity re-raises")  # pragma: no cover
