@@ -62,11 +62,11 @@ def _trial(
 
 def test_a_bucket_within_the_search_slack_looks_safe_and_one_beyond_does_not() -> None:
     edge = 1 - MAX_LOSS - SEARCH_SLACK
-    assert looked_safe(_trial(1, edge + 0.001, 1.5), BASELINE, OBJECTIVE, MAX_LOSS)
-    assert not looked_safe(_trial(2, edge - 0.001, 1.5), BASELINE, OBJECTIVE, MAX_LOSS)
+    assert looked_safe(_trial(1, edge + 0.001, 1.5), BASELINE, objective=OBJECTIVE, max_loss=MAX_LOSS)
+    assert not looked_safe(_trial(2, edge - 0.001, 1.5), BASELINE, objective=OBJECTIVE, max_loss=MAX_LOSS)
     # The sampler's constraint is the same rule: feasible exactly when the trial looked safe.
     inside = Measurements.from_json(_trial(1, edge + 0.001, 1.5).user_attrs[A_MEASUREMENTS])
-    assert shortfall(inside, BASELINE, OBJECTIVE, MAX_LOSS) <= 0
+    assert shortfall(inside, BASELINE, objective=OBJECTIVE, max_loss=MAX_LOSS) <= 0
 
 
 def test_a_trial_one_noisy_run_put_just_under_max_loss_is_still_proven_before_lower_ones() -> None:
@@ -136,14 +136,16 @@ def test_a_bucket_may_fall_its_measured_noise_below_max_loss_and_still_look_safe
     noise = {("all_reduce", "0-1K"): 0.02}
     floor = (1 - MAX_LOSS) * math.exp(-NOISE_Z * 0.02)  # 0.9416, below the fixed 0.97
     assert floor == pytest.approx(0.9415736504, abs=1e-9)
-    assert looked_safe(_trial(1, floor + 0.001, 1.5), BASELINE, OBJECTIVE, MAX_LOSS, noise)
-    assert not looked_safe(_trial(1, floor - 0.001, 1.5), BASELINE, OBJECTIVE, MAX_LOSS, noise)
-    assert not looked_safe(_trial(1, floor + 0.001, 1.5), BASELINE, OBJECTIVE, MAX_LOSS), "without it: the slack"
+    assert looked_safe(_trial(1, floor + 0.001, 1.5), BASELINE, objective=OBJECTIVE, max_loss=MAX_LOSS, noise=noise)
+    assert not looked_safe(_trial(1, floor - 0.001, 1.5), BASELINE, objective=OBJECTIVE, max_loss=MAX_LOSS, noise=noise)
+    assert not looked_safe(_trial(1, floor + 0.001, 1.5), BASELINE, objective=OBJECTIVE, max_loss=MAX_LOSS), (
+        "without it: the slack"
+    )
     # A quiet bucket keeps the fixed slack: the noise only ever widens it.
     quiet = {("all_reduce", "0-1K"): 0.001}
     edge = 1 - MAX_LOSS - SEARCH_SLACK
-    assert looked_safe(_trial(1, edge + 0.001, 1.5), BASELINE, OBJECTIVE, MAX_LOSS, quiet)
-    assert not looked_safe(_trial(1, edge - 0.001, 1.5), BASELINE, OBJECTIVE, MAX_LOSS, quiet)
+    assert looked_safe(_trial(1, edge + 0.001, 1.5), BASELINE, objective=OBJECTIVE, max_loss=MAX_LOSS, noise=quiet)
+    assert not looked_safe(_trial(1, edge - 0.001, 1.5), BASELINE, objective=OBJECTIVE, max_loss=MAX_LOSS, noise=quiet)
 
 
 def test_finalists_judge_looked_safe_by_the_noise_the_search_measured() -> None:
@@ -187,18 +189,20 @@ def test_only_trials_faster_than_the_defaults_are_finalists_and_never_the_defaul
 
 def test_a_trial_without_stored_measurements_never_looks_safe_and_is_skipped_by_the_noise() -> None:
     bare = _trial(1, 1.0, 1.5, stored=False)
-    assert not looked_safe(bare, BASELINE, OBJECTIVE, MAX_LOSS)
+    assert not looked_safe(bare, BASELINE, objective=OBJECTIVE, max_loss=MAX_LOSS)
     assert search_noise([bare, *REPEATS], BASELINE, OBJECTIVE) == search_noise(REPEATS, BASELINE, OBJECTIVE)
 
 
 def test_the_samplers_constraint_takes_the_measured_noise_and_weighs_only_weighted_buckets() -> None:
     one_run = Measurements.from_json(_trial(1, 0.93, 1.5).user_attrs[A_MEASUREMENTS])
     noise = {("all_reduce", "0-1K"): 0.08}
-    assert shortfall(one_run, BASELINE, OBJECTIVE, MAX_LOSS) == pytest.approx(0.04)
-    assert shortfall(one_run, BASELINE, OBJECTIVE, MAX_LOSS, noise) < 0
+    assert shortfall(one_run, BASELINE, objective=OBJECTIVE, max_loss=MAX_LOSS) == pytest.approx(0.04)
+    assert shortfall(one_run, BASELINE, objective=OBJECTIVE, max_loss=MAX_LOSS, noise=noise) < 0
     # A bucket the workload weighs 0 has no say, however slow.
     large_only = Objective(WorkloadProfile({"all_reduce": 1}, {"0-1K": 0.0}))
-    assert looked_safe(_trial(2, 0.5, 1.5), BASELINE, large_only, MAX_LOSS)
+    assert looked_safe(_trial(2, 0.5, 1.5), BASELINE, objective=large_only, max_loss=MAX_LOSS)
     # A run that measured no weighted bucket (pruned before one): nothing showed a loss.
     small_only = Measurements(one_run.samples[:1])
-    assert shortfall(small_only, BASELINE, large_only, MAX_LOSS) == pytest.approx(-(MAX_LOSS + SEARCH_SLACK))
+    assert shortfall(small_only, BASELINE, objective=large_only, max_loss=MAX_LOSS) == pytest.approx(
+        -(MAX_LOSS + SEARCH_SLACK)
+    )

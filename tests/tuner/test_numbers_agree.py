@@ -29,7 +29,7 @@ def test_the_point_is_inside_running_bounds_that_exclude_the_last_looks_mean() -
     # "1.435x [1.438, 1.454]"; the point now is restricted to what both looks allowed.
     bounds = Bounds(1.438, 1.454, True, 20, 1.435)
     assert bounds.point == 1.438
-    assert speedup_text(bounds.point, bounds.low, bounds.high, pairs=20, cv=0.01) == "1.438x [1.438, 1.454]"
+    assert speedup_text(bounds.point, (bounds.low, bounds.high), pairs=20, cv=0.01) == "1.438x [1.438, 1.454]"
 
 
 def test_every_bucket_of_a_sequential_proof_has_its_point_within_its_bounds() -> None:
@@ -50,7 +50,7 @@ def test_every_bucket_of_a_sequential_proof_has_its_point_within_its_bounds() ->
 
 def test_an_interval_too_wide_to_mean_anything_is_said_in_words() -> None:
     assert not precise(0.0, 9410139.772) and not precise(0.5, math.inf) and precise(0.98, 1.05)
-    text = speedup_text(1.2, 0.0, 9410139.772, pairs=10, cv=0.853)
+    text = speedup_text(1.2, (0.0, 9410139.772), pairs=10, cv=0.853)
     assert text == "not measured precisely (10 pairs, CV 85 %)"
     assert "9410139" not in text
 

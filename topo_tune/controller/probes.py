@@ -186,10 +186,10 @@ class Probes:
         await self.db.run(write)
         deadline_s = float(request.pair_deadline_s or 120)
         if mode == "sparse":
-            run = self._run_sparse(round_id, racks, message_bytes, deadline_s)
+            run = self._run_sparse(round_id, racks, message_bytes=message_bytes, deadline_s=deadline_s)
         else:
             rounds = pair_rounds(listed) if listed else probe_rounds(nodes)
-            run = self._run(round_id, rounds, message_bytes, deadline_s)
+            run = self._run(round_id, rounds, message_bytes=message_bytes, deadline_s=deadline_s)
         task = asyncio.create_task(run)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -215,26 +215,30 @@ class Probes:
         return racks
 
     async def _run(
-        self, round_id: str, rounds: Sequence[Sequence[tuple[str, str]]], message_bytes: int, deadline_s: float
+        self, round_id: str, rounds: Sequence[Sequence[tuple[str, str]]], *, message_bytes: int, deadline_s: float
     ) -> None:
         failures: list[str] = []
         try:
             for number, pairs in enumerate(rounds):
-                outcomes = await self._probe_round(round_id, number, pairs, message_bytes, deadline_s)
+                outcomes = await self._probe_round(
+                    round_id, number, pairs, message_bytes=message_bytes, deadline_s=deadline_s
+                )
                 failures.extend(reason for reason, _ in outcomes if reason)
         except Exception as error:
             logger.exception("probe round failed", extra={"round": round_id})
             failures.append(f"{error.__class__.__name__}: {error}")
         await self._finish(round_id, failures)
 
-    async def _run_sparse(self, round_id: str, racks: dict[str, str], message_bytes: int, deadline_s: float) -> None:
+    async def _run_sparse(self, round_id: str, racks: dict[str, str], *, message_bytes: int, deadline_s: float) -> None:
         failures: list[str] = []
         sampler = PairSampler(racks, replace(self.sampling_policy, seed=self.rng.randrange(1 << 31)))
         number = 0
         try:
             while batch := sampler.next_pairs():
                 for pairs in pair_rounds(batch):
-                    outcomes = await self._probe_round(round_id, number, pairs, message_bytes, deadline_s)
+                    outcomes = await self._probe_round(
+                        round_id, number, pairs, message_bytes=message_bytes, deadline_s=deadline_s
+                    )
                     number += 1
                     for (a, b), (reason, figures) in zip(pairs, outcomes, strict=True):
                         if figures is None:
@@ -258,12 +262,7 @@ class Probes:
         await self._finish(round_id, failures)
 
     async def _probe_round(
-        self,
-        round_id: str,
-        number: int,
-        pairs: Sequence[tuple[str, str]],
-        message_bytes: int,
-        deadline_s: float,
+        self, round_id: str, number: int, pairs: Sequence[tuple[str, str]], *, message_bytes: int, deadline_s: float
     ) -> list[tuple[str, Figures | None]]:
         """One round of disjoint pairs, in parallel."""
         return list(

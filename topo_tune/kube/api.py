@@ -128,7 +128,7 @@ class KubeApi:
             )
         return [_pod(pod) for pod in pods.items]
 
-    def label_pod(self, namespace: str, name: str, key: str, value: str | None) -> None:
+    def label_pod(self, namespace: str, name: str, *, key: str, value: str | None) -> None:
         """Set one label on a pod, or remove it (``None``): a JSON merge patch, so no other label is touched."""
         with _translated(f"labelling pod {namespace}/{name}"):
             self._core.patch_namespaced_pod(

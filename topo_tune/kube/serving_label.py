@@ -36,7 +36,7 @@ _UNKNOWN = object()
 class PodLabelApi(Protocol):
     """``KubeApi.label_pod`` (blocking)."""
 
-    def label_pod(self, namespace: str, name: str, key: str, value: str | None) -> None: ...
+    def label_pod(self, namespace: str, name: str, *, key: str, value: str | None) -> None: ...
 
 
 class ServingLabel:
@@ -56,7 +56,7 @@ class ServingLabel:
         if self._written == wanted:
             return
         try:
-            await asyncio.to_thread(self._api.label_pod, self._namespace, self._pod, LEADER_LABEL, wanted)
+            await asyncio.to_thread(self._api.label_pod, self._namespace, self._pod, key=LEADER_LABEL, value=wanted)
         except KubernetesError as error:
             self._written = _UNKNOWN  # retried next round
             if str(error) != self._last_error:

@@ -65,7 +65,7 @@ def choose_finalists(
         ranked.append(t)
     tables = [t for t in ranked if role_of(t.user_attrs) in (TrialRole.TABLE, TrialRole.PER_SIZE)]
     noise = search_noise(complete, baseline, objective)
-    safe = [t for t in ranked if looked_safe(t, baseline, objective, max_loss, noise)]
+    safe = [t for t in ranked if looked_safe(t, baseline, objective=objective, max_loss=max_loss, noise=noise)]
     out: list[FrozenTrial] = []
     for t in [*ranked[:1], *[t for t in tables if t in safe], *safe, *tables, *ranked]:
         if t not in out:
@@ -76,6 +76,7 @@ def choose_finalists(
 def shortfall(
     measured: Measurements,
     baseline: Measurements,
+    *,
     objective: Objective,
     max_loss: float,
     noise: Mapping[tuple[str, str], float] | None = None,
@@ -91,6 +92,7 @@ def shortfall(
 def looked_safe(
     trial: FrozenTrial,
     baseline: Measurements,
+    *,
     objective: Objective,
     max_loss: float,
     noise: Mapping[tuple[str, str], float] | None = None,

@@ -123,7 +123,7 @@ class BucketProof:
         """The speedup with its bounds as every output writes it (``speedup_text``)."""
         c = self.comparison
         cv = max(c.cv_baseline, c.cv_candidate)
-        return speedup_text(self.speedup, self.ci_low, self.ci_high, pairs=self.decided_at, cv=cv)
+        return speedup_text(self.speedup, (self.ci_low, self.ci_high), pairs=self.decided_at, cv=cv)
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ class FinalistProof:
             return f"{self.speedup:.3f}x"
         cv = max((max(b.comparison.cv_baseline, b.comparison.cv_candidate) for b in self.weighted), default=0.0)
         pairs = min(b.decided_at for b in self.weighted)
-        return speedup_text(self.speedup, *interval, pairs=pairs, cv=cv)
+        return speedup_text(self.speedup, interval, pairs=pairs, cv=cv)
 
     @property
     def promoted(self) -> bool:

@@ -35,12 +35,13 @@ def precise(low: float, high: float) -> bool:
     return low > 0 and math.isfinite(high) and high / low <= IMPRECISE_SPAN
 
 
-def speedup_text(point: float, low: float, high: float, *, pairs: int, cv: float) -> str:
+def speedup_text(point: float, interval: tuple[float, float], *, pairs: int, cv: float) -> str:
     """``1.435x [1.402, 1.454]``, or ``not measured precisely (10 pairs, CV 85 %)`` for a too-wide interval.
 
-    ``cv`` is the larger coefficient of variation of the two sides' times (a fraction), ``pairs`` the pairs
-    the bounds rest on.
+    ``interval`` is the speedup's (low, high) bounds, ``cv`` the larger coefficient of variation of the two
+    sides' times (a fraction), ``pairs`` the pairs the bounds rest on.
     """
+    low, high = interval
     if not precise(low, high):
         spread = f"CV {cv * 100:.0f} %" if math.isfinite(cv) else "CV unknown"
         return f"not measured precisely ({pairs} pairs, {spread})"

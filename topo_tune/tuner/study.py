@@ -331,7 +331,7 @@ class TunerStudy:
         value is still a finalist (as the trade-off when it is not safe). Feasible is what the finalists'
         "looked safe" means.
         """
-        return shortfall(measured, baseline, self.objective, self.settings.max_loss)
+        return shortfall(measured, baseline, objective=self.objective, max_loss=self.settings.max_loss)
 
     def _hopeless(self, trial: optuna.Trial, step: int, value: float) -> float | None:
         """The best completed trial's partial value at ``step`` when this one is hopeless next to it, else None."""

@@ -191,13 +191,13 @@ class RolloutStore:
                 )
                 for name, n in snapshot.nodes.items()
             )
-            self._audit(session, rollout.id, rollout.revision, step, at)
+            self._audit(session, rollout.id, revision=rollout.revision, step=step, at=at)
 
         await self.db.run(write)
         return snapshot
 
     @staticmethod
-    def _audit(session: Session, rollout_id: RolloutId, revision: int, step: Step, at: datetime) -> None:
+    def _audit(session: Session, rollout_id: RolloutId, *, revision: int, step: Step, at: datetime) -> None:
         session.add_all(
             RolloutAuditRow(
                 rollout_id=rollout_id,
@@ -238,7 +238,7 @@ class RolloutStore:
                     .where(RolloutNodeRow.rollout_id == rollout_id, RolloutNodeRow.node_name == name)
                     .values(phase=node.phase.value, attempt=node.attempt)
                 )
-            self._audit(session, rollout_id, after.rollout.revision, step, at)
+            self._audit(session, rollout_id, revision=after.rollout.revision, step=step, at=at)
 
         await self.db.run(write)
         return after

@@ -51,8 +51,8 @@ def report_figures(
         for collective in sorted({s.collective for s in base.samples}):
             rows = [r for r in summary.get("buckets") or [] if r.get("collective") == collective]
             if tuned is not None:
-                figures.append(_speedup_figure(collective, base, tuned, rows, label, tuned_name))
-            figures.append(_busbw_figure(collective, base, tuned, label, tuned_name))
+                figures.append(_speedup_figure(collective, base, tuned, rows, label=label, tuned_name=tuned_name))
+            figures.append(_busbw_figure(collective, base, tuned, label=label, tuned_name=tuned_name))
     knobs = knob_figure(outcome, label)
     if knobs is not None:
         figures.append(knobs)
@@ -62,11 +62,12 @@ def report_figures(
     return figures
 
 
-def _speedup_figure(  # noqa: PLR0917 - one call site, in page order
+def _speedup_figure(
     collective: str,
     base: Measurements,
     tuned: Measurements,
     rows: Sequence[Mapping[str, Any]],
+    *,
     label: str,
     tuned_name: str,
 ) -> ReportFigure:
@@ -133,7 +134,7 @@ def _speedup_axis(points: Sequence[float], rows: Sequence[Mapping[str, Any]]) ->
 
 
 def _busbw_figure(
-    collective: str, base: Measurements, tuned: Measurements | None, label: str, tuned_name: str
+    collective: str, base: Measurements, tuned: Measurements | None, *, label: str, tuned_name: str
 ) -> ReportFigure:
     fig, ax = plt.subplots(figsize=(FIG_W, FIG_H))
     for m, name, style in ((base, "NCCL defaults", "o-"), (tuned, tuned_name, "s-")):

@@ -49,7 +49,7 @@ def _speedup_text(chosen: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) 
     ci = weighted_ci(rows)
     if ci is None:
         return f"{float(chosen['speedup']):.3f}x"
-    return speedup_text(float(chosen["speedup"]), *ci, pairs=0, cv=math.nan)
+    return speedup_text(float(chosen["speedup"]), ci, pairs=0, cv=math.nan)
 
 
 def _commands(summary: Mapping[str, Any], files: Sequence[str], nodes: Sequence[str], ranks: int) -> str:

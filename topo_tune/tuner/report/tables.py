@@ -44,7 +44,7 @@ def _decision_table(rows: Sequence[Mapping[str, Any]]) -> str:
         if not isinstance(text, str):  # a summary from before the text: formatted the same way
             low, high, point = r.get("ci_low"), r.get("ci_high"), r.get("speedup")
             numbers = all(isinstance(v, (int, float)) for v in (low, high, point))
-            text = speedup_text(float(point), float(low), float(high), pairs=0, cv=math.nan) if numbers else "–"  # type: ignore[arg-type]
+            text = speedup_text(float(point), (float(low), float(high)), pairs=0, cv=math.nan) if numbers else "–"  # type: ignore[arg-type]
         known = [text if k == "speedup_text" else fmt(r.get(k)) for k in _KNOWN]
         body.append(known + [fmt(r.get(k)) for k in extra])
         decision = str(r.get("decision", ""))
