@@ -1,8 +1,10 @@
-"""The tuner and the controller stay readable: no module over 500 lines, no function over 60."""
+"""The tuner and the controller stay readable: no module over 500 lines, no function over 60, no three
+same-typed values passed by position."""
 
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -31,3 +33,17 @@ def test_modules_and_functions_stay_small(path: Path) -> None:
 
 def test_the_packages_were_found() -> None:
     assert len(MODULES) > 50
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_three_values_of_one_type_are_passed_by_name(path: Path) -> None:
+    """Three positional parameters of one annotation (three ``str``, three ``float``) are easy to pass in the
+    wrong order and no type checker notices; after the first two, such parameters are keyword-only."""
+    crowded = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        positional = [a for a in (*node.args.posonlyargs, *node.args.args) if a.arg not in ("self", "cls")]
+        counts = Counter(ast.unparse(a.annotation) for a in positional if a.annotation is not None)
+        crowded += [f"{node.name} ({n} x {annotation})" for annotation, n in counts.items() if n >= 3]
+    assert not crowded, f"{path.name}: make them keyword-only: {', '.join(crowded)}"

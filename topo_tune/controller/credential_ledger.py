@@ -113,6 +113,6 @@ class CredentialLedger:
         record = await self.db.run(write)
         self.credentials.revoked.add(key)
         if record.role is Role.AGENT:
-            self.hub.deny(record.node_name, key, f"credential {key} was revoked")
+            self.hub.deny(record.node_name, credential_id=key, reason=f"credential {key} was revoked")
         logger.info("revoked credential %s", key, extra={"node": record.node_name})
         return record

@@ -227,7 +227,7 @@ class SessionHub:
             del self._sessions[session.node_name]
         self.metrics.sessions.set(len(self._sessions))
 
-    def deny(self, node_name: str, credential_id: str, reason: str) -> None:
+    def deny(self, node_name: str, *, credential_id: str, reason: str) -> None:
         """Close ``node_name``'s session if it registered with credential ``credential_id`` (now revoked)."""
         session = self._sessions.get(node_name)
         if session is not None and session.credential_id == credential_id:
