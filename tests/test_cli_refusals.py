@@ -60,6 +60,11 @@ CASES: list[tuple[str, str, str]] = [
     (f"admin rollout create --file {CONF} --canary-rack nope --dry-run", "--canary-rack: no rack named", "canary_"),
     (f"admin rollout create --file {CONF} --gate-repeats 2 --dry-run", "--gate-repeats: 2 A/B repeats", "gate."),
     (
+        f"admin rollout create --file {CONF} --canary 5 --dry-run",
+        "--canary: 5 canary nodes, more than the 2",
+        "canary_",
+    ),
+    (
         f"admin rollout create --file {CONF} --gate-min-bytes 1G --dry-run",
         "--gate-max-bytes (not given) must not be below --gate-min-bytes",
         "Bytes",

@@ -36,8 +36,14 @@ def test_a_canary_rack_and_k_racks_per_wave() -> None:
 
 
 def test_a_canary_as_large_as_its_rack_takes_the_whole_rack() -> None:
-    plan = build_plan(cluster(racks=2, per_rack=2), PlanPolicy(canary_nodes=5))
+    plan = build_plan(cluster(racks=2, per_rack=2), PlanPolicy(canary_nodes=3))
     assert [w.racks for w in plan.waves] == [("rack-1",), ("rack-2",)]
+
+
+def test_a_canary_larger_than_the_cluster_is_refused_naming_the_option() -> None:
+    with pytest.raises(ValidationError, match="canary_nodes: 5 canary nodes, more than the 4 the rollout covers"):
+        build_plan(cluster(racks=2, per_rack=2), PlanPolicy(canary_nodes=5))
+    assert len(build_plan(cluster(racks=1, per_rack=1), PlanPolicy(canary_nodes=1)).waves) == 1, "a one-node cluster"
 
 
 def test_nodes_without_a_rack_in_a_cluster_of_racks_are_skipped_and_listed_with_why() -> None:

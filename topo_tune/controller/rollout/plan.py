@@ -146,6 +146,11 @@ def build_plan(placement: Mapping[str, NetworkPath], policy: PlanPolicy) -> Plan
     skipped: tuple[tuple[str, str], ...] = ()
     if "" in by_rack and len(by_rack) > 1:
         skipped = tuple((node, NO_RACK) for node in sorted(by_rack.pop(""), key=natural_key))
+    covered = sum(len(nodes) for nodes in by_rack.values())
+    if policy.canary_nodes > covered and not policy.canary_rack:
+        raise ValidationError(
+            "canary_nodes", f"{policy.canary_nodes} canary nodes, more than the {covered} the rollout covers"
+        )
     group_of = _groups({node: path for node, path in path_of.items() if path[-1] in by_rack})
     racks = sorted(by_rack, key=lambda rack: (group_key(group_of[rack]), natural_key(rack)))
     for rack in racks:
