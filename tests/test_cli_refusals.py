@@ -64,6 +64,7 @@ CASES: list[tuple[str, str, str]] = [
         "--canary: 5 canary nodes, more than the 2",
         "canary_",
     ),
+    (f"admin rollout create --file {CONF} --pause-between 1000h --dry-run", "--pause-between: must be 0 to", "pause_"),
     (
         f"admin rollout create --file {CONF} --gate-min-bytes 1G --dry-run",
         "--gate-max-bytes (not given) must not be below --gate-min-bytes",

@@ -130,3 +130,10 @@ def test_racks_without_tiers_come_after_the_groups_and_a_rack_follows_most_of_it
         ((), ("rack-1",)),
     ]
     assert plan.render().splitlines()[-2].split()[3] == "-"
+
+
+@pytest.mark.parametrize("pause", [-1.0, float("nan"), float("inf"), 1e300, 30 * 86400.0 + 1])
+def test_a_pause_between_waves_that_cannot_be_scheduled_is_refused(pause: float) -> None:
+    with pytest.raises(ValidationError, match=r"pause_between_s: must be 0 to 2.592e\+06 s \(30 days\)"):
+        PlanPolicy(pause_between_s=pause)
+    assert PlanPolicy(pause_between_s=30 * 86400.0).pause_between_s == 2592000.0

@@ -31,6 +31,9 @@ from topo_tune.config.checks import validated
 from topo_tune.config.cluster import RolloutGateConfig
 from topo_tune.errors import ValidationError
 
+MAX_PAUSE_S = 30 * 86400.0
+"""The longest pause between waves: longer is a typo, and an unbounded one cannot be scheduled."""
+
 
 class WaveKind(StrEnum):
     CANARY = "canary"
@@ -56,8 +59,10 @@ class PlanPolicy:
             raise ValidationError("canary_nodes", "must be 0 or more")
         if self.max_parallel_racks < 1:
             raise ValidationError("max_parallel_racks", "must be at least 1")
-        if self.pause_between_s < 0:
-            raise ValidationError("pause_between_s", "must be 0 or more")
+        if not 0 <= self.pause_between_s <= MAX_PAUSE_S:  # NaN too: a wave's resume time must be a real date
+            raise ValidationError(
+                "pause_between_s", f"must be 0 to {MAX_PAUSE_S:g} s (30 days), got {self.pause_between_s:g}"
+            )
 
     def to_json(self) -> dict[str, Any]:
         """The stored form."""
