@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jsonschema
@@ -153,6 +154,21 @@ def test_durations_accept_units() -> None:
     cluster = loads_cluster_config(HEAD + "controller: {heartbeatInterval: 500ms, heartbeatExpiry: 2m}\n")
     assert cluster.controller.heartbeat_interval == 0.5
     assert cluster.controller.heartbeat_expiry == 120.0
+
+
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [
+        ("controller: {heartbeatInterval: .inf}", "controller.heartbeatInterval"),
+        ("controller: {drift: {interval: .inf}}", "controller.drift.interval"),
+        ("controller: {drift: {threshold: .nan}}", "controller.drift.threshold"),
+        ("spine: {bandwidthGbps: .inf}", "spine.bandwidthGbps"),
+        ("workload: {collectives: {all_reduce: 1}, collectiveTimeUs: .nan}", "workload.collectiveTimeUs"),
+    ],
+)
+def test_infinite_and_nan_settings_are_refused_naming_the_key(section: str, key: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        loads_cluster_config(HEAD + section + "\n")
 
 
 def test_committed_schema_is_generated() -> None:

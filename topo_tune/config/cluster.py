@@ -43,7 +43,12 @@ def _no_schema_default(schema: dict[str, Any]) -> None:
 
 class _Section(BaseModel):
     model_config = ConfigDict(
-        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True, strict=False
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+        strict=False,
+        allow_inf_nan=False,  # no setting is infinite or NaN; they would pass every comparison or overflow
     )
 
 
