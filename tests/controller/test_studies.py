@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import grpc
+import optuna
 import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner
 
 from tests.conftest import controller_settings
@@ -204,3 +207,28 @@ async def test_a_study_on_nccl_nodes_is_graph_timed_unless_asked_eager(
     assert bare.workload == WorkloadConfig() and [n.name for r in bare.racks for n in r.nodes] == nccl
     with pytest.raises(ValidationError, match=r"^search\.proof_pairs: input should be greater than or equal to 2$"):
         await studies._cluster("st-b", study_request(nodes=nccl, proof_pairs=1))
+
+
+async def test_a_study_whose_database_disk_fills_up_stops_at_once_saying_so(
+    jobs_controller: Controller,
+    agents: Callable[..., RunningAgent],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await registered(*(agents(name, "sim") for name in ("s1", "s2")))
+
+    def full(*_args: object, **_kwargs: object) -> None:
+        # What Optuna's storage raises when a trial cannot be written: its own error, the driver's inside.
+        driver = sqlite3.OperationalError("database or disk is full")
+        try:
+            raise sa.exc.OperationalError("INSERT INTO trials", {}, driver)
+        except sa.exc.OperationalError as error:
+            raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from error
+
+    monkeypatch.setattr("topo_tune.controller.studies.run_pass", full)
+    started = time.monotonic()
+    await jobs_controller.studies.start(study_request(study_id="st-full"))
+    done = await ended(jobs_controller, "st-full")
+    assert time.monotonic() - started < 10, "a full disk is not waited for as an outage is"
+    assert done.status == StudyStatus.FAILED
+    assert done.message.startswith("the disk under the database filled up mid-study (OperationalError: "), done.message
+    assert "database or disk is full" in done.message and "free space" in done.message, done.message

@@ -1,8 +1,10 @@
 """PostgreSQL stopped under a running controller, mid-study and mid-rollout, then started again.
 
 Meanwhile the controller answers that its database is unavailable (it is reachable: the client says so, not
-"cannot reach the controller"), and keeps running; afterwards the study ends with every trial counted once and
-the rollout goes on from the wave it was in, its waves and history intact.
+"cannot reach the controller"), and keeps running; afterwards the study, never started again, ends with every
+trial counted once, and the rollout goes on from the wave it was in, its waves and history intact. A study an
+admin started rides out a 20 s stop too: its Optuna storage fails, the study waits for the database and
+resumes from its stored trials.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from topo_tune.controller.rollout.state import RolloutPhase
 from topo_tune.controller.server import Controller
 from topo_tune.controller.study_records import StudyStatus
 from topo_tune.errors import ControllerDatabaseUnavailable
+from topo_tune.v1 import admin_pb2
 from topo_tune.versions.version import ConfigVersion, render_nccl_conf
 
 pytestmark = [pytest.mark.faults, pytest.mark.postgres, pytest.mark.slow]
@@ -52,8 +55,8 @@ async def jobs_controller(postgres: PostgresServer, tmp_path: Path) -> AsyncIter
     await server.stop()
 
 
-async def outage(postgres: PostgresServer, controller: Controller) -> None:
-    """Stop the server for ``OUTAGE_S``; meanwhile the controller must answer, saying its database is away."""
+async def outage(postgres: PostgresServer, controller: Controller, *, seconds: float = OUTAGE_S) -> None:
+    """Stop the server for ``seconds``; meanwhile the controller must answer, saying its database is away."""
     await asyncio.to_thread(postgres.halt)
     try:
         with AdminClient(f"127.0.0.1:{controller.port}", token=TOKEN, timeout_s=10) as admin:
@@ -62,7 +65,7 @@ async def outage(postgres: PostgresServer, controller: Controller) -> None:
                 await asyncio.to_thread(admin.list_studies)
             assert time.monotonic() - started < 8, "the controller answered before the client's deadline"
             assert "answered" in str(raised.value) and "unavailable" in str(raised.value), raised.value
-        await asyncio.sleep(OUTAGE_S)
+        await asyncio.sleep(seconds)
     finally:
         await asyncio.to_thread(postgres.resume)
 
@@ -99,14 +102,7 @@ async def test_postgres_stopped_mid_study_and_mid_rollout_loses_nothing(
     kept = {t.number for t in (await controller.studies.trials("st-outage")).trials if t.state == "complete"}
     await outage(postgres, controller)
     done = await ended(controller, "st-outage")
-    resumes = 0
-    if done.status == StudyStatus.FAILED:
-        # Optuna's storage gave up during the outage: the study says so, and started again with its id it
-        # resumes from the trials it kept.
-        assert "start it again with this id to resume" in done.message, done.message
-        await controller.studies.start(study_request(study_id="st-outage", budget=8))
-        done, resumes = await ended(controller, "st-outage"), 1
-    assert done.status == StudyStatus.SUCCEEDED, done.message
+    assert done.status == StudyStatus.SUCCEEDED, done.message  # not started again: it rode the outage out
     trials = (await controller.studies.trials("st-outage")).trials
     assert kept <= {t.number for t in trials if t.state == "complete"}, "every trial finished before is kept"
     numbers = [t.number for t in trials]
@@ -138,6 +134,45 @@ async def test_postgres_stopped_mid_study_and_mid_rollout_loses_nothing(
     history = await controller.rollout_store.history(rollout_id)
     revisions = [r.revision for r in history]
     assert revisions == sorted(revisions), "the history is one sequence of transitions"
-    record(
-        "PostgreSQL stopped mid-study and mid-rollout", faults=2, resumes=1 + resumes, rows=len(trials) + len(history)
+    record("PostgreSQL stopped mid-study and mid-rollout", faults=2, resumes=2, rows=len(trials) + len(history))
+
+
+LONG_OUTAGE_S = 20.0
+
+
+@pytest.mark.filterwarnings("ignore:Exception ignored in. <function BaseConnection.__del__")
+async def test_an_admin_run_study_rides_out_a_20_s_postgres_stop_by_itself(
+    postgres: PostgresServer,
+    jobs_controller: Controller,
+    agents: Callable[..., RunningAgent],  # noqa: F811
+) -> None:
+    controller = jobs_controller
+    await registered(*(agents(name, "sim", rack) for name, rack in NODES.items()))
+    request = admin_pb2.StartStudyRequest(
+        study_id="st-long-outage",
+        collectives={"all_gather": 1.0},
+        budget=10,
+        min_bytes=1 << 20,
+        max_bytes=1 << 28,
+        step_factor=16,
+        finalists=1,
+        proof_pairs=2,
     )
+    with AdminClient(f"127.0.0.1:{controller.port}", token=TOKEN, timeout_s=10) as admin:
+        await asyncio.to_thread(admin.start_study, request)  # what `admin study start` sends
+
+        async def some_trials() -> bool:
+            trials = (await asyncio.to_thread(admin.study_trials, "st-long-outage")).trials
+            return len([t for t in trials if t.state == "complete"]) >= 2
+
+        await async_wait_until(some_trials, timeout=120, what="two finished trials")
+        kept = {t.number for t in (await controller.studies.trials("st-long-outage")).trials if t.state == "complete"}
+        await outage(postgres, controller, seconds=LONG_OUTAGE_S)
+        done = await ended(controller, "st-long-outage")
+        assert done.status == StudyStatus.SUCCEEDED, f"not started again, the study ended {done.status}: {done.message}"
+        trials = (await asyncio.to_thread(admin.study_trials, "st-long-outage")).trials
+    assert kept <= {t.number for t in trials if t.state == "complete"}, "every trial finished before is kept"
+    numbers = [t.number for t in trials]
+    assert len(numbers) == len(set(numbers)), "no trial twice"
+    assert len([t for t in trials if t.state == "complete"]) >= 10
+    record("PostgreSQL stopped 20 s under an admin-run study", faults=1, resumes=1, rows=len(trials))

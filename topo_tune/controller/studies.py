@@ -38,7 +38,7 @@ from topo_tune.config.cluster import (
 )
 from topo_tune.controller import names as check
 from topo_tune.controller.changes import Changes
-from topo_tune.controller.db.database import Database
+from topo_tune.controller.db.database import Database, is_disk_full
 from topo_tune.controller.db.left_running import end_left_running
 from topo_tune.controller.db.models import StudyRow
 from topo_tune.controller.nodes import NodeRegistry
@@ -63,6 +63,16 @@ from topo_tune.tuning_pass.run import run_pass, workload_profile
 
 logger = logging.getLogger(__name__)
 
+
+def _said(error: BaseException) -> str:
+    """The error's class and first line; for Optuna's storage error, those of what it wraps (its own text
+    blames "invalid data in the commit" whatever went wrong)."""
+    if isinstance(error, optuna.exceptions.StorageInternalError) and error.__cause__ is not None:
+        error = error.__cause__
+    text = str(error).strip()
+    return f"{error.__class__.__name__}: {text.splitlines()[0][:200] if text else ''}"
+
+
 _OPTUNA_STATES = {"COMPLETE": "complete", "PRUNED": "pruned", "RUNNING": "running", "WAITING": "waiting"}
 
 
@@ -78,6 +88,8 @@ class Studies:
     rack_of: Mapping[str, str] = field(default_factory=dict)
     spine: tuple[float | None, float | None] = (None, None)
     changes: Changes = field(default_factory=Changes)
+    outage_wait_s: float = 120.0
+    """How long a study waits for its database to come back after its Optuna storage failed, then resumes."""
     _running: dict[str, tuple[threading.Thread, threading.Event]] = field(default_factory=dict, init=False)
     _progress: dict[str, StudyProgress] = field(default_factory=dict, init=False)
 
@@ -199,34 +211,36 @@ class Studies:
             changed()
 
         status, message, result, version, name = "failed", "", "", "", ""
-        try:
-            outcome = run_pass(
-                cluster,
-                port,
-                output=self.output_root / study_id,
-                storage=self.db.url.render_as_string(hide_password=False),
-                on_progress=progressed,
-            )
-            status = "succeeded"
-            result = "promoted" if outcome.outcome.chosen is not None else "keep NCCL's defaults"
-            version, name = outcome.written.config_version.id, outcome.outcome.name
-            message = f"{len(outcome.outcome.trials)} trials; " + "; ".join(
-                " ".join(line.split()) for line in verdict_lines(outcome.outcome)
-            )
-        except StudyCancelled:
-            status, message = "cancelled", "cancelled by an admin; start it again with this id to resume"
-        except (optuna.exceptions.StorageInternalError, sa.exc.OperationalError, StorageError) as error:
-            # Optuna's storage does not ride out a database outage: the study stops, its trials stay stored.
-            message = (
-                f"the database became unavailable mid-study ({error.__class__.__name__}: {str(error)[:200]}); "
-                "its trials are kept: start it again with this id to resume"
-            )
-            logger.warning("study stopped: %s", message, extra={"study": study_id})
-        except TopoTuneError as error:
-            message = str(error)
-        except Exception as error:
-            logger.exception("study failed", extra={"study": study_id})
-            message = f"{error.__class__.__name__}: {error}"
+        cancelled = self._running[study_id][1]
+        while True:
+            try:
+                outcome = run_pass(
+                    cluster,
+                    port,
+                    output=self.output_root / study_id,
+                    storage=self.db.url.render_as_string(hide_password=False),
+                    on_progress=progressed,
+                )
+                status = "succeeded"
+                result = "promoted" if outcome.outcome.chosen is not None else "keep NCCL's defaults"
+                version, name = outcome.written.config_version.id, outcome.outcome.name
+                message = f"{len(outcome.outcome.trials)} trials; " + "; ".join(
+                    " ".join(line.split()) for line in verdict_lines(outcome.outcome)
+                )
+            except StudyCancelled:
+                status, message = "cancelled", "cancelled by an admin; start it again with this id to resume"
+            except (optuna.exceptions.StorageInternalError, sa.exc.OperationalError, StorageError) as error:
+                if self._resumes_after_outage(study_id, error, cancelled):
+                    continue  # from what was committed, as a start with this id would
+                message = self._stopped_by_database(error, cancelled)
+                status = "cancelled" if cancelled.is_set() else status
+                logger.warning("study stopped: %s", message, extra={"study": study_id})
+            except TopoTuneError as error:
+                message = str(error)
+            except Exception as error:
+                logger.exception("study failed", extra={"study": study_id})
+                message = f"{error.__class__.__name__}: {error}"
+            break
         now = self.wall_clock()
 
         def finish(session: Session) -> None:
@@ -238,10 +252,42 @@ class Studies:
 
         try:
             self.db.transact(finish)
+        except StorageError as error:  # its disk full, or away past the retries: the row stays "running"
+            logger.warning("could not record the study's end (%s): %s", status, error, extra={"study": study_id})
         finally:
             self._running.pop(study_id, None)
             changed()
         logger.info("study finished: %s", status, extra={"study": study_id})
+
+    def _resumes_after_outage(self, study_id: str, error: BaseException, cancelled: threading.Event) -> bool:
+        """Optuna's storage does not retry: when the database went away under it, wait for the database
+        (up to ``outage_wait_s``) and say whether the study goes on. A full disk is not waited for."""
+        if is_disk_full(error) or cancelled.is_set():
+            return False
+        logger.warning(
+            "the database became unavailable mid-study (%s); waiting up to %.0f s for it, then resuming",
+            _said(error),
+            self.outage_wait_s,
+            extra={"study": study_id},
+        )
+        if not self.db.wait_until_reachable(for_s=self.outage_wait_s, stop=cancelled):
+            return False
+        logger.info("the database is back: the study resumes from its stored trials", extra={"study": study_id})
+        return True
+
+    def _stopped_by_database(self, error: BaseException, cancelled: threading.Event) -> str:
+        said = _said(error)
+        if is_disk_full(error):
+            return (
+                f"the disk under the database filled up mid-study ({said}); its trials are kept: free space, then "
+                "start it again with this id to resume"
+            )
+        if cancelled.is_set():
+            return f"cancelled while the database was unavailable ({said}); start it again with this id to resume"
+        return (
+            f"the database became unavailable mid-study ({said}) and did not come back within "
+            f"{self.outage_wait_s:.0f} s; its trials are kept: start it again with this id to resume"
+        )
 
     async def cancel(self, study_id: str) -> Study:
         running = self._running.get(study_id)

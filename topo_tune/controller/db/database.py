@@ -20,6 +20,8 @@ import asyncio
 import contextvars
 import functools
 import logging
+import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -65,10 +67,14 @@ _SQLITE_FULL = 13
 _PG_DISK_FULL = "53100"
 
 
-def _is_disk_full(error: BaseException) -> bool:
-    """SQLite's SQLITE_FULL or PostgreSQL's disk_full: retrying cannot help until someone frees space."""
+def is_disk_full(error: BaseException) -> bool:
+    """SQLite's SQLITE_FULL or PostgreSQL's disk_full, or an error raised from one (Optuna's storage wraps
+    them): retrying cannot help until someone frees space."""
+    if isinstance(error, DatabaseFull):
+        return True
     if not isinstance(error, exc.DBAPIError):
-        return False
+        cause = error.__cause__ or error.__context__
+        return cause is not None and cause is not error and is_disk_full(cause)
     driver = error.orig
     if getattr(driver, "sqlite_errorcode", None) == _SQLITE_FULL:
         return True
@@ -84,7 +90,7 @@ def _is_transient(error: BaseException) -> bool:
 
     A full disk is not one of them, although SQLite reports it as an ``OperationalError`` too.
     """
-    if _is_disk_full(error):
+    if is_disk_full(error):
         return False
     if isinstance(error, exc.DBAPIError) and error.connection_invalidated:
         return True
@@ -204,7 +210,7 @@ class Database:
                 with attempt, self._session_scope(guarded=guarded) as session:
                     return work(session)
         except exc.SQLAlchemyError as error:
-            if _is_disk_full(error):
+            if is_disk_full(error):
                 # The driver's first line: PostgreSQL adds "HINT:  Check free disk space." on lines of its own.
                 said = str(getattr(error, "orig", error)).strip().splitlines()[0]
                 raise DatabaseFull(
@@ -248,6 +254,24 @@ class Database:
         for_s = self._read_retry_for_s if _ANSWERING.get() else None
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readers, functools.partial(self.read_only, work, for_s=for_s))
+
+    def wait_until_reachable(self, *, for_s: float, stop: threading.Event) -> bool:
+        """Block until the database answers a query (True), ``for_s`` has passed or ``stop`` is set (False).
+
+        For work that cannot retry its own statements (a study's Optuna storage) and resumes from what was
+        committed once the database is back."""
+        deadline, pause = time.monotonic() + for_s, 0.5
+        while not stop.is_set():
+            try:
+                with self.engine.connect() as connection:
+                    connection.execute(sa.text("SELECT 1"))
+                return True
+            except exc.SQLAlchemyError:
+                if time.monotonic() + pause > deadline:
+                    return False
+            stop.wait(pause)
+            pause = min(pause * 2, 5.0)
+        return False
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
