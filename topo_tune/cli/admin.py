@@ -15,6 +15,7 @@ from topo_tune.cli.connection import client_tls, client_tls_options, resolve_tok
 from topo_tune.cli.field_flags import naming_flags
 from topo_tune.cli.output import FORMATS, emit_data, emit_table, to_data
 from topo_tune.client.admin import AdminClient
+from topo_tune.ids import NodeName
 from topo_tune.v1 import admin_pb2, agent_pb2
 from topo_tune.wire.values import BACKEND_FROM_WIRE
 
@@ -110,7 +111,7 @@ def nodes(client: AdminClient, fmt: str, rack: str) -> None:
 @connected
 def node(client: AdminClient, fmt: str, name: str) -> None:
     """Show one node, with its discovered topology."""
-    found = client.get_node(name)
+    found = client.get_node(NodeName(name))
     if fmt != "table":
         emit_data(to_data(found), fmt)
         return

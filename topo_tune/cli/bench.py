@@ -15,6 +15,7 @@ from topo_tune.cli.output import emit_data, emit_table, to_data
 from topo_tune.cli.progress import progress_lines
 from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ControllerError, TunerTableError
+from topo_tune.ids import JobId
 from topo_tune.nccl.collectives import Collective
 from topo_tune.plugin.table import parse_tuner_table
 from topo_tune.v1 import admin_pb2, agent_pb2
@@ -190,7 +191,7 @@ def run(
     if wait and job.status == admin_pb2.BENCHMARK_JOB_STATUS_RUNNING:
         click.echo(f"# job {job.job_id} running on {len(job.nodes)} nodes ...", err=True)
         job = client.watch_benchmark(
-            job.job_id,
+            JobId(job.job_id),
             progress_lines("nodes reported", lambda u: u.job.status == admin_pb2.BENCHMARK_JOB_STATUS_RUNNING),
         )
     _print_job(job, fmt)
@@ -203,7 +204,7 @@ def run(
 @connected
 def show(client: AdminClient, fmt: str, job_id: str) -> None:
     """Show a benchmark job and its nccl-tests-style table."""
-    _print_job(client.get_benchmark(job_id), fmt)
+    _print_job(client.get_benchmark(JobId(job_id)), fmt)
 
 
 @bench.command("list")

@@ -10,6 +10,7 @@ import click
 from topo_tune.cli.admin import admin, connected
 from topo_tune.cli.output import emit_data, emit_table, to_data
 from topo_tune.client.admin import AdminClient
+from topo_tune.ids import ConfigVersionId
 
 
 @admin.group("config")
@@ -44,7 +45,7 @@ def list_versions(client: AdminClient, fmt: str, limit: int) -> None:
 @connected
 def show(client: AdminClient, fmt: str, version_id: str) -> None:
     """Show a version's provenance and files."""
-    found = client.get_config_version(version_id)
+    found = client.get_config_version(ConfigVersionId(version_id))
     if fmt != "table":
         emit_data(to_data(found), fmt)
         return
@@ -60,7 +61,7 @@ def show(client: AdminClient, fmt: str, version_id: str) -> None:
 @connected
 def diff(client: AdminClient, fmt: str, old_id: str, new_id: str) -> None:
     """Unified diff of two versions' files."""
-    old, new = client.get_config_version(old_id), client.get_config_version(new_id)
+    old, new = client.get_config_version(ConfigVersionId(old_id)), client.get_config_version(ConfigVersionId(new_id))
     for name in sorted(set(old.files) | set(new.files)):
         lines = difflib.unified_diff(
             old.files.get(name, "").splitlines(keepends=True),
@@ -79,7 +80,7 @@ def diff(client: AdminClient, fmt: str, old_id: str, new_id: str) -> None:
 @connected
 def export(client: AdminClient, fmt: str, version_id: str, directory: Path) -> None:
     """Write a version's files into a directory (e.g. for NCCL_CONF_FILE on a machine without an agent)."""
-    found = client.get_config_version(version_id)
+    found = client.get_config_version(ConfigVersionId(version_id))
     directory.mkdir(parents=True, exist_ok=True)
     for name, content in sorted(found.files.items()):
         (directory / name).write_text(content)

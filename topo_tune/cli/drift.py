@@ -9,6 +9,7 @@ from topo_tune.cli.output import emit_data, emit_table, to_data
 from topo_tune.cli.progress import progress_lines
 from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ControllerError
+from topo_tune.ids import ConfigVersionId
 from topo_tune.v1 import admin_pb2
 
 STATUSES = ("running", "ok", "regressed", "failed", "skipped", "changed")
@@ -94,7 +95,7 @@ def run(client: AdminClient, fmt: str, version: str, wait: bool) -> None:
       topo-tune admin drift run
       topo-tune admin drift run --version cv-0123456789abcdef -o json
     """
-    check = client.run_drift_check(version=version)
+    check = client.run_drift_check(version=ConfigVersionId(version))
     if wait and check.status == "running":
         click.echo(f"# drift check {check.check_id} measuring on {', '.join(check.nodes)} ...", err=True)
         check = client.watch_drift_check(

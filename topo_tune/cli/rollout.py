@@ -16,6 +16,7 @@ from topo_tune.client.admin import ROLLOUT_ENDS, AdminClient, waits_for_operator
 from topo_tune.config.cluster import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.config.values import parse_duration
 from topo_tune.errors import ControllerError
+from topo_tune.ids import RolloutId
 from topo_tune.v1 import admin_pb2
 from topo_tune.versions.version import FILE_NAMES
 
@@ -221,9 +222,9 @@ def create(
 @connected
 def status(client: AdminClient, fmt: str, rollout_id: str, wait: bool) -> None:
     """Show a rollout (default: the active one, else the latest) with its waves and gate verdicts."""
-    info = client.get_rollout(rollout_id)
+    info = client.get_rollout(RolloutId(rollout_id))
     if wait and info.phase not in ROLLOUT_ENDS and not waits_for_operator(info):
-        info = client.watch_rollout(info.id, _step_lines())
+        info = client.watch_rollout(RolloutId(info.id), _step_lines())
     show(info, fmt)
     if wait and waits_for_operator(info):
         click.echo(
@@ -273,7 +274,7 @@ def list_rollouts(client: AdminClient, fmt: str) -> None:
 @connected
 def history(client: AdminClient, fmt: str, rollout_id: str) -> None:
     """Every transition of a rollout, its waves and nodes, and who or what caused it."""
-    found = client.rollout_history(rollout_id)
+    found = client.rollout_history(RolloutId(rollout_id))
     if fmt != "table":
         emit_data([to_data(t) for t in found], fmt)
         return
@@ -295,7 +296,7 @@ def _verb(name: str, action: admin_pb2.RolloutAction.ValueType, summary: str) ->
     @click.option("--reason", default="", help="Recorded in the history.")
     @connected
     def command(client: AdminClient, fmt: str, rollout_id: str, reason: str) -> None:
-        show(client.change_rollout(rollout_id, action, reason=reason, actor=actor()), fmt)
+        show(client.change_rollout(RolloutId(rollout_id), action, reason=reason, actor=actor()), fmt)
 
     command.__doc__ = summary
     rollout.command(name=name)(command)

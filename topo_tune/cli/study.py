@@ -10,6 +10,7 @@ from topo_tune.cli.setting_options import setting_option
 from topo_tune.client.admin import AdminClient
 from topo_tune.config.cluster import SearchConfig
 from topo_tune.errors import ControllerError
+from topo_tune.ids import StudyId
 from topo_tune.v1 import admin_pb2
 
 STATUS_NAMES = {v: k.removeprefix("STUDY_STATUS_").lower() for k, v in admin_pb2.StudyStatus.items()}
@@ -131,7 +132,7 @@ def start(
         )
     )
     if wait and info.status == admin_pb2.STUDY_STATUS_RUNNING:
-        info = client.watch_study(info.study_id)  # the controller's stream: nothing is sent while it runs
+        info = client.watch_study(StudyId(info.study_id))  # the controller's stream: nothing is sent while it runs
     _print(info, fmt)
     if wait and info.status in (admin_pb2.STUDY_STATUS_FAILED, admin_pb2.STUDY_STATUS_CANCELLED):
         raise ControllerError(f"study {info.study_id} {STATUS_NAMES[info.status]}: {info.message}")
@@ -142,7 +143,7 @@ def start(
 @connected
 def status(client: AdminClient, fmt: str, study_id: str) -> None:
     """Where a study stands: phase, trials done, best so far, result."""
-    _print(client.get_study(study_id), fmt)
+    _print(client.get_study(StudyId(study_id)), fmt)
 
 
 @study.command("list")
@@ -162,7 +163,7 @@ def list_studies(client: AdminClient, fmt: str) -> None:
 @connected
 def trials(client: AdminClient, fmt: str, study_id: str) -> None:
     """Every trial of a study, with its state, value and settings."""
-    found = client.study_trials(study_id)
+    found = client.study_trials(StudyId(study_id))
     if fmt != "table":
         emit_data(to_data(found), fmt)
         return
@@ -184,8 +185,8 @@ def trials(client: AdminClient, fmt: str, study_id: str) -> None:
 @connected
 def best(client: AdminClient, fmt: str, study_id: str) -> None:
     """The best trial so far and, once proven, the result."""
-    found = client.study_trials(study_id)
-    info = client.get_study(study_id)
+    found = client.study_trials(StudyId(study_id))
+    info = client.get_study(StudyId(study_id))
     chosen = next((t for t in found.trials if found.HasField("best_trial") and t.number == found.best_trial), None)
     if fmt != "table":
         emit_data({"study": to_data(info), "best_trial": to_data(chosen) if chosen else None}, fmt)
@@ -205,4 +206,4 @@ def best(client: AdminClient, fmt: str, study_id: str) -> None:
 @connected
 def cancel(client: AdminClient, fmt: str, study_id: str) -> None:
     """Stop a running study (its trials are kept; start it again with the same id to resume)."""
-    _print(client.cancel_study(study_id), fmt)
+    _print(client.cancel_study(StudyId(study_id)), fmt)

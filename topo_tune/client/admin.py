@@ -41,6 +41,7 @@ from topo_tune.errors import (
     Unauthenticated,
     ValidationError,
 )
+from topo_tune.ids import NO_CONFIG_VERSION, NO_ROLLOUT, ConfigVersionId, JobId, NodeName, RolloutId, StudyId
 from topo_tune.security.auth import TlsFiles, bearer_metadata, channel_credentials, with_default_port
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
 
@@ -222,7 +223,7 @@ class AdminClient:
                 grpc.channel_ready_future(self._channel).result(timeout=left)
 
     def watch_benchmark(
-        self, job_id: str, on_update: Callable[[admin_pb2.BenchmarkJobUpdate], None] | None = None
+        self, job_id: JobId, on_update: Callable[[admin_pb2.BenchmarkJobUpdate], None] | None = None
     ) -> admin_pb2.BenchmarkJob:
         """The job once it has ended; ``on_update`` with each change on the way."""
         last = self._watch(
@@ -235,7 +236,7 @@ class AdminClient:
         )
         return last.job
 
-    def wait_benchmark(self, job_id: str) -> admin_pb2.BenchmarkJob:
+    def wait_benchmark(self, job_id: JobId) -> admin_pb2.BenchmarkJob:
         return self.watch_benchmark(job_id)
 
     def watch_probe_round(
@@ -270,7 +271,7 @@ class AdminClient:
         return last.check
 
     def watch_rollout(
-        self, rollout_id: str, on_update: Callable[[admin_pb2.RolloutUpdate], None] | None = None
+        self, rollout_id: RolloutId, on_update: Callable[[admin_pb2.RolloutUpdate], None] | None = None
     ) -> admin_pb2.RolloutInfo:
         """The rollout once it has ended (completed, rolled back or aborted) or waits for an operator (paused).
 
@@ -287,7 +288,7 @@ class AdminClient:
         return last.rollout
 
     def watch_study(
-        self, study_id: str, on_update: Callable[[admin_pb2.StudyUpdate], None] | None = None
+        self, study_id: StudyId, on_update: Callable[[admin_pb2.StudyUpdate], None] | None = None
     ) -> admin_pb2.StudyInfo:
         def ended(update: admin_pb2.StudyUpdate) -> bool:  # succeeded, failed or cancelled
             return update.study.status != admin_pb2.STUDY_STATUS_RUNNING
@@ -298,7 +299,7 @@ class AdminClient:
     def list_nodes(self, *, rack: str = "") -> list[admin_pb2.Node]:
         return list(self._call(self._stub.ListNodes, admin_pb2.ListNodesRequest(rack=rack)).nodes)
 
-    def get_node(self, name: str) -> admin_pb2.Node:
+    def get_node(self, name: NodeName) -> admin_pb2.Node:
         return self._call(self._stub.GetNode, admin_pb2.GetNodeRequest(name=name))
 
     def send_command(self, request: admin_pb2.SendCommandRequest) -> admin_pb2.CommandInfo:
@@ -316,7 +317,7 @@ class AdminClient:
     def start_benchmark(self, request: admin_pb2.StartBenchmarkRequest) -> admin_pb2.BenchmarkJob:
         return self._call(self._stub.StartBenchmark, request)
 
-    def get_benchmark(self, job_id: str) -> admin_pb2.BenchmarkJob:
+    def get_benchmark(self, job_id: JobId) -> admin_pb2.BenchmarkJob:
         return self._call(self._stub.GetBenchmark, admin_pb2.GetBenchmarkRequest(job_id=job_id))
 
     def list_benchmarks(self, *, limit: int = 0) -> list[admin_pb2.BenchmarkJob]:
@@ -337,7 +338,7 @@ class AdminClient:
         request = admin_pb2.PutConfigVersionRequest(files=files, provenance=provenance, id=version_id)
         return self._call(self._stub.PutConfigVersion, request)
 
-    def get_config_version(self, version_id: str) -> admin_pb2.ConfigVersionInfo:
+    def get_config_version(self, version_id: ConfigVersionId) -> admin_pb2.ConfigVersionInfo:
         return self._call(self._stub.GetConfigVersion, admin_pb2.GetConfigVersionRequest(id=version_id))
 
     def list_config_versions(self, *, limit: int = 0) -> list[admin_pb2.ConfigVersionInfo]:
@@ -347,7 +348,7 @@ class AdminClient:
     def start_study(self, request: admin_pb2.StartStudyRequest) -> admin_pb2.StudyInfo:
         return self._call(self._stub.StartStudy, request)
 
-    def get_study(self, study_id: str) -> admin_pb2.StudyInfo:
+    def get_study(self, study_id: StudyId) -> admin_pb2.StudyInfo:
         return self._call(self._stub.GetStudy, admin_pb2.GetStudyRequest(study_id=study_id))
 
     def list_studies(self, *, limit: int = 0) -> list[admin_pb2.StudyInfo]:
@@ -360,13 +361,13 @@ class AdminClient:
     def get_drift_check(self, check_id: str) -> admin_pb2.DriftCheck:
         return self._call(self._stub.GetDriftCheck, admin_pb2.GetDriftCheckRequest(check_id=check_id))
 
-    def run_drift_check(self, *, version: str = "") -> admin_pb2.DriftCheck:
+    def run_drift_check(self, *, version: ConfigVersionId = NO_CONFIG_VERSION) -> admin_pb2.DriftCheck:
         return self._call(self._stub.RunDriftCheck, admin_pb2.RunDriftCheckRequest(config_version=version))
 
-    def study_trials(self, study_id: str) -> admin_pb2.StudyTrials:
+    def study_trials(self, study_id: StudyId) -> admin_pb2.StudyTrials:
         return self._call(self._stub.ListStudyTrials, admin_pb2.GetStudyRequest(study_id=study_id))
 
-    def cancel_study(self, study_id: str) -> admin_pb2.StudyInfo:
+    def cancel_study(self, study_id: StudyId) -> admin_pb2.StudyInfo:
         return self._call(self._stub.CancelStudy, admin_pb2.GetStudyRequest(study_id=study_id))
 
     def list_commands(self, *, node_name: str = "", limit: int = 0) -> list[admin_pb2.CommandInfo]:
@@ -378,19 +379,19 @@ class AdminClient:
     def create_rollout(self, request: admin_pb2.CreateRolloutRequest) -> admin_pb2.RolloutInfo:
         return self._call(self._stub.CreateRollout, request)
 
-    def get_rollout(self, rollout_id: str = "") -> admin_pb2.RolloutInfo:
+    def get_rollout(self, rollout_id: RolloutId = NO_ROLLOUT) -> admin_pb2.RolloutInfo:
         return self._call(self._stub.GetRollout, admin_pb2.GetRolloutRequest(rollout_id=rollout_id))
 
     def list_rollouts(self, *, limit: int = 0) -> list[admin_pb2.RolloutInfo]:
         return list(self._call(self._stub.ListRollouts, admin_pb2.ListRolloutsRequest(limit=limit)).rollouts)
 
     def change_rollout(
-        self, rollout_id: str, action: admin_pb2.RolloutAction.ValueType, *, reason: str = "", actor: str = ""
+        self, rollout_id: RolloutId, action: admin_pb2.RolloutAction.ValueType, *, reason: str = "", actor: str = ""
     ) -> admin_pb2.RolloutInfo:
         request = admin_pb2.ChangeRolloutRequest(rollout_id=rollout_id, action=action, reason=reason, actor=actor)
         return self._call(self._stub.ChangeRollout, request)
 
-    def rollout_history(self, rollout_id: str) -> list[admin_pb2.RolloutTransition]:
+    def rollout_history(self, rollout_id: RolloutId) -> list[admin_pb2.RolloutTransition]:
         request = admin_pb2.GetRolloutHistoryRequest(rollout_id=rollout_id)
         return list(self._call(self._stub.GetRolloutHistory, request).transitions)
 

@@ -27,6 +27,7 @@ from topo_tune.config import bounded_yaml
 from topo_tune.config.checks import validated
 from topo_tune.config.values import BackendName, ByteSize, Duration, HostPort, NodeName
 from topo_tune.errors import ConfigError, PathError, YamlLimitError
+from topo_tune.ids import BucketName
 from topo_tune.nccl.backends import Backend
 from topo_tune.versions.layout import DEFAULT_CONFIG_DIR
 
@@ -177,8 +178,8 @@ class WorkloadConfig(_Section):
         default_factory=lambda: {"all_reduce": 1.0},
         description="collective -> weight, e.g. {all_reduce: 3, all_gather: 1}",
     )
-    buckets: dict[str, float] = Field(default_factory=dict, description="size bucket -> weight (default 1 each)")
-    weights: dict[str, dict[str, float]] | None = Field(
+    buckets: dict[BucketName, float] = Field(default_factory=dict, description="size bucket -> weight (default 1 each)")
+    weights: dict[str, dict[BucketName, float]] | None = Field(
         default=None,
         description="collective -> size bucket -> weight, each (collective, bucket) on its own (as `topo-tune "
         "workload import` writes it: its share of the job's collective time); a bucket it does not name weighs 0. "

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from topo_tune.errors import ConfigError
+from topo_tune.ids import BucketName
 from topo_tune.nccl.collectives import Collective
 
 __all__ = [
@@ -42,7 +43,7 @@ COLLECTIVES = tuple(c.value for c in Collective)
 class SizeBucket:
     """An inclusive range of message sizes scored together; latency-bound buckets are scored by time."""
 
-    name: str
+    name: BucketName
     min_bytes: int
     max_bytes: int
     latency_bound: bool
@@ -53,11 +54,11 @@ class SizeBucket:
 
 # The bins of NVIDIA's optimize_config.py (0–1K, 1K–64K, 64K–1M, 1M–16M, 16M–4G); the tuner plugin's ranges.
 DEFAULT_BUCKETS = (
-    SizeBucket("0-1K", 0, 1024, latency_bound=True),
-    SizeBucket("1K-64K", 1025, 65536, latency_bound=True),
-    SizeBucket("64K-1M", 65537, 1048576, latency_bound=True),
-    SizeBucket("1M-16M", 1048577, 16777216, latency_bound=False),
-    SizeBucket("16M-4G", 16777217, 4294967295, latency_bound=False),
+    SizeBucket(BucketName("0-1K"), 0, 1024, latency_bound=True),
+    SizeBucket(BucketName("1K-64K"), 1025, 65536, latency_bound=True),
+    SizeBucket(BucketName("64K-1M"), 65537, 1048576, latency_bound=True),
+    SizeBucket(BucketName("1M-16M"), 1048577, 16777216, latency_bound=False),
+    SizeBucket(BucketName("16M-4G"), 16777217, 4294967295, latency_bound=False),
 )
 
 DEFAULT_LADDER = tuple(1 << p for p in range(8, 31, 2))
@@ -149,8 +150,8 @@ class WorkloadProfile:
     """How much each collective and each size bucket matters to the cluster's jobs (relative weights)."""
 
     collectives: Mapping[str, float]
-    buckets: Mapping[str, float] = field(default_factory=dict)
-    matrix: Mapping[str, Mapping[str, float]] | None = None
+    buckets: Mapping[BucketName, float] = field(default_factory=dict)
+    matrix: Mapping[str, Mapping[BucketName, float]] | None = None
     """Per (collective, bucket) weights (``workload.weights``); a pair it does not name weighs 0."""
 
     def __post_init__(self) -> None:
@@ -180,7 +181,7 @@ class WorkloadProfile:
         object.__setattr__(self, "collectives", MappingProxyType(dict(self.collectives)))
         object.__setattr__(self, "buckets", MappingProxyType(dict(self.buckets)))
 
-    def weight(self, collective: str, bucket: str) -> float:
+    def weight(self, collective: str, bucket: BucketName) -> float:
         """The weight of one (collective, bucket): from ``matrix`` when given (unnamed: 0), else the product of
         the collective's weight and the bucket's (a bucket the profile does not name weighs 1)."""
         if self.matrix is not None:
@@ -188,7 +189,7 @@ class WorkloadProfile:
         return self.collectives.get(collective, 0.0) * self.buckets.get(bucket, 1.0)
 
     @property
-    def bucket_names(self) -> set[str]:
+    def bucket_names(self) -> set[BucketName]:
         """Every bucket the profile names."""
         return set(self.buckets) | {b for row in (self.matrix or {}).values() for b in row}
 

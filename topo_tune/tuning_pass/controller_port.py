@@ -10,6 +10,7 @@ from typing import Protocol
 
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest
 from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound
+from topo_tune.ids import JobId
 from topo_tune.tuning_pass.node_record import ClusterTopology, NodeInfo
 
 
@@ -27,8 +28,8 @@ class AdminPort(Protocol):
 
     def measured_pairs(self) -> list[PairMeasurement]: ...
     def start_benchmark(self, request: BenchmarkRequest) -> BenchmarkJob: ...
-    def get_benchmark(self, job_id: str) -> BenchmarkJob: ...
-    def wait_benchmark(self, job_id: str) -> BenchmarkJob:
+    def get_benchmark(self, job_id: JobId) -> BenchmarkJob: ...
+    def wait_benchmark(self, job_id: JobId) -> BenchmarkJob:
         """The job once it has ended (woken by the controller, not polled)."""
 
     def put_config_version(

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from topo_tune.ids import NodeName
 from topo_tune.v1 import topology_pb2
 
 __all__ = ["ClusterTopology", "NodeInfo", "NodeState"]
@@ -25,7 +26,7 @@ class NodeState(StrEnum):
 
 @dataclass(frozen=True)
 class NodeInfo:
-    name: str
+    name: NodeName
     rack: str
     state: NodeState
     backend: str

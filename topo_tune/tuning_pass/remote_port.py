@@ -22,7 +22,7 @@ from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobSt
 from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound, ProbeStatus
 from topo_tune.client.admin import PROBE_SAMPLING, AdminClient
 from topo_tune.errors import ControllerUnavailable
-from topo_tune.ids import JobId
+from topo_tune.ids import JobId, NodeName
 from topo_tune.tuning_pass.node_record import ClusterTopology, NodeInfo, NodeState
 from topo_tune.v1 import admin_pb2, agent_pb2
 from topo_tune.wire.benchmark import COLLECTIVE_TO_PROTO, collective_from_proto, size_from_proto
@@ -138,7 +138,7 @@ def probe_round_from_proto(found: admin_pb2.ProbeRound) -> ProbeRound:
 def node_from_proto(node: admin_pb2.Node) -> NodeInfo:
     """A node as the pass reads it; any state but ready counts as lost (the controller sends no other)."""
     return NodeInfo(
-        name=node.name,
+        name=NodeName(node.name),
         rack=node.rack,
         state=NodeState.READY if node.state == admin_pb2.NODE_STATE_READY else NodeState.LOST,
         backend=BACKEND_FROM_WIRE.get(node.backend, ""),
@@ -222,10 +222,10 @@ class RemotePort:
         wire = benchmark_request_to_proto(request)
         return self._riding_out(lambda: benchmark_job_from_proto(self.client.start_benchmark(wire)))
 
-    def get_benchmark(self, job_id: str) -> BenchmarkJob:
+    def get_benchmark(self, job_id: JobId) -> BenchmarkJob:
         return self._riding_out(lambda: benchmark_job_from_proto(self.client.get_benchmark(job_id)))
 
-    def wait_benchmark(self, job_id: str) -> BenchmarkJob:
+    def wait_benchmark(self, job_id: JobId) -> BenchmarkJob:
         return self._riding_out(lambda: benchmark_job_from_proto(self.client.wait_benchmark(job_id)))
 
     def put_config_version(

@@ -80,7 +80,7 @@ def wait_for_nodes(
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        found = {n.name: n for n in client.list_nodes()}
+        found: dict[str, NodeInfo] = {n.name: n for n in client.list_nodes()}  # keyed as cluster.yaml names them
         missing = [n for n in names if n not in found or found[n].state is not NodeState.READY]
         if not missing:
             return [found[n] for n in names]
@@ -172,7 +172,9 @@ def _pair_matrix(
     view = client.cluster_topology()
     # A node whose agent reported no topology is modelled with nothing discovered.
     empty = topology_pb2.NodeTopology()
-    topologies = {n.name: n.topology if n.topology is not None else empty for n in view.nodes if n.name in nodes}
+    topologies: dict[str, topology_pb2.NodeTopology] = {
+        n.name: n.topology if n.topology is not None else empty for n in view.nodes if n.name in nodes
+    }
     spine = None
     if cluster.spine is not None:
         spine = Spine(

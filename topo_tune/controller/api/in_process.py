@@ -21,6 +21,7 @@ from topo_tune.controller.config_versions import ConfigVersions, StoredVersion
 from topo_tune.controller.nodes import NodeRegistry, NodeView
 from topo_tune.controller.probes import Probes
 from topo_tune.errors import StudyCancelled
+from topo_tune.ids import JobId
 from topo_tune.tuning_pass.node_record import ClusterTopology, NodeInfo
 from topo_tune.v1 import topology_pb2
 
@@ -68,10 +69,10 @@ class InProcessPort:
             raise StudyCancelled("cancelled by an admin")
         return self._run(self.jobs.start(request))
 
-    def get_benchmark(self, job_id: str) -> BenchmarkJob:
+    def get_benchmark(self, job_id: JobId) -> BenchmarkJob:
         return self._run(self.jobs.get(job_id))
 
-    def wait_benchmark(self, job_id: str) -> BenchmarkJob:
+    def wait_benchmark(self, job_id: JobId) -> BenchmarkJob:
         return self._run(self.jobs.wait(job_id))
 
     def put_config_version(
