@@ -39,6 +39,7 @@ from topo_tune.agent.journal import Journal
 from topo_tune.agent.sim_backend import run_simulated
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.errors import ConfigWriteError, ConflictError, StoreBusy, ValidationError
+from topo_tune.ids import ConfigVersionId
 from topo_tune.nccl.backends import Backend
 from topo_tune.v1 import agent_pb2, topology_pb2
 
@@ -214,7 +215,9 @@ class CommandExecutor:
     ) -> None:
         async with self._config_lock:
             try:
-                applied = await asyncio.to_thread(store.apply, request.version, dict(request.files), busy=self._busy)
+                applied = await asyncio.to_thread(
+                    store.apply, ConfigVersionId(request.version), dict(request.files), busy=self._busy
+                )
             except ValidationError as error:
                 result.status = agent_pb2.COMMAND_STATUS_REJECTED
                 result.message = str(error)

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from topo_tune.errors import ConfigWriteError, ConflictError, StoreBusy, ValidationError
+from topo_tune.ids import NO_CONFIG_VERSION, ConfigVersionId
 from topo_tune.security.private_files import set_own_mode
 from topo_tune.versions.layout import ACTIVE_LINK, JOBS_LOCK, NODE_NAME_FILE, VERSIONS_DIR, staged_path
 from topo_tune.versions.version import (
@@ -63,7 +64,7 @@ read them (``topo-tune exec`` checks a version's content before it starts a rank
 _LINK_PREFIX = ".active-"
 
 
-def check_version(version: str, files: Mapping[str, str], *, config_dir: Path | None = None) -> None:
+def check_version(version: ConfigVersionId, files: Mapping[str, str], *, config_dir: Path | None = None) -> None:
     """Everything :meth:`ConfigStore.apply` checks before it writes; names the offending field."""
     if version == "":
         if files:
@@ -130,12 +131,12 @@ class ConfigStore:
 
     # -- reading ------------------------------------------------------------------------------------------
 
-    def active_version(self) -> str:
+    def active_version(self) -> ConfigVersionId:
         """The active version's id, or "" when none is active (NCCL's defaults)."""
         try:
             target = os.readlink(self.active_link)
         except FileNotFoundError:
-            return ""
+            return NO_CONFIG_VERSION
         except OSError as error:
             if error.errno == errno.EINVAL:  # not a symlink: something else sits at 'active'
                 raise ConflictError(f"{self.active_link} is not a symlink; refusing to trust it") from None
@@ -152,13 +153,13 @@ class ConfigStore:
         found = [p for p in self.versions.iterdir() if is_version_id(p.name) and not p.is_symlink() and p.is_dir()]
         return [p.name for p in sorted(found, key=lambda p: (p.stat().st_mtime_ns, p.name))]
 
-    def path_of(self, version: str, name: str = NCCL_CONF) -> Path:
+    def path_of(self, version: ConfigVersionId, name: str = NCCL_CONF) -> Path:
         """Where a staged version's file lives: the stable path a job pinned to it reads."""
         if not is_version_id(version):
             raise ValidationError("version", f"{version!r} is not a config version id")
         return staged_path(self.root, version, name)
 
-    def read(self, version: str) -> dict[str, str]:
+    def read(self, version: ConfigVersionId) -> dict[str, str]:
         """A staged version's files, checked against its id (ConflictError when missing or tampered with)."""
         directory = self.versions / version
         try:
@@ -232,7 +233,7 @@ class ConfigStore:
         os.chmod(temporary, 0o644)
         os.replace(temporary, target)
 
-    def apply(self, version: str, files: Mapping[str, str], *, busy: Busy = lambda: None) -> Applied:
+    def apply(self, version: ConfigVersionId, files: Mapping[str, str], *, busy: Busy = lambda: None) -> Applied:
         """Stage ``version`` (if needed) and make it active. ``version=""`` with no files deactivates.
 
         Raises ``ValidationError`` before writing anything when the request is bad, ``StoreBusy`` when
@@ -244,7 +245,7 @@ class ConfigStore:
         with _writing(self.root):
             return self._apply(version, files, busy=busy)
 
-    def _apply(self, version: str, files: Mapping[str, str], *, busy: Busy) -> Applied:
+    def _apply(self, version: ConfigVersionId, files: Mapping[str, str], *, busy: Busy) -> Applied:
         self.recover()
         previous = self.active_version()
         if previous == version and (not version or not self.damage()):
@@ -283,7 +284,7 @@ class ConfigStore:
         finally:
             os.close(fd)
 
-    def _stage(self, version: str, files: Mapping[str, str]) -> None:
+    def _stage(self, version: ConfigVersionId, files: Mapping[str, str]) -> None:
         final = self.versions / version
         if os.path.lexists(final):
             try:
@@ -335,7 +336,7 @@ class ConfigStore:
                 continue
             return candidate
 
-    def _activate(self, version: str) -> None:
+    def _activate(self, version: ConfigVersionId) -> None:
         link = self.root / f"{_LINK_PREFIX}{secrets.token_hex(6)}"
         with _writing(link):
             os.symlink(f"{VERSIONS_DIR}/{version}", link)

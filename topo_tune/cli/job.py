@@ -26,6 +26,7 @@ from topo_tune.cli.admin import connected
 from topo_tune.cli.output import emit_data
 from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ConflictError
+from topo_tune.ids import ConfigVersionId
 from topo_tune.jobs.config import (
     expand_hostlist,
     job_environment,
@@ -149,7 +150,7 @@ def warn(config: admin_pb2.JobConfig) -> None:
         click.echo(f"topo-tune: warning: {warning}", err=True)
 
 
-def _check_content(config_dir: Path, version: str) -> None:
+def _check_content(config_dir: Path, version: ConfigVersionId) -> None:
     """Refuse to hand out a staged version whose files no longer hash to its id (changed after staging)."""
     if not version:
         return
@@ -169,7 +170,7 @@ def check_staged(config: admin_pb2.JobConfig, conf: str, config_dir: Path) -> No
             f"{config.config_version} is not staged on this node ({conf} is missing; is --config-dir the agent's "
             f"--config-dir?); not handing a rank an NCCL config that would differ from the others'"
         )
-    _check_content(config_dir, config.config_version)
+    _check_content(config_dir, ConfigVersionId(config.config_version))
 
 
 def order_data(config: admin_pb2.JobConfig) -> dict[str, object]:

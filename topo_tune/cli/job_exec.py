@@ -22,6 +22,7 @@ from topo_tune.cli.admin import connected
 from topo_tune.cli.compare import ArmConfig, compare_options, run_comparison, spec_from_options
 from topo_tune.cli.job import check_staged, job_nodes, job_options, job_variables, resolve_job, this_node, warn
 from topo_tune.client.admin import AdminClient
+from topo_tune.ids import ConfigVersionId
 from topo_tune.jobs.config import job_id_from_env
 from topo_tune.jobs.launchers import LAUNCHERS, LauncherFlavour, launch, starts_other_nodes
 from topo_tune.plugin.job_env import workload_env
@@ -37,7 +38,9 @@ def compare_arm(
     config = client.resolve_job_config(job_id, nodes, arm=name)
     warn(config)
     if config.config_version:
-        ConfigStore(config_dir).read(config.config_version)  # ConflictError: not staged here, or changed
+        ConfigStore(config_dir).read(
+            ConfigVersionId(config.config_version)
+        )  # ConflictError: not staged here, or changed
     variables = job_variables(config, job_id=job_id, config_dir=config_dir, tuner_plugin=tuner_plugin, node=None)
     return ArmConfig(name=name, version=config.config_version, order=tuple(config.node_order), variables=variables)
 

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import ConfigVersionRow
 from topo_tune.errors import NotFoundError, ValidationError
+from topo_tune.ids import ConfigVersionId
 from topo_tune.versions.version import ConfigVersion, is_version_id
 
 
@@ -69,14 +70,14 @@ class ConfigVersions:
 
         return _info(await self.db.run(write), with_files=True)
 
-    async def files(self, version_id: str) -> dict[str, str]:
+    async def files(self, version_id: ConfigVersionId) -> dict[str, str]:
         """The files of a stored version; ``NotFoundError`` names it when it is not stored."""
         row = await self.db.read(lambda session: session.get(ConfigVersionRow, version_id))
         if row is None:
             raise NotFoundError(f"no config version {version_id!r}")
         return dict(row.files)
 
-    async def get(self, version_id: str) -> StoredVersion:
+    async def get(self, version_id: ConfigVersionId) -> StoredVersion:
         if not is_version_id(version_id):
             raise ValidationError("id", f"not a config version id (cv- and 16 hex digits): {version_id[:40]!r}")
         row = await self.db.read(lambda session: session.get(ConfigVersionRow, version_id))

@@ -36,7 +36,7 @@ from topo_tune.controller.rollout.verification import BenchmarkVerifier, wave_or
 from topo_tune.controller.sessions import SessionHub
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.controller.studies import Studies
-from topo_tune.ids import NodeName
+from topo_tune.ids import ConfigVersionId, NodeName
 from topo_tune.kube.idleness import NodeIdleness, busy_nodes
 from topo_tune.plugin.table import parse_tuner_table
 from topo_tune.v1 import agent_pb2
@@ -196,12 +196,12 @@ class Services:
         await self.jobs.on_result(node_name, result, job_id)
         await self.probes.on_result(node_name, result, job_id)
 
-    async def _tuner_table(self, version: str) -> str:
+    async def _tuner_table(self, version: ConfigVersionId) -> str:
         """``version``'s tuner-plugin table when it has rows, for its gate jobs; else ""."""
         table = (await self.config_versions.files(version)).get(TUNER_TABLE, "")
         return table if parse_tuner_table(table, source=f"{version}/{TUNER_TABLE}") else ""
 
-    async def _wave_order(self, version: str, nodes: Sequence[str]) -> tuple[str, ...]:
+    async def _wave_order(self, version: ConfigVersionId, nodes: Sequence[str]) -> tuple[str, ...]:
         """The rank order ``version``'s gate jobs run ``nodes`` in ("": NCCL's defaults, the launcher's order)."""
         return wave_order(await self.config_versions.files(version) if version else {}, nodes, version=version)
 

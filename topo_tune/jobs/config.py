@@ -66,14 +66,14 @@ ARMS = (ARM_STABLE, ARM_DEFAULTS)
 @dataclass(frozen=True)
 class JobPin:
     job_id: str
-    version: str
+    version: ConfigVersionId
     nodes: tuple[str, ...]
     order: tuple[str, ...] = ()
     """The job's node order: node rank i runs on ``order[i]``; empty until the controller computed it."""
     arm: str = ""
 
 
-def arm_version(arm: str, nodes: Sequence[str], view: RolloutView) -> str:
+def arm_version(arm: str, nodes: Sequence[str], view: RolloutView) -> ConfigVersionId:
     """The version an arm names: "" the job's own (:func:`choose_version`), "stable" the stable one (even while
     a rollout runs), "defaults" none (NCCL's defaults), or a version id as given."""
     if not arm:
@@ -81,13 +81,13 @@ def arm_version(arm: str, nodes: Sequence[str], view: RolloutView) -> str:
     if arm == ARM_STABLE:
         return view.stable_version
     if arm == ARM_DEFAULTS:
-        return ""
+        return NO_CONFIG_VERSION
     if is_version_id(arm):
         return arm
     raise ConfigError("arm", f"{arm[:80]!r} is not a config version id (cv- and 16 hex digits), stable or defaults")
 
 
-def choose_version(nodes: Sequence[str], view: RolloutView) -> str:
+def choose_version(nodes: Sequence[str], view: RolloutView) -> ConfigVersionId:
     """The new version only if every node of the job is migrated, else the stable one."""
     if not nodes:
         raise ConfigError("--nodes", "a job needs at least one node")

@@ -50,6 +50,7 @@ from topo_tune.controller.rollout.engine import RolloutEngine
 from topo_tune.controller.rollout.job_pins import JobResolver
 from topo_tune.controller.sessions import SessionHub
 from topo_tune.errors import ConflictError, TopoTuneError, ValidationError
+from topo_tune.ids import ConfigVersionId
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -203,7 +204,7 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
     async def GetConfigVersion(
         self, request: admin_pb2.GetConfigVersionRequest, context: Ctx
     ) -> admin_pb2.ConfigVersionInfo:
-        return to_proto_config_version(await self._config_versions.get(request.id))
+        return to_proto_config_version(await self._config_versions.get(ConfigVersionId(request.id)))
 
     @maps_errors
     async def ListConfigVersions(

@@ -23,6 +23,7 @@ from topo_tune.controller.rollout.gates import check_reachable
 from topo_tune.controller.rollout.job_pins import JobResolver
 from topo_tune.controller.rollout.state import NodePhase, Snapshot
 from topo_tune.errors import NotFoundError, ValidationError
+from topo_tune.ids import ConfigVersionId
 from topo_tune.v1 import admin_pb2
 from topo_tune.versions.version import ConfigVersion
 
@@ -82,7 +83,7 @@ class RolloutServicerMixin:
             if request.config_version and request.config_version != version.id:
                 raise ValidationError("config_version", f"is not the hash of the files given ({version.id})")
         elif request.config_version:
-            files = await self._rollouts.store.versions.files(request.config_version)
+            files = await self._rollouts.store.versions.files(ConfigVersionId(request.config_version))
             version = ConfigVersion(files)
         else:
             raise ValidationError("config_version", "give a known version id or the version's files")

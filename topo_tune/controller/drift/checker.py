@@ -63,7 +63,7 @@ logger = logging.getLogger(__name__)
 class _Planned:
     """What a stored ``running`` check measures."""
 
-    version: str
+    version: ConfigVersionId
     reference: Reference
     nodes: tuple[str, ...]
     job_ids: tuple[str, ...]
@@ -74,10 +74,10 @@ class VerificationJobs(Protocol):
     """What drift checks need to run the gates' benchmark (``verification.BenchmarkVerifier``)."""
 
     async def run_job(
-        self, job_id: str, nodes: Sequence[str], version: str, *, measurement: RolloutGateConfig
+        self, job_id: str, nodes: Sequence[str], version: ConfigVersionId, *, measurement: RolloutGateConfig
     ) -> BenchmarkJob: ...
 
-    async def order_of(self, version: str, nodes: Sequence[str]) -> tuple[str, ...]:
+    async def order_of(self, version: ConfigVersionId, nodes: Sequence[str]) -> tuple[str, ...]:
         """The rank order of ``nodes`` that ``version``'s gate jobs run in."""
 
 

@@ -12,17 +12,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from topo_tune.config.cluster import RolloutGateConfig
+from topo_tune.ids import ConfigVersionId, RolloutId
 
 
 @dataclass(frozen=True)
 class GateRun:
-    rollout_id: str
+    rollout_id: RolloutId
     wave: int
     attempt: int
     nodes: tuple[str, ...]
     """The wave's nodes, in its rank order."""
-    new: str
+    new: ConfigVersionId
     """The version being rolled out ("" would be NCCL's defaults)."""
-    previous: str
+    previous: ConfigVersionId
     """The version it replaces ("": NCCL's defaults)."""
     measurement: RolloutGateConfig

@@ -357,7 +357,7 @@ class RolloutStore:
         row = await self.db.read(lambda session: session.get(JobPinRow, (job_id, arm)))
         if row is None:
             return None
-        return JobPin(row.job_id, row.config_version, tuple(row.nodes), tuple(row.node_order), row.arm)
+        return JobPin(row.job_id, ConfigVersionId(row.config_version), tuple(row.nodes), tuple(row.node_order), row.arm)
 
     async def pin(self, pin: JobPin, *, rollout_id: RolloutId) -> JobPin:
         """Store ``pin`` (version and node order, under its job id and arm) unless the job is pinned already;

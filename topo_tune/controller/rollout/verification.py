@@ -33,6 +33,7 @@ from topo_tune.config.cluster import RolloutGateConfig
 from topo_tune.controller.rollout.gate_run import GateRun
 from topo_tune.controller.rollout.gates import Sample
 from topo_tune.errors import ConflictError
+from topo_tune.ids import ConfigVersionId
 from topo_tune.nccl.collectives import Collective
 from topo_tune.tuner.ring.job_order import job_order
 from topo_tune.versions.layout import DEFAULT_CONFIG_DIR, staged_path
@@ -57,16 +58,16 @@ class BenchmarkVerifier:
     """The agents' config directory (the same on every node)."""
     collective: Collective = Collective.ALL_REDUCE
     deadline_s: int = 600
-    tables: Callable[[str], Awaitable[str]] | None = None
+    tables: Callable[[ConfigVersionId], Awaitable[str]] | None = None
     """A version's tuner-plugin table ("" when it has none); None: gates send no table."""
-    orders: Callable[[str, Sequence[str]], Awaitable[tuple[str, ...]]] | None = None
+    orders: Callable[[ConfigVersionId, Sequence[str]], Awaitable[tuple[str, ...]]] | None = None
     """A version's order of the given nodes ("": NCCL's defaults); None: both arms run in the wave's order."""
 
-    def env_for(self, version: str) -> dict[str, str]:
+    def env_for(self, version: ConfigVersionId) -> dict[str, str]:
         """The job environment that selects ``version``; NCCL's defaults: no file of ours at all."""
         return {"NCCL_CONF_FILE": str(staged_path(self.config_dir, version, NCCL_CONF))} if version else {}
 
-    async def order_of(self, version: str, nodes: Sequence[str]) -> tuple[str, ...]:
+    async def order_of(self, version: ConfigVersionId, nodes: Sequence[str]) -> tuple[str, ...]:
         """The rank order of ``nodes`` that ``version``'s jobs run in."""
         return tuple(nodes) if self.orders is None else await self.orders(version, nodes)
 
@@ -116,7 +117,7 @@ class BenchmarkVerifier:
         )
 
     async def run_job(
-        self, job_id: str, nodes: Sequence[str], version: str, *, measurement: RolloutGateConfig
+        self, job_id: str, nodes: Sequence[str], version: ConfigVersionId, *, measurement: RolloutGateConfig
     ) -> BenchmarkJob:
         """Run the verification benchmark (as ``measurement`` says) with ``version`` on ``nodes`` (in rank order)
         under ``job_id``; wait for its end.
