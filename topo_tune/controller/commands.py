@@ -141,7 +141,7 @@ class CommandBook:
         self._acks = GroupCommit(self.db, self._acked_in)
         self._results = GroupCommit(self.db, self._finish_in)
 
-    async def submit(self, node_name: str, command: agent_pb2.Command, *, command_id: str = "") -> CommandRecord:
+    async def submit(self, node_name: NodeName, command: agent_pb2.Command, *, command_id: str = "") -> CommandRecord:
         """Store a new command for a node (status ``pending``), or return the same one if the id exists."""
         wanted_id = command_id or self.new_id()
         kind = command.WhichOneof("body") or ""
@@ -221,7 +221,7 @@ class CommandBook:
         logger.info("fan-out stored", extra={"nodes": len(records), "kind": command.WhichOneof("body") or ""})
         return records
 
-    async def outstanding(self, node_name: str) -> list[CommandRecord]:
+    async def outstanding(self, node_name: NodeName) -> list[CommandRecord]:
         """Commands of a node that are not final, oldest first."""
 
         def read(session: Session) -> list[CommandRecord]:
@@ -258,7 +258,7 @@ class CommandBook:
             )
         return [None] * len(batch)
 
-    async def acked(self, node_name: str, command_id: str) -> bool:
+    async def acked(self, node_name: NodeName, command_id: str) -> bool:
         """The agent has the command. False if the command is unknown or another node's. Acknowledgements
         arriving together are committed together."""
         return await self._acks.submit((node_name, command_id, self.wall_clock()))
@@ -277,7 +277,7 @@ class CommandBook:
             )
         return out
 
-    async def finish(self, node_name: str, result: agent_pb2.CommandResult) -> Finished:
+    async def finish(self, node_name: NodeName, result: agent_pb2.CommandResult) -> Finished:
         """Record a command's final result, with its effect on the node, in one transaction (shared with
         results that arrive at the same time; returns once it is committed)."""
         status = STATUS_FROM_WIRE[result.status]

@@ -432,7 +432,7 @@ class Probes:
         for record in await self.db.run(write):
             await self.deliver(record)
 
-    async def on_result(self, node_name: str, result: agent_pb2.CommandResult, job_id: str | None) -> None:
+    async def on_result(self, node_name: NodeName, result: agent_pb2.CommandResult, job_id: str | None) -> None:
         waiter = self._waiters.get(result.command_id)
         if waiter is not None and not waiter.done():
             waiter.set_result(result)

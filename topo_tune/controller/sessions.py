@@ -64,7 +64,7 @@ class SessionHub:
     controller_id: str
     fanout_window: int = 512
     """Nodes `deliver_many` sends to at once."""
-    result_listeners: Sequence[Callable[[str, agent_pb2.CommandResult, str | None], Awaitable[None]]] = ()
+    result_listeners: Sequence[Callable[[NodeName, agent_pb2.CommandResult, str | None], Awaitable[None]]] = ()
     """Called with (node, result, the command's job id or None) after a result is committed for the first time."""
     log_gate: LogGate = field(default_factory=LogGate)
     """How often a node's events are logged."""

@@ -192,7 +192,7 @@ class Services:
         await self.drift.recover()
         return known
 
-    async def _on_result(self, node_name: str, result: agent_pb2.CommandResult, job_id: str | None) -> None:
+    async def _on_result(self, node_name: NodeName, result: agent_pb2.CommandResult, job_id: str | None) -> None:
         await self.jobs.on_result(node_name, result, job_id)
         await self.probes.on_result(node_name, result, job_id)
 

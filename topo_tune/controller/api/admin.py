@@ -50,7 +50,7 @@ from topo_tune.controller.rollout.engine import RolloutEngine
 from topo_tune.controller.rollout.job_pins import JobResolver
 from topo_tune.controller.sessions import SessionHub
 from topo_tune.errors import ConflictError, TopoTuneError, ValidationError
-from topo_tune.ids import ConfigVersionId
+from topo_tune.ids import ConfigVersionId, NodeName
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -115,9 +115,9 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
 
     @maps_errors
     async def SendCommand(self, request: admin_pb2.SendCommandRequest, context: Ctx) -> admin_pb2.CommandInfo:
-        validation.send_command(request)
+        validation.send_command(request)  # the node name included
         command = from_proto_command_body(request)
-        record = await self._commands.submit(request.node_name, command, command_id=request.command_id)
+        record = await self._commands.submit(NodeName(request.node_name), command, command_id=request.command_id)
         if not record.status.final and record.deliveries == 0:
             await self._hub.deliver_new(record)
             record = await self._commands.get(record.id)

@@ -244,7 +244,7 @@ class BenchmarkJobs:
             return len(topology.gpus)
         return request.ranks_per_node or 1
 
-    async def on_result(self, node_name: str, result: agent_pb2.CommandResult, job_id: str | None) -> None:
+    async def on_result(self, node_name: NodeName, result: agent_pb2.CommandResult, job_id: str | None) -> None:
         """A command finished: if it was a job's last, finish the job."""
         self.changes.changed(_reported(node_name))  # e.g. it confirmed a cancel: a job waiting for it may start
         if job_id:

@@ -305,7 +305,7 @@ class DriftChecker:
         else:
             logger.info("drift check %s: %s", status.value, message, extra={"check": check_id})
 
-    async def on_topology_change(self, node: str, *, before: str, after: str, version: str) -> None:
+    async def on_topology_change(self, node: NodeName, *, before: str, after: str, version: ConfigVersionId) -> None:
         """A node registered again with another topology fingerprint: record it, count it, maybe re-tune."""
         check_id = self.new_id()
         await self.store.add_topology_change(check_id, node=node, before=before, after=after, version=version)

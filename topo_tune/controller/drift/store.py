@@ -21,6 +21,7 @@ from topo_tune.controller.db.left_running import end_left_running
 from topo_tune.controller.db.models import BenchmarkJobRow, DriftCheckRow, EventRow
 from topo_tune.controller.drift.verdict import DriftKind, DriftStatus, Reference, Verdict
 from topo_tune.errors import NotFoundError, ValidationError
+from topo_tune.ids import ConfigVersionId, NodeName
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,9 @@ class DriftStore:
         )
         await self.db.run(lambda session: session.add(row))
 
-    async def add_topology_change(self, check_id: str, *, node: str, before: str, after: str, version: str) -> None:
+    async def add_topology_change(
+        self, check_id: str, *, node: NodeName, before: str, after: str, version: ConfigVersionId
+    ) -> None:
         now = self.wall_clock()
         row = DriftCheckRow(
             id=check_id,
