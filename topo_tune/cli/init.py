@@ -20,7 +20,7 @@ from topo_tune.cli import logs
 from topo_tune.cli.connection import client_tls, client_tls_options, resolve_token, token_options
 from topo_tune.cli.phases import PhaseDisplay
 from topo_tune.client.admin import AdminClient
-from topo_tune.config.cluster import ClusterConfig, load_cluster_config
+from topo_tune.config.cluster import ClusterConfig, NodeConfig, load_cluster_config
 from topo_tune.errors import ConfigError, EnvPolicyError
 from topo_tune.tuner.report.tables import table_rows
 from topo_tune.tuner.study_records import plural, trial_count_line
@@ -92,7 +92,7 @@ def _tell_how_to_join(
 
     cluster = embedded.cluster
     rack_of = cluster.rack_of()
-    nodes = {node.name: node for rack in cluster.racks for node in rack.nodes}
+    nodes: dict[str, NodeConfig] = {node.name: node for rack in cluster.racks for node in rack.nodes}
     total = len(rack_of)
     console.print(
         f"{len(elsewhere)} of {total} nodes are not this machine: on each, start an agent (copy its own token "

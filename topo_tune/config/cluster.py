@@ -25,7 +25,7 @@ from topo_tune.benchmark.job_spec import MAX_DEADLINE_S
 from topo_tune.benchmark.sweep import size_ladder
 from topo_tune.config import bounded_yaml
 from topo_tune.config.checks import validated
-from topo_tune.config.values import BackendName, ByteSize, Duration, HostPort, NodeName
+from topo_tune.config.values import BackendName, ByteSize, Duration, HostName, HostPort, NodeNameSetting
 from topo_tune.errors import ConfigError, PathError, YamlLimitError
 from topo_tune.ids import BucketName
 from topo_tune.nccl.backends import Backend
@@ -132,7 +132,7 @@ class ControllerConfig(_Section):
 class NodeConfig(_Section):
     """One node of the cluster."""
 
-    name: NodeName
+    name: NodeNameSetting
     address: str | None = Field(default=None, description="address benchmarks use; unset: the agent's own")
     gpus: int = Field(default=8, ge=0, le=1024, description="GPUs on the node (used by the sim backend)")
     labels: dict[str, str] = Field(default_factory=dict)
@@ -147,7 +147,7 @@ class NodeConfig(_Section):
 class RackConfig(_Section):
     """A rack: the unit of a rollout wave and of the spine model."""
 
-    name: NodeName
+    name: HostName
     nodes: list[NodeConfig] = Field(min_length=1)
 
 
@@ -345,7 +345,7 @@ class RolloutConfig(_Section):
 
 
 class Metadata(_Section):
-    name: NodeName = "topo-tune"
+    name: HostName = "topo-tune"
 
 
 class ClusterConfig(_Section):

@@ -16,6 +16,7 @@ from typing import Annotated
 import pydantic
 from pydantic import Field, PlainSerializer, WithJsonSchema
 
+from topo_tune.ids import NodeName
 from topo_tune.nccl.backends import Backend
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -61,15 +62,16 @@ PATTERN_WORDS = {
 the regular expression)."""
 
 # RFC 1123 host names, which Kubernetes node names also are.
-NodeName = Annotated[
-    str,
-    Field(
-        min_length=1,
-        max_length=253,
-        pattern=NODE_NAME_PATTERN,
-        description="a host name (RFC 1123), as the node's agent registers it",
-    ),
-]
+_HOST_NAME = Field(
+    min_length=1,
+    max_length=253,
+    pattern=NODE_NAME_PATTERN,
+    description="a host name (RFC 1123), as the node's agent registers it",
+)
+HostName = Annotated[str, _HOST_NAME]
+"""A name spelt as a host name: a rack's, the cluster's."""
+NodeNameSetting = Annotated[NodeName, _HOST_NAME]
+"""A node's name in cluster.yaml: a :data:`~topo_tune.ids.NodeName`, checked as a host name."""
 
 BackendName = Annotated[
     Backend,

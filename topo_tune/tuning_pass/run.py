@@ -336,7 +336,9 @@ def run_pass(
     pairs, topologies, fingerprint = _pair_matrix(client, cluster, names)
     tiers = network_tiers(client.cluster_topology().nodes, names)
     # Ranks per node as the benchmark jobs place them: every GPU (nccl, sim), one process (gloo).
-    slots = {name: max(1, len(topologies[name].gpus)) if cluster.backend.plays_nccl else 1 for name in names}
+    slots: dict[str, int] = {
+        name: max(1, len(topologies[name].gpus)) if cluster.backend.plays_nccl else 1 for name in names
+    }
     if sum(slots.values()) == 1:
         on_status(
             "one rank in all: a collective on one rank moves no data, so the trials measure launch jitter and "
