@@ -82,7 +82,7 @@ def node_is_here(node: NodeConfig, cluster: ClusterConfig, host: ThisHost) -> bo
         return True
     if node.address:
         return host.owns(node.address)
-    if cluster.backend is Backend.GLOO:
+    if cluster.backend.runs_on_cpus:
         return True
     return node.name.lower() in host.names or sum(len(rack.nodes) for rack in cluster.racks) == 1
 

@@ -42,6 +42,11 @@ class Backend(enum.StrEnum):
         return self is not Backend.GLOO
 
     @property
+    def runs_on_cpus(self) -> bool:
+        """Whether it takes no GPU (gloo over TCP), so several stand-in nodes can share one machine."""
+        return self is Backend.GLOO
+
+    @property
     def one_way_probes(self) -> bool:
         """Whether a pair probe times a broadcast each direction (gloo has no concurrent send/recv), not sendrecv."""
         return self is Backend.GLOO
