@@ -3,7 +3,7 @@ config version id belongs (and every other such mix-up).
 
 Values become these types where they enter the domain: a servicer reading a request, a row read back, the CLI
 parsing an argument. They are plain ``str`` at run time (no checks, no cost). Non-goals: what makes an id
-valid (``controller/api/names.py``, cluster.yaml's schema), how ids are minted.
+valid (``controller/names.py``, cluster.yaml's schema), how ids are minted.
 """
 
 from __future__ import annotations
