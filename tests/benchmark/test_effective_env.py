@@ -19,6 +19,7 @@ import pytest
 from topo_tune.agent.bench import worker
 from topo_tune.agent.bench.worker import process_environ
 from topo_tune.benchmark.job_spec import BenchmarkSpec
+from topo_tune.nccl.backends import Backend
 
 _KEY = "NCCL_TOPO_TUNE_TEST_FROM_CONF"
 
@@ -52,9 +53,9 @@ def test_what_nccl_adds_from_etc_nccl_conf_is_recorded_even_where_nccl_never_sta
     monkeypatch.setattr(worker, "SYSTEM_NCCL_CONF", system)
     monkeypatch.setenv("NCCL_CONF_FILE", str(job_conf))
     spec = cast(BenchmarkSpec, SimpleNamespace(env={"NCCL_CONF_FILE": str(job_conf)}))
-    env = worker._effective_env(spec, "gloo")
+    env = worker._effective_env(spec, Backend.GLOO)
     assert env["NCCL_IB_HCA"] == "mlx5_0" and env["NCCL_DEBUG"] == "WARN"
     assert env["topo_tune.system_nccl_conf_sha256"] == hashlib.sha256(system.read_bytes()).hexdigest()
     monkeypatch.setattr(worker, "SYSTEM_NCCL_CONF", tmp_path / "absent")
-    env = worker._effective_env(spec, "gloo")
+    env = worker._effective_env(spec, Backend.GLOO)
     assert "NCCL_IB_HCA" not in env and env["topo_tune.system_nccl_conf_sha256"] == "absent"

@@ -65,8 +65,9 @@ async def test_a_full_config_disk_fails_each_apply_with_its_path_and_recovers(tm
         assert NO_SPACE in node["config_apply_error"] and str(disk.root) in node["config_apply_error"], node
         assert node["applied_config_version"] == "", "nothing half-written was activated"
 
-        async def attempts() -> int:  # a few more attempts while the disk stays full
-            return sum(1 for c in await controller.commands.list(node_name="n1") if c.kind == "apply_config") >= 4
+        async def attempts() -> bool:  # a few more attempts fail while the disk stays full
+            commands = await controller.commands.list(node_name="n1")
+            return sum(1 for c in commands if c.kind == "apply_config" and c.status.value == "failed") >= 4
 
         await async_wait_until(attempts, timeout=60, what="the apply to be retried")
         staging = list(disk.root.glob("versions/.staging-*"))
