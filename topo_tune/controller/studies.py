@@ -38,7 +38,7 @@ from topo_tune.config.cluster import (
 )
 from topo_tune.controller import names as check
 from topo_tune.controller.changes import Changes
-from topo_tune.controller.db.database import Database, is_disk_full
+from topo_tune.controller.db.database import Database, first_line, is_disk_full
 from topo_tune.controller.db.left_running import end_left_running
 from topo_tune.controller.db.models import StudyRow
 from topo_tune.controller.nodes import NodeRegistry
@@ -69,8 +69,7 @@ def _said(error: BaseException) -> str:
     blames "invalid data in the commit" whatever went wrong)."""
     if isinstance(error, optuna.exceptions.StorageInternalError) and error.__cause__ is not None:
         error = error.__cause__
-    text = str(error).strip()
-    return f"{error.__class__.__name__}: {text.splitlines()[0][:200] if text else ''}"
+    return f"{error.__class__.__name__}: {first_line(error)[:200]}"
 
 
 _OPTUNA_STATES = {"COMPLETE": "complete", "PRUNED": "pruned", "RUNNING": "running", "WAITING": "waiting"}

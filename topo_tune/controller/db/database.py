@@ -67,6 +67,13 @@ _SQLITE_FULL = 13
 _PG_DISK_FULL = "53100"
 
 
+def first_line(error: BaseException) -> str:
+    """An error's text up to its first line break: drivers add lines of their own (PostgreSQL's
+    ``HINT:  Check free disk space.``, SQLAlchemy's SQL and background link)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""
+
+
 def is_disk_full(error: BaseException) -> bool:
     """SQLite's SQLITE_FULL or PostgreSQL's disk_full, or an error raised from one (Optuna's storage wraps
     them): retrying cannot help until someone frees space."""
@@ -211,8 +218,7 @@ class Database:
                     return work(session)
         except exc.SQLAlchemyError as error:
             if is_disk_full(error):
-                # The driver's first line: PostgreSQL adds "HINT:  Check free disk space." on lines of its own.
-                said = str(getattr(error, "orig", error)).strip().splitlines()[0]
+                said = first_line(getattr(error, "orig", error))
                 raise DatabaseFull(
                     f"database {self.name} is full: no space left on the disk under it; "
                     f"writes fail until space is freed ({said})"
