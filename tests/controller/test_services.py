@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import urllib.request
 from collections.abc import AsyncIterator
 
@@ -14,6 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.conftest import controller_settings
 from tests.support.processes import TOKEN
+from topo_tune.agent import session_call
 from topo_tune.controller.server import Controller
 from topo_tune.security.auth import bearer_metadata
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2, agent_pb2_grpc
@@ -34,12 +34,8 @@ async def channel(controller: Controller) -> AsyncIterator[grpc.aio.Channel]:
 async def open_session(
     channel: grpc.aio.Channel, first: agent_pb2.AgentMessage, *, token: str = TOKEN
 ) -> grpc.aio.StreamStreamCall[agent_pb2.AgentMessage, agent_pb2.ControllerMessage]:
-    call = agent_pb2_grpc.AgentServiceStub(channel).Session(metadata=bearer_metadata(token))
-    # The server may refuse the call (a bad credential) before the first message is written. The write then
-    # raises; reading the call raises the same status, which is what the caller checks (``expect_status``).
-    with contextlib.suppress(grpc.aio.AioRpcError):
-        await call.write(first)
-    return call
+    """The agent's own way in: a refused call is never written to, so reading it raises the refusal."""
+    return await session_call.open_session(agent_pb2_grpc.AgentServiceStub(channel), first, token=token)
 
 
 async def expect_status(

@@ -29,11 +29,12 @@ from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
 from topo_tune.agent.command_executor import CommandExecutor
 from topo_tune.agent.config_store import ConfigStore
 from topo_tune.agent.journal import Entry, Journal
+from topo_tune.agent.session_call import open_session
 from topo_tune.agent.settings import AgentSettings
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.errors import AgentRefused, SessionRefused
 from topo_tune.kube.rack import NodeRackReader
-from topo_tune.security.auth import bearer_metadata, open_channel, read_token
+from topo_tune.security.auth import open_channel, read_token
 from topo_tune.v1 import agent_pb2, agent_pb2_grpc, topology_pb2
 from topo_tune.wire.values import BACKEND_TO_WIRE
 
@@ -265,8 +266,7 @@ class Agent:
             if self.settings.token_file is not None:
                 token = await asyncio.to_thread(read_token, token_file=self.settings.token_file, token_env=None)
             self._token_used = token
-            call = stub.Session(metadata=bearer_metadata(token))
-            await call.write(self._register_message(topology))
+            call = await open_session(stub, self._register_message(topology), token=token)
             first = await call.read()
             if not isinstance(first, agent_pb2.ControllerMessage) or first.WhichOneof("kind") != "registered":
                 raise SessionRefused("the controller did not answer with Registered")

@@ -35,6 +35,8 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         request_iterator: AsyncIterator[agent_pb2.AgentMessage],
         context: grpc.aio.ServicerContext[agent_pb2.AgentMessage, agent_pb2.ControllerMessage],
     ) -> AsyncIterator[agent_pb2.ControllerMessage]:
+        # The credential passed the guard: say so before the first read (see agent/session_call.py).
+        await context.send_initial_metadata(())
         incoming = aiter(request_iterator)
         try:
             first = await asyncio.wait_for(anext(incoming), REGISTER_TIMEOUT_S)
