@@ -65,6 +65,7 @@ async def outage(postgres: PostgresServer, controller: Controller, *, seconds: f
                 await asyncio.to_thread(admin.list_studies)
             assert time.monotonic() - started < 8, "the controller answered before the client's deadline"
             assert "answered" in str(raised.value) and "unavailable" in str(raised.value), raised.value
+            assert "\n" not in str(raised.value), "one line: the driver's first, not its SQL and links"
         await asyncio.sleep(seconds)
     finally:
         await asyncio.to_thread(postgres.resume)

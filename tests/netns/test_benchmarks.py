@@ -195,8 +195,10 @@ def test_a_cut_link_times_a_job_out_and_a_killed_agent_fails_one_job_and_one_tri
     assert bench(cluster, ["a", "b"], *job)["status"] == SUCCEEDED, "the agents took work again"
 
     # An agent SIGKILLed while its rank runs: that job fails, the restarted agent takes the next one.
-    # (Restarted at once, as a supervisor would, it reports the interrupted command as failed.)
-    job_id = started(cluster, ["a", "b"], *job)
+    # (Restarted at once, as a supervisor would, it reports the interrupted command as failed.) About 10 s of
+    # traffic, so that the job still runs when this test's lagging polls on a loaded machine get to the kill.
+    long_job = ["-b", "2M", "-e", "2M", "-n", "60", "-w", "0", "--out-of-place-only", "--deadline", "40"]
+    job_id = started(cluster, ["a", "b"], *long_job)
     cluster.agents["b"].kill()
     cluster.start_agent("b")
     ended_job = ended(cluster, job_id)

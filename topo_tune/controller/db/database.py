@@ -223,7 +223,8 @@ class Database:
                     f"database {self.name} is full: no space left on the disk under it; "
                     f"writes fail until space is freed ({said})"
                 ) from error
-            raise StorageError(f"database {self.name} is unavailable: {error.__class__.__name__}: {error}") from error
+            said = first_line(getattr(error, "orig", error))
+            raise StorageError(f"database {self.name} is unavailable: {error.__class__.__name__}: {said}") from error
         raise AssertionError("unreachable: tenacity re-raises")  # pragma: no cover
 
     def read_only(self, work: Callable[[Session], T], *, for_s: float | None = None) -> T:
