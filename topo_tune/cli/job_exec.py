@@ -4,16 +4,21 @@
 while holding a shared lock on this node's ``jobs.lock`` (inherited by the command and its children), so the
 agent never changes this node's config under the job. ``--launcher`` hands the order to torchrun, srun or
 mpirun (``topo_tune.jobs.launchers``); ``--compare`` runs the job's own A/B (``topo_tune.cli.compare``).
+srun and mpirun read a hostfile that ``exec`` writes: they run as its child, not in its place, so that the
+hostfile's private directory is removed when they end (``_run_then_remove``).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import cast
+from typing import NoReturn, cast
 
 import click
 
@@ -165,13 +170,54 @@ def exec_(
         except ValueError as error:
             raise click.BadParameter(str(error), param_hint="--record-workload") from None
     argv = list(command)
-    if flavour is not None:
-        argv = _launch(flavour, argv, config, variables, slots=slots)
     sys.stdout.flush()
+    if flavour is not None and starts_other_nodes(flavour):
+        directory = Path(tempfile.mkdtemp(prefix=f"topo-tune-{_safe(config.job_id)}-"))
+        try:
+            argv = _launch(flavour, argv, config, variables, slots=slots, hostfile=directory / "hostfile")
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        _run_then_remove(argv, {**os.environ, **variables}, directory=directory)
+    if flavour is not None:
+        argv = _launch(flavour, argv, config, variables, slots=slots, hostfile=None)
     try:
         os.execvpe(argv[0], argv, {**os.environ, **variables})
     except OSError as error:
         raise click.ClickException(f"cannot run {argv[0]!r}: {error.strerror}") from None
+
+
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+"""What a scheduler or supervisor sends to ``exec`` alone; passed on to the launcher."""
+TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
+"""A terminal's Ctrl-C and Ctrl-\\ reach the launcher itself (one process group), as under a shell: ``exec``
+ignores them while it waits. Passed on as well, srun would read one Ctrl-C as two (two within a second
+cancel the job)."""
+
+
+def _run_then_remove(argv: list[str], env: dict[str, str], *, directory: Path) -> NoReturn:
+    """Run the launcher as a child, passing signals on, then remove ``directory`` (its hostfile) and end as
+    the launcher ended: its exit status, or killed by the same signal."""
+    try:
+        process = subprocess.Popen(argv, env=env, close_fds=False)  # jobs.lock stays with the command
+    except OSError as error:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise click.ClickException(f"cannot run {argv[0]!r}: {error.strerror}") from None
+    previous = {
+        sig: signal.signal(sig, lambda number, _frame: process.send_signal(number)) for sig in FORWARDED_SIGNALS
+    }
+    previous.update({sig: signal.signal(sig, signal.SIG_IGN) for sig in TERMINAL_SIGNALS})
+    try:
+        status = process.wait()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if status < 0:
+        if -status not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot be caught, nor need resetting
+            signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+    sys.exit(status)
 
 
 def _launch(
@@ -181,13 +227,11 @@ def _launch(
     variables: dict[str, str],
     *,
     slots: int | None,
+    hostfile: Path | None,
 ) -> list[str]:
-    """COMMAND as ``flavour`` needs it; writes its hostfile (mpi, slurm) into a new private directory."""
+    """COMMAND as ``flavour`` needs it; writes its hostfile (mpi, slurm) at ``hostfile``."""
     rank = variables.get("TOPO_TUNE_NODE_RANK")
     count = slots if slots is not None else _slots_from_env(os.environ)
-    path = ""
-    if starts_other_nodes(flavour):
-        path = str(Path(tempfile.mkdtemp(prefix=f"topo-tune-{_safe(config.job_id)}-")) / "hostfile")
     planned = launch(
         flavour,
         command,
@@ -195,10 +239,11 @@ def _launch(
         node_rank=int(rank) if rank is not None else None,
         master_addr=config.master_addr,
         slots=count,
-        hostfile_path=path,
+        hostfile_path=str(hostfile) if hostfile is not None else "",
     )
     if planned.hostfile is not None:
-        Path(path).write_text(planned.hostfile, encoding="utf-8")
+        assert hostfile is not None, "mpi and slurm are given a hostfile path"
+        hostfile.write_text(planned.hostfile, encoding="utf-8")
     variables.update(planned.env)
     return list(planned.argv)
 
