@@ -18,9 +18,10 @@ from click.testing import CliRunner
 
 from tests.controller.test_benchmark_jobs_service import RunningAgent, agents, jobs_controller, registered  # noqa: F401
 from tests.support.processes import TOKEN
-from topo_tune.cli.field_flags import ALIASES, spelled
+from topo_tune.cli.field_flags import ALIASES, naming_flags, spelled
 from topo_tune.cli.main import cli
 from topo_tune.controller.server import Controller
+from topo_tune.errors import RequestRefused, ValidationError
 
 BAD_ID = "bad/id"
 CONF = "nccl.conf=CONF"  # CONF: a valid nccl.conf the test writes
@@ -165,3 +166,14 @@ def _context(path: str) -> click.Context:
 def test_a_field_is_spelled_as_the_flag_it_came_from(path: str, field: str, reason: str, said: str) -> None:
     spelled_field, spelled_reason = spelled(_context(path), field, reason)
     assert ": ".join(p for p in (spelled_field, spelled_reason) if p) == said
+
+
+def test_only_the_controllers_refusal_is_spelled_as_flags_not_a_reply_this_client_found_malformed() -> None:
+    ctx = _context("admin rollout create")
+    with pytest.raises(RequestRefused) as refused, naming_flags(ctx):
+        raise RequestRefused("max_parallel_racks", "at least 1")
+    assert str(refused.value) == "--max-parallel-racks: at least 1"
+    # The same field in the controller's answer is about the reply (e.g. a rollout the client cannot read).
+    with pytest.raises(ValidationError) as malformed, naming_flags(ctx):
+        raise ValidationError("max_parallel_racks", "not an integer")
+    assert str(malformed.value) == "max_parallel_racks: not an integer", "no flag of the user's set it"

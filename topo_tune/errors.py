@@ -5,6 +5,7 @@
     │   ├── ConfigError           bad cluster.yaml, settings or CLI value
     │   │   └── UnsafeKnobError   a knob that can hang a job or corrupt data was asked to be searched
     │   ├── ValidationError       a wire message or request that breaks the contract
+    │   │   └── RequestRefused    (client side) the controller refused a field of this client's request
     │   └── SimInputError         a cluster description, environment or argument the simulator cannot use
     ├── NotFoundError             a node, command or other object that does not exist
     ├── PermissionDenied          the caller's credential does not allow this (e.g. an agent naming another node)
@@ -89,6 +90,11 @@ class PermissionDenied(TopoTuneError):
 
 class ValidationError(FieldError):
     """A wire message or request breaks the contract."""
+
+
+class RequestRefused(ValidationError):
+    """The controller refused a field of this client's request (its ``INVALID_ARGUMENT``): the field is the
+    request's, which a CLI command names as the flag it came from. Not a reply this client found malformed."""
 
 
 class SimInputError(FieldError):

@@ -24,7 +24,7 @@ import click
 from click.core import ParameterSource
 from pydantic.alias_generators import to_snake
 
-from topo_tune.errors import ValidationError
+from topo_tune.errors import RequestRefused
 
 ALIASES: Mapping[str, Mapping[str, str]] = {
     "admin rediscover": {"node_name": "node_names", "command_id_prefix": "command_id"},
@@ -50,12 +50,13 @@ _PART = re.compile(r"\.?([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]|\['([^']*)'\]")
 
 @contextmanager
 def naming_flags(ctx: click.Context) -> Iterator[None]:
-    """Re-raise a controller's ``ValidationError`` with the fields it names spelled as ``ctx``'s flags."""
+    """Re-raise a controller's refusal with the fields it names spelled as ``ctx``'s flags. Only a refusal: a
+    ``ValidationError`` this client raised about a reply names the reply's field, which no flag set."""
     try:
         yield
-    except ValidationError as error:
+    except RequestRefused as error:
         field, reason = spelled(ctx, error.field, error.reason)
-        raise ValidationError(field, reason) from None
+        raise RequestRefused(field, reason) from None
 
 
 def spelled(ctx: click.Context, field: str, reason: str) -> tuple[str, str]:

@@ -3,11 +3,11 @@
 Transport errors never escape this module: every ``grpc.RpcError`` becomes a ``ControllerError`` (or its
 subclasses ``ControllerUnavailable`` / ``Unauthenticated``), or the domain error its status code stands for
 (``NOT_FOUND`` → ``NotFoundError``, ``PERMISSION_DENIED`` → ``PermissionDenied``, ``INVALID_ARGUMENT`` →
-``ValidationError``, ``FAILED_PRECONDITION`` → ``ConflictError``, ``ALREADY_EXISTS`` → ``AlreadyExists``, ``ABORTED``
-→ ``NodeBusy``), with the controller's own message. "Cannot reach the controller" (gRPC's own UNAVAILABLE, or a
-deadline with no answer) is told apart from "the controller answered: its database is unavailable / full"
-(``ControllerDatabaseUnavailable`` / ``ControllerDatabaseFull``) by the error kind the controller puts in the
-trailing metadata; the transport never sets it.
+``RequestRefused``, a ``ValidationError``; ``FAILED_PRECONDITION`` → ``ConflictError``, ``ALREADY_EXISTS`` →
+``AlreadyExists``, ``ABORTED`` → ``NodeBusy``), with the controller's own message. "Cannot reach the
+controller" (gRPC's own UNAVAILABLE, or a deadline with no answer) is told apart from "the controller
+answered: its database is unavailable / full" (``ControllerDatabaseUnavailable`` / ``ControllerDatabaseFull``)
+by the error kind the controller puts in the trailing metadata; the transport never sets it.
 
 Waiting on a job, probe round, drift check, rollout or study follows the controller's watch stream: one call that
 the controller answers at each change, so a waiting client sends nothing. A stream broken by a controller
@@ -38,8 +38,8 @@ from topo_tune.errors import (
     NodeBusy,
     NotFoundError,
     PermissionDenied,
+    RequestRefused,
     Unauthenticated,
-    ValidationError,
 )
 from topo_tune.ids import NO_CONFIG_VERSION, NO_ROLLOUT, ConfigVersionId, JobId, NodeName, RolloutId, StudyId
 from topo_tune.security.auth import TlsFiles, bearer_metadata, channel_credentials, with_default_port
@@ -82,14 +82,14 @@ def _answered_kind(error: grpc.RpcError) -> str:
     return _trailing(error, ERROR_KIND) or ""
 
 
-def _refused_field(error: grpc.RpcError, details: str) -> ValidationError:
+def _refused_field(error: grpc.RpcError, details: str) -> RequestRefused:
     """The controller's ``INVALID_ARGUMENT`` as the ``ValidationError`` it raised: the field as it named it (a
     controller older than ``ERROR_FIELD``: the text before the first ": ")."""
     field = _trailing(error, ERROR_FIELD)
     if field is None:
         field, _, reason = details.partition(": ")
-        return ValidationError(field, reason) if reason else ValidationError("", details)
-    return ValidationError(field, details.removeprefix(f"{field}: ") if field else details)
+        return RequestRefused(field, reason) if reason else RequestRefused("", details)
+    return RequestRefused(field, details.removeprefix(f"{field}: ") if field else details)
 
 
 def waits_for_operator(rollout: admin_pb2.RolloutInfo) -> bool:
