@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import grpc
 import optuna
@@ -23,10 +25,13 @@ from tests.test_cli_watch import Calls
 from topo_tune.cli.main import cli
 from topo_tune.config.cluster import SearchConfig, WorkloadConfig
 from topo_tune.controller.api.messages import from_proto_study_request
+from topo_tune.controller.db.models import StudyRow
 from topo_tune.controller.server import Controller
 from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus
-from topo_tune.errors import NotFoundError, ValidationError
+from topo_tune.errors import DatabaseFull, NotFoundError, StudyError, ValidationError
 from topo_tune.v1 import admin_pb2
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.slow
 
@@ -232,3 +237,46 @@ async def test_a_study_whose_database_disk_fills_up_stops_at_once_saying_so(
     assert done.status == StudyStatus.FAILED
     assert done.message.startswith("the disk under the database filled up mid-study (OperationalError: "), done.message
     assert "database or disk is full" in done.message and "free space" in done.message, done.message
+
+
+async def test_a_study_whose_end_cannot_be_stored_is_answered_as_ended_and_a_start_writes_it_again(
+    jobs_controller: Controller,
+    agents: Callable[..., RunningAgent],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The disk stays full after the study stopped: its row cannot leave "running". Watchers and ``status``
+    still learn that it ended and why; once space is freed, a start with the id resumes (and is stored)."""
+    await registered(*(agents(name, "sim") for name in ("s1", "s2")))
+    studies, disk_full = jobs_controller.studies, threading.Event()
+    store = studies.db.transact
+
+    def transact(work: Callable[[Any], T]) -> T:
+        if disk_full.is_set():
+            raise DatabaseFull("database controller is full: no space left on the disk under it")
+        return store(work)
+
+    runs: list[int] = []
+
+    def stopped(*_args: object, **_kwargs: object) -> None:
+        runs.append(1)
+        if len(runs) == 1:  # the first run's end meets a full disk
+            disk_full.set()
+        raise StudyError("a trial could not be written")
+
+    monkeypatch.setattr(studies.db, "transact", transact)
+    monkeypatch.setattr("topo_tune.controller.studies.run_pass", stopped)
+    await studies.start(study_request(study_id="st-unstored"))
+    done = await ended(jobs_controller, "st-unstored")
+    assert done.status == StudyStatus.FAILED and done.finished_at is not None
+    assert done.message == (
+        "a trial could not be written; the controller could not store this end (database controller is full: "
+        "no space left on the disk under it)"
+    )
+    row = await studies.db.read(lambda session: session.get(StudyRow, "st-unstored"))
+    assert row is not None and row.status == "running", "the row itself could not be written"
+
+    disk_full.clear()  # space freed: the same id starts again, and its end is stored this time
+    await studies.start(study_request(study_id="st-unstored"))
+    assert (await ended(jobs_controller, "st-unstored")).message == "a trial could not be written"
+    row = await studies.db.read(lambda session: session.get(StudyRow, "st-unstored"))
+    assert row is not None and row.status == "failed" and row.message == "a trial could not be written"

@@ -91,6 +91,10 @@ class Studies:
     """How long a study waits for its database to come back after its Optuna storage failed, then resumes."""
     _running: dict[str, tuple[threading.Thread, threading.Event]] = field(default_factory=dict, init=False)
     _progress: dict[str, StudyProgress] = field(default_factory=dict, init=False)
+    _unrecorded: dict[str, tuple[StudyStatus, str, datetime]] = field(default_factory=dict, init=False)
+    """Studies whose end this controller could not store (the database's disk full or away): their row still
+    says running, so the status, message and time of the end are answered from here until a start with the
+    id writes the row again (a restart marks such rows cancelled, as any left running)."""
 
     async def recover(self) -> int:
         """At start-up: studies a previous controller process was running are marked cancelled."""
@@ -134,6 +138,7 @@ class Studies:
                 row.status, row.message, row.finished_at = "running", "resumed", None
 
         await self.db.run(write)  # persist, then start the thread
+        self._unrecorded.pop(study_id, None)
         self.changes.changed(study_id)
         cancelled = threading.Event()
         loop = asyncio.get_running_loop()
@@ -253,6 +258,8 @@ class Studies:
             self.db.transact(finish)
         except StorageError as error:  # its disk full, or away past the retries: the row stays "running"
             logger.warning("could not record the study's end (%s): %s", status, error, extra={"study": study_id})
+            said = f"{message}; the controller could not store this end ({first_line(error)[:200]})"
+            self._unrecorded[study_id] = (StudyStatus(status), said, now)
         finally:
             self._running.pop(study_id, None)
             changed()
@@ -307,14 +314,17 @@ class Studies:
 
     def _info(self, row: StudyRow) -> Study:
         progress = self._progress.get(row.id)
+        status, message, finished_at = StudyStatus(row.status), row.message, row.finished_at
+        if status is StudyStatus.RUNNING and row.id in self._unrecorded:
+            status, message, finished_at = self._unrecorded[row.id]
         return Study(
             study_id=StudyId(row.id),
-            status=StudyStatus(row.status),
-            message=row.message,
+            status=status,
+            message=message,
             nodes=tuple(row.nodes),
             simulated=row.simulated,
             created_at=row.created_at,
-            finished_at=row.finished_at,
+            finished_at=finished_at,
             config_version=row.config_version,
             result=row.result,
             phase=progress.phase if progress is not None else "",
