@@ -26,7 +26,6 @@ from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobSt
 from topo_tune.benchmark.probe_record import ProbeRound, ProbeStatus
 from topo_tune.cli.main import cli
 from topo_tune.client.admin import AdminClient
-from topo_tune.controller.api.messages import from_proto_benchmark_request, from_proto_probe_request
 from topo_tune.controller.job_ends import cancel_command
 from topo_tune.controller.server import Controller
 from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, ValidationError
@@ -36,6 +35,7 @@ from topo_tune.security.auth import bearer_metadata
 from topo_tune.sim.node_topology import simulated_node_topology
 from topo_tune.topology.sampling import SamplingPolicy
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc, agent_pb2
+from topo_tune.wire.admin_jobs import benchmark_request_from_proto, probe_request_from_proto
 
 pytestmark = pytest.mark.slow
 
@@ -90,7 +90,7 @@ def wire_request(nodes: list[str], **fields: object) -> admin_pb2.StartBenchmark
 
 
 def request(nodes: list[str], **fields: object) -> BenchmarkRequest:
-    return from_proto_benchmark_request(wire_request(nodes, **fields))
+    return benchmark_request_from_proto(wire_request(nodes, **fields))
 
 
 async def finished(controller: Controller, job_id: str) -> BenchmarkJob:
@@ -321,7 +321,7 @@ async def test_a_probe_round_measures_every_pair_once(
 ) -> None:
     await registered(*(agents(name, "gloo") for name in ("a", "b", "c", "d")))
     started = await jobs_controller.probes.start(
-        from_proto_probe_request(admin_pb2.StartProbeRoundRequest(message_bytes=1 << 16, pair_deadline_s=60))
+        probe_request_from_proto(admin_pb2.StartProbeRoundRequest(message_bytes=1 << 16, pair_deadline_s=60))
     )
     assert (started.pairs_total, started.rounds) == (6, 3), "4 nodes: 6 pairs in 3 rounds of 2 parallel pairs"
 
@@ -350,7 +350,7 @@ async def test_a_sparse_probe_round_probes_rack_rings_and_samples_across_racks(
     jobs_controller.probes.sampling_policy = SamplingPolicy(inter_first=1, inter_max=1, outlier=0.95)
     await registered(*(agents(name, "gloo", rack) for name, rack in racks.items()))
     started = await jobs_controller.probes.start(
-        from_proto_probe_request(
+        probe_request_from_proto(
             admin_pb2.StartProbeRoundRequest(
                 message_bytes=1 << 16, pair_deadline_s=60, sampling=admin_pb2.PROBE_SAMPLING_SPARSE
             )
@@ -378,20 +378,20 @@ async def test_a_probe_round_of_listed_pairs_measures_exactly_those(
     await registered(*(agents(name, "gloo") for name in ("a", "b", "c")))
     with pytest.raises(ValidationError, match="pairs"):
         await jobs_controller.probes.start(
-            from_proto_probe_request(
+            probe_request_from_proto(
                 admin_pb2.StartProbeRoundRequest(nodes=["a"], pairs=[admin_pb2.NodePair(node_a="a", node_b="b")])
             )
         )
     with pytest.raises(ValidationError, match=r"pairs\[1\]"):
         await jobs_controller.probes.start(
-            from_proto_probe_request(
+            probe_request_from_proto(
                 admin_pb2.StartProbeRoundRequest(
                     pairs=[admin_pb2.NodePair(node_a="a", node_b="b"), admin_pb2.NodePair(node_a="b", node_b="a")]
                 )
             )
         )
     started = await jobs_controller.probes.start(
-        from_proto_probe_request(
+        probe_request_from_proto(
             admin_pb2.StartProbeRoundRequest(
                 pairs=[admin_pb2.NodePair(node_a="c", node_b="a")], message_bytes=1 << 16, pair_deadline_s=60
             )
@@ -413,9 +413,9 @@ async def test_the_sampling_policy_defaults_to_full_for_small_clusters_and_refus
 ) -> None:
     await registered(*(agents(name, "gloo") for name in ("a", "b")))
     with pytest.raises(ValidationError, match="sampling"):
-        await jobs_controller.probes.start(from_proto_probe_request(admin_pb2.StartProbeRoundRequest(sampling=7)))  # type: ignore[arg-type]
+        await jobs_controller.probes.start(probe_request_from_proto(admin_pb2.StartProbeRoundRequest(sampling=7)))  # type: ignore[arg-type]
     started = await jobs_controller.probes.start(
-        from_proto_probe_request(admin_pb2.StartProbeRoundRequest(pair_deadline_s=60))
+        probe_request_from_proto(admin_pb2.StartProbeRoundRequest(pair_deadline_s=60))
     )
     assert started.sampling == "full"
 
@@ -426,14 +426,14 @@ async def test_a_probe_deadline_no_agent_would_keep_is_refused(
     await registered(agents("a", "gloo"), agents("b", "gloo"))
     with pytest.raises(ValidationError, match="pair_deadline_s"):
         await jobs_controller.probes.start(
-            from_proto_probe_request(admin_pb2.StartProbeRoundRequest(pair_deadline_s=4_000_000_000))
+            probe_request_from_proto(admin_pb2.StartProbeRoundRequest(pair_deadline_s=4_000_000_000))
         )
 
 
 async def test_sim_nodes_are_not_probed(jobs_controller: Controller, agents: Callable[..., RunningAgent]) -> None:
     await registered(agents("s1", "sim"), agents("s2", "sim"))
     with pytest.raises(ValidationError, match="sim nodes have no network to probe"):
-        await jobs_controller.probes.start(from_proto_probe_request(admin_pb2.StartProbeRoundRequest()))
+        await jobs_controller.probes.start(probe_request_from_proto(admin_pb2.StartProbeRoundRequest()))
 
 
 async def _gone_away(controller: Controller, *started: RunningAgent) -> None:
@@ -452,7 +452,7 @@ async def test_a_probe_nobody_answered_is_not_sent_again_after_its_round(
     await _gone_away(jobs_controller, agents("g1", "gloo"), agents("g2", "gloo"))
     jobs_controller.probes.result_grace_s = 0.0
     started = await jobs_controller.probes.start(
-        from_proto_probe_request(admin_pb2.StartProbeRoundRequest(message_bytes=1 << 16, pair_deadline_s=1))
+        probe_request_from_proto(admin_pb2.StartProbeRoundRequest(message_bytes=1 << 16, pair_deadline_s=1))
     )
 
     async def done() -> ProbeRound | None:
@@ -480,7 +480,7 @@ async def test_probes_of_a_round_cut_short_by_a_restart_are_not_sent_again(sqlit
             gone.append(RunningAgent(agent, stop, asyncio.create_task(agent.run(stop))))
         await _gone_away(first, *gone)
         round_ = await first.probes.start(
-            from_proto_probe_request(admin_pb2.StartProbeRoundRequest(message_bytes=1 << 16, pair_deadline_s=600))
+            probe_request_from_proto(admin_pb2.StartProbeRoundRequest(message_bytes=1 << 16, pair_deadline_s=600))
         )
         await async_wait_until(lambda: first.commands.outstanding("g1"), what="the probe stored")
     finally:
@@ -539,7 +539,7 @@ async def test_a_probe_figure_no_link_can_have_is_not_stored(
 ) -> None:
     await _gone_away(jobs_controller, agents("g1", "gloo"), agents("g2", "gloo"))
     started = await jobs_controller.probes.start(
-        from_proto_probe_request(admin_pb2.StartProbeRoundRequest(pair_deadline_s=600))
+        probe_request_from_proto(admin_pb2.StartProbeRoundRequest(pair_deadline_s=600))
     )
     ids = {"g1": "", "g2": ""}
 
@@ -632,7 +632,7 @@ async def test_a_probe_whose_peer_fails_ends_at_once_and_the_other_side_is_cance
     # b's gloo cannot bind its address: its side fails, and a's would wait for it until the pair's deadline.
     await registered(agents("a", "gloo"), agents("b", "gloo", address="192.0.2.1"))
     started = await jobs_controller.probes.start(
-        from_proto_probe_request(
+        probe_request_from_proto(
             admin_pb2.StartProbeRoundRequest(nodes=["a", "b"], message_bytes=1 << 16, pair_deadline_s=300)
         )
     )
@@ -661,7 +661,7 @@ async def test_a_probe_whose_peer_is_lost_ends_within_the_expiry_and_the_other_s
     b = agents("b", "gloo")
     await registered(agents("a", "gloo"), b)
     started = await jobs_controller.probes.start(
-        from_proto_probe_request(
+        probe_request_from_proto(
             admin_pb2.StartProbeRoundRequest(nodes=["a", "b"], message_bytes=1 << 16, pair_deadline_s=300)
         )
     )

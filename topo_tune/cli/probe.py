@@ -8,9 +8,10 @@ from topo_tune.cli.admin import admin, connected
 from topo_tune.cli.bench import ByteSize
 from topo_tune.cli.output import emit_data, emit_table, to_data
 from topo_tune.cli.progress import progress_lines
-from topo_tune.client.admin import PROBE_SAMPLING, AdminClient
+from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ControllerError
 from topo_tune.v1 import admin_pb2
+from topo_tune.wire.admin_jobs import PROBE_SAMPLING
 
 STATUS_NAMES = {v: k.removeprefix("PROBE_ROUND_STATUS_").lower() for k, v in admin_pb2.ProbeRoundStatus.items()}
 

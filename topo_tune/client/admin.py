@@ -56,12 +56,6 @@ class _Update(Protocol):
     def progress(self) -> admin_pb2.Progress: ...
 
 
-PROBE_SAMPLING = {
-    "auto": admin_pb2.PROBE_SAMPLING_UNSPECIFIED,
-    "full": admin_pb2.PROBE_SAMPLING_FULL,
-    "sparse": admin_pb2.PROBE_SAMPLING_SPARSE,
-}
-"""``--sampling`` / cluster.yaml ``search.probeSampling`` names on the wire; auto: the controller's default."""
 ROLLOUT_ENDS = frozenset({"completed", "rolled_back", "aborted"})
 """The phases a rollout ends in."""
 

@@ -18,121 +18,25 @@ from collections.abc import Callable
 from datetime import UTC
 from typing import TypeVar
 
-from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus, SizeRange
-from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound, ProbeStatus
-from topo_tune.client.admin import PROBE_SAMPLING, AdminClient
+from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest
+from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound
+from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ControllerUnavailable
 from topo_tune.ids import JobId, NodeName
 from topo_tune.tuning_pass.node_record import ClusterTopology, NodeInfo, NodeState
-from topo_tune.v1 import admin_pb2, agent_pb2
-from topo_tune.wire.benchmark import COLLECTIVE_TO_PROTO, collective_from_proto, size_from_proto
+from topo_tune.v1 import admin_pb2
+from topo_tune.wire.admin_jobs import (
+    benchmark_job_from_proto,
+    benchmark_request_to_proto,
+    pair_from_proto,
+    probe_request_to_proto,
+    probe_round_from_proto,
+)
 from topo_tune.wire.values import BACKEND_FROM_WIRE
 
 T = TypeVar("T")
 RESTART_WAIT_S = 120.0
 """How long the pass waits for a controller that stopped answering before it gives up."""
-
-JOB_STATUS_FROM_WIRE = {
-    admin_pb2.BENCHMARK_JOB_STATUS_RUNNING: JobStatus.RUNNING,
-    admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED: JobStatus.SUCCEEDED,
-    admin_pb2.BENCHMARK_JOB_STATUS_FAILED: JobStatus.FAILED,
-    admin_pb2.BENCHMARK_JOB_STATUS_TIMED_OUT: JobStatus.TIMED_OUT,
-}
-
-
-def benchmark_request_to_proto(request: BenchmarkRequest) -> admin_pb2.StartBenchmarkRequest:
-    sizes = request.sizes
-    return admin_pb2.StartBenchmarkRequest(
-        collective=COLLECTIVE_TO_PROTO[request.collective]
-        if request.collective is not None
-        else agent_pb2.COLLECTIVE_UNSPECIFIED,
-        nodes=list(request.nodes),
-        sizes=agent_pb2.SizeSweep(min_bytes=sizes.min_bytes, max_bytes=sizes.max_bytes, step_factor=sizes.step_factor),
-        dtype=request.dtype,
-        warmup_iters=request.warmup_iters,
-        iters=request.iters,
-        env=dict(request.env),
-        ranks_per_node=request.ranks_per_node,
-        deadline_s=request.deadline_s,
-        both_placements=request.both_placements,
-        job_id=request.job_id,
-        tuner_table=request.tuner_table,
-        cuda_graph=request.cuda_graph,
-        sim_seed=request.sim_seed,
-    )
-
-
-def benchmark_job_from_proto(job: admin_pb2.BenchmarkJob) -> BenchmarkJob:
-    asked = job.sizes_requested
-    return BenchmarkJob(
-        job_id=JobId(job.job_id),
-        status=JOB_STATUS_FROM_WIRE[job.status],
-        message=job.message,
-        collective=collective_from_proto(job.collective, field="job.collective"),
-        nodes=tuple(job.nodes),
-        world_size=job.world_size,
-        dtype=job.dtype,
-        env=dict(job.env),
-        backend=BACKEND_FROM_WIRE.get(job.backend, ""),
-        sizes_requested=SizeRange(asked.min_bytes, asked.max_bytes, asked.step_factor),
-        iters=job.iters,
-        warmup_iters=job.warmup_iters,
-        cuda_graph=job.cuda_graph,
-        tuner_table_sha256=job.tuner_table_sha256,
-        created_at=job.created_at.ToDatetime(UTC),
-        simulated=job.simulated,
-        sizes=tuple(size_from_proto(row) for row in job.sizes),
-        missing_ranks=tuple(job.missing_ranks),
-        hung_ranks=tuple(job.hung_ranks),
-        finished_at=job.finished_at.ToDatetime(UTC) if job.HasField("finished_at") else None,
-    )
-
-
-PROBE_STATUS_FROM_WIRE = {
-    admin_pb2.PROBE_ROUND_STATUS_RUNNING: ProbeStatus.RUNNING,
-    admin_pb2.PROBE_ROUND_STATUS_SUCCEEDED: ProbeStatus.SUCCEEDED,
-    admin_pb2.PROBE_ROUND_STATUS_FAILED: ProbeStatus.FAILED,
-}
-PROBE_SAMPLING_NAMES = {wire: name for name, wire in PROBE_SAMPLING.items()}
-
-
-def probe_request_to_proto(request: ProbeRequest) -> admin_pb2.StartProbeRoundRequest:
-    return admin_pb2.StartProbeRoundRequest(
-        nodes=list(request.nodes),
-        message_bytes=request.message_bytes,
-        pair_deadline_s=request.pair_deadline_s,
-        sampling=PROBE_SAMPLING[request.sampling or "auto"],
-        pairs=[admin_pb2.NodePair(node_a=a, node_b=b) for a, b in request.pairs],
-    )
-
-
-def pair_from_proto(pair: admin_pb2.PairMeasurement) -> PairMeasurement:
-    return PairMeasurement(
-        node_a=pair.node_a,
-        node_b=pair.node_b,
-        bandwidth_gbps=pair.bandwidth_gbps,
-        latency_us=pair.latency_us,
-        method=pair.method,
-        measured_at=pair.measured_at.ToDatetime(UTC),
-    )
-
-
-def probe_round_from_proto(found: admin_pb2.ProbeRound) -> ProbeRound:
-    sampling = PROBE_SAMPLING_NAMES.get(found.sampling, "auto")
-    return ProbeRound(
-        round_id=found.round_id,
-        status=PROBE_STATUS_FROM_WIRE[found.status],
-        message=found.message,
-        nodes=tuple(found.nodes),
-        # The wire says full or sparse; a round of listed pairs (or an older controller) leaves it unset.
-        sampling="" if sampling == "auto" else sampling,
-        rounds=found.rounds,
-        pairs_total=found.pairs_total,
-        measurements=tuple(pair_from_proto(m) for m in found.measurements),
-        degraded_nodes=tuple(found.degraded_nodes),
-        degraded_uplinks=tuple(found.degraded_uplinks),
-        slow_pairs=tuple((p.node_a, p.node_b) for p in found.slow_pairs),
-    )
 
 
 def node_from_proto(node: admin_pb2.Node) -> NodeInfo:

@@ -13,20 +13,15 @@ import grpc.aio
 from topo_tune.controller import names
 from topo_tune.controller.api import validation
 from topo_tune.controller.api.messages import (
-    from_proto_benchmark_request,
     from_proto_command_body,
     from_proto_job_comparison,
-    from_proto_probe_request,
     from_proto_study_request,
-    to_proto_benchmark_job,
     to_proto_cluster_topology,
     to_proto_command,
     to_proto_config_version,
     to_proto_drift_check,
     to_proto_job_comparison,
-    to_proto_measured_pairs,
     to_proto_node,
-    to_proto_probe_round,
     to_proto_study,
     to_proto_study_trials,
 )
@@ -52,6 +47,13 @@ from topo_tune.controller.sessions import SessionHub
 from topo_tune.errors import ConflictError, TopoTuneError, ValidationError
 from topo_tune.ids import ConfigVersionId, NodeName
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
+from topo_tune.wire.admin_jobs import (
+    benchmark_job_to_proto,
+    benchmark_request_from_proto,
+    pair_to_proto,
+    probe_request_from_proto,
+    probe_round_to_proto,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -163,34 +165,34 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
 
     @maps_errors
     async def StartBenchmark(self, request: admin_pb2.StartBenchmarkRequest, context: Ctx) -> admin_pb2.BenchmarkJob:
-        return to_proto_benchmark_job(await self._jobs.start(from_proto_benchmark_request(request)))
+        return benchmark_job_to_proto(await self._jobs.start(benchmark_request_from_proto(request)))
 
     @maps_errors
     async def GetBenchmark(self, request: admin_pb2.GetBenchmarkRequest, context: Ctx) -> admin_pb2.BenchmarkJob:
         names.command_id(request.job_id, "job_id")
-        return to_proto_benchmark_job(await self._jobs.get(request.job_id))
+        return benchmark_job_to_proto(await self._jobs.get(request.job_id))
 
     @maps_errors
     async def ListBenchmarks(
         self, request: admin_pb2.ListBenchmarksRequest, context: Ctx
     ) -> admin_pb2.ListBenchmarksResponse:
         jobs = await self._jobs.list(limit=validation.limit(request.limit, default=50))
-        return admin_pb2.ListBenchmarksResponse(jobs=[to_proto_benchmark_job(job) for job in jobs])
+        return admin_pb2.ListBenchmarksResponse(jobs=[benchmark_job_to_proto(job) for job in jobs])
 
     @maps_errors
     async def StartProbeRound(self, request: admin_pb2.StartProbeRoundRequest, context: Ctx) -> admin_pb2.ProbeRound:
-        return to_proto_probe_round(await self._probes.start(from_proto_probe_request(request)))
+        return probe_round_to_proto(await self._probes.start(probe_request_from_proto(request)))
 
     @maps_errors
     async def GetProbeRound(self, request: admin_pb2.GetProbeRoundRequest, context: Ctx) -> admin_pb2.ProbeRound:
         names.command_id(request.round_id, "round_id")
-        return to_proto_probe_round(await self._probes.get(request.round_id))
+        return probe_round_to_proto(await self._probes.get(request.round_id))
 
     @maps_errors
     async def GetMeasuredPairs(
         self, request: admin_pb2.GetMeasuredPairsRequest, context: Ctx
     ) -> admin_pb2.MeasuredPairs:
-        return to_proto_measured_pairs(await self._probes.measured_pairs())
+        return admin_pb2.MeasuredPairs(pairs=[pair_to_proto(p) for p in await self._probes.measured_pairs()])
 
     @maps_errors
     async def PutConfigVersion(

@@ -1,4 +1,5 @@
-"""Domain objects ↔ admin API messages: every ``to_proto_*`` and ``from_proto_*`` of the controller.
+"""Domain objects ↔ admin API messages: the controller's ``to_proto_*`` and ``from_proto_*`` (benchmark jobs'
+and probe rounds' in ``wire/admin_jobs.py``, which the tuning pass's client side shares).
 
 The servicers (and the in-process port of a study) convert here, at the edge; the services below take and
 return their own frozen dataclasses and never see an ``admin_pb2`` message. Non-goals: validation of a
@@ -7,8 +8,7 @@ request (``validation.py``), error mapping (``status_codes.py``).
 
 from __future__ import annotations
 
-from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus, SizeRange
-from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound, ProbeStatus
+from topo_tune.benchmark.probe_record import ProbeRound
 from topo_tune.controller import names
 from topo_tune.controller.benchmarks.service import JobProgress
 from topo_tune.controller.commands import STATUS_TO_WIRE as COMMAND_STATUS_TO_WIRE
@@ -25,8 +25,8 @@ from topo_tune.jobs.compare.schedule import MAX_PAIRS, Arm
 from topo_tune.jobs.compare.summary import RunValue
 from topo_tune.tuning_pass.node_record import NodeState
 from topo_tune.v1 import admin_pb2, agent_pb2, topology_pb2
-from topo_tune.wire.benchmark import COLLECTIVE_FROM_PROTO, COLLECTIVE_TO_PROTO, size_to_proto
-from topo_tune.wire.values import BACKEND_TO_WIRE, backend_to_wire, timestamp, timestamp_or_none
+from topo_tune.wire.admin_jobs import benchmark_job_to_proto, probe_round_to_proto
+from topo_tune.wire.values import BACKEND_TO_WIRE, timestamp, timestamp_or_none
 
 NODE_STATES = {NodeState.READY: admin_pb2.NODE_STATE_READY, NodeState.LOST: admin_pb2.NODE_STATE_LOST}
 ACTIVITIES = {
@@ -99,62 +99,6 @@ def from_proto_command_body(
     else:  # pragma: no cover - validation refuses it
         raise ValidationError("body", f"unsupported command {kind!r}")
     return command
-
-
-JOB_STATUS_TO_WIRE = {
-    JobStatus.RUNNING: admin_pb2.BENCHMARK_JOB_STATUS_RUNNING,
-    JobStatus.SUCCEEDED: admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED,
-    JobStatus.FAILED: admin_pb2.BENCHMARK_JOB_STATUS_FAILED,
-    JobStatus.TIMED_OUT: admin_pb2.BENCHMARK_JOB_STATUS_TIMED_OUT,
-}
-
-
-def from_proto_benchmark_request(request: admin_pb2.StartBenchmarkRequest) -> BenchmarkRequest:
-    return BenchmarkRequest(
-        collective=COLLECTIVE_FROM_PROTO.get(request.collective),
-        nodes=tuple(request.nodes),
-        sizes=SizeRange(request.sizes.min_bytes, request.sizes.max_bytes, request.sizes.step_factor),
-        dtype=request.dtype,
-        warmup_iters=request.warmup_iters,
-        iters=request.iters,
-        env=dict(request.env),
-        ranks_per_node=request.ranks_per_node,
-        deadline_s=request.deadline_s,
-        both_placements=request.both_placements,
-        job_id=request.job_id,
-        tuner_table=request.tuner_table,
-        cuda_graph=request.cuda_graph,
-        sim_seed=request.sim_seed if request.HasField("sim_seed") else None,
-    )
-
-
-def to_proto_benchmark_job(job: BenchmarkJob) -> admin_pb2.BenchmarkJob:
-    return admin_pb2.BenchmarkJob(
-        job_id=job.job_id,
-        status=JOB_STATUS_TO_WIRE[job.status],
-        message=job.message,
-        collective=COLLECTIVE_TO_PROTO[job.collective],
-        nodes=list(job.nodes),
-        world_size=job.world_size,
-        dtype=job.dtype,
-        env=dict(job.env),
-        sizes=[size_to_proto(m) for m in job.sizes],
-        missing_ranks=list(job.missing_ranks),
-        hung_ranks=list(job.hung_ranks),
-        simulated=job.simulated,
-        created_at=timestamp(job.created_at),
-        finished_at=timestamp_or_none(job.finished_at),
-        backend=backend_to_wire(job.backend),
-        sizes_requested=agent_pb2.SizeSweep(
-            min_bytes=job.sizes_requested.min_bytes,
-            max_bytes=job.sizes_requested.max_bytes,
-            step_factor=job.sizes_requested.step_factor,
-        ),
-        iters=job.iters,
-        warmup_iters=job.warmup_iters,
-        cuda_graph=job.cuda_graph,
-        tuner_table_sha256=job.tuner_table_sha256,
-    )
 
 
 def to_proto_job_config(resolved: ResolvedJob, *, preview: bool = False) -> admin_pb2.JobConfig:
@@ -267,72 +211,17 @@ def to_proto_drift_check(check: DriftCheck) -> admin_pb2.DriftCheck:
     )
 
 
-PROBE_SAMPLING_FROM_WIRE = {
-    admin_pb2.PROBE_SAMPLING_UNSPECIFIED: "",
-    admin_pb2.PROBE_SAMPLING_FULL: "full",
-    admin_pb2.PROBE_SAMPLING_SPARSE: "sparse",
-}
-PROBE_SAMPLING_TO_WIRE = {mode: wire for wire, mode in PROBE_SAMPLING_FROM_WIRE.items() if mode}
-PROBE_STATUS_TO_WIRE = {
-    ProbeStatus.RUNNING: admin_pb2.PROBE_ROUND_STATUS_RUNNING,
-    ProbeStatus.SUCCEEDED: admin_pb2.PROBE_ROUND_STATUS_SUCCEEDED,
-    ProbeStatus.FAILED: admin_pb2.PROBE_ROUND_STATUS_FAILED,
-}
-
-
-def from_proto_probe_request(request: admin_pb2.StartProbeRoundRequest) -> ProbeRequest:
-    return ProbeRequest(
-        nodes=tuple(request.nodes),
-        message_bytes=request.message_bytes,
-        pair_deadline_s=request.pair_deadline_s,
-        # An enum value this version does not know stays visible, so the service can refuse it by name.
-        sampling=PROBE_SAMPLING_FROM_WIRE.get(request.sampling, f"unknown ({request.sampling})"),
-        pairs=tuple((p.node_a, p.node_b) for p in request.pairs),
-    )
-
-
-def to_proto_pair(measurement: PairMeasurement) -> admin_pb2.PairMeasurement:
-    return admin_pb2.PairMeasurement(
-        node_a=measurement.node_a,
-        node_b=measurement.node_b,
-        bandwidth_gbps=measurement.bandwidth_gbps,
-        latency_us=measurement.latency_us,
-        method=measurement.method,
-        measured_at=timestamp(measurement.measured_at),
-    )
-
-
-def to_proto_measured_pairs(pairs: list[PairMeasurement]) -> admin_pb2.MeasuredPairs:
-    return admin_pb2.MeasuredPairs(pairs=[to_proto_pair(p) for p in pairs])
-
-
-def to_proto_probe_round(found: ProbeRound) -> admin_pb2.ProbeRound:
-    return admin_pb2.ProbeRound(
-        round_id=found.round_id,
-        status=PROBE_STATUS_TO_WIRE[found.status],
-        message=found.message,
-        nodes=list(found.nodes),
-        rounds=found.rounds,
-        pairs_total=found.pairs_total,
-        measurements=[to_proto_pair(m) for m in found.measurements],
-        sampling=PROBE_SAMPLING_TO_WIRE.get(found.sampling, admin_pb2.PROBE_SAMPLING_UNSPECIFIED),
-        degraded_nodes=list(found.degraded_nodes),
-        degraded_uplinks=list(found.degraded_uplinks),
-        slow_pairs=[admin_pb2.NodePair(node_a=a, node_b=b) for a, b in found.slow_pairs],
-    )
-
-
 # -- watch streams: each update is the object and its progress ------------------------------------------------
 
 
 def to_proto_job_update(found: JobProgress) -> admin_pb2.BenchmarkJobUpdate:
     progress = admin_pb2.Progress(done=found.nodes_done, total=found.nodes_total)
-    return admin_pb2.BenchmarkJobUpdate(job=to_proto_benchmark_job(found.job), progress=progress)
+    return admin_pb2.BenchmarkJobUpdate(job=benchmark_job_to_proto(found.job), progress=progress)
 
 
 def to_proto_round_update(found: ProbeRound) -> admin_pb2.ProbeRoundUpdate:
     progress = admin_pb2.Progress(done=len(found.measurements), total=found.pairs_total)
-    return admin_pb2.ProbeRoundUpdate(round=to_proto_probe_round(found), progress=progress)
+    return admin_pb2.ProbeRoundUpdate(round=probe_round_to_proto(found), progress=progress)
 
 
 def to_proto_check_update(found: tuple[DriftCheck, int]) -> admin_pb2.DriftCheckUpdate:
