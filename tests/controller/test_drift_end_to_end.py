@@ -102,7 +102,9 @@ async def test_drift_check_finds_the_version_as_fast_then_reports_a_slower_node(
             job = await controller.jobs.get(job_id)
             assert job.env["NCCL_CONF_FILE"] == str(tmp_path / "config" / "versions" / NEUTRAL.id / "nccl.conf")
 
-        # An operator asks for a check now: the same code path, through the CLI.
+        # An operator asks for a check now: the same code path, through the CLI. gpu1 reports itself idle
+        # again after the first check's jobs only with its next heartbeat.
+        await async_wait_until(on_version, timeout=30, what="gpu1 idle again after the first check")
         asked = await asyncio.to_thread(run_admin, controller, "drift", "run", "--version", NEUTRAL.id, "-o", "json")
         assert asked.exit_code == 0, asked.output
         requested = json.loads(asked.stdout)
