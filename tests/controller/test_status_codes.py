@@ -17,6 +17,7 @@ EXPECTED: dict[type[errors.TopoTuneError], grpc.StatusCode] = {
     errors.ConfigError: C.INVALID_ARGUMENT,
     errors.UnsafeKnobError: C.INVALID_ARGUMENT,
     errors.ValidationError: C.INVALID_ARGUMENT,
+    errors.RequestRefused: C.INVALID_ARGUMENT,
     errors.SimInputError: C.INVALID_ARGUMENT,
     errors.SpecError: C.INVALID_ARGUMENT,
     errors.SweepError: C.INVALID_ARGUMENT,
