@@ -257,13 +257,18 @@ class Studies:
         try:
             self.db.transact(finish)
         except StorageError as error:  # its disk full, or away past the retries: the row stays "running"
-            logger.warning("could not record the study's end (%s): %s", status, error, extra={"study": study_id})
-            said = f"{message}; the controller could not store this end ({first_line(error)[:200]})"
-            self._unrecorded[study_id] = (StudyStatus(status), said, now)
+            self._keep_unstored(study_id, (StudyStatus(status), message, now), error=error)
         finally:
             self._running.pop(study_id, None)
             changed()
         logger.info("study finished: %s", status, extra={"study": study_id})
+
+    def _keep_unstored(self, study_id: str, end: tuple[StudyStatus, str, datetime], *, error: StorageError) -> None:
+        """Answer the end the database refused from here (``_unrecorded``), saying it is not stored."""
+        status, message, at = end
+        logger.warning("could not record the study's end (%s): %s", status, error, extra={"study": study_id})
+        said = f"{message}; the controller could not store this end ({first_line(error)[:200]})"
+        self._unrecorded[study_id] = (status, said, at)
 
     def _resumes_after_outage(self, study_id: str, error: BaseException, cancelled: threading.Event) -> bool:
         """Optuna's storage does not retry: when the database went away under it, wait for the database
