@@ -55,7 +55,7 @@ from pathlib import Path
 import optuna
 from scipy import stats as sp
 
-from topo_tune.sim import Cluster, Spine, defaults_optimal_cluster, demo_cluster
+from topo_tune.sim import Cluster, SpineTier, defaults_optimal_cluster, demo_cluster
 from topo_tune.sim.demo import h100_node
 from topo_tune.tuner import statistics
 from topo_tune.tuner.objective import DEFAULT_LADDER, Measurements, Objective, SizeBucket, WorkloadProfile
@@ -86,7 +86,7 @@ def uneven_racks() -> Cluster:
     nodes = tuple(h100_node(f"gpu-{k + 1:02d}", rack) for k, (rack, _) in enumerate(order))
     return Cluster(
         nodes=nodes,
-        spine=Spine(oversubscription=4.0, ecmp_paths=2, latency_us=2.0),
+        spine=SpineTier(oversubscription=4.0, ecmp_paths=2, latency_us=2.0),
         rail_optimized=True,
         name="uneven racks 3/2/3 x 8 H100, 4:1 spine",
     )

@@ -46,7 +46,7 @@ import optuna
 
 from topo_tune.config.cluster import ClusterConfig, load_cluster_config
 from topo_tune.sim import Cluster
-from topo_tune.sim import Spine as SimSpine
+from topo_tune.sim import SpineTier as SimSpine
 from topo_tune.sim.node_topology import simulated_node_topology
 from topo_tune.sim.topology_import import cluster_from_topologies
 from topo_tune.topology import Spine, build_cluster

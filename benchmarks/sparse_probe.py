@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from topo_tune.sim.cluster import Cluster, Nic, RackUplink, Spine
+from topo_tune.sim.cluster import Cluster, Nic, RackUplink, SpineTier
 from topo_tune.sim.demo import h100_node, ndr_nics
 from topo_tune.sim.pair_figures import pair_matrices
 from topo_tune.topology.sampling import PairSampler, SamplingPolicy, pair_rounds
@@ -44,7 +44,7 @@ def planted_cluster(
             node = type(node)(name, rack, node.gpus, node.fabric, tuple(nics), node.profile)
         nodes.append(node)
     uplink = f"rack-{int(rng.integers(racks)):03d}"
-    spine = Spine(oversubscription=2.0, ecmp_paths=8, uplinks=(RackUplink(uplink, 0.5),))
+    spine = SpineTier(oversubscription=2.0, ecmp_paths=8, uplinks=(RackUplink(uplink, 0.5),))
     return Cluster(nodes=tuple(nodes), spine=spine, name="planted"), slow, [uplink]
 
 

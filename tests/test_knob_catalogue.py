@@ -12,7 +12,7 @@ from topo_tune.errors import EnvPolicyError, SimInputError
 from topo_tune.nccl import variables as catalogue
 from topo_tune.nccl.docs_table import render
 from topo_tune.nccl.value_types import Int
-from topo_tune.nccl.variables import CATALOGUE, Dimension, Role, Variable
+from topo_tune.nccl.variables import CATALOGUE, CatalogueDimension, Variable, VariableRole
 from topo_tune.sim.knobs import MODELLED_VARIABLES, parse_env
 from topo_tune.tuner.space import FORBIDDEN, SITE_FIXED_KEYS, Fabric, RankOrder, SearchSpace
 
@@ -36,15 +36,15 @@ def test_the_policy_accepts_exactly_the_catalogue_with_its_types() -> None:
 
 def test_the_space_searches_exactly_the_searched_variables() -> None:
     set_by_space = {k for d in _widest_space().dimensions for s in d.settings.values() for k in s}
-    assert set_by_space == CATALOGUE.names(Role.SEARCHED)
+    assert set_by_space == CATALOGUE.names(VariableRole.SEARCHED)
     assert [d.name for d in _widest_space().dimensions] == [d.name for d in CATALOGUE.dimensions]
 
 
 def test_the_refused_and_site_knobs_are_the_catalogue_s() -> None:
     assert dict(FORBIDDEN) == {v.name: v.hazard for v in CATALOGUE if v.hazard}
-    assert set(CATALOGUE.names(Role.FORBIDDEN)) <= set(FORBIDDEN)
-    assert CATALOGUE.names(Role.SITE) == SITE_FIXED_KEYS
-    assert not SITE_FIXED_KEYS & CATALOGUE.names(Role.SEARCHED)
+    assert set(CATALOGUE.names(VariableRole.FORBIDDEN)) <= set(FORBIDDEN)
+    assert CATALOGUE.names(VariableRole.SITE) == SITE_FIXED_KEYS
+    assert not SITE_FIXED_KEYS & CATALOGUE.names(VariableRole.SEARCHED)
 
 
 @pytest.mark.parametrize("name", sorted(v.name for v in CATALOGUE))
@@ -69,8 +69,8 @@ def test_the_docs_table_is_generated_from_the_catalogue() -> None:
 def test_a_knob_added_to_the_catalogue_alone_reaches_the_space_the_policy_and_the_docs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    fake = Variable("NCCL_FAKE_DEPTH", Int(1, 8), Role.SEARCHED, "a knob that does not exist")
-    dimension = Dimension("fake_depth", ("NCCL_FAKE_DEPTH",), (None, (2,), (4,)), ordered=True, reason="fake")
+    fake = Variable("NCCL_FAKE_DEPTH", Int(1, 8), VariableRole.SEARCHED, "a knob that does not exist")
+    dimension = CatalogueDimension("fake_depth", ("NCCL_FAKE_DEPTH",), (None, (2,), (4,)), ordered=True, reason="fake")
     monkeypatch.setattr(catalogue, "CATALOGUE", CATALOGUE.extended([fake], [dimension]))
 
     space = SearchSpace.build(
@@ -91,12 +91,12 @@ def test_a_knob_added_to_the_catalogue_alone_reaches_the_space_the_policy_and_th
 
 
 def test_a_catalogue_that_contradicts_itself_is_refused() -> None:
-    loose = Variable("NCCL_LOOSE", Int(0, 1), Role.SEARCHED, "searched by no dimension")
+    loose = Variable("NCCL_LOOSE", Int(0, 1), VariableRole.SEARCHED, "searched by no dimension")
     with pytest.raises(ValueError, match="no dimension sets it"):
         CATALOGUE.extended([loose])
     with pytest.raises(ValueError, match="forbidden without saying why"):
-        CATALOGUE.extended([Variable("NCCL_BAD", Int(0, 1), Role.FORBIDDEN, "no hazard given")])
+        CATALOGUE.extended([Variable("NCCL_BAD", Int(0, 1), VariableRole.FORBIDDEN, "no hazard given")])
     with pytest.raises(ValueError, match="not a searched variable"):
-        CATALOGUE.extended([], [Dimension("d", ("NCCL_IB_HCA",), (None, (1,)), ordered=False, reason="")])
+        CATALOGUE.extended([], [CatalogueDimension("d", ("NCCL_IB_HCA",), (None, (1,)), ordered=False, reason="")])
     with pytest.raises(ValueError, match="listed twice"):
         CATALOGUE.extended([CATALOGUE.variables[0]])

@@ -14,7 +14,7 @@ from topo_tune.tuner.objective import Measurements, SizeSample
 from topo_tune.tuner.ring.rank_map import plan_rank_map
 from topo_tune.tuner.space import TrialConfig
 from topo_tune.tuner.study import MeasurementRequest, run_study
-from topo_tune.tuning_pass.node_record import ClusterTopology, NodeInfo, NodeState
+from topo_tune.tuning_pass.node_record import NodeInfo, NodeInventory, NodeState
 from topo_tune.tuning_pass.run import StudyPlan, _pair_matrix, check_ring, network_tiers, plan_study
 from topo_tune.v1 import topology_pb2
 
@@ -118,9 +118,9 @@ class _Probed:
     def __init__(self, names: list[str], measured: list[tuple[str, str, float]]) -> None:
         self.names, self.measured = names, measured
 
-    def cluster_topology(self) -> ClusterTopology:
+    def cluster_topology(self) -> NodeInventory:
         topology = topology_pb2.NodeTopology(nics=[topology_pb2.Nic(name="eth0", rate_gbps=100.0)])
-        return ClusterTopology(tuple(NodeInfo(n, n[0], NodeState.READY, "gloo", topology=topology) for n in self.names))
+        return NodeInventory(tuple(NodeInfo(n, n[0], NodeState.READY, "gloo", topology=topology) for n in self.names))
 
     def measured_pairs(self) -> list[PairMeasurement]:
         return [_pair(a, b, bw) for a, b, bw in self.measured]
@@ -192,9 +192,9 @@ class _Blocks(_Probed):
     """Nodes n1..n8 in racks of two, rack-1 and rack-3 in Topograph block A, rack-2 and rack-4 in block B (`BLOCK`):
     the labels their agents registered with."""
 
-    def cluster_topology(self) -> ClusterTopology:
+    def cluster_topology(self) -> NodeInventory:
         nodes = super().cluster_topology().nodes
-        return ClusterTopology(
+        return NodeInventory(
             tuple(
                 dataclasses.replace(n, labels={"network.topology.nvidia.com/block": BLOCK[self.rack(n.name)]})
                 for n in nodes

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 
-from topo_tune.sim import Cluster, IntraNodeFabric, Nic, Node, NodePairMeasurement, Spine, Transport, simulate
+from topo_tune.sim import Cluster, IntraNodeFabric, Nic, Node, NodePairMeasurement, SpineTier, Transport, simulate
 from topo_tune.sim.demo import defaults_optimal_cluster, demo_cluster, h100_node
 from topo_tune.sim.profiles import H100_SXM, PCIE_GEN4, PCIE_GPU
 
@@ -220,6 +220,6 @@ def test_mixed_gpu_counts_in_one_job_are_refused() -> None:
         nics=h100_node("x", "r").nics,
         profile=H100_SXM,
     )
-    cluster = Cluster(nodes=(h100_node("eight", "rack-a"), small), spine=Spine())
+    cluster = Cluster(nodes=(h100_node("eight", "rack-a"), small), spine=SpineTier())
     with pytest.raises(SimInputError, match="rank_order"):
         _time(cluster, ["eight", "four"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from topo_tune.errors import SimInputError
-from topo_tune.sim.cluster import Cluster, Nic, RackUplink, Spine
+from topo_tune.sim.cluster import Cluster, Nic, RackUplink, SpineTier
 from topo_tune.sim.demo import h100_node, ndr_nics
 from topo_tune.sim.pair_figures import pair_matrices
 
@@ -16,7 +16,7 @@ def _cluster(uplinks: tuple[RackUplink, ...] = ()) -> Cluster:
     slow_nics[5] = Nic(name=slow_nics[5].name, line_rate_gbps=200.0, rail=5)
     slow = nodes[1]
     nodes[1] = type(slow)(slow.name, slow.rack, slow.gpus, slow.fabric, tuple(slow_nics), slow.profile)
-    return Cluster(nodes=tuple(nodes), spine=Spine(oversubscription=2.0, uplinks=uplinks))
+    return Cluster(nodes=tuple(nodes), spine=SpineTier(oversubscription=2.0, uplinks=uplinks))
 
 
 def test_pairs_follow_nics_spine_and_uplinks() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from topo_tune.sim import FabricKind, SimInputError, Spine, Transport, simulate
+from topo_tune.sim import FabricKind, SimInputError, SpineTier, Transport, simulate
 from topo_tune.sim.profiles import H100_SXM, PCIE_GPU
 from topo_tune.sim.topology_import import cluster_from_topologies
 from topo_tune.v1 import topology_pb2 as tp
@@ -41,7 +41,7 @@ def test_an_nvswitch_node_becomes_an_nvswitch_fabric_with_its_active_hcas() -> N
     cluster = cluster_from_topologies(
         [_dgx_h100("a1"), _dgx_h100("b1")],
         racks={"a1": "rack-a", "b1": "rack-b"},
-        spine=Spine(oversubscription=2),
+        spine=SpineTier(oversubscription=2),
     )
     node = cluster.node("a1")
     assert node.gpus == 8

@@ -16,7 +16,7 @@ from pathlib import Path
 from topo_tune.benchmark.collectives import shape
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.errors import SimInputError
-from topo_tune.sim import Spine
+from topo_tune.sim import SpineTier
 from topo_tune.sim.simulate import choice_of
 from topo_tune.sim.topology_import import cluster_from_topologies
 from topo_tune.sim.tuner_table import simulate_with_table
@@ -60,7 +60,7 @@ def run_simulated(
     order = list(dict.fromkeys(slot.node_name for slot in spec.ranks))
     spine = None
     if run.sim.HasField("spine_oversubscription") or run.sim.HasField("spine_ecmp_paths"):
-        spine = Spine(
+        spine = SpineTier(
             oversubscription=run.sim.spine_oversubscription if run.sim.HasField("spine_oversubscription") else 1.0,
             ecmp_paths=run.sim.spine_ecmp_paths if run.sim.HasField("spine_ecmp_paths") else 1,
         )

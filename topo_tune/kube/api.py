@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from topo_tune.errors import KubernetesError
 from topo_tune.kube.environment import KubeEnvironment
-from topo_tune.kube.objects import Lease, NodeInfo, PodInfo, TokenReview
+from topo_tune.kube.objects import KubeNode, Lease, PodInfo, TokenReview
 
 LEASE_API_VERSION = "coordination.k8s.io/v1"
 
@@ -112,10 +112,10 @@ class KubeApi:
             extra={k: tuple(v or ()) for k, v in ((user.extra or {}) if user else {}).items()},
         )
 
-    def read_node(self, name: str) -> NodeInfo:
+    def read_node(self, name: str) -> KubeNode:
         with _translated(f"reading node {name}"):
             node = self._core.read_node(name, _request_timeout=self._timeout)
-        return NodeInfo(
+        return KubeNode(
             name=name,
             labels=dict(node.metadata.labels or {}) if node.metadata else {},
             unschedulable=bool(node.spec and node.spec.unschedulable),

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from topo_tune.errors import KubernetesError
-from topo_tune.kube.objects import NodeInfo, PodInfo
+from topo_tune.kube.objects import KubeNode, PodInfo
 
 if TYPE_CHECKING:
     from topo_tune.kube.api import KubeApi
@@ -66,7 +66,7 @@ def _is_own(pod: PodInfo, policy: IdlenessPolicy) -> bool:
     )
 
 
-def judge(node: NodeInfo, pods: Sequence[PodInfo], policy: IdlenessPolicy) -> IdleVerdict:
+def judge(node: KubeNode, pods: Sequence[PodInfo], policy: IdlenessPolicy) -> IdleVerdict:
     """The verdict for ``node`` given the pods bound to it."""
     if node.unschedulable:
         return IdleVerdict(node.name, idle=True, reason="cordoned")

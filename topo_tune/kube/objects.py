@@ -12,7 +12,7 @@ from datetime import datetime
 
 
 @dataclass(frozen=True)
-class NodeInfo:
+class KubeNode:
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
     unschedulable: bool = False

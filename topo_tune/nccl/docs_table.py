@@ -6,15 +6,15 @@ Non-goal: explaining the roles beyond a line each (``catalogue.py`` and ``docs/t
 
 from __future__ import annotations
 
-from topo_tune.nccl.variables import Catalogue, Role
+from topo_tune.nccl.variables import Catalogue, VariableRole
 
 _ROLE_TEXT = {
-    Role.SEARCHED: "searched by studies",
-    Role.TUNABLE: "a job or version may set it; studies leave it to NCCL",
-    Role.SITE: "fixed once per fabric (`siteFixed`), passed into every trial and output",
-    Role.FORBIDDEN: "never searched; only the values listed are accepted",
-    Role.MANAGED: "set by topo-tune from the job's config version",
-    Role.DEBUG: "debugging, dumps and PyTorch's watchdog",
+    VariableRole.SEARCHED: "searched by studies",
+    VariableRole.TUNABLE: "a job or version may set it; studies leave it to NCCL",
+    VariableRole.SITE: "fixed once per fabric (`siteFixed`), passed into every trial and output",
+    VariableRole.FORBIDDEN: "never searched; only the values listed are accepted",
+    VariableRole.MANAGED: "set by topo-tune from the job's config version",
+    VariableRole.DEBUG: "debugging, dumps and PyTorch's watchdog",
 }
 
 
@@ -37,7 +37,7 @@ def render(catalogue: Catalogue) -> str:
         "| variable | role | values | search dimension | backends | why | never searched because |",
         "|---|---|---|---|---|---|---|",
     ]
-    for role in Role:
+    for role in VariableRole:
         for var in catalogue.with_role(role):
             lines.append(
                 f"| `{var.name}` | {role.value} | {_cell(var.type.describe())} | {dimension_of.get(var.name, '')} "

@@ -1,6 +1,6 @@
 """Every environment variable topo-tune knows, once: value type, role, whether the simulator models it, why.
 
-Adding a knob means adding one :class:`Variable` here (and, for a searched one, its :class:`Dimension`);
+Adding a knob means adding one :class:`Variable` here (and, for a searched one, its :class:`CatalogueDimension`);
 the environment policy (what a job or config version may set), the search space (what a study may change,
 to which values), the site-fixed keys (what ``siteFixed`` may hold), the simulator's knob table and the
 docs' table (``docs/nccl-variables.md``, generated) all derive from :data:`CATALOGUE`, and
@@ -33,10 +33,10 @@ from typing import Literal
 from topo_tune.nccl.backends import Backend
 from topo_tune.nccl.value_types import Choice, InputFile, Int, OutputFile, Pattern, Plugin, Proto, ValueType
 
-__all__ = ["CATALOGUE", "Catalogue", "Dimension", "Need", "Role", "Variable"]
+__all__ = ["CATALOGUE", "Catalogue", "CatalogueDimension", "Need", "Variable", "VariableRole"]
 
 
-class Role(enum.Enum):
+class VariableRole(enum.Enum):
     SEARCHED = "searched"
     TUNABLE = "tunable"
     SITE = "site"
@@ -63,7 +63,7 @@ Version = tuple[int, int, int]
 
 
 @dataclass(frozen=True)
-class Dimension:
+class CatalogueDimension:
     """One searched dimension: the variables it sets and its values, in scale order (``None``: unset).
 
     A value is one integer per variable (``(24, 24)`` for ``NCCL_MIN_CTAS=NCCL_MAX_CTAS=24``). Its name is
@@ -91,7 +91,7 @@ class Dimension:
 class Variable:
     name: str
     type: ValueType
-    role: Role
+    role: VariableRole
     why: str
     sim: bool = False
     """The ``sim`` backend models its effect (everything else passes through it unchanged)."""
@@ -107,7 +107,7 @@ class Variable:
 @dataclass(frozen=True)
 class Catalogue:
     variables: tuple[Variable, ...]
-    dimensions: tuple[Dimension, ...]
+    dimensions: tuple[CatalogueDimension, ...]
     _by_name: Mapping[str, Variable] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -117,13 +117,13 @@ class Catalogue:
         object.__setattr__(self, "_by_name", MappingProxyType(by_name))
         for dim in self.dimensions:
             for name in dim.variables:
-                if name not in by_name or by_name[name].role is not Role.SEARCHED:
+                if name not in by_name or by_name[name].role is not VariableRole.SEARCHED:
                     raise ValueError(f"dimension {dim.name} sets {name}, which is not a searched variable")
         searched = {n for d in self.dimensions for n in d.variables}
         for var in self.variables:
-            if var.role is Role.SEARCHED and var.name not in searched:
+            if var.role is VariableRole.SEARCHED and var.name not in searched:
                 raise ValueError(f"{var.name} is searched but no dimension sets it")
-            if var.role is Role.FORBIDDEN and not var.hazard:
+            if var.role is VariableRole.FORBIDDEN and not var.hazard:
                 raise ValueError(f"{var.name} is forbidden without saying why (hazard)")
 
     def __iter__(self) -> Iterator[Variable]:
@@ -132,10 +132,10 @@ class Catalogue:
     def get(self, name: str) -> Variable | None:
         return self._by_name.get(name)
 
-    def with_role(self, *roles: Role) -> tuple[Variable, ...]:
+    def with_role(self, *roles: VariableRole) -> tuple[Variable, ...]:
         return tuple(v for v in self.variables if v.role in roles)
 
-    def names(self, *roles: Role) -> frozenset[str]:
+    def names(self, *roles: VariableRole) -> frozenset[str]:
         return frozenset(v.name for v in self.with_role(*roles))
 
     @property
@@ -151,13 +151,13 @@ class Catalogue:
     @property
     def site(self) -> frozenset[str]:
         """What ``siteFixed`` may hold."""
-        return self.names(Role.SITE)
+        return self.names(VariableRole.SITE)
 
     @property
     def simulated(self) -> tuple[str, ...]:
         return tuple(v.name for v in self.variables if v.sim)
 
-    def extended(self, variables: Iterable[Variable], dimensions: Iterable[Dimension] = ()) -> Catalogue:
+    def extended(self, variables: Iterable[Variable], dimensions: Iterable[CatalogueDimension] = ()) -> Catalogue:
         """This catalogue with more entries (how a new knob is tried out before it is listed here)."""
         return Catalogue((*self.variables, *variables), (*self.dimensions, *dimensions))
 
@@ -179,7 +179,14 @@ _ALGO_FUNC = r"(?i:broadcast|reduce|allgather|reducescatter|allreduce)"
 _FAMILY = Choice(frozenset({"AF_INET", "AF_INET6"}))
 _DEPRECATED_CHANNELS = "deprecated since 2.17; the space searches channels through NCCL_MIN_CTAS/NCCL_MAX_CTAS"
 
-_S, _T, _SITE, _F, _M, _D = Role.SEARCHED, Role.TUNABLE, Role.SITE, Role.FORBIDDEN, Role.MANAGED, Role.DEBUG
+_S, _T, _SITE, _F, _M, _D = (
+    VariableRole.SEARCHED,
+    VariableRole.TUNABLE,
+    VariableRole.SITE,
+    VariableRole.FORBIDDEN,
+    VariableRole.MANAGED,
+    VariableRole.DEBUG,
+)
 
 _VARIABLES = (
     # --- performance: searched by studies, or left to NCCL -----------------------------------------------
@@ -391,7 +398,7 @@ _DIMENSIONS = (
     # Unset sits where NCCL's own choice usually lands on this scale (nccl-tests on 2xH200 over NVLink: NCCL
     # 2.28 ran 24 channels), so samplers that model order see it between its neighbours in effect. MIN=MAX
     # forces the count (the docs' advice when benchmarking); 64 CTAs since 2.25, 32 before.
-    Dimension(
+    CatalogueDimension(
         "channels",
         ("NCCL_MIN_CTAS", "NCCL_MAX_CTAS"),
         tuple(None if c is None else (c, c) for c in (1, 2, 4, 8, 12, 16, None, 24, 32, 48, 64)),
@@ -401,16 +408,18 @@ _DIMENSIONS = (
         cap=((2, 25, 0), 32),
     ),
     # Multiples of 32 within 64..512, the documented set. Unset is 512 (or 256 on slow PCI rings).
-    Dimension("nthreads", ("NCCL_NTHREADS",), ((64,), (128,), (256,), None), ordered=True, reason="threads per CTA"),
+    CatalogueDimension(
+        "nthreads", ("NCCL_NTHREADS",), ((64,), (128,), (256,), None), ordered=True, reason="threads per CTA"
+    ),
     # Per peer and per channel: bounded so memory cannot blow up. Unset is 4 MiB, in its place.
-    Dimension(
+    CatalogueDimension(
         "buffsize",
         ("NCCL_BUFFSIZE",),
         ((1 * _MIB,), (2 * _MIB,), None, (8 * _MIB,), (16 * _MIB,)),
         ordered=True,
         reason="per-peer, per-channel buffer size (bounded at 16 MiB)",
     ),
-    Dimension(
+    CatalogueDimension(
         "ib_qps",
         ("NCCL_IB_QPS_PER_CONNECTION",),
         (None, (2,), (4,), (8,)),
@@ -419,7 +428,7 @@ _DIMENSIONS = (
         since=(2, 10, 0),
         needs=_MULTI_IB,
     ),
-    Dimension(
+    CatalogueDimension(
         "ib_split",
         ("NCCL_IB_SPLIT_DATA_ON_QPS",),
         (None, (0,), (1,)),
@@ -429,7 +438,7 @@ _DIMENSIONS = (
         needs=_MULTI_IB,
     ),
     # Unset is 2; leaving it unset is only a choice when the fabric tolerates 2.
-    Dimension(
+    CatalogueDimension(
         "cross_nic",
         ("NCCL_CROSS_NIC",),
         (None, (0,), (1,)),
@@ -438,7 +447,7 @@ _DIMENSIONS = (
         needs=frozenset({Need.MULTI_NODE, Need.IB_OR_SOCKET, Need.CROSS_NIC_VALUES}),
     ),
     # Every product <= 64, as NCCL requires.
-    Dimension(
+    CatalogueDimension(
         "socket_threads",
         ("NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD"),
         (None, (2, 2), (4, 1), (4, 4), (2, 8), (8, 8)),
@@ -448,7 +457,7 @@ _DIMENSIONS = (
         names="x",
     ),
     # Only 0 is a safe explicit value: 1/2 fail init where NVLS resources cannot be allocated (2.29+).
-    Dimension(
+    CatalogueDimension(
         "nvls",
         ("NCCL_NVLS_ENABLE",),
         (None, (0,)),
@@ -457,7 +466,7 @@ _DIMENSIONS = (
         since=(2, 17, 0),
         needs=frozenset({Need.NVLS}),
     ),
-    Dimension(
+    CatalogueDimension(
         "pxn",
         ("NCCL_PXN_DISABLE",),
         (None, (1,)),
@@ -466,7 +475,7 @@ _DIMENSIONS = (
         since=(2, 12, 0),
         needs=_MULTI_IB,
     ),
-    Dimension(
+    CatalogueDimension(
         "p2p_chunk",
         ("NCCL_P2P_NET_CHUNKSIZE",),
         ((64 * _KIB,), None, (256 * _KIB,), (512 * _KIB,)),
@@ -475,7 +484,7 @@ _DIMENSIONS = (
         since=(2, 14, 0),
         needs=_MULTI_P2P,
     ),
-    Dimension(
+    CatalogueDimension(
         "net_peer_channels",
         ("NCCL_NCHANNELS_PER_NET_PEER",),
         ((1,), None, (4,)),

@@ -21,7 +21,7 @@ from topo_tune.sim.cluster import (
     NodePairMeasurement,
     RackPairBandwidth,
     RackUplink,
-    Spine,
+    SpineTier,
     Transport,
 )
 from topo_tune.sim.demo import defaults_optimal_cluster, demo_cluster
@@ -46,7 +46,7 @@ __all__ = [
     "SimInputError",
     "SimResult",
     "SimSizeResult",
-    "Spine",
+    "SpineTier",
     "Transport",
     "bus_factor",
     "defaults_optimal_cluster",

@@ -136,7 +136,7 @@ class Node:
 
 @dataclass(frozen=True)
 class RackPairBandwidth:
-    """Spine capacity between two racks, GB/s per direction (overrides the oversubscription rule)."""
+    """SpineTier capacity between two racks, GB/s per direction (overrides the oversubscription rule)."""
 
     rack_a: str
     rack_b: str
@@ -159,7 +159,7 @@ class RackUplink:
 
 
 @dataclass(frozen=True)
-class Spine:
+class SpineTier:
     """The switch tier that joins the racks' leaf switches."""
 
     # Downlink to uplink ratio of a leaf: 4.0 means a rack's uplink carries a quarter of its NIC rates.
@@ -200,7 +200,7 @@ class Cluster:
     """Nodes, racks and the network between them."""
 
     nodes: tuple[Node, ...]
-    spine: Spine | None = None  # None: one non-blocking switch tier, racks do not matter
+    spine: SpineTier | None = None  # None: one non-blocking switch tier, racks do not matter
     # NICs of one rail share a leaf; traffic between rails must climb to the spine.
     rail_optimized: bool = True
     # A leaf-switch hop's latency (between nodes of one rack).
@@ -279,7 +279,7 @@ class Cluster:
         return self._uplink[rack] if self.spine is not None else math.inf
 
     def rack_pair_gbs(self, rack_a: str, rack_b: str) -> float:
-        """Spine capacity between two racks if one was given, else infinity."""
+        """SpineTier capacity between two racks if one was given, else infinity."""
         return self._pairs.get((rack_a, rack_b), math.inf)
 
     def nic_class(self, name: str) -> int:

@@ -15,7 +15,7 @@ Non-goal: describing any real site. These are shapes for demos and tests.
 
 from __future__ import annotations
 
-from topo_tune.sim.cluster import Cluster, IntraNodeFabric, Nic, Node, Spine, Transport
+from topo_tune.sim.cluster import Cluster, IntraNodeFabric, Nic, Node, SpineTier, Transport
 from topo_tune.sim.profiles import H100_NVSWITCH, H100_SXM, H200_SXM_VM, H200_VM_NVSWITCH
 
 _NDR_GBPS = 400.0
@@ -36,7 +36,7 @@ def demo_cluster(*, oversubscription: float = 3.0, ecmp_paths: int = 4) -> Clust
     nodes = tuple(h100_node(f"gpu-{i + 1:02d}", "rack-a" if i % 2 == 0 else "rack-b") for i in range(8))
     return Cluster(
         nodes=nodes,
-        spine=Spine(oversubscription=oversubscription, ecmp_paths=ecmp_paths, latency_us=1.5),
+        spine=SpineTier(oversubscription=oversubscription, ecmp_paths=ecmp_paths, latency_us=1.5),
         rail_optimized=True,
         name="demo: 2 racks x 4 nodes x 8 H100, slow spine",
     )
@@ -81,6 +81,6 @@ def scale_cluster(*, racks: int, nodes_per_rack: int, oversubscription: float = 
     nodes = tuple(h100_node(f"r{r:03d}n{i:03d}", f"rack-{r:03d}") for r in range(racks) for i in range(nodes_per_rack))
     return Cluster(
         nodes=nodes,
-        spine=Spine(oversubscription=oversubscription, ecmp_paths=8),
+        spine=SpineTier(oversubscription=oversubscription, ecmp_paths=8),
         name=f"{racks} racks x {nodes_per_rack} nodes x 8 H100",
     )

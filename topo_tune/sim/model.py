@@ -16,7 +16,7 @@ Shape (details and calibration in ``docs/sim.md``):
   cross the spine share their racks' uplinks. Trees are built over node indices, so order moves their
   edges too.
 
-The size-independent part of a job is its ``Plan`` (``plan``), the inter-node side a ``NetView``
+The size-independent part of a job is its ``CollectivePlan`` (``plan``), the inter-node side a ``NetView``
 (``network``).
 
 Non-goals: cycle accuracy, congestion from other jobs, CollNet/SHARP/PAT, NCCL's exact per-version
@@ -34,7 +34,7 @@ from topo_tune.nccl.collectives import Collective
 from topo_tune.sim.cluster import GpuProfile
 from topo_tune.sim.knobs import MAX_THREADS, Algorithm, NcclKnobs, Protocol
 from topo_tune.sim.network import NetView
-from topo_tune.sim.plan import Plan
+from topo_tune.sim.plan import CollectivePlan
 
 _LL, _LL128, _SIMPLE = Protocol.LL, Protocol.LL128, Protocol.SIMPLE
 _RING, _TREE, _NVLS, _NVLS_TREE = Algorithm.RING, Algorithm.TREE, Algorithm.NVLS, Algorithm.NVLS_TREE
@@ -94,7 +94,7 @@ _DEFAULT_BUFFSIZE: Final = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
-class Choice:
+class SimulatedChoice:
     """What NCCL ran for one size and how long it took (before noise)."""
 
     time_us: float
@@ -103,10 +103,10 @@ class Choice:
     channels: int
 
 
-def run(plan: Plan, collective: Collective, size: int) -> Choice:
+def run(plan: CollectivePlan, collective: Collective, size: int) -> SimulatedChoice:
     """NCCL's choice for ``size`` bytes and its true time."""
     if plan.nranks == 1:
-        return Choice(plan.profile.launch_overhead_us + 2.0, _RING, _SIMPLE, 1)
+        return SimulatedChoice(plan.profile.launch_overhead_us + 2.0, _RING, _SIMPLE, 1)
     if collective.point_to_point:
         return _p2p(plan, collective, size)
     best: tuple[float, Algorithm, Protocol] | None = None
@@ -121,10 +121,10 @@ def run(plan: Plan, collective: Collective, size: int) -> Choice:
         raise SimInputError("env.NCCL_ALGO", f"no enabled algorithm/protocol implements {collective.value}")
     _, algo, proto = best
     time_us, nc = _time(plan, plan.actual, collective=collective, algo=algo, proto=proto, size=size, nominal=False)
-    return Choice(time_us, algo, proto, nc)
+    return SimulatedChoice(time_us, algo, proto, nc)
 
 
-def offered(plan: Plan, collective: Collective) -> list[tuple[Algorithm, Protocol]]:
+def offered(plan: CollectivePlan, collective: Collective) -> list[tuple[Algorithm, Protocol]]:
     """The algorithm/protocol entries NCCL's cost table allows for ``collective`` (not -1): what a tuner may pick.
 
     The same entries the model's own selection weighs (NCCL_FACTS §3: NCCL hands a tuner its cost table with
@@ -140,7 +140,7 @@ def offered(plan: Plan, collective: Collective) -> list[tuple[Algorithm, Protoco
     return list(candidates)
 
 
-def _candidates(plan: Plan, collective: Collective) -> list[tuple[Algorithm, Protocol]]:
+def _candidates(plan: CollectivePlan, collective: Collective) -> list[tuple[Algorithm, Protocol]]:
     knobs = plan.knobs
     protos = [p for p in (_LL, _LL128, _SIMPLE) if knobs.protocols is None or p in knobs.protocols]
     if knobs.protocols is None and not plan.ll128:
@@ -163,7 +163,7 @@ def _candidates(plan: Plan, collective: Collective) -> list[tuple[Algorithm, Pro
 
 
 def _time(
-    plan: Plan,
+    plan: CollectivePlan,
     net: NetView | None,
     *,
     collective: Collective,
@@ -249,7 +249,7 @@ def _pipeline_step(nominal: int, per_channel: float, depth: float, proto: Protoc
     return max(1.0, min(step, per_channel))
 
 
-def _nvls_time(plan: Plan, net: NetView | None, size: int) -> float:
+def _nvls_time(plan: CollectivePlan, net: NetView | None, size: int) -> float:
     profile = plan.profile
     # The switch does the reduction (multimem loads/stores), so the CTAs are not the limit.
     algbw = plan.nvls_gbs
@@ -268,7 +268,7 @@ def _nvls_time(plan: Plan, net: NetView | None, size: int) -> float:
     return latency + chunks * (chunk / (algbw / _NVLS_CHANNELS * 1e3) + overhead)
 
 
-def _p2p(plan: Plan, collective: Collective, size: int) -> Choice:
+def _p2p(plan: CollectivePlan, collective: Collective, size: int) -> SimulatedChoice:
     """sendrecv (rank r sends ``size`` to r+1) and alltoall (``size / nranks`` to every rank).
 
     Intra-node peers go over NVLink/PCIe in NCCL_P2P_NVL_CHUNKSIZE pieces spread over the channels;
@@ -326,7 +326,7 @@ def _p2p(plan: Plan, collective: Collective, size: int) -> Choice:
                 + pieces * overhead / nc
                 + chunk / _P2P_SLICES / (min(conn_gbs, net.nic_gbs) * 1e3)
             )
-    return Choice(latency + max(t_intra, t_net), _RING, _SIMPLE, nc)
+    return SimulatedChoice(latency + max(t_intra, t_net), _RING, _SIMPLE, nc)
 
 
 def _overheads(profile: GpuProfile, knobs: NcclKnobs, nc: int) -> float:

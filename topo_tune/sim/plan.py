@@ -1,4 +1,4 @@
-"""The size-independent part of the model for one (cluster, rank order, environment): a ``Plan``.
+"""The size-independent part of the model for one (cluster, rank order, environment): a ``CollectivePlan``.
 
 Purpose: the job's shape (nodes, GPUs per node, ranks), its intra-node ceiling, NVLS and LL128
 availability, channels and threads after the knobs, and the true and nominal network views, computed
@@ -19,7 +19,7 @@ from topo_tune.sim.network import NetView, net_view
 
 
 @dataclass(frozen=True)
-class Plan:
+class CollectivePlan:
     """Everything about one (cluster, rank order, environment) that does not depend on message size."""
 
     nodes: int
@@ -43,7 +43,7 @@ class Plan:
     )
 
 
-def build_plan(cluster: Cluster, order: tuple[str, ...], knobs: NcclKnobs) -> Plan:
+def build_plan(cluster: Cluster, order: tuple[str, ...], knobs: NcclKnobs) -> CollectivePlan:
     """Precompute the size-independent part of the model for a job over ``order``'s nodes."""
     nodes = [cluster.node(name) for name in order]
     gpus = nodes[0].gpus
@@ -79,7 +79,7 @@ def build_plan(cluster: Cluster, order: tuple[str, ...], knobs: NcclKnobs) -> Pl
     if n > 1:
         actual = net_view(cluster, nodes, knobs, channels, truth=True)
         nominal = net_view(cluster, nodes, knobs, channels, truth=False)
-    return Plan(
+    return CollectivePlan(
         nodes=n,
         gpus=gpus,
         nranks=n * gpus,

@@ -26,7 +26,7 @@ from topo_tune.nccl.collectives import Collective
 from topo_tune.sim.cluster import Cluster
 from topo_tune.sim.knobs import parse_env
 from topo_tune.sim.model import offered, run
-from topo_tune.sim.plan import Plan, build_plan
+from topo_tune.sim.plan import CollectivePlan, build_plan
 from topo_tune.v1 import agent_pb2
 
 DTYPE_BYTES: Mapping[str, int] = {
@@ -162,7 +162,7 @@ def entry_name(algorithm: str, protocol: str) -> str:
     return f"{_TABLE_ALGORITHM[algorithm]}/{_TABLE_PROTOCOL[protocol]}"
 
 
-def plan_for(cluster: Cluster, order: tuple[str, ...], env: Mapping[str, str]) -> Plan:
+def plan_for(cluster: Cluster, order: tuple[str, ...], env: Mapping[str, str]) -> CollectivePlan:
     """The cached size-independent model state for a job (kept on the cluster object)."""
     knobs = parse_env(env)
     key = (order, knobs)
@@ -173,7 +173,7 @@ def plan_for(cluster: Cluster, order: tuple[str, ...], env: Mapping[str, str]) -
         if len(cache) >= _PLAN_CACHE_LIMIT:
             cache.clear()
         cache[key] = plan
-    assert isinstance(plan, Plan)
+    assert isinstance(plan, CollectivePlan)
     return plan
 
 

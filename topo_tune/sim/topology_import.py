@@ -22,7 +22,7 @@ from topo_tune.sim.cluster import (
     Nic,
     Node,
     NodePairMeasurement,
-    Spine,
+    SpineTier,
     Transport,
 )
 from topo_tune.sim.profiles import H100_SXM, H200_SXM_VM, PCIE_GPU
@@ -44,7 +44,7 @@ def cluster_from_topologies(
     topologies: Sequence[topology_pb2.NodeTopology],
     *,
     racks: Mapping[str, str],
-    spine: Spine | None = None,
+    spine: SpineTier | None = None,
     rail_optimized: bool = True,
     measured: Sequence[NodePairMeasurement] = (),
     profile: GpuProfile | None = None,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from topo_tune.nccl.collectives import Collective
 from topo_tune.tuner.objective import Measurements, Objective, SizeBucket
 
-__all__ = ["CHANNEL_VARIABLES", "TABLE_HEADER", "ComposedRow", "ComposedTable", "ScoredTrial", "compose_table"]
+__all__ = ["CHANNEL_VARIABLES", "TABLE_HEADER", "ChannelRow", "ComposedTable", "ScoredTrial", "compose_table"]
 
 TABLE_HEADER = "collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff"
 PLUGIN_COLLECTIVES: Mapping[str, str] = {c.value: c.plugin_name for c in Collective if c.plugin_name is not None}
@@ -43,7 +43,7 @@ class ScoredTrial:
 
 
 @dataclass(frozen=True)
-class ComposedRow:
+class ChannelRow:
     collective: str
     bucket: SizeBucket
     channels: int
@@ -60,7 +60,7 @@ class ComposedTable:
     env: Mapping[str, str]
     """The candidate's variables: the best trial's, with the channel count raised to the largest any row asks
     for, since NCCL caps a row's count at the communicator's."""
-    rows: tuple[ComposedRow, ...]
+    rows: tuple[ChannelRow, ...]
     text: str
     """The table as the plugin reads it."""
 
@@ -116,7 +116,7 @@ def compose_table(
     counts = {c for c, _, _ in wanted.values() if c is not None}
     communicator = max(counts) if base_channels is not None and counts else base_channels
     rows = tuple(
-        ComposedRow(collective, bucket, channels, winner, speedup)
+        ChannelRow(collective, bucket, channels, winner, speedup)
         for (collective, bucket), (channels, winner, speedup) in wanted.items()
         if channels is not None and channels != communicator
     )

@@ -43,8 +43,8 @@ __all__ = [
     "MARGIN",
     "MAX_CHANNEL_OPTIONS",
     "ROLES",
-    "ComposedRow",
     "Option",
+    "OptionRow",
     "PerSizeTable",
     "PlannedTrial",
     "StoredTrial",
@@ -129,7 +129,7 @@ class PlannedTrial:
 
 
 @dataclass(frozen=True)
-class ComposedRow:
+class OptionRow:
     collective: str
     bucket: SizeBucket
     option: Option
@@ -142,7 +142,7 @@ class ComposedRow:
 @dataclass(frozen=True)
 class PerSizeTable:
     base: int
-    rows: tuple[ComposedRow, ...]
+    rows: tuple[OptionRow, ...]
     text: str
 
 
@@ -292,7 +292,7 @@ def compose(
             winners = [(speedup, option) for speedup, option in contenders if speedup > floor]
             if winners:
                 speedup, option = max(winners, key=lambda w: w[0])
-                rows.append(ComposedRow(collective, bucket, option, speedup, base_scores[key]))
+                rows.append(OptionRow(collective, bucket, option, speedup, base_scores[key]))
     if not rows:
         return None
     text = table_text([r.option.row(r.collective, r.bucket, nodes=nodes, ranks=ranks) for r in rows])

@@ -162,7 +162,7 @@ def _dimension(name: str, values: Sequence[tuple[str, Mapping[str, str]]], *, or
     )
 
 
-def _applies(dim: catalogue.Dimension, version: tuple[int, int, int], fabric: Fabric, p2p: bool) -> bool:
+def _applies(dim: catalogue.CatalogueDimension, version: tuple[int, int, int], fabric: Fabric, p2p: bool) -> bool:
     met = {
         catalogue.Need.MULTI_NODE: fabric.multi_node,
         catalogue.Need.IB: fabric.ib,
@@ -175,7 +175,9 @@ def _applies(dim: catalogue.Dimension, version: tuple[int, int, int], fabric: Fa
     return version >= dim.since and all(met[need] for need in dim.needs)
 
 
-def _values(dim: catalogue.Dimension, version: tuple[int, int, int], fabric: Fabric) -> list[tuple[int, ...] | None]:
+def _values(
+    dim: catalogue.CatalogueDimension, version: tuple[int, int, int], fabric: Fabric
+) -> list[tuple[int, ...] | None]:
     values = list(dim.values)
     if dim.cap is not None and version < dim.cap[0]:
         values = [v for v in values if v is None or max(v) <= dim.cap[1]]

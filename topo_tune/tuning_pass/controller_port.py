@@ -11,7 +11,7 @@ from typing import Protocol
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest
 from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound
 from topo_tune.ids import JobId
-from topo_tune.tuning_pass.node_record import ClusterTopology, NodeInfo
+from topo_tune.tuning_pass.node_record import NodeInfo, NodeInventory
 
 
 class AdminPort(Protocol):
@@ -20,7 +20,7 @@ class AdminPort(Protocol):
     def list_nodes(self, *, rack: str = "") -> list[NodeInfo]:
         """The registered nodes, without their topologies."""
 
-    def cluster_topology(self) -> ClusterTopology: ...
+    def cluster_topology(self) -> NodeInventory: ...
     def start_probe_round(self, request: ProbeRequest) -> ProbeRound: ...
     def get_probe_round(self, round_id: str) -> ProbeRound: ...
     def wait_probe_round(self, round_id: str) -> ProbeRound:

@@ -16,7 +16,7 @@ from enum import StrEnum
 from topo_tune.ids import NodeName
 from topo_tune.v1 import topology_pb2
 
-__all__ = ["ClusterTopology", "NodeInfo", "NodeState"]
+__all__ = ["NodeInfo", "NodeInventory", "NodeState"]
 
 
 class NodeState(StrEnum):
@@ -39,7 +39,7 @@ class NodeInfo:
 
 
 @dataclass(frozen=True)
-class ClusterTopology:
+class NodeInventory:
     """Every node with its topology, and the spine from cluster.yaml where it names one."""
 
     nodes: tuple[NodeInfo, ...]

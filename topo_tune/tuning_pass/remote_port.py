@@ -23,7 +23,7 @@ from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, Prob
 from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ControllerUnavailable
 from topo_tune.ids import JobId, NodeName
-from topo_tune.tuning_pass.node_record import ClusterTopology, NodeInfo, NodeState
+from topo_tune.tuning_pass.node_record import NodeInfo, NodeInventory, NodeState
 from topo_tune.v1 import admin_pb2
 from topo_tune.wire.admin_jobs import (
     benchmark_job_from_proto,
@@ -53,8 +53,8 @@ def node_from_proto(node: admin_pb2.Node) -> NodeInfo:
     )
 
 
-def cluster_topology_from_proto(view: admin_pb2.ClusterTopologyView) -> ClusterTopology:
-    return ClusterTopology(
+def cluster_topology_from_proto(view: admin_pb2.ClusterTopologyView) -> NodeInventory:
+    return NodeInventory(
         nodes=tuple(node_from_proto(node) for node in view.nodes),
         spine_oversubscription=view.spine_oversubscription if view.HasField("spine_oversubscription") else None,
         spine_bandwidth_gbps=view.spine_bandwidth_gbps if view.HasField("spine_bandwidth_gbps") else None,
@@ -102,7 +102,7 @@ class RemotePort:
     def list_nodes(self, *, rack: str = "") -> list[NodeInfo]:
         return self._riding_out(lambda: [node_from_proto(node) for node in self.client.list_nodes(rack=rack)])
 
-    def cluster_topology(self) -> ClusterTopology:
+    def cluster_topology(self) -> NodeInventory:
         return self._riding_out(lambda: cluster_topology_from_proto(self.client.cluster_topology()))
 
     def start_probe_round(self, request: ProbeRequest) -> ProbeRound:

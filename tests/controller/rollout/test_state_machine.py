@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from topo_tune.config.cluster import RolloutThresholdsConfig
 from topo_tune.controller.rollout import state
-from topo_tune.controller.rollout.gates import Outcome, Verdict
+from topo_tune.controller.rollout.gates import GateVerdict, Outcome
 from topo_tune.controller.rollout.plan import PlanPolicy, build_plan
 from topo_tune.controller.rollout.state import NodePhase, RolloutPhase, WavePhase
 from topo_tune.errors import ConflictError
@@ -42,7 +42,7 @@ class RolloutMachine(RuleBasedStateMachine):
         self.snapshot = step.snapshot
         self.fleet = dict.fromkeys(RACK_OF, OLD)
         self.lost: set[str] = set()
-        self.verdicts: dict[tuple[int, int], Verdict] = {}
+        self.verdicts: dict[tuple[int, int], GateVerdict] = {}
         self.now = START
 
     def _take(self, step: state.Step | None) -> None:
@@ -76,7 +76,7 @@ class RolloutMachine(RuleBasedStateMachine):
     def gate_runs(self, outcome: Outcome) -> None:
         gate = state.pending_gate(self.snapshot)
         if gate is not None and gate not in self.verdicts:
-            self.verdicts[gate] = Verdict(outcome, (f"simulated {outcome}",))
+            self.verdicts[gate] = GateVerdict(outcome, (f"simulated {outcome}",))
 
     @rule(node=st.sampled_from(sorted(RACK_OF)))
     def node_lost_or_back(self, node: str) -> None:

@@ -12,7 +12,7 @@ from tests.controller.rollout.fleet import V1, V2, Clock, racks
 from topo_tune.config.cluster import RolloutThresholdsConfig
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.rollout import state
-from topo_tune.controller.rollout.gates import Outcome, Sample, Verdict
+from topo_tune.controller.rollout.gates import GateVerdict, Outcome, Sample
 from topo_tune.controller.rollout.plan import PlanPolicy, build_plan
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.errors import ConflictError, NotFoundError
@@ -75,9 +75,9 @@ async def test_the_first_gate_result_and_the_first_job_pin_stand(db: Database) -
     await store.versions.store(V2)
     await store.create(new_rollout())
     samples = [Sample(0, "new", 1.0, 2.0, 3.0), Sample(0, "previous", 1.1, 2.1, 3.1)]
-    first = Verdict(Outcome.SUCCESSFUL, ("fine",), pairs=1, lost_nodes=("x",))
+    first = GateVerdict(Outcome.SUCCESSFUL, ("fine",), pairs=1, lost_nodes=("x",))
     kept = await store.save_gate("ro-1", wave=0, attempt=1, verdict=first, samples=samples)
-    again = await store.save_gate("ro-1", wave=0, attempt=1, verdict=Verdict(Outcome.FAILED, ("late",)), samples=[])
+    again = await store.save_gate("ro-1", wave=0, attempt=1, verdict=GateVerdict(Outcome.FAILED, ("late",)), samples=[])
     assert kept == again == first
     [record] = await store.gates("ro-1")
     assert record.samples == tuple(samples), "raw samples are kept with the verdict"

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from topo_tune.agent.bench.launcher import JobOutcome, Launcher
+from topo_tune.agent.bench.launcher import Launcher, NodeOutcome
 from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
 from topo_tune.agent.bench.worker_config import WorkerFault
 from topo_tune.benchmark.dtypes import dtype_named
@@ -308,7 +308,7 @@ def probe_specs(probe: agent_pb2.Probe, *, one_way: bool) -> tuple[BenchmarkSpec
     )
 
 
-def _status_of(spec: BenchmarkSpec, outcome: JobOutcome) -> tuple[agent_pb2.CommandStatus.ValueType, str]:
+def _status_of(spec: BenchmarkSpec, outcome: NodeOutcome) -> tuple[agent_pb2.CommandStatus.ValueType, str]:
     if outcome.cancelled and outcome.failed:
         return agent_pb2.COMMAND_STATUS_FAILED, f"job {spec.job_id} cancelled by the controller: {outcome.cancelled}"
     if outcome.timed_out:

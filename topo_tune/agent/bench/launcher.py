@@ -69,7 +69,7 @@ from topo_tune.benchmark.results import RankOutcome, RankResult, RankStatus
 from topo_tune.errors import JobCancelled, LauncherBusy
 from topo_tune.nccl.backends import LAUNCHED_BACKENDS, Backend
 
-__all__ = ["BASE_ENV", "CANCELLED_KEPT", "DUMP_DEFAULTS", "JobCancelled", "JobOutcome", "Launcher", "LauncherBusy"]
+__all__ = ["BASE_ENV", "CANCELLED_KEPT", "DUMP_DEFAULTS", "JobCancelled", "Launcher", "LauncherBusy", "NodeOutcome"]
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ _REAP_WAIT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
-class JobOutcome:
+class NodeOutcome:
     """What one node's part of a job produced."""
 
     results: tuple[RankResult, ...]
@@ -229,7 +229,7 @@ class Launcher:
         deadline_s: float,
         work_dir: Path,
         fault: WorkerFault | None = None,
-    ) -> JobOutcome:
+    ) -> NodeOutcome:
         """Run this node's ranks of ``spec``; returns after all exit or the deadline passes."""
         if self._stopped:
             raise LauncherBusy("the agent is stopping: it takes no more benchmark jobs")
@@ -300,11 +300,11 @@ class Launcher:
         deadline_s: float,
         work_dir: Path,
         fault: WorkerFault | None,
-    ) -> JobOutcome:
+    ) -> NodeOutcome:
         deadline = self._clock() + deadline_s
         slots = spec.local_slots(node_name)
         if not slots:
-            return JobOutcome(results=(), statuses=(), timed_out=False)
+            return NodeOutcome(results=(), statuses=(), timed_out=False)
         # Several agents may share a work directory (one per node in tests, a shared volume in
         # production), so only this node's rank directories are reset.
         job_dir = work_dir / spec.job_id
@@ -414,7 +414,7 @@ class Launcher:
         w.killed = True
         w.returncode = w.process.wait()
 
-    def _collect(self, workers: Sequence[_Worker], timed_out: bool, job_id: str, cancelled: str) -> JobOutcome:
+    def _collect(self, workers: Sequence[_Worker], timed_out: bool, job_id: str, cancelled: str) -> NodeOutcome:
         results = []
         statuses = []
         for w in workers:
@@ -451,4 +451,4 @@ class Launcher:
                     waiting_for=waiting_for,
                 )
             )
-        return JobOutcome(results=tuple(results), statuses=tuple(statuses), timed_out=timed_out, cancelled=cancelled)
+        return NodeOutcome(results=tuple(results), statuses=tuple(statuses), timed_out=timed_out, cancelled=cancelled)

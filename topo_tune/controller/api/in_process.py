@@ -22,7 +22,7 @@ from topo_tune.controller.nodes import NodeRegistry, NodeView
 from topo_tune.controller.probes import Probes
 from topo_tune.errors import StudyCancelled
 from topo_tune.ids import JobId
-from topo_tune.tuning_pass.node_record import ClusterTopology, NodeInfo
+from topo_tune.tuning_pass.node_record import NodeInfo, NodeInventory
 from topo_tune.v1 import topology_pb2
 
 T = TypeVar("T")
@@ -47,10 +47,10 @@ class InProcessPort:
     def list_nodes(self, *, rack: str = "") -> list[NodeInfo]:
         return [node_info(v, with_topology=False) for v in self._run(self.registry.list(rack=rack))]
 
-    def cluster_topology(self) -> ClusterTopology:
+    def cluster_topology(self) -> NodeInventory:
         oversubscription, bandwidth = self.spine
         nodes = tuple(node_info(v, with_topology=True) for v in self._run(self.registry.list()))
-        return ClusterTopology(nodes, spine_oversubscription=oversubscription, spine_bandwidth_gbps=bandwidth)
+        return NodeInventory(nodes, spine_oversubscription=oversubscription, spine_bandwidth_gbps=bandwidth)
 
     def start_probe_round(self, request: ProbeRequest) -> ProbeRound:
         return self._run(self.probes.start(request))

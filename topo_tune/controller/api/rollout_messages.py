@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from topo_tune.config.checks import overridden
 from topo_tune.config.cluster import RolloutGateConfig, RolloutThresholdsConfig
-from topo_tune.controller.rollout.plan import Plan, PlanPolicy, Wave
+from topo_tune.controller.rollout.plan import PlanPolicy, RolloutPlan, Wave
 from topo_tune.controller.rollout.state import Rollout, Snapshot
 from topo_tune.controller.rollout.store import AuditRecord, GateRecord
 from topo_tune.errors import ValidationError
@@ -44,7 +44,7 @@ def to_proto_gate(gate: RolloutGateConfig) -> admin_pb2.GateMeasurement:
 
 def to_proto_rollout(snapshot: Snapshot, gates: list[GateRecord]) -> admin_pb2.RolloutInfo:
     rollout = snapshot.rollout
-    plan = Plan(tuple(Wave(w.index, w.kind, w.racks, w.nodes, w.group) for w in snapshot.waves))
+    plan = RolloutPlan(tuple(Wave(w.index, w.kind, w.racks, w.nodes, w.group) for w in snapshot.waves))
     info = to_proto_rollout_summary(rollout)
     info.MergeFrom(
         admin_pb2.RolloutInfo(
@@ -98,7 +98,7 @@ def to_proto_rollout_summary(rollout: Rollout) -> admin_pb2.RolloutInfo:
 
 
 def to_proto_rollout_plan(
-    version_id: str, plan: Plan, policy: PlanPolicy, thresholds: RolloutThresholdsConfig
+    version_id: str, plan: RolloutPlan, policy: PlanPolicy, thresholds: RolloutThresholdsConfig
 ) -> admin_pb2.RolloutInfo:
     """What a dry run would do: the waves planned, nothing stored."""
     return admin_pb2.RolloutInfo(

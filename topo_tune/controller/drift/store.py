@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.left_running import end_left_running
 from topo_tune.controller.db.models import BenchmarkJobRow, DriftCheckRow, EventRow
-from topo_tune.controller.drift.verdict import DriftKind, DriftStatus, Reference, Verdict
+from topo_tune.controller.drift.verdict import DriftKind, DriftStatus, DriftVerdict, Reference
 from topo_tune.errors import NotFoundError, ValidationError
 from topo_tune.ids import ConfigVersionId, NodeName
 
@@ -146,7 +146,7 @@ class DriftStore:
 
         await self.db.run(write)
 
-    async def finish(self, check_id: str, verdict: Verdict, *, alpha: float) -> list[str]:
+    async def finish(self, check_id: str, verdict: DriftVerdict, *, alpha: float) -> list[str]:
         """Store the verdict, and on a regression an event per node, in one transaction; returns the nodes."""
         now = self.wall_clock()
 

@@ -49,7 +49,7 @@ class Reference:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class DriftVerdict:
     status: DriftStatus
     message: str
     measured_busbw_gbps: float | None
@@ -64,7 +64,7 @@ def drop_of(*, reference: float, measured: float) -> float:
 
 def judge(
     reference: Reference, measured: Sequence[float], *, failure: str, simulated: bool, settings: DriftConfig
-) -> Verdict:
+) -> DriftVerdict:
     """The verdict on ``measured`` (one bus bandwidth per usable job) against ``reference``; ``failure`` says
     why a job gave no figure ("" when all did)."""
     busbw: float | None = None
@@ -96,4 +96,4 @@ def judge(
         status, message = DriftStatus.FAILED, failure or "no job gave a usable figure"
     if simulated:
         message += " [simulated]"
-    return Verdict(status, message, busbw, p_value, simulated)
+    return DriftVerdict(status, message, busbw, p_value, simulated)

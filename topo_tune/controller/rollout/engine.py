@@ -42,7 +42,7 @@ from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.rollout import state
 from topo_tune.controller.rollout.gate_run import GateRun
 from topo_tune.controller.rollout.gates import Outcome, Sample, judge
-from topo_tune.controller.rollout.plan import Plan, PlanPolicy, build_plan
+from topo_tune.controller.rollout.plan import PlanPolicy, RolloutPlan, build_plan
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.sessions import SessionHub
 from topo_tune.errors import ConflictError, NotFoundError, TopoTuneError
@@ -104,7 +104,7 @@ class RolloutEngine:
     _gates_running: set[tuple[str, int, int]] = field(default_factory=set, init=False)
     _gate_tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
-    async def plan(self, policy: PlanPolicy) -> Plan:
+    async def plan(self, policy: PlanPolicy) -> RolloutPlan:
         """The waves over the registered nodes, each placed by its rack and the network tiers above it that its
         registration's labels name (``kube.rack``)."""
         nodes = await self.registry.list()
@@ -119,7 +119,7 @@ class RolloutEngine:
         actor: str,
         rollout_id: RolloutId | None = None,
     ) -> state.Snapshot:
-        """Plan a rollout of ``version`` over the registered nodes and store it ``pending``."""
+        """RolloutPlan a rollout of ``version`` over the registered nodes and store it ``pending``."""
         plan = await self.plan(policy)
         await self.store.versions.store(version)
         step = state.new_snapshot(

@@ -66,7 +66,7 @@ ARMS = ("new", "previous")
 
 
 @dataclass(frozen=True)
-class Verdict:
+class GateVerdict:
     outcome: Outcome
     reasons: tuple[str, ...]
     pairs: int = 0
@@ -137,7 +137,7 @@ def judge(
     repeats: int = 0,
     lost_nodes: Sequence[str] = (),
     reference_busbw: float = 0.0,
-) -> Verdict:
+) -> GateVerdict:
     """The gate's verdict on A/B samples, a reference bus bandwidth (0: none) and the wave's node health.
 
     ``repeats``: how many A/B repeats were asked for (0: not known), so that a verdict short of pairs says
@@ -152,7 +152,7 @@ def judge(
         ]
         if lost:
             reasons.append(f"lost nodes: {', '.join(lost)}")
-        return Verdict(Outcome.INCONCLUSIVE, tuple(reasons), pairs=len(pairs), lost_nodes=lost)
+        return GateVerdict(Outcome.INCONCLUSIVE, tuple(reasons), pairs=len(pairs), lost_nodes=lost)
     f = _figures(pairs, thresholds, reference_busbw)
     failures = _failures(f, thresholds, reference_busbw)
     pending = _pending(f, thresholds, lost)
@@ -165,7 +165,7 @@ def judge(
         reasons = [
             f"communication time {f.time_change:+.1%} (p = {f.p_gain:.4f}), p99 {f.p99_change:+.1%}, CV {f.cv_new:.3f}"
         ]
-    return Verdict(
+    return GateVerdict(
         outcome,
         tuple(reasons),
         pairs=len(pairs),

@@ -94,7 +94,7 @@ NO_RACK = "no rack, in a cluster of racks: give it one (--rack, cluster.yaml or 
 
 
 @dataclass(frozen=True)
-class Plan:
+class RolloutPlan:
     waves: tuple[Wave, ...]
     skipped: tuple[tuple[str, str], ...] = ()
     """(node, why) for each node the plan leaves out."""
@@ -139,7 +139,7 @@ def _groups(path_of: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]
     return {rack: min(count, key=lambda g: (-count[g], group_key(g))) for rack, count in votes.items()}
 
 
-def build_plan(placement: Mapping[str, NetworkPath], policy: PlanPolicy) -> Plan:
+def build_plan(placement: Mapping[str, NetworkPath], policy: PlanPolicy) -> RolloutPlan:
     """Waves for the nodes ``placement`` names (node → rack, or node → path: see `NetworkPath`). Raises
     ``ValidationError`` naming the option."""
     if not placement:
@@ -169,7 +169,7 @@ def build_plan(placement: Mapping[str, NetworkPath], policy: PlanPolicy) -> Plan
             chunk = tuple(members[start : start + policy.max_parallel_racks])
             nodes = tuple(node for rack in chunk for node in by_rack[rack])
             waves.append(Wave(len(waves), WaveKind.RACKS, chunk, nodes, group))
-    return Plan(tuple(waves), skipped)
+    return RolloutPlan(tuple(waves), skipped)
 
 
 def _canary(by_rack: dict[str, list[str]], racks: list[str], policy: PlanPolicy) -> list[Wave]:

@@ -26,8 +26,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from topo_tune.config.cluster import RolloutThresholdsConfig
-from topo_tune.controller.rollout.gates import Outcome, Verdict
-from topo_tune.controller.rollout.plan import Plan, PlanPolicy, WaveKind
+from topo_tune.controller.rollout.gates import GateVerdict, Outcome
+from topo_tune.controller.rollout.plan import PlanPolicy, RolloutPlan, WaveKind
 from topo_tune.errors import ConflictError
 from topo_tune.ids import ConfigVersionId, NodeName, RolloutId
 
@@ -156,7 +156,7 @@ def new_snapshot(
     rollout_id: RolloutId,
     config_version: ConfigVersionId,
     previous_version: ConfigVersionId,
-    plan: Plan,
+    plan: RolloutPlan,
     policy: PlanPolicy,
     thresholds: RolloutThresholdsConfig,
     created_by: str,
@@ -219,7 +219,7 @@ class _Builder:
 
 
 def reconcile(
-    snapshot: Snapshot, observed: Mapping[NodeName, Observed], verdict: Verdict | None, now: datetime
+    snapshot: Snapshot, observed: Mapping[NodeName, Observed], verdict: GateVerdict | None, now: datetime
 ) -> Step | None:
     """The next step the rollout takes on its own, or None when it waits (for agents, a gate or a human)."""
     rollout = snapshot.rollout
@@ -279,7 +279,7 @@ def _applying(b: _Builder, snapshot: Snapshot, observed: Mapping[NodeName, Obser
         )
 
 
-def _judged(b: _Builder, snapshot: Snapshot, verdict: Verdict, now: datetime) -> None:
+def _judged(b: _Builder, snapshot: Snapshot, verdict: GateVerdict, now: datetime) -> None:
     rollout = snapshot.rollout
     wave = snapshot.waves[rollout.wave]
     summary = "; ".join(verdict.reasons)

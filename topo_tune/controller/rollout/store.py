@@ -31,7 +31,7 @@ from topo_tune.controller.db.models import (
     RolloutRow,
     RolloutWaveRow,
 )
-from topo_tune.controller.rollout.gates import Outcome, Sample, Verdict
+from topo_tune.controller.rollout.gates import GateVerdict, Outcome, Sample
 from topo_tune.controller.rollout.plan import PlanPolicy, WaveKind
 from topo_tune.controller.rollout.state import (
     NodePhase,
@@ -65,7 +65,7 @@ class AuditRecord:
 class GateRecord:
     wave: int
     attempt: int
-    verdict: Verdict
+    verdict: GateVerdict
     samples: tuple[Sample, ...]
     measured_at: datetime
 
@@ -99,13 +99,13 @@ def _write_rollout(row: RolloutRow, rollout: Rollout, at: datetime) -> None:
     row.updated_at = at
 
 
-def _verdict_from_json(data: dict[str, object]) -> Verdict:
-    fields = {f.name for f in dataclasses.fields(Verdict)}
+def _verdict_from_json(data: dict[str, object]) -> GateVerdict:
+    fields = {f.name for f in dataclasses.fields(GateVerdict)}
     values = {k: v for k, v in data.items() if k in fields}
     values["outcome"] = Outcome(str(values["outcome"]))
     values["reasons"] = tuple(values.get("reasons", ()))  # type: ignore[arg-type]
     values["lost_nodes"] = tuple(values.get("lost_nodes", ()))  # type: ignore[arg-type]
-    return Verdict(**values)  # type: ignore[arg-type]
+    return GateVerdict(**values)  # type: ignore[arg-type]
 
 
 def _load(session: Session, row: RolloutRow) -> Snapshot:
@@ -285,12 +285,12 @@ class RolloutStore:
         return stable.config_version if stable is not None else NO_CONFIG_VERSION
 
     async def save_gate(
-        self, rollout_id: RolloutId, *, wave: int, attempt: int, verdict: Verdict, samples: Sequence[Sample]
-    ) -> Verdict:
+        self, rollout_id: RolloutId, *, wave: int, attempt: int, verdict: GateVerdict, samples: Sequence[Sample]
+    ) -> GateVerdict:
         """Store a gate result; if one exists for this wave and attempt, that one stands and is returned."""
         at = self.wall_clock()
 
-        def write(session: Session) -> Verdict:
+        def write(session: Session) -> GateVerdict:
             existing = session.get(GateResultRow, (rollout_id, wave, attempt))
             if existing is not None:
                 return _verdict_from_json(existing.verdict)
@@ -309,7 +309,7 @@ class RolloutStore:
 
         return await self.db.run(write)
 
-    async def gate(self, rollout_id: RolloutId, *, wave: int, attempt: int) -> Verdict | None:
+    async def gate(self, rollout_id: RolloutId, *, wave: int, attempt: int) -> GateVerdict | None:
         row = await self.db.read(lambda session: session.get(GateResultRow, (rollout_id, wave, attempt)))
         return _verdict_from_json(row.verdict) if row is not None else None
 
