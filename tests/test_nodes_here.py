@@ -15,7 +15,7 @@ from topo_tune.cli.local_cluster import ThisHost, agent_command, nodes_here, tok
 from topo_tune.config.cluster import ClusterConfig, parse_cluster_config
 from topo_tune.errors import ConfigError
 from topo_tune.nccl.backends import Backend
-from topo_tune.tuning_pass.node_record import NodeInfo, NodeState
+from topo_tune.node_record import NodeInfo, NodeState
 from topo_tune.tuning_pass.run import last_heard
 
 HOST = ThisHost(names=frozenset({"gpu-07.example.net", "gpu-07", "localhost"}), addresses=frozenset({"10.1.2.7"}))

@@ -16,10 +16,10 @@ from topo_tune.cli.local_cluster import EmbeddedCluster
 from topo_tune.client.admin import AdminClient
 from topo_tune.config.cluster import loads_cluster_config
 from topo_tune.errors import TrialFailed
+from topo_tune.node_record import NodeState
 from topo_tune.tuner.space import RankOrder, TrialConfig
 from topo_tune.tuner.study import MeasurementRequest
 from topo_tune.tuning_pass.job_evaluator import JobEvaluator
-from topo_tune.tuning_pass.node_record import NodeState
 from topo_tune.tuning_pass.remote_port import RemotePort
 from topo_tune.tuning_pass.run import require_gpus, wait_for_nodes
 

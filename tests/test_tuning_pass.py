@@ -9,12 +9,12 @@ from pathlib import Path
 
 from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound, ProbeStatus
 from topo_tune.config.cluster import ClusterConfig, parse_cluster_config
+from topo_tune.node_record import NodeInfo, NodeInventory, NodeState
 from topo_tune.topology.distance import PairMatrix
 from topo_tune.tuner.objective import Measurements, SizeSample
 from topo_tune.tuner.ring.rank_map import plan_rank_map
 from topo_tune.tuner.space import TrialConfig
 from topo_tune.tuner.study import MeasurementRequest, run_study
-from topo_tune.tuning_pass.node_record import NodeInfo, NodeInventory, NodeState
 from topo_tune.tuning_pass.run import StudyPlan, _pair_matrix, check_ring, network_tiers, plan_study
 from topo_tune.v1 import topology_pb2
 

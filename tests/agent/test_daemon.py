@@ -23,7 +23,7 @@ from topo_tune.agent.settings import AgentSettings
 from topo_tune.controller.commands import CommandStatus
 from topo_tune.controller.server import Controller
 from topo_tune.nccl.backends import Backend
-from topo_tune.tuning_pass.node_record import NodeState
+from topo_tune.node_record import NodeState
 from topo_tune.v1 import agent_pb2, topology_pb2
 
 

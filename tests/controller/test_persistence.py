@@ -24,7 +24,7 @@ from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import VERSION_TABLE, Base, CommandRow, DriftCheckRow, EventRow, NodeRow
 from topo_tune.controller.nodes import NodeRegistry, Registration
 from topo_tune.errors import ConflictError, NotFoundError, StorageError
-from topo_tune.tuning_pass.node_record import NodeState
+from topo_tune.node_record import NodeState
 from topo_tune.v1 import agent_pb2
 
 

@@ -19,7 +19,7 @@ from tests.support.tmpfs import SmallDisk, small_disk
 from tests.support.waiting import async_wait_until
 from topo_tune.config.cluster import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.controller.rollout.plan import PlanPolicy
-from topo_tune.tuning_pass.node_record import NodeState
+from topo_tune.node_record import NodeState
 
 pytestmark = pytest.mark.faults
 

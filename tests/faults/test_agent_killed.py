@@ -24,7 +24,7 @@ from tests.support.processes import Daemon, process_gone
 from tests.support.waiting import async_wait_until
 from topo_tune.benchmark.job_record import JobStatus
 from topo_tune.controller.server import Controller
-from topo_tune.tuning_pass.node_record import NodeState
+from topo_tune.node_record import NodeState
 from topo_tune.v1 import agent_pb2
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]

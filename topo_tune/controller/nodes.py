@@ -28,9 +28,9 @@ from topo_tune.controller.db.models import EventRow, NodeRow
 from topo_tune.errors import NotFoundError
 from topo_tune.ids import NO_CONFIG_VERSION, ConfigVersionId, NodeName
 from topo_tune.nccl.backends import Backend
+from topo_tune.node_record import NodeState
 from topo_tune.security.log_text import LogGate, held_note, printable
 from topo_tune.topology.fingerprint import topology_fingerprint
-from topo_tune.tuning_pass.node_record import NodeState
 from topo_tune.v1 import topology_pb2
 
 logger = logging.getLogger(__name__)

@@ -57,8 +57,8 @@ from topo_tune.controller.probe_checks import listed_pairs, refused_results
 from topo_tune.errors import ConflictError, NotFoundError, ValidationError
 from topo_tune.ids import NodeName
 from topo_tune.nccl.backends import Backend
+from topo_tune.node_record import NodeState
 from topo_tune.topology.sampling import SAMPLING_MODES, PairSampler, SamplingPolicy, default_mode, pair_rounds
-from topo_tune.tuning_pass.node_record import NodeState
 from topo_tune.v1 import agent_pb2
 
 logger = logging.getLogger(__name__)

@@ -54,11 +54,11 @@ from topo_tune.errors import (
     ValidationError,
 )
 from topo_tune.ids import NodeName, StudyId
+from topo_tune.node_record import NodeState
 from topo_tune.tuner.space import check_site_fixed
 from topo_tune.tuner.study import A_FAILURE, A_REASON, StudyProgress
 from topo_tune.tuner.study_summary import verdict_lines
 from topo_tune.tuning_pass.controller_port import AdminPort
-from topo_tune.tuning_pass.node_record import NodeState
 from topo_tune.tuning_pass.run import run_pass, workload_profile
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from typing import Protocol
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest
 from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound
 from topo_tune.ids import JobId
-from topo_tune.tuning_pass.node_record import NodeInfo, NodeInventory
+from topo_tune.node_record import NodeInfo, NodeInventory
 
 
 class AdminPort(Protocol):

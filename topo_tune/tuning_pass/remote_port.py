@@ -23,7 +23,7 @@ from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, Prob
 from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ControllerUnavailable
 from topo_tune.ids import JobId, NodeName
-from topo_tune.tuning_pass.node_record import NodeInfo, NodeInventory, NodeState
+from topo_tune.node_record import NodeInfo, NodeInventory, NodeState
 from topo_tune.v1 import admin_pb2
 from topo_tune.wire.admin_jobs import (
     benchmark_job_from_proto,

@@ -24,6 +24,7 @@ from topo_tune.benchmark.sweep import size_ladder
 from topo_tune.config.cluster import ClusterConfig, WorkloadConfig
 from topo_tune.errors import ConfigError, PassError
 from topo_tune.kube.rack import tiers_above
+from topo_tune.node_record import NodeInfo, NodeState
 from topo_tune.topology import Measurement, PairMatrix, Spine, build_cluster
 from topo_tune.topology.sampling import default_mode, infer_pairs
 from topo_tune.tuner.objective import Objective, WorkloadProfile
@@ -36,7 +37,6 @@ from topo_tune.tuner.timeout_advice import MIN_SAMPLES, advise, latencies_of
 from topo_tune.tuner.workload_gain import WorkloadSource
 from topo_tune.tuning_pass.controller_port import AdminPort
 from topo_tune.tuning_pass.job_evaluator import JobEvaluator
-from topo_tune.tuning_pass.node_record import NodeInfo, NodeState
 from topo_tune.v1 import topology_pb2
 
 logger = logging.getLogger(__name__)

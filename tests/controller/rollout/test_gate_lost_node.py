@@ -29,7 +29,7 @@ from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase
 from topo_tune.controller.rollout.verification import BenchmarkVerifier
 from topo_tune.controller.server import Controller
-from topo_tune.tuning_pass.node_record import NodeState
+from topo_tune.node_record import NodeState
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 

@@ -22,7 +22,7 @@ from topo_tune.controller.nodes import NodeRegistry, NodeView
 from topo_tune.controller.probes import Probes
 from topo_tune.errors import StudyCancelled
 from topo_tune.ids import JobId
-from topo_tune.tuning_pass.node_record import NodeInfo, NodeInventory
+from topo_tune.node_record import NodeInfo, NodeInventory
 from topo_tune.v1 import topology_pb2
 
 T = TypeVar("T")

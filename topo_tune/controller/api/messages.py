@@ -23,7 +23,7 @@ from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus,
 from topo_tune.errors import ValidationError
 from topo_tune.jobs.compare.schedule import MAX_PAIRS, Arm
 from topo_tune.jobs.compare.summary import RunValue
-from topo_tune.tuning_pass.node_record import NodeState
+from topo_tune.node_record import NodeState
 from topo_tune.v1 import admin_pb2, agent_pb2, topology_pb2
 from topo_tune.wire.admin_jobs import benchmark_job_to_proto, probe_round_to_proto
 from topo_tune.wire.values import BACKEND_TO_WIRE, timestamp, timestamp_or_none

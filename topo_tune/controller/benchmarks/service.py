@@ -50,8 +50,8 @@ from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, SpecError, 
 from topo_tune.ids import NodeName
 from topo_tune.nccl.backends import Backend
 from topo_tune.nccl.collectives import Collective
+from topo_tune.node_record import NodeState
 from topo_tune.security.log_text import printable
-from topo_tune.tuning_pass.node_record import NodeState
 from topo_tune.v1 import agent_pb2, topology_pb2
 from topo_tune.wire.benchmark import spec_to_proto
 from topo_tune.wire.values import timestamp

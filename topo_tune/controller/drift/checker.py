@@ -54,7 +54,7 @@ from topo_tune.controller.rollout.verification import job_sample
 from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus
 from topo_tune.errors import TopoTuneError, ValidationError
 from topo_tune.ids import NO_CONFIG_VERSION, ConfigVersionId, NodeName, RolloutId
-from topo_tune.tuning_pass.node_record import NodeState
+from topo_tune.node_record import NodeState
 
 logger = logging.getLogger(__name__)
 

@@ -48,7 +48,7 @@ from topo_tune.controller.sessions import SessionHub
 from topo_tune.errors import ConflictError, NotFoundError, TopoTuneError
 from topo_tune.ids import ConfigVersionId, NodeName, RolloutId
 from topo_tune.kube.rack import tiers_above
-from topo_tune.tuning_pass.node_record import NodeState
+from topo_tune.node_record import NodeState
 from topo_tune.v1 import agent_pb2
 from topo_tune.versions.version import ConfigVersion
 

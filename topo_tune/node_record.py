@@ -1,9 +1,9 @@
-"""A node and the cluster's topology as a tuning pass reads them from a controller.
+"""A node and the cluster's nodes as the controller keeps them, in the words both the controller and a tuning pass use.
 
-``admin_port.AdminPort`` returns these; the gRPC client converts the admin API's messages at its edge and a
-controller-run study builds them from its registry. A node's topology stays the shared topology model
-(``topology_pb2``), which is not the admin API. Non-goals: what only an operator reads (commands, drain,
-applied config versions), the wire.
+The controller's registry answers in these; a tuning pass reads them through its port (``AdminPort``), which the
+gRPC client fills from the admin API's messages at its edge and a controller-run study fills in-process. A node's
+topology stays the shared topology model (``topology_pb2``), which is not the admin API. Non-goals: what only an
+operator reads (commands, drain, applied config versions), the wire.
 """
 
 from __future__ import annotations
