@@ -38,6 +38,8 @@ class SlurmOneNode:
     root: Path
     node: str = "tt-node1"
     conf_lines: list[str] = field(default_factory=list)
+    other_nodes: tuple[str, ...] = ()
+    """Nodes slurm.conf names that have no slurmd (they stay down): for topology files over several nodes."""
     topology_conf: str = ""
     """topology.conf next to slurm.conf (with ``TopologyPlugin=topology/tree`` in ``conf_lines``)."""
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
@@ -122,6 +124,7 @@ class SlurmOneNode:
             "JobAcctGatherType=jobacct_gather/none",
             *self.conf_lines,
             f"NodeName={self.node} NodeAddr=127.0.0.1 NodeHostname=localhost CPUs=1 State=UNKNOWN",
+            *(f"NodeName={name} NodeAddr=127.0.0.1 CPUs=1 State=UNKNOWN" for name in self.other_nodes),
             f"PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP",
         ]
         self.conf.write_text("\n".join(lines) + "\n")

@@ -26,6 +26,7 @@ from topo_tune.cli.connection import (
 )
 from topo_tune.cli.job import check_staged, resolve_job
 from topo_tune.client.admin import AdminClient
+from topo_tune.errors import ConfigError
 from topo_tune.jobs.config import expand_hostlist
 from topo_tune.jobs.task_prolog import PrologAnswer, PrologCache, prolog_lines
 from topo_tune.versions.layout import DEFAULT_CONFIG_DIR
@@ -140,7 +141,7 @@ def _answer(
     job_id, node = os.environ["SLURM_JOB_ID"], os.environ["SLURMD_NODENAME"]
     try:
         nodes = expand_hostlist(os.environ["SLURM_JOB_NODELIST"])
-    except ValueError as error:
+    except ConfigError as error:
         return PrologAnswer(reason=f"job {job_id}: {error}; the job runs on NCCL's defaults")
 
     def ask() -> PrologAnswer:
