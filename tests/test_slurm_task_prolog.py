@@ -7,6 +7,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,11 +86,17 @@ async def test_the_prolog_exports_the_pinned_version_and_order_once_per_job_and_
     # The node's next task reads the node's cached answer: no controller needed for it.
     again = await asyncio.to_thread(_prolog, staged, tmp_path, address=f"127.0.0.1:{free_port()}")
     assert again == (0, printed, "")
+    # A day-old answer of another job is removed when a new one is written; this job's stays.
+    stale = tmp_path / "cache" / "0123456789abcdef0123456789abcdef.json"
+    stale.write_text('{"lines": ["export TOPO_TUNE_NNODES=9"], "reason": ""}')
+    os.utime(stale, (time.time() - 2 * 24 * 3600,) * 2)
     # Another job with the controller unreachable: nothing printed, exit 0, the log says why.
     unreachable = f"127.0.0.1:{free_port()}"
     code, printed, log = await asyncio.to_thread(_prolog, staged, tmp_path, address=unreachable, job="42")
     assert (code, printed) == (0, "")
     assert "job 42 on tt-node1:" in log and "the job runs on NCCL's defaults" in log
+    assert not stale.exists()
+    assert len(list((tmp_path / "cache").glob("*.json"))) == 2, "job 41's answer and job 42's reason"
 
 
 def test_outside_slurm_it_prints_nothing_and_says_why(tmp_path: Path) -> None:

@@ -11,12 +11,14 @@ Non-goals: resolving the job (``topo_tune.cli.job`` does, as for ``env``) and ta
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import os
 import re
 import stat
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -68,6 +70,11 @@ class PrologAnswer:
     reason: str = ""
 
 
+CACHE_MAX_AGE_S = 24 * 3600.0
+"""Answers older than this are removed when a new one is written. Only a shortcut: a longer job's next task
+asks again and the controller answers from the job's pin, the same config and order."""
+
+
 class PrologCache:
     """``directory/<key>.json`` per (job id, node, node list), written once under ``<key>.lock``.
 
@@ -75,8 +82,9 @@ class PrologCache:
     otherwise hand this user's job a different config. A directory that is not is refused, not used.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, max_age_s: float = CACHE_MAX_AGE_S) -> None:
         self.directory = directory
+        self.max_age_s = max_age_s
 
     def check(self) -> None:
         """Create the directory (0700) or refuse one this user does not own or others may write.
@@ -111,8 +119,14 @@ class PrologCache:
             return None
         return PrologAnswer(tuple(data.get("lines", [])), str(data.get("reason", "")))
 
-    @staticmethod
-    def write(path: Path, answer: PrologAnswer) -> None:
+    def write(self, path: Path, answer: PrologAnswer) -> None:
+        """Store ``answer`` at ``path`` (whole or not at all), and remove answers older than ``max_age_s``."""
         partial = path.with_suffix(".partial")
         partial.write_text(json.dumps({"lines": list(answer.lines), "reason": answer.reason}), encoding="utf-8")
         partial.replace(path)
+        oldest = time.time() - self.max_age_s
+        for old in self.directory.glob("*.json"):
+            with contextlib.suppress(OSError):  # another task removed it first
+                if old != path and old.stat().st_mtime < oldest:
+                    old.unlink()
+                    old.with_suffix(".lock").unlink(missing_ok=True)
