@@ -97,8 +97,9 @@ def task_prolog(
     \b
     slurm.conf on every node:   TaskProlog=/etc/slurm/topo-tune-task-prolog
     that file (executable):     #!/bin/sh
-                                exec topo-tune slurm task-prolog --controller HOST:PORT \\
-                                     --token-file /etc/topo-tune/job-token --log-file /var/log/topo-tune-prolog.log
+                                topo-tune slurm task-prolog --controller HOST:PORT \\
+                                  --token-file /etc/topo-tune/job.token --log-file /var/log/topo-tune-prolog.log || true
+    (|| true: Slurm fails the job when a TaskProlog exits non-zero, also when topo-tune cannot start.)
     From SLURM_JOB_ID, SLURM_JOB_NODELIST and SLURMD_NODENAME (the node's Slurm name must be its agent's name),
     every task gets what `topo-tune env` prints: NCCL_CONF_FILE (the version the job is pinned to),
     TOPO_TUNE_NODE_RANK, TOPO_TUNE_NNODES, TOPO_TUNE_MASTER_ADDR and TOPO_TUNE_NODE_ORDER; so a job script
