@@ -4,6 +4,8 @@ pods from the API double, waits for them to be scheduled, and answers; the job's
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -69,6 +71,9 @@ async def test_env_with_only_the_jobs_uid_waits_for_its_pods_and_gets_the_order(
     (order,) = [line.removeprefix("export TOPO_TUNE_NODE_ORDER=") for line in lines if "NODE_ORDER=" in line]
     assert sorted(order.split(",")) == ["gpu-a", "gpu-b", "gpu-c"]
     assert f"export TOPO_TUNE_NODE_RANK={order.split(',').index('gpu-b')}" in lines
+    # As the init-container pattern uses it (docs/kubernetes.md): the training container sources the file.
+    sourced = await asyncio.to_thread(_sourced, printed.stdout, tmp_path / "env")
+    assert sourced.split() == [str(order.split(",").index("gpu-b")), "3", "/dev/null"], "NCCL's defaults"
 
     # Another pod of the job: the pinned nodes answer, with no API call.
     before = pod_lists()
@@ -104,3 +109,10 @@ async def test_outside_kubernetes_a_job_must_name_its_nodes(controller: Controll
     args = ["env", "--controller", address, "--job-id", "run-42", "--node", "a"]
     refused = await asyncio.to_thread(CliRunner().invoke, cli, args, env={"TOPO_TUNE_TOKEN": TOKEN})
     assert refused.exit_code == 2 and "no nodes: pass --nodes HOSTS" in refused.output
+
+
+def _sourced(text: str, path: Path) -> str:
+    path.write_text(text)
+    script = '. "$0" && echo "$TOPO_TUNE_NODE_RANK $TOPO_TUNE_NNODES $NCCL_CONF_FILE"'
+    env = {"PATH": os.environ["PATH"]}
+    return subprocess.run(["sh", "-c", script, path], capture_output=True, text=True, check=True, env=env).stdout
