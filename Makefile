@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: install chromium demo test lint typecheck protos schema docs report-screenshot clean
+.PHONY: install chromium slurm demo test lint typecheck protos schema docs report-screenshot clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,11 @@ install: $(VENV)/.installed
 chromium:
 	command -v chromium >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q chromium; }
 
+# A real slurmctld/slurmd and munge (Debian's packages) for the Slurm tests; CI starts from a clean machine.
+slurm:
+	command -v slurmctld >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 || \
+		{ apt-get update -q && apt-get install -y -q --no-install-recommends slurm-wlm munge; }
+
 demo: install
 	$(BIN)/topo-tune init --cluster-config examples/demo-cluster.yaml --output topo-tune-output
 
@@ -33,7 +38,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-test: lint typecheck chromium
+test: lint typecheck chromium slurm
 	$(BIN)/python -m pytest
 
 protos: install

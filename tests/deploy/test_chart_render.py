@@ -287,6 +287,16 @@ def test_rbac_is_read_only_by_default(default: Rendered) -> None:
     assert default.find("ClusterRole", f"{CONTROLLER}-cordon") is None
 
 
+def test_the_controller_may_read_a_training_jobs_pods_job_and_jobset_and_nothing_more(default: Rendered) -> None:
+    # `env`/`exec` with only a Job's or JobSet's uid: the controller lists its pods (kube/job_nodes.py) and reads
+    # the Job or JobSet for how many run together; it neither writes them nor reads anything else of theirs.
+    rules = default.one("ClusterRole", CONTROLLER)["rules"]
+    assert {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]} in rules
+    assert {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]} in rules
+    assert {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]} in rules
+    assert all(rule["apiGroups"] in ([""], ["batch"], ["jobset.x-k8s.io"]) for rule in rules), rules
+
+
 def test_cordon_permission_only_when_enabled(option_sets: dict[str, Rendered]) -> None:
     rendered = option_sets["cordon"]
     cordon = rendered.one("ClusterRole", f"{CONTROLLER}-cordon")

@@ -26,6 +26,7 @@ MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d
 LEASE_PATH = re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/([^/]+)/leases(?:/([^/]+))?$")
 NODE_PATH = re.compile(r"^/api/v1/nodes/([^/]+)$")
 POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$")
+WORKLOAD_PATH = re.compile(r"^/apis/(batch/v1|jobset\.x-k8s\.io/v1alpha2)/namespaces/([^/]+)/(jobs|jobsets)/([^/]+)$")
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 
 
@@ -40,6 +41,8 @@ class FakeApiServer:
     tokens: set[str] = field(default_factory=set)
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     pods: list[dict[str, Any]] = field(default_factory=list)
+    workloads: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    """(plural: jobs or jobsets, namespace, name) → the Job or JobSet object."""
     leases: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     unreachable: set[str] = field(default_factory=set)
     stalled: set[str] = field(default_factory=set)
@@ -83,18 +86,54 @@ class FakeApiServer:
                 resources["limits"] = limits
             return {"name": cname, "image": "busybox", "resources": resources}
 
-        spec: dict[str, Any] = {"nodeName": node, "containers": [container("main", requests, limits)]}
+        spec: dict[str, Any] = {"containers": [container("main", requests, limits)]}
+        if node:
+            spec["nodeName"] = node
         if init_limits:
             spec["initContainers"] = [container("init", None, init_limits)]
-        self.pods.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+            "spec": spec,
+            "status": {"phase": phase},
+        }
+        with self._lock:
+            self.pods.append(pod)
+
+    def add_job(self, namespace: str, name: str, *, uid: str, parallelism: int, completions: int | None = None) -> None:
+        spec: dict[str, Any] = {"parallelism": parallelism, "template": {"spec": {"containers": []}}}
+        if completions is not None:
+            spec["completions"] = completions
+        with self._lock:
+            self.workloads[("jobs", namespace, name)] = {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": name, "namespace": namespace, "uid": uid},
                 "spec": spec,
-                "status": {"phase": phase},
             }
-        )
+
+    def add_jobset(self, namespace: str, name: str, *, uid: str, replicated: list[tuple[int, int]]) -> None:
+        """``replicated``: (replicas, parallelism) per replicated job."""
+        jobs = [
+            {"name": f"rj{i}", "replicas": replicas, "template": {"spec": {"parallelism": parallelism}}}
+            for i, (replicas, parallelism) in enumerate(replicated)
+        ]
+        with self._lock:
+            self.workloads[("jobsets", namespace, name)] = {
+                "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                "kind": "JobSet",
+                "metadata": {"name": name, "namespace": namespace, "uid": uid},
+                "spec": {"replicatedJobs": jobs},
+            }
+
+    def bind_pod(self, namespace: str, name: str, node: str) -> None:
+        """The scheduler's part: bind a pending pod to a node."""
+        with self._lock:
+            pod = next(
+                p for p in self.pods if p["metadata"]["namespace"] == namespace and p["metadata"]["name"] == name
+            )
+            pod["spec"]["nodeName"] = node
 
     def lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
@@ -183,6 +222,11 @@ class FakeApiServer:
                 return 200, node
             if method == "GET" and url.path == "/api/v1/pods":
                 return 200, self._list_pods(query)
+            if method == "GET" and (match := WORKLOAD_PATH.match(url.path)):
+                found = self.workloads.get((match[3], match[2], match[4]))
+                if found is None:
+                    raise _Refused(404, "NotFound", f'{match[3]} "{match[4]}" not found')
+                return 200, found
             if method == "PATCH" and (match := POD_PATH.match(url.path)):
                 return self._patch_pod(match[1], match[2], body, request_type)
             if match := LEASE_PATH.match(url.path):
@@ -238,9 +282,15 @@ class FakeApiServer:
         return 200, found[0]
 
     def _list_pods(self, query: dict[str, list[str]]) -> dict[str, Any]:
-        selectors = query.get("fieldSelector", [])
+        selectors, labels = query.get("fieldSelector", []), query.get("labelSelector", [])
+        if len(labels) == 1 and not selectors and labels[0].count("=") == 1:
+            key, value = labels[0].split("=")
+            items = [pod for pod in self.pods if pod["metadata"]["labels"].get(key) == value]
+            return {"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": items}
         if len(selectors) != 1 or not selectors[0].startswith("spec.nodeName="):
-            raise _Refused(400, "BadRequest", f"this fake supports only fieldSelector=spec.nodeName=…, got {selectors}")
+            raise _Refused(
+                400, "BadRequest", f"this fake supports fieldSelector=spec.nodeName=… or labelSelector=K=V, got {query}"
+            )
         node = selectors[0].removeprefix("spec.nodeName=")
         items = [pod for pod in self.pods if pod["spec"].get("nodeName") == node]
         return {"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": items}

@@ -11,7 +11,13 @@ from typing import Any, TypeVar
 import click
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from topo_tune.cli.connection import client_tls, client_tls_options, resolve_token, token_options
+from topo_tune.cli.connection import (
+    client_tls,
+    client_tls_options,
+    controller_option,
+    resolve_token,
+    token_options,
+)
 from topo_tune.cli.field_flags import naming_flags
 from topo_tune.cli.output import FORMATS, emit_data, emit_table, to_data
 from topo_tune.client.admin import AdminClient
@@ -30,14 +36,7 @@ def connected(function: F) -> F:
     """Add --controller/--output/token/TLS options and pass an open ``AdminClient`` as ``client``; a refused
     request's fields are named as the command's flags (``field_flags``)."""
 
-    @click.option(
-        "--controller",
-        "address",
-        envvar="TOPO_TUNE_CONTROLLER",
-        default="127.0.0.1:50051",
-        show_default=True,
-        help="HOST[:PORT] of the controller; the port is 50051 when left out [$TOPO_TUNE_CONTROLLER].",
-    )
+    @controller_option
     @click.option("--output", "-o", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
     @token_options
     @client_tls_options

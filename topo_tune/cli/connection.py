@@ -18,6 +18,18 @@ TOKEN_ENVVAR = "TOPO_TUNE_TOKEN"
 """Read by every command with ``--token-file`` when the flag is not given (the token itself is never a flag)."""
 
 
+def controller_option(function: F) -> F:
+    """``--controller HOST[:PORT]`` (``$TOPO_TUNE_CONTROLLER``), passed as ``address``."""
+    return click.option(
+        "--controller",
+        "address",
+        envvar="TOPO_TUNE_CONTROLLER",
+        default="127.0.0.1:50051",
+        show_default=True,
+        help="HOST[:PORT] of the controller; the port is 50051 when left out [$TOPO_TUNE_CONTROLLER].",
+    )(function)
+
+
 def token_options(function: F) -> F:
     # No --token: a value in argv is visible to every user of the machine (ps, /proc/PID/cmdline).
     return click.option("--token-file", type=_PATH, help="File holding the bearer token (default: $TOPO_TUNE_TOKEN).")(

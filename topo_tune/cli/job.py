@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shlex
 import socket
 from collections.abc import Mapping
@@ -46,7 +47,8 @@ def nodes_option(function: Any) -> Any:
         multiple=True,
         metavar="HOSTS",
         help="The job's nodes: repeat, comma-separate or Slurm ranges (gpu[01-04]). "
-        "Default: $TOPO_TUNE_NODES, then $SLURM_JOB_NODELIST. Their order does not matter.",
+        "Default: $TOPO_TUNE_NODES, then $SLURM_JOB_NODELIST; with a Kubernetes Job's or JobSet's uid as the job "
+        "id, a controller in Kubernetes mode reads them from the API. Their order does not matter.",
     )(function)
 
 
@@ -82,13 +84,21 @@ def job_options(function: Any) -> Any:
     )(function)
 
 
-def job_nodes(node_args: tuple[str, ...], environ: Mapping[str, str]) -> list[str]:
-    """The job's nodes from ``--nodes``, else from the launcher's environment; none is a usage error."""
+_KUBERNETES_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+"""A Kubernetes object's ``metadata.uid``: a job id of this form may leave its nodes to the controller."""
+
+
+def job_nodes(node_args: tuple[str, ...], environ: Mapping[str, str], *, job_id: str = "") -> list[str]:
+    """The job's nodes from ``--nodes``, else from the launcher's environment; none is a usage error, except for
+    a job id that is a Kubernetes uid (a Job's or JobSet's): [] asks the controller to read them from the API."""
     nodes = [host for arg in node_args for host in expand_hostlist(arg)]
     if not nodes:
         nodes = nodes_from_env(environ)
-    if not nodes:
-        raise click.UsageError("no nodes: pass --nodes HOSTS (torchrun and mpirun do not export a node list)")
+    if not nodes and not _KUBERNETES_UID.fullmatch(job_id):
+        raise click.UsageError(
+            "no nodes: pass --nodes HOSTS (torchrun and mpirun do not export a node list; on Kubernetes, a job id "
+            "that is its Job's or JobSet's uid lets the controller find them)"
+        )
     return nodes
 
 
@@ -120,7 +130,7 @@ def resolve_job(
     job_id = job_id or job_id_from_env(environ)
     if not job_id:
         raise click.UsageError("no job id: pass --job-id or run under Slurm, torchrun or MPI")
-    config = client.resolve_job_config(job_id, job_nodes(node_args, environ), arm=arm)
+    config = client.resolve_job_config(job_id, job_nodes(node_args, environ, job_id=job_id), arm=arm)
     warn(config)
     if "nccl_tuner.conf" in config.files and tuner_plugin is None:
         click.echo("topo-tune: warning: the version has a tuner table but no --tuner-plugin was given", err=True)
@@ -218,7 +228,9 @@ def env(
     torchrun:   eval "$(topo-tune env --nodes "$NODES")"
                 torchrun --node_rank=$TOPO_TUNE_NODE_RANK --nnodes=$TOPO_TUNE_NNODES \\
                          --master_addr=$TOPO_TUNE_MASTER_ADDR --nproc_per_node=8 train.py
-    Kubernetes: the pod asks for its rank (JOB_COMPLETION_INDEX is not the rank); docs/job-order.md.
+    Kubernetes: the pod asks for its rank (JOB_COMPLETION_INDEX is not the rank); with its Job's or
+                JobSet's uid as --job-id it needs no --nodes (the controller reads the pods;
+                docs/kubernetes.md has an init container that does it for an image without topo-tune).
     """
     here = this_node(node, os.environ, config_dir)
     config, variables = resolve_job(

@@ -137,7 +137,7 @@ def exec_(
         job = job_id or job_id_from_env(os.environ)
         if not job:
             raise click.UsageError("no job id: pass --job-id or run under Slurm, torchrun or MPI")
-        nodes = job_nodes(node_args, os.environ)
+        nodes = job_nodes(node_args, os.environ, job_id=job)
         lock = jobs_lock_shared(config_dir)
         if lock is not None:
             os.set_inheritable(lock, True)  # held for every run of the comparison

@@ -35,6 +35,7 @@ _LAZY_COMMANDS: Mapping[str, str] = {
     "env": "topo_tune.cli.job:env",
     "exec": "topo_tune.cli.job_exec:exec_",
     "hostfile": "topo_tune.cli.hostfile:hostfile",
+    "slurm": "topo_tune.cli.slurm:slurm",
     "workload": "topo_tune.cli.workload:workload",
 }
 """Top-level command → ``module:attribute`` of its click command, imported on first use."""

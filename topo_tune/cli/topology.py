@@ -3,6 +3,7 @@
 The first command an operator runs on a new node: it discovers the node (NVML + sysfs) or reads the XML NCCL
 wrote with ``NCCL_TOPO_DUMP_FILE``, and prints the `nvidia-smi topo -m`-style matrix with its legend, NUMA and
 CPU affinity and what could not be determined; ``--output json|yaml`` prints the full ``NodeTopology``.
+``export`` writes the cluster's racks and tiers for Slurm, from cluster.yaml or from a controller.
 """
 
 from __future__ import annotations
@@ -13,18 +14,21 @@ from pathlib import Path
 import click
 
 from topo_tune.agent.discovery import discover
+from topo_tune.cli.connection import client_tls, client_tls_options, controller_option, resolve_token, token_options
 from topo_tune.cli.output import emit_data, to_data
+from topo_tune.errors import ConfigError
 from topo_tune.topology.distance import PairMatrix
 from topo_tune.topology.fingerprint import topology_fingerprint
 from topo_tune.topology.matrix import render_node_matrix
 from topo_tune.topology.nccl_dump import read_nccl_topology
 from topo_tune.topology.nccl_topo_file import nccl_topology_xml, vm_topology_file
+from topo_tune.topology.slurm_export import SlurmForm, SwitchTree, render, switch_tree
 from topo_tune.tuner.ring.rank_map import HostfileFlavour, plan_rank_map
 
 
 @click.group()
 def topology() -> None:
-    """Show a node's GPU/NIC topology (no controller needed)."""
+    """Show a node's GPU/NIC topology (no controller needed), or export the cluster's for Slurm."""
 
 
 @topology.command("show")
@@ -155,3 +159,76 @@ def ring(pairs_file: Path, output: str) -> None:
         raise click.BadParameter(str(error), param_hint="PAIRS_FILE") from error
     flavours: dict[str, HostfileFlavour] = {"mpi": "mpi", "slurm": "slurm", "torchrun": "torchrun"}
     click.echo(plan.to_json() if output == "json" else plan.hostfile(flavours[output]), nl=False)
+
+
+_FORMS: dict[str, SlurmForm] = {"slurm-tree": "tree", "slurm-block": "block", "slurm-yaml": "yaml"}
+
+
+@topology.command("export")
+@click.option(
+    "--format",
+    "form",
+    type=click.Choice(list(_FORMS)),
+    required=True,
+    help="slurm-tree: topology.conf for topology/tree (any Slurm); slurm-block: topology.conf for "
+    "topology/block (Slurm 23.11+); slurm-yaml: topology.yaml with both (Slurm 25.05+).",
+)
+@click.option(
+    "--cluster-config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Take racks and tiers from this cluster.yaml (no controller, no bandwidths) instead of the controller.",
+)
+@controller_option
+@token_options
+@client_tls_options
+def export(
+    form: str,
+    cluster_config: Path | None,
+    address: str,
+    token_file: Path | None,
+    tls_ca: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+) -> None:
+    """Print the cluster's racks and network tiers as Slurm topology, so Slurm packs jobs where links are fast.
+
+    \b
+    Each rack is a leaf switch (a block for slurm-block), each tier above it (the nodes' tier labels, e.g.
+    network.topology.nvidia.com/spine) a switch above; a root joins several top switches. From a controller,
+    each switch gets the slowest measured node pair crossing it (probe rounds, GB/s) as a comment.
+    \b
+      topo-tune topology export --format slurm-tree --controller HOST:PORT > /etc/slurm/topology.conf
+      topo-tune topology export --format slurm-tree --cluster-config cluster.yaml
+    slurm.conf: TopologyPlugin=topology/tree (or topology/block); topology.yaml needs no plugin line and
+    makes Slurm ignore topology.conf. docs/slurm.md.
+    """
+    from topo_tune.kube.rack import tiers_above  # noqa: PLC0415 - the Kubernetes label schemes, only here
+
+    if cluster_config is not None:
+        from topo_tune.config.cluster import load_cluster_config  # noqa: PLC0415 - pydantic, only here
+
+        config = load_cluster_config(cluster_config)
+        labels = {node.name: node.labels for rack in config.racks for node in rack.nodes}
+        tree = _tree(config.rack_of(), {n: tiers_above(v) for n, v in labels.items()}, [], hint="--cluster-config")
+        source = cluster_config.name
+    else:
+        from topo_tune.client.admin import AdminClient  # noqa: PLC0415 - gRPC, only with a controller
+
+        with AdminClient(address, token=resolve_token(token_file), tls=client_tls(tls_ca, tls_cert, tls_key)) as client:
+            view = client.cluster_topology()
+            measured = client.measured_pairs().pairs
+        rack_of = {n.name: n.rack for n in view.nodes}
+        tiers = {n.name: tiers_above(n.labels) for n in view.nodes}
+        pairs = [(m.node_a, m.node_b, m.bandwidth_gbps) for m in measured]
+        tree = _tree(rack_of, tiers, pairs, hint="the controller's nodes")
+        source = f"the controller at {address}"
+    click.echo(render(tree, _FORMS[form], source=source), nl=False)
+
+
+def _tree(
+    rack_of: dict[str, str], tiers: dict[str, tuple[str, ...]], pairs: list[tuple[str, str, float]], *, hint: str
+) -> SwitchTree:
+    try:
+        return switch_tree(rack_of, tiers, pairs)
+    except ConfigError as error:
+        raise click.ClickException(f"{hint}: {error}") from None

@@ -157,9 +157,10 @@ class AdminClient:
     def close(self) -> None:
         self._channel.close()
 
-    def _call(self, method: Callable[..., T], request: object) -> T:
+    def _call(self, method: Callable[..., T], request: object, *, longer_by_s: float = 0.0) -> T:
         with _mapped(self.address):
-            return method(request, timeout=self._timeout_s, metadata=self._metadata, wait_for_ready=False)
+            timeout = self._timeout_s + longer_by_s
+            return method(request, timeout=timeout, metadata=self._metadata, wait_for_ready=False)
 
     def _watch(
         self,
@@ -402,12 +403,17 @@ class AdminClient:
         return self._call(self._stub.RevokeCredential, admin_pb2.RevokeCredentialRequest(id=credential_id))
 
     def resolve_job_config(
-        self, job_id: str, nodes: list[str], *, arm: str = "", preview: bool = False
+        self, job_id: str, nodes: list[str], *, arm: str = "", preview: bool = False, schedule_wait_s: int = 0
     ) -> admin_pb2.JobConfig:
         """The job's pinned config and node order; ``arm``: "" the job's own, else a version id, "stable" or
-        "defaults" (pinned per job id and arm); ``preview``: the answer without pinning it."""
-        request = admin_pb2.ResolveJobConfigRequest(job_id=job_id, nodes=nodes, arm=arm, preview=preview)
-        return self._call(self._stub.ResolveJobConfig, request)
+        "defaults" (pinned per job id and arm); ``preview``: the answer without pinning it. No ``nodes``: a
+        controller in Kubernetes mode reads them from the Job or JobSet whose uid ``job_id`` is, waiting up to
+        ``schedule_wait_s`` (0: its default, 120 s) for its pods to be scheduled."""
+        request = admin_pb2.ResolveJobConfigRequest(
+            job_id=job_id, nodes=nodes, arm=arm, preview=preview, schedule_wait_s=schedule_wait_s
+        )
+        waits = 0.0 if nodes else float(schedule_wait_s or 120)
+        return self._call(self._stub.ResolveJobConfig, request, longer_by_s=waits)
 
     def record_job_comparison(self, request: admin_pb2.RecordJobComparisonRequest) -> admin_pb2.JobComparison:
         return self._call(self._stub.RecordJobComparison, request)

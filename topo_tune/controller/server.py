@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.leadership import Leadership
+from topo_tune.controller.rollout.job_pins import JobNodesLookup
 from topo_tune.controller.schedule import Schedule
 from topo_tune.controller.serving import Serving
 from topo_tune.controller.settings import ControllerSettings
@@ -57,6 +58,7 @@ class Controller:
             credentials=Credentials(settings.token, review_agent=_agent_reviewer(settings, api)),
             idleness=idleness or _idleness(api),
             leading=lambda: self.leadership.leading,
+            job_nodes=_job_nodes(api),
         )
         services = self.services
         # The services by name, for the CLI, the demo and tests.
@@ -174,3 +176,13 @@ def _idleness(api: KubeApi | None) -> NodeIdleness:
     from topo_tune.kube.idleness import KubernetesNodeIdleness  # noqa: PLC0415
 
     return KubernetesNodeIdleness(api)
+
+
+def _job_nodes(api: KubeApi | None) -> JobNodesLookup | None:
+    """In Kubernetes mode: a job that names no nodes is looked up by its Job's or JobSet's uid."""
+    if api is None:
+        return None
+    from topo_tune.kube.job_nodes import KubeJobNodes  # noqa: PLC0415
+
+    lookup = KubeJobNodes(api)
+    return lambda uid, wait_s: lookup(uid, wait_s=wait_s)

@@ -30,7 +30,7 @@ from topo_tune.controller.nodes import NodeRegistry, TopologyChange
 from topo_tune.controller.probes import Probes
 from topo_tune.controller.retention import Retention
 from topo_tune.controller.rollout.engine import RolloutEngine
-from topo_tune.controller.rollout.job_pins import JobResolver
+from topo_tune.controller.rollout.job_pins import JobNodesLookup, JobResolver
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.rollout.verification import BenchmarkVerifier, wave_order
 from topo_tune.controller.sessions import SessionHub
@@ -61,6 +61,7 @@ class Services:
         credentials: Credentials,
         idleness: NodeIdleness,
         leading: Callable[[], bool],
+        job_nodes: JobNodesLookup | None = None,
     ) -> None:
         self.settings = settings
         self.db = db
@@ -73,7 +74,7 @@ class Services:
         self._measurements(settings)
         self._rollouts_and_studies(settings)
         self.retention = Retention(db=db, wall_clock=wall_clock, settings=settings.retention, metrics=self.metrics)
-        self.job_configs = JobResolver(self.rollout_store, self.registry)
+        self.job_configs = JobResolver(self.rollout_store, self.registry, job_nodes=job_nodes)
         self.job_comparisons = JobComparisons(
             db=db, wall_clock=wall_clock, pins=lambda job_id, arm: self.rollout_store.get_pin(job_id, arm=arm)
         )

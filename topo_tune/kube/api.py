@@ -4,9 +4,9 @@ This is the only module that imports ``kubernetes``; callers import it lazily, o
 Every client exception is converted here into ``KubernetesError`` (with the HTTP status), so callers see one
 exception type. Calls block: asyncio callers run them in a worker thread.
 
-Calls: read a node, list the pods bound to a node (field selector ``spec.nodeName``), read/create/replace a
-Lease, review a service-account token (TokenReview). Writes carry ``metadata.resourceVersion`` so the API
-server refuses a stale one with 409 Conflict.
+Calls: read a node, list the pods bound to a node (field selector ``spec.nodeName``) or carrying a label,
+read a Job or a JobSet, read/create/replace a Lease, review a service-account token (TokenReview). Writes
+carry ``metadata.resourceVersion`` so the API server refuses a stale one with 409 Conflict.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from kubernetes.client.exceptions import ApiException
 
 from topo_tune.errors import KubernetesError
 from topo_tune.kube.environment import KubeEnvironment
-from topo_tune.kube.objects import KubeNode, Lease, PodInfo, TokenReview
+from topo_tune.kube.objects import KubeNode, Lease, PodInfo, TokenReview, WorkloadInfo
 
 LEASE_API_VERSION = "coordination.k8s.io/v1"
+JOBSET_GROUP, JOBSET_VERSION = "jobset.x-k8s.io", "v1alpha2"
 
 
 def _read_token(path: Path) -> str:
@@ -71,6 +72,8 @@ class KubeApi:
         self._client = api_client
         self._core = client.CoreV1Api(api_client)
         self._coordination = client.CoordinationV1Api(api_client)
+        self._batch = client.BatchV1Api(api_client)
+        self._custom = client.CustomObjectsApi(api_client)
         self._authentication = client.AuthenticationV1Api(api_client)
         self._timeout = request_timeout_s
 
@@ -127,6 +130,38 @@ class KubeApi:
                 field_selector=f"spec.nodeName={node_name}", _request_timeout=self._timeout
             )
         return [_pod(pod) for pod in pods.items]
+
+    def pods_labelled(self, selector: str) -> list[PodInfo]:
+        """The pods in every namespace matching a label selector (``key=value``)."""
+        with _translated(f"listing the pods with {selector}"):
+            pods = self._core.list_pod_for_all_namespaces(label_selector=selector, _request_timeout=self._timeout)
+        return [_pod(pod) for pod in pods.items]
+
+    def read_job(self, namespace: str, name: str) -> WorkloadInfo:
+        with _translated(f"reading job {namespace}/{name}"):
+            job = self._batch.read_namespaced_job(name, namespace, _request_timeout=self._timeout)
+        spec = job.spec
+        parallelism = spec.parallelism if spec and spec.parallelism is not None else 1
+        if spec and spec.completions is not None:
+            parallelism = min(parallelism, spec.completions)
+        uid = (job.metadata.uid or "") if job.metadata else ""
+        return WorkloadInfo("Job", namespace, name, uid, parallelism)
+
+    def read_jobset(self, namespace: str, name: str) -> WorkloadInfo:
+        with _translated(f"reading jobset {namespace}/{name}"):
+            found = self._custom.get_namespaced_custom_object(
+                JOBSET_GROUP, JOBSET_VERSION, namespace, "jobsets", name, _request_timeout=self._timeout
+            )
+        if not isinstance(found, dict):
+            raise KubernetesError(f"reading jobset {namespace}/{name}: the API server answered {type(found).__name__}")
+        pods = 0
+        for replicated in found.get("spec", {}).get("replicatedJobs", []) or []:
+            job_spec = replicated.get("template", {}).get("spec", {}) or {}
+            parallelism = job_spec.get("parallelism", 1)
+            if job_spec.get("completions") is not None:
+                parallelism = min(parallelism, job_spec["completions"])
+            pods += int(replicated.get("replicas", 1)) * int(parallelism)
+        return WorkloadInfo("JobSet", namespace, name, str(found.get("metadata", {}).get("uid", "")), pods)
 
     def label_pod(self, namespace: str, name: str, *, key: str, value: str | None) -> None:
         """Set one label on a pod, or remove it (``None``): a JSON merge patch, so no other label is touched."""
@@ -187,6 +222,7 @@ def _pod(pod: client.V1Pod) -> PodInfo:
         phase=(pod.status.phase or "Unknown") if pod.status else "Unknown",
         labels=dict(metadata.labels or {}) if metadata else {},
         resources=resources,
+        node_name=(spec.node_name or "") if spec else "",
     )
 
 

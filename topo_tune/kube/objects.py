@@ -32,6 +32,22 @@ class PodInfo:
     Extended resources such as ``nvidia.com/gpu`` may be given as limits only (the request then defaults to
     the limit), so both count.
     """
+    node_name: str = ""
+    """``spec.nodeName``: the node the pod is bound to; empty while it is not scheduled."""
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    """A Job or JobSet as a job's node lookup needs it: its uid and how many pods run at once."""
+
+    kind: str
+    """``Job`` or ``JobSet``."""
+    namespace: str
+    name: str
+    uid: str
+    pods: int
+    """Pods that run together: a Job's parallelism (at most its completions); a JobSet's sum over its
+    replicated jobs of replicas × parallelism."""
 
 
 @dataclass(frozen=True)

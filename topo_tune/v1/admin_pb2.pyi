@@ -1632,6 +1632,7 @@ class ResolveJobConfigRequest(_message.Message):
     NODES_FIELD_NUMBER: _builtins.int
     ARM_FIELD_NUMBER: _builtins.int
     PREVIEW_FIELD_NUMBER: _builtins.int
+    SCHEDULE_WAIT_S_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     """may be empty with preview"""
     arm: _builtins.str
@@ -1640,6 +1641,10 @@ class ResolveJobConfigRequest(_message.Message):
     """
     preview: _builtins.bool
     """answer without storing a pin (`topo-tune hostfile`)"""
+    schedule_wait_s: _builtins.int
+    """No nodes, in Kubernetes mode: job_id is the uid of a Job or JobSet; the controller reads its pods from
+    the API and waits up to this long for all of them to be scheduled (0: 120 s; at most 600 s).
+    """
     @_builtins.property
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -1649,10 +1654,11 @@ class ResolveJobConfigRequest(_message.Message):
         nodes: _abc.Iterable[_builtins.str] | None = ...,
         arm: _builtins.str = ...,
         preview: _builtins.bool = ...,
+        schedule_wait_s: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["arm", b"arm", "job_id", b"job_id", "nodes", b"nodes", "preview", b"preview"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arm", b"arm", "job_id", b"job_id", "nodes", b"nodes", "preview", b"preview", "schedule_wait_s", b"schedule_wait_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

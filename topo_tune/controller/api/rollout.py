@@ -24,6 +24,7 @@ from topo_tune.controller.rollout.job_pins import JobResolver
 from topo_tune.controller.rollout.state import NodePhase, Snapshot
 from topo_tune.errors import NotFoundError, ValidationError
 from topo_tune.ids import ConfigVersionId
+from topo_tune.kube.job_nodes import DEFAULT_WAIT_S as DEFAULT_SCHEDULE_WAIT_S
 from topo_tune.v1 import admin_pb2
 from topo_tune.versions.version import ConfigVersion
 
@@ -152,11 +153,15 @@ class RolloutServicerMixin:
         if not job_id and not request.preview:
             raise ValidationError("job_id", "required (or ask for a preview)")
         arm = names.short_text(request.arm, "arm", limit=32)
-        if not request.nodes:
+        nodes = list(request.nodes)
+        if not nodes and job_id and not request.preview:
+            wait_s = float(request.schedule_wait_s or DEFAULT_SCHEDULE_WAIT_S)
+            nodes = await self._job_configs.nodes_of(job_id, arm=arm, wait_s=wait_s)
+        if not nodes:
             raise ValidationError("nodes", "a job needs at least one node")
-        if len(request.nodes) > MAX_JOB_NODES:
+        if len(nodes) > MAX_JOB_NODES:
             raise ValidationError("nodes", f"more than {MAX_JOB_NODES}")
-        for index, node in enumerate(request.nodes):
+        for index, node in enumerate(nodes):
             names.node_name(node, f"nodes[{index}]")
-        resolved = await self._job_configs.resolve(job_id, list(request.nodes), arm=arm, preview=request.preview)
+        resolved = await self._job_configs.resolve(job_id, nodes, arm=arm, preview=request.preview)
         return messages.to_proto_job_config(resolved, preview=request.preview)

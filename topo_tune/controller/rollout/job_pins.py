@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.rollout.state import RolloutPhase, WavePhase
 from topo_tune.controller.rollout.store import RolloutStore
-from topo_tune.errors import NotFoundError
+from topo_tune.errors import NotFoundError, ValidationError
 from topo_tune.ids import NodeName, RolloutId
 from topo_tune.jobs.config import JobPin, RolloutView, resolve
 from topo_tune.tuner.ring.job_order import JobOrder, job_order, pinned_order
@@ -56,11 +56,30 @@ class ResolvedJob:
     master_addr: str = ""
 
 
+JobNodesLookup = Callable[[str, float], Awaitable[list[str]]]
+"""(job id, seconds to wait) → the job's nodes, read from the scheduler (Kubernetes: ``kube.job_nodes``)."""
+
+
 @dataclass
 class JobResolver:
     store: RolloutStore
     registry: NodeRegistry | None = None
     """Where node rank 0's address comes from; without one, ``master_addr`` is its node name."""
+    job_nodes: JobNodesLookup | None = None
+    """Looks a job's nodes up when it names none (Kubernetes mode); None: a job must name its nodes."""
+
+    async def nodes_of(self, job_id: str, *, arm: str, wait_s: float) -> list[str]:
+        """A job's nodes when it names none: its pin's (any rank asked before), else the scheduler's answer."""
+        for pinned_arm in dict.fromkeys((arm, "")):
+            pin = await self.store.get_pin(job_id, arm=pinned_arm)
+            if pin is not None:
+                return list(pin.nodes)
+        if self.job_nodes is None:
+            raise ValidationError(
+                "nodes", "a job needs at least one node (only a controller in Kubernetes mode looks a job's nodes "
+                "up, from the uid of its Job or JobSet)"
+            )  # fmt: skip
+        return await self.job_nodes(job_id, wait_s)
 
     async def resolve(self, job_id: str, nodes: Sequence[str], *, arm: str = "", preview: bool = False) -> ResolvedJob:
         """The job's pin for ``arm`` (see ``job_config.arm_version``), stored unless ``preview``."""
