@@ -88,6 +88,10 @@ class PermissionDenied(TopoTuneError):
     """The caller's credential does not allow this call or this node name."""
 
 
+class QuotaExceeded(TopoTuneError):
+    """A credential's or a row's cap on what it may store is reached; the message names the cap."""
+
+
 class ValidationError(FieldError):
     """A wire message or request breaks the contract."""
 

@@ -38,6 +38,7 @@ from topo_tune.errors import (
     NodeBusy,
     NotFoundError,
     PermissionDenied,
+    QuotaExceeded,
     RequestRefused,
     Unauthenticated,
 )
@@ -101,6 +102,8 @@ def _mapped(address: str) -> Iterator[None]:
         kind = _answered_kind(error)
         if kind == "DatabaseFull":
             raise ControllerDatabaseFull(f"controller {address} answered: {details}") from None
+        if kind == "QuotaExceeded":  # a cap of this credential or row: nothing was stored; no retry helps
+            raise QuotaExceeded(details) from None
         if kind in STORAGE_KINDS:
             raise ControllerDatabaseUnavailable(f"controller {address} answered: {details}") from None
         if code == grpc.StatusCode.UNAVAILABLE and kind:
@@ -390,9 +393,9 @@ class AdminClient:
         return list(self._call(self._stub.GetRolloutHistory, request).transitions)
 
     def issue_credential(
-        self, role: admin_pb2.CredentialRole.ValueType, node_name: str = ""
+        self, role: admin_pb2.CredentialRole.ValueType, node_name: str = "", *, scope: str = ""
     ) -> admin_pb2.IssuedCredential:
-        request = admin_pb2.IssueCredentialRequest(role=role, node_name=node_name)
+        request = admin_pb2.IssueCredentialRequest(role=role, node_name=node_name, scope=scope)
         return self._call(self._stub.IssueCredential, request)
 
     def list_credentials(self) -> list[admin_pb2.CredentialInfo]:

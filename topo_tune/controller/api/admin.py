@@ -281,24 +281,30 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
         if request.role == admin_pb2.CREDENTIAL_ROLE_AGENT:
             role = Role.AGENT
             names.node_name(request.node_name, "node_name")
+            if request.scope:
+                raise ValidationError("scope", "an agent credential is bound to its node; leave it empty")
         elif request.role == admin_pb2.CREDENTIAL_ROLE_JOB:
             if request.node_name:
                 raise ValidationError("node_name", "a job credential is not bound to a node; leave it empty")
             role = Role.JOB
+            if request.scope:
+                names.job_id(request.scope, "scope")
         else:
             raise ValidationError("role", "credentials are issued for the agent or the job role only")
         if self._ledger is not None:
-            token, record = await self._ledger.issue(role, request.node_name)
+            token, record = await self._ledger.issue(role, request.node_name, scope=request.scope)
             key = record.id
         else:
             token = (
                 self._credentials.issue_agent(request.node_name)
                 if role is Role.AGENT
-                else self._credentials.issue_job()
+                else self._credentials.issue_job(request.scope)
             )
             key = credential_id(token)
         logger.info("issued %s credential %s", role.value, key, extra={"node": request.node_name})
-        return admin_pb2.IssuedCredential(token=token, role=request.role, node_name=request.node_name, id=key)
+        return admin_pb2.IssuedCredential(
+            token=token, role=request.role, node_name=request.node_name, id=key, scope=request.scope
+        )
 
     def _credential_ledger(self) -> CredentialLedger:
         if self._ledger is None:  # pragma: no cover - the server always wires it
@@ -328,7 +334,8 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
         self, request: admin_pb2.RecordJobComparisonRequest, context: Ctx
     ) -> admin_pb2.JobComparison:
         header, runs = from_proto_job_comparison(request)
-        return to_proto_job_comparison(await self._comparisons().record(header, runs))
+        recorded = await self._comparisons().record(header, runs, tenant=self._tenant(context))
+        return to_proto_job_comparison(recorded)
 
     @maps_errors
     async def ListJobComparisons(
@@ -347,6 +354,7 @@ def _credential_info(record: IssuedRecord) -> admin_pb2.CredentialInfo:
         id=record.id,
         role=_ROLES[record.role],
         node_name=record.node_name,
+        scope=record.scope,
         issued_at=timestamp(record.issued_at),
         revoked_at=timestamp_or_none(record.revoked_at),
     )
