@@ -83,11 +83,15 @@ class DriftConfig(_Section):
 
 
 class RetentionConfig(_Section):
-    """How long benchmark results, events and drift checks are kept (gate samples and chosen trials stay)."""
+    """How long benchmark results, events, drift checks and job comparisons are kept (gate samples and chosen
+    trials stay)."""
 
     enabled: bool = True
     max_age: Duration = Field(
         default=90 * 86400.0, description="benchmark results, events and drift checks older than this are deleted"
+    )
+    job_comparison_max_age: Duration = Field(
+        default=30 * 86400.0, description="jobs' own A/B comparisons (`exec --compare`) older than this are deleted"
     )
     interval: Duration = Field(default=3600.0, description="how often the retention pass runs")
     batch_size: int = Field(default=500, ge=1, le=100_000, description="rows deleted per transaction")
