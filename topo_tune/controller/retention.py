@@ -119,18 +119,7 @@ class Retention:
         return report
 
     async def _delete_drift_checks(self, cutoff: datetime) -> int:
-        def batch(session: Session) -> int:
-            ids = session.scalars(
-                sa.select(DriftCheckRow.id)
-                .where(DriftCheckRow.created_at < cutoff, DriftCheckRow.status != _RUNNING)
-                .order_by(DriftCheckRow.created_at)
-                .limit(self.settings.batch_size)
-            ).all()
-            if ids:
-                session.execute(sa.delete(DriftCheckRow).where(DriftCheckRow.id.in_(ids)))
-            return len(ids)
-
-        return await self._until_done(batch)
+        return await self._delete_older(DriftCheckRow, cutoff, DriftCheckRow.status != _RUNNING)
 
     async def _delete_events(self, cutoff: datetime) -> int:
         def batch(session: Session) -> int:
@@ -144,15 +133,22 @@ class Retention:
         return await self._until_done(batch)
 
     async def _delete_job_comparisons(self, cutoff: datetime) -> int:
+        return await self._delete_older(JobComparisonRow, cutoff)
+
+    async def _delete_older(
+        self, table: type[DriftCheckRow] | type[JobComparisonRow], cutoff: datetime, *also: sa.ColumnElement[bool]
+    ) -> int:
+        """Delete the rows of ``table`` created before ``cutoff`` (and matching ``also``), oldest first."""
+
         def batch(session: Session) -> int:
             ids = session.scalars(
-                sa.select(JobComparisonRow.id)
-                .where(JobComparisonRow.created_at < cutoff)
-                .order_by(JobComparisonRow.created_at)
+                sa.select(table.id)
+                .where(table.created_at < cutoff, *also)
+                .order_by(table.created_at)
                 .limit(self.settings.batch_size)
             ).all()
             if ids:
-                session.execute(sa.delete(JobComparisonRow).where(JobComparisonRow.id.in_(ids)))
+                session.execute(sa.delete(table).where(table.id.in_(ids)))
             return len(ids)
 
         return await self._until_done(batch)
