@@ -415,6 +415,15 @@ class AdminClient:
     def record_job_comparison(self, request: admin_pb2.RecordJobComparisonRequest) -> admin_pb2.JobComparison:
         return self._call(self._stub.RecordJobComparison, request)
 
-    def list_job_comparisons(self, *, job_id: str = "", limit: int = 0) -> list[admin_pb2.JobComparison]:
-        request = admin_pb2.ListJobComparisonsRequest(job_id=job_id, limit=limit)
-        return list(self._call(self._stub.ListJobComparisons, request).comparisons)
+    def list_job_comparisons(self, *, job_id: str = "", limit: int = 50) -> list[admin_pb2.JobComparison]:
+        """Up to ``limit``, newest first, page by page (the controller cuts pages by size)."""
+        found: list[admin_pb2.JobComparison] = []
+        token = ""
+        while len(found) < limit:
+            request = admin_pb2.ListJobComparisonsRequest(job_id=job_id, limit=limit - len(found), page_token=token)
+            page = self._call(self._stub.ListJobComparisons, request)
+            found.extend(page.comparisons)
+            token = page.next_page_token
+            if not token:
+                break
+        return found

@@ -249,13 +249,18 @@ class JobComparisons:
             # Two nodes created the row at once (PostgreSQL); it exists now, and the retry locks it.
             return await self.db.run(write)
 
-    async def list(self, *, job_id: str = "", limit: int = 50) -> list[StoredComparison]:
-        """Newest first; one job's when ``job_id`` is given."""
+    async def list(
+        self, *, job_id: str = "", limit: int = 50, after: tuple[datetime, str] | None = None
+    ) -> list[StoredComparison]:
+        """Newest first; one job's when ``job_id`` is given; those listed after ``after`` (created, id)."""
 
         def read(session: Session) -> list[StoredComparison]:
-            query = sa.select(JobComparisonRow).order_by(JobComparisonRow.created_at.desc(), JobComparisonRow.id)
+            order = (JobComparisonRow.created_at.desc(), JobComparisonRow.id.desc())
+            query = sa.select(JobComparisonRow).order_by(*order)
             if job_id:
                 query = query.where(JobComparisonRow.job_id == job_id)
+            if after is not None:  # keyset paging: the next page starts where the last one ended
+                query = query.where(sa.tuple_(JobComparisonRow.created_at, JobComparisonRow.id) < after)
             return [_stored(row) for row in session.scalars(query.limit(limit))]
 
         return await self.db.run(read)

@@ -25,6 +25,7 @@ from topo_tune.controller.api.messages import (
     to_proto_study,
     to_proto_study_trials,
 )
+from topo_tune.controller.api.pages import PAGE_BYTES, from_page_token, to_page_token
 from topo_tune.controller.api.rollout import RolloutServicerMixin
 from topo_tune.controller.api.status_codes import maps_errors
 from topo_tune.controller.api.watch import WatchServicerMixin
@@ -342,8 +343,20 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
         self, request: admin_pb2.ListJobComparisonsRequest, context: Ctx
     ) -> admin_pb2.ListJobComparisonsResponse:
         job_id = names.job_id(request.job_id, required=False)
-        found = await self._comparisons().list(job_id=job_id, limit=validation.limit(request.limit, default=50))
-        return admin_pb2.ListJobComparisonsResponse(comparisons=[to_proto_job_comparison(c) for c in found])
+        after = from_page_token(request.page_token)
+        limit = validation.limit(request.limit, default=50)
+        found = await self._comparisons().list(job_id=job_id, limit=limit, after=after)
+        reply = admin_pb2.ListJobComparisonsResponse()
+        for index, comparison in enumerate(found):
+            message = to_proto_job_comparison(comparison)
+            if reply.comparisons and reply.ByteSize() + message.ByteSize() > PAGE_BYTES:
+                reply.next_page_token = to_page_token(found[index - 1])
+                break
+            reply.comparisons.append(message)
+        else:
+            if len(found) == limit:
+                reply.next_page_token = to_page_token(found[-1])
+        return reply
 
 
 _ROLES = {Role.AGENT: admin_pb2.CREDENTIAL_ROLE_AGENT, Role.JOB: admin_pb2.CREDENTIAL_ROLE_JOB}
