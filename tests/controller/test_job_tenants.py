@@ -14,8 +14,8 @@ from tests.conftest import controller_settings
 from tests.controller.test_job_comparisons import _request
 from tests.support.processes import TOKEN, cli_env, run_cli
 from topo_tune.client.admin import AdminClient
+from topo_tune.config.cluster import JobCapsConfig
 from topo_tune.controller.server import Controller
-from topo_tune.controller.tenancy import Caps
 from topo_tune.errors import PermissionDenied, QuotaExceeded
 from topo_tune.jobs.compare.schedule import Arm
 from topo_tune.v1 import admin_pb2
@@ -35,7 +35,7 @@ def _client(controller: Controller, token: str) -> AdminClient:
 @pytest.fixture
 async def capped(sqlite_url: str) -> AsyncIterator[Controller]:
     """A controller whose job credentials may hold three pins and one comparison, of 64 bytes of node names."""
-    caps = Caps(pins_per_credential=3, comparisons_per_credential=1, row_node_bytes=64)
+    caps = JobCapsConfig(pins_per_credential=3, comparisons_per_credential=1, row_node_bytes=64)
     server = Controller(controller_settings(sqlite_url, job_caps=caps))
     await server.start()
     try:
@@ -170,8 +170,8 @@ async def test_pins_and_comparisons_past_a_cap_are_refused_and_not_stored(capped
         return refused
 
     refused = await asyncio.to_thread(attempts)
-    assert refused[0] == ("nodes: 2 node names of 90 bytes in all, more than one row's cap (row_node_bytes = 64)")
-    assert refused[1].startswith("this job credential holds 3 pins, its cap (pins_per_credential = 3)")
+    assert refused[0] == ("nodes: 2 node names of 90 bytes in all, more than one row's cap (rowNodeBytes = 64)")
+    assert refused[1].startswith("this job credential holds 3 pins, its cap (pinsPerCredential = 3)")
     assert await capped.rollout_store.pin_owner("big-1") is None
     assert await capped.rollout_store.pin_owner("j4") is None
 
@@ -196,6 +196,6 @@ async def test_comparisons_past_a_credentials_cap_are_refused_and_not_stored(cap
         return str(caught.value)
 
     message = await asyncio.to_thread(attempts)
-    assert message.startswith("this job credential holds 1 comparisons, its cap (comparisons_per_credential = 1)")
+    assert message.startswith("this job credential holds 1 comparisons, its cap (comparisonsPerCredential = 1)")
     with AdminClient(f"127.0.0.1:{capped.port}", token=TOKEN) as admin:
         assert len(await asyncio.to_thread(admin.list_job_comparisons)) == 1

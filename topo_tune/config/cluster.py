@@ -100,6 +100,21 @@ class RetentionConfig(_Section):
     )
 
 
+class JobCapsConfig(_Section):
+    """How much one job credential may store, and how large one pin or comparison may be (the admin is not
+    capped); a call past a cap is refused before anything is stored."""
+
+    pins_per_credential: int = Field(
+        default=10_000, ge=1, le=10_000_000, description="job pins one job credential holds"
+    )
+    comparisons_per_credential: int = Field(
+        default=1_000, ge=1, le=1_000_000, description="job comparisons (`exec --compare`) one job credential holds"
+    )
+    row_node_bytes: int = Field(
+        default=1 << 20, ge=1, le=4 << 20, description="bytes of node names in one job pin or comparison"
+    )
+
+
 class ControllerConfig(_Section):
     """Where the controller runs and how it keeps its state."""
 
@@ -125,6 +140,7 @@ class ControllerConfig(_Section):
     heartbeat_expiry: Duration = Field(default=30.0, description="silence after which a node is `lost`")
     drift: DriftConfig = Field(default_factory=DriftConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    job_caps: JobCapsConfig = Field(default_factory=JobCapsConfig)
 
     @model_validator(mode="after")
     def _expiry_exceeds_interval(self) -> ControllerConfig:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -32,9 +32,10 @@ import sqlalchemy as sa
 from sqlalchemy import exc
 from sqlalchemy.orm import Session
 
+from topo_tune.config.cluster import JobCapsConfig
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import JobComparisonRow
-from topo_tune.controller.tenancy import ADMIN, Caps, Tenant
+from topo_tune.controller.tenancy import ADMIN, CAPS, Tenant, check_row_nodes
 from topo_tune.errors import AlreadyExists, ConflictError, StorageError, ValidationError
 from topo_tune.jobs.compare.schedule import Arm, arm_schedule
 from topo_tune.jobs.compare.summary import ComparisonSummary, RunValue, summarise
@@ -176,7 +177,7 @@ class JobComparisons:
     wall_clock: Callable[[], datetime]
     pins: PinLookup
     pin_owner: OwnerLookup
-    caps: Caps = field(default_factory=Caps)
+    caps: JobCapsConfig = CAPS
 
     async def _check_pins(self, header: ComparisonHeader) -> None:
         for side, name, version in (
@@ -204,7 +205,7 @@ class JobComparisons:
     ) -> StoredComparison:
         """Add one node's runs to the job's comparison; the figures once every run is in. Refused, with nothing
         stored, for a job or comparison that is not ``tenant``'s, or past its cap (``tenancy``)."""
-        self.caps.check_row_nodes(header.nodes, "nodes")
+        check_row_nodes(self.caps, header.nodes, "nodes")
         tenant.check_job(header.job_id)
         tenant.check_owner(header.job_id, await self.pin_owner(header.job_id))
         check_runs(header, runs)

@@ -5,7 +5,8 @@ pin of a job id records the credential that made it as the job's **owner**; from
 (or the admin) may read the job's pins, pin another arm, or record the job's comparison, and a comparison
 belongs to the credential that recorded it first. Another credential is refused with ``PERMISSION_DENIED``
 naming only what it sent, never what is stored. Each job credential may own at most ``caps`` pins and
-comparisons (``QuotaExceeded``, ``RESOURCE_EXHAUSTED``, checked before anything is written).
+comparisons (``QuotaExceeded``, ``RESOURCE_EXHAUSTED``, checked before anything is written; the caps are
+``controller.jobCaps`` in cluster.yaml).
 
 Non-goals: checking tokens (``credentials``), deleting old rows (pins: the scheduler; comparisons:
 ``retention``).
@@ -16,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from topo_tune.config.cluster import JobCapsConfig
 from topo_tune.controller.credentials import Credential, Role
 from topo_tune.errors import PermissionDenied, QuotaExceeded
 
@@ -23,23 +25,14 @@ ADMIN_OWNER = ""
 """The owner recorded for what the admin (or a controller without credentials) pins or records."""
 
 
-@dataclass(frozen=True)
-class Caps:
-    """How much one job credential may store at once (the admin is not capped)."""
-
-    pins_per_credential: int = 10_000
-    comparisons_per_credential: int = 1_000
-    row_node_bytes: int = 1 << 20
-    """The node names of one pin or comparison, in bytes (for anyone: the row is stored whole)."""
-
-    def check_row_nodes(self, nodes: Sequence[str], field: str) -> None:
-        """``QuotaExceeded`` naming the cap when ``nodes`` are more bytes than one row may hold."""
-        size = sum(len(node.encode()) for node in nodes)
-        if size > self.row_node_bytes:
-            raise QuotaExceeded(
-                f"{field}: {len(nodes)} node names of {size} bytes in all, more than one row's cap "
-                f"(row_node_bytes = {self.row_node_bytes})"
-            )
+def check_row_nodes(caps: JobCapsConfig, nodes: Sequence[str], field: str) -> None:
+    """``QuotaExceeded`` naming the cap when ``nodes`` are more bytes than one pin or comparison may hold."""
+    size = sum(len(node.encode()) for node in nodes)
+    if size > caps.row_node_bytes:
+        raise QuotaExceeded(
+            f"{field}: {len(nodes)} node names of {size} bytes in all, more than one row's cap "
+            f"(rowNodeBytes = {caps.row_node_bytes})"
+        )
 
 
 @dataclass(frozen=True)
@@ -69,14 +62,14 @@ class Tenant:
         """``QuotaExceeded`` naming the cap when this tenant already owns ``cap`` rows of ``what``."""
         if not self.is_admin and owned >= cap:
             raise QuotaExceeded(
-                f"this job credential holds {owned} {what}, its cap ({what}_per_credential = {cap}); "
+                f"this job credential holds {owned} {what}, its cap ({what}PerCredential = {cap}); "
                 "older ones are deleted by retention"
             )
 
 
 ADMIN = Tenant()
-CAPS = Caps()
-"""The default caps."""
+CAPS = JobCapsConfig()
+"""The default caps (``controller.jobCaps`` in cluster.yaml)."""
 
 
 def tenant_of(credential: Credential | None) -> Tenant:

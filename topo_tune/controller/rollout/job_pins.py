@@ -19,12 +19,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from topo_tune.config.cluster import JobCapsConfig
 from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.rollout.state import RolloutPhase, WavePhase
 from topo_tune.controller.rollout.store import RolloutStore
-from topo_tune.controller.tenancy import ADMIN, Caps, Tenant
+from topo_tune.controller.tenancy import ADMIN, CAPS, Tenant, check_row_nodes
 from topo_tune.errors import NotFoundError
 from topo_tune.ids import NodeName, RolloutId
 from topo_tune.jobs.config import JobPin, RolloutView, resolve
@@ -66,14 +67,14 @@ class JobResolver:
     registry: NodeRegistry | None = None
     """Where node rank 0's address comes from; without one, ``master_addr`` is its node name."""
 
-    caps: Caps = field(default_factory=Caps)
+    caps: JobCapsConfig = CAPS
 
     async def resolve(
         self, job_id: str, nodes: Sequence[str], *, arm: str = "", preview: bool = False, tenant: Tenant = ADMIN
     ) -> ResolvedJob:
         """The job's pin for ``arm`` (see ``job_config.arm_version``), stored unless ``preview``; refused when
         the job is not ``tenant``'s (``tenancy``)."""
-        self.caps.check_row_nodes(nodes, "nodes")
+        check_row_nodes(self.caps, nodes, "nodes")
         if job_id:
             tenant.check_job(job_id)
             tenant.check_owner(job_id, await self.store.pin_owner(job_id))

@@ -19,7 +19,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from topo_tune.config.cluster import RolloutThresholdsConfig
+from topo_tune.config.cluster import JobCapsConfig, RolloutThresholdsConfig
 from topo_tune.controller.config_versions import ConfigVersions
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import (
@@ -43,7 +43,7 @@ from topo_tune.controller.rollout.state import (
     WavePhase,
     WaveState,
 )
-from topo_tune.controller.tenancy import ADMIN, CAPS, Caps, Tenant
+from topo_tune.controller.tenancy import ADMIN, CAPS, Tenant
 from topo_tune.errors import AlreadyExists, ConflictError, NotFoundError, StorageError
 from topo_tune.ids import NO_CONFIG_VERSION, ConfigVersionId, NodeName, RolloutId
 from topo_tune.jobs.config import JobPin
@@ -366,7 +366,9 @@ class RolloutStore:
             lambda session: session.scalar(sa.select(JobPinRow.owner).where(JobPinRow.job_id == job_id).limit(1))
         )
 
-    async def pin(self, pin: JobPin, *, rollout_id: RolloutId, tenant: Tenant = ADMIN, caps: Caps = CAPS) -> JobPin:
+    async def pin(
+        self, pin: JobPin, *, rollout_id: RolloutId, tenant: Tenant = ADMIN, caps: JobCapsConfig = CAPS
+    ) -> JobPin:
         """Store ``pin`` (version and node order, under its job id and arm, owned by ``tenant``) unless the job
         is pinned already; returns the pin that stands. Refused, with nothing stored, when the job is another
         tenant's or the tenant holds its cap of pins."""
