@@ -199,3 +199,24 @@ async def test_comparisons_past_a_credentials_cap_are_refused_and_not_stored(cap
     assert message.startswith("this job credential holds 1 comparisons, its cap (comparisonsPerCredential = 1)")
     with AdminClient(f"127.0.0.1:{capped.port}", token=TOKEN) as admin:
         assert len(await asyncio.to_thread(admin.list_job_comparisons)) == 1
+
+
+async def test_a_pin_of_thousands_of_long_names_is_refused_by_the_default_cap(controller: Controller) -> None:
+    tenant = await asyncio.to_thread(_issue, controller)
+    ghosts = [f"ghost-{i:05d}-{'x' * 238}" for i in range(6_000)]  # 1.5 MB of names: stored whole before
+
+    def attempt() -> str:
+        with _client(controller, tenant.token) as client, pytest.raises(QuotaExceeded) as caught:
+            client.resolve_job_config("flood-1", ghosts)
+        return str(caught.value)
+
+    assert (await asyncio.to_thread(attempt)).startswith("nodes: 6000 node names of 1500000 bytes in all")
+    assert await controller.rollout_store.pin_owner("flood-1") is None
+
+
+async def test_a_scope_that_is_no_job_id_prefix_is_refused_naming_it(controller: Controller) -> None:
+    env = cli_env(TOPO_TUNE_CONTROLLER=f"127.0.0.1:{controller.port}")
+    bad = await asyncio.to_thread(run_cli, "admin", "credential", "issue", "--job", "--scope", "a b", env=env)
+    assert bad.returncode != 0 and "scope" in bad.stderr and "not a valid job id" in bad.stderr, bad.stderr
+    agent = await asyncio.to_thread(run_cli, "admin", "credential", "issue", "--node", "n1", "--scope", "x-", env=env)
+    assert agent.returncode == 2 and "--scope is for --job credentials only" in agent.stderr
