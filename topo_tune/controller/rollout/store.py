@@ -375,6 +375,10 @@ class RolloutStore:
         at = self.wall_clock()
 
         def write(session: Session) -> None:
+            if session.get_bind().dialect.name == "postgresql":
+                # Two tenants pinning two arms of one new job id at once would each see no owner: the job's
+                # first pins are made one at a time (SQLite writes one transaction at a time anyway).
+                session.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtext(pin.job_id))))
             owners = sa.select(JobPinRow.owner).where(JobPinRow.job_id == pin.job_id).limit(1)
             tenant.check_owner(pin.job_id, session.scalar(owners))
             if session.get(JobPinRow, (pin.job_id, pin.arm)) is None:
