@@ -45,6 +45,19 @@ def test_drift_and_retention_settings_take_durations() -> None:
     assert section.retention.max_age == 30 * 86400.0 and section.retention.ignored_results_per_node == 100
 
 
+def test_job_caps_and_comparison_retention_are_configured_in_the_controller_section() -> None:
+    text = (
+        "controller:\n  jobCaps: {pinsPerCredential: 50, rowNodeBytes: 4096}\n  retention: {jobComparisonMaxAge: 7d}\n"
+    )
+    section = loads_cluster_config(HEAD + text).controller
+    assert (section.job_caps.pins_per_credential, section.job_caps.row_node_bytes) == (50, 4096)
+    assert (
+        section.job_caps.comparisons_per_credential == 1_000 and section.retention.job_comparison_max_age == 7 * 86400.0
+    )
+    with pytest.raises(ConfigError, match=r"controller\.jobCaps\.pinsPerCredential"):
+        loads_cluster_config(HEAD + "controller:\n  jobCaps: {pinsPerCredential: 0}\n")
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -9,6 +9,7 @@
     │   └── SimInputError         a cluster description, environment or argument the simulator cannot use
     ├── NotFoundError             a node, command or other object that does not exist
     ├── PermissionDenied          the caller's credential does not allow this (e.g. an agent naming another node)
+    ├── QuotaExceeded             a credential's or a row's cap on what it may store is reached; names the cap
     ├── ConflictError             the request does not fit the current state (e.g. the node is drained)
     │   ├── AlreadyExists         the id names an object that exists already, with another body
     │   ├── NodeBusy              a node runs another benchmark job (retry later)
@@ -86,6 +87,10 @@ class UnsafeKnobError(ConfigError):
 
 class PermissionDenied(TopoTuneError):
     """The caller's credential does not allow this call or this node name."""
+
+
+class QuotaExceeded(TopoTuneError):
+    """A credential's or a row's cap on what it may store is reached; the message names the cap."""
 
 
 class ValidationError(FieldError):

@@ -158,4 +158,20 @@ def test_issued_credentials_are_stable_across_releases() -> None:
     assert CREDENTIALS.issue_agent("gpu-07") == (
         "topo-tune-agent:gpu-07:bc01d51f948dc6fb97e72e0c5ff8f16073f23f9d03768cb7b14403963d0c68c8"
     )
-    assert CREDENTIALS.issue_job() == "topo-tune-job:9fe8bfe246efb196c21923a848091379a55f5c3c14c509ad55fe5f193c4b6dd4"
+    # A job credential's MAC covers its nonce and scope, so one format serves every release from this one on.
+    assert CREDENTIALS.issue_job("slurm-", nonce="0123456789abcdef") == (
+        "topo-tune-job:0123456789abcdef:55c7f0c6ab2ab2ad534ea9fb6d586c85f598abeed5bb51c83820c570d14f5808:slurm-"
+    )
+
+
+def test_every_job_credential_is_distinct_and_the_shared_one_is_retired() -> None:
+    first, second = CREDENTIALS.issue_job(), CREDENTIALS.issue_job()
+    assert first != second
+    assert CREDENTIALS.identify(first.encode()) != CREDENTIALS.identify(second.encode())
+    # The one job credential of earlier releases (a MAC over a constant) acted for every job: refused now.
+    retired = b"topo-tune-job:9fe8bfe246efb196c21923a848091379a55f5c3c14c509ad55fe5f193c4b6dd4"
+    assert CREDENTIALS.identify(retired) is None
+    # The scope is under the MAC: widening it (here: to every job id) makes the token unknown.
+    scoped = CREDENTIALS.issue_job("team-a-")
+    assert CREDENTIALS.identify(scoped.removesuffix("team-a-").encode()) is None
+    assert CREDENTIALS.identify(scoped.encode()) is not None

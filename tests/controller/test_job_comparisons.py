@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from sqlalchemy.orm import Session
 
 from tests.support.processes import TOKEN
 from topo_tune.cli.main import cli
 from topo_tune.client.admin import AdminClient
 from topo_tune.controller.credentials import Credentials
+from topo_tune.controller.db.models import JobComparisonRow
 from topo_tune.controller.server import Controller
 from topo_tune.errors import AlreadyExists, ConflictError, PermissionDenied, ValidationError
 from topo_tune.jobs.compare.schedule import Arm, arm_schedule
+from topo_tune.security.auth import bearer_metadata
 from topo_tune.tuner.report.job_comparisons import comparison_section
 from topo_tune.v1 import admin_pb2
 from topo_tune.versions.version import ConfigVersion
@@ -71,8 +76,12 @@ def _request(arm: Arm | None, **changes: object) -> admin_pb2.RecordJobCompariso
     return admin_pb2.RecordJobComparisonRequest(**fields)  # type: ignore[arg-type]
 
 
+JOB_TOKEN = Credentials(TOKEN).issue_job()
+"""One tenant's job credential: what it pins, it records."""
+
+
 def _job_client(controller: Controller) -> AdminClient:
-    return AdminClient(f"127.0.0.1:{controller.port}", token=Credentials(TOKEN).issue_job())
+    return AdminClient(f"127.0.0.1:{controller.port}", token=JOB_TOKEN)
 
 
 async def test_two_nodes_records_make_one_comparison_with_the_proofs_figures(
@@ -164,9 +173,57 @@ async def test_records_that_disagree_with_the_schedule_or_each_other_are_refused
     seen = await asyncio.to_thread(refusals)
     assert "candidate run in job train-77's schedule, not pair" in seen[0]
     assert "node rank 0 of its arm (n2)" in seen[1]
-    assert "is recorded as 2.0 from n1" in seen[2]
-    assert "recorded with metric" in seen[3]
+    # The stored value (2.0 from n1) and the stored metric are not echoed: only that they differ.
+    assert re.fullmatch(f"run [0-9]+ of job {JOB} is recorded already, with another value", seen[2])
+    assert seen[3].startswith(f"job {JOB}'s comparison was recorded with another metric:")
     assert seen[4].startswith("pairs: must be within [2,")
     assert seen[5].startswith("against_order: must hold each of the job's nodes")
-    assert seen[6] == f"candidate_order: job {JOB}'s arm {VERSION.id} is pinned to the order n2,n1, not n1,n2"
+    assert seen[6] == f"candidate_order: job {JOB}'s arm {VERSION.id} is pinned to another node order"
     assert "has no pinned config for arm stable" in seen[7]
+
+
+async def test_listing_more_than_a_messages_worth_of_comparisons_comes_in_pages(
+    controller: Controller, tmp_path: Path
+) -> None:
+    # 16 comparisons of 2,000 long node names each: about 6 MB, more than a client receives in one message.
+    nodes = [f"node-{i:04d}-{'x' * 90}" for i in range(2_000)]
+    header = {
+        **{name: "" for name in ("candidate_version", "against_version")},
+        "candidate": "cv-a",
+        "against": "defaults",
+        "metric": "step_time=([0-9.]+)",
+        "higher_is_better": False,
+        "pairs": 2,
+        "nodes": nodes,
+        "candidate_order": nodes,
+        "against_order": nodes,
+    }
+    start = datetime(2026, 6, 1, tzinfo=UTC)
+
+    def write(session: Session) -> None:
+        for i in range(16):
+            at = start + timedelta(minutes=i)
+            job = f"big-{i:02d}"
+            session.add(
+                JobComparisonRow(id=f"jc-{i:02d}", job_id=job, header={**header, "job_id": job}, runs=[], created_at=at)
+            )
+
+    await controller.db.run(write)
+    address = f"127.0.0.1:{controller.port}"
+    listed = await asyncio.to_thread(
+        CliRunner().invoke,
+        cli,
+        ["admin", "job", "comparisons", "--limit", "100", "-o", "json", "--controller", address],
+        env={"TOPO_TUNE_TOKEN": TOKEN},
+    )
+    assert listed.exit_code == 0, listed.output[-500:]
+    jobs = [c["job"]["job_id"] for c in json.loads(listed.output)]
+    assert jobs == [f"big-{i:02d}" for i in reversed(range(16))], "every one, newest first, none twice"
+    with AdminClient(address, token=TOKEN) as admin:
+        assert len(await asyncio.to_thread(admin.list_job_comparisons, limit=5)) == 5
+        page = await asyncio.to_thread(
+            admin._stub.ListJobComparisons,  # one page: whole comparisons up to about a MiB
+            admin_pb2.ListJobComparisonsRequest(limit=100),
+            metadata=bearer_metadata(TOKEN),
+        )
+    assert 1 <= len(page.comparisons) < 16 and page.next_page_token and page.ByteSize() < 2 << 20

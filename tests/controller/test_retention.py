@@ -23,6 +23,7 @@ from topo_tune.controller.db.models import (
     DriftCheckRow,
     EventRow,
     GateResultRow,
+    JobComparisonRow,
     NodeRow,
     RolloutRow,
     StudyRow,
@@ -221,3 +222,16 @@ async def test_retention_turned_off_keeps_everything(db: Database) -> None:
     db.transact(lambda session: job(session, "ancient", at=LONG_AGO - timedelta(days=3000)))
     assert await retention(db, enabled=False).run() == RetentionReport()
     assert remaining(db)[0] == {"ancient"}
+
+
+async def test_job_comparisons_older_than_their_own_max_age_go(db: Database) -> None:
+    def write(session: Session) -> None:
+        for key, at in (("jc-old-1", LATELY - timedelta(days=25)), ("jc-old-2", LONG_AGO), ("jc-young", LATELY)):
+            session.add(JobComparisonRow(id=key, job_id=key, owner="", header={}, runs=[], figures=None, created_at=at))
+
+    db.transact(write)
+    # Beyond 30 days (the comparisons' own age, not the 90 of benchmark results): what a job credential
+    # recorded lately stays, what it recorded before goes and frees its cap (tenancy).
+    report = await retention(db, job_comparison_max_age=30 * 86400.0).run()
+    assert report == RetentionReport(job_comparisons=2)
+    assert db.transact(lambda s: set(s.scalars(sa.select(JobComparisonRow.id)))) == {"jc-young"}

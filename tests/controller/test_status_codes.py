@@ -61,6 +61,7 @@ EXPECTED: dict[type[errors.TopoTuneError], grpc.StatusCode] = {
     errors.PassError: C.FAILED_PRECONDITION,
     errors.MetricNotFound: C.FAILED_PRECONDITION,
     errors.ExpertModeRequired: C.FAILED_PRECONDITION,
+    errors.QuotaExceeded: C.RESOURCE_EXHAUSTED,
 }
 
 

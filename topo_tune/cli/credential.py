@@ -22,28 +22,36 @@ def credential() -> None:
 
 @credential.command()
 @click.option("--node", "node_name", default="", metavar="NAME", help="An agent credential for this node only.")
-@click.option("--job", "for_jobs", is_flag=True, help="The job credential: `topo-tune env`/`exec` only.")
+@click.option("--job", "for_jobs", is_flag=True, help="A new job credential: `topo-tune env`/`exec` only.")
+@click.option(
+    "--scope",
+    default="",
+    metavar="PREFIX",
+    help="With --job: act only for job ids starting with PREFIX (e.g. a Slurm job id, or a namespace's prefix).",
+)
 @connected
-def issue(client: AdminClient, fmt: str, node_name: str, for_jobs: bool) -> None:
+def issue(client: AdminClient, fmt: str, node_name: str, for_jobs: bool, scope: str) -> None:
     """Print a new credential's token.
 
     \b
     --node NAME  the agent of NAME: it may register as NAME and nothing else
-    --job        jobs: resolve their pinned config (topo-tune env / exec) and record their own A/B
-                 (exec --compare), nothing else
+    --job        a tenant's jobs: resolve their pinned config (topo-tune env / exec) and record their own
+                 A/B (exec --compare), nothing else; each call issues a new credential, with its own id,
+                 and what it pins or records is its own (no other job credential reads or extends it)
 
     \b
-      topo-tune admin credential issue --node gpu-07 > gpu-07.token   # then: agent run --token-file
-      topo-tune admin credential issue --job > job.token               # for TOPO_TUNE_TOKEN of job users
+      topo-tune admin credential issue --node gpu-07 > gpu-07.token          # then: agent run --token-file
+      topo-tune admin credential issue --job --scope team-a- > team-a.token   # TOPO_TUNE_TOKEN of team a
     """
     if bool(node_name) == for_jobs:
         raise click.UsageError("pass exactly one of --node NAME and --job")
+    if scope and not for_jobs:
+        raise click.UsageError("--scope is for --job credentials only")
     role = admin_pb2.CREDENTIAL_ROLE_JOB if for_jobs else admin_pb2.CREDENTIAL_ROLE_AGENT
-    issued = client.issue_credential(role, node_name)
+    issued = client.issue_credential(role, node_name, scope=scope)
     if fmt != "table":
-        emit_data(
-            {"id": issued.id, "role": "job" if for_jobs else "agent", "node": node_name, "token": issued.token}, fmt
-        )
+        data = {"id": issued.id, "role": "job" if for_jobs else "agent", "node": node_name, "scope": scope}
+        emit_data({**data, "token": issued.token}, fmt)
         return
     click.echo(issued.token)
 
@@ -53,6 +61,7 @@ def _row(info: admin_pb2.CredentialInfo) -> dict[str, str]:
         "id": info.id,
         "role": admin_pb2.CredentialRole.Name(info.role).removeprefix("CREDENTIAL_ROLE_").lower(),
         "node": info.node_name,
+        "scope": info.scope,
         "issued": info.issued_at.ToDatetime().isoformat(timespec="seconds") + "Z",
         "revoked": info.revoked_at.ToDatetime().isoformat(timespec="seconds") + "Z"
         if info.HasField("revoked_at")
@@ -63,12 +72,12 @@ def _row(info: admin_pb2.CredentialInfo) -> dict[str, str]:
 @credential.command(name="list")
 @connected
 def list_(client: AdminClient, fmt: str) -> None:
-    """The credentials issued, by id (never the token): role, node, when, and when revoked."""
+    """The credentials issued, by id (never the token): role, node or job scope, when, and when revoked."""
     rows = [_row(c) for c in client.list_credentials()]
     if fmt != "table":
         emit_data(rows, fmt)
         return
-    columns = ["id", "role", "node", "issued", "revoked"]
+    columns = ["id", "role", "node", "scope", "issued", "revoked"]
     emit_table("credentials", columns, [[r[c] for c in columns] for r in rows])
 
 
@@ -77,8 +86,9 @@ def list_(client: AdminClient, fmt: str) -> None:
 @connected
 def revoke(client: AdminClient, fmt: str, credential_id: str) -> None:
     """Revoke credential ID (from `admin credential list`): refused from the next call on, and the node's open
-    agent session is closed (the agent exits with status 2). A node's revoked credential cannot be issued
-    again; a new admin token gives every credential anew."""
+    agent session is closed (the agent exits with status 2). A revoked job credential is replaced by issuing
+    another (its jobs' pins stay with the revoked one); a node's revoked credential cannot be issued again:
+    a new admin token gives every credential anew."""
     row = _row(client.revoke_credential(credential_id))
     if fmt != "table":
         emit_data(row, fmt)

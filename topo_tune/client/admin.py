@@ -38,6 +38,7 @@ from topo_tune.errors import (
     NodeBusy,
     NotFoundError,
     PermissionDenied,
+    QuotaExceeded,
     RequestRefused,
     Unauthenticated,
 )
@@ -101,6 +102,8 @@ def _mapped(address: str) -> Iterator[None]:
         kind = _answered_kind(error)
         if kind == "DatabaseFull":
             raise ControllerDatabaseFull(f"controller {address} answered: {details}") from None
+        if kind == "QuotaExceeded":  # a cap of this credential or row: nothing was stored; no retry helps
+            raise QuotaExceeded(details) from None
         if kind in STORAGE_KINDS:
             raise ControllerDatabaseUnavailable(f"controller {address} answered: {details}") from None
         if code == grpc.StatusCode.UNAVAILABLE and kind:
@@ -391,9 +394,9 @@ class AdminClient:
         return list(self._call(self._stub.GetRolloutHistory, request).transitions)
 
     def issue_credential(
-        self, role: admin_pb2.CredentialRole.ValueType, node_name: str = ""
+        self, role: admin_pb2.CredentialRole.ValueType, node_name: str = "", *, scope: str = ""
     ) -> admin_pb2.IssuedCredential:
-        request = admin_pb2.IssueCredentialRequest(role=role, node_name=node_name)
+        request = admin_pb2.IssueCredentialRequest(role=role, node_name=node_name, scope=scope)
         return self._call(self._stub.IssueCredential, request)
 
     def list_credentials(self) -> list[admin_pb2.CredentialInfo]:
@@ -418,6 +421,15 @@ class AdminClient:
     def record_job_comparison(self, request: admin_pb2.RecordJobComparisonRequest) -> admin_pb2.JobComparison:
         return self._call(self._stub.RecordJobComparison, request)
 
-    def list_job_comparisons(self, *, job_id: str = "", limit: int = 0) -> list[admin_pb2.JobComparison]:
-        request = admin_pb2.ListJobComparisonsRequest(job_id=job_id, limit=limit)
-        return list(self._call(self._stub.ListJobComparisons, request).comparisons)
+    def list_job_comparisons(self, *, job_id: str = "", limit: int = 50) -> list[admin_pb2.JobComparison]:
+        """Up to ``limit``, newest first, page by page (the controller cuts pages by size)."""
+        found: list[admin_pb2.JobComparison] = []
+        token = ""
+        while len(found) < limit:
+            request = admin_pb2.ListJobComparisonsRequest(job_id=job_id, limit=limit - len(found), page_token=token)
+            page = self._call(self._stub.ListJobComparisons, request)
+            found.extend(page.comparisons)
+            token = page.next_page_token
+            if not token:
+                break
+        return found

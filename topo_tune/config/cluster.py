@@ -83,16 +83,35 @@ class DriftConfig(_Section):
 
 
 class RetentionConfig(_Section):
-    """How long benchmark results, events and drift checks are kept (gate samples and chosen trials stay)."""
+    """How long benchmark results, events, drift checks and job comparisons are kept (gate samples and chosen
+    trials stay)."""
 
     enabled: bool = True
     max_age: Duration = Field(
         default=90 * 86400.0, description="benchmark results, events and drift checks older than this are deleted"
     )
+    job_comparison_max_age: Duration = Field(
+        default=30 * 86400.0, description="jobs' own A/B comparisons (`exec --compare`) older than this are deleted"
+    )
     interval: Duration = Field(default=3600.0, description="how often the retention pass runs")
     batch_size: int = Field(default=500, ge=1, le=100_000, description="rows deleted per transaction")
     ignored_results_per_node: int = Field(
         default=100, ge=1, le=100_000, description="`result.ignored` events kept per node (the newest)"
+    )
+
+
+class JobCapsConfig(_Section):
+    """How much one job credential may store, and how large one pin or comparison may be (the admin is not
+    capped); a call past a cap is refused before anything is stored."""
+
+    pins_per_credential: int = Field(
+        default=10_000, ge=1, le=10_000_000, description="job pins one job credential holds"
+    )
+    comparisons_per_credential: int = Field(
+        default=1_000, ge=1, le=1_000_000, description="job comparisons (`exec --compare`) one job credential holds"
+    )
+    row_node_bytes: int = Field(
+        default=1 << 20, ge=1, le=4 << 20, description="bytes of node names in one job pin or comparison"
     )
 
 
@@ -121,6 +140,7 @@ class ControllerConfig(_Section):
     heartbeat_expiry: Duration = Field(default=30.0, description="silence after which a node is `lost`")
     drift: DriftConfig = Field(default_factory=DriftConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    job_caps: JobCapsConfig = Field(default_factory=JobCapsConfig)
 
     @model_validator(mode="after")
     def _expiry_exceeds_interval(self) -> ControllerConfig:

@@ -42,12 +42,13 @@ class IssuedRecord:
     id: str
     role: Role
     node_name: str
+    scope: str
     issued_at: datetime
     revoked_at: datetime | None
 
 
 def _record(row: CredentialRow) -> IssuedRecord:
-    return IssuedRecord(row.id, Role(row.role), row.node_name, row.issued_at, row.revoked_at)
+    return IssuedRecord(row.id, Role(row.role), row.node_name, row.scope, row.issued_at, row.revoked_at)
 
 
 @dataclass
@@ -64,21 +65,24 @@ class CredentialLedger:
         )
         self.credentials.revoked.update(rows)
 
-    async def issue(self, role: Role, node_name: str = "") -> tuple[str, IssuedRecord]:
-        """A credential's token and its record; refused for one revoked (a derived token cannot change)."""
-        token = self.credentials.issue_agent(node_name) if role is Role.AGENT else self.credentials.issue_job()
+    async def issue(self, role: Role, node_name: str = "", *, scope: str = "") -> tuple[str, IssuedRecord]:
+        """A credential's token and its record; refused for an agent's revoked one (a derived token cannot
+        change). A job credential is a new one each time, for the job ids starting with ``scope``."""
+        token = self.credentials.issue_agent(node_name) if role is Role.AGENT else self.credentials.issue_job(scope)
         key = credential_id(token)
         now = self.wall_clock()
 
         def write(session: Session) -> IssuedRecord:
             row = session.get(CredentialRow, key)
             if row is not None and row.revoked_at is not None:
-                whose = f"node {node_name!r}'s agent" if node_name else "the jobs'"
                 raise ConflictError(
-                    f"credential {key} ({whose}) was revoked; a new one needs a new admin token (docs/security.md)"
+                    f"credential {key} (node {node_name!r}'s agent) was revoked; a new one needs a new admin token "
+                    "(docs/security.md)"
                 )
             if row is None:
-                row = CredentialRow(id=key, role=role.value, node_name=node_name, issued_at=now, revoked_at=None)
+                row = CredentialRow(
+                    id=key, role=role.value, node_name=node_name, scope=scope, issued_at=now, revoked_at=None
+                )
                 session.add(row)
                 message = f"credential {key} issued ({role.value})"
                 session.add(EventRow(node_name=node_name, kind="credential.issued", message=message, at=now))

@@ -6,13 +6,16 @@ cannot pose as, or disconnect, another node. A **job** credential (``topo-tune e
 for a job's pinned config (``ResolveJobConfig``) and record the runs of its own A/B (``RecordJobComparison``,
 ``exec --compare``): no benchmark, command or config push, and no reading of other jobs' comparisons.
 
-Agent and job credentials are derived from the admin token with HMAC-SHA256 (``topo-tune-agent:NODE:MAC``,
-``topo-tune-job:MAC``): the controller issues them (``topo-tune admin credential issue``) and checks them
-without a lookup, and replacing the admin token revokes every one of them at once. Each issued credential is
-also recorded by its **id** (``credential_id``: a short hash of the token, never the token itself), so one
-can be listed and revoked alone (``credential_ledger``): a revoked id is refused at once, ``PERMISSION_DENIED``
-naming it. The tokens are derived, so a node's revoked credential stays revoked: that node gets a new one only
-with a new admin token. In a Kubernetes
+Agent credentials are derived from the admin token with HMAC-SHA256 (``topo-tune-agent:NODE:MAC``). Job
+credentials are one per tenant: each holds a random nonce and an optional **scope**, a job-id prefix
+(``topo-tune-job:NONCE:MAC:SCOPE``, the MAC over both), so every one is distinct, is checked without a
+lookup, and acts for the job ids its scope allows only; what it pins or records belongs to it (``tenancy``).
+The controller issues them (``topo-tune admin credential issue``) and replacing the admin token revokes every
+one of them at once. Each issued credential is also recorded by its **id** (``credential_id``: a short hash of
+the token, never the token itself), so one can be listed and revoked alone (``credential_ledger``): a revoked
+id is refused at once, ``PERMISSION_DENIED`` naming it. Agent tokens are derived, so a node's revoked
+credential stays revoked: that node gets a new one only with a new admin token; a revoked job credential is
+replaced by issuing another. In a Kubernetes
 cluster an agent may instead present its pod's projected service-account token, which the API server's
 TokenReview binds to the pod's node (``kube/agent_identity.py``). The guard decides from the call's metadata
 alone, before its body is read.
@@ -25,6 +28,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
+import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
@@ -39,6 +43,8 @@ RECORD_JOB_COMPARISON = "/topo_tune.v1.AdminService/RecordJobComparison"
 _AGENT_PREFIX = "topo-tune-agent:"
 _JOB_PREFIX = "topo-tune-job:"
 _KEY_LABEL = b"topo-tune credentials v1"
+_NONCE_BYTES = 8
+_HEX = frozenset("0123456789abcdef")
 
 
 class Role(enum.Enum):
@@ -67,6 +73,8 @@ class Credential:
     """For ``Role.AGENT``: the one node this credential registers as."""
     id: str = ""
     """For issued (agent, job) credentials: ``credential_id`` of the token."""
+    scope: str = ""
+    """For ``Role.JOB``: the job-id prefix it acts for ("" = any job id)."""
 
     def may_call(self, method: str) -> bool:
         allowed = ALLOWED_METHODS[self.role]
@@ -90,16 +98,24 @@ class Credentials:
         self.revoked: set[str] = set()
         """Ids of revoked credentials (``credential_ledger`` keeps it, from the database)."""
 
-    def _mac(self, role: Role, node_name: str = "") -> str:
-        return hmac.new(self._key, f"{role.value}\0{node_name}".encode(), hashlib.sha256).hexdigest()
+    def _mac(self, role: Role, subject: str = "") -> str:
+        return hmac.new(self._key, f"{role.value}\0{subject}".encode(), hashlib.sha256).hexdigest()
 
     def issue_agent(self, node_name: str) -> str:
         """The credential of ``node_name``'s agent (a valid node name, else ``ValidationError``)."""
         names.node_name(node_name, "node_name")
         return f"{_AGENT_PREFIX}{node_name}:{self._mac(Role.AGENT, node_name)}"
 
-    def issue_job(self) -> str:
-        return f"{_JOB_PREFIX}{self._mac(Role.JOB)}"
+    def issue_job(self, scope: str = "", *, nonce: str = "") -> str:
+        """A new job credential for the job ids starting with ``scope`` ("" = any): each call a distinct one
+        (a random ``nonce`` unless given), so each tenant's can be revoked alone."""
+        if scope:
+            names.job_id(scope, "scope")
+        nonce = nonce or secrets.token_hex(_NONCE_BYTES)
+        return f"{_JOB_PREFIX}{nonce}:{self._job_mac(nonce, scope)}:{scope}"
+
+    def _job_mac(self, nonce: str, scope: str) -> str:
+        return self._mac(Role.JOB, f"{nonce}\0{scope}")
 
     def identify(self, token: bytes | None) -> Credential | None:
         """What ``token`` may do; None when it is no credential of this cluster."""
@@ -115,9 +131,16 @@ class Credentials:
             node_name, _, mac = text.removeprefix(_AGENT_PREFIX).rpartition(":")
             if node_name and hmac.compare_digest(mac, self._mac(Role.AGENT, node_name)):
                 return Credential(Role.AGENT, node_name, credential_id(token))
-        elif text.startswith(_JOB_PREFIX) and hmac.compare_digest(text.removeprefix(_JOB_PREFIX), self._mac(Role.JOB)):
-            return Credential(Role.JOB, id=credential_id(token))
+        elif text.startswith(_JOB_PREFIX):
+            nonce, _, rest = text.removeprefix(_JOB_PREFIX).partition(":")
+            mac, _, scope = rest.partition(":")
+            if nonce and set(nonce) <= _HEX and hmac.compare_digest(mac, self._job_mac(nonce, scope)):
+                return Credential(Role.JOB, id=credential_id(token), scope=scope)
         return None
+
+    def of_metadata(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> Credential | None:
+        """The admin, agent or job credential of a call's metadata (no Kubernetes review: for job calls)."""
+        return self.identify(presented_token(tuple(metadata or ())))
 
     async def of_call(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> Credential | None:
         """The credential of a call's metadata: one of ours, else (in a cluster) a reviewed agent pod's token."""

@@ -13,6 +13,9 @@ arm's order. Each arm's version and order must be the ones pinned for the job an
 run recorded again with the same value is a no-op (a retry); with another value it is refused, as is a
 record whose arms, metric, pairs or orders differ from what the first one said.
 
+A comparison belongs to the job credential that recorded it first, and only the credential that owns the
+job's pins may record it (``tenancy``); errors name the field or run that differs, never the stored value.
+
 Non-goals: running the job (the CLI), who may record (``credentials``: a job credential may).
 """
 
@@ -29,8 +32,10 @@ import sqlalchemy as sa
 from sqlalchemy import exc
 from sqlalchemy.orm import Session
 
+from topo_tune.config.cluster import JobCapsConfig
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import JobComparisonRow
+from topo_tune.controller.tenancy import ADMIN, CAPS, Tenant, check_row_nodes
 from topo_tune.errors import AlreadyExists, ConflictError, StorageError, ValidationError
 from topo_tune.jobs.compare.schedule import Arm, arm_schedule
 from topo_tune.jobs.compare.summary import ComparisonSummary, RunValue, summarise
@@ -143,26 +148,27 @@ def check_runs(header: ComparisonHeader, runs: Sequence[RunValue]) -> None:
 
 
 def _merge(header: ComparisonHeader, row: JobComparisonRow, runs: Sequence[RunValue]) -> list[dict[str, Any]]:
+    # The errors name the field or run, never the stored value: the caller learns only that it differs.
     stored = ComparisonHeader.from_json(row.header)
-    for name, value in header.to_json().items():
+    for name in header.to_json():
         if getattr(stored, name) != getattr(header, name):
             raise ConflictError(
-                f"job {header.job_id}'s comparison was recorded with {name} {getattr(stored, name)!r}; "
-                f"this record says {value!r}: every node of the job must run the same exec --compare"
+                f"job {header.job_id}'s comparison was recorded with another {name}: "
+                "every node of the job must run the same exec --compare"
             )
     merged = {r["index"]: r for r in row.runs}
     for run in runs:
         known = merged.get(run.index)
         if known is not None and (known["value"], known["node"]) != (run.value, run.node):
-            raise AlreadyExists(
-                f"run {run.index} of job {header.job_id} is recorded as {known['value']} from {known['node']}"
-            )
+            raise AlreadyExists(f"run {run.index} of job {header.job_id} is recorded already, with another value")
         merged[run.index] = _run_json(run)
     return [merged[index] for index in sorted(merged)]
 
 
 PinLookup = Callable[[str, str], Awaitable[JobPin | None]]
 """(job id, arm as named) → the job's pin for that arm, or None."""
+OwnerLookup = Callable[[str], Awaitable[str | None]]
+"""job id → the owner of its pins (``tenancy``), or None when it has none."""
 
 
 @dataclass
@@ -170,6 +176,8 @@ class JobComparisons:
     db: Database
     wall_clock: Callable[[], datetime]
     pins: PinLookup
+    pin_owner: OwnerLookup
+    caps: JobCapsConfig = CAPS
 
     async def _check_pins(self, header: ComparisonHeader) -> None:
         for side, name, version in (
@@ -185,18 +193,21 @@ class JobComparisons:
             if pin.version != version:
                 raise ValidationError(
                     f"{side.value}_version",
-                    f"job {header.job_id}'s arm {name} is pinned to {pin.version or 'defaults'}, "
-                    f"not {version or 'defaults'}",
+                    f"job {header.job_id}'s arm {name} is pinned to another version than {version or 'defaults'}",
                 )
             if tuple(pin.order) != header.order(side):
                 raise ValidationError(
-                    f"{side.value}_order",
-                    f"job {header.job_id}'s arm {name} is pinned to the order {','.join(pin.order)}, "
-                    f"not {','.join(header.order(side))}",
+                    f"{side.value}_order", f"job {header.job_id}'s arm {name} is pinned to another node order"
                 )
 
-    async def record(self, header: ComparisonHeader, runs: Sequence[RunValue]) -> StoredComparison:
-        """Add one node's runs to the job's comparison; the figures once every run is in."""
+    async def record(
+        self, header: ComparisonHeader, runs: Sequence[RunValue], *, tenant: Tenant = ADMIN
+    ) -> StoredComparison:
+        """Add one node's runs to the job's comparison; the figures once every run is in. Refused, with nothing
+        stored, for a job or comparison that is not ``tenant``'s, or past its cap (``tenancy``)."""
+        check_row_nodes(self.caps, header.nodes, "nodes")
+        tenant.check_job(header.job_id)
+        tenant.check_owner(header.job_id, await self.pin_owner(header.job_id))
         check_runs(header, runs)
         await self._check_pins(header)
         key = comparison_id(job_id=header.job_id, candidate=header.candidate, against=header.against)
@@ -204,9 +215,22 @@ class JobComparisons:
 
         def write(session: Session) -> StoredComparison:
             row = session.get(JobComparisonRow, key, with_for_update=True)
+            tenant.check_owner(header.job_id, None if row is None else row.owner)
             if row is None:
+                owned = (
+                    sa.select(sa.func.count())
+                    .select_from(JobComparisonRow)
+                    .where(JobComparisonRow.owner == tenant.owner)
+                )
+                tenant.check_count(session.scalar(owned) or 0, self.caps.comparisons_per_credential, "comparisons")
                 row = JobComparisonRow(
-                    id=key, job_id=header.job_id, header=header.to_json(), runs=[], figures=None, created_at=now
+                    id=key,
+                    job_id=header.job_id,
+                    owner=tenant.owner,
+                    header=header.to_json(),
+                    runs=[],
+                    figures=None,
+                    created_at=now,
                 )
                 session.add(row)
             merged = _merge(header, row, runs)
@@ -226,13 +250,18 @@ class JobComparisons:
             # Two nodes created the row at once (PostgreSQL); it exists now, and the retry locks it.
             return await self.db.run(write)
 
-    async def list(self, *, job_id: str = "", limit: int = 50) -> list[StoredComparison]:
-        """Newest first; one job's when ``job_id`` is given."""
+    async def list(
+        self, *, job_id: str = "", limit: int = 50, after: tuple[datetime, str] | None = None
+    ) -> list[StoredComparison]:
+        """Newest first; one job's when ``job_id`` is given; those listed after ``after`` (created, id)."""
 
         def read(session: Session) -> list[StoredComparison]:
-            query = sa.select(JobComparisonRow).order_by(JobComparisonRow.created_at.desc(), JobComparisonRow.id)
+            order = (JobComparisonRow.created_at.desc(), JobComparisonRow.id.desc())
+            query = sa.select(JobComparisonRow).order_by(*order)
             if job_id:
                 query = query.where(JobComparisonRow.job_id == job_id)
+            if after is not None:  # keyset paging: the next page starts where the last one ended
+                query = query.where(sa.tuple_(JobComparisonRow.created_at, JobComparisonRow.id) < after)
             return [_stored(row) for row in session.scalars(query.limit(limit))]
 
         return await self.db.run(read)

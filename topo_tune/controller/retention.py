@@ -1,4 +1,5 @@
-"""Retention: old benchmark results, events and drift checks are deleted; what something refers to is kept.
+"""Retention: old benchmark results, events, drift checks and job comparisons are deleted; what something
+refers to is kept.
 
 A scheduled pass (leader only) deletes what is older than ``max_age``:
 
@@ -12,6 +13,8 @@ A scheduled pass (leader only) deletes what is older than ``max_age``:
   or probe measurements (the newest per pair is what the cluster model uses).
 - **events** (registrations, lost/ready, ignored results, drift regressions).
 - **drift checks** that have ended.
+- **job comparisons** (``exec --compare``, complete or not) older than ``job_comparison_max_age``: a job
+  credential holds a capped number of them (``tenancy``), so retention is what frees its room.
 
 Deletion runs in batches of ``batch_size`` rows, one transaction each, so the database is never locked for
 long and a pass that stops half-way has deleted whole batches only.
@@ -32,7 +35,15 @@ from sqlalchemy.orm import Session
 
 from topo_tune.config.cluster import RetentionConfig
 from topo_tune.controller.db.database import Database
-from topo_tune.controller.db.models import BenchmarkJobRow, CommandRow, DriftCheckRow, EventRow, GateResultRow, StudyRow
+from topo_tune.controller.db.models import (
+    BenchmarkJobRow,
+    CommandRow,
+    DriftCheckRow,
+    EventRow,
+    GateResultRow,
+    JobComparisonRow,
+    StudyRow,
+)
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.rollout.verification import gate_job_id
 
@@ -49,6 +60,7 @@ class RetentionReport:
     commands: int = 0
     events: int = 0
     drift_checks: int = 0
+    job_comparisons: int = 0
 
 
 @dataclass(frozen=True)
@@ -82,9 +94,16 @@ class Retention:
         keep = await self.db.run(lambda session: _what_to_keep(session, now))
         jobs, commands = await self._delete_jobs(cutoff, keep)
         events = await self._delete_events(cutoff)
-        report = RetentionReport(benchmark_jobs=jobs, commands=commands, events=events, drift_checks=drift_checks)
+        comparisons = await self._delete_job_comparisons(now - timedelta(seconds=self.settings.job_comparison_max_age))
+        report = RetentionReport(
+            benchmark_jobs=jobs,
+            commands=commands,
+            events=events,
+            drift_checks=drift_checks,
+            job_comparisons=comparisons,
+        )
         if self.metrics is not None:
-            for kind in ("benchmark_jobs", "commands", "events", "drift_checks"):
+            for kind in ("benchmark_jobs", "commands", "events", "drift_checks", "job_comparisons"):
                 self.metrics.retention_deleted.labels(kind=kind).inc(getattr(report, kind))
         if jobs or events or drift_checks:
             logger.info(
@@ -95,21 +114,12 @@ class Retention:
                 drift_checks,
                 cutoff.isoformat(),
             )
+        if comparisons:
+            logger.info("retention deleted %d job comparisons", comparisons)
         return report
 
     async def _delete_drift_checks(self, cutoff: datetime) -> int:
-        def batch(session: Session) -> int:
-            ids = session.scalars(
-                sa.select(DriftCheckRow.id)
-                .where(DriftCheckRow.created_at < cutoff, DriftCheckRow.status != _RUNNING)
-                .order_by(DriftCheckRow.created_at)
-                .limit(self.settings.batch_size)
-            ).all()
-            if ids:
-                session.execute(sa.delete(DriftCheckRow).where(DriftCheckRow.id.in_(ids)))
-            return len(ids)
-
-        return await self._until_done(batch)
+        return await self._delete_older(DriftCheckRow, cutoff, DriftCheckRow.status != _RUNNING)
 
     async def _delete_events(self, cutoff: datetime) -> int:
         def batch(session: Session) -> int:
@@ -118,6 +128,27 @@ class Retention:
             ).all()
             if ids:
                 session.execute(sa.delete(EventRow).where(EventRow.id.in_(ids)))
+            return len(ids)
+
+        return await self._until_done(batch)
+
+    async def _delete_job_comparisons(self, cutoff: datetime) -> int:
+        return await self._delete_older(JobComparisonRow, cutoff)
+
+    async def _delete_older(
+        self, table: type[DriftCheckRow] | type[JobComparisonRow], cutoff: datetime, *also: sa.ColumnElement[bool]
+    ) -> int:
+        """Delete the rows of ``table`` created before ``cutoff`` (and matching ``also``), oldest first."""
+
+        def batch(session: Session) -> int:
+            ids = session.scalars(
+                sa.select(table.id)
+                .where(table.created_at < cutoff, *also)
+                .order_by(table.created_at)
+                .limit(self.settings.batch_size)
+            ).all()
+            if ids:
+                session.execute(sa.delete(table).where(table.id.in_(ids)))
             return len(ids)
 
         return await self._until_done(batch)

@@ -13,6 +13,7 @@ from pathlib import Path
 from topo_tune.config.cluster import (
     ControllerConfig,
     DriftConfig,
+    JobCapsConfig,
     RetentionConfig,
     RolloutConfig,
     RolloutGateConfig,
@@ -76,6 +77,8 @@ class ControllerSettings:
     """How often the active rollout is reconciled with what the agents report."""
     job_pin_retention_days: float = 30.0
     """Job pins older than this are forgotten (a job asking again after that gets a fresh answer)."""
+    job_caps: JobCapsConfig = field(default_factory=JobCapsConfig)
+    """How many pins and comparisons one job credential holds, and how large one may be (``controller.jobCaps``)."""
     drift: DriftConfig = field(default_factory=DriftConfig)
     """The periodic drift check of the active config version (``controller.drift`` in cluster.yaml)."""
     retention: RetentionConfig = field(default_factory=RetentionConfig)

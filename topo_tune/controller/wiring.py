@@ -74,9 +74,13 @@ class Services:
         self._measurements(settings)
         self._rollouts_and_studies(settings)
         self.retention = Retention(db=db, wall_clock=wall_clock, settings=settings.retention, metrics=self.metrics)
-        self.job_configs = JobResolver(self.rollout_store, self.registry, job_nodes=job_nodes)
+        self.job_configs = JobResolver(self.rollout_store, self.registry, job_nodes=job_nodes, caps=settings.job_caps)
         self.job_comparisons = JobComparisons(
-            db=db, wall_clock=wall_clock, pins=lambda job_id, arm: self.rollout_store.get_pin(job_id, arm=arm)
+            db=db,
+            wall_clock=wall_clock,
+            pins=lambda job_id, arm: self.rollout_store.get_pin(job_id, arm=arm),
+            pin_owner=self.rollout_store.pin_owner,
+            caps=settings.job_caps,
         )
         self.credential_ledger = CredentialLedger(db=db, credentials=credentials, hub=self.hub, wall_clock=wall_clock)
 

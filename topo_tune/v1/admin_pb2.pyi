@@ -1913,19 +1913,23 @@ class ListJobComparisonsRequest(_message.Message):
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     """empty: every job's"""
     limit: _builtins.int
     """0: 50"""
+    page_token: _builtins.str
+    """empty: the first page; else a previous reply's next_page_token"""
     def __init__(
         self,
         *,
         job_id: _builtins.str = ...,
         limit: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "limit", b"limit"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "limit", b"limit", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1936,18 +1940,22 @@ class ListJobComparisonsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     COMPARISONS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """empty: no more"""
     @_builtins.property
     def comparisons(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobComparison]:
-        """newest first"""
+        """newest first; a page holds at most about 1 MiB of them"""
 
     def __init__(
         self,
         *,
         comparisons: _abc.Iterable[Global___JobComparison] | None = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["comparisons", b"comparisons"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["comparisons", b"comparisons", "next_page_token", b"next_page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2695,19 +2703,23 @@ class IssueCredentialRequest(_message.Message):
 
     ROLE_FIELD_NUMBER: _builtins.int
     NODE_NAME_FIELD_NUMBER: _builtins.int
+    SCOPE_FIELD_NUMBER: _builtins.int
     role: Global___CredentialRole.ValueType
     """AGENT or JOB"""
     node_name: _builtins.str
     """AGENT: the node the credential registers as"""
+    scope: _builtins.str
+    """JOB: the job-id prefix it acts for (empty: any job id)"""
     def __init__(
         self,
         *,
         role: Global___CredentialRole.ValueType = ...,
         node_name: _builtins.str = ...,
+        scope: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_name", b"node_name", "role", b"role"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_name", b"node_name", "role", b"role", "scope", b"scope"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2721,12 +2733,15 @@ class IssuedCredential(_message.Message):
     ROLE_FIELD_NUMBER: _builtins.int
     NODE_NAME_FIELD_NUMBER: _builtins.int
     ID_FIELD_NUMBER: _builtins.int
+    SCOPE_FIELD_NUMBER: _builtins.int
     token: _builtins.str
     """a bearer token; secret: hand it to the node or the job's users only"""
     role: Global___CredentialRole.ValueType
     node_name: _builtins.str
     id: _builtins.str
     """what `admin credential list` shows and `revoke` takes (a short hash of the token)"""
+    scope: _builtins.str
+    """JOB: the job-id prefix it acts for (empty: any job id)"""
     def __init__(
         self,
         *,
@@ -2734,10 +2749,11 @@ class IssuedCredential(_message.Message):
         role: Global___CredentialRole.ValueType = ...,
         node_name: _builtins.str = ...,
         id: _builtins.str = ...,
+        scope: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "node_name", b"node_name", "role", b"role", "token", b"token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "node_name", b"node_name", "role", b"role", "scope", b"scope", "token", b"token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2752,9 +2768,12 @@ class CredentialInfo(_message.Message):
     NODE_NAME_FIELD_NUMBER: _builtins.int
     ISSUED_AT_FIELD_NUMBER: _builtins.int
     REVOKED_AT_FIELD_NUMBER: _builtins.int
+    SCOPE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     role: Global___CredentialRole.ValueType
     node_name: _builtins.str
+    scope: _builtins.str
+    """JOB: the job-id prefix it acts for (empty: any job id)"""
     @_builtins.property
     def issued_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -2769,10 +2788,11 @@ class CredentialInfo(_message.Message):
         node_name: _builtins.str = ...,
         issued_at: _timestamp_pb2.Timestamp | None = ...,
         revoked_at: _timestamp_pb2.Timestamp | None = ...,
+        scope: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["issued_at", b"issued_at", "revoked_at", b"revoked_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "issued_at", b"issued_at", "node_name", b"node_name", "revoked_at", b"revoked_at", "role", b"role"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "issued_at", b"issued_at", "node_name", b"node_name", "revoked_at", b"revoked_at", "role", b"role", "scope", b"scope"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -15,7 +15,8 @@ from topo_tune.controller.rollout import state
 from topo_tune.controller.rollout.gates import GateVerdict, Outcome, Sample
 from topo_tune.controller.rollout.plan import PlanPolicy, build_plan
 from topo_tune.controller.rollout.store import RolloutStore
-from topo_tune.errors import ConflictError, NotFoundError
+from topo_tune.controller.tenancy import Tenant
+from topo_tune.errors import ConflictError, NotFoundError, PermissionDenied
 from topo_tune.jobs.config import JobPin
 
 RACKS = racks(3, 2)
@@ -90,3 +91,18 @@ async def test_the_first_gate_result_and_the_first_job_pin_stand(db: Database) -
     await store.pin(JobPin("job-2", V2.id, ("a",)), rollout_id="ro-1")
     assert await store.prune_pins(older_than=clock.wall() - timedelta(days=30)) == 1
     assert await store.get_pin("job-1") is None and await store.get_pin("job-2") is not None
+
+
+async def test_two_tenants_pinning_arms_of_one_new_job_at_once_leave_one_owner(db: Database) -> None:
+    store = RolloutStore(db=db, wall_clock=Clock().wall)
+    tenants = [Tenant(owner=f"{i:012x}") for i in range(1, 9)]
+    results = await asyncio.gather(
+        *(
+            store.pin(JobPin("job-1", V1.id, ("a",), arm=f"arm-{i}"), rollout_id="", tenant=tenant)
+            for i, tenant in enumerate(tenants)
+        ),
+        return_exceptions=True,
+    )
+    won = [r for r in results if isinstance(r, JobPin)]
+    assert len(won) == 1 and all(isinstance(r, PermissionDenied) for r in results if r not in won)
+    assert await store.pin_owner("job-1") == tenants[results.index(won[0])].owner

@@ -25,6 +25,7 @@ from topo_tune.controller.api.messages import (
     to_proto_study,
     to_proto_study_trials,
 )
+from topo_tune.controller.api.pages import PAGE_BYTES, from_page_token, to_page_token
 from topo_tune.controller.api.rollout import RolloutServicerMixin
 from topo_tune.controller.api.status_codes import maps_errors
 from topo_tune.controller.api.watch import WatchServicerMixin
@@ -281,24 +282,30 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
         if request.role == admin_pb2.CREDENTIAL_ROLE_AGENT:
             role = Role.AGENT
             names.node_name(request.node_name, "node_name")
+            if request.scope:
+                raise ValidationError("scope", "an agent credential is bound to its node; leave it empty")
         elif request.role == admin_pb2.CREDENTIAL_ROLE_JOB:
             if request.node_name:
                 raise ValidationError("node_name", "a job credential is not bound to a node; leave it empty")
             role = Role.JOB
+            if request.scope:
+                names.job_id(request.scope, "scope")
         else:
             raise ValidationError("role", "credentials are issued for the agent or the job role only")
         if self._ledger is not None:
-            token, record = await self._ledger.issue(role, request.node_name)
+            token, record = await self._ledger.issue(role, request.node_name, scope=request.scope)
             key = record.id
         else:
             token = (
                 self._credentials.issue_agent(request.node_name)
                 if role is Role.AGENT
-                else self._credentials.issue_job()
+                else self._credentials.issue_job(request.scope)
             )
             key = credential_id(token)
         logger.info("issued %s credential %s", role.value, key, extra={"node": request.node_name})
-        return admin_pb2.IssuedCredential(token=token, role=request.role, node_name=request.node_name, id=key)
+        return admin_pb2.IssuedCredential(
+            token=token, role=request.role, node_name=request.node_name, id=key, scope=request.scope
+        )
 
     def _credential_ledger(self) -> CredentialLedger:
         if self._ledger is None:  # pragma: no cover - the server always wires it
@@ -328,15 +335,28 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
         self, request: admin_pb2.RecordJobComparisonRequest, context: Ctx
     ) -> admin_pb2.JobComparison:
         header, runs = from_proto_job_comparison(request)
-        return to_proto_job_comparison(await self._comparisons().record(header, runs))
+        recorded = await self._comparisons().record(header, runs, tenant=self._tenant(context))
+        return to_proto_job_comparison(recorded)
 
     @maps_errors
     async def ListJobComparisons(
         self, request: admin_pb2.ListJobComparisonsRequest, context: Ctx
     ) -> admin_pb2.ListJobComparisonsResponse:
         job_id = names.job_id(request.job_id, required=False)
-        found = await self._comparisons().list(job_id=job_id, limit=validation.limit(request.limit, default=50))
-        return admin_pb2.ListJobComparisonsResponse(comparisons=[to_proto_job_comparison(c) for c in found])
+        after = from_page_token(request.page_token)
+        limit = validation.limit(request.limit, default=50)
+        found = await self._comparisons().list(job_id=job_id, limit=limit, after=after)
+        reply = admin_pb2.ListJobComparisonsResponse()
+        for index, comparison in enumerate(found):
+            message = to_proto_job_comparison(comparison)
+            if reply.comparisons and reply.ByteSize() + message.ByteSize() > PAGE_BYTES:
+                reply.next_page_token = to_page_token(found[index - 1])
+                break
+            reply.comparisons.append(message)
+        else:
+            if len(found) == limit:
+                reply.next_page_token = to_page_token(found[-1])
+        return reply
 
 
 _ROLES = {Role.AGENT: admin_pb2.CREDENTIAL_ROLE_AGENT, Role.JOB: admin_pb2.CREDENTIAL_ROLE_JOB}
@@ -347,6 +367,7 @@ def _credential_info(record: IssuedRecord) -> admin_pb2.CredentialInfo:
         id=record.id,
         role=_ROLES[record.role],
         node_name=record.node_name,
+        scope=record.scope,
         issued_at=timestamp(record.issued_at),
         revoked_at=timestamp_or_none(record.revoked_at),
     )

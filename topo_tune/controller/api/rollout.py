@@ -18,10 +18,12 @@ from topo_tune.config.checks import overridden
 from topo_tune.controller import names
 from topo_tune.controller.api import messages, rollout_messages, validation
 from topo_tune.controller.api.status_codes import maps_errors
+from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.rollout.engine import RolloutEngine
 from topo_tune.controller.rollout.gates import check_reachable
 from topo_tune.controller.rollout.job_pins import JobResolver
 from topo_tune.controller.rollout.state import NodePhase, Snapshot
+from topo_tune.controller.tenancy import ADMIN, Tenant, tenant_of
 from topo_tune.errors import NotFoundError, ValidationError
 from topo_tune.ids import ConfigVersionId
 from topo_tune.kube.job_nodes import DEFAULT_WAIT_S as DEFAULT_SCHEDULE_WAIT_S
@@ -48,6 +50,13 @@ class RolloutServicerMixin:
 
     _rollouts: RolloutEngine
     _job_configs: JobResolver
+    _credentials: Credentials | None
+
+    def _tenant(self, context: Ctx) -> Tenant:
+        """Whom a job call acts for: its job credential (``tenancy``), else the admin."""
+        if self._credentials is None:
+            return ADMIN
+        return tenant_of(self._credentials.of_metadata(context.invocation_metadata()))
 
     def _reconcile_soon(self) -> None:
         task = asyncio.get_running_loop().create_task(self._rollouts.reconcile())
@@ -163,5 +172,7 @@ class RolloutServicerMixin:
             raise ValidationError("nodes", f"more than {MAX_JOB_NODES}")
         for index, node in enumerate(nodes):
             names.node_name(node, f"nodes[{index}]")
-        resolved = await self._job_configs.resolve(job_id, nodes, arm=arm, preview=request.preview)
+        resolved = await self._job_configs.resolve(
+            job_id, nodes, arm=arm, preview=request.preview, tenant=self._tenant(context)
+        )
         return messages.to_proto_job_config(resolved, preview=request.preview)

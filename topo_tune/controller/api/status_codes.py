@@ -55,6 +55,8 @@ CODES: dict[type[errors.TopoTuneError], grpc.StatusCode] = {
     errors.StorageError: C.UNAVAILABLE,
     # A full disk stays full until someone frees space: no retry helps, so not UNAVAILABLE.
     errors.DatabaseFull: C.RESOURCE_EXHAUSTED,
+    # A cap on what one credential or one row may store: nothing was stored; deleting, or retention, frees room.
+    errors.QuotaExceeded: C.RESOURCE_EXHAUSTED,
     errors.StaleTermError: C.UNAVAILABLE,
     errors.WatchEnded: C.UNAVAILABLE,
     errors.KubernetesError: C.UNAVAILABLE,

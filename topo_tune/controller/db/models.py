@@ -242,6 +242,7 @@ class JobPinRow(Base):
     names), so all its ranks get the same ones for its whole life."""
 
     __tablename__ = "job_pins"
+    __table_args__ = (Index("ix_job_pins_owner", "owner"),)
 
     job_id: Mapped[str] = mapped_column(String(253), primary_key=True)
     arm: Mapped[str] = mapped_column(String(32), primary_key=True, default="")
@@ -249,6 +250,8 @@ class JobPinRow(Base):
     nodes: Mapped[list[str]] = mapped_column(JSON)
     node_order: Mapped[list[str]] = mapped_column(JSON, default=list)
     rollout_id: Mapped[str] = mapped_column(String(64), default="")
+    owner: Mapped[str] = mapped_column(String(16), default="", server_default="")
+    """The id of the job credential that pinned the job first ("" = the admin): the job's owner (``tenancy``)."""
     created_at: Mapped[datetime]
 
 
@@ -317,11 +320,17 @@ class JobComparisonRow(Base):
     """A job's own A/B (``exec --compare``): what the job recorded, run by run, and the figures once complete."""
 
     __tablename__ = "job_comparisons"
-    __table_args__ = (Index("ix_job_comparisons_created_at", "created_at"), Index("ix_job_comparisons_job", "job_id"))
+    __table_args__ = (
+        Index("ix_job_comparisons_created_at", "created_at"),
+        Index("ix_job_comparisons_job", "job_id"),
+        Index("ix_job_comparisons_owner", "owner"),
+    )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     """Derived from the job id and the two arms as named, so every node's record lands in the same row."""
     job_id: Mapped[str] = mapped_column(String(253))
+    owner: Mapped[str] = mapped_column(String(16), default="", server_default="")
+    """The id of the job credential that recorded it first ("" = the admin) (``tenancy``)."""
     header: Mapped[dict[str, Any]] = mapped_column(JSON)
     """Arms, their versions and node orders, the metric, pairs, nodes: the same in every node's record."""
     runs: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
@@ -341,5 +350,7 @@ class CredentialRow(Base):
     id: Mapped[str] = mapped_column(String(16), primary_key=True)
     role: Mapped[str] = mapped_column(String(16))
     node_name: Mapped[str] = mapped_column(String(253), default="")
+    scope: Mapped[str] = mapped_column(String(253), default="", server_default="")
+    """A job credential's job-id prefix ("" = any job id)."""
     issued_at: Mapped[datetime]
     revoked_at: Mapped[datetime | None]

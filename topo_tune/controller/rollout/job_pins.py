@@ -7,6 +7,9 @@ job gets the same ones, even from a controller that restarted meanwhile. When tw
 stored first stands. The address of node rank 0 (``master_addr``) is what its agent registered, read at each
 question (the pin holds names, not addresses).
 
+A pin belongs to the job credential that made the job's first one (``tenancy``): another is refused before
+anything is read or stored.
+
 Non-goals: the choices themselves (``topo_tune.jobs.config``, ``topo_tune.tuner.ring.job_order``) and pin retention
 (a scheduled clean-up).
 """
@@ -18,9 +21,11 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from topo_tune.config.cluster import JobCapsConfig
 from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.rollout.state import RolloutPhase, WavePhase
 from topo_tune.controller.rollout.store import RolloutStore
+from topo_tune.controller.tenancy import ADMIN, CAPS, Tenant, check_row_nodes
 from topo_tune.errors import NotFoundError, ValidationError
 from topo_tune.ids import NodeName, RolloutId
 from topo_tune.jobs.config import JobPin, RolloutView, resolve
@@ -81,8 +86,17 @@ class JobResolver:
             )  # fmt: skip
         return await self.job_nodes(job_id, wait_s)
 
-    async def resolve(self, job_id: str, nodes: Sequence[str], *, arm: str = "", preview: bool = False) -> ResolvedJob:
-        """The job's pin for ``arm`` (see ``job_config.arm_version``), stored unless ``preview``."""
+    caps: JobCapsConfig = CAPS
+
+    async def resolve(
+        self, job_id: str, nodes: Sequence[str], *, arm: str = "", preview: bool = False, tenant: Tenant = ADMIN
+    ) -> ResolvedJob:
+        """The job's pin for ``arm`` (see ``job_config.arm_version``), stored unless ``preview``; refused when
+        the job is not ``tenant``'s (``tenancy``)."""
+        check_row_nodes(self.caps, nodes, "nodes")
+        if job_id:
+            tenant.check_job(job_id)
+            tenant.check_owner(job_id, await self.store.pin_owner(job_id))
         existing = await self.store.get_pin(job_id, arm=arm) if job_id else None
         view = await job_view(self.store)
         pin = resolve(job_id or "preview", nodes, view, {job_id: existing} if existing else {}, arm=arm)
@@ -92,7 +106,7 @@ class JobResolver:
         if existing is None:
             pin = dataclasses.replace(pin, order=planned.order)
             if not preview:
-                pin = await self.store.pin(pin, rollout_id=view.rollout_id)
+                pin = await self.store.pin(pin, rollout_id=view.rollout_id, tenant=tenant, caps=self.caps)
         elif not pin.order:  # pinned before pins held orders: the order is a function of version and nodes
             pin = dataclasses.replace(pin, order=planned.order)
         if pin.order != planned.order:  # the pin stands (made by an earlier planner): predict it as it is

@@ -19,7 +19,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from topo_tune.config.cluster import RolloutThresholdsConfig
+from topo_tune.config.cluster import JobCapsConfig, RolloutThresholdsConfig
 from topo_tune.controller.config_versions import ConfigVersions
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import (
@@ -43,6 +43,7 @@ from topo_tune.controller.rollout.state import (
     WavePhase,
     WaveState,
 )
+from topo_tune.controller.tenancy import ADMIN, CAPS, Tenant
 from topo_tune.errors import AlreadyExists, ConflictError, NotFoundError, StorageError
 from topo_tune.ids import NO_CONFIG_VERSION, ConfigVersionId, NodeName, RolloutId
 from topo_tune.jobs.config import JobPin
@@ -359,13 +360,30 @@ class RolloutStore:
             return None
         return JobPin(row.job_id, ConfigVersionId(row.config_version), tuple(row.nodes), tuple(row.node_order), row.arm)
 
-    async def pin(self, pin: JobPin, *, rollout_id: RolloutId) -> JobPin:
-        """Store ``pin`` (version and node order, under its job id and arm) unless the job is pinned already;
-        returns the pin that stands."""
+    async def pin_owner(self, job_id: str) -> str | None:
+        """Who owns ``job_id``'s pins (``tenancy``): the credential of its first pin; None when it has none."""
+        return await self.db.read(
+            lambda session: session.scalar(sa.select(JobPinRow.owner).where(JobPinRow.job_id == job_id).limit(1))
+        )
+
+    async def pin(
+        self, pin: JobPin, *, rollout_id: RolloutId, tenant: Tenant = ADMIN, caps: JobCapsConfig = CAPS
+    ) -> JobPin:
+        """Store ``pin`` (version and node order, under its job id and arm, owned by ``tenant``) unless the job
+        is pinned already; returns the pin that stands. Refused, with nothing stored, when the job is another
+        tenant's or the tenant holds its cap of pins."""
         at = self.wall_clock()
 
         def write(session: Session) -> None:
+            if session.get_bind().dialect.name == "postgresql":
+                # Two tenants pinning two arms of one new job id at once would each see no owner: the job's
+                # first pins are made one at a time (SQLite writes one transaction at a time anyway).
+                session.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtext(pin.job_id))))
+            owners = sa.select(JobPinRow.owner).where(JobPinRow.job_id == pin.job_id).limit(1)
+            tenant.check_owner(pin.job_id, session.scalar(owners))
             if session.get(JobPinRow, (pin.job_id, pin.arm)) is None:
+                owned = sa.select(sa.func.count()).where(JobPinRow.owner == tenant.owner)
+                tenant.check_count(session.scalar(owned) or 0, caps.pins_per_credential, "pins")
                 session.add(
                     JobPinRow(
                         job_id=pin.job_id,
@@ -374,6 +392,7 @@ class RolloutStore:
                         nodes=list(pin.nodes),
                         node_order=list(pin.order),
                         rollout_id=rollout_id,
+                        owner=tenant.owner,
                         created_at=at,
                     )
                 )
