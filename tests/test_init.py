@@ -269,7 +269,15 @@ def test_a_seeded_sim_study_reproduces_byte_for_byte(tmp_path: Path) -> None:
     assert summaries[0]["trials"] == summaries[1]["trials"], "the same trials, measured alike"
     assert summaries[0] == summaries[1], "the same result"
     for name in files:
+        if str(name) == "cluster-time.json":  # wall-clock seconds: the one output that differs between runs
+            continue
         assert (first / name).read_bytes() == (second / name).read_bytes(), f"{name} differs between the runs"
+    times = [json.loads((run / "cluster-time.json").read_text()) for run in (first, second)]
+    for data in times:
+        assert [p["phase"] for p in data["phases"]] == ["nodes", "probe", "search", "proof", "outputs"]
+        assert data["simulated"] is True and "SIMULATED" in data["note"]
+    # What the runs did is the same; only how long it took differs.
+    assert [p["jobs"] for p in times[0]["phases"]] == [p["jobs"] for p in times[1]["phases"]]
 
 
 @pytest.mark.parametrize("gpus", [1, 2])

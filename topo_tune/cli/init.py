@@ -241,7 +241,9 @@ def init(
       topo-tune init --cluster-config examples/local-gloo.yaml
       topo-tune init --cluster-config examples/one-box.yaml    # one GPU machine, no other process
     """
-    from topo_tune.tuning_pass.run import run_pass  # noqa: PLC0415 - the tuner stack loads only for this command
+    from topo_tune.tuner.outputs import CLUSTER_TIME  # noqa: PLC0415 - the tuner stack loads only for this command
+    from topo_tune.tuning_pass.cluster_time import time_lines  # noqa: PLC0415
+    from topo_tune.tuning_pass.run import run_pass  # noqa: PLC0415
 
     cluster = load_cluster_config(config_file)
     if worker_env:
@@ -330,6 +332,9 @@ def init(
     click.echo(json.dumps({"config_version": summary.get("config_version"), "output": str(output)}, indent=None))
     for name in result.written.files:
         console.print(f"  wrote {output / name}")
+    console.print(f"  wrote {output / CLUSTER_TIME}")
+    for line in time_lines(result.cluster_time.to_json()):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     console.print(gain_line(summary["workload"]), markup=False, highlight=False, soft_wrap=True)
     # Last: what was decided per weighted bucket, with its bounds, and the trade-off when there is one.
     for line in verdict_lines(outcome):

@@ -34,6 +34,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from topo_tune.errors import ConfigError
 from topo_tune.topology.distance import PairMatrix
@@ -61,6 +62,8 @@ __all__ = [
 
 HOSTFILE = "hostfile"
 SUMMARY = "summary.json"
+CLUSTER_TIME = "cluster-time.json"
+"""Wall time and node-seconds per phase: the one output that differs between two runs of a seeded sim study."""
 REPORT = "report.html"
 PLOTS = "plots"
 
@@ -176,6 +179,17 @@ def write_outputs(
     contents: dict[str, str | bytes] = {**written, **{f"{PLOTS}/{f.name}": f.png for f in figures}, REPORT: report}
     _replace_all(directory, contents)
     return WrittenOutputs(directory, tuple(sorted(contents)), version)
+
+
+def write_cluster_time(directory: Path, data: Mapping[str, Any]) -> Path:
+    """``cluster-time.json`` beside the other outputs, written whole or not at all. Apart from summary.json, so
+    the outputs that describe the result stay byte-identical between runs of a seeded study."""
+    partial, target = _stage(directory / CLUSTER_TIME, json.dumps(data, indent=2) + "\n")
+    try:
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+    return target
 
 
 def _config_version(

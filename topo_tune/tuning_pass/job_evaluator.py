@@ -40,6 +40,8 @@ class JobEvaluator:
     # purpose, pair, side, collective, sizes), never from a job id or the order jobs finish in, so a seeded sim
     # study reproduces exactly. None: the controller draws one per job.
     seed: int | None = None
+    on_job: Callable[[BenchmarkJob, float], None] | None = None
+    """Told of each finished job with the seconds from asking for it to reading its result (cluster time)."""
 
     def __call__(self, config: TrialConfig, request: MeasurementRequest) -> Measurements:
         samples: list[SizeSample] = []
@@ -75,7 +77,8 @@ class JobEvaluator:
         )
         # A node still busy with an earlier job (e.g. one left by a run that was killed and is being resumed)
         # frees up when that job ends or reaches its deadline: wait for it rather than fail the trial.
-        waited_until = time.monotonic() + self.deadline_s
+        asked = time.monotonic()
+        waited_until = asked + self.deadline_s
         while True:
             try:
                 job = self.client.start_benchmark(request)
@@ -90,6 +93,8 @@ class JobEvaluator:
                 raise TrialFailed(str(refused), kind="failed") from None
         if job.status is JobStatus.RUNNING:
             job = self.client.wait_benchmark(job.job_id)
+        if self.on_job is not None:
+            self.on_job(job, time.monotonic() - asked)
         if job.status is JobStatus.TIMED_OUT:
             raise TrialFailed(job.message, kind="timeout")
         if job.status is not JobStatus.SUCCEEDED:

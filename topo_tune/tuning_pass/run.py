@@ -28,13 +28,14 @@ from topo_tune.node_record import NodeInfo, NodeState
 from topo_tune.topology import Measurement, PairMatrix, Spine, build_cluster
 from topo_tune.topology.sampling import default_mode, infer_pairs
 from topo_tune.tuner.objective import Objective, WorkloadProfile
-from topo_tune.tuner.outputs import ClusterShape, WrittenOutputs, write_outputs
+from topo_tune.tuner.outputs import ClusterShape, WrittenOutputs, write_cluster_time, write_outputs
 from topo_tune.tuner.ring.rank_map import plan_rank_map
 from topo_tune.tuner.space import NATURAL_ORDER, Fabric, RankOrder, SearchSpace
 from topo_tune.tuner.study import Candidate, StudyOutcome, StudyProgress, StudySettings, run_study, stored_rank_orders
 from topo_tune.tuner.study_records import plural
 from topo_tune.tuner.timeout_advice import MIN_SAMPLES, advise, latencies_of
 from topo_tune.tuner.workload_gain import WorkloadSource
+from topo_tune.tuning_pass.cluster_time import ClusterClock
 from topo_tune.tuning_pass.controller_port import AdminPort
 from topo_tune.tuning_pass.job_evaluator import JobEvaluator
 from topo_tune.v1 import topology_pb2
@@ -51,6 +52,8 @@ class PassResult:
     written: WrittenOutputs
     nodes: tuple[str, ...]
     measured_pairs: int
+    cluster_time: ClusterClock
+    """Wall time and node-seconds per phase (``summary.json``'s ``cluster_time`` is its state before the outputs)."""
 
 
 def last_heard(node: NodeInfo | None, now: float) -> str:
@@ -314,6 +317,8 @@ def run_pass(
     names = [node.name for rack in cluster.racks for node in rack.nodes]
     if not names:
         raise ConfigError("racks", "cluster.yaml lists no node to tune")
+    clock = ClusterClock(simulated=cluster.backend.simulated)
+    clock.begin("nodes", nodes=len(names))
     on_status(f"waiting for nodes: 0/{len(names)} ready")
 
     def waiting(ready: int, missing: list[str]) -> None:
@@ -324,6 +329,7 @@ def run_pass(
     if cluster.backend.runs_nccl:
         require_gpus(client, names)
     measured = 0
+    clock.begin("probe", nodes=len(names))
     if not cluster.backend.simulated and len(names) > 1:
         if _sparse(cluster, len(names)):
             on_status(f"probing a sparse sample of {len(names) * (len(names) - 1) // 2} node pairs")
@@ -379,11 +385,21 @@ def run_pass(
         warmup_iters=search.warmup_iters,
         cuda_graph=search.cuda_graph,
         seed=search.seed,
+        on_job=lambda job, wall_s: clock.job(job, wall_s=wall_s),
     )
+
+    def progressed(update: StudyProgress) -> None:
+        if update.phase in ("search", "proof") and clock.current != update.phase:
+            clock.begin(update.phase, nodes=len(names))
+        if on_progress is not None:
+            on_progress(update)
+
+    clock.begin("search", nodes=len(names))
     started = time.monotonic()
     outcome = run_study(
-        settings, space=space, objective=objective, evaluate=evaluator, candidates=candidates, on_progress=on_progress
+        settings, space=space, objective=objective, evaluate=evaluator, candidates=candidates, on_progress=progressed
     )
+    clock.end()
     logger.info("study finished in %.1f s", time.monotonic() - started, extra={"study": settings.name})
     # A short study (a small budget, failed trials) may not measure a collective often enough to fit its
     # latency: the advice leaves that collective out, and the pass goes on without advice if none is left.
@@ -391,6 +407,7 @@ def run_pass(
     latencies = {c: times for c, times in measured_latencies.items() if len(times) >= MIN_SAMPLES}
     for collective in sorted(set(measured_latencies) - set(latencies)):
         logger.warning("no timeout advice for %s: fewer than %d measurements", collective, MIN_SAMPLES)
+    clock.begin("outputs", nodes=0)
     on_status(f"writing outputs to {output}")
     written = write_outputs(
         outcome,
@@ -404,4 +421,6 @@ def run_pass(
     )
     version = written.config_version
     client.put_config_version(dict(version.files), dict(version.provenance), version_id=version.id)
-    return PassResult(outcome=outcome, written=written, nodes=tuple(names), measured_pairs=measured)
+    clock.end()
+    write_cluster_time(output, clock.to_json())
+    return PassResult(outcome=outcome, written=written, nodes=tuple(names), measured_pairs=measured, cluster_time=clock)
