@@ -11,6 +11,11 @@ print their wire messages through :func:`to_data`, which gives plain values, as 
   of a ``oneof``, only the member that is set;
 * a float that is not finite as the string ``NaN``, ``Infinity`` or ``-Infinity`` (JSON has no such number).
 
+Tables are for people, and their cells hold text that peers chose (an agent's version, address, labels, a
+command's result): every cell and title is plain text, never parsed as rich markup (``[/x]`` would crash the
+table, ``[link=…]`` would make a live hyperlink), with control and bidirectional characters shown as escapes and
+at most ``CELL_LIMIT`` characters, as the logs show them (``security/log_text.py``).
+
 Non-goals: reading data back into messages, and the ``table`` format (which stays made for people).
 """
 
@@ -30,8 +35,13 @@ from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+from topo_tune.security.log_text import printable
 
 FORMATS = ("table", "json", "yaml")
+CELL_LIMIT = 512
+"""The most characters a table cell shows of one value (after escaping); longer ones say how long they were."""
 
 
 def to_data(message: Message) -> dict[str, Any]:
@@ -99,12 +109,17 @@ def emit_data(data: object, fmt: str) -> None:
         click.echo(yaml.safe_dump(data, sort_keys=False).rstrip())
 
 
+def inert(value: object) -> Text:
+    """``value`` as a table shows it: plain text (no markup), control characters escaped, bounded."""
+    return Text(printable(str(value), limit=CELL_LIMIT))
+
+
 def emit_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    table = Table(title=title, title_justify="left", box=None, header_style="bold", pad_edge=False)
+    table = Table(title=inert(title), title_justify="left", box=None, header_style="bold", pad_edge=False)
     for column in columns:
-        table.add_column(column)
+        table.add_column(inert(column))
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(inert(cell) for cell in row))
     console = Console()
     if not console.is_terminal:
         # Piped output: never truncate ids to fit an imagined 80-column screen.
