@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,38 @@ def test_a_malformed_host_list_names_the_variable() -> None:
         expand_hostlist("gpu[01-03")
     with pytest.raises(ConfigError, match="bad range"):
         expand_hostlist("gpu[a-b]")
+
+
+def test_a_huge_host_list_is_refused_before_it_is_expanded() -> None:
+    # gpu[0-99999999] once ran 71 s and took 3.4 GB before a MemoryError; counted first, it is refused at once.
+    with pytest.raises(ConfigError, match=r"--nodes: names 100000000 hosts, more than the 100000"):
+        expand_hostlist("gpu[0-99999999]", source="--nodes")
+    with pytest.raises(ConfigError, match="more than the 100000"):
+        expand_hostlist("a[0-999]b[0-999]")  # a product of ranges is counted too
+    assert len(expand_hostlist("n[1-100000]")) == 100_000
+
+
+@pytest.mark.parametrize(
+    ("hostlist", "why"),
+    [
+        ("gpu[5-1]", "runs backwards"),  # once expanded to nothing
+        ("gpu[[1-2]]", "brackets"),
+        ("gpu]1[", "brackets"),
+        ("gpu[1-2]x\nforged", "not a valid node name"),
+        ("bad;rm -rf", "not a valid node name"),
+    ],
+)
+def test_a_host_list_that_is_not_one_is_refused_naming_where_it_came_from(hostlist: str, why: str) -> None:
+    with pytest.raises(ConfigError, match=why) as refused:
+        expand_hostlist(hostlist, source="--nodes")
+    assert str(refused.value).startswith("--nodes: ")
+
+
+def test_a_node_list_variable_of_names_that_are_not_host_names_is_refused() -> None:
+    with pytest.raises(ConfigError, match=re.escape("TOPO_TUNE_NODES: not a valid node name: 'b\\nc'")):
+        nodes_from_env({"TOPO_TUNE_NODES": "a,b\nc"})
+    with pytest.raises(ConfigError, match=r"SLURM_JOB_NODELIST: .*runs backwards"):
+        nodes_from_env({"SLURM_JOB_NODELIST": "gpu[5-1]"})
 
 
 def test_nodes_and_job_id_come_from_the_launchers_variables() -> None:

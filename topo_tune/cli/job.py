@@ -91,7 +91,7 @@ _KUBERNETES_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[
 def job_nodes(node_args: tuple[str, ...], environ: Mapping[str, str], *, job_id: str = "") -> list[str]:
     """The job's nodes from ``--nodes``, else from the launcher's environment; none is a usage error, except for
     a job id that is a Kubernetes uid (a Job's or JobSet's): [] asks the controller to read them from the API."""
-    nodes = [host for arg in node_args for host in expand_hostlist(arg)]
+    nodes = [host for arg in node_args for host in expand_hostlist(arg, source="--nodes")]
     if not nodes:
         nodes = nodes_from_env(environ)
     if not nodes and not _KUBERNETES_UID.fullmatch(job_id):

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from topo_tune.config.values import NODE_NAME_PATTERN
 from topo_tune.errors import ConfigError, ConflictError
 from topo_tune.ids import NO_CONFIG_VERSION, NO_ROLLOUT, ConfigVersionId, NodeName, RolloutId
 from topo_tune.plugin.job_env import plugin_env
@@ -180,55 +181,104 @@ def nodes_from_env(environ: Mapping[str, str]) -> list[str]:
     hostfile the launcher was given.
     """
     if environ.get("TOPO_TUNE_NODES"):
-        return [n for n in (part.strip() for part in environ["TOPO_TUNE_NODES"].split(",")) if n]
+        nodes = [n for n in (part.strip() for part in environ["TOPO_TUNE_NODES"].split(",")) if n]
+        if len(nodes) > MAX_JOB_NODES:
+            raise ConfigError(
+                "TOPO_TUNE_NODES", f"names {len(nodes)} hosts, more than the {MAX_JOB_NODES} a job may have"
+            )
+        for node in nodes:
+            if not _NODE_NAME.match(node):
+                raise ConfigError(
+                    "TOPO_TUNE_NODES", f"not a valid node name: {node[:80]!r} (letters, digits, '-', '_', '.')"
+                )
+        return nodes
     for name in ("SLURM_JOB_NODELIST", "SLURM_NODELIST"):
         if environ.get(name):
-            return expand_hostlist(environ[name])
+            return expand_hostlist(environ[name], source=name)
     return []
 
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_RANGE = re.compile(r"^(\d{1,9})(?:-(\d{1,9}))?$")
+_NODE_NAME = re.compile(NODE_NAME_PATTERN)
+MAX_JOB_NODES = 100_000
+"""The most nodes one job may name: a host list that expands to more is refused before it is expanded."""
 
 
-def expand_hostlist(hostlist: str) -> list[str]:
-    """Expand Slurm's compressed host list: ``gpu[01-03,07],login1`` → gpu01, gpu02, gpu03, gpu07, login1."""
+def expand_hostlist(hostlist: str, *, source: str = "SLURM_JOB_NODELIST", limit: int = MAX_JOB_NODES) -> list[str]:
+    """Expand Slurm's compressed host list: ``gpu[01-03,07],login1`` → gpu01, gpu02, gpu03, gpu07, login1.
+
+    Counted before it is expanded, so ``gpu[0-99999999]`` is refused at once rather than filling memory; a
+    reversed range (``gpu[5-1]``) and a name that is not a host name are refused. Errors name ``source``, the
+    flag or variable the value came from. (Slurm's own ``scontrol show hostnames`` needs a Slurm client on
+    the host; python-hostlist is GPL-licensed: so this small parser of the documented syntax.)
+    """
+    items = _split_top_level(hostlist, source)
+    total = sum(_count(item, hostlist, source) for item in items)
+    if total > limit:
+        raise ConfigError(source, f"names {total} hosts, more than the {limit} a job may have")
     hosts: list[str] = []
-    for item in _split_top_level(hostlist):
-        hosts.extend(_expand_one(item, hostlist))
+    for item in items:
+        for host in _expand_one(item, hostlist, source):
+            if not _NODE_NAME.match(host):
+                raise ConfigError(source, f"not a valid node name: {host[:80]!r} (letters, digits, '-', '_', '.')")
+            hosts.append(host)
     return hosts
 
 
-def _split_top_level(text: str) -> list[str]:
+def _split_top_level(text: str, source: str) -> list[str]:
     items, depth, current = [], 0, ""
     for char in text:
         if char == "[":
             depth += 1
         elif char == "]":
             depth -= 1
+        if depth not in (0, 1):
+            raise ConfigError(source, f"unbalanced or nested brackets in {text[:80]!r}")
         if char == "," and depth == 0:
             items.append(current)
             current = ""
         else:
             current += char
+    if depth:
+        raise ConfigError(source, f"unbalanced '[' in {text[:80]!r}")
     items.append(current)
     return [i for i in (item.strip() for item in items) if i]
 
 
-def _expand_one(item: str, whole: str) -> list[str]:
+def _ranges(body: str, whole: str, source: str) -> list[tuple[int, int, int]]:
+    """(low, high, width) of each range in ``[...]``'s body."""
+    out = []
+    for part in body.split(","):
+        match = _RANGE.match(part.strip())
+        if not match:
+            raise ConfigError(source, f"bad range {part[:40]!r} in {whole[:80]!r}")
+        low, high = match.group(1), match.group(2) or match.group(1)
+        if int(high) < int(low):
+            raise ConfigError(source, f"range {part.strip()!r} runs backwards in {whole[:80]!r}")
+        out.append((int(low), int(high), len(low)))
+    return out
+
+
+def _count(item: str, whole: str, source: str) -> int:
+    start = item.find("[")
+    if start < 0:
+        return 1
+    end = item.find("]", start)
+    if end < 0:
+        raise ConfigError(source, f"unbalanced '[' in {whole[:80]!r}")
+    own = sum(high - low + 1 for low, high, _ in _ranges(item[start + 1 : end], whole, source))
+    return own * _count(item[end + 1 :], whole, source)
+
+
+def _expand_one(item: str, whole: str, source: str) -> list[str]:
     start = item.find("[")
     if start < 0:
         return [item]
     end = item.find("]", start)
-    if end < 0:
-        raise ConfigError("SLURM_JOB_NODELIST", f"unbalanced '[' in {whole!r}")
-    prefix, ranges, rest = item[:start], item[start + 1 : end], item[end + 1 :]
+    prefix, body, rest = item[:start], item[start + 1 : end], item[end + 1 :]
+    tails = _expand_one(rest, whole, source) if rest else [""]
     out: list[str] = []
-    for part in ranges.split(","):
-        match = _RANGE.match(part.strip())
-        if not match:
-            raise ConfigError("SLURM_JOB_NODELIST", f"bad range {part!r} in {whole!r}")
-        low, high = match.group(1), match.group(2) or match.group(1)
-        width = len(low)
-        for number in range(int(low), int(high) + 1):
-            out.extend(f"{prefix}{number:0{width}d}{tail}" for tail in _expand_one(rest, whole) or [""])
+    for low, high, width in _ranges(body, whole, source):
+        for number in range(low, high + 1):
+            out.extend(f"{prefix}{number:0{width}d}{tail}" for tail in tails)
     return out

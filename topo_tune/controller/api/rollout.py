@@ -26,6 +26,7 @@ from topo_tune.controller.rollout.state import NodePhase, Snapshot
 from topo_tune.controller.tenancy import ADMIN, Tenant, tenant_of
 from topo_tune.errors import NotFoundError, ValidationError
 from topo_tune.ids import ConfigVersionId
+from topo_tune.jobs.config import MAX_JOB_NODES
 from topo_tune.kube.job_nodes import DEFAULT_WAIT_S as DEFAULT_SCHEDULE_WAIT_S
 from topo_tune.v1 import admin_pb2
 from topo_tune.versions.version import ConfigVersion
@@ -33,7 +34,6 @@ from topo_tune.versions.version import ConfigVersion
 logger = logging.getLogger(__name__)
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
-MAX_JOB_NODES = 100_000
 
 
 def _actor(value: str) -> str:
