@@ -103,6 +103,14 @@ BAD_FIRST_MESSAGES = [
     (register("n1", labels={f"k{i}": "v" for i in range(100)}), "register.labels: 100 labels, at most 64"),
     (register("n1", labels={"k": "v" * 1000}), "register.labels['k']: value longer than 256"),
     (register("n1", agent_version="v" * 1000), "register.agent_version: longer than 64"),
+    # A version or id a person reads in `admin nodes`: no terminal escape, no bidi override.
+    (register("n1", agent_version="1.0\x1b[2J"), "register.agent_version: holds a control or bidirectional"),
+    (register("n1", instance_id="i\u202e1"), "register.instance_id: holds a control or bidirectional"),
+    # The address becomes TOPO_TUNE_MASTER_ADDR and a launcher's host: only a host name or an IP literal.
+    (register("n1", address="a" * 100_000), "register.address: longer than 253 characters"),
+    (register("n1", address="10.0.0.1 --master_port=1"), "register.address: expected a host name or an IP address"),
+    (register("n1", address="gpu-a1\nforged"), "register.address: expected a host name or an IP address"),
+    (register("n1", address="-oProxyCommand=x"), "register.address: expected a host name or an IP address"),
 ]
 
 

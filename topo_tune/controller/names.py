@@ -7,6 +7,7 @@ through the admin API); ``api/validation.py`` checks whole wire messages with th
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 
@@ -23,6 +24,7 @@ MAX_LABELS = 64
 MAX_LABEL_KEY = 317  # a 253-character prefix, "/", a 63-character name, as Kubernetes allows
 MAX_LABEL_VALUE = 256
 MAX_SHORT = 128
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 
 
 def node_name(value: str, field: str) -> NodeName:
@@ -66,6 +68,31 @@ def command_id(value: str, field: str) -> str:
 def rollout_id(value: str, field: str = "rollout_id") -> RolloutId:
     """A rollout id is spelt as a command id."""
     return RolloutId(command_id(value, field))
+
+
+def address(value: str, field: str) -> str:
+    """Where peers reach a node: a host name or an IP literal, at most 253 characters; empty: none given.
+
+    It becomes a job's ``TOPO_TUNE_MASTER_ADDR`` and a launcher's host, so nothing else (a space, a flag, a
+    newline) is ever stored."""
+    if not value:
+        return value
+    if len(value) > 253:
+        raise ValidationError(field, "longer than 253 characters: expected a host name or an IP address")
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        if not NODE_NAME.match(value):
+            raise ValidationError(field, "expected a host name or an IP address") from None
+    return value
+
+
+def plain_text(value: str, field: str, *, limit: int = MAX_SHORT) -> str:
+    """``short_text`` that also refuses control and bidirectional characters (text a person reads as is)."""
+    short_text(value, field, limit=limit)
+    if _CONTROL.search(value):
+        raise ValidationError(field, "holds a control or bidirectional character")
+    return value
 
 
 def short_text(value: str, field: str, *, limit: int = MAX_SHORT) -> str:

@@ -16,9 +16,11 @@ from topo_tune.controller.names import (
     MAX_LABEL_KEY,
     MAX_LABEL_VALUE,
     MAX_LABELS,
+    address,
     command_id,
     labels,
     node_name,
+    plain_text,
     short_text,
 )
 from topo_tune.errors import ValidationError
@@ -80,8 +82,9 @@ def register(message: agent_pb2.Register) -> agent_pb2.Register:
     if message.rack:
         node_name(message.rack, "register.rack")
     labels(message.labels, "register.labels")
-    short_text(message.agent_version, "register.agent_version", limit=64)
-    short_text(message.instance_id, "register.instance_id", limit=64)
+    plain_text(message.agent_version, "register.agent_version", limit=64)
+    plain_text(message.instance_id, "register.instance_id", limit=64)
+    address(message.address, "register.address")
     short_text(message.applied_config_version, "register.applied_config_version")
     enum_value(message, "backend", "register")
     topology = message.topology
