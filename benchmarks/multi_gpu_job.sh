@@ -36,22 +36,10 @@ CONFIG_DIR=$OUT/agent-config
 METRIC='step_time_ms: ([0-9.]+)'
 JOB=(torchrun --standalone --nproc_per_node="$NGPU" "$REPO/benchmarks/ddp_train.py" --steps "$STEPS")
 
-step() {  # step NAME CMD...: run CMD, its output in OUT/NAME.log; print rc, wall time and the log's tail
-    local name=$1 start rc
-    shift
-    echo "== $name: $*"
-    start=$(date +%s.%N)
-    "$@" >"$OUT/$name.log" 2>&1
-    rc=$?
-    echo "== $name rc=$rc wall=$(python3 -c "import time; print(f'{time.time() - $start:.1f}')")s"
-    tail -n "${TAIL:-20}" "$OUT/$name.log"
-    return $rc
-}
+source "$REPO/benchmarks/gpu_steps.sh"
 
 versions() {
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-    python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__,
-"cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())), "gpus", torch.cuda.device_count())'
+    gpu_versions
     nvidia-smi topo -m
 }
 step versions versions
