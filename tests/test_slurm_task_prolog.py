@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import controller_settings
 from tests.controller.rollout.fleet import V1, SimVerifier
 from tests.support.processes import TOKEN, free_port
 from tests.support.sim_agent import sim_agent
@@ -27,6 +28,19 @@ from topo_tune.jobs.task_prolog import prolog_lines
 from topo_tune.v1 import admin_pb2
 
 NODE = "tt-node1"
+
+
+@pytest.fixture
+async def controller(sqlite_url: str) -> AsyncIterator[Controller]:
+    """The suite's controller with a 10 s heartbeat expiry: a machine busy with other tests can hold the agent's
+    heartbeats past the usual 1 s, and a lost node would pause the rollout these tests stage (losing nodes is
+    not what they test)."""
+    server = Controller(controller_settings(sqlite_url, heartbeat_expiry_s=10.0))
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
 
 
 @dataclass
