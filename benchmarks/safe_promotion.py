@@ -70,7 +70,7 @@ SMALL = {"0-1K": 0.0, "1K-64K": 0.0, "64K-1M": 0.0, "1M-16M": 0.0}
 
 
 @dataclass(frozen=True)
-class Landscape:
+class PromotionLandscape:
     name: str
     cluster: Callable[[], Cluster]
     collectives: dict[str, float]
@@ -93,16 +93,16 @@ def uneven_racks() -> Cluster:
 
 
 LANDSCAPES = {
-    "demo": Landscape("demo", demo_cluster, {"all_reduce": 2, "all_gather": 1}, {}),
-    "demo-large": Landscape("demo-large", demo_cluster, {"all_reduce": 2, "all_gather": 1}, SMALL),
-    "defaults-optimal": Landscape(
+    "demo": PromotionLandscape("demo", demo_cluster, {"all_reduce": 2, "all_gather": 1}, {}),
+    "demo-large": PromotionLandscape("demo-large", demo_cluster, {"all_reduce": 2, "all_gather": 1}, SMALL),
+    "defaults-optimal": PromotionLandscape(
         "defaults-optimal",
         defaults_optimal_cluster,
         {"all_reduce": 1, "all_gather": 1},
         {},
         ("channels", "nthreads", "nvls"),  # one node: no network knob applies
     ),
-    "uneven-racks": Landscape("uneven-racks", uneven_racks, {"all_reduce": 1}, {}),
+    "uneven-racks": PromotionLandscape("uneven-racks", uneven_racks, {"all_reduce": 1}, {}),
 }
 
 
@@ -256,7 +256,7 @@ def _geo(m: Measurements, collective: str, sizes: Sequence[int]) -> float:
     return math.exp(sum(logs) / len(logs))
 
 
-def run(landscape: Landscape, seeds: int, budget: int, proof_pairs: int) -> dict[str, float]:
+def run(landscape: PromotionLandscape, seeds: int, budget: int, proof_pairs: int) -> dict[str, float]:
     cluster = landscape.cluster()
     space = sim_space(
         cluster,

@@ -81,7 +81,7 @@ ROWS = (
 
 
 @dataclass(frozen=True)
-class Landscape:
+class StudyLandscape:
     """One study as init builds it, and the cluster the sim agents would simulate for it."""
 
     name: str
@@ -94,7 +94,7 @@ class Landscape:
 
 def init_landscape(
     name: str, cluster: ClusterConfig, *, storage: str, ecmp_paths: int = 1, workload: Mapping[str, float] | None = None
-) -> Landscape:
+) -> StudyLandscape:
     """The study ``run_pass`` would run on ``cluster`` with ``sim`` agents (see the module docstring)."""
     if workload is not None:
         cluster = cluster.model_copy(
@@ -122,7 +122,7 @@ def init_landscape(
     if spine is not None:
         sim_spine = SimSpine(oversubscription=spine.oversubscription or 1.0, ecmp_paths=ecmp_paths)
     sim = cluster_from_topologies([topologies[n] for n in listed], racks=rack_of, spine=sim_spine)
-    return Landscape(name, sim, space, objective, settings, candidates)
+    return StudyLandscape(name, sim, space, objective, settings, candidates)
 
 
 class _Reached(Exception):
@@ -133,7 +133,11 @@ class _Probe:
     """The study's evaluator, watching which trials finish their last rung near the optimum."""
 
     def __init__(
-        self, inner: SimEvaluator, land: Landscape, values: Mapping[tuple[str, ...], float], targets: Sequence[float]
+        self,
+        inner: SimEvaluator,
+        land: StudyLandscape,
+        values: Mapping[tuple[str, ...], float],
+        targets: Sequence[float],
     ) -> None:
         self.inner, self.land, self.values, self.targets = inner, land, values, tuple(targets)
         self.last_rung = land.objective.rungs(land.settings.ladder, land.settings.rungs)[-1]
@@ -151,7 +155,7 @@ class _Probe:
         return result
 
 
-def true_values(land: Landscape) -> dict[tuple[str, ...], float]:
+def true_values(land: StudyLandscape) -> dict[tuple[str, ...], float]:
     """The noise-free objective of every configuration of the space, over the whole size ladder."""
     quiet = SimEvaluator(land.sim, noise=False)
     space, objective = land.space, land.objective
@@ -165,7 +169,7 @@ def true_values(land: Landscape) -> dict[tuple[str, ...], float]:
 
 
 def run_row(
-    land: Landscape, row: Row, values: Mapping[tuple[str, ...], float], *, seeds: int, budget: int
+    land: StudyLandscape, row: Row, values: Mapping[tuple[str, ...], float], *, seeds: int, budget: int
 ) -> dict[float, list[int]]:
     optimum = max(values.values())
     targets = [optimum / (1 + t) for t in TOLERANCES]

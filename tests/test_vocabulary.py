@@ -106,13 +106,13 @@ def test_backends_are_one_enum_and_every_place_that_names_them_takes_exactly_its
 
 
 def test_no_class_name_is_defined_twice_in_the_package() -> None:
-    """A reader who meets a class name in an import finds one definition: two concepts never share a name (generated
-    code and module-private classes aside)."""
-    package = Path(__file__).resolve().parent.parent / "topo_tune"
+    """A reader who meets a class name in an import finds one definition: two concepts never share a name in the
+    package, its benchmarks and tools (generated code and module-private classes aside)."""
+    root = Path(__file__).resolve().parent.parent
     where: dict[str, list[str]] = {}
-    for path in sorted(package.rglob("*.py")):
+    for path in sorted(p for tree in ("topo_tune", "benchmarks", "tools") for p in (root / tree).rglob("*.py")):
         if path.parent.name == "v1":
             continue
         for name in re.findall(r"^class ([A-Za-z][A-Za-z0-9_]*)", path.read_text(encoding="utf-8"), re.MULTILINE):
-            where.setdefault(name, []).append(str(path.relative_to(package)))
+            where.setdefault(name, []).append(str(path.relative_to(root)))
     assert {name: paths for name, paths in where.items() if len(paths) > 1} == {}
