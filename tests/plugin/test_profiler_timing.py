@@ -11,12 +11,12 @@ import ctypes
 import math
 import os
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from topo_tune.plugin import find_compiler
+from topo_tune.plugin.timing_record import TimingRecord, parse_timing_record
 
 HERE = Path(__file__).resolve().parent
 PLUGIN_SOURCES = HERE.parents[1] / "topo_tune" / "plugin"
@@ -26,20 +26,6 @@ CALLS = 12
 # 10 * (channels - 1) + its channel time from first start to last stop.
 ALLREDUCE_NS = 10 * 1 + 5000
 ALLGATHER_NS = 10 * 3 + 80000
-
-
-@dataclass(frozen=True)
-class Line:
-    collective: str
-    class_bytes: int
-    choice: str
-    calls: int
-    timed: int
-    sum_ns: int
-    min_ns: int
-    max_ns: int
-    sum_log: float
-    sum_sq_log: float
 
 
 @pytest.fixture(scope="session")
@@ -67,14 +53,9 @@ def run(driver: Path, library: Path, *, version: int, env: dict[str, str]) -> su
     )
 
 
-def record(directory: Path) -> tuple[list[str], list[Line]]:
+def record(directory: Path) -> TimingRecord:
     (path,) = directory.glob("topo-tune-timing.*.txt")
-    text = path.read_text().splitlines()
-    head, lines = text[:3], []
-    for row in text[3:]:
-        f = row.split()
-        lines.append(Line(f[0], int(f[1]), f[2], *(int(v) for v in f[3:8]), float(f[8]), float(f[9])))
-    return head, lines
+    return parse_timing_record(path.read_text(), source=path.name)
 
 
 @pytest.mark.parametrize("version", [4, 5])
@@ -95,11 +76,10 @@ def test_one_call_in_k_is_timed_from_its_kernel_channels_and_every_call_is_count
             "kernel events are enabled exactly for the sampled calls, before each is made"
         )
     assert out[-2:] == ["late refused 1", "mask kernel after finalize 0"]
-    head, lines = record(tmp_path)
-    assert head[0] == "topo-tune timing record 1"
-    assert head[1].split()[2:] == ["comm", "abc", "rank", "1", "nranks", "2", "nnodes", "1", "sample", "3", "arm", "2"]
-    assert head[2] == "unfinished 0 overflow 0"
-    by_collective = {line.collective: line for line in lines}
+    written = record(tmp_path)
+    assert (written.comm, written.rank, written.n_ranks, written.n_nodes) == (0xABC, 1, 2, 1)
+    assert (written.sample, written.arm, written.unfinished, written.overflow) == (3, 2, 0, 0)
+    by_collective = {cell.collective: cell for cell in written.cells}
     assert set(by_collective) == {"allreduce", "allgather"}
     # Sampled calls 0, 6 are all_reduces, 3, 9 all_gathers.
     for name, class_bytes, choice, ns in (
@@ -129,9 +109,9 @@ def test_k_of_one_times_every_call(driver: Path, plugin_library_path: Path, tmp_
         env={"TOPO_TUNE_WORKLOAD_DIR": str(tmp_path), "TOPO_TUNE_TIMING_SAMPLE": "1"},
     )
     assert all(line.endswith("kernel 1 sampled 1") for line in done.stdout.splitlines()[1 : 1 + CALLS])
-    head, lines = record(tmp_path)
-    assert head[1].endswith("sample 1 arm -"), "no arm variable: the record says so"
-    assert {(line.collective, line.calls, line.timed) for line in lines} == {("allreduce", 6, 6), ("allgather", 6, 6)}
+    written = record(tmp_path)
+    assert written.sample == 1 and written.arm is None, "no arm variable: the record says so"
+    assert {(c.collective, c.calls, c.timed) for c in written.cells} == {("allreduce", 6, 6), ("allgather", 6, 6)}
 
 
 @pytest.mark.parametrize(
