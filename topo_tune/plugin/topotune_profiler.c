@@ -21,7 +21,9 @@
  * before the next call is made (a communicator is used by one thread at a time), so setting the bit at call
  * n-1's event enables it for call n. NCCL keeps one mask per process: with several communicators busy at
  * once an unsampled call may be enqueued with the bit on (it costs, its events are ignored), never the
- * other way round while the sampled communicator holds it.
+ * other way round while the sampled communicator holds it. Calls inside one ncclGroupStart/End are all made
+ * before any of their collective events arrive, so there the bit may land on a neighbour of the sampled call:
+ * the sample then never finishes and is counted as unfinished, never given a wrong time.
  *
  * Hot path: no lock and no allocation. Event handles are not pointers but tagged integers (kind, context
  * slot, sample slot, generation), so a late or repeated kernel event (CUDA-graph replays of a captured call)
@@ -97,15 +99,23 @@ typedef struct {
   uint64_t stopNs;     /* latest kernel channel stop */
 } tpSample;
 
+/* NCCL passes its names as the same string constants every call: a pointer seen before needs no strcmp. */
+typedef struct {
+  const char* name;
+  int index;
+} tpNameCache;
+
 typedef struct {
   int index; /* in tpContexts */
+  tpNameCache funcSeen, typeSeen, algoSeen, protoSeen; /* touched only by the thread enqueuing its calls */
   uint64_t commId;
   int rank;
   int nRanks;
   int nNodes;
   uint64_t sample;
   uint64_t calls;
-  int armed; /* this communicator's next call is a sampled one */
+  uint64_t untilSample; /* calls left before the next sampled one: (K - n % K) % K, kept without a division */
+  int armed;            /* this communicator's next call is a sampled one */
   uint64_t unfinished;
   uint64_t overflow;
   int dir;
@@ -167,19 +177,18 @@ static const char* const kAlgoNames[TP_ALGOS] = {"tree", "ring", "collnet_direct
 static const char* const kProtos[] = {"LL", "LL128", "SIMPLE", NULL};
 static const char* const kProtoNames[TP_PROTOS] = {"ll", "ll128", "simple", "other"};
 
-static size_t tpTypeSize(const char* datatype) {
-  static const struct {
-    const char* name;
-    size_t size;
-  } kTypes[] = {{"ncclInt8", 1},    {"ncclUint8", 1},       {"ncclInt32", 4},       {"ncclUint32", 4},
-                {"ncclInt64", 8},   {"ncclUint64", 8},      {"ncclFloat16", 2},     {"ncclFloat32", 4},
-                {"ncclFloat64", 8}, {"ncclBfloat16", 2},    {"ncclFloat8e4m3", 1},  {"ncclFloat8e5m2", 1}};
-  if (datatype == NULL) return 1;
-  for (size_t i = 0; i < sizeof(kTypes) / sizeof(kTypes[0]); i++) {
-    if (strcmp(datatype, kTypes[i].name) == 0) return kTypes[i].size;
-  }
-  return 1;
+static int tpCachedIndex(tpNameCache* seen, const char* name, const char* const* names, int other) {
+  if (name != NULL && name == seen->name) return seen->index;
+  int index = tpIndexOf(name, names, other);
+  seen->name = name;
+  seen->index = index;
+  return index;
 }
+
+static const char* const kTypes[] = {"ncclInt8",    "ncclUint8",   "ncclInt32",    "ncclUint32",
+                                     "ncclInt64",   "ncclUint64",  "ncclFloat16",  "ncclFloat32",
+                                     "ncclFloat64", "ncclBfloat16", "ncclFloat8e4m3", "ncclFloat8e5m2", NULL};
+static const size_t kTypeSizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1, 1 /* unknown: count as bytes */};
 
 static inline int tpSizeClass(uint64_t nBytes) {
   if (nBytes <= 1) return 0;
@@ -256,9 +265,11 @@ static void tpRelease(tpContext* ctx, tpSample* s, uint32_t generation) {
 }
 
 static ncclResult_t tpStartColl(tpContext* ctx, void** eHandle, const ncclProfilerCollDescr_t* coll) {
-  int f = tpIndexOf(coll->func, kFuncs, TP_FUNCS - 1);
-  int c = tpSizeClass((uint64_t)coll->count * tpTypeSize(coll->datatype));
-  int key = 1 + tpIndexOf(coll->algo, kAlgos, TP_ALGOS - 1) * TP_PROTOS + tpIndexOf(coll->proto, kProtos, TP_PROTOS - 1);
+  int f = tpCachedIndex(&ctx->funcSeen, coll->func, kFuncs, TP_FUNCS - 1);
+  size_t typeSize = kTypeSizes[tpCachedIndex(&ctx->typeSeen, coll->datatype, kTypes, 12)];
+  int c = tpSizeClass((uint64_t)coll->count * typeSize);
+  int key = 1 + tpCachedIndex(&ctx->algoSeen, coll->algo, kAlgos, TP_ALGOS - 1) * TP_PROTOS +
+            tpCachedIndex(&ctx->protoSeen, coll->proto, kProtos, TP_PROTOS - 1);
   int w = tpWayOf(ctx, f, c, key);
   if (w < 0) {
     __atomic_fetch_add(&ctx->overflow, 1, __ATOMIC_RELAXED);
@@ -267,7 +278,8 @@ static ncclResult_t tpStartColl(tpContext* ctx, void** eHandle, const ncclProfil
   }
   uint64_t n = __atomic_fetch_add(&ctx->calls, 1, __ATOMIC_RELAXED);
   int sampled = ctx->armed;
-  tpSetArmed(ctx, (n + 1) % ctx->sample == 0);
+  ctx->untilSample = ctx->untilSample == 0 ? ctx->sample - 1 : ctx->untilSample - 1;
+  tpSetArmed(ctx, ctx->untilSample == 0); /* the same as (n + 1) % K == 0 */
   if (!sampled) return ncclSuccess;
   int slot = (int)((n / ctx->sample) % TP_SLOTS);
   tpSample* s = &ctx->samples[slot];
