@@ -3,13 +3,14 @@
  * collective event per call (started, then stopped once enqueued), then per channel a kernel event started
  * with the GPU start time, its stop time recorded, and stopped. Used by test_profiler_timing.py.
  *
- *   profiler_driver LIBRARY VERSION CALLS
+ *   profiler_driver LIBRARY VERSION CALLS [COMMUNICATORS]
  *
  * Call n is an all_reduce of 256 float32 (1 KiB, ring/LL, 2 channels, 5000 ns per channel) when n is even,
  * an all_gather of 1 MiB (ring/SIMPLE, 4 channels, 80000 ns) when odd; odd calls deliver their kernel events
  * before the collective's stop, even ones after (both orders happen in NCCL). Channel c starts 10*c ns after
  * the first. Prints, per call, whether NCCL's mask enabled kernel events when the call was made and whether
  * the plugin took the call as a sample, then whether a late kernel event of a finished sample was refused.
+ * With several communicators (at most 4, sharing NCCL's one mask) each makes CALLS calls, interleaved.
  */
 #include <dlfcn.h>
 #include <stdarg.h>
@@ -74,22 +75,28 @@ static void kernels(const Plugin* p, void* ctx, void* coll, int channels, uint64
 }
 
 int main(int argc, char** argv) {
-  if (argc != 4) return 2;
+  if (argc != 4 && argc != 5) return 2;
   void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL) return 3;
   Plugin p = {atoi(argv[2]), (const ncclProfiler_v5_t*)dlsym(lib, "ncclProfiler_v5"),
               (const ncclProfiler_v4_t*)dlsym(lib, "ncclProfiler_v4")};
   int calls = atoi(argv[3]);
-  int mask = 0;
-  void* ctx = NULL;
-  if (p.version == 4) {
-    p.v4->init(&ctx, &mask, "comm", 0xabcULL, 1, 2, 1, logger);
-  } else {
-    p.v5->init(&ctx, 0xabcULL, &mask, "comm", 1, 2, 1, logger);
+  int comms = argc == 5 ? atoi(argv[4]) : 1;
+  if (comms < 1 || comms > 4) return 2;
+  int mask = 0; /* NCCL's one activation mask, handed to every communicator's init */
+  void* ctx[4] = {NULL, NULL, NULL, NULL};
+  for (int j = 0; j < comms; j++) {
+    if (p.version == 4) {
+      p.v4->init(&ctx[j], &mask, "comm", 0xabcULL + (uint64_t)j, 1, 2, 1, logger);
+    } else {
+      p.v5->init(&ctx[j], 0xabcULL + (uint64_t)j, &mask, "comm", 1, 2, 1, logger);
+    }
   }
-  printf("context %d coll %d\n", ctx != NULL, (mask & ncclProfileColl) != 0);
+  printf("context %d coll %d\n", ctx[0] != NULL, (mask & ncclProfileColl) != 0);
   void* last = NULL;
-  for (int n = 0; n < calls; n++) {
+  /* With several communicators their calls interleave: call n of communicator j is step n * comms + j. */
+  for (int step = 0; step < calls * comms; step++) {
+    int n = step / comms, j = step % comms;
     int even = n % 2 == 0;
     ncclProfilerCollDescr_t coll;
     memset(&coll, 0, sizeof(coll));
@@ -101,20 +108,24 @@ int main(int argc, char** argv) {
     coll.algo = "RING";
     coll.proto = even ? "LL" : "SIMPLE";
     int kernelOn = (mask & ncclProfileKernelCh) != 0;
-    void* h = start(&p, ctx, ncclProfileColl, NULL, &coll, 0, 0);
-    uint64_t t0 = 1000000000ULL + 1000000ULL * (uint64_t)n;
+    void* h = start(&p, ctx[j], ncclProfileColl, NULL, &coll, 0, 0);
+    uint64_t t0 = 1000000000ULL + 1000000ULL * (uint64_t)step;
     uint64_t duration = even ? 5000 : 80000;
-    if (!even && h != NULL) kernels(&p, ctx, h, coll.nChannels, t0, duration);
+    if (!even && h != NULL) kernels(&p, ctx[j], h, coll.nChannels, t0, duration);
     if (h != NULL) p.v5->stopEvent(h);
-    if (even && h != NULL) kernels(&p, ctx, h, coll.nChannels, t0, duration);
-    printf("call %d kernel %d sampled %d\n", n, kernelOn, h != NULL);
-    if (h != NULL) last = h;
+    if (even && h != NULL) kernels(&p, ctx[j], h, coll.nChannels, t0, duration);
+    if (comms == 1) {
+      printf("call %d kernel %d sampled %d\n", n, kernelOn, h != NULL);
+    } else {
+      printf("comm %d call %d kernel %d sampled %d\n", j, n, kernelOn, h != NULL);
+    }
+    if (h != NULL && j == 0) last = h;
   }
   if (last != NULL) {
-    void* late = start(&p, ctx, ncclProfileKernelCh, last, NULL, 1, 0);
+    void* late = start(&p, ctx[0], ncclProfileKernelCh, last, NULL, 1, 0);
     printf("late refused %d\n", late == NULL);
   }
-  p.v5->finalize(ctx);
+  for (int j = 0; j < comms; j++) p.v5->finalize(ctx[j]);
   printf("mask kernel after finalize %d\n", (mask & ncclProfileKernelCh) != 0);
   return 0;
 }

@@ -41,10 +41,12 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def run(driver: Path, library: Path, *, version: int, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def run(
+    driver: Path, library: Path, *, version: int, env: dict[str, str], comms: int = 1
+) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("TOPO_TUNE_")}
     return subprocess.run(
-        [str(driver), str(library), str(version), str(CALLS)],
+        [str(driver), str(library), str(version), str(CALLS), str(comms)],
         env={**clean, **env},
         capture_output=True,
         text=True,
@@ -99,6 +101,25 @@ def test_the_profiler_exports_only_its_structs(plugin_library_path: Path) -> Non
         assert ctypes.c_char_p.in_dll(library, f"ncclProfiler_v{version}").value == b"TopoTune"
     for internal in ("tpInit", "tpStartEvent", "tpContexts", "tpMask"):
         assert not hasattr(library, internal), internal
+
+
+def test_communicators_sharing_nccls_one_mask_each_time_their_own_calls(
+    driver: Path, plugin_library_path: Path, tmp_path: Path
+) -> None:
+    env = {"TOPO_TUNE_WORKLOAD_DIR": str(tmp_path), "TOPO_TUNE_TIMING_SAMPLE": "3"}
+    out = run(driver, plugin_library_path, version=5, env=env, comms=3).stdout.splitlines()
+    calls = [line.split() for line in out if line.startswith("comm ")]
+    assert len(calls) == 3 * CALLS
+    for _, comm, _, n, _, kernel, _, sampled in calls:
+        assert sampled == str(int(int(n) % 3 == 0)), f"comm {comm} samples its own call count"
+        assert kernel == "1" or sampled == "0", "a sampled call is always made with kernel events on"
+    assert out[-1] == "mask kernel after finalize 0", "the last communicator's finalize turns kernel events off"
+    records = sorted(
+        (parse_timing_record(p.read_text()) for p in tmp_path.glob("topo-tune-timing.*.txt")), key=lambda r: r.comm
+    )
+    assert [r.comm for r in records] == [0xABC, 0xABD, 0xABE], "one file per communicator, named by its id"
+    for r in records:
+        assert {(c.collective, c.calls, c.timed) for c in r.cells} == {("allreduce", 6, 2), ("allgather", 6, 2)}
 
 
 def test_k_of_one_times_every_call(driver: Path, plugin_library_path: Path, tmp_path: Path) -> None:
