@@ -291,3 +291,21 @@ def test_bad_inputs_name_the_argument() -> None:
     compare([1.0, 2.0], [1.0, 2.0], min_effect=0.0, alpha=0.49)
     SequentialDesign(2, 2)
     assert SequentialDesign(2, 4).bounds([]) == []
+
+
+def test_unpaired_samples_get_welchs_bounds_on_log_times() -> None:
+    from scipy import stats as scipy_stats
+
+    from topo_tune.tuner.statistics import compare_unpaired
+
+    baseline = [100.0, 104.0, 98.0, 101.0, 103.0, 99.0]
+    candidate = [90.0, 95.0, 91.0, 89.0]
+    c = compare_unpaired(baseline, candidate, alpha=0.05, min_effect=0.03)
+    logs_b, logs_c = [math.log(v) for v in baseline], [math.log(v) for v in candidate]
+    welch = scipy_stats.ttest_ind(logs_b, logs_c, equal_var=False, alternative="greater")
+    assert c.p_value == pytest.approx(welch.pvalue)
+    interval = welch.confidence_interval(confidence_level=0.95)
+    assert c.ci_low == pytest.approx(math.exp(interval.low))
+    assert c.ci_low < c.speedup < c.ci_high and c.pairs == 4
+    with pytest.raises(ConfigError, match="candidate: needs at least 2 samples"):
+        compare_unpaired(baseline, [90.0])

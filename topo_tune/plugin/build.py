@@ -1,9 +1,11 @@
 """Compile topo-tune's NCCL tuner plugin from the C source shipped in this package.
 
-The plugin (``topotune_tuner.c``) needs no NCCL or CUDA headers and no libraries beyond libc, so any C11
-compiler builds it: ``$CC`` when set, else the first of ``cc``, ``gcc``, ``clang`` on ``PATH``. The library is
-written to ``<output>/libnccl-tuner-topotune.so``; NCCL finds it there with ``NCCL_TUNER_PLUGIN`` set to that
-path, or with ``NCCL_TUNER_PLUGIN=topotune`` when the directory is on the loader's search path.
+The plugin (``topotune_tuner.c``, and its profiler ``topotune_profiler.c`` in the same library) needs no NCCL
+or CUDA headers and no libraries beyond libc and libm, so any C11 compiler builds it: ``$CC`` when set, else
+the first of ``cc``, ``gcc``, ``clang`` on ``PATH``. The library is written to
+``<output>/libnccl-tuner-topotune.so``; NCCL finds it there with ``NCCL_TUNER_PLUGIN`` set to that path, or
+with ``NCCL_TUNER_PLUGIN=topotune`` when the directory is on the loader's search path (the profiler, with
+``NCCL_PROFILER_PLUGIN`` set to the same path).
 
 Non-goals: cross-compiling, and caching builds (building takes well under a second).
 """
@@ -37,12 +39,18 @@ logger = logging.getLogger(__name__)
 LIBRARY_FILE = "libnccl-tuner-topotune.so"
 """The file name NCCL derives from ``NCCL_TUNER_PLUGIN=topotune``."""
 
-SOURCE_FILES = ("topotune_tuner.c", "nccl_tuner_abi.h")
-"""The package-data files the library is built from; the first is the translation unit."""
+SOURCE_FILES = (
+    "topotune_tuner.c",
+    "topotune_profiler.c",
+    "nccl_tuner_abi.h",
+    "nccl_profiler_abi.h",
+    "topotune_record_file.h",
+)
+"""The package-data files the library is built from: the ``.c`` files are its translation units."""
 
 _COMPILER_CANDIDATES = ("cc", "gcc", "clang")
-# -fvisibility=hidden: only the four ncclTunerPlugin_vN structs are exported, nothing that could clash with
-# symbols of NCCL or of the application that loads it.
+# -fvisibility=hidden: only the ncclTunerPlugin_vN and ncclProfiler_vN structs are exported, nothing that could
+# clash with symbols of NCCL or of the application that loads it.
 _CFLAGS = ("-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra")
 _COMPILE_TIMEOUT_S = 120.0
 
@@ -105,7 +113,9 @@ def build_plugin(output_dir: Path, *, environ: Mapping[str, str] | None = None) 
     with tempfile.TemporaryDirectory(prefix="topotune-plugin-") as scratch:
         sources = _copy_sources(Path(scratch))
         partial = output_dir / f".{LIBRARY_FILE}.{os.getpid()}.partial"
-        command = [*compiler, *_CFLAGS, "-o", str(partial), str(sources[0])]
+        units = [str(source) for source in sources if source.suffix == ".c"]
+        # -lm after the sources: the profiler's log times need libm's log().
+        command = [*compiler, *_CFLAGS, "-o", str(partial), *units, "-lm"]
         logger.debug("compiling the tuner plugin: %s", shlex.join(command))
         try:
             completed = subprocess.run(

@@ -70,6 +70,7 @@
 #include <unistd.h>
 
 #include "nccl_tuner_abi.h"
+#include "topotune_record_file.h"
 
 #define TT_EXPORT __attribute__((visibility("default")))
 #define TT_PLUGIN_NAME "TopoTune"
@@ -530,24 +531,12 @@ static const char* funcName(int f, char* buffer, size_t size) {
 /* Writes the counts to a new file of the plugin's own name in the directory; one WARN if it cannot. */
 static void writeWorkload(ttContext* ctx) {
   static int sequence = 0;
-  char host[HOST_NAME_MAX + 1] = "unknown";
-  if (gethostname(host, sizeof(host)) != 0) snprintf(host, sizeof(host), "unknown");
-  host[HOST_NAME_MAX] = '\0';
-  for (char* p = host; *p; p++) {
-    /* The name must stay one plain component of the directory. */
-    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '.'))
-      *p = '_';
-  }
-  if (host[0] == '.') host[0] = '_';
-  char name[HOST_NAME_MAX + 96];
-  int n = __atomic_fetch_add(&sequence, 1, __ATOMIC_RELAXED);
-  snprintf(name, sizeof(name), "topo-tune-workload.%s.%ld.%d.txt", host, (long)getpid(), n);
-  int fd = openat(ctx->workloadDir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  FILE* out = fd < 0 ? NULL : fdopen(fd, "w");
+  char host[HOST_NAME_MAX + 1];
+  char name[TT_RECORD_NAME_MAX];
+  FILE* out = ttCreateRecordFile(ctx->workloadDir, "topo-tune-workload", &sequence, host, name);
   if (out == NULL) {
     ttLog(ctx->log, NCCL_LOG_WARN, NCCL_TUNING, __LINE__, "cannot create the workload count %s (%s)", name,
           strerror(errno));
-    if (fd >= 0) close(fd);
     return;
   }
   fputs(TT_WORKLOAD_MAGIC, out);

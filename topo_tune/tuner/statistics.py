@@ -53,6 +53,7 @@ __all__ = [
     "Decision",
     "SequentialDesign",
     "compare",
+    "compare_unpaired",
     "decide",
     "holm",
 ]
@@ -122,6 +123,20 @@ def compare(
     mean = sum(diffs) / n
     sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
     se = sd / math.sqrt(n)
+    return _comparison(mean, se, df=n - 1, baseline=baseline, candidate=candidate, alpha=alpha, min_effect=min_effect)
+
+
+def _comparison(
+    mean: float,
+    se: float,
+    *,
+    df: float,
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    alpha: float,
+    min_effect: float,
+) -> Comparison:
+    """The bounds and p-values of a mean log speedup with its standard error on ``df`` degrees of freedom."""
     gain_margin = math.log1p(min_effect)
     if se == 0.0:
         # Identical ratios in every pair (a deterministic backend): the sign of each difference is certain.
@@ -129,7 +144,6 @@ def compare(
         p_margin = 0.0 if mean > gain_margin else 1.0
         half = 0.0
     else:
-        df = n - 1
         p_value = float(stats.t.sf(mean / se, df))
         p_margin = float(stats.t.sf((mean - gain_margin) / se, df))
         half = float(stats.t.isf(alpha, df)) * se
@@ -142,8 +156,36 @@ def compare(
         p_margin=p_margin,
         cv_baseline=_cv(baseline),
         cv_candidate=_cv(candidate),
-        pairs=n,
+        pairs=min(len(baseline), len(candidate)),
     )
+
+
+def compare_unpaired(
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    *,
+    alpha: float = DEFAULT_ALPHA,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+) -> Comparison:
+    """Compare independent samples of times (lower is better), e.g. one per production job of each arm.
+
+    Welch's t on the log times (unequal variances, Welch-Satterthwaite degrees of freedom); ``pairs`` is the
+    smaller sample's size. For measurements taken in pairs, :func:`compare` is the sharper test.
+    """
+    for side, values in (("baseline", baseline), ("candidate", candidate)):
+        if len(values) < 2:
+            raise ConfigError(side, f"needs at least 2 samples, got {len(values)}")
+        bad = [v for v in values if not (v > 0 and math.isfinite(v))]
+        if bad:
+            raise ConfigError(side, f"times must be finite and > 0, got {bad[0]!r}")
+    _check_fraction("min_effect", min_effect)
+    _check_alpha(alpha)
+    logs = [[math.log(v) for v in values] for values in (baseline, candidate)]
+    means = [sum(x) / len(x) for x in logs]
+    shares = [sum((v - m) ** 2 for v in x) / (len(x) - 1) / len(x) for x, m in zip(logs, means, strict=True)]
+    mean, se = means[0] - means[1], math.sqrt(sum(shares))
+    df = sum(shares) ** 2 / sum(v**2 / (len(x) - 1) for v, x in zip(shares, logs, strict=True)) if se else 1.0
+    return _comparison(mean, se, df=df, baseline=baseline, candidate=candidate, alpha=alpha, min_effect=min_effect)
 
 
 @dataclass(frozen=True)
