@@ -329,7 +329,6 @@ def with_choices(spec: BenchmarkSpec, sizes: list[SizeMeasurement], record: Path
 
 def run(config: WorkerConfig, progress: Progress) -> RankResult:
     spec = config.spec
-    slot = next(s for s in spec.ranks if s.rank == config.rank)
     if config.fault.hang_before_join_rank == config.rank:
         progress.report("started", fault="hang_before_join")
         threading.Event().wait()  # test-only fault: never returns; the launcher kills us
@@ -341,7 +340,7 @@ def run(config: WorkerConfig, progress: Progress) -> RankResult:
         # Read by the plugin when NCCL creates the communicator (putenv: NCCL's getenv sees it).
         os.environ[RECORD_ENV] = str(record)
     if config.backend.runs_nccl:
-        device = torch.device("cuda", slot.device)
+        device = torch.device("cuda", config.device)
         torch.cuda.set_device(device)
         dist.init_process_group(
             "nccl",

@@ -77,7 +77,7 @@ def discover(
             _discover_gpus(topo, api, sysfs)
         _discover_nics(topo, sysfs)
         _nic_affinities(topo)
-        probe = nccl_version if nccl_version is not None else _libnccl_version
+        probe = nccl_version if nccl_version is not None else libnccl_version
         try:
             topo.versions.nccl = probe() or ""
         except Exception as exc:  # a broken library must not stop discovery
@@ -442,7 +442,7 @@ def _nic_affinities(topo: topology_pb2.NodeTopology) -> None:
             )
 
 
-def _libnccl_version() -> str | None:
+def libnccl_version() -> str | None:
     """Ask libnccl itself (ncclGetVersion): the nvidia-nccl wheel's first, then the system's; None if absent.
 
     The wheel's library is the one torch (and so every benchmark worker) loads; a system libnccl2 package
