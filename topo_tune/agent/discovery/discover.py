@@ -8,7 +8,6 @@ versions. Whatever NVML or sysfs cannot tell is left unset and named in ``unknow
 
 from __future__ import annotations
 
-import ctypes
 import importlib.metadata
 import importlib.util
 import logging
@@ -32,6 +31,7 @@ from topo_tune.agent.discovery.nvml import (
 )
 from topo_tune.agent.discovery.sysfs import Sysfs, SysfsNic
 from topo_tune.errors import CpuListError, NvmlCallError
+from topo_tune.nccl.library import library_version
 from topo_tune.topology.cpulist import cpulist_from_mask_words, parse_cpulist
 from topo_tune.topology.levels import kind_from_nvml_level
 from topo_tune.topology.nic_ports import endpoint_name
@@ -455,14 +455,7 @@ def libnccl_version() -> str | None:
             candidates.append(str(Path(location) / "lib" / "libnccl.so.2"))
     candidates.append("libnccl.so.2")
     for candidate in candidates:
-        try:
-            lib = ctypes.CDLL(candidate)
-        except OSError:
-            continue
-        version = ctypes.c_int(0)
-        if lib.ncclGetVersion(ctypes.byref(version)) != 0:
-            continue
-        code = version.value
-        # Since 2.9 the code is major*10000 + minor*100 + patch.
-        return f"{code // 10000}.{(code % 10000) // 100}.{code % 100}"
+        version = library_version(candidate)
+        if version is not None:
+            return version
     return None
