@@ -3,7 +3,7 @@
 # sees; one GPU works too, as a dry run whose communicators have one rank), or of
 # benchmarks/results/h200-one-gpu-ranks.md with RANKS_PER_GPU ranks sharing each GPU (NCCL >= 2.30 where torch
 # loads it, MPS running: benchmarks/one_gpu_job.sh sets that up):
-#   1. a controller and one nccl agent (RANKS_PER_GPU workers per GPU), `plugin build`;
+#   1. a controller and one nccl agent (RANKS_PER_GPU workers per GPU), `plugin build`, one `admin bench run`;
 #   2. benchmarks/ddp_train.py once through `exec --record-workload` with its profiler trace, both imported
 #      with `topo-tune workload import`;
 #   3. nccl-tests all_reduce_perf 128 KiB-4 MiB, graph-timed: plugin not loaded / empty table / counting,
@@ -15,7 +15,7 @@
 # Every step's output goes to OUT/<step>.log and a line `== step rc=... wall=...` to stdout; a failed step
 # does not stop the later ones. NVLink multicast stays off in every process this starts.
 #
-# SKIP_INIT=1 skips step 4.
+# SKIP_INIT=1 skips step 4; BENCH_ONLY=1 stops after step 1's benchmark of NCCL's own choices.
 # Usage (repository root, topo-tune importable by python3):
 #   NCCL_TESTS=path/to/nccl-tests PAIRS=10 BUDGET=16 ROUNDS=3 [RANKS_PER_GPU=1] benchmarks/multi_gpu_job.sh OUT
 set -u
@@ -100,6 +100,13 @@ search:
   jobDeadline: 120s
 EOF
 step plugin-build "${TT[@]}" plugin build --output "$OUT/plugin"
+for _ in $(seq 1 60); do  # the agent registered and ready (bounded: a later step names what is missing)
+    "${TT[@]}" admin nodes 2>/dev/null | grep -qi "$NODE.*ready" && break
+    sleep 1
+done
+# The agent's ranks with NCCL's own choices (no table, no nccl.conf): 1 KiB-64 MiB, graph-timed.
+TAIL=30 step bench-defaults "${TT[@]}" admin bench run --nodes "$NODE" -b 1K -e 64M -f 4 --cuda-graph --deadline 120
+[ -n "${BENCH_ONLY:-}" ] && { echo "== done (BENCH_ONLY)"; exit 0; }
 
 # 2. the job's workload: the plugin's counts and the profiler trace of the same run, each imported.
 NCCL_DEBUG=VERSION step record "${TT[@]}" exec --nodes "$NODE" --node "$NODE" --config-dir "$CONFIG_DIR" --tuner-plugin "$PLUGIN" \
