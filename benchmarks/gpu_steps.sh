@@ -25,7 +25,7 @@ build_nccl() {  # NCCL from the source tree NCCL_SRC into NCCL_BUILD: sm_90 and 
 }
 
 mps_start() {  # the CUDA MPS control daemon (as root), so ranks sharing a GPU run side by side, not time-sliced
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
     nvidia-cuda-mps-control -d
 }
 

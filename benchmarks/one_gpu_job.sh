@@ -19,7 +19,7 @@ OUT=$(cd "$OUT" && pwd)
 NCCL_BUILD=$(cd "$NCCL_BUILD" && pwd)
 REPO=$(pwd)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps CUDA_MPS_LOG_DIRECTORY=/var/log/nvidia-mps  # MPS's defaults
+unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY  # MPS's default directories, the ones every client finds
 
 source "$REPO/benchmarks/gpu_steps.sh"
 
