@@ -1,6 +1,8 @@
 """A torchrun DDP training job over NCCL whose gradient buckets are 1, 4, 16 and 64 MiB; prints its step time.
 
-Started by ``torchrun --nproc_per_node=N`` (one process per GPU), usually under ``topo-tune exec``. The model
+Started by ``torchrun --nproc_per_node=N`` (one process per GPU), usually under ``topo-tune exec``. More
+processes than GPUs wrap around onto them (local rank r on GPU r mod GPUs): several ranks on one GPU, which
+needs NCCL >= 2.30 with ``NCCL_MULTI_RANK_GPU_ENABLE=1`` (benchmarks/results/h200-one-gpu-ranks.md). The model
 is five float32 linear layers without bias (512→512, 512→2048, 2048→2048, 2048→8192, 8192→32), and DDP gets
 ``bucket_cap_mb=1``: a bucket closes as soon as it holds at least its cap, so each weight's gradient is its own
 bucket and every optimizer step all-reduces exactly 1, 64, 16, 4 and 1 MiB (in the order backward makes them
@@ -69,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
         os.environ.setdefault(name, value)  # before NCCL initialises: multicast can wedge a shared host's GPUs
     if "LOCAL_RANK" not in os.environ:
         sys.exit("ddp_train: LOCAL_RANK is not set; start it with torchrun --nproc_per_node=<GPUs>")
-    local_rank = int(os.environ["LOCAL_RANK"])
+    local_rank = int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count()
     torch.cuda.set_device(local_rank)
     device = torch.device("cuda", local_rank)
     dist.init_process_group("nccl", device_id=device, timeout=datetime.timedelta(seconds=args.timeout))

@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # The whole GPU record of benchmarks/results/h200-multi-gpu-job.md on one host with N GPUs (N = what torch
-# sees; one GPU works too, as a dry run whose communicators have one rank):
-#   1. a controller and one nccl agent (one worker per GPU), `topo-tune init` with graph timing, rollout of
-#      the resulting version to the node;
-#   2. benchmarks/ddp_train.py under torchrun through `topo-tune exec --compare VERSION --against defaults`;
-#   3. the same job once through `exec --record-workload` with its profiler trace, both imported with
-#      `topo-tune workload import`;
-#   4. nccl-tests all_reduce_perf 128 KiB-4 MiB, graph-timed: plugin not loaded / empty table / counting,
-#      interleaved, ROUNDS rounds (needs NCCL_TESTS=<nccl-tests source tree>; built here, nothing fetched).
+# sees; one GPU works too, as a dry run whose communicators have one rank), or of
+# benchmarks/results/h200-one-gpu-ranks.md with RANKS_PER_GPU ranks sharing each GPU (NCCL >= 2.30 where torch
+# loads it, MPS running: benchmarks/one_gpu_job.sh sets that up):
+#   1. a controller and one nccl agent (RANKS_PER_GPU workers per GPU), `plugin build`, one `admin bench run`;
+#   2. benchmarks/ddp_train.py once through `exec --record-workload` with its profiler trace, both imported
+#      with `topo-tune workload import`;
+#   3. nccl-tests all_reduce_perf 128 KiB-4 MiB, graph-timed: plugin not loaded / empty table / counting,
+#      interleaved, ROUNDS rounds (needs NCCL_TESTS=<nccl-tests source tree>; built here against NCCL_HOME,
+#      default the nvidia-nccl wheel torch loads; nothing fetched);
+#   4. `topo-tune init` with graph timing, rollout of the resulting version to the node, then the job under
+#      torchrun through `topo-tune exec --compare VERSION --against defaults`; nccl-tests with the promoted
+#      table and NCCL's TUNING log.
 # Every step's output goes to OUT/<step>.log and a line `== step rc=... wall=...` to stdout; a failed step
 # does not stop the later ones. NVLink multicast stays off in every process this starts.
 #
-# SKIP_INIT=1 skips step 1's init and rollout and step 2.
+# SKIP_INIT=1 skips step 4; BENCH_ONLY=1 stops after step 1's benchmark of NCCL's own choices.
 # Usage (repository root, topo-tune importable by python3):
-#   NCCL_TESTS=path/to/nccl-tests PAIRS=10 BUDGET=16 ROUNDS=3 benchmarks/multi_gpu_job.sh OUT
+#   NCCL_TESTS=path/to/nccl-tests PAIRS=10 BUDGET=16 ROUNDS=3 [RANKS_PER_GPU=1] benchmarks/multi_gpu_job.sh OUT
 set -u
 OUT=${1:?usage: multi_gpu_job.sh OUT}
 PAIRS=${PAIRS:-10}
@@ -22,19 +26,23 @@ PROOF_PAIRS=${PROOF_PAIRS:-5}
 ROUNDS=${ROUNDS:-3}
 STEPS=${STEPS:-30}
 PORT=${PORT:-50551}
+RANKS_PER_GPU=${RANKS_PER_GPU:-1}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 REPO=$(pwd)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+# Jobs and nccl-tests with several ranks on a GPU need NCCL's switch (the agent sets it for its own workers).
+[ "$RANKS_PER_GPU" -gt 1 ] && export NCCL_MULTI_RANK_GPU_ENABLE=1
 TOPO_TUNE_TOKEN=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
 export TOPO_TUNE_TOKEN TOPO_TUNE_CONTROLLER=127.0.0.1:$PORT
 NGPU=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+NRANKS=$((NGPU * RANKS_PER_GPU))
 NODE=$(hostname)
 TT=(python3 -m topo_tune)
 PLUGIN=$OUT/plugin/libnccl-tuner-topotune.so
 CONFIG_DIR=$OUT/agent-config
 METRIC='step_time_ms: ([0-9.]+)'
-JOB=(torchrun --standalone --nproc_per_node="$NGPU" "$REPO/benchmarks/ddp_train.py" --steps "$STEPS")
+JOB=(torchrun --standalone --nproc_per_node="$NRANKS" "$REPO/benchmarks/ddp_train.py" --steps "$STEPS")
 
 source "$REPO/benchmarks/gpu_steps.sh"
 
@@ -44,12 +52,12 @@ versions() {
 }
 step versions versions
 
-# 1. controller, one agent (a worker per GPU), init with graph timing, rollout.
+# 1. controller, one agent (RANKS_PER_GPU workers per GPU), the plugin.
 "${TT[@]}" controller serve --listen "127.0.0.1:$PORT" --database "sqlite:///$OUT/controller.db" \
-    --heartbeat-interval 1 --heartbeat-expiry 10 >"$OUT/controller.log" 2>&1 &
+    --agent-config-dir "$CONFIG_DIR" --heartbeat-interval 1 --heartbeat-expiry 10 >"$OUT/controller.log" 2>&1 &
 CONTROLLER=$!
 "${TT[@]}" agent run --backend nccl --controller "127.0.0.1:$PORT" --node-name "$NODE" --rack r0 \
-    --address 127.0.0.1 --state-dir "$OUT/agent" --config-dir "$CONFIG_DIR" \
+    --address 127.0.0.1 --state-dir "$OUT/agent" --config-dir "$CONFIG_DIR" --ranks-per-gpu "$RANKS_PER_GPU" \
     --worker-env NCCL_NVLS_ENABLE=0 --worker-env TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
     --worker-env NVSHMEM_DISABLE_NVLS=1 >"$OUT/agent.log" 2>&1 &
 AGENT=$!
@@ -92,6 +100,54 @@ search:
   jobDeadline: 120s
 EOF
 step plugin-build "${TT[@]}" plugin build --output "$OUT/plugin"
+for _ in $(seq 1 60); do  # the agent registered and ready (bounded: a later step names what is missing)
+    "${TT[@]}" admin nodes 2>/dev/null | grep -qi "$NODE.*ready" && break
+    sleep 1
+done
+# The agent's ranks with NCCL's own choices (no table, no nccl.conf): 1 KiB-64 MiB, graph-timed.
+TAIL=30 step bench-defaults "${TT[@]}" admin bench run --nodes "$NODE" -b 1K -e 64M -f 4 --cuda-graph --deadline 120
+[ -n "${BENCH_ONLY:-}" ] && { echo "== done (BENCH_ONLY)"; exit 0; }
+
+# 2. the job's workload: the plugin's counts and the profiler trace of the same run, each imported.
+NCCL_DEBUG=VERSION step record "${TT[@]}" exec --nodes "$NODE" --node "$NODE" --config-dir "$CONFIG_DIR" --tuner-plugin "$PLUGIN" \
+    --job-id "record-$$" --record-workload "$OUT/plugin-counts" -- "${JOB[@]}" --profile-dir "$OUT/trace"
+TAIL=60 step import-trace "${TT[@]}" workload import "$OUT"/trace/rank*.json.gz
+TAIL=60 step import-counts "${TT[@]}" workload import "$OUT"/plugin-counts/*
+"${TT[@]}" workload import "$OUT"/trace/rank*.json.gz -o json >"$OUT/import-trace.json" 2>&1
+"${TT[@]}" workload import "$OUT"/plugin-counts/* -o json >"$OUT/import-counts.json" 2>&1
+
+# 3. the plugin's cost in nccl-tests: not loaded / empty table / counting, interleaved.
+if [ -n "${NCCL_TESTS:-}" ]; then
+    NCCL_HOME=${NCCL_HOME:-$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])')}
+    CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
+    cp -r "$NCCL_TESTS" "$OUT/nccl-tests-build"
+    ln -sf libnccl.so.2 "$NCCL_HOME/lib/libnccl.so" 2>/dev/null
+    if [ "$RANKS_PER_GPU" -gt 1 ]; then  # nccl-tests puts a process's i-th rank on device i: wrap onto the GPUs
+        sed -i 's|gpus\[i\] = (gpu0 != -1 ? gpu0 : localRank\*nThreads\*nGpus) + i;|int nVisible = 1; CUDACHECK(cudaGetDeviceCount(\&nVisible)); gpus[i] = ((gpu0 != -1 ? gpu0 : localRank*nThreads*nGpus) + i) % nVisible;|' \
+            "$OUT/nccl-tests-build/src/common.cu"
+        sed -i 's|const int cudaDev = (gpu0 != -1 ? gpu0 : localRank\*nThreads\*nGpus) + i;|const int cudaDev = ((gpu0 != -1 ? gpu0 : localRank*nThreads*nGpus) + i) % available_devices;|' \
+            "$OUT/nccl-tests-build/src/util.cu"
+        grep -q 'nVisible;' "$OUT/nccl-tests-build/src/common.cu" && grep -q '% available_devices;' \
+            "$OUT/nccl-tests-build/src/util.cu" || echo "== nccl-tests: device lines not patched"
+    fi
+    step nccl-tests-build make -C "$OUT/nccl-tests-build/src" -j"$(nproc)" build BUILDDIR="$OUT/nccl-tests-build/build" \
+        BIN_FILES_LIST=all_reduce MPI=0 NCCL_HOME="$NCCL_HOME" CUDA_HOME="$CUDA_HOME" \
+        NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90
+    PERF=$OUT/nccl-tests-build/build/all_reduce_perf
+    export LD_LIBRARY_PATH=$NCCL_HOME/lib:${LD_LIBRARY_PATH:-}
+    echo '# collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff' \
+        >"$OUT/empty-table.csv"
+    for round in $(seq 1 "$ROUNDS"); do
+        step "perf-off-$round" env -u NCCL_TUNER_PLUGIN "$PERF" -b 128K -e 4M -f 2 -g "$NRANKS" -n 200 -w 20 -G 20
+        step "perf-empty-$round" env NCCL_TUNER_PLUGIN="$PLUGIN" NCCL_TUNER_CONFIG_FILE="$OUT/empty-table.csv" \
+            NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING "$PERF" -b 128K -e 4M -f 2 -g "$NRANKS" -n 200 -w 20 -G 20
+        mkdir -p "$OUT/perf-counts-$round"
+        step "perf-count-$round" env NCCL_TUNER_PLUGIN="$PLUGIN" NCCL_TUNER_CONFIG_FILE="$OUT/empty-table.csv" \
+            TOPO_TUNE_WORKLOAD_DIR="$OUT/perf-counts-$round" "$PERF" -b 128K -e 4M -f 2 -g "$NRANKS" -n 200 -w 20 -G 20
+    done
+fi
+
+# 4. init with graph timing, rollout, the job's own A/B, the promoted table in nccl-tests.
 [ -z "${SKIP_INIT:-}" ] && step init "${TT[@]}" init --cluster-config "$OUT/cluster.yaml" --output "$OUT/result" --node-timeout 90
 VERSION=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1])).get("config_version") or "")' \
     "$OUT/result/summary.json" 2>/dev/null)
@@ -109,44 +165,16 @@ if [ -n "$VERSION" ] && [ -z "${SKIP_INIT:-}" ]; then
     step rollout-wait "${TT[@]}" admin rollout status --wait
 fi
 
-# 2. the job's own A/B through exec --compare.
 if [ -n "$VERSION" ] && [ -z "${SKIP_INIT:-}" ]; then
     TAIL=40 step compare "${TT[@]}" exec --nodes "$NODE" --node "$NODE" --config-dir "$CONFIG_DIR" \
         --tuner-plugin "$PLUGIN" --job-id "compare-$$" --compare "$VERSION" --against defaults \
         --pairs "$PAIRS" --metric "$METRIC" -- "${JOB[@]}"
 fi
 
-# 3. the job's workload: the plugin's counts and the profiler trace of the same run, each imported.
-step record "${TT[@]}" exec --nodes "$NODE" --node "$NODE" --config-dir "$CONFIG_DIR" --tuner-plugin "$PLUGIN" \
-    --job-id "record-$$" --record-workload "$OUT/plugin-counts" -- "${JOB[@]}" --profile-dir "$OUT/trace"
-TAIL=60 step import-trace "${TT[@]}" workload import "$OUT"/trace/rank*.json.gz
-TAIL=60 step import-counts "${TT[@]}" workload import "$OUT"/plugin-counts/*
-"${TT[@]}" workload import "$OUT"/trace/rank*.json.gz -o json >"$OUT/import-trace.json" 2>&1
-"${TT[@]}" workload import "$OUT"/plugin-counts/* -o json >"$OUT/import-counts.json" 2>&1
-
-# 4. the plugin's cost in nccl-tests: not loaded / empty table / counting, interleaved.
-if [ -n "${NCCL_TESTS:-}" ]; then
-    NCCL_HOME=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])')
-    CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
-    cp -r "$NCCL_TESTS" "$OUT/nccl-tests-build"
-    ln -sf libnccl.so.2 "$NCCL_HOME/lib/libnccl.so" 2>/dev/null
-    step nccl-tests-build make -C "$OUT/nccl-tests-build" -j8 MPI=0 NCCL_HOME="$NCCL_HOME" CUDA_HOME="$CUDA_HOME" \
-        NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90
-    PERF=$OUT/nccl-tests-build/build/all_reduce_perf
-    export LD_LIBRARY_PATH=$NCCL_HOME/lib:${LD_LIBRARY_PATH:-}
-    echo '# collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff' \
-        >"$OUT/empty-table.csv"
-    for round in $(seq 1 "$ROUNDS"); do
-        step "perf-off-$round" env -u NCCL_TUNER_PLUGIN "$PERF" -b 128K -e 4M -f 2 -g "$NGPU" -n 200 -w 20 -G 20
-        step "perf-empty-$round" env NCCL_TUNER_PLUGIN="$PLUGIN" NCCL_TUNER_CONFIG_FILE="$OUT/empty-table.csv" \
-            NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING "$PERF" -b 128K -e 4M -f 2 -g "$NGPU" -n 200 -w 20 -G 20
-        mkdir -p "$OUT/perf-counts-$round"
-        step "perf-count-$round" env NCCL_TUNER_PLUGIN="$PLUGIN" NCCL_TUNER_CONFIG_FILE="$OUT/empty-table.csv" \
-            TOPO_TUNE_WORKLOAD_DIR="$OUT/perf-counts-$round" "$PERF" -b 128K -e 4M -f 2 -g "$NGPU" -n 200 -w 20 -G 20
-    done
+if [ -n "${NCCL_TESTS:-}" ] && [ -z "${SKIP_INIT:-}" ]; then
     TABLE=$OUT/result/nccl_tuner.conf
     step perf-promoted-table env NCCL_TUNER_PLUGIN="$PLUGIN" NCCL_TUNER_CONFIG_FILE="$TABLE" \
         TOPO_TUNE_WORKLOAD_DIR="$OUT/perf-counts-promoted" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING \
-        "$PERF" -b 128K -e 4M -f 2 -g "$NGPU" -n 20 -w 5
+        "$PERF" -b 128K -e 4M -f 2 -g "$NRANKS" -n 20 -w 5
 fi
 echo "== done"

@@ -29,11 +29,6 @@ versions() {
     grep -E '^NCCL_(MAJOR|MINOR|PATCH)' "$NCCL_SRC/makefiles/version.mk"
 }
 
-build_nccl() {
-    make -C "$NCCL_SRC" -j"$(nproc)" src.build BUILDDIR="$NCCL_BUILD" \
-        NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" ONLY_FUNCS="$ONLY_FUNCS"
-}
-
 build_plugin() {  # plain cc, the flags of topo_tune/plugin/build.py
     mkdir -p "$OUT/plugin"
     cc -std=c11 -O2 -fPIC -shared -fvisibility=hidden -Wall -Wextra -o "$OUT/plugin/libnccl-tuner-topotune.so" \
@@ -41,13 +36,10 @@ build_plugin() {  # plain cc, the flags of topo_tune/plugin/build.py
 }
 
 mps_run() {  # mps_run NAME N SCENARIO: a fresh MPS daemon around one launch
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    nvidia-cuda-mps-control -d
+    mps_start
     timeout 180 python3 "$REPO/benchmarks/one_gpu_ranks.py" launch --ranks "$2" --scenario "$3" --out "$OUT/runs/$1"
     local rc=$?
-    echo quit | nvidia-cuda-mps-control
-    local waited=0  # the control daemon and server exit shortly after the quit; a fresh one must not meet them
-    while pgrep -x nvidia-cuda-mps >/dev/null && ((waited++ < 50)); do sleep 0.2; done
+    mps_stop
     return $rc
 }
 

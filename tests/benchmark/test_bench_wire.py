@@ -172,6 +172,7 @@ def test_worker_config_round_trips_with_its_fault_hook(tmp_path: Path) -> None:
     config = WorkerConfig(
         spec=_spec(),
         rank=1,
+        device=-1,
         backend=Backend.GLOO,
         bind_address="127.0.0.1",
         rendezvous_timeout_s=30.0,

@@ -67,6 +67,8 @@ class CommandExecutor:
     """Stages benchmark jobs' candidate tuner tables; ``None``: such jobs are rejected."""
     worker_env: Mapping[str, str] = field(default_factory=dict)
     """The node's own variables for every benchmark worker; they win over a job's (see the launcher)."""
+    ranks_per_gpu: int = 1
+    """Benchmark ranks on each GPU (more than 1: the ``--ranks-per-gpu`` test and development mode)."""
     _bench: BenchmarkExecutor | None = field(default=None, init=False)
     _bench_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _benchmarks_running: int = field(default=0, init=False)
@@ -86,6 +88,7 @@ class CommandExecutor:
                     bind_address=self.bind_address,
                     node_env=self.worker_env,
                     tuner_plugin=self.tuner_plugin,
+                    ranks_per_gpu=self.ranks_per_gpu,
                 )
             return self._bench
 

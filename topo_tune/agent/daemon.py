@@ -93,6 +93,7 @@ class Agent:
             default_deadline_s=settings.benchmark_deadline_s,
             discover=self._discover_node,
             worker_env=settings.worker_env,
+            ranks_per_gpu=settings.ranks_per_gpu,
         )
         self._rng = rng or random.Random()
         self._backoff = Backoff(settings.backoff_initial_s, settings.backoff_max_s, self._rng)
@@ -145,6 +146,8 @@ class Agent:
     def _discover_node(self) -> topology_pb2.NodeTopology:
         """Discovery, at start-up and on ``rediscover``; also re-reads the rack label (next registration)."""
         topology = self._discover()
+        if self.settings.ranks_per_gpu > 1:
+            topology.ranks_per_gpu = self.settings.ranks_per_gpu  # the controller places that many on each GPU
         if self._rack_source is not None:
             rack = self._rack_source()
             if rack != self.rack:

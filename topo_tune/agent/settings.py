@@ -34,6 +34,8 @@ class AgentSettings:
     worker_env: Mapping[str, str] = field(default_factory=dict)
     """Variables this node's operator gives every benchmark worker (checked by the env policy); they win over
     a job's values, e.g. ``NCCL_NVLS_ENABLE=0`` where NVLink multicast must stay off."""
+    ranks_per_gpu: int = 1
+    """Benchmark ranks on each GPU; more than 1 is the ``--ranks-per-gpu`` test and development mode."""
     sim_profile: str = "h100-nvswitch"
     """For the ``sim`` backend: the simulated node this agent stands for."""
     sim_gpus: int = 8

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from topo_tune.agent.bench.ranks_per_gpu import refusal
 from topo_tune.agent.settings import AgentSettings
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.cli.connection import client_tls, client_tls_options, resolve_token, token_options
@@ -17,6 +18,7 @@ from topo_tune.errors import AgentRefused, EnvPolicyError
 from topo_tune.kube.environment import detect_in_cluster
 from topo_tune.kube.rack import DEFAULT_RACK_LABEL
 from topo_tune.nccl.backends import Backend
+from topo_tune.topology.gpu_ranks import MAX_RANKS_PER_GPU
 from topo_tune.v1 import topology_pb2
 
 _DIR = click.Path(path_type=Path, file_okay=False)
@@ -111,6 +113,15 @@ def agent() -> None:
     "Checked by the same environment policy as a job's variables.",
 )
 @click.option(
+    "--ranks-per-gpu",
+    type=click.IntRange(1, MAX_RANKS_PER_GPU),
+    default=1,
+    show_default=True,
+    help="Test and development mode: run this many benchmark ranks on each GPU, so one GPU runs real multi-rank "
+    "NCCL (start the CUDA MPS daemon first). Needs --backend nccl and NCCL >= 2.30 where the workers load it; "
+    "workers get NCCL_MULTI_RANK_GPU_ENABLE=1 and at most 128/N channels. Its times are one GPU's, not links'.",
+)
+@click.option(
     "--reconnect-max",
     "reconnect_max_s",
     type=click.FloatRange(0.5, 3600),
@@ -145,6 +156,7 @@ def run(
     state_dir: Path,
     config_dir: Path,
     worker_env: dict[str, str],
+    ranks_per_gpu: int,
     reconnect_max_s: float,
     token_grace_s: float,
     token_file: Path | None,
@@ -163,6 +175,12 @@ def run(
         EnvPolicy(config_dirs=(config_dir,)).check(worker_env)
     except EnvPolicyError as exc:
         raise click.BadParameter(str(exc), param_hint="--worker-env") from exc
+    if ranks_per_gpu > 1:
+        from topo_tune.agent.discovery.discover import libnccl_version  # noqa: PLC0415 - loads libnccl
+
+        why = refusal(ranks_per_gpu, backend=Backend(backend), nccl_version=libnccl_version())
+        if why:
+            raise click.BadParameter(why, param_hint="--ranks-per-gpu")
     settings = AgentSettings(
         controller=controller_address,
         node_name=node_name or socket.gethostname(),
@@ -181,6 +199,7 @@ def run(
         kubernetes=detect_in_cluster(os.environ),
         rack_label=rack_label,
         worker_env=worker_env,
+        ranks_per_gpu=ranks_per_gpu,
         backoff_max_s=reconnect_max_s,
         token_grace_s=token_grace_s,
     )

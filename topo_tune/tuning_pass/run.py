@@ -26,6 +26,7 @@ from topo_tune.errors import ConfigError, PassError
 from topo_tune.kube.rack import tiers_above
 from topo_tune.node_record import NodeInfo, NodeState
 from topo_tune.topology import Measurement, PairMatrix, Spine, build_cluster
+from topo_tune.topology.gpu_ranks import gpu_ranks
 from topo_tune.topology.sampling import default_mode, infer_pairs
 from topo_tune.tuner.objective import Objective, WorkloadProfile
 from topo_tune.tuner.outputs import ClusterShape, WrittenOutputs, write_cluster_time, write_outputs
@@ -341,9 +342,10 @@ def run_pass(
             measured += check_ring(client, cluster, names)
     pairs, topologies, fingerprint = _pair_matrix(client, cluster, names)
     tiers = network_tiers(client.cluster_topology().nodes, names)
-    # Ranks per node as the benchmark jobs place them: every GPU (nccl, sim), one process (gloo).
+    # Ranks per node as the benchmark jobs place them: every GPU (nccl, sim; times its agent's ranks per GPU),
+    # one process (gloo).
     slots: dict[str, int] = {
-        name: max(1, len(topologies[name].gpus)) if cluster.backend.plays_nccl else 1 for name in names
+        name: max(1, gpu_ranks(topologies[name])) if cluster.backend.plays_nccl else 1 for name in names
     }
     if sum(slots.values()) == 1:
         on_status(

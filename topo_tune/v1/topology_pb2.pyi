@@ -436,6 +436,7 @@ class NodeTopology(_message.Message):
     NCCL_TOPOLOGY_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
     EXCLUDED_NICS_FIELD_NUMBER: _builtins.int
+    RANKS_PER_GPU_FIELD_NUMBER: _builtins.int
     hostname: _builtins.str
     cpu_count: _builtins.int
     memory_bytes: _builtins.int
@@ -444,6 +445,10 @@ class NodeTopology(_message.Message):
     cpu_model: _builtins.str
     source: _builtins.str
     """Where this record came from: "nvml+sysfs", "nccl-xml:<file name>", ..."""
+    ranks_per_gpu: _builtins.int
+    """Benchmark ranks the agent runs on each GPU: 0 or 1 is one rank per GPU; more is the agent's
+    --ranks-per-gpu test and development mode (NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1).
+    """
     @_builtins.property
     def gpus(self) -> _containers.RepeatedCompositeFieldContainer[Global___Gpu]: ...
     @_builtins.property
@@ -484,10 +489,11 @@ class NodeTopology(_message.Message):
         nccl_topology: Global___NcclXmlElement | None = ...,
         source: _builtins.str = ...,
         excluded_nics: _abc.Iterable[Global___ExcludedNic] | None = ...,
+        ranks_per_gpu: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_numa_node_count", b"_numa_node_count", "_virtualized", b"_virtualized", "nccl_topology", b"nccl_topology", "numa_node_count", b"numa_node_count", "versions", b"versions", "virtualized", b"virtualized"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_numa_node_count", b"_numa_node_count", "_virtualized", b"_virtualized", "cpu_count", b"cpu_count", "cpu_model", b"cpu_model", "excluded_nics", b"excluded_nics", "gpu_links", b"gpu_links", "gpus", b"gpus", "hostname", b"hostname", "memory_bytes", b"memory_bytes", "nccl_topology", b"nccl_topology", "nic_affinities", b"nic_affinities", "nics", b"nics", "numa_node_count", b"numa_node_count", "source", b"source", "unknowns", b"unknowns", "versions", b"versions", "virtualized", b"virtualized"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_numa_node_count", b"_numa_node_count", "_virtualized", b"_virtualized", "cpu_count", b"cpu_count", "cpu_model", b"cpu_model", "excluded_nics", b"excluded_nics", "gpu_links", b"gpu_links", "gpus", b"gpus", "hostname", b"hostname", "memory_bytes", b"memory_bytes", "nccl_topology", b"nccl_topology", "nic_affinities", b"nic_affinities", "nics", b"nics", "numa_node_count", b"numa_node_count", "ranks_per_gpu", b"ranks_per_gpu", "source", b"source", "unknowns", b"unknowns", "versions", b"versions", "virtualized", b"virtualized"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__numa_node_count: _TypeAlias = _typing.Literal["numa_node_count"]  # noqa: Y015
     _WhichOneofArgType__numa_node_count: _TypeAlias = _typing.Literal["_numa_node_count", b"_numa_node_count"]  # noqa: Y015

@@ -81,6 +81,7 @@ class BenchmarkExecutor:
         wall_clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         cpus_for_device: Mapping[int, Sequence[int]] | None = None,
+        ranks_per_gpu: int = 1,
     ) -> None:
         self._policy = policy
         self._tuner_plugin = tuner_plugin
@@ -94,6 +95,7 @@ class BenchmarkExecutor:
                 node_env=node_env,
                 clock=monotonic,
                 cpus_for_device=cpus_for_device,
+                ranks_per_gpu=ranks_per_gpu,
             )
             for name in LAUNCHED_BACKENDS
         }

@@ -20,6 +20,10 @@ fixed base, and nothing else from the agent's environment:
 The worker imports the same packages as the agent: the agent's ``sys.path`` travels in the
 worker's config file, not in ``PYTHONPATH``.
 
+Several ranks on one GPU (``ranks_per_gpu`` > 1, the agent's ``--ranks-per-gpu`` test and development mode, see
+``ranks_per_gpu``): a rank the controller planned on device slot d runs on GPU d // N, and every worker gets
+NCCL's multi-rank switch with its channels capped.
+
 CPU placement: given ``cpus_for_device`` (GPU index -> its NUMA-local CPUs, from the node's
 topology), each rank pins itself to its GPU's CPUs, as nccl-tests runs under ``mpirun --bind-to``;
 on the H200 record, pinning was what made launch-bound timings comparable between processes.
@@ -62,6 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from topo_tune.agent.bench.job_dirs import prune_job_dirs
+from topo_tune.agent.bench.ranks_per_gpu import shared_gpu_env, worker_device
 from topo_tune.agent.bench.worker_config import WorkerConfig, WorkerFault
 from topo_tune.benchmark.env_policy import OUTPUT_DIR, EnvPolicy
 from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
@@ -193,6 +198,7 @@ class Launcher:
         python: str = sys.executable,
         clock: Callable[[], float] = time.monotonic,
         cpus_for_device: Mapping[int, Sequence[int]] | None = None,
+        ranks_per_gpu: int = 1,
     ) -> None:
         if backend not in LAUNCHED_BACKENDS:
             known = " or ".join(repr(b.value) for b in LAUNCHED_BACKENDS)
@@ -205,6 +211,7 @@ class Launcher:
         self._clock = clock
         # GPU index -> its NUMA-local CPUs (from the node's topology); ranks launch from there.
         self._cpus_for_device = {k: tuple(v) for k, v in (cpus_for_device or {}).items()}
+        self._ranks_per_gpu = ranks_per_gpu if backend.runs_nccl else 1
         self._lock = threading.Lock()
         # stop() may come from another thread while run() starts or waits on workers.
         self._stop_lock = threading.Lock()
@@ -219,7 +226,7 @@ class Launcher:
         # Output files (debug logs, dumps) land in the job's directory, torch's flight-recorder dump too,
         # whose default is /tmp/nccl_trace_rank_<rank>.
         env.update(EnvPolicy.confine({**DUMP_DEFAULTS, **spec.env, **self._node_env}, work_dir))
-        return env
+        return shared_gpu_env(env, self._ranks_per_gpu)
 
     def run(
         self,
@@ -352,9 +359,11 @@ class Launcher:
         if rank_dir.exists():
             shutil.rmtree(rank_dir)  # a re-sent command starts from scratch
         rank_dir.mkdir()
+        device = worker_device(slot.device, self._ranks_per_gpu)
         config = WorkerConfig(
             spec=spec,
             rank=slot.rank,
+            device=device,
             backend=self._backend,
             bind_address=self._bind_address,
             rendezvous_timeout_s=deadline_s,
@@ -362,7 +371,7 @@ class Launcher:
             result_path=rank_dir / "result.json",
             # Absolute: the worker runs in the job directory, where relative entries would not resolve.
             sys_path=tuple(os.path.abspath(p) for p in sys.path if p),
-            cpus=self._cpus_for_device.get(slot.device, ()),
+            cpus=self._cpus_for_device.get(device, ()),
             fault=fault,
         )
         config_path = rank_dir / "config.json"

@@ -52,6 +52,7 @@ from topo_tune.benchmark.job_spec import BenchmarkSpec
 from topo_tune.benchmark.results import NcclChoice, RankResult, SizeMeasurement
 from topo_tune.errors import RecordError
 from topo_tune.nccl.backends import Backend
+from topo_tune.nccl.library import loaded_version
 from topo_tune.plugin.job_env import PLUGIN_ENV, TABLE_ENV
 from topo_tune.plugin.record import RECORD_ENV, RecordedCall, parse_record
 from topo_tune.versions.version import SYSTEM_NCCL_CONF, file_settings
@@ -289,7 +290,9 @@ def _effective_env(spec: BenchmarkSpec, backend: Backend) -> dict[str, str]:
             env["topo_tune.tuner_table_sha256"] = f"unreadable: {exc.strerror}"
     env["topo_tune.torch_version"] = torch.__version__
     if backend.runs_nccl:
-        env["topo_tune.nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())  # type: ignore[no-untyped-call]
+        # The library that ran; torch's own figure is the NCCL it was built against (kept when none is loaded).
+        built = ".".join(str(v) for v in torch.cuda.nccl.version())  # type: ignore[no-untyped-call]
+        env["topo_tune.nccl_version"] = loaded_version() or built
     return env
 
 
@@ -329,7 +332,6 @@ def with_choices(spec: BenchmarkSpec, sizes: list[SizeMeasurement], record: Path
 
 def run(config: WorkerConfig, progress: Progress) -> RankResult:
     spec = config.spec
-    slot = next(s for s in spec.ranks if s.rank == config.rank)
     if config.fault.hang_before_join_rank == config.rank:
         progress.report("started", fault="hang_before_join")
         threading.Event().wait()  # test-only fault: never returns; the launcher kills us
@@ -341,7 +343,7 @@ def run(config: WorkerConfig, progress: Progress) -> RankResult:
         # Read by the plugin when NCCL creates the communicator (putenv: NCCL's getenv sees it).
         os.environ[RECORD_ENV] = str(record)
     if config.backend.runs_nccl:
-        device = torch.device("cuda", slot.device)
+        device = torch.device("cuda", config.device)
         torch.cuda.set_device(device)
         dist.init_process_group(
             "nccl",

@@ -38,6 +38,8 @@ class WorkerFault:
 class WorkerConfig:
     spec: BenchmarkSpec
     rank: int
+    device: int
+    """The GPU this rank runs on (-1 on CPU backends); several ranks share one in ``--ranks-per-gpu`` mode."""
     backend: Backend
     """One of ``LAUNCHED_BACKENDS`` (``nccl`` or ``gloo``)."""
     bind_address: str
@@ -55,6 +57,7 @@ class WorkerConfig:
         data: dict[str, Any] = {
             "spec": self.spec.to_json(),
             "rank": self.rank,
+            "device": self.device,
             "backend": self.backend.value,
             "bind_address": self.bind_address,
             "rendezvous_timeout_s": self.rendezvous_timeout_s,
@@ -75,6 +78,7 @@ class WorkerConfig:
         return cls(
             spec=BenchmarkSpec.from_json(data["spec"]),
             rank=data["rank"],
+            device=data["device"],
             backend=Backend(data["backend"]),
             bind_address=data["bind_address"],
             rendezvous_timeout_s=data["rendezvous_timeout_s"],

@@ -8,7 +8,6 @@ versions. Whatever NVML or sysfs cannot tell is left unset and named in ``unknow
 
 from __future__ import annotations
 
-import ctypes
 import importlib.metadata
 import importlib.util
 import logging
@@ -32,6 +31,7 @@ from topo_tune.agent.discovery.nvml import (
 )
 from topo_tune.agent.discovery.sysfs import Sysfs, SysfsNic
 from topo_tune.errors import CpuListError, NvmlCallError
+from topo_tune.nccl.library import library_version
 from topo_tune.topology.cpulist import cpulist_from_mask_words, parse_cpulist
 from topo_tune.topology.levels import kind_from_nvml_level
 from topo_tune.topology.nic_ports import endpoint_name
@@ -77,7 +77,7 @@ def discover(
             _discover_gpus(topo, api, sysfs)
         _discover_nics(topo, sysfs)
         _nic_affinities(topo)
-        probe = nccl_version if nccl_version is not None else _libnccl_version
+        probe = nccl_version if nccl_version is not None else libnccl_version
         try:
             topo.versions.nccl = probe() or ""
         except Exception as exc:  # a broken library must not stop discovery
@@ -442,7 +442,7 @@ def _nic_affinities(topo: topology_pb2.NodeTopology) -> None:
             )
 
 
-def _libnccl_version() -> str | None:
+def libnccl_version() -> str | None:
     """Ask libnccl itself (ncclGetVersion): the nvidia-nccl wheel's first, then the system's; None if absent.
 
     The wheel's library is the one torch (and so every benchmark worker) loads; a system libnccl2 package
@@ -455,14 +455,7 @@ def _libnccl_version() -> str | None:
             candidates.append(str(Path(location) / "lib" / "libnccl.so.2"))
     candidates.append("libnccl.so.2")
     for candidate in candidates:
-        try:
-            lib = ctypes.CDLL(candidate)
-        except OSError:
-            continue
-        version = ctypes.c_int(0)
-        if lib.ncclGetVersion(ctypes.byref(version)) != 0:
-            continue
-        code = version.value
-        # Since 2.9 the code is major*10000 + minor*100 + patch.
-        return f"{code // 10000}.{(code % 10000) // 100}.{code % 100}"
+        version = library_version(candidate)
+        if version is not None:
+            return version
     return None

@@ -24,6 +24,7 @@ from topo_tune.controller.names import (
     short_text,
 )
 from topo_tune.errors import ValidationError
+from topo_tune.topology.gpu_ranks import MAX_RANKS_PER_GPU
 from topo_tune.v1 import admin_pb2, agent_pb2
 from topo_tune.versions.version import FILE_NAMES, MAX_FILE_BYTES
 
@@ -92,6 +93,10 @@ def register(message: agent_pb2.Register) -> agent_pb2.Register:
         raise ValidationError("register.topology", f"larger than {MAX_TOPOLOGY_BYTES} bytes")
     if len(topology.gpus) > MAX_GPUS:
         raise ValidationError("register.topology.gpus", f"{len(topology.gpus)} GPUs, at most {MAX_GPUS}")
+    if topology.ranks_per_gpu > MAX_RANKS_PER_GPU:
+        raise ValidationError(
+            "register.topology.ranks_per_gpu", f"{topology.ranks_per_gpu} ranks per GPU, at most {MAX_RANKS_PER_GPU}"
+        )
     if len(topology.nics) > MAX_NICS:
         raise ValidationError("register.topology.nics", f"{len(topology.nics)} NICs, at most {MAX_NICS}")
     return message

@@ -52,6 +52,7 @@ from topo_tune.nccl.backends import Backend
 from topo_tune.nccl.collectives import Collective
 from topo_tune.node_record import NodeState
 from topo_tune.security.log_text import printable
+from topo_tune.topology.gpu_ranks import gpu_ranks
 from topo_tune.v1 import agent_pb2, topology_pb2
 from topo_tune.wire.benchmark import spec_to_proto
 from topo_tune.wire.values import timestamp
@@ -241,7 +242,7 @@ class BenchmarkJobs:
     @staticmethod
     def _slots(view: NodeView, topology: topology_pb2.NodeTopology, request: BenchmarkRequest) -> int:
         if view.backend.plays_nccl:
-            return len(topology.gpus)
+            return gpu_ranks(topology)
         return request.ranks_per_node or 1
 
     async def on_result(self, node_name: NodeName, result: agent_pb2.CommandResult, job_id: str | None) -> None:
