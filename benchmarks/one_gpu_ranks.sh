@@ -29,10 +29,10 @@ versions() {
     grep -E '^NCCL_(MAJOR|MINOR|PATCH)' "$NCCL_SRC/makefiles/version.mk"
 }
 
-build_plugin() {  # plain cc, the flags of topo_tune/plugin/build.py
+build_plugin() {  # plain cc, the flags and units of topo_tune/plugin/build.py (tuner and profiler, -lm last)
     mkdir -p "$OUT/plugin"
     cc -std=c11 -O2 -fPIC -shared -fvisibility=hidden -Wall -Wextra -o "$OUT/plugin/libnccl-tuner-topotune.so" \
-        "$REPO/topo_tune/plugin/topotune_tuner.c"
+        "$REPO/topo_tune/plugin/topotune_tuner.c" "$REPO/topo_tune/plugin/topotune_profiler.c" -lm
 }
 
 mps_run() {  # mps_run NAME N SCENARIO: a fresh MPS daemon around one launch
