@@ -57,6 +57,7 @@ class Slurm:
     topology_conf: str = ""
     """topology.conf next to slurm.conf (with ``TopologyPlugin=topology/tree`` in ``conf_lines``)."""
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _slurmctld: subprocess.Popen[bytes] = field(init=False)
 
     @property
     def conf(self) -> Path:
@@ -97,10 +98,24 @@ class Slurm:
         )
         wait_until(socket.exists, timeout=20, what="munged's socket")
         self._write_conf(socket)
-        self._spawn([*self.run_on(None), "slurmctld", "-D", "-i", "-f", str(self.conf)], "slurmctld")
+        self._start_slurmctld()
         for node in self.nodes:
             self._spawn([*self.run_on(node), "slurmd", "-D", "-N", node, "-f", str(self.conf)], f"slurmd-{node}")
         wait_until(self._nodes_idle, timeout=90, interval=0.3, what=f"slurmd on {', '.join(self.nodes)} to be idle")
+
+    def _start_slurmctld(self) -> None:
+        self._spawn([*self.run_on(None), "slurmctld", "-D", "-i", "-f", str(self.conf)], "slurmctld")
+        self._slurmctld = self.processes[-1]
+
+    def restart_slurmctld_afresh(self) -> None:
+        """Stop slurmctld, forget its state (as a reinstalled controller does) and start it again: job ids
+        start over at 1. Returns once every node is idle again."""
+        self._slurmctld.send_signal(signal.SIGTERM)
+        self._slurmctld.wait(timeout=30)
+        shutil.rmtree(self.root / "state")
+        (self.root / "state").mkdir()
+        self._start_slurmctld()
+        wait_until(self._nodes_idle, timeout=90, interval=0.3, what="every node idle under the new slurmctld")
 
     def _nodes_idle(self) -> bool:
         shown = self.run("sinfo", "--noheader", "--Node", "--format", "%N %T")
