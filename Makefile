@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: install chromium slurm demo test lint typecheck protos schema docs report-screenshot clean
+.PHONY: install chromium slurm openmpi demo test lint typecheck protos schema docs report-screenshot clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ slurm:
 	command -v slurmctld >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 || \
 		{ apt-get update -q && apt-get install -y -q --no-install-recommends slurm-wlm munge; }
 
+# Open MPI's mpirun (Debian's package) for the real-launcher tests; CI starts from a clean machine.
+openmpi:
+	command -v mpirun >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q --no-install-recommends openmpi-bin; }
+
 demo: install
 	$(BIN)/topo-tune init --cluster-config examples/demo-cluster.yaml --output topo-tune-output
 
@@ -38,7 +42,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-test: lint typecheck chromium slurm
+test: lint typecheck chromium slurm openmpi
 	$(BIN)/python -m pytest
 
 protos: install

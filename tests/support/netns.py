@@ -208,6 +208,8 @@ class NetnsCluster:
     workdir: Path
     heartbeat_interval: float = 0.3
     heartbeat_expiry: float = 1.5
+    start_timeout: float = 30.0
+    """How long the controller may take to serve (the agents to register: twice that) on a busy machine."""
     prefix: str = field(default_factory=lambda: f"tt{uuid.uuid4().hex[:6]}-")
     controller: Daemon | None = None
     agents: dict[str, Daemon] = field(default_factory=dict)
@@ -410,7 +412,9 @@ class NetnsCluster:
             prefix=self.exec_argv("controller", []),
             cwd=self.workdir,  # studies write their outputs under the working directory
         ).start()  # fmt: skip
-        wait_until(lambda: self.admin("nodes").returncode == 0, what="the controller to serve", timeout=30)
+        wait_until(
+            lambda: self.admin("nodes").returncode == 0, what="the controller to serve", timeout=self.start_timeout
+        )
         return self.controller
 
     def start_agent(self, host: str) -> Daemon:
@@ -441,7 +445,7 @@ class NetnsCluster:
         wait_until(
             lambda: self.node_states() == dict.fromkeys(self.shape.hosts, "ready"),
             what="every agent to register",
-            timeout=60,
+            timeout=2 * self.start_timeout,
             interval=0.2,
         )
 

@@ -63,9 +63,12 @@ def test_the_tree_is_loaded_by_a_real_slurmctld(cluster_yaml: Path, tmp_path: Pa
     assert not missing, f"{', '.join(missing)} not installed: `make slurm` installs Slurm and munge"
     conf = export("slurm-tree", "--cluster-config", str(cluster_yaml))
     assert "SwitchName=rack-a Nodes=tt-node1,tt-node2" in conf.splitlines()
-    options = {"node": "tt-node1", "other_nodes": ("tt-node2", "tt-node3", "tt-node4")}
     with slurm_one_node(
-        tmp_path / "slurm", conf_lines=["TopologyPlugin=topology/tree"], topology_conf=conf, **options
+        tmp_path / "slurm",
+        node="tt-node1",
+        other_nodes=("tt-node2", "tt-node3", "tt-node4"),
+        conf_lines=["TopologyPlugin=topology/tree"],
+        topology_conf=conf,
     ) as slurm:
         shown = slurm.run("scontrol", "show", "topology")
     assert shown.returncode == 0, shown.stderr
