@@ -206,6 +206,16 @@ def test_a_collective_whose_buckets_are_all_decided_gets_no_more_pairs_and_keeps
             ), "its bounds are those of the look that decided it"
 
 
+def test_a_collective_with_a_gain_still_to_show_is_measured_on_beside_an_unsafe_one() -> None:
+    only_large = {"0-1K": 0.0, "1K-64K": 0.0, "64K-1M": 0.0, "1M-16M": 0.0}
+    truth = {"gain": {"all_reduce 16M-4G": 0.985, "reduce_scatter 16M-4G": 1.045}}
+    model = Model(truth, noise=0.010)
+    [proof], _ = prove(model, ["gain"], collectives=("all_reduce", "reduce_scatter"), buckets=only_large)
+    looked = {(r.collectives, r.repeat) for r in model.requests}
+    assert (("all_reduce", "reduce_scatter"), 4) in looked, "the measured gain keeps reduce_scatter in the next look"
+    assert all(b.comparison.pairs > 4 for b in proof.weighted)
+
+
 def test_a_marginal_bucket_decided_at_a_later_look_reports_that_look() -> None:
     model = Model({"later": {**ALL_FASTER, "0-1K": 1.0}}, noise=0.012)
     [proof], _ = prove(model, ["later"], pairs=3, max_pairs=30)
