@@ -26,3 +26,20 @@ def test_acknowledged_rows_are_pruned_past_the_bound(tmp_path: Path) -> None:
     assert journal.interrupted() == ["running"]
     assert journal.take("c9").entry is Entry.DONE, "a kept command is still never run twice"
     journal.close()
+
+
+def test_the_bound_holds_across_repeated_acknowledgements_and_a_reopened_journal(tmp_path: Path) -> None:
+    path = tmp_path / "journal.sqlite3"
+    journal = Journal(path, keep_delivered=3)
+    for i in range(3):
+        _finish(journal, f"c{i}")
+        journal.delivered(f"c{i}")
+        journal.delivered(f"c{i}")  # the controller acknowledged a re-sent result again
+    journal.delivered("never-taken")
+    assert journal.command_ids() == ["c0", "c1", "c2"], "a repeated or unknown acknowledgement prunes nothing"
+    journal.close()
+    reopened = Journal(path, keep_delivered=3)  # an agent restarted on the same state
+    _finish(reopened, "c3")
+    reopened.delivered("c3")
+    assert reopened.command_ids() == ["c1", "c2", "c3"]
+    reopened.close()

@@ -52,7 +52,9 @@ class Model:
         for collective in request.collectives:
             for size in request.sizes:
                 bucket = next(b for b in DEFAULT_BUCKETS if b.holds(size))
-                speedup = self.speedups.get(name, {}).get(bucket.name, 1.0) if request.side == "candidate" else 1.0
+                truth = self.speedups.get(name, {})  # "COLLECTIVE BUCKET" for one collective, else "BUCKET"
+                speedup = truth.get(f"{collective} {bucket.name}", truth.get(bucket.name, 1.0))
+                speedup = speedup if request.side == "candidate" else 1.0
                 t = (10.0 + size / 1e4) / speedup * math.exp(rng.gauss(0, self.noise))
                 samples.append(SizeSample(collective, size, t, size / t / 1e3, "ring", "simple", 8))
         return Measurements(tuple(samples), simulated=True)
@@ -72,6 +74,7 @@ def prove(
     max_pairs: int = 12,
     on_pair: Callable[[int, int], None] = lambda done, total: None,
     sizes: tuple[int, ...] = SIZES,
+    collectives: tuple[str, ...] = ("all_reduce",),
     **settings: float,
 ) -> tuple[list[FinalistProof], optuna.Study]:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -88,7 +91,7 @@ def prove(
             )
     prover = Prover(
         ProofSettings(sizes=sizes, pairs=pairs, max_pairs=max_pairs, **settings),
-        objective=Objective(WorkloadProfile({"all_reduce": 1}, dict(buckets or {}))),
+        objective=Objective(WorkloadProfile(dict.fromkeys(collectives, 1.0), dict(buckets or {}))),
         evaluate=model,
         baseline_config=BASELINE,
         config_of=config_of,
@@ -175,6 +178,42 @@ def test_an_undecided_bucket_gets_more_looks_up_to_the_maximum() -> None:
     assert close.comparison.pairs == 12 and model.calls == 2 * 12, "looks at 4, 8 and 12 pairs"
     assert close.decision is Decision.NOT_SHOWN_SAFE and not proof.promoted
     assert close.ci_low < 0.98 <= close.ci_high
+
+
+def test_a_collective_whose_buckets_are_all_decided_gets_no_more_pairs_and_keeps_its_decisions() -> None:
+    both = ("all_reduce", "reduce_scatter")
+    truth = {"mixed": {**ALL_FASTER, "all_reduce 0-1K": 0.985}}  # only all_reduce has a bucket near the floor
+    model = Model(truth, noise=0.012)
+    [proof], _ = prove(model, ["mixed"], collectives=both)
+    assert {r.collectives for r in model.requests if r.repeat < 4} == {both}, "the first look measures all"
+    assert {r.collectives for r in model.requests if r.repeat >= 4} == {("all_reduce",)}, "later looks: the open one"
+    assert model.calls == 2 * 12
+    buckets = {(b.collective, b.bucket.name): b for b in proof.buckets}
+    assert buckets["all_reduce", "0-1K"].comparison.pairs == 12
+    assert buckets["all_reduce", "0-1K"].decision is Decision.NOT_SHOWN_SAFE and not proof.promoted
+    # The same measurements with all_reduce clear as well: everything decided at the first look.
+    [first_look], _ = prove(Model({"mixed": ALL_FASTER}, noise=0.012), ["mixed"], collectives=both)
+    assert first_look.promoted
+    for b in first_look.buckets:
+        if b.collective == "reduce_scatter":
+            kept = buckets[b.collective, b.bucket.name]
+            assert kept.decision is b.decision is Decision.FASTER
+            assert (kept.ci_low, kept.ci_high, kept.speedup, kept.comparison.pairs) == (
+                b.ci_low,
+                b.ci_high,
+                b.speedup,
+                4,
+            ), "its bounds are those of the look that decided it"
+
+
+def test_a_collective_with_a_gain_still_to_show_is_measured_on_beside_an_unsafe_one() -> None:
+    only_large = {"0-1K": 0.0, "1K-64K": 0.0, "64K-1M": 0.0, "1M-16M": 0.0}
+    truth = {"gain": {"all_reduce 16M-4G": 0.985, "reduce_scatter 16M-4G": 1.045}}
+    model = Model(truth, noise=0.010)
+    [proof], _ = prove(model, ["gain"], collectives=("all_reduce", "reduce_scatter"), buckets=only_large)
+    looked = {(r.collectives, r.repeat) for r in model.requests}
+    assert (("all_reduce", "reduce_scatter"), 4) in looked, "the measured gain keeps reduce_scatter in the next look"
+    assert all(b.comparison.pairs > 4 for b in proof.weighted)
 
 
 def test_a_marginal_bucket_decided_at_a_later_look_reports_that_look() -> None:

@@ -6,9 +6,12 @@ acknowledges it, across reconnects and agent restarts. A command found ``running
 was interrupted by a crash; it is finished as ``failed`` rather than run a second time.
 
 SQLite (standard library) gives atomic, durable writes without a server; the file lives in the agent's
-state directory. Rows whose result the controller acknowledged are pruned past the newest ``keep_delivered``:
-an acknowledged command is final at the controller and never sent again, so the journal stays bounded on an
-agent that runs for years.
+state directory. Taking a command and storing its result are synced to disk before the method returns
+(``synchronous=FULL``); marking a result delivered is atomic but not synced on its own (the next take or
+result syncs it): a power cut can lose only that mark, and the controller answers a re-sent result it already
+has with another acknowledgement. Every write survives the agent's process being killed. Rows whose result
+the controller acknowledged are pruned past the newest ``keep_delivered``: an acknowledged command is final at
+the controller and never sent again, so the journal stays bounded on an agent that runs for years.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ class Taken:
 
 
 class Journal:
-    """Thread-safe; every method commits before it returns."""
+    """Thread-safe; every method commits before it returns (see the module's note on what is synced)."""
 
     def __init__(self, path: Path, *, keep_delivered: int = 1000) -> None:
         private_dir(path.parent)  # the state directory: the agent's alone
@@ -51,7 +54,10 @@ class Journal:
             "CREATE TABLE IF NOT EXISTS commands (id TEXT PRIMARY KEY, status TEXT NOT NULL, "
             "result BLOB, delivered INTEGER NOT NULL DEFAULT 0, taken_at REAL NOT NULL)"
         )
+        # Pruning finds the oldest acknowledged rows by this index instead of sorting the table each time.
+        self._db.execute("CREATE INDEX IF NOT EXISTS commands_delivered ON commands (delivered, taken_at, id)")
         self._db.execute("CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        (self._delivered_rows,) = self._db.execute("SELECT COUNT(*) FROM commands WHERE delivered = 1").fetchone()
 
     def take(self, command_id: str) -> Taken:
         """Claim a command for execution, atomically. Only ``Entry.NEW`` means: run it now."""
@@ -76,12 +82,29 @@ class Journal:
 
     def delivered(self, command_id: str) -> None:
         with self._lock:
-            self._db.execute("UPDATE commands SET delivered = 1 WHERE id = ?", (command_id,))
-            self._db.execute(
-                "DELETE FROM commands WHERE delivered = 1 AND id NOT IN "
-                "(SELECT id FROM commands WHERE delivered = 1 ORDER BY taken_at DESC, id DESC LIMIT ?)",
-                (self._keep_delivered,),
-            )
+            self._db.execute("PRAGMA synchronous=NORMAL")  # the mark alone is not worth a sync (module docstring)
+            try:
+                with self._db:  # one transaction: the mark and the prune it allows
+                    self._db.execute("BEGIN")
+                    marked = self._db.execute(
+                        "UPDATE commands SET delivered = 1 WHERE id = ? AND delivered = 0", (command_id,)
+                    ).rowcount
+                    self._delivered_rows += marked
+                    surplus = self._delivered_rows - self._keep_delivered
+                    if surplus > 0:
+                        self._db.execute(
+                            "DELETE FROM commands WHERE id IN (SELECT id FROM commands WHERE delivered = 1 "
+                            "ORDER BY taken_at, id LIMIT ?)",
+                            (surplus,),
+                        )
+                        self._delivered_rows -= surplus
+            except BaseException:
+                self._delivered_rows = self._db.execute("SELECT COUNT(*) FROM commands WHERE delivered = 1").fetchone()[
+                    0
+                ]
+                raise
+            finally:
+                self._db.execute("PRAGMA synchronous=FULL")
 
     def undelivered(self) -> list[agent_pb2.CommandResult]:
         with self._lock:

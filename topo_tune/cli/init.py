@@ -211,6 +211,12 @@ def _controller(
     show_default=True,
     help="Seconds to wait for a controller that stops answering mid-pass (a restart) before giving up.",
 )
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print what the pass would cost (benchmark jobs per phase, wall time and node-seconds at the backend's "
+    "recorded per-job cost) from the file alone, then stop: no controller, agent or node is touched.",
+)
 @token_options
 @client_tls_options
 def init(
@@ -219,6 +225,7 @@ def init(
     node_timeout: float,
     worker_env: dict[str, str],
     controller_wait: float,
+    dry_run: bool,
     token_file: Path | None,
     tls_ca: Path | None,
     tls_cert: Path | None,
@@ -238,6 +245,7 @@ def init(
     \b
     Examples:
       topo-tune init --cluster-config examples/demo-cluster.yaml --output out/
+      topo-tune init --cluster-config examples/demo-cluster.yaml --dry-run   # what it would cost
       topo-tune init --cluster-config examples/local-gloo.yaml
       topo-tune init --cluster-config examples/one-box.yaml    # one GPU machine, no other process
     """
@@ -246,6 +254,12 @@ def init(
     from topo_tune.tuning_pass.run import run_pass  # noqa: PLC0415
 
     cluster = load_cluster_config(config_file)
+    if dry_run:
+        from topo_tune.tuning_pass.pass_estimate import estimate_pass  # noqa: PLC0415
+
+        for line in estimate_pass(cluster).lines():
+            click.echo(line)
+        return
     if worker_env:
         if cluster.controller.address:
             raise click.UsageError(

@@ -116,7 +116,7 @@ class Services:
             db=db,
             registry=self.registry,
             commands=self.commands,
-            deliver=self.hub.deliver_new,
+            deliver=self.hub.deliver_many,
             wall_clock=wall_clock,
             settings=JobSettings(
                 spine_oversubscription=settings.spine_oversubscription,

@@ -21,6 +21,14 @@ class Backend(enum.StrEnum):
     SIM = "sim"
 
     @property
+    def job_fixed_s(self) -> float | None:
+        """A benchmark job's recorded fixed cost in seconds (start, delivery, commits; not the collectives), for
+        estimating a pass; None where none is recorded. nccl: ``benchmarks/results/h200-one-box.md`` (worker start
+        and NCCL initialisation); sim: ``benchmarks/results/demo.md`` (the demo's 237 s for about 1,400 jobs on two
+        unloaded cores)."""
+        return _JOB_FIXED_S.get(self)
+
+    @property
     def simulated(self) -> bool:
         """Whether results come from the model (labelled simulated), not from collectives that ran."""
         return self is Backend.SIM
@@ -54,3 +62,6 @@ class Backend(enum.StrEnum):
 
 LAUNCHED_BACKENDS: tuple[Backend, ...] = tuple(b for b in Backend if b.launches_workers)
 """The backends the agent's benchmark executor runs with worker processes (the rest it simulates)."""
+
+
+_JOB_FIXED_S = {Backend.NCCL: 3.2, Backend.SIM: 0.17}

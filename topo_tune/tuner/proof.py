@@ -25,6 +25,7 @@ Non-goals: the statistics themselves (``statistics``), the search (``study``), w
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -245,18 +246,24 @@ class Prover:
         self._design = settings.design
 
     def prove(self, study: optuna.Study, finalists: Sequence[FrozenTrial]) -> list[FinalistProof]:
-        """Measure each finalist look by look until it is decided or at ``max_pairs``, then decide all."""
+        """Measure each finalist look by look until it is decided or at ``max_pairs``, then decide all.
+
+        A look after the first measures only the collectives with a weighted bucket still open
+        (``_open_collectives``): a collective whose every bucket is decided gets no more pairs.
+        """
         total = len(finalists) * self.settings.max_pairs
         for index, finalist in enumerate(finalists):
             config = self._config_of(finalist.params, finalist.user_attrs)
             look: int | None = self.settings.pairs
+            collectives = self.objective.collectives
             while look is not None:
                 for pair in range(look):
                     if self._failed(study, finalist.number):
                         break
-                    if self._measure_pair(study, finalist.number, config, pair):
+                    if self._measure_pair(study, finalist.number, config, pair, collectives):
                         self._on_pair(index * self.settings.max_pairs + pair + 1, total)
-                if not self._undecided(study, finalists, finalist.number):
+                collectives = self._open_collectives(study, finalists, finalist.number)
+                if not collectives:
                     break
                 look = self._design.next_look(look)
         return self.decide(study, finalists)
@@ -314,8 +321,11 @@ class Prover:
     def _failed(study: optuna.Study, trial: int) -> bool:
         return f"{S_PROOF}:{trial}:failed" in study.user_attrs
 
-    def _measure_pair(self, study: optuna.Study, trial: int, config: TrialConfig, pair: int) -> bool:
-        """Measure and store pair ``pair`` of ``trial`` unless it is stored; whether it was measured now.
+    def _measure_pair(
+        self, study: optuna.Study, trial: int, config: TrialConfig, pair: int, collectives: tuple[str, ...]
+    ) -> bool:
+        """Measure and store pair ``pair`` of ``trial`` (of ``collectives``) unless it is stored; whether it was
+        measured now.
 
         The pair is one full-ladder run per side, then ``small_runs - 1`` more runs of the small sizes per
         side, sides alternating. A failed measurement is stored as the finalist's failure (no further pair is
@@ -332,7 +342,7 @@ class Prover:
         runs: list[dict[str, str]] = [{} for _ in range(len(plan) // 2)]
         try:
             for side, cfg, sizes, run in plan:
-                request = MeasurementRequest(self.objective.collectives, sizes, trial, "proof", pair, side, run)
+                request = MeasurementRequest(collectives, sizes, trial, "proof", pair, side, run)
                 runs[run][side] = requested(self._evaluate(cfg, request), request).to_json()
         except TrialFailed as failure:
             study.set_user_attr(f"{S_PROOF}:{trial}:failed", f"{failure.kind}: {failure.reason}")
@@ -343,21 +353,37 @@ class Prover:
         study.set_user_attr(key, json.dumps(stored))
         return True
 
-    def _undecided(self, study: optuna.Study, finalists: Sequence[FrozenTrial], trial: int) -> bool:
-        """Whether ``trial`` needs another look: no weighted bucket slower, and its choice still open."""
+    def _open_collectives(self, study: optuna.Study, finalists: Sequence[FrozenTrial], trial: int) -> tuple[str, ...]:
+        """The collectives ``trial``'s next look measures; none: the finalist is decided (no more looks).
+
+        A finalist needs another look while no weighted bucket is slower and its choice is still open: some
+        bucket not shown safe, or all shown safe, none shown faster, and one that measured a gain beyond
+        ``min_effect``. That look measures only the collectives with an open bucket: one not shown safe, or
+        one shown safe but not faster that measured such a gain. A collective left out is left out of every
+        later look too (its buckets' bounds no longer move, and a look that lacks a bucket's pairs tests its
+        gain with p = 1), so each bucket's pairs are the first ones of the finalist, as the bounds need.
+        """
         proofs = self.decide(study, [f for f in finalists if self._stored(study, f.number)])
         proof = next((p for p in proofs if p.trial == trial), None)
         if proof is None or proof.failure is not None:
-            return False
+            return ()
         weighted = proof.weighted
         decisions = [b.decision for b in weighted]
         if statistics.Decision.SLOWER in decisions:
-            return False  # can never be chosen
+            return ()  # can never be chosen
+        gain = [
+            b
+            for b in weighted
+            if b.decision is statistics.Decision.NO_DIFFERENCE and b.comparison.speedup > 1 + self.settings.min_effect
+        ]
         if statistics.Decision.NOT_SHOWN_SAFE in decisions:
-            return True
-        # Every weighted bucket shown safe: more pairs only while a gain is still to show and was measured.
-        plausible = any(b.comparison.speedup > 1 + self.settings.min_effect for b in weighted)
-        return statistics.Decision.FASTER not in decisions and plausible
+            open_buckets = [b for b in weighted if b.decision is statistics.Decision.NOT_SHOWN_SAFE] + gain
+        elif statistics.Decision.FASTER not in decisions:
+            open_buckets = gain  # every bucket shown safe: more pairs only while a gain is still to show
+        else:
+            open_buckets = []
+        measured = {b.collective for b in open_buckets}
+        return tuple(c for c in self.objective.collectives if c in measured)
 
     @staticmethod
     def _stored(study: optuna.Study, trial: int) -> bool:
@@ -397,12 +423,21 @@ class Prover:
         per_bucket = []
         for collective, bucket in self._buckets():
             sizes = [s for s in self.settings.sizes if bucket.holds(s)]
+            # The pairs that measured this collective: the first ones (a later look may leave it out, never back).
+            measured = runs[: _measuring(runs, collective)]
             per_bucket.append(
-                [(_geomean_time(a, collective, sizes), _geomean_time(b, collective, sizes)) for a, b in runs]
+                [(_geomean_time(a, collective, sizes), _geomean_time(b, collective, sizes)) for a, b in measured]
             )
         if failure is not None or len(pairs) < 2:
             per_bucket = [[] for _ in per_bucket]
         return pairs, failure, per_bucket
+
+
+def _measuring(runs: Sequence[tuple[Sequence[Measurements], Sequence[Measurements]]], collective: str) -> int:
+    """How many of a finalist's first pairs measured ``collective``."""
+    return sum(
+        1 for _ in itertools.takewhile(lambda run: any(s.collective == collective for s in run[0][0].samples), runs)
+    )
 
 
 def _geomean_time(runs: Sequence[Measurements], collective: str, sizes: Sequence[int]) -> float:

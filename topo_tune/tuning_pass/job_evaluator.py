@@ -47,7 +47,7 @@ class JobEvaluator:
         samples: list[SizeSample] = []
         simulated = False
         for collective in request.collectives:
-            for sweep in _sweeps(request.sizes):
+            for sweep in sweeps(request.sizes):
                 job = self._run(collective, sweep, config, self._sim_seed(request, collective, sweep))
                 simulated = simulated or job.simulated
                 samples.extend(_samples(collective, sweep, job))
@@ -103,7 +103,7 @@ class JobEvaluator:
         return job
 
 
-def _sweeps(sizes: Sequence[int]) -> list[SizeRange]:
+def sweeps(sizes: Sequence[int]) -> list[SizeRange]:
     """As few nccl-tests sweeps as cover ``sizes`` exactly: one when they form a geometric ladder."""
     ordered = sorted(set(sizes))
     if len(ordered) > 1:

@@ -79,7 +79,8 @@ class BenchmarkJobs:
     db: Database
     registry: NodeRegistry
     commands: CommandBook
-    deliver: Callable[[CommandRecord], Awaitable[bool]]
+    deliver: Callable[[list[CommandRecord]], Awaitable[int]]
+    """Sends freshly stored commands to their connected nodes, all of them marked sent in one transaction."""
     wall_clock: Callable[[], datetime]
     settings: JobSettings = field(default_factory=JobSettings)
     busy_reasons: Callable[[list[str]], Awaitable[list[str]]] | None = None
@@ -137,8 +138,7 @@ class BenchmarkJobs:
             ]
 
         records = await self._while_ending(nodes, write)  # persist the job and all its commands, then send
-        for record in records:
-            await self.deliver(record)
+        await self.deliver(records)
         logger.info("benchmark job started", extra={"job": job_id, "nodes": len(nodes), "backend": backend})
         return await self.get(job_id)
 
@@ -287,6 +287,9 @@ class BenchmarkJobs:
         return overdue
 
     async def _finish_if_complete(self, job_id: str, *, timed_out: bool, lost: frozenset[str] = frozenset()) -> None:
+        if not timed_out and not await self._may_end(job_id, lost):
+            self.changes.changed(job_id)  # a node's part is committed: wake whoever follows the job's progress
+            return
         now = self.wall_clock()
 
         def finish(session: Session) -> tuple[str, list[CommandRecord]] | None:
@@ -321,8 +324,29 @@ class BenchmarkJobs:
             return
         message, cancels = ended
         logger.info("benchmark job finished: %s", printable(message), extra={"job": job_id})  # agents' words in it
-        for record in cancels:  # stored with the job's end; sent now, or when the node comes back
-            await self.deliver(record)
+        await self.deliver(cancels)  # stored with the job's end; sent now, or when the node comes back
+
+    async def _may_end(self, job_id: str, lost: frozenset[str]) -> bool:
+        """Whether the job may end now: every part final, a part that ends the job, or a lost node.
+
+        A narrow read off the write thread, so each of a job's results but the last costs no write
+        transaction; ``finish`` decides again, in its own transaction, when this says it may.
+        """
+
+        def read(session: Session) -> list[tuple[str, str]]:
+            query = sa.select(CommandRow.status, CommandRow.node_name).where(
+                CommandRow.job_id == job_id, CommandRow.kind == "run_benchmark"
+            )
+            return [(status, node) for status, node in session.execute(query)]
+
+        parts = await self.db.read(read)
+        statuses = [CommandStatus(status) for status, _ in parts]
+        return (
+            not parts
+            or all(s.final for s in statuses)
+            or any(s.final and s is not CommandStatus.SUCCEEDED for s in statuses)
+            or any(not CommandStatus(status).final and node in lost for status, node in parts)
+        )
 
     def _close_open_parts(
         self, session: Session, job: BenchmarkJobRow, rows: list[CommandRow], *, cannot: str, now: datetime
