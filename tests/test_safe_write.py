@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.processes import run_cli
+from topo_tune.cli.local_cluster import token_file_for
 from topo_tune.errors import FileWriteError
 from topo_tune.security import safe_write
 from topo_tune.security.safe_write import SECRET_FILE_MODE, stage_file, write_file
@@ -201,3 +202,16 @@ def test_workload_write_ignores_links_at_the_scratch_names_it_used_to_use(tmp_pa
     code, stderr = _import_write(config)
     assert code == 0, stderr
     assert victim.read_text() == "precious\n" and "weights:" in config.read_text()
+
+
+def test_a_token_file_is_0600_and_never_written_through_a_symlink(tmp_path: Path, victim: Path) -> None:
+    wide = tmp_path / "wide.token"
+    wide.write_text("x" * 40 + "\n")
+    wide.chmod(0o644)  # readable by others: not reused, replaced by a fresh private one
+    token = token_file_for(wide)
+    assert token != "x" * 40 and wide.read_text() == token + "\n" and mode(wide) == 0o600
+    link = tmp_path / "controller.token"
+    link.symlink_to(victim)
+    with pytest.raises(FileWriteError, match=r"controller\.token: is a symbolic link"):
+        token_file_for(link)
+    assert victim.read_text() == "precious\n"
