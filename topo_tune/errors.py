@@ -15,6 +15,7 @@
     │   ├── NodeBusy              a node runs another benchmark job (retry later)
     │   └── StoreBusy             (agent) the node runs a benchmark or a job: its configuration must not change now
     ├── ConfigWriteError          (agent) the config directory cannot be written (disk full, quota, read-only)
+    ├── FileWriteError            a file a user named cannot be written safely (a symlink there, a failed write)
     ├── StorageError              the database failed after retries
     │   ├── DatabaseFull          the disk under the database is full: writes fail at once, reads go on
     │   └── FencedError           a leader's write was refused: the database holds a newer leader's epoch
@@ -133,6 +134,17 @@ class ConfigWriteError(TopoTuneError):
     def __init__(self, message: str, *, errno: int) -> None:
         self.errno = errno
         super().__init__(message)
+
+
+class FileWriteError(TopoTuneError):
+    """A file a user named was not written: its path is a symbolic link or not a regular file, or writing failed.
+
+    ``str()`` is ``"<path>: <reason>"``; the old file, if any, is as it was."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
 
 
 class StorageError(TopoTuneError):

@@ -56,6 +56,18 @@ def test_build_writes_a_loadable_library(tmp_path: Path) -> None:
     assert built.path == (tmp_path / "lib" / LIBRARY_FILE).resolve()
     assert ctypes.CDLL(str(built.path)).ncclTunerPlugin_v5
     assert [p.name for p in built.path.parent.iterdir()] == [LIBRARY_FILE], "no partial files left behind"
+    assert built.path.stat().st_mode & 0o777 == 0o755
+
+
+def test_a_symlink_at_the_library_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.so"
+    victim.write_bytes(b"another user's library")
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / LIBRARY_FILE).symlink_to(victim)
+    with pytest.raises(PluginBuildError, match=rf"{LIBRARY_FILE}: is a symbolic link; refusing to write through it"):
+        build_plugin(tmp_path / "lib")
+    assert victim.read_bytes() == b"another user's library"
+    assert [p.name for p in (tmp_path / "lib").iterdir()] == [LIBRARY_FILE]
 
 
 def test_a_failed_build_names_the_compiler_and_keeps_the_old_library(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 
 It resumes the finished synthetic study in DB and writes its outputs into DIR again, for another NCCL
 version, with files limited to LIMIT bytes (RLIMIT_FSIZE, SIGXFSZ ignored: a write past the limit fails
-the way one on a full disk does). Exits 3 when writing failed with OSError, 0 when it succeeded.
+the way one on a full disk does). Exits 3 when writing failed (``FileWriteError`` naming the file), 0 when it
+succeeded.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from tests.tuner.landscape import NODES, Landscape, synthetic_space
 from tests.tuner.test_study import study_settings, synthetic_objective
+from topo_tune.errors import FileWriteError
 from topo_tune.topology.distance import PairMatrix
 from topo_tune.tuner.outputs import ClusterShape, write_outputs
 from topo_tune.tuner.study import run_study
@@ -32,7 +34,8 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
     try:
         write_outputs(outcome, directory, shape=shape(), nccl_version="2.29.1", topology_fingerprint="t", plots=False)
-    except OSError:
+    except FileWriteError as error:
+        print(error, file=sys.stderr)
         sys.exit(3)
 
 

@@ -273,6 +273,7 @@ def test_outputs_that_cannot_all_be_written_leave_the_previous_ones_whole(tmp_pa
         check=False,
     )
     assert child.returncode == 3, child.stderr[-2000:]
+    assert f"{out}/" in child.stderr and ": cannot write it: File too large" in child.stderr, child.stderr[-2000:]
     after = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert after == before, "no file cut short, none from the new set next to old ones, no scratch file left"
     json.loads(after["summary.json"])

@@ -11,6 +11,7 @@ from topo_tune.cli.admin import admin, connected
 from topo_tune.cli.output import emit_data, emit_table, to_data
 from topo_tune.client.admin import AdminClient
 from topo_tune.ids import ConfigVersionId
+from topo_tune.security.safe_write import write_file
 
 
 @admin.group("config")
@@ -83,5 +84,5 @@ def export(client: AdminClient, fmt: str, version_id: str, directory: Path) -> N
     found = client.get_config_version(ConfigVersionId(version_id))
     directory.mkdir(parents=True, exist_ok=True)
     for name, content in sorted(found.files.items()):
-        (directory / name).write_text(content)
+        write_file(directory / name, content)
         click.echo(f"wrote {directory / name}")

@@ -5,7 +5,6 @@ Also the one place a comparison is put in words for people: ``exec --compare`` p
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
@@ -13,6 +12,7 @@ import click
 from topo_tune.cli.admin import admin, connected
 from topo_tune.cli.output import emit_data, emit_table, to_data
 from topo_tune.client.admin import AdminClient
+from topo_tune.security.safe_write import write_file
 from topo_tune.v1 import admin_pb2
 
 
@@ -95,9 +95,7 @@ def comparisons(client: AdminClient, fmt: str, job_id: str, limit: int, report: 
         from topo_tune.tuner.report.job_comparisons import with_comparisons  # noqa: PLC0415
 
         page = with_comparisons(report.read_text(encoding="utf-8"), [to_data(c) for c in found], where="--report")
-        partial = report.with_name(f".{report.name}.partial")
-        partial.write_text(page, encoding="utf-8")
-        os.replace(partial, report)  # a reader never sees half a page
+        write_file(report, page)  # a reader never sees half a page; a symlink there is refused
         click.echo(f"# {report}: {len(found)} job comparisons in 'What jobs measured'", err=True)
     if fmt != "table":
         emit_data([to_data(c) for c in found], fmt)

@@ -31,6 +31,7 @@ from topo_tune.ids import ConfigVersionId
 from topo_tune.jobs.config import job_id_from_env
 from topo_tune.jobs.launchers import LAUNCHERS, LauncherFlavour, launch, starts_other_nodes
 from topo_tune.plugin.job_env import workload_env
+from topo_tune.security.safe_write import write_file
 from topo_tune.v1 import admin_pb2
 
 
@@ -243,7 +244,7 @@ def _launch(
     )
     if planned.hostfile is not None:
         assert hostfile is not None, "mpi and slurm are given a hostfile path"
-        hostfile.write_text(planned.hostfile, encoding="utf-8")
+        write_file(hostfile, planned.hostfile)
     variables.update(planned.env)
     return list(planned.argv)
 

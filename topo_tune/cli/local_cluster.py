@@ -34,6 +34,7 @@ from topo_tune.controller.server import Controller
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.errors import ConfigError
 from topo_tune.nccl.backends import Backend
+from topo_tune.security.safe_write import SECRET_FILE_MODE, write_file
 from topo_tune.sim.node_topology import simulated_node_topology
 
 logger = logging.getLogger(__name__)
@@ -136,14 +137,7 @@ def node_credential_file(directory: Path, node_name: str, admin_token: str) -> P
 
 def _write_private(path: Path, token: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
-    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        os.write(descriptor, f"{token}\n".encode())
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-    os.replace(partial, path)
+    write_file(path, f"{token}\n", mode=SECRET_FILE_MODE)  # 0600 even where an older copy was wider
 
 
 def agent_command(

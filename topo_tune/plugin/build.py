@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from topo_tune.errors import PluginBuildError
+from topo_tune.errors import FileWriteError, PluginBuildError
+from topo_tune.security.safe_write import write_file
 
 __all__ = [
     "LIBRARY_FILE",
@@ -38,6 +39,8 @@ logger = logging.getLogger(__name__)
 
 LIBRARY_FILE = "libnccl-tuner-topotune.so"
 """The file name NCCL derives from ``NCCL_TUNER_PLUGIN=topotune``."""
+LIBRARY_MODE = 0o755
+"""The library's mode when new: every user's jobs load it (an existing one keeps its own)."""
 
 SOURCE_FILES = (
     "topotune_tuner.c",
@@ -94,8 +97,9 @@ def find_compiler(environ: Mapping[str, str]) -> tuple[str, ...]:
 def build_plugin(output_dir: Path, *, environ: Mapping[str, str] | None = None) -> BuiltPlugin:
     """Compile the plugin into ``output_dir / LIBRARY_FILE`` and return where it is.
 
-    The library is compiled next to the target and renamed over it, so a process that already loaded an
-    older build keeps its copy intact and a failed build leaves the old one in place.
+    The library is compiled in a private scratch directory, then written beside the target under a random name
+    and renamed over it (``safe_write``: a symlink at the target is refused), so a process that already loaded
+    an older build keeps its copy intact and a failed build leaves the old one in place.
 
     Raises:
         PluginBuildError: no compiler, an unusable output directory, or a failed compile (with its output).
@@ -112,7 +116,7 @@ def build_plugin(output_dir: Path, *, environ: Mapping[str, str] | None = None) 
     target = output_dir / LIBRARY_FILE
     with tempfile.TemporaryDirectory(prefix="topotune-plugin-") as scratch:
         sources = _copy_sources(Path(scratch))
-        partial = output_dir / f".{LIBRARY_FILE}.{os.getpid()}.partial"
+        partial = Path(scratch) / LIBRARY_FILE
         units = [str(source) for source in sources if source.suffix == ".c"]
         # -lm after the sources: the profiler's log times need libm's log().
         command = [*compiler, *_CFLAGS, "-o", str(partial), *units, "-lm"]
@@ -122,16 +126,17 @@ def build_plugin(output_dir: Path, *, environ: Mapping[str, str] | None = None) 
                 command, capture_output=True, text=True, env=env, timeout=_COMPILE_TIMEOUT_S, check=False
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
-            partial.unlink(missing_ok=True)
             raise PluginBuildError(f"running {shlex.join(compiler)} failed: {exc}") from exc
         diagnostics = (completed.stdout + completed.stderr).strip()
         if completed.returncode != 0:
-            partial.unlink(missing_ok=True)
             raise PluginBuildError(
                 f"{shlex.join(compiler)} exited with status {completed.returncode} building {LIBRARY_FILE}:\n"
                 f"{diagnostics}"
             )
-        os.replace(partial, target)
+        try:
+            write_file(target, partial.read_bytes(), new_mode=LIBRARY_MODE)
+        except FileWriteError as exc:
+            raise PluginBuildError(str(exc)) from None
     logger.debug("built %s with %s", target, compiler[0])
     return BuiltPlugin(path=target, compiler=compiler, diagnostics=diagnostics)
 

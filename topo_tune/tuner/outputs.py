@@ -30,13 +30,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from topo_tune.errors import ConfigError
+from topo_tune.security.safe_write import StagedFile, stage_file, write_file
 from topo_tune.topology.distance import PairMatrix
 from topo_tune.tuner.report.figures import report_figures
 from topo_tune.tuner.report.page import render_report
@@ -184,11 +184,8 @@ def write_outputs(
 def write_cluster_time(directory: Path, data: Mapping[str, Any]) -> Path:
     """``cluster-time.json`` beside the other outputs, written whole or not at all. Apart from summary.json, so
     the outputs that describe the result stay byte-identical between runs of a seeded study."""
-    partial, target = _stage(directory / CLUSTER_TIME, json.dumps(data, indent=2) + "\n")
-    try:
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
+    target = directory / CLUSTER_TIME
+    write_file(target, json.dumps(data, indent=2) + "\n")
     return target
 
 
@@ -258,15 +255,15 @@ def _replace_all(directory: Path, contents: Mapping[str, str | bytes]) -> None:
     writing (a full disk, a kill) leaves the previous outputs whole, never a file cut short or a mix."""
     if any(name.startswith(f"{PLOTS}/") for name in contents):
         (directory / PLOTS).mkdir(exist_ok=True)
-    staged: list[tuple[Path, Path]] = []
+    staged: list[StagedFile] = []
     try:
         for name, content in contents.items():
-            staged.append(_stage(directory / name, content))
-        for partial, target in staged:
-            os.replace(partial, target)
+            staged.append(stage_file(directory / name, content))
+        for file in staged:
+            file.commit()
     finally:
-        for partial, _ in staged:
-            partial.unlink(missing_ok=True)
+        for file in staged:
+            file.discard()
 
 
 NO_SETTINGS = "NCCL's defaults: no NCCL setting to change (no site setting, nothing tuned was promoted)"
@@ -276,17 +273,3 @@ def _nccl_conf(env: Mapping[str, str]) -> str:
     """The settings as NCCL reads them; with none, a comment saying so (NCCL reads it as no setting), never
     a 0-byte file that reads as a failed write."""
     return render_nccl_conf(env) if env else render_nccl_conf({}, header=NO_SETTINGS)
-
-
-def _stage(target: Path, content: str | bytes) -> tuple[Path, Path]:
-    """``content`` written completely to a scratch file beside ``target``; the caller renames it into place."""
-    partial = target.with_name(f".{target.name}.partial")
-    try:
-        if isinstance(content, bytes):
-            partial.write_bytes(content)
-        else:
-            partial.write_text(content)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    return partial, target

@@ -13,10 +13,12 @@ Non-goals: Inspector's Prometheus output (``NCCL_INSPECTOR_PROM_DUMP=1``), which
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from topo_tune.errors import WorkloadFileError
 from topo_tune.nccl.collectives import Collective
 from topo_tune.workload.calls import FileCalls
 from topo_tune.workload.collective_names import collective_named
@@ -40,8 +42,11 @@ def read_inspector_log(path: Path, *, limits: Limits = DEFAULT_LIMITS) -> FileCa
         stream = JsonStream(text, source=source, limits=limits)
         index = 0
         while not stream.at_end():
-            record = stream.value()
             index += 1
+            try:
+                record = stream.value()
+            except WorkloadFileError as error:
+                raise stream.error(f"record {index}: {error.reason}") from None
             if not isinstance(record, dict) or not looks_like_inspector(record):
                 raise stream.error(f"record {index} is not an NCCL Inspector record (header and coll_perf)")
             header = record["header"]
@@ -65,7 +70,10 @@ def read_inspector_log(path: Path, *, limits: Limits = DEFAULT_LIMITS) -> FileCa
             if collective in _PER_RANK_PART:
                 size *= n_ranks
             timed = isinstance(time_us, int | float) and not isinstance(time_us, bool) and time_us >= 0
-            out.add(collective, size, duration_us=float(time_us) if timed and time_us is not None else None)
+            duration = float(time_us) if timed and time_us is not None else None
+            if duration is not None and not math.isfinite(duration):
+                raise stream.error(f"record {index}: coll_perf.coll_exec_time_us is {duration}, not a finite number")
+            out.add(collective, size, duration_us=duration)
         if index == 0:
             raise stream.error("empty: no NCCL Inspector record")
     # One process writes one file; with several communicators its rank may differ between them.

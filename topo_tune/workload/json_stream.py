@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,6 +59,14 @@ def open_text(path: Path) -> Iterator[TextIO]:
         raise WorkloadFileError(str(path), error.strerror or str(error)) from None
 
 
+class _NotJson(ValueError):
+    """``NaN``, ``Infinity`` or ``-Infinity``: Python's json reads them, JSON has no such values."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotJson(f"{name} is not a JSON value (durations and sizes must be finite numbers)")
+
+
 class JsonStream:
     """JSON values read one at a time from a text stream (see the module docstring)."""
 
@@ -69,7 +78,7 @@ class JsonStream:
         self._pos = 0
         self._read = 0
         self._eof = False
-        self._decoder = json.JSONDecoder()
+        self._decoder = json.JSONDecoder(parse_constant=_refuse_constant)
 
     def error(self, reason: str) -> WorkloadFileError:
         return WorkloadFileError(self._source, reason)
@@ -111,12 +120,14 @@ class JsonStream:
     def at_end(self) -> bool:
         return self.peek() == ""
 
+    def _at(self, pos: int) -> int:
+        """The character number in the file of ``pos`` in the buffer."""
+        return self._read - len(self._buffer) + pos
+
     def _unexpected(self, got: str, wanted: str) -> str:
         if got == "":
             return f"truncated: the JSON ends where {wanted} should follow"
-        return (
-            f"malformed JSON at character {self._read - len(self._buffer) + self._pos}: expected {wanted}, got {got!r}"
-        )
+        return f"malformed JSON at character {self._at(self._pos)}: expected {wanted}, got {got!r}"
 
     # ---------------------------------------------------------------- values
 
@@ -128,6 +139,11 @@ class JsonStream:
             start = self._pos
             try:
                 value, end = self._decoder.raw_decode(self._buffer, start)
+            except RecursionError:
+                # The C scanner recurses per level and stops at Python's recursion limit, long before memory.
+                raise self.error(f"malformed JSON at character {self._at(start)}: nested too deeply") from None
+            except _NotJson as error:
+                raise self.error(f"malformed JSON at character {self._at(start)}: {error}") from None
             except json.JSONDecodeError as error:
                 if len(self._buffer) - start > self._limits.max_value_chars:
                     raise self.error(
@@ -135,10 +151,18 @@ class JsonStream:
                     ) from None
                 if self._fill():
                     continue
-                at = self._read - len(self._buffer) + error.pos
+                at = self._at(error.pos)
                 if error.pos >= len(self._buffer) - 1 or error.msg.startswith("Unterminated"):
                     raise self.error(f"truncated: the JSON ends inside a value (character {at})") from None
                 raise self.error(f"malformed JSON at character {at}: {error.msg}") from None
+            except ValueError as error:
+                # int() refuses more than sys.get_int_max_str_digits() digits (4300): a number no field holds.
+                if "digits" not in str(error):
+                    raise
+                raise self.error(
+                    f"malformed JSON at character {self._at(start)}: an integer of more than "
+                    f"{sys.get_int_max_str_digits()} digits"
+                ) from None
             if end == len(self._buffer) and self._fill():
                 continue  # a number may go on in the next chunk
             if end - start > self._limits.max_value_chars:
@@ -146,21 +170,30 @@ class JsonStream:
             self._pos = end
             return value
 
-    def array_items(self) -> Iterator[Any]:
-        """The items of the array that starts here, each decoded on its own."""
-        self.expect("[", what="to open an array")
+    def array_items(self, *, name: str) -> Iterator[Any]:
+        """The items of the array ``name`` that starts here, each decoded on its own; errors name the item."""
+        got = self.peek()
+        if got != "[":
+            raise self.error(self._unexpected(got, f"'[' to open the array {name}"))
+        self._pos += 1
         if self.peek() == "]":
             self._pos += 1
             return
+        index = 0
         while True:
-            yield self.value()
+            try:
+                item = self.value()
+            except WorkloadFileError as error:
+                raise self.error(f"{name}[{index}]: {error.reason}") from None
+            yield item
             got = self.peek()
             if got == "]":
                 self._pos += 1
                 return
             if got != ",":
-                raise self.error(self._unexpected(got, "',' or ']' in an array"))
+                raise self.error(f"after {name}[{index}]: " + self._unexpected(got, "',' or ']' in an array"))
             self._pos += 1
+            index += 1
 
     def object_keys(self) -> Iterator[str]:
         """The keys of the object that starts here; after each, the caller consumes its value."""

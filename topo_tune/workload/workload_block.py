@@ -12,13 +12,13 @@ Non-goals: editing any other part of ``cluster.yaml``; YAML round-tripping (the 
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
 
 from topo_tune.config.cluster import loads_cluster_config
 from topo_tune.errors import ConfigError, PathError, WorkloadFileError
+from topo_tune.security.safe_write import stage_file, write_file
 from topo_tune.workload.calls import KIND_LABELS
 from topo_tune.workload.weights import SOURCE_LABELS, WorkloadWeights
 
@@ -124,7 +124,8 @@ def replace_block(text: str, block: str) -> str:
 def write_block(path: Path, weights: WorkloadWeights) -> Path:
     """Replace ``path``'s ``workload:`` block in place; the old file goes to ``path.bak``. Returns the backup.
 
-    The new text must load as a cluster.yaml, or nothing is written.
+    The new text must load as a cluster.yaml, or nothing is written. Both files are written by ``safe_write``
+    with the original's mode, and a symlink at either is refused (:class:`~topo_tune.errors.FileWriteError`).
     """
     try:
         old = path.read_text(encoding="utf-8")
@@ -136,12 +137,11 @@ def write_block(path: Path, weights: WorkloadWeights) -> Path:
     except (ConfigError, PathError) as error:
         raise WorkloadFileError(str(path), f"with the imported workload it would not load: {error}") from None
     backup = path.with_name(path.name + ".bak")
-    tmp = path.with_name(f".{path.name}.workload.tmp")
+    staged = stage_file(path, new)
     try:
-        backup.write_text(old, encoding="utf-8")
-        tmp.write_text(new, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as error:
-        tmp.unlink(missing_ok=True)
-        raise WorkloadFileError(str(path), f"cannot write it: {error}") from None
+        write_file(backup, old, mode=staged.mode)  # a 0600 cluster.yaml may hold a database URL; so may its copy
+    except BaseException:
+        staged.discard()
+        raise
+    staged.commit()
     return backup

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from topo_tune.errors import NvmlCallError
+from topo_tune.security.safe_write import write_file
 
 T = TypeVar("T")
 
@@ -276,7 +277,7 @@ class RecordingNvml:
         return call
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps([a.to_json() for a in self.answers], indent=1) + "\n")
+        write_file(path, json.dumps([a.to_json() for a in self.answers], indent=1) + "\n")
 
 
 class ReplayNvml:

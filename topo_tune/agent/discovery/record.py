@@ -16,6 +16,7 @@ from google.protobuf import json_format
 from topo_tune.agent.discovery.discover import discover
 from topo_tune.agent.discovery.nvml import PynvmlBackend, RecordingNvml
 from topo_tune.agent.discovery.snapshot import take_snapshot
+from topo_tune.security.safe_write import write_file
 
 
 def record(out_dir: Path) -> None:
@@ -23,8 +24,8 @@ def record(out_dir: Path) -> None:
     recorder = RecordingNvml(PynvmlBackend())
     topo = discover(nvml=recorder)
     recorder.save(out_dir / "nvml.json")
-    (out_dir / "sysfs.json").write_text(json.dumps(take_snapshot(), indent=1, sort_keys=True) + "\n")
-    (out_dir / "topology.json").write_text(json_format.MessageToJson(topo, indent=1) + "\n")
+    write_file(out_dir / "sysfs.json", json.dumps(take_snapshot(), indent=1, sort_keys=True) + "\n")
+    write_file(out_dir / "topology.json", json_format.MessageToJson(topo, indent=1) + "\n")
 
 
 if __name__ == "__main__":
