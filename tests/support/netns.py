@@ -36,7 +36,7 @@ from pathlib import Path
 
 from tests.support.admin_shell import AdminShell
 from tests.support.processes import Daemon, cli_env
-from tests.support.waiting import wait_until
+from tests.support.waiting import STARTUP_TIMEOUT_S, wait_until
 
 BLOCK = ipaddress.ip_network("198.18.0.0/15")
 """Every address the harness assigns lies in this block (reserved for network benchmarking)."""
@@ -410,7 +410,9 @@ class NetnsCluster:
             prefix=self.exec_argv("controller", []),
             cwd=self.workdir,  # studies write their outputs under the working directory
         ).start()  # fmt: skip
-        wait_until(lambda: self.admin("nodes").returncode == 0, what="the controller to serve", timeout=30)
+        wait_until(
+            lambda: self.admin("nodes").returncode == 0, what="the controller to serve", timeout=STARTUP_TIMEOUT_S
+        )
         return self.controller
 
     def start_agent(self, host: str) -> Daemon:
