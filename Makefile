@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 # pytest-xdist workers. Most of the suite waits on daemons, sockets and subprocesses, so more workers than
-# cores pay (benchmarks/results/suite-time.md); `make test TEST_WORKERS=0` runs it in one process.
+# cores (benchmarks/results/suite-time.md); `make test TEST_WORKERS=0` runs it in one process.
 TEST_WORKERS ?= 4
 PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadgroup
 # What test-fast leaves out: the multi-process scenarios, the network-namespace clusters and the fault suite.
