@@ -1,12 +1,19 @@
 # The two commands a fresh machine needs:  make demo  (topo-tune init on the embedded demo cluster)
 #                                          make test  (lint, type-check and run every test)
+# The inner loop while changing code:       make test-fast  (the tests of seconds, in parallel: under 3 minutes)
 # Both create the virtual environment and install everything on first use.
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
+# pytest-xdist workers. Most of the suite waits on daemons, sockets and subprocesses, so more workers than
+# cores (benchmarks/results/suite-time.md); `make test TEST_WORKERS=0` runs it in one process.
+TEST_WORKERS ?= 4
+PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadgroup
+# What test-fast leaves out: the multi-process scenarios, the network-namespace clusters and the fault suite.
+FAST_MARKERS = not slow and not netns and not faults
 
-.PHONY: install chromium slurm openmpi demo test lint typecheck protos schema docs report-screenshot clean
+.PHONY: install chromium slurm openmpi demo test test-fast lint typecheck protos schema docs report-screenshot clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,7 +50,10 @@ typecheck: install
 	$(BIN)/mypy
 
 test: lint typecheck chromium slurm openmpi
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
+
+test-fast: install
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "$(FAST_MARKERS)" --durations=10
 
 protos: install
 	$(BIN)/python tools/gen_protos.py

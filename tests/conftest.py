@@ -1,4 +1,6 @@
-"""Shared fixtures: databases (SQLite and a throwaway PostgreSQL), in-process controllers on port 0."""
+"""Shared fixtures: databases (SQLite and a throwaway PostgreSQL), in-process controllers on port 0; and how the
+suite is spread over pytest-xdist workers (``make test`` runs it in parallel; docs/testing.md has the rules).
+"""
 
 from __future__ import annotations
 
@@ -7,10 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.parallel import schedule_for_workers
 from tests.support.postgres import PostgresServer
 from tests.support.processes import TOKEN
 from topo_tune.controller.server import Controller
 from topo_tune.controller.settings import ControllerSettings
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker; a plain run keeps the files' order
+        schedule_for_workers(items)
 
 
 @pytest.fixture(scope="session")

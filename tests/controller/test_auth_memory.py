@@ -10,7 +10,7 @@ import grpc
 import grpc.aio
 
 from tests.support.processes import Daemon, free_port, run_cli
-from tests.support.waiting import wait_until
+from tests.support.waiting import STARTUP_TIMEOUT_S, wait_until
 from topo_tune.security.auth import bearer_metadata
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
 
@@ -55,7 +55,9 @@ def test_a_16_mib_unauthenticated_flood_leaves_the_controller_memory_bounded(tmp
     ).start()
     try:
         wait_until(
-            lambda: run_cli("admin", "nodes", "--controller", address).returncode == 0, timeout=60, what="serving"
+            lambda: run_cli("admin", "nodes", "--controller", address).returncode == 0,
+            timeout=STARTUP_TIMEOUT_S,
+            what="serving",
         )
         assert controller.process is not None
         before = peak_rss_mib(controller.process.pid)

@@ -18,7 +18,7 @@ import grpc.aio
 import pytest
 
 from tests.support.processes import TOKEN, Daemon, free_port, run_cli
-from tests.support.waiting import wait_until
+from tests.support.waiting import STARTUP_TIMEOUT_S, wait_until
 from topo_tune.controller.api.validation import PUT_CONFIG_VERSION_BYTES
 from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.names import MAX_LABEL_KEY, MAX_LABEL_VALUE, MAX_LABELS
@@ -42,7 +42,9 @@ def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     ).start()
     try:
         wait_until(
-            lambda: run_cli("admin", "nodes", "--controller", address).returncode == 0, timeout=60, what="serving"
+            lambda: run_cli("admin", "nodes", "--controller", address).returncode == 0,
+            timeout=STARTUP_TIMEOUT_S,
+            what="serving",
         )
         yield address, daemon
     finally:

@@ -18,7 +18,7 @@ import pytest
 
 from tests.faults.figures import record
 from tests.support.processes import TOKEN, Daemon, free_port, run_cli
-from tests.support.waiting import wait_until
+from tests.support.waiting import STARTUP_TIMEOUT_S, wait_until
 from topo_tune.security.auth import bearer_metadata
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
 
@@ -66,7 +66,9 @@ def test_a_thousand_rejected_15_mib_messages_leave_the_controller_rss_where_it_w
     controller = Daemon(args, tmp_path / "controller.log").start()
     try:
         wait_until(
-            lambda: run_cli("admin", "nodes", "--controller", address).returncode == 0, timeout=60, what="serving"
+            lambda: run_cli("admin", "nodes", "--controller", address).returncode == 0,
+            timeout=STARTUP_TIMEOUT_S,
+            what="serving",
         )
         assert controller.process is not None
         pid = controller.process.pid

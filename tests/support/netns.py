@@ -36,7 +36,7 @@ from pathlib import Path
 
 from tests.support.admin_shell import AdminShell
 from tests.support.processes import Daemon, cli_env
-from tests.support.waiting import wait_until
+from tests.support.waiting import STARTUP_TIMEOUT_S, wait_until
 
 BLOCK = ipaddress.ip_network("198.18.0.0/15")
 """Every address the harness assigns lies in this block (reserved for network benchmarking)."""
@@ -208,7 +208,7 @@ class NetnsCluster:
     workdir: Path
     heartbeat_interval: float = 0.3
     heartbeat_expiry: float = 1.5
-    start_timeout: float = 30.0
+    start_timeout: float = STARTUP_TIMEOUT_S
     """How long the controller may take to serve (the agents to register: twice that) on a busy machine."""
     prefix: str = field(default_factory=lambda: f"tt{uuid.uuid4().hex[:6]}-")
     controller: Daemon | None = None

@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 from tests.support.admin_shell import AdminShell
-from tests.support.waiting import wait_until
+from tests.support.waiting import STARTUP_TIMEOUT_S, wait_until
 
 TOKEN = "test-token-0123456789"
 
@@ -130,7 +130,7 @@ class LocalCluster:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start_controller(self, *, timeout: float = 20.0) -> Daemon:
+    def start_controller(self, *, timeout: float = STARTUP_TIMEOUT_S) -> Daemon:
         self.controller = Daemon(
             [
                 "--log-format",

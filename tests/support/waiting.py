@@ -9,6 +9,11 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
+STARTUP_TIMEOUT_S = 180.0
+"""How long a daemon started by a test may take to serve: a bound for a broken run, not a measurement. On two
+cores shared with other test workers, a Python process importing grpc, sqlalchemy and torch takes tens of
+seconds to answer its first call."""
+
 
 def wait_until(check: Callable[[], T], *, timeout: float = 20.0, interval: float = 0.05, what: str = "") -> T:
     """Call ``check`` until it returns something truthy; return that. AssertionError after ``timeout``."""

@@ -213,7 +213,7 @@ def test_a_plugin_record_is_read_and_its_counts_are_lower_bounds(tmp_path: Path)
         (b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "name": "a"}, {"ph": "X"', "truncated"),
         (b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "name": "a"} {"ph": "X"}]}', "malformed JSON"),
         (b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "name": "a"]}', "malformed JSON"),
-        (gzip.compress(b'{"schemaVersion": 1, "traceEvents": []}')[:-12], "not a complete gzip file"),
+        (gzip.compress(b'{"schemaVersion": 1, "traceEvents": []}', mtime=0)[:-12], "not a complete gzip file"),
         (b"\xff\xfe\x00garbage", "not UTF-8"),
         (b"", "empty"),
         (b"[1, 2, 3]", "not a PyTorch profiler trace, an NCCL Inspector log"),
