@@ -183,6 +183,13 @@ def check_staged(config: admin_pb2.JobConfig, conf: str, config_dir: Path) -> No
     _check_content(config_dir, ConfigVersionId(config.config_version))
 
 
+def check_unchanged(config: admin_pb2.JobConfig, conf: str, config_dir: Path) -> None:
+    """On a host that starts the job's ranks elsewhere (``exec --launcher slurm|mpi``): the version need not be
+    staged here, but if it is, its files must still hash to its id."""
+    if os.path.exists(conf):
+        _check_content(config_dir, ConfigVersionId(config.config_version))
+
+
 def order_data(config: admin_pb2.JobConfig) -> dict[str, object]:
     """The job's node order as ``--format json``/``yaml`` prints it."""
     return {

@@ -1,6 +1,7 @@
 """``topo-tune exec``: run a job's command with its pinned config version and node order, or its own A/B.
 
-``exec`` checks what ``env`` checks (the version staged here, unchanged), then replaces itself with the command
+``exec`` checks what ``env`` checks (the version staged here, unchanged; with ``--launcher slurm|mpi``, whose
+host need not be a job node, only unchanged where staged), then replaces itself with the command
 while holding a shared lock on this node's ``jobs.lock`` (inherited by the command and its children), so the
 agent never changes this node's config under the job. ``--launcher`` hands the order to torchrun, srun or
 mpirun (``topo_tune.jobs.launchers``); ``--compare`` runs the job's own A/B (``topo_tune.cli.compare``).
@@ -25,7 +26,16 @@ import click
 from topo_tune.agent.config_store import ConfigStore, jobs_lock_shared
 from topo_tune.cli.admin import connected
 from topo_tune.cli.compare import ArmConfig, compare_options, run_comparison, spec_from_options
-from topo_tune.cli.job import check_staged, job_nodes, job_options, job_variables, resolve_job, this_node, warn
+from topo_tune.cli.job import (
+    check_staged,
+    check_unchanged,
+    job_nodes,
+    job_options,
+    job_variables,
+    resolve_job,
+    this_node,
+    warn,
+)
 from topo_tune.client.admin import AdminClient
 from topo_tune.ids import ConfigVersionId
 from topo_tune.jobs.config import job_id_from_env
@@ -162,7 +172,13 @@ def exec_(
     lock = jobs_lock_shared(config_dir)
     if lock is not None:
         os.set_inheritable(lock, True)  # the command and its children keep the node's config from changing
-    check_staged(config, variables["NCCL_CONF_FILE"], config_dir)
+    if starts_other_nodes(flavour):
+        # srun/mpirun may start from a host that is not one of the job's nodes (salloc on a login node, mpirun
+        # from a host without an agent): each node's inner exec checks its own staging. Staged here too, the
+        # files must still hash to the version (a changed file is refused wherever it is found).
+        check_unchanged(config, variables["NCCL_CONF_FILE"], config_dir)
+    else:
+        check_staged(config, variables["NCCL_CONF_FILE"], config_dir)
     if record_workload is not None:
         assert tuner_plugin is not None
         try:
