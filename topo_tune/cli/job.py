@@ -240,7 +240,7 @@ def env(
       TOPO_TUNE_MASTER_ADDR  the address node rank 0's agent registered
       TOPO_TUNE_NODE_ORDER   the job's nodes in rank order, comma-separated
     \b
-    torchrun:   eval "$(topo-tune env --nodes "$NODES")"
+    torchrun:   eval "$(topo-tune env --job-id "$RUN" --nodes "$NODES")"     (one RUN per run of the job)
                 torchrun --node_rank=$TOPO_TUNE_NODE_RANK --nnodes=$TOPO_TUNE_NNODES \\
                          --master_addr=$TOPO_TUNE_MASTER_ADDR --nproc_per_node=8 train.py
     Kubernetes: the pod asks for its rank (JOB_COMPLETION_INDEX is not the rank); with its Job's or

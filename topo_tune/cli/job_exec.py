@@ -109,11 +109,18 @@ def exec_(
     \b
     COMMAND gets the variables `topo-tune env` prints (TOPO_TUNE_NODE_RANK ... included); with --launcher
     they become what the launcher reads:
-    torchrun:  topo-tune exec --launcher torchrun --nodes "$NODES" -- torchrun --nproc_per_node=8 train.py
-               (on every node; torchrun gets --node_rank, --nnodes and --master_addr)
-    Slurm:     topo-tune exec --launcher slurm -- srun --ntasks-per-node=8 python train.py
-               (once, in the batch script; srun starts the ranks in the job's order)
-    Open MPI:  topo-tune exec --launcher mpi --nodes "$NODES" --slots 8 -- mpirun -np 32 python train.py
+    torchrun:  topo-tune exec --launcher torchrun --job-id "$RUN" --nodes "$NODES" -- \\
+                   torchrun --nproc_per_node=8 train.py
+               (on every node, one RUN per run of the job; torchrun gets --node_rank, --nnodes, --master_addr)
+    Slurm:     topo-tune exec --launcher slurm --slots 8 -- \\
+                   srun --ntasks="$((SLURM_NNODES * 8))" topo-tune exec -- python train.py
+               (once, in the batch script; srun starts the tasks in the job's order, so SLURM_PROCID follows
+               it while SLURM_NODEID keeps Slurm's; the inner exec checks each node has the version)
+    Open MPI:  topo-tune exec --launcher mpi --job-id "$RUN" --nodes "$NODES" --slots 8 -- \\
+                   mpirun -x TOPO_TUNE_JOB_ID -x TOPO_TUNE_NODES -x TOPO_TUNE_CONTROLLER -x TOPO_TUNE_TOKEN \\
+                   topo-tune exec -- python train.py
+               (once, on any host; one hostfile line per rank, Open MPI's sequential mapper; -x hands
+               the inner exec on each rank the job id, its nodes, the controller and its token)
     Kubernetes: set TOPO_TUNE_JOB_ID from the Job's uid (downward API) and TOPO_TUNE_NODES; docs/job-order.md.
 
     \b
@@ -194,6 +201,8 @@ def exec_(
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise
+        # The ranks' inner exec asks about the same nodes (mpirun: -x TOPO_TUNE_NODES; srun passes it on).
+        variables.setdefault("TOPO_TUNE_NODES", ",".join(config.node_order))
         _run_then_remove(argv, {**os.environ, **variables}, directory=directory)
     if flavour is not None:
         argv = _launch(flavour, argv, config, variables, slots=slots, hostfile=None)
