@@ -59,8 +59,8 @@ async def test_mpirun_reads_the_jobs_hostfile_and_exec_ends_with_its_status_and_
     got = json.loads((tmp_path / "record.json").read_text())
     order = got["order"].split(",")
     assert sorted(order) == ["gpu01", "gpu03"]
-    assert got["lines"] == "".join(f"{host} slots=2\n" for host in order), "the hostfile is the job's order"
-    assert got["argv"] == ["--hostfile", got["hostfile"], "train"]
+    assert got["lines"] == "".join(f"{host}\n{host}\n" for host in order), "one line per rank, in the job's order"
+    assert got["argv"] == ["--mca", "rmaps", "seq", "--hostfile", got["hostfile"], "-np", "4", "train"]
     assert not Path(got["hostfile"]).parent.exists(), "its private directory goes with the launcher"
 
 

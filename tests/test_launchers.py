@@ -81,12 +81,62 @@ def test_srun_gets_an_arbitrary_distribution_over_a_hostfile_in_rank_order() -> 
         launch("slurm", ["mpirun", "a.out"], order=ORDER, node_rank=None, master_addr="a")
 
 
-def test_mpirun_gets_a_hostfile_in_the_jobs_order() -> None:
-    command = ["mpirun", "-np", "32", "python", "train.py"]
-    got = launch("mpi", command, order=ORDER, node_rank=None, master_addr="a", slots=8, hostfile_path="/t/h")
-    assert list(got.argv) == ["mpirun", "--hostfile", "/t/h", "-np", "32", "python", "train.py"]
-    assert got.hostfile == "gpu03 slots=8\ngpu01 slots=8\ngpu04 slots=8\ngpu02 slots=8\n"
-    with pytest.raises(ConfigError, match="-H"):
-        launch("mpi", ["mpiexec", "-H", "a,b", "a.out"], order=ORDER, node_rank=None, master_addr="a")
+def test_mpirun_gets_one_hostfile_line_per_rank_and_the_sequential_mapper() -> None:
+    command = ["mpirun", "-x", "NCCL_DEBUG", "python", "train.py"]
+    got = launch("mpi", command, order=ORDER, node_rank=None, master_addr="a", slots=2, hostfile_path="/t/h")
+    seq = ["--mca", "rmaps", "seq", "--hostfile", "/t/h"]
+    assert list(got.argv) == ["mpirun", *seq, "-np", "8", "-x", "NCCL_DEBUG", "python", "train.py"]
+    assert got.hostfile == "gpu03\ngpu03\ngpu01\ngpu01\ngpu04\ngpu04\ngpu02\ngpu02\n", "line i is rank i"
+    given = ["mpiexec", "-np", "8", "a.out"]
+    assert list(launch("mpi", given, order=ORDER, node_rank=None, master_addr="a", slots=2).argv)[-3:] == given[1:]
+
+
+@pytest.mark.parametrize(
+    ("command", "field"),
+    [
+        (["mpiexec", "-H", "a,b", "a.out"], "-H"),
+        (["mpirun", "--mca", "btl", "tcp,self", "-H", "a,b", "a.out"], "-H"),
+        (["mpirun", "-x", "NCCL_DEBUG", "--hostfile", "f", "a.out"], "--hostfile"),
+        (["mpirun", "--map-by", "node", "a.out"], "--map-by"),
+        (["mpirun", "-npernode", "2", "a.out"], "-npernode"),
+        (["mpirun", "--mca", "rmaps", "round_robin", "a.out"], "--mca rmaps"),
+        (["mpirun", "-np", "32", "a.out"], "-np"),
+        (["mpirun", "--hostfil", "f", "a.out"], "--hostfil"),
+        (["mpirun", "--np=8", "a.out"], "--np"),
+    ],
+)
+def test_mpirun_refuses_what_would_move_a_rank_off_its_line(command: list[str], field: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        launch("mpi", command, order=ORDER, node_rank=None, master_addr="a", slots=2, hostfile_path="/t/h")
+    assert caught.value.field == field
+
+
+def test_an_option_after_the_program_is_the_programs() -> None:
+    command = ["mpirun", "--mca", "btl", "tcp,self", "python", "train.py", "-H", "x", "--map-by", "y"]
+    assert launch("mpi", command, order=ORDER, node_rank=None, master_addr="a").argv[-4:] == tuple(command[-4:])
+    srun = ["srun", "-w", "gpu01,gpu02", "--label", "-n4", "bash", "-c", "echo -m"]
+    assert launch("slurm", srun, order=ORDER, node_rank=None, master_addr="a").argv[2:] == tuple(srun[1:])
+
+
+@pytest.mark.parametrize(
+    ("command", "field"),
+    [
+        (["srun", "-w", "gpu01", "-m", "block", "a.out"], "-m"),
+        (["srun", "--ntasks-per-node", "8", "--distribution=cyclic", "a.out"], "--distribution"),
+        (["srun", "-lmblock", "a.out"], "-m"),
+        (["srun", "--distrib=block", "a.out"], "--distrib"),
+        (["torchrun", "--nproc_per_node", "8", "--nnodes", "2", "t.py"], "--nnodes"),
+        (["torchrun", "--rdzv_conf", "timeout=5", "--node_rank", "1", "t.py"], "--node_rank"),
+        (["torchrun", "--node_r=1", "t.py"], "--node_r"),
+    ],
+)
+def test_a_refused_option_behind_a_multi_word_one_is_still_refused(command: list[str], field: str) -> None:
+    flavour = "slurm" if command[0] == "srun" else "torchrun"
+    with pytest.raises(ConfigError) as caught:
+        launch(flavour, command, order=ORDER, node_rank=0, master_addr="a", hostfile_path="/t/h")
+    assert caught.value.field == field
+
+
+def test_slots_must_be_positive() -> None:
     with pytest.raises(ConfigError, match="--slots"):
-        launch("mpi", command, order=ORDER, node_rank=None, master_addr="a", slots=0)
+        launch("mpi", ["mpirun", "a.out"], order=ORDER, node_rank=None, master_addr="a", slots=0)

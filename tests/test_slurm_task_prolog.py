@@ -18,14 +18,13 @@ from click.testing import CliRunner
 from tests.conftest import controller_settings
 from tests.controller.rollout.fleet import V1, SimVerifier
 from tests.support.processes import TOKEN, free_port
+from tests.support.rolled_out import roll_out
 from tests.support.sim_agent import sim_agent
 from tests.support.slurm_one_node import slurm_missing, slurm_one_node
-from tests.support.waiting import async_wait_until, wait_until
+from tests.support.waiting import wait_until
 from topo_tune.cli.main import cli
-from topo_tune.client.admin import AdminClient
 from topo_tune.controller.server import Controller
 from topo_tune.jobs.task_prolog import prolog_lines
-from topo_tune.v1 import admin_pb2
 
 NODE = "tt-node1"
 
@@ -58,14 +57,7 @@ async def staged(controller: Controller, tmp_path: Path) -> AsyncIterator[Staged
     config_dir = tmp_path / "agent-config"
     async with sim_agent(controller.port, tmp_path / "agent", node=NODE, config_dir=config_dir):
         controller.rollouts.verifier = SimVerifier({NODE: "rack-1"})
-        request = admin_pb2.CreateRolloutRequest(files=dict(V1.files), actor="test", rollout_id="ro-1", no_canary=True)
-        with AdminClient(address, token=TOKEN) as client:
-            await asyncio.to_thread(client.create_rollout, request)
-
-            async def completed() -> bool:
-                return (await asyncio.to_thread(client.get_rollout, "ro-1")).phase == "completed"
-
-            await async_wait_until(completed, timeout=60, what="the rollout of V1 to complete")
+        await roll_out(address, V1)
         yield Staged(address, config_dir, config_dir / "versions" / V1.id / "nccl.conf")
 
 

@@ -34,6 +34,7 @@ import logging
 import os
 import secrets
 import shutil
+import socket
 import stat
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -42,7 +43,8 @@ from pathlib import Path
 from topo_tune.errors import ConfigWriteError, ConflictError, StoreBusy, ValidationError
 from topo_tune.ids import NO_CONFIG_VERSION, ConfigVersionId
 from topo_tune.security.private_files import set_own_mode
-from topo_tune.versions.layout import ACTIVE_LINK, JOBS_LOCK, NODE_NAME_FILE, VERSIONS_DIR, staged_path
+from topo_tune.versions import node_names
+from topo_tune.versions.layout import ACTIVE_LINK, JOBS_LOCK, VERSIONS_DIR, staged_path
 from topo_tune.versions.version import (
     NCCL_CONF,
     check_files,
@@ -223,15 +225,10 @@ class ConfigStore:
             if entry.name.startswith(_LINK_PREFIX):
                 entry.unlink(missing_ok=True)
 
-    def record_node_name(self, name: str) -> None:
-        """Write the name this node's agent registers as, for jobs on the host (replaced atomically)."""
-        target = self.root / NODE_NAME_FILE
-        if target.is_file() and target.read_text(encoding="utf-8").strip() == name:
-            return
-        temporary = self.root / f"{_LINK_PREFIX}node-name"
-        temporary.write_text(name + "\n", encoding="utf-8")
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, target)
+    def record_node_name(self, name: str, *, host: str = "") -> None:
+        """Record the name this node's agent registers as, for jobs on ``host`` (default: this host's name);
+        agents sharing the directory keep their own lines (``versions/node_names.py``)."""
+        node_names.record(self.root, host=host or socket.gethostname(), name=name)
 
     def apply(self, version: ConfigVersionId, files: Mapping[str, str], *, busy: Busy = lambda: None) -> Applied:
         """Stage ``version`` (if needed) and make it active. ``version=""`` with no files deactivates.

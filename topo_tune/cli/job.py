@@ -36,7 +36,8 @@ from topo_tune.jobs.config import (
     order_environment,
 )
 from topo_tune.v1 import admin_pb2
-from topo_tune.versions.layout import DEFAULT_CONFIG_DIR, NODE_NAME_FILE
+from topo_tune.versions import node_names
+from topo_tune.versions.layout import DEFAULT_CONFIG_DIR
 
 
 def nodes_option(function: Any) -> Any:
@@ -60,8 +61,8 @@ def job_options(function: Any) -> Any:
         "node",
         default="",
         metavar="NAME",
-        help="The node this runs on, as the agent names it. Default: $TOPO_TUNE_NODE_NAME, then the name this "
-        "host's agent registered (CONFIG_DIR/node-name), then the host name.",
+        help="The node this runs on, as the agent names it. Default: $TOPO_TUNE_NODE_NAME, then $SLURMD_NODENAME, "
+        "then the name this host's agent recorded for this host name (CONFIG_DIR/node-name), then the host name.",
     )(function)
     function = click.option(
         "--job-id",
@@ -102,17 +103,24 @@ def job_nodes(node_args: tuple[str, ...], environ: Mapping[str, str], *, job_id:
     return nodes
 
 
+NODE_NAME_VARIABLES = ("TOPO_TUNE_NODE_NAME", "SLURMD_NODENAME")
+"""Who names the node a rank runs on, first match wins: the user, then Slurm (slurmd sets its node's name in
+every task; a TaskProlog and the task-prolog command need the Slurm name to be the agent's). Open MPI and
+torchrun export no name of their own for the node: Open MPI's ``PMIX_HOSTNAME`` is the host name, and
+torchrun's ``GROUP_RANK`` is the rank ``exec`` gave it, not a name."""
+
+
 def this_node(option: str, environ: Mapping[str, str], config_dir: Path) -> str:
-    """The node this runs on: ``--node``, ``$TOPO_TUNE_NODE_NAME``, the agent's recorded name, the host name."""
+    """The node this runs on: ``--node``, ``$TOPO_TUNE_NODE_NAME``, ``$SLURMD_NODENAME``, the name this host's
+    agent recorded (read from this host's line only: a shared config directory never names another host; two
+    names for this host are refused), the host name."""
     if option:
         return option
-    if environ.get("TOPO_TUNE_NODE_NAME"):
-        return environ["TOPO_TUNE_NODE_NAME"]
-    try:
-        recorded = (config_dir / NODE_NAME_FILE).read_text(encoding="utf-8").strip()
-    except OSError:
-        recorded = ""
-    return recorded or socket.gethostname()
+    for name in NODE_NAME_VARIABLES:
+        if environ.get(name):
+            return environ[name]
+    host = socket.gethostname()
+    return node_names.recorded_name(config_dir, host) or host
 
 
 def resolve_job(
@@ -183,6 +191,13 @@ def check_staged(config: admin_pb2.JobConfig, conf: str, config_dir: Path) -> No
     _check_content(config_dir, ConfigVersionId(config.config_version))
 
 
+def check_unchanged(config: admin_pb2.JobConfig, conf: str, config_dir: Path) -> None:
+    """On a host that starts the job's ranks elsewhere (``exec --launcher slurm|mpi``): the version need not be
+    staged here, but if it is, its files must still hash to its id."""
+    if os.path.exists(conf):
+        _check_content(config_dir, ConfigVersionId(config.config_version))
+
+
 def order_data(config: admin_pb2.JobConfig) -> dict[str, object]:
     """The job's node order as ``--format json``/``yaml`` prints it."""
     return {
@@ -225,7 +240,7 @@ def env(
       TOPO_TUNE_MASTER_ADDR  the address node rank 0's agent registered
       TOPO_TUNE_NODE_ORDER   the job's nodes in rank order, comma-separated
     \b
-    torchrun:   eval "$(topo-tune env --nodes "$NODES")"
+    torchrun:   eval "$(topo-tune env --job-id "$RUN" --nodes "$NODES")"     (one RUN per run of the job)
                 torchrun --node_rank=$TOPO_TUNE_NODE_RANK --nnodes=$TOPO_TUNE_NNODES \\
                          --master_addr=$TOPO_TUNE_MASTER_ADDR --nproc_per_node=8 train.py
     Kubernetes: the pod asks for its rank (JOB_COMPLETION_INDEX is not the rank); with its Job's or

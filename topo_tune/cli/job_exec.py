@@ -1,6 +1,7 @@
 """``topo-tune exec``: run a job's command with its pinned config version and node order, or its own A/B.
 
-``exec`` checks what ``env`` checks (the version staged here, unchanged), then replaces itself with the command
+``exec`` checks what ``env`` checks (the version staged here, unchanged; with ``--launcher slurm|mpi``, whose
+host need not be a job node, only unchanged where staged), then replaces itself with the command
 while holding a shared lock on this node's ``jobs.lock`` (inherited by the command and its children), so the
 agent never changes this node's config under the job. ``--launcher`` hands the order to torchrun, srun or
 mpirun (``topo_tune.jobs.launchers``); ``--compare`` runs the job's own A/B (``topo_tune.cli.compare``).
@@ -25,7 +26,16 @@ import click
 from topo_tune.agent.config_store import ConfigStore, jobs_lock_shared
 from topo_tune.cli.admin import connected
 from topo_tune.cli.compare import ArmConfig, compare_options, run_comparison, spec_from_options
-from topo_tune.cli.job import check_staged, job_nodes, job_options, job_variables, resolve_job, this_node, warn
+from topo_tune.cli.job import (
+    check_staged,
+    check_unchanged,
+    job_nodes,
+    job_options,
+    job_variables,
+    resolve_job,
+    this_node,
+    warn,
+)
 from topo_tune.client.admin import AdminClient
 from topo_tune.ids import ConfigVersionId
 from topo_tune.jobs.config import job_id_from_env
@@ -100,11 +110,18 @@ def exec_(
     \b
     COMMAND gets the variables `topo-tune env` prints (TOPO_TUNE_NODE_RANK ... included); with --launcher
     they become what the launcher reads:
-    torchrun:  topo-tune exec --launcher torchrun --nodes "$NODES" -- torchrun --nproc_per_node=8 train.py
-               (on every node; torchrun gets --node_rank, --nnodes and --master_addr)
-    Slurm:     topo-tune exec --launcher slurm -- srun --ntasks-per-node=8 python train.py
-               (once, in the batch script; srun starts the ranks in the job's order)
-    Open MPI:  topo-tune exec --launcher mpi --nodes "$NODES" --slots 8 -- mpirun -np 32 python train.py
+    torchrun:  topo-tune exec --launcher torchrun --job-id "$RUN" --nodes "$NODES" -- \\
+                   torchrun --nproc_per_node=8 train.py
+               (on every node, one RUN per run of the job; torchrun gets --node_rank, --nnodes, --master_addr)
+    Slurm:     topo-tune exec --launcher slurm --slots 8 -- \\
+                   srun --ntasks="$((SLURM_NNODES * 8))" topo-tune exec -- python train.py
+               (once, in the batch script; srun starts the tasks in the job's order, so SLURM_PROCID follows
+               it while SLURM_NODEID keeps Slurm's; the inner exec checks each node has the version)
+    Open MPI:  topo-tune exec --launcher mpi --job-id "$RUN" --nodes "$NODES" --slots 8 -- \\
+                   mpirun -x TOPO_TUNE_JOB_ID -x TOPO_TUNE_NODES -x TOPO_TUNE_CONTROLLER -x TOPO_TUNE_TOKEN \\
+                   topo-tune exec -- python train.py
+               (once, on any host; one hostfile line per rank, Open MPI's sequential mapper; -x hands
+               the inner exec on each rank the job id, its nodes, the controller and its token)
     Kubernetes: set TOPO_TUNE_JOB_ID from the Job's uid (downward API) and TOPO_TUNE_NODES; docs/job-order.md.
 
     \b
@@ -163,7 +180,13 @@ def exec_(
     lock = jobs_lock_shared(config_dir)
     if lock is not None:
         os.set_inheritable(lock, True)  # the command and its children keep the node's config from changing
-    check_staged(config, variables["NCCL_CONF_FILE"], config_dir)
+    if starts_other_nodes(flavour):
+        # srun/mpirun may start from a host that is not one of the job's nodes (salloc on a login node, mpirun
+        # from a host without an agent): each node's inner exec checks its own staging. Staged here too, the
+        # files must still hash to the version (a changed file is refused wherever it is found).
+        check_unchanged(config, variables["NCCL_CONF_FILE"], config_dir)
+    else:
+        check_staged(config, variables["NCCL_CONF_FILE"], config_dir)
     if record_workload is not None:
         assert tuner_plugin is not None
         try:
@@ -179,6 +202,8 @@ def exec_(
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise
+        # The ranks' inner exec asks about the same nodes (mpirun: -x TOPO_TUNE_NODES; srun passes it on).
+        variables.setdefault("TOPO_TUNE_NODES", ",".join(config.node_order))
         _run_then_remove(argv, {**os.environ, **variables}, directory=directory)
     if flavour is not None:
         argv = _launch(flavour, argv, config, variables, slots=slots, hostfile=None)

@@ -27,7 +27,7 @@ from topo_tune.cli.connection import (
 from topo_tune.cli.job import check_staged, resolve_job
 from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ConfigError
-from topo_tune.jobs.config import expand_hostlist
+from topo_tune.jobs.config import expand_hostlist, slurm_job_id
 from topo_tune.jobs.task_prolog import PrologAnswer, PrologCache, prolog_lines
 from topo_tune.versions.layout import DEFAULT_CONFIG_DIR
 
@@ -139,7 +139,7 @@ def _answer(
     missing = [name for name in SLURM_VARIABLES if not os.environ.get(name)]
     if missing:
         return PrologAnswer(reason=f"{', '.join(missing)} not set: not a Slurm task; no settings")
-    job_id, node = os.environ["SLURM_JOB_ID"], os.environ["SLURMD_NODENAME"]
+    job_id, node = slurm_job_id(os.environ), os.environ["SLURMD_NODENAME"]
     try:
         nodes = expand_hostlist(os.environ["SLURM_JOB_NODELIST"])
     except ConfigError as error:

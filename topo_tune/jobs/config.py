@@ -19,6 +19,7 @@ process environment as a mapping. Non-goals: storing pins (the controller does) 
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,20 @@ JOB_ID_VARIABLES = (
 )
 """Where a job's id comes from, first match wins. On Kubernetes, set TOPO_TUNE_JOB_ID from the Job's uid
 (downward API ``metadata.labels['batch.kubernetes.io/controller-uid']``)."""
+
+JOB_INSTANCE_VARIABLES = {
+    "SLURM_JOB_ID": "SLURM_JOB_START_TIME",
+    "PMIX_NAMESPACE": "OMPI_MCA_orte_precondition_transports",
+    "OMPI_MCA_ess_base_jobid": "OMPI_MCA_orte_precondition_transports",
+}
+"""What tells two runs apart that a launcher gives one id: a pin is made per job id, so a reused id (Open MPI's
+PMIx namespace comes from mpirun's host and pid; Slurm's ids start again after its state is reset) would hand
+a new job an old job's version and order. Where the launcher exports a per-run value (Slurm's job start time,
+where Slurm sets it; Open MPI's per-launch transport key, hashed: it is a key), the id is ``ID+INSTANCE``, the
+same for every rank of one run and different for the next."""
+
+TORCHRUN_DEFAULT_RUN_ID = "none"
+"""torchrun's ``--rdzv-id`` when none is given: every such run would share it, so it names no job."""
 
 
 @dataclass(frozen=True)
@@ -168,10 +183,26 @@ def job_environment(
 
 
 def job_id_from_env(environ: Mapping[str, str]) -> str:
+    """The job's id from the launcher's environment (:data:`JOB_ID_VARIABLES`), with its run's instance where
+    the launcher exports one (:data:`JOB_INSTANCE_VARIABLES`); "" when none names the job."""
     for name in JOB_ID_VARIABLES:
-        if environ.get(name):
-            return environ[name]
+        value = environ.get(name, "")
+        if not value or (name == "TORCHELASTIC_RUN_ID" and value == TORCHRUN_DEFAULT_RUN_ID):
+            continue
+        instance = environ.get(JOB_INSTANCE_VARIABLES.get(name, ""), "")
+        if not instance:
+            return value
+        if name != "SLURM_JOB_ID":
+            instance = hashlib.sha256(instance.encode()).hexdigest()[:16]
+        return f"{value}+{instance}"
     return ""
+
+
+def slurm_job_id(environ: Mapping[str, str]) -> str:
+    """The id a Slurm job's pin is made under (what ``exec`` inside the job asks with): ``SLURM_JOB_ID``, with
+    its start time where Slurm exports it."""
+    names = ("SLURM_JOB_ID", JOB_INSTANCE_VARIABLES["SLURM_JOB_ID"])
+    return job_id_from_env({name: environ[name] for name in names if name in environ})
 
 
 def nodes_from_env(environ: Mapping[str, str]) -> list[str]:

@@ -7,12 +7,17 @@ the launcher hands out ranks in it. Each launcher reads that from somewhere else
   torchrun's elastic rendezvous (``--rdzv-backend c10d`` and the like) assigns ranks by arrival instead, and
   ``--standalone`` is one node: both are refused rather than silently ignored.
 - ``srun``: ``SLURM_HOSTFILE`` (one line per task, in rank order) with ``--distribution=arbitrary``.
-- ``mpirun``: a hostfile listing the nodes in order with their slots; Open MPI's default by-slot mapping
-  keeps each node's ranks contiguous.
+- ``mpirun``: a hostfile with one line per rank, in rank order, read by Open MPI's sequential mapper
+  (``--mca rmaps seq``), and ``-np`` its line count. The default by-slot mapping would not do: it starts on
+  mpirun's own node, and inside a Slurm allocation the hostfile only filters the allocation's nodes, keeping
+  Slurm's order. The seq mapper is passed over silently when a per-node count (``-npernode``, ``--ppr``, ``-N``)
+  or another mapping is asked for, so those are refused; a ``-np`` other than the line count would leave
+  nodes out (fewer) or fail (more), so it is refused too.
 
 A flag the mapping sets itself, already on the command line, is an error naming it: two answers to "which
-rank am I" is how a job ends up with the launcher's order after all. Everything here is pure; the CLI writes
-the hostfile and runs the command.
+rank am I" is how a job ends up with the launcher's order after all. The launcher's own options are read with
+its option table (``topo_tune.jobs.launcher_options``), so none hides behind another's value. Everything here
+is pure; the CLI writes the hostfile and runs the command.
 
 Non-goals: starting processes on other nodes (the user's launcher does) and choosing the order
 (``tuner/ring/job_order.py``).
@@ -26,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from topo_tune.errors import ConfigError
+from topo_tune.jobs.launcher_options import OPEN_MPI, SRUN, TORCHRUN, LauncherArgs, split_args
 from topo_tune.tuner.ring.rank_map import hostfile_body
 
 LauncherFlavour = Literal["torchrun", "mpi", "slurm"]
@@ -36,8 +42,16 @@ _TORCHRUN_REFUSED = ("--standalone",)
 _STATIC = ("static", "")
 _SRUN_SET = ("--distribution", "-m")
 _MPI_RUNNERS = ("mpirun", "mpiexec", "orterun", "prterun")
-_PROGRAMS = ("bash", "sh", "env", "topo-tune")
-_MPI_SET = ("--hostfile", "-hostfile", "--machinefile", "-machinefile", "--host", "-host", "-H")
+_MPI_SET = (
+    *("--hostfile", "-hostfile", "--machinefile", "-machinefile", "--host", "-host", "-H", "--app", "-am"),
+    *("-default-hostfile", "--default-hostfile", "-rf", "--rankfile", "--map-by", "--rank-by", "--ppr", "-N"),
+    *("-npernode", "--npernode", "-npersocket", "--npersocket", "-pernode", "--pernode", "-nolocal", "--nolocal"),
+    *("-bynode", "--bynode", "-byslot", "--byslot", "-bycore", "--bycore"),
+)
+"""What would move a rank off its hostfile line: other hosts, another mapper or ranking, a per-node count (the
+seq mapper then steps aside), or leaving mpirun's own node out."""
+_MPI_COUNT = ("-np", "--np", "-n", "--n", "-c")
+_MCA = ("--mca", "-mca", "--gmca", "-gmca")
 
 
 @dataclass(frozen=True)
@@ -74,8 +88,9 @@ def launch(
         if node_rank is None:
             raise ConfigError("--node", "torchrun needs this node's rank: run exec on every node of the job")
         at = _torchrun_at(command)
-        _refuse(command[at + 1 :], _TORCHRUN_SET + _TORCHRUN_REFUSED, "torchrun")
-        backend = _value(command[at + 1 :], ("--rdzv-backend", "--rdzv_backend"))
+        own = split_args(command[at + 1 :], TORCHRUN)
+        _refuse(own, _TORCHRUN_SET + _TORCHRUN_REFUSED, "torchrun")
+        backend = _value(own, ("--rdzv-backend", "--rdzv_backend"))
         if backend not in _STATIC:
             raise ConfigError(
                 "--rdzv-backend",
@@ -87,7 +102,7 @@ def launch(
     if flavour == "slurm":
         if os.path.basename(command[0]) != "srun":
             raise ConfigError("--launcher", f"slurm: the command must start with srun, not {command[0]!r}")
-        _refuse(command[1:], _SRUN_SET, "srun")
+        _refuse(split_args(command[1:], SRUN), _SRUN_SET, "srun")
         return Launch(
             argv=(command[0], "--distribution=arbitrary", *command[1:]),
             env={"SLURM_HOSTFILE": hostfile_path},
@@ -97,9 +112,26 @@ def launch(
         if os.path.basename(command[0]) not in _MPI_RUNNERS:
             runners = "/".join(_MPI_RUNNERS)
             raise ConfigError("--launcher", f"mpi: the command must start with {runners}, not {command[0]!r}")
-        _refuse(command[1:], _MPI_SET, command[0])
-        argv = (command[0], "--hostfile", hostfile_path, *command[1:])
-        return Launch(argv=argv, hostfile=hostfile_body("mpi", order, slots))
+        own = split_args(command[1:], OPEN_MPI)
+        _refuse(own, _MPI_SET, command[0])
+        for option in own.options:
+            if option.name in _MCA and option.values[0].startswith("rmaps"):
+                raise ConfigError(
+                    f"{option.name} {option.values[0]}",
+                    "--launcher mpi maps ranks with the sequential mapper (--mca rmaps seq): remove it",
+                )
+        ranks = len(order) * slots
+        count = own.first(_MPI_COUNT)
+        if count is not None and count.values[0] != str(ranks):
+            raise ConfigError(
+                count.name,
+                f"the job's hostfile has {ranks} ranks ({len(order)} nodes x --slots {slots}), "
+                f"not {count.values[0]}: give -np {ranks} or leave it out",
+            )
+        np_args = () if count is not None else ("-np", str(ranks))  # Open MPI 4.1's seq mapper needs it
+        argv = (command[0], "--mca", "rmaps", "seq", "--hostfile", hostfile_path, *np_args, *command[1:])
+        # One line per rank, in rank order: the form srun's SLURM_HOSTFILE takes too.
+        return Launch(argv=argv, hostfile=hostfile_body("slurm", order, slots))
     raise ConfigError("--launcher", f"must be one of {', '.join(LAUNCHERS)}, got {flavour!r}")
 
 
@@ -116,35 +148,12 @@ def _torchrun_at(command: Sequence[str]) -> int:
     )
 
 
-def _launcher_args(args: Sequence[str]) -> Sequence[str]:
-    """The launcher's own arguments: those before the program it runs.
-
-    Without each launcher's option table a value cannot always be told from a program name, so the program
-    is taken to start at ``--``, at a script (``*.py``), at an interpreter or ``topo-tune``, or at the second
-    first argument that is neither an option nor the value of one (one that follows an option without ``=``).
-    """
-    for index, arg in enumerate(args):
-        base = os.path.basename(arg)
-        previous = args[index - 1] if index else "="
-        program_may_start = not previous.startswith("-") or "=" in previous
-        if arg == "--" or arg.endswith(".py") or base.startswith("python") or base in _PROGRAMS:
-            return args[:index]
-        if not arg.startswith("-") and program_may_start:
-            return args[:index]
-    return args
+def _refuse(options: LauncherArgs, flags: Sequence[str], launcher: str) -> None:
+    for option in options.options:
+        if option.name in flags:
+            raise ConfigError(option.name, f"--launcher sets it for {launcher} from the job's order: remove it")
 
 
-def _refuse(args: Sequence[str], flags: Sequence[str], launcher: str) -> None:
-    for arg in _launcher_args(args):
-        name = arg.split("=", 1)[0]
-        if name in flags:
-            raise ConfigError(name, f"--launcher sets it for {launcher} from the job's order: remove it")
-
-
-def _value(args: Sequence[str], names: Sequence[str]) -> str:
-    own = list(_launcher_args(args))
-    for index, arg in enumerate(own):
-        name, sep, value = arg.partition("=")
-        if name in names:
-            return value if sep else (own[index + 1] if index + 1 < len(own) else "")
-    return ""
+def _value(options: LauncherArgs, names: Sequence[str]) -> str:
+    option = options.first(names)
+    return option.values[0] if option is not None and option.values else ""

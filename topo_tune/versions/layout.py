@@ -5,7 +5,7 @@
     <config dir>/versions/<version id>/nccl.conf   a staged version's files (immutable)
     <config dir>/active -> versions/<version id>    the node's active version
     <config dir>/jobs.lock                          running jobs hold a shared lock on it
-    <config dir>/node-name                          the name this node's agent registers as
+    <config dir>/node-name                          "HOST NAME" lines: the name each host's agent registers as
 
 The agent (``agent/config_store.py``) writes this layout; ``topo-tune env``/``exec`` point jobs at it. One
 module holds it so neither side has to import the other. Non-goals: reading or writing the files.

@@ -1,0 +1,67 @@
+"""Job ids that launchers reuse cannot pick up another job's pin: where the launcher exports a per-run value
+(Slurm's job start time, Open MPI's per-launch transport key), it is part of the id the pin is made under;
+torchrun's default run id names no job."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import sys
+
+from tests.support.processes import cli_env
+from topo_tune.controller.server import Controller
+from topo_tune.jobs.config import job_id_from_env, slurm_job_id
+
+KEY = "d29127f7c0771555-cee88a9a814b78e2"
+"""What Open MPI 4.1 exports as OMPI_MCA_orte_precondition_transports (recorded from a real mpirun)."""
+
+
+def _mpirun(namespace: str, key: str) -> dict[str, str]:
+    return {
+        "PMIX_NAMESPACE": namespace,
+        "OMPI_MCA_ess_base_jobid": namespace,
+        "OMPI_MCA_orte_precondition_transports": key,
+    }
+
+
+def test_a_reused_pmix_namespace_is_another_job_in_another_launch() -> None:
+    first, again = job_id_from_env(_mpirun("2040266753", KEY)), job_id_from_env(_mpirun("2040266753", KEY))
+    assert first == again == f"2040266753+{hashlib.sha256(KEY.encode()).hexdigest()[:16]}", "every rank agrees"
+    assert KEY not in first, "a transport key is not sent to the controller"
+    assert job_id_from_env(_mpirun("2040266753", "0000-1111")) != first
+    assert job_id_from_env({"PMIX_NAMESPACE": "2040266753"}) == "2040266753", "nothing to tell runs apart"
+
+
+def test_slurms_start_time_tells_a_reused_job_id_apart() -> None:
+    started = {"SLURM_JOB_ID": "41", "SLURM_JOB_START_TIME": "1764825600"}
+    assert job_id_from_env(started) == slurm_job_id({**started, "TOPO_TUNE_JOB_ID": "x"}) == "41+1764825600"
+    assert job_id_from_env({"SLURM_JOB_ID": "41"}) == slurm_job_id({"SLURM_JOB_ID": "41"}) == "41"
+    assert job_id_from_env({**started, "TOPO_TUNE_JOB_ID": "mine"}) == "mine", "an id given is taken as given"
+
+
+def test_torchruns_default_run_id_names_no_job() -> None:
+    assert job_id_from_env({"TORCHELASTIC_RUN_ID": "none"}) == ""
+    assert job_id_from_env({"TORCHELASTIC_RUN_ID": "none", **_mpirun("7", KEY)}).startswith("7+")
+
+
+async def _env(controller: Controller, nodes: str, environ: dict[str, str]) -> tuple[int, str]:
+    argv = [sys.executable, "-m", "topo_tune", "env", "--nodes", nodes, "--node", nodes.split(",", maxsplit=1)[0]]
+    env = cli_env(TOPO_TUNE_CONTROLLER=f"127.0.0.1:{controller.port}", **environ)
+    process = await asyncio.create_subprocess_exec(
+        *argv, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return process.returncode, (out + err).decode()
+
+
+async def test_a_new_launch_under_a_reused_namespace_gets_its_own_pin(controller: Controller) -> None:
+    code, printed = await _env(controller, "ns-a,ns-b", _mpirun("31337", KEY))
+    assert code == 0, printed
+    # The namespace comes back in a later mpirun on other nodes: the old pin would refuse them (or, on the same
+    # nodes, hand them the old job's version and order); the new launch's own key gives it its own pin.
+    code, printed = await _env(controller, "ns-c,ns-d", _mpirun("31337", "another-launch"))
+    assert code == 0, printed
+    assert "export TOPO_TUNE_NODE_ORDER=ns-c,ns-d" in printed
+    code, printed = await _env(controller, "ns-c,ns-d", _mpirun("31337", KEY))
+    assert code == 1 and "is pinned to NCCL defaults on 2 nodes" in printed, "the first launch's pin still stands"
