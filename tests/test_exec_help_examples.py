@@ -20,6 +20,7 @@ import pytest
 
 from tests.support.processes import cli_env, run_cli
 from topo_tune.controller.server import Controller
+from topo_tune.jobs.config import job_id_from_env
 
 NODES = "ex-b,ex-a"
 LAUNCHER = """#!{python}
@@ -110,7 +111,9 @@ async def test_the_mpi_and_slurm_examples_give_every_rank_the_jobs_pin(
     ranks = _ranks(workdir)
     order = ranks[0]["TOPO_TUNE_NODE_ORDER"].split(",")
     assert sorted(order) == sorted(NODES.split(","))
-    assert [r["TOPO_TUNE_JOB_ID"] for r in ranks] == ["run-7", "run-7"]
+    # Open MPI's example names the job (--job-id "$RUN"); Slurm's takes Slurm's id with its allocation's digest.
+    job = "run-7" if launcher == "Open MPI" else job_id_from_env({"SLURM_JOB_ID": "run-7", "SLURM_JOB_NODELIST": NODES})
+    assert [r["TOPO_TUNE_JOB_ID"] for r in ranks] == [job, job] and job.startswith("run-7")
     assert [r["RANK_INDEX"] for r in ranks] == ["0", "15"], "8 slots on each of 2 nodes"
     assert [r["TOPO_TUNE_NODE_RANK"] for r in ranks] == ["0", "1"], "each rank's own node, in the job's order"
     assert {r["TOPO_TUNE_NODE_ORDER"] for r in ranks} == {",".join(order)}

@@ -17,6 +17,7 @@ from topo_tune.jobs.config import (
     job_id_from_env,
     nodes_from_env,
     resolve,
+    slurm_job_id,
 )
 
 OLD, NEW = "cv-00000000000000aa", "cv-00000000000000bb"
@@ -127,7 +128,8 @@ def test_a_node_list_variable_of_names_that_are_not_host_names_is_refused() -> N
 
 def test_nodes_and_job_id_come_from_the_launchers_variables() -> None:
     slurm = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu[1-2]"}
-    assert (job_id_from_env(slurm), nodes_from_env(slurm)) == ("4242", ["gpu1", "gpu2"])
+    assert (job_id_from_env(slurm), nodes_from_env(slurm)) == (slurm_job_id(slurm), ["gpu1", "gpu2"])
+    assert job_id_from_env(slurm).startswith("4242+"), "the id with its allocation's digest"
     explicit = {**slurm, "TOPO_TUNE_JOB_ID": "mine", "TOPO_TUNE_NODES": "x, y"}
     assert (job_id_from_env(explicit), nodes_from_env(explicit)) == ("mine", ["x", "y"])
     assert job_id_from_env({"TORCHELASTIC_RUN_ID": "run-1"}) == "run-1"

@@ -65,3 +65,14 @@ async def test_a_new_launch_under_a_reused_namespace_gets_its_own_pin(controller
     assert "export TOPO_TUNE_NODE_ORDER=ns-c,ns-d" in printed
     code, printed = await _env(controller, "ns-c,ns-d", _mpirun("31337", KEY))
     assert code == 1 and "is pinned to NCCL defaults on 2 nodes" in printed, "the first launch's pin still stands"
+
+
+def test_without_a_start_time_slurms_node_list_tells_a_reused_id_apart() -> None:
+    """Slurm 22.05 exports no start time: one id on other nodes is another job, on the same nodes the same."""
+    five = {"SLURM_JOB_ID": "6", "SLURM_JOB_NODELIST": "a,b,c,d,e"}
+    four = {"SLURM_JOB_ID": "6", "SLURM_JOB_NODELIST": "b,c,d,e"}
+    assert job_id_from_env(five) == slurm_job_id({**five, "TOPO_TUNE_JOB_ID": "x"}) == job_id_from_env(dict(five))
+    assert job_id_from_env(five) != job_id_from_env(four)
+    assert job_id_from_env(five).startswith("6+n")
+    started = {**five, "SLURM_JOB_START_TIME": "1764825600"}
+    assert job_id_from_env(started) == "6+1764825600"

@@ -24,6 +24,7 @@ from tests.support.slurm_one_node import slurm_missing, slurm_one_node
 from tests.support.waiting import wait_until
 from topo_tune.cli.main import cli
 from topo_tune.controller.server import Controller
+from topo_tune.jobs.config import slurm_job_id
 from topo_tune.jobs.task_prolog import prolog_lines
 
 NODE = "tt-node1"
@@ -82,7 +83,7 @@ async def test_the_prolog_exports_the_pinned_version_and_order_once_per_job_and_
     assert (code, log) == (0, ""), log
     assert printed.splitlines() == [
         f"export TOPO_TUNE_CONFIG_VERSION={V1.id}",
-        "export TOPO_TUNE_JOB_ID=41",
+        f"export TOPO_TUNE_JOB_ID={slurm_job_id({'SLURM_JOB_ID': '41', 'SLURM_JOB_NODELIST': NODE})}",
         f"export NCCL_CONF_FILE={staged.conf}",
         f"export TOPO_TUNE_NODE_ORDER={NODE}",
         "export TOPO_TUNE_NNODES=1",
@@ -100,7 +101,8 @@ async def test_the_prolog_exports_the_pinned_version_and_order_once_per_job_and_
     unreachable = f"127.0.0.1:{free_port()}"
     code, printed, log = await asyncio.to_thread(_prolog, staged, tmp_path, address=unreachable, job="42")
     assert (code, printed) == (0, "")
-    assert "job 42 on tt-node1:" in log and "the job runs on NCCL's defaults" in log
+    job = slurm_job_id({"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": NODE})
+    assert f"job {job} on tt-node1:" in log and "the job runs on NCCL's defaults" in log
     assert not stale.exists()
     assert len(list((tmp_path / "cache").glob("*.json"))) == 2, "job 41's answer and job 42's reason"
 
@@ -172,7 +174,7 @@ async def test_a_job_script_without_topo_tune_gets_the_settings_through_a_real_s
         assert task["TOPO_TUNE_CONFIG_VERSION"] == V1.id
         order = (task["TOPO_TUNE_NODE_RANK"], task["TOPO_TUNE_NNODES"], task["TOPO_TUNE_NODE_ORDER"])
         assert order == ("0", "1", NODE)
-    assert batch["TOPO_TUNE_JOB_ID"] == batch["SLURM_JOB_ID"]
+    assert batch["TOPO_TUNE_JOB_ID"] == slurm_job_id(batch), "the id the job's own exec asks with"
     assert "NCCL_CONF_FILE" not in _environment(untuned), "no controller: NCCL's defaults, and the job ran"
     assert "the job runs on NCCL's defaults" in (tmp_path / "prolog.log").read_text()
 

@@ -56,6 +56,10 @@ a new job an old job's version and order. Where the launcher exports a per-run v
 where Slurm sets it; Open MPI's per-launch transport key, hashed: it is a key), the id is ``ID+INSTANCE``, the
 same for every rank of one run and different for the next."""
 
+SLURM_NODE_LIST = "SLURM_JOB_NODELIST"
+"""The allocation's nodes, the same string in every task of a job: what tells apart, on a Slurm without
+``SLURM_JOB_START_TIME`` (22.05), two jobs given one id that run on different nodes."""
+
 TORCHRUN_DEFAULT_RUN_ID = "none"
 """torchrun's ``--rdzv-id`` when none is given: every such run would share it, so it names no job."""
 
@@ -190,6 +194,10 @@ def job_id_from_env(environ: Mapping[str, str]) -> str:
         if not value or (name == "TORCHELASTIC_RUN_ID" and value == TORCHRUN_DEFAULT_RUN_ID):
             continue
         instance = environ.get(JOB_INSTANCE_VARIABLES.get(name, ""), "")
+        if name == "SLURM_JOB_ID" and not instance and environ.get(SLURM_NODE_LIST):
+            # Slurm before 23.02 exports no start time: the allocation's node list tells apart the jobs that
+            # matter, those a reused id would hand another job's order (same nodes: the same order is right).
+            return f"{value}+n{hashlib.sha256(environ[SLURM_NODE_LIST].encode()).hexdigest()[:12]}"
         if not instance:
             return value
         if name != "SLURM_JOB_ID":
@@ -200,8 +208,8 @@ def job_id_from_env(environ: Mapping[str, str]) -> str:
 
 def slurm_job_id(environ: Mapping[str, str]) -> str:
     """The id a Slurm job's pin is made under (what ``exec`` inside the job asks with): ``SLURM_JOB_ID``, with
-    its start time where Slurm exports it."""
-    names = ("SLURM_JOB_ID", JOB_INSTANCE_VARIABLES["SLURM_JOB_ID"])
+    its start time where Slurm exports it, else its node list's digest."""
+    names = ("SLURM_JOB_ID", JOB_INSTANCE_VARIABLES["SLURM_JOB_ID"], SLURM_NODE_LIST)
     return job_id_from_env({name: environ[name] for name in names if name in environ})
 
 
