@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from topo_tune.cli.admin import admin, connected
-from topo_tune.cli.output import emit_data, emit_table, to_data
+from topo_tune.cli.output import emit_data, emit_line, emit_table, to_data
 from topo_tune.client.admin import AdminClient
 from topo_tune.v1 import admin_pb2
 
@@ -98,7 +98,7 @@ def comparisons(client: AdminClient, fmt: str, job_id: str, limit: int, report: 
         partial = report.with_name(f".{report.name}.partial")
         partial.write_text(page, encoding="utf-8")
         os.replace(partial, report)  # a reader never sees half a page
-        click.echo(f"# {report}: {len(found)} job comparisons in 'What jobs measured'", err=True)
+        emit_line(f"# {report}: {len(found)} job comparisons in 'What jobs measured'", err=True)
     if fmt != "table":
         emit_data([to_data(c) for c in found], fmt)
         return

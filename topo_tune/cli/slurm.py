@@ -25,6 +25,7 @@ from topo_tune.cli.connection import (
     token_options,
 )
 from topo_tune.cli.job import check_staged, resolve_job
+from topo_tune.cli.output import emit_line
 from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ConfigError
 from topo_tune.jobs.config import expand_hostlist
@@ -189,4 +190,4 @@ def _log(log_file: Path | None, reason: str) -> None:
             return
         except OSError:
             pass
-    click.echo(line, err=True)
+    emit_line(line, err=True)
