@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 import grpc
 import grpc.aio
 import pytest
 from click.testing import CliRunner, Result
+from sqlalchemy.orm import Session
 
 from tests.controller.test_job_comparisons import _job_client, _pin_arms, _request
 from tests.controller.test_registration_fields import recorded
@@ -27,6 +29,7 @@ from tests.support.processes import TOKEN
 from tests.test_table_text import _RAW, HOSTILE
 from tools.report_browser import Chromium, chromium_binary
 from topo_tune.cli.main import cli
+from topo_tune.controller.db.models import ProbeRoundRow
 from topo_tune.controller.server import Controller
 from topo_tune.jobs.compare.schedule import Arm
 from topo_tune.security.auth import bearer_metadata
@@ -38,10 +41,10 @@ FREE_TEXT = [*HOSTILE, HUGE]
 """One node per value: its heartbeat's config damage and its command's result message."""
 MARKUP = [text for text in HOSTILE if not _RAW.search(text) and "\n" not in text]
 """What a registration's printable fields can carry: markup, no control character."""
-Session = grpc.aio.StreamStreamCall[agent_pb2.AgentMessage, agent_pb2.ControllerMessage]
+AgentCall = grpc.aio.StreamStreamCall[agent_pb2.AgentMessage, agent_pb2.ControllerMessage]
 
 
-async def _hostile_node(channel: grpc.aio.Channel, index: int) -> Session:
+async def _hostile_node(channel: grpc.aio.Channel, index: int) -> AgentCall:
     """Node ``n{index}``: registered with markup in every printable field, then config damage and a command's
     result message of ``FREE_TEXT[index]``."""
     markup = MARKUP[index % len(MARKUP)]
@@ -147,3 +150,28 @@ async def test_a_job_s_metric_is_inert_in_the_listing_and_escaped_in_the_report(
         text = browser.evaluate("document.getElementById('jobs').parentElement.innerText")
     assert elements == 0, "the metric made no element of the page"
     assert "[link=https://attacker.invalid]click[/link]" in text and "<script>alert(1)</script>" in text
+
+
+async def test_a_stored_message_is_one_inert_line(controller: Controller) -> None:
+    """A value the controller stored and answers (here a probe round's message, forged in its database) is printed
+    as one escaped line: no escape sequence, no line of its own."""
+    forged = "\x1b]0;forged title\x07\x1b[2J[/x]\n# probe round pr-1: succeeded \u202e"
+
+    def forge(session: Session) -> None:
+        at = datetime(2026, 12, 1, tzinfo=UTC)
+        session.add(
+            ProbeRoundRow(
+                id="pr-forged",
+                status="failed",
+                message=forged,
+                nodes=["n0", "n1"],
+                message_bytes=1 << 20,
+                created_at=at,
+                finished_at=at,
+            )
+        )
+
+    await controller.db.run(forge)
+    shown = _inert(await _admin(controller, "probe", "show", "pr-forged"), ["probe", "show"])
+    assert "# \\x1b]0;forged title\\x07\\x1b[2J[/x]\\n# probe round pr-1: succeeded \\u202e\n" in shown
+    assert not any(line.startswith("# probe round pr-1") for line in shown.splitlines())
