@@ -27,7 +27,8 @@
     │   ├── ControllerUnavailable the controller cannot be reached, or answered that it cannot serve now
     │   │   └── ControllerDatabaseUnavailable  the controller answered: its database is unavailable
     │   ├── ControllerDatabaseFull the controller answered: its database's disk is full
-    │   └── Unauthenticated       the controller refused the token
+    │   ├── Unauthenticated       the controller refused the token
+    │   └── UnsafeAnswer          the controller answered a value a launcher must not get (a node name with a newline)
     ├── input that cannot be used (also ``ValueError``; the message names the field, line or entry):
     │   SpecError (benchmark job), SweepError (size sweep), EnvPolicyError (benchmark env),
     │   RecordError (plugin record line), TunerTableError (tuner table line), CpuListError (sysfs cpulist),
@@ -211,6 +212,11 @@ class ControllerDatabaseFull(ControllerError):
 
 class Unauthenticated(ControllerError):
     """The controller refused the bearer token (missing or wrong)."""
+
+
+class UnsafeAnswer(ControllerError):
+    """The controller answered a value a launcher, hostfile or shell must not be given (a node name that is not
+    one, a master address with a space): nothing of the answer was used. Names the controller and the field."""
 
 
 # Input that cannot be used. Also ValueError: parsers are called where a ValueError is the expected failure.

@@ -118,6 +118,13 @@ BAD_FIRST_MESSAGES = [
 async def test_malformed_registration_is_invalid_argument(
     channel: grpc.aio.Channel, controller: Controller, message: agent_pb2.AgentMessage, details: str
 ) -> None:
+    await expect_refused_registration(channel, controller, message, details)
+
+
+async def expect_refused_registration(
+    channel: grpc.aio.Channel, controller: Controller, message: agent_pb2.AgentMessage, details: str
+) -> None:
+    """``message`` is refused with INVALID_ARGUMENT saying ``details``, and nothing is stored."""
     call = await open_session(channel, message)
     await expect_status(call, grpc.StatusCode.INVALID_ARGUMENT, details)
     assert await controller.registry.list() == [], "nothing is persisted for a refused registration"

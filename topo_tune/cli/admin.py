@@ -19,7 +19,7 @@ from topo_tune.cli.connection import (
     token_options,
 )
 from topo_tune.cli.field_flags import naming_flags
-from topo_tune.cli.output import FORMATS, emit_data, emit_table, to_data
+from topo_tune.cli.output import FORMATS, emit_data, emit_lines, emit_table, to_data
 from topo_tune.client.admin import AdminClient
 from topo_tune.ids import NodeName
 from topo_tune.v1 import admin_pb2, agent_pb2
@@ -284,4 +284,4 @@ def topology(client: AdminClient, fmt: str, node_name: str | None) -> None:
     if fmt != "table":
         emit_data(admin_topology_data(cluster, node=node_name, node_data=to_data), fmt)
         return
-    click.echo(render_admin_topology(cluster, node=node_name), nl=False)
+    emit_lines(render_admin_topology(cluster, node=node_name), nl=False)

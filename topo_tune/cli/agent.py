@@ -207,7 +207,9 @@ def run(
         asyncio.run(_run(settings))
     except AgentRefused as refused:
         # Not the group's exit 1: 2 says "fix the invocation", and a supervisor need not restart it at once.
-        click.echo(f"topo-tune: error: {refused}", err=True)
+        from topo_tune.cli.output import emit_line  # noqa: PLC0415 - rich and yaml: only when refused
+
+        emit_line(f"topo-tune: error: {refused}", err=True)
         raise SystemExit(2) from None
 
 

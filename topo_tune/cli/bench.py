@@ -11,7 +11,7 @@ import click
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.table import TableContext, render_table
 from topo_tune.cli.admin import admin, connected
-from topo_tune.cli.output import emit_data, emit_table, to_data
+from topo_tune.cli.output import emit_data, emit_line, emit_lines, emit_table, to_data
 from topo_tune.cli.progress import progress_lines
 from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ControllerError, TunerTableError
@@ -90,17 +90,17 @@ def _print_job(job: admin_pb2.BenchmarkJob, fmt: str) -> None:
     if fmt != "table":
         emit_data(to_data(job), fmt)
         return
-    click.echo(f"# job {job.job_id} on {', '.join(job.nodes)}: {STATUS_NAMES.get(job.status, '?')}")
+    emit_line(f"# job {job.job_id} on {', '.join(job.nodes)}: {STATUS_NAMES.get(job.status, '?')}")
     if job.message:
-        click.echo(f"# {job.message}")
+        emit_line(f"# {job.message}")
     if job.missing_ranks:
-        click.echo(f"# missing ranks: {', '.join(map(str, job.missing_ranks))}")
+        emit_line(f"# missing ranks: {', '.join(map(str, job.missing_ranks))}")
     if job.hung_ranks:
-        click.echo(f"# hung ranks (killed at the deadline): {', '.join(map(str, job.hung_ranks))}")
+        emit_line(f"# hung ranks (killed at the deadline): {', '.join(map(str, job.hung_ranks))}")
     if job.tuner_table_sha256:
-        click.echo(f"# tuner table sha256 {job.tuner_table_sha256} (loaded by every rank through the plugin)")
+        emit_line(f"# tuner table sha256 {job.tuner_table_sha256} (loaded by every rank through the plugin)")
     if job.sizes:
-        click.echo(_table(job), nl=False)
+        emit_lines(_table(job), nl=False)
 
 
 @admin.group()
@@ -189,7 +189,7 @@ def run(
     )
     job = client.start_benchmark(request)
     if wait and job.status == admin_pb2.BENCHMARK_JOB_STATUS_RUNNING:
-        click.echo(f"# job {job.job_id} running on {len(job.nodes)} nodes ...", err=True)
+        emit_line(f"# job {job.job_id} running on {len(job.nodes)} nodes ...", err=True)
         job = client.watch_benchmark(
             JobId(job.job_id),
             progress_lines("nodes reported", lambda u: u.job.status == admin_pb2.BENCHMARK_JOB_STATUS_RUNNING),

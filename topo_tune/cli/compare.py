@@ -35,6 +35,7 @@ from typing import IO, Any
 import click
 
 from topo_tune.cli.job_comparisons import verdict_lines
+from topo_tune.cli.output import emit_line
 from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ConfigError, MetricNotFound, TopoTuneError
 from topo_tune.jobs.compare.metric import MetricReader, compile_metric
@@ -192,7 +193,7 @@ def _exit_status(returncode: int) -> int:
 
 
 def _note(text: str) -> None:
-    click.echo(f"topo-tune: {text}", err=True)
+    emit_line(f"topo-tune: {text}", err=True)
 
 
 def run_comparison(
@@ -287,7 +288,7 @@ def _record(
         time.sleep(1.0)
         stored = client.record_job_comparison(request)
     for line in verdict_lines(stored):
-        click.echo(line)
+        emit_line(line)
     if stored.complete:
         listing = f"topo-tune admin job comparisons --job-id {shlex.quote(job_id)}"
-        click.echo(f"  recorded as {stored.comparison_id}: {listing}")
+        emit_line(f"  recorded as {stored.comparison_id}: {listing}")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from topo_tune.cli.output import emit_line
 from topo_tune.config.cluster import json_schema_text, load_cluster_config
 
 
@@ -26,4 +27,4 @@ def validate(file: Path) -> None:
     """Check FILE; print a summary, or the first bad field and exit 1."""
     cluster = load_cluster_config(file)
     nodes = sum(len(rack.nodes) for rack in cluster.racks)
-    click.echo(f"{file}: valid ({len(cluster.racks)} racks, {nodes} nodes, backend {cluster.backend})")
+    emit_line(f"{file}: valid ({len(cluster.racks)} racks, {nodes} nodes, backend {cluster.backend})")

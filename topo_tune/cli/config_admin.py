@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from topo_tune.cli.admin import admin, connected
-from topo_tune.cli.output import emit_data, emit_table, to_data
+from topo_tune.cli.output import emit_data, emit_line, emit_lines, emit_table, to_data
 from topo_tune.client.admin import AdminClient
 from topo_tune.ids import ConfigVersionId
 from topo_tune.security.safe_write import write_file
@@ -52,8 +52,8 @@ def show(client: AdminClient, fmt: str, version_id: str) -> None:
         return
     emit_table(f"config version {found.id}", ("PROVENANCE", "VALUE"), sorted(found.provenance.items()))
     for name in sorted(found.files):
-        click.echo(f"--- {name}")
-        click.echo(found.files[name], nl=not found.files[name].endswith("\n"))
+        emit_line(f"--- {name}")
+        emit_lines(found.files[name], nl=not found.files[name].endswith("\n"))
 
 
 @config_versions.command()
@@ -70,7 +70,7 @@ def diff(client: AdminClient, fmt: str, old_id: str, new_id: str) -> None:
             fromfile=f"{old.id}/{name}",
             tofile=f"{new.id}/{name}",
         )
-        click.echo("".join(lines), nl=False)
+        emit_lines("".join(lines), nl=False)
 
 
 @config_versions.command()
@@ -85,4 +85,4 @@ def export(client: AdminClient, fmt: str, version_id: str, directory: Path) -> N
     directory.mkdir(parents=True, exist_ok=True)
     for name, content in sorted(found.files.items()):
         write_file(directory / name, content)
-        click.echo(f"wrote {directory / name}")
+        emit_line(f"wrote {directory / name}")

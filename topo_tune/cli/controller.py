@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from topo_tune.cli.connection import resolve_token, token_options
+from topo_tune.cli.output import emit_line
 from topo_tune.cli.setting_options import setting_option
 from topo_tune.config.checks import overridden
 from topo_tune.config.cluster import (
@@ -285,7 +286,7 @@ async def _serve(settings: ControllerSettings) -> None:
         loop.add_signal_handler(sig, stop.set)
     server = Controller(settings)
     await server.start()
-    click.echo(f"topo-tune controller listening on port {server.port}", err=True)
+    emit_line(f"topo-tune controller listening on port {server.port}", err=True)
     heap = asyncio.create_task(HeapKeeper().run())  # the daemon's process alone: its sessions are its heap
     try:
         await stop.wait()

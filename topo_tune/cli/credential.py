@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from topo_tune.cli.admin import admin, connected
-from topo_tune.cli.output import emit_data, emit_table
+from topo_tune.cli.output import emit_data, emit_line, emit_table
 from topo_tune.client.admin import AdminClient
 from topo_tune.v1 import admin_pb2
 
@@ -53,7 +53,7 @@ def issue(client: AdminClient, fmt: str, node_name: str, for_jobs: bool, scope: 
         data = {"id": issued.id, "role": "job" if for_jobs else "agent", "node": node_name, "scope": scope}
         emit_data({**data, "token": issued.token}, fmt)
         return
-    click.echo(issued.token)
+    emit_line(issued.token)
 
 
 def _row(info: admin_pb2.CredentialInfo) -> dict[str, str]:
@@ -93,4 +93,4 @@ def revoke(client: AdminClient, fmt: str, credential_id: str) -> None:
     if fmt != "table":
         emit_data(row, fmt)
         return
-    click.echo(f"revoked {row['id']} ({row['role']}{', node ' + row['node'] if row['node'] else ''})")
+    emit_line(f"revoked {row['id']} ({row['role']}{', node ' + row['node'] if row['node'] else ''})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from topo_tune.cli.admin import admin, connected
-from topo_tune.cli.output import emit_data, emit_table, to_data
+from topo_tune.cli.output import emit_data, emit_line, emit_table, to_data
 from topo_tune.cli.progress import progress_lines
 from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ControllerError
@@ -97,7 +97,7 @@ def run(client: AdminClient, fmt: str, version: str, wait: bool) -> None:
     """
     check = client.run_drift_check(version=ConfigVersionId(version))
     if wait and check.status == "running":
-        click.echo(f"# drift check {check.check_id} measuring on {', '.join(check.nodes)} ...", err=True)
+        emit_line(f"# drift check {check.check_id} measuring on {', '.join(check.nodes)} ...", err=True)
         check = client.watch_drift_check(
             check.check_id, progress_lines("benchmark jobs ended", lambda u: u.check.status == "running")
         )

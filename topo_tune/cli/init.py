@@ -18,6 +18,7 @@ from rich.console import Console
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.cli import logs
 from topo_tune.cli.connection import client_tls, client_tls_options, resolve_token, token_options
+from topo_tune.cli.output import console_line
 from topo_tune.cli.phases import PhaseDisplay
 from topo_tune.client.admin import AdminClient
 from topo_tune.config.cluster import ClusterConfig, NodeConfig, load_cluster_config
@@ -94,11 +95,11 @@ def _tell_how_to_join(
     rack_of = cluster.rack_of()
     nodes: dict[str, NodeConfig] = {node.name: node for rack in cluster.racks for node in rack.nodes}
     total = len(rack_of)
-    console.print(
+    console_line(
+        console,
         f"{len(elsewhere)} of {total} nodes are not this machine: on each, start an agent (copy its own token "
         f"file, {token_dir}/agent-NODE.token, there first and keep it private, mode 0600). The controller listens on "
         f"{embedded.public_address} for {node_timeout:g} s (--node-timeout):",
-        highlight=False,
     )
     for name in elsewhere:
         line = agent_command(
@@ -108,11 +109,11 @@ def _tell_how_to_join(
             controller=embedded.public_address,
             token_file=node_credential_file(token_dir, name, embedded.token),
         )
-        console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
-    console.print(
+        console_line(console, f"  {line}")
+    console_line(
+        console,
         "For a fleet, run one long-lived controller instead (the Helm chart, or `topo-tune controller serve`) and "
         "set controller.address in cluster.yaml: agents then join once and stay.",
-        highlight=False,
     )
 
 
@@ -281,8 +282,8 @@ def init(
     )
     logs.quiet_libraries()
     simulated = " (SIMULATED: sim backend)" if cluster.backend.simulated else ""
-    console.print(f"[bold]topo-tune init[/bold] {config_file} → {output}{simulated}", highlight=False, soft_wrap=True)
-    console.print(f"log: {log_file} (-v shows it here)", highlight=False, markup=False, soft_wrap=True)
+    console_line(console, f"topo-tune init {config_file} → {output}{simulated}", style="bold")
+    console_line(console, f"log: {log_file} (-v shows it here)")
     tls = client_tls(tls_ca, tls_cert, tls_key)
     try:
         with (
@@ -302,7 +303,7 @@ def init(
                 RemotePort(
                     client,
                     restart_wait_s=controller_wait,
-                    on_wait=lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True),
+                    on_wait=lambda line: console_line(console, line),
                 ),
                 output=output,
                 storage=storage,
@@ -312,44 +313,46 @@ def init(
             )
     except KeyboardInterrupt:
         again = shlex.join(["topo-tune", *sys.argv[1:]])
-        console.print(
-            f"interrupted: every finished trial is kept in {output / '.topo-tune'}; the same command resumes "
-            f"the study:\n  {again}",
-            highlight=False,
-            markup=False,
-            soft_wrap=True,
+        console_line(
+            console,
+            f"interrupted: every finished trial is kept in {output / '.topo-tune'}; "
+            "the same command resumes the study:",
         )
+        console_line(console, f"  {again}")
         raise click.exceptions.Exit(130) from None
     summary = json.loads((output / "summary.json").read_text())
     outcome = result.outcome
     counts = trial_count_line(outcome, cluster.search.budget)
-    console.print(f"{counts}; on {plural(len(result.nodes), 'node')}{simulated}", markup=False, highlight=False)
-    console.print(f"{plural(len(outcome.proofs), 'finalist')} proven against the defaults", highlight=False)
+    console_line(console, f"{counts}; on {plural(len(result.nodes), 'node')}{simulated}")
+    console_line(console, f"{plural(len(outcome.proofs), 'finalist')} proven against the defaults")
     if outcome.chosen is None:
-        console.print("[bold]Result: keep NCCL's defaults[/bold]")
+        console_line(console, "Result: keep NCCL's defaults", style="bold")
     else:
         chosen = outcome.chosen
-        console.print(
-            f"[bold]Result: config {result.written.config_version.id}[/bold], "
+        console_line(
+            console,
+            f"Result: config {result.written.config_version.id}, "
             f"{chosen.speedup:.3f}x the defaults (weighted geometric mean), rank order "
             f"{chosen.config.rank_order.name}",
-            soft_wrap=True,
+            style="bold",
         )
         tuned = chosen.config.tuned_env(outcome.site_fixed)
         for key, value in sorted(tuned.items()):
-            console.print(f"  {key}={value}")
+            console_line(console, f"  {key}={value}")
         table = table_rows(chosen.config.tuner_table)
         if table:  # a table ships even with no NCCL_* variable: say what it sets
-            console.print(f"  nccl_tuner.conf: {plural(len(table), 'row')} (the tuner plugin's table, as proven)")
+            console_line(
+                console, f"  nccl_tuner.conf: {plural(len(table), 'row')} (the tuner plugin's table, as proven)"
+            )
         elif not tuned:
-            console.print("  no NCCL setting changed: the rank order alone")
+            console_line(console, "  no NCCL setting changed: the rank order alone")
     click.echo(json.dumps({"config_version": summary.get("config_version"), "output": str(output)}, indent=None))
     for name in result.written.files:
-        console.print(f"  wrote {output / name}")
-    console.print(f"  wrote {output / CLUSTER_TIME}")
+        console_line(console, f"  wrote {output / name}")
+    console_line(console, f"  wrote {output / CLUSTER_TIME}")
     for line in time_lines(result.cluster_time.to_json()):
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
-    console.print(gain_line(summary["workload"]), markup=False, highlight=False, soft_wrap=True)
+        console_line(console, line)
+    console_line(console, gain_line(summary["workload"]))
     # Last: what was decided per weighted bucket, with its bounds, and the trade-off when there is one.
     for line in verdict_lines(outcome):
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
+        console_line(console, line)

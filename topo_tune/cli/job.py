@@ -24,7 +24,7 @@ import click
 
 from topo_tune.agent.config_store import ConfigStore
 from topo_tune.cli.admin import connected
-from topo_tune.cli.output import emit_data
+from topo_tune.cli.output import emit_data, emit_line
 from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ConflictError
 from topo_tune.ids import ConfigVersionId
@@ -141,7 +141,7 @@ def resolve_job(
     config = client.resolve_job_config(job_id, job_nodes(node_args, environ, job_id=job_id), arm=arm)
     warn(config)
     if "nccl_tuner.conf" in config.files and tuner_plugin is None:
-        click.echo("topo-tune: warning: the version has a tuner table but no --tuner-plugin was given", err=True)
+        emit_line("topo-tune: warning: the version has a tuner table but no --tuner-plugin was given", err=True)
     if tuner_plugin is not None:
         tuner_plugin = tuner_plugin.absolute()
     return config, job_variables(config, job_id=job_id, config_dir=config_dir, tuner_plugin=tuner_plugin, node=node)
@@ -165,7 +165,7 @@ def job_variables(
 def warn(config: admin_pb2.JobConfig) -> None:
     """The controller's warnings about the job's config, one line each on stderr."""
     for warning in config.warnings:
-        click.echo(f"topo-tune: warning: {warning}", err=True)
+        emit_line(f"topo-tune: warning: {warning}", err=True)
 
 
 def _check_content(config_dir: Path, version: ConfigVersionId) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from topo_tune.cli.admin import admin, connected
-from topo_tune.cli.output import emit_data, emit_table, to_data
+from topo_tune.cli.output import emit_data, emit_line, emit_table, to_data
 from topo_tune.client.admin import AdminClient
 from topo_tune.security.safe_write import write_file
 from topo_tune.v1 import admin_pb2
@@ -96,7 +96,7 @@ def comparisons(client: AdminClient, fmt: str, job_id: str, limit: int, report: 
 
         page = with_comparisons(report.read_text(encoding="utf-8"), [to_data(c) for c in found], where="--report")
         write_file(report, page)  # a reader never sees half a page; a symlink there is refused
-        click.echo(f"# {report}: {len(found)} job comparisons in 'What jobs measured'", err=True)
+        emit_line(f"# {report}: {len(found)} job comparisons in 'What jobs measured'", err=True)
     if fmt != "table":
         emit_data([to_data(c) for c in found], fmt)
         return

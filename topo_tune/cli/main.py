@@ -22,6 +22,7 @@ from topo_tune.cli import logs
 from topo_tune.cli import probe as _probe  # noqa: F401 - registers `admin probe`
 from topo_tune.cli import study as _study  # noqa: F401 - registers `admin study`
 from topo_tune.cli.admin import admin
+from topo_tune.cli.output import emit_line
 from topo_tune.cli.rollout import rollout
 from topo_tune.errors import TopoTuneError
 
@@ -68,7 +69,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except TopoTuneError as error:
-            click.echo(f"topo-tune: error: {error}", err=True)
+            emit_line(f"topo-tune: error: {error}", err=True)
             ctx.exit(1)
 
 

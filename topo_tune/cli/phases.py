@@ -19,6 +19,8 @@ from types import TracebackType
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from topo_tune.cli.output import console_line
+from topo_tune.security.log_text import escaped
 from topo_tune.tuner.study import StudyProgress
 
 _PHASE_OF_STATUS = {"waiting for nodes": "nodes", "probing": "probe", "searching": "search", "writing": "outputs"}
@@ -53,12 +55,13 @@ class PhaseDisplay:
         self._clock = clock
         self._live = console.is_terminal
         self._progress = Progress(
-            TextColumn("{task.description}"),
+            # Plain text: a status line quotes node names and a controller's words, never markup.
+            TextColumn("{task.description}", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("{task.fields[best]}"),
+            TextColumn("{task.fields[best]}", markup=False),
             TimeElapsedColumn(),
-            TextColumn("{task.fields[eta]}"),
+            TextColumn("{task.fields[eta]}", markup=False),
             console=console,
             transient=False,
             disable=not self._live,
@@ -85,25 +88,25 @@ class PhaseDisplay:
             self._progress.stop_task(self._task)
         self._phase, self._started = phase, self._clock()
         self._counted = self._started
-        self._task = self._progress.add_task(description, total=None, best="", eta="")
+        self._task = self._progress.add_task(escaped(description), total=None, best="", eta="")
         self._say(description)
 
     def _say(self, text: str) -> None:
         if not self._live and text not in self._said:  # no bar in a log: each line once
-            self._console.print(text, highlight=False, markup=False, soft_wrap=True)
+            console_line(self._console, text)
             self._said.add(text)
 
     def status(self, text: str) -> None:
         phase = phase_of(text)
         if phase is None:
             if self._live:
-                self._progress.console.print(text, highlight=False, markup=False, soft_wrap=True)
+                console_line(self._progress.console, text)
             else:
                 self._say(text)
         elif phase != self._phase:
             self._begin(phase, text)
         elif self._task is not None:
-            self._progress.update(self._task, description=text)
+            self._progress.update(self._task, description=escaped(text))
             if phase == "nodes":  # the count of ready nodes, as it changes
                 self._say(text)
 
@@ -124,4 +127,4 @@ class PhaseDisplay:
             spent = f"{(now - self._started) // 60:.0f}m{(now - self._started) % 60:02.0f}s"
             parts = [f"{update.done}/{update.total}", best, spent, eta]
             line = f"{_STUDY_PHASES.get(update.phase, update.phase)}: {', '.join(p for p in parts if p)}"
-            self._console.print(line, highlight=False, markup=False, soft_wrap=True)
+            console_line(self._console, line)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from topo_tune.cli.output import emit_line, emit_lines
 from topo_tune.plugin import PLUGIN_ENV, TABLE_ENV, build_plugin
 
 __all__ = ["plugin"]
@@ -33,6 +34,6 @@ def build(output: Path) -> None:
     """Compile the plugin with the system C compiler ($CC, else cc, gcc or clang)."""
     built = build_plugin(output)  # a PluginBuildError becomes "topo-tune: error: ..." and exit status 1
     if built.diagnostics:
-        click.echo(built.diagnostics, err=True)
-    click.echo(f"built {built.path}")
-    click.echo(f"load it with {PLUGIN_ENV}={built.path} and {TABLE_ENV}=<absolute path of the table>")
+        emit_lines(built.diagnostics, err=True)
+    emit_line(f"built {built.path}")
+    emit_line(f"load it with {PLUGIN_ENV}={built.path} and {TABLE_ENV}=<absolute path of the table>")

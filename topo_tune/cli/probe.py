@@ -6,7 +6,7 @@ import click
 
 from topo_tune.cli.admin import admin, connected
 from topo_tune.cli.bench import ByteSize
-from topo_tune.cli.output import emit_data, emit_table, to_data
+from topo_tune.cli.output import emit_data, emit_line, emit_table, to_data
 from topo_tune.cli.progress import progress_lines
 from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ControllerError
@@ -32,15 +32,15 @@ def _print_round(found: admin_pb2.ProbeRound, fmt: str) -> None:
         list(found.measurements),
     )
     if found.message:
-        click.echo(f"# {found.message}")
+        emit_line(f"# {found.message}")
     if found.sampling == admin_pb2.PROBE_SAMPLING_SPARSE:
-        click.echo("# sparse sample: the pairs not listed are inferred from the rack model")
+        emit_line("# sparse sample: the pairs not listed are inferred from the rack model")
         for label, items in (
             ("slow NICs (slow with every peer)", list(found.degraded_nodes)),
             ("slow rack uplinks (slow with every other rack)", list(found.degraded_uplinks)),
             ("single slow pairs (a cable or port)", [f"{p.node_a}-{p.node_b}" for p in found.slow_pairs]),
         ):
-            click.echo(f"# {label}: {', '.join(items) if items else 'none'}")
+            emit_line(f"# {label}: {', '.join(items) if items else 'none'}")
 
 
 @admin.group()
@@ -76,9 +76,9 @@ def run(
     found = client.start_probe_round(request)
     if wait:
         if found.sampling == admin_pb2.PROBE_SAMPLING_SPARSE:
-            click.echo(f"# probe round {found.round_id}: sparse sample, planned batch by batch ...", err=True)
+            emit_line(f"# probe round {found.round_id}: sparse sample, planned batch by batch ...", err=True)
         else:
-            click.echo(
+            emit_line(
                 f"# probe round {found.round_id}: {found.pairs_total} pairs in {found.rounds} rounds ...", err=True
             )
         if found.status == admin_pb2.PROBE_ROUND_STATUS_RUNNING:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-import click
-
+from topo_tune.cli.output import emit_line
 from topo_tune.v1 import admin_pb2
 
 
@@ -26,7 +25,7 @@ def progress_lines(parts: str, running: Callable[[U], bool]) -> Callable[[U], No
         nonlocal shown
         done, total = update.progress.done, update.progress.total
         if done > shown and running(update):
-            click.echo(f"# {done}/{total} {parts}", err=True)
+            emit_line(f"# {done}/{total} {parts}", err=True)
         shown = max(shown, done)
 
     return show

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from topo_tune.cli.admin import connected
-from topo_tune.cli.output import emit_data, emit_table, to_data
+from topo_tune.cli.output import emit_data, emit_line, emit_lines, emit_table, shown, to_data
 from topo_tune.cli.setting_options import setting_option, show_default
 from topo_tune.client.admin import ROLLOUT_ENDS, AdminClient, waits_for_operator
 from topo_tune.config.cluster import RolloutGateConfig, RolloutThresholdsConfig
@@ -59,12 +59,12 @@ def show(info: admin_pb2.RolloutInfo, fmt: str) -> None:
         + ", ".join(f"{k}={v:g}" for k, v in sorted(info.thresholds.items()))
     )
     if info.dry_run:
-        click.echo(f"plan for {info.config_version}:\n{info.plan}\n{measured}")
+        emit_lines(f"plan for {shown(info.config_version)}:\n{info.plan}\n{measured}")
         return
-    click.echo(f"rollout {info.id}: {info.previous_version or 'defaults'} → {info.config_version}  [{info.phase}]")
+    emit_line(f"rollout {info.id}: {info.previous_version or 'defaults'} → {info.config_version}  [{info.phase}]")
     if info.reason:
-        click.echo(f"reason: {info.reason}")
-    click.echo(measured)
+        emit_line(f"reason: {info.reason}")
+    emit_line(measured)
     gates = {g.wave: g for g in info.gates}  # the latest attempt of each wave
     rows = []
     for wave in info.waves:
@@ -227,7 +227,7 @@ def status(client: AdminClient, fmt: str, rollout_id: str, wait: bool) -> None:
         info = client.watch_rollout(RolloutId(info.id), _step_lines())
     show(info, fmt)
     if wait and waits_for_operator(info):
-        click.echo(
+        emit_line(
             f"topo-tune: rollout {info.id} is paused: {info.reason or 'paused'}. It waits for an operator: "
             f"`topo-tune admin rollout resume {info.id}` (a paused gate runs again), `promote {info.id}` "
             f"(accept and go on), `abort {info.id}` or `rollback {info.id}`",
@@ -246,7 +246,7 @@ def _step_lines() -> Callable[[admin_pb2.RolloutUpdate], None]:
         now = (update.rollout.phase, update.rollout.wave, update.progress.done)
         if not shown or shown[-1] != now:
             reason = f" ({update.rollout.reason})" if update.rollout.reason else ""
-            click.echo(
+            emit_line(
                 f"# {update.rollout.phase}, {update.progress.done}/{update.progress.total} waves done{reason}", err=True
             )
             shown.append(now)

@@ -25,6 +25,7 @@ from topo_tune.cli.connection import (
     token_options,
 )
 from topo_tune.cli.job import check_staged, resolve_job
+from topo_tune.cli.output import emit_line, shown
 from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ConfigError
 from topo_tune.jobs.config import expand_hostlist, slurm_job_id
@@ -181,7 +182,8 @@ def _answer(
 
 
 def _log(log_file: Path | None, reason: str) -> None:
-    line = f"{datetime.now(UTC).isoformat(timespec='seconds')} topo-tune slurm task-prolog: {reason}"
+    # The reason may quote a controller's answer: one line, escaped, in the file as on the terminal.
+    line = f"{datetime.now(UTC).isoformat(timespec='seconds')} topo-tune slurm task-prolog: {shown(reason)}"
     if log_file is not None:
         try:
             with log_file.open("a", encoding="utf-8") as handle:
@@ -189,4 +191,4 @@ def _log(log_file: Path | None, reason: str) -> None:
             return
         except OSError:
             pass
-    click.echo(line, err=True)
+    emit_line(line, err=True)

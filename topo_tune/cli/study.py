@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from topo_tune.cli.admin import admin, connected
-from topo_tune.cli.output import emit_data, emit_table, to_data
+from topo_tune.cli.output import emit_data, emit_line, emit_table, to_data
 from topo_tune.cli.setting_options import setting_option
 from topo_tune.client.admin import AdminClient
 from topo_tune.config.cluster import SearchConfig
@@ -192,11 +192,11 @@ def best(client: AdminClient, fmt: str, study_id: str) -> None:
         emit_data({"study": to_data(info), "best_trial": to_data(chosen) if chosen else None}, fmt)
         return
     if chosen is None:
-        click.echo(f"study {study_id}: no completed trial yet")
+        emit_line(f"study {study_id}: no completed trial yet")
     else:
         params = " ".join(f"{k}={v}" for k, v in sorted(chosen.env.items()))
-        click.echo(f"study {study_id}: best trial {chosen.number}, {chosen.value:.4f}x the defaults: {params}")
-    click.echo(
+        emit_line(f"study {study_id}: best trial {chosen.number}, {chosen.value:.4f}x the defaults: {params}")
+    emit_line(
         f"result: {info.result or 'not proven yet'}" + (f" ({info.config_version})" if info.config_version else "")
     )
 

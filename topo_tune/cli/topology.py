@@ -15,7 +15,7 @@ import click
 
 from topo_tune.agent.discovery import discover
 from topo_tune.cli.connection import client_tls, client_tls_options, controller_option, resolve_token, token_options
-from topo_tune.cli.output import emit_data, to_data
+from topo_tune.cli.output import emit_data, emit_lines, to_data
 from topo_tune.errors import ConfigError
 from topo_tune.topology.distance import PairMatrix
 from topo_tune.topology.fingerprint import topology_fingerprint
@@ -64,8 +64,8 @@ def show(nccl_xml: Path | None, output: str) -> None:
     if output in ("json", "yaml"):
         emit_data({"fingerprint": fingerprint, "topology": to_data(topo)}, output)
     else:
-        click.echo(render_node_matrix(topo), nl=False)
-        click.echo(f"\nFingerprint: {fingerprint}")
+        emit_lines(render_node_matrix(topo), nl=False)
+        emit_lines(f"\nFingerprint: {fingerprint}")
 
 
 def _bus_map(pairs: tuple[str, ...]) -> dict[str, str]:

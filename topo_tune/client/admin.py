@@ -26,6 +26,7 @@ from typing import Protocol, TypeVar
 
 import grpc
 
+from topo_tune.client.job_answer import checked_job_config
 from topo_tune.errors import (
     ERROR_FIELD,
     ERROR_KIND,
@@ -411,12 +412,14 @@ class AdminClient:
         """The job's pinned config and node order; ``arm``: "" the job's own, else a version id, "stable" or
         "defaults" (pinned per job id and arm); ``preview``: the answer without pinning it. No ``nodes``: a
         controller in Kubernetes mode reads them from the Job or JobSet whose uid ``job_id`` is, waiting up to
-        ``schedule_wait_s`` (0: its default, 120 s) for its pods to be scheduled."""
+        ``schedule_wait_s`` (0: its default, 120 s) for its pods to be scheduled. An answer whose names are not
+        what they claim (a node name with a newline) raises ``UnsafeAnswer`` (``job_answer.py``)."""
         request = admin_pb2.ResolveJobConfigRequest(
             job_id=job_id, nodes=nodes, arm=arm, preview=preview, schedule_wait_s=schedule_wait_s
         )
         waits = 0.0 if nodes else float(schedule_wait_s or 120)
-        return self._call(self._stub.ResolveJobConfig, request, longer_by_s=waits)
+        answer = self._call(self._stub.ResolveJobConfig, request, longer_by_s=waits)
+        return checked_job_config(answer, controller=self.address)
 
     def record_job_comparison(self, request: admin_pb2.RecordJobComparisonRequest) -> admin_pb2.JobComparison:
         return self._call(self._stub.RecordJobComparison, request)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import unicodedata
 from collections.abc import Mapping
 
 from topo_tune.errors import ValidationError
@@ -24,7 +25,13 @@ MAX_LABELS = 64
 MAX_LABEL_KEY = 317  # a 253-character prefix, "/", a 63-character name, as Kubernetes allows
 MAX_LABEL_VALUE = 256
 MAX_SHORT = 128
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+TOKEN = re.compile(r"^[A-Za-z0-9._:/+@,=\-]*$")
+"""A word a machine wrote (a PCI bus id, a device or netdev name, a cpulist, a path, a version id, a label key):
+ASCII letters, digits and ``._:/+@,=-``; no space, no quote, no markup bracket, no control character."""
+_TEXT_CATEGORIES = frozenset({"L", "M", "N", "P", "S"})
+"""Unicode's letters, marks, numbers, punctuation and symbols: what ``plain_text`` allows, with spaces. Left out:
+controls, format characters (bidirectional overrides, zero-width ones), line and paragraph separators,
+surrogates, private-use and unassigned code points."""
 
 
 def node_name(value: str, field: str) -> NodeName:
@@ -88,10 +95,22 @@ def address(value: str, field: str) -> str:
 
 
 def plain_text(value: str, field: str, *, limit: int = MAX_SHORT) -> str:
-    """``short_text`` that also refuses control and bidirectional characters (text a person reads as is)."""
+    """``short_text`` of printable characters only (text a person reads as is): letters, marks, digits,
+    punctuation, symbols and spaces; a control, bidirectional or zero-width character is refused by its code."""
     short_text(value, field, limit=limit)
-    if _CONTROL.search(value):
-        raise ValidationError(field, "holds a control or bidirectional character")
+    for char in value:
+        category = unicodedata.category(char)
+        if category[0] not in _TEXT_CATEGORIES and category != "Zs":
+            kind = "a control or bidirectional character" if category in ("Cc", "Cf") else "a character"
+            raise ValidationError(field, f"holds {kind} that is not printable text (U+{ord(char):04X})")
+    return value
+
+
+def token(value: str, field: str, *, limit: int = MAX_SHORT) -> str:
+    """``short_text`` spelt as ``TOKEN``: a word a machine wrote."""
+    short_text(value, field, limit=limit)
+    if not TOKEN.match(value):
+        raise ValidationError(field, "allowed characters are letters, digits and '._:/+@,=-'")
     return value
 
 
@@ -102,11 +121,18 @@ def short_text(value: str, field: str, *, limit: int = MAX_SHORT) -> str:
 
 
 def labels(values: Mapping[str, str], field: str) -> dict[str, str]:
+    """At most ``MAX_LABELS``; each key a ``TOKEN`` (Kubernetes' ``prefix/name`` fits), each value plain text."""
     if len(values) > MAX_LABELS:
         raise ValidationError(field, f"{len(values)} labels, at most {MAX_LABELS} allowed")
     for key, value in values.items():
         if not key or len(key) > MAX_LABEL_KEY:
             raise ValidationError(f"{field}[{key[:40]!r}]", f"key must be 1 to {MAX_LABEL_KEY} characters")
+        where = f"{field}[{key!r}]"
+        if not TOKEN.match(key):
+            raise ValidationError(
+                f"{field}[{key[:40]!a}]", "key: allowed characters are letters, digits and '._:/+@,=-'"
+            )
         if len(value) > MAX_LABEL_VALUE:
-            raise ValidationError(f"{field}[{key!r}]", f"value longer than {MAX_LABEL_VALUE} characters")
+            raise ValidationError(where, f"value longer than {MAX_LABEL_VALUE} characters")
+        plain_text(value, where, limit=MAX_LABEL_VALUE)
     return dict(values)

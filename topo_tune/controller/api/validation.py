@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from google.protobuf.message import Message
 
+from topo_tune.controller.api.topology_fields import check_topology
 from topo_tune.controller.names import (
     MAX_LABEL_KEY,
     MAX_LABEL_VALUE,
@@ -22,10 +23,11 @@ from topo_tune.controller.names import (
     node_name,
     plain_text,
     short_text,
+    token,
 )
 from topo_tune.errors import ValidationError
 from topo_tune.topology.gpu_ranks import MAX_RANKS_PER_GPU
-from topo_tune.v1 import admin_pb2, agent_pb2
+from topo_tune.v1 import admin_pb2, agent_pb2, topology_pb2
 from topo_tune.versions.version import FILE_NAMES, MAX_FILE_BYTES
 
 MAX_TOPOLOGY_BYTES = 1 << 20
@@ -86,25 +88,30 @@ def register(message: agent_pb2.Register) -> agent_pb2.Register:
     plain_text(message.agent_version, "register.agent_version", limit=64)
     plain_text(message.instance_id, "register.instance_id", limit=64)
     address(message.address, "register.address")
-    short_text(message.applied_config_version, "register.applied_config_version")
+    token(message.applied_config_version, "register.applied_config_version")
     enum_value(message, "backend", "register")
-    topology = message.topology
+    topology_report(message.topology, "register.topology")
+    return message
+
+
+def topology_report(topology: topology_pb2.NodeTopology, where: str) -> None:
+    """A node's topology as its agent reports it: bounded in size and count, every text field by its class."""
     if topology.ByteSize() > MAX_TOPOLOGY_BYTES:
-        raise ValidationError("register.topology", f"larger than {MAX_TOPOLOGY_BYTES} bytes")
+        raise ValidationError(where, f"larger than {MAX_TOPOLOGY_BYTES} bytes")
     if len(topology.gpus) > MAX_GPUS:
-        raise ValidationError("register.topology.gpus", f"{len(topology.gpus)} GPUs, at most {MAX_GPUS}")
+        raise ValidationError(f"{where}.gpus", f"{len(topology.gpus)} GPUs, at most {MAX_GPUS}")
     if topology.ranks_per_gpu > MAX_RANKS_PER_GPU:
         raise ValidationError(
-            "register.topology.ranks_per_gpu", f"{topology.ranks_per_gpu} ranks per GPU, at most {MAX_RANKS_PER_GPU}"
+            f"{where}.ranks_per_gpu", f"{topology.ranks_per_gpu} ranks per GPU, at most {MAX_RANKS_PER_GPU}"
         )
     if len(topology.nics) > MAX_NICS:
-        raise ValidationError("register.topology.nics", f"{len(topology.nics)} NICs, at most {MAX_NICS}")
-    return message
+        raise ValidationError(f"{where}.nics", f"{len(topology.nics)} NICs, at most {MAX_NICS}")
+    check_topology(topology, where)
 
 
 def heartbeat(message: agent_pb2.Heartbeat) -> agent_pb2.Heartbeat:
     enum_value(message, "activity", "heartbeat", allow_unspecified=True)
-    short_text(message.applied_config_version, "heartbeat.applied_config_version")
+    token(message.applied_config_version, "heartbeat.applied_config_version")
     short_text(message.config_damage, "heartbeat.config_damage", limit=MAX_TEXT)
     if len(message.running_command_ids) > 64:
         raise ValidationError("heartbeat.running_command_ids", "more than 64 entries")
@@ -117,6 +124,8 @@ def result(message: agent_pb2.CommandResult) -> agent_pb2.CommandResult:
     if status not in TERMINAL_STATUSES:
         raise ValidationError("result.status", "a result must carry a final status")
     short_text(message.message, "result.message", limit=MAX_TEXT)
+    if message.WhichOneof("payload") == "topology":  # a rediscovery's: stored as the node's topology
+        topology_report(message.topology, "result.topology")
     return message
 
 
