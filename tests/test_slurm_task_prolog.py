@@ -27,6 +27,9 @@ from topo_tune.controller.server import Controller
 from topo_tune.jobs.config import slurm_job_id
 from topo_tune.jobs.task_prolog import prolog_lines
 
+# Every real Slurm of the suite runs in one xdist group: one at a time, never two munge/slurmctld sets at once.
+pytestmark = pytest.mark.xdist_group("real-slurm")
+
 NODE = "tt-node1"
 
 

@@ -27,6 +27,7 @@ EXPECTED: dict[type[errors.TopoTuneError], grpc.StatusCode] = {
     errors.CpuListError: C.INVALID_ARGUMENT,
     errors.YamlLimitError: C.INVALID_ARGUMENT,
     errors.PathError: C.INVALID_ARGUMENT,
+    errors.FileWriteError: C.FAILED_PRECONDITION,  # a file the controller writes (a study's outputs)
     errors.ClusterModelError: C.INVALID_ARGUMENT,
     errors.NcclXmlError: C.INVALID_ARGUMENT,
     errors.RingOrderError: C.INVALID_ARGUMENT,
@@ -49,6 +50,7 @@ EXPECTED: dict[type[errors.TopoTuneError], grpc.StatusCode] = {
     errors.StaleTermError: C.UNAVAILABLE,
     errors.KubernetesError: C.UNAVAILABLE,
     errors.ControllerError: C.UNAVAILABLE,
+    errors.UnsafeAnswer: C.UNAVAILABLE,  # raised by the client about an answer; never sent by a controller
     errors.ControllerUnavailable: C.UNAVAILABLE,
     errors.ControllerDatabaseUnavailable: C.UNAVAILABLE,
     errors.ControllerDatabaseFull: C.UNAVAILABLE,

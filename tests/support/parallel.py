@@ -38,6 +38,8 @@ def schedule_for_workers(items: list[pytest.Item]) -> None:
     """Group the modules that share a fixture and move the long tests to the front (stable, in place)."""
     shared = {item.module.__name__ for item in items if isinstance(item, pytest.Function) and shares_a_fixture(item)}
     for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue  # a module that names its own group (e.g. every real Slurm shares one)
         if isinstance(item, pytest.Function) and item.module.__name__ in shared:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
     items.sort(key=lambda item: not is_long(item))

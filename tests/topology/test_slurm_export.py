@@ -27,6 +27,9 @@ from topo_tune.nccl.backends import Backend
 from topo_tune.topology.slurm_export import switch_tree
 from topo_tune.v1 import admin_pb2
 
+# Every real Slurm of the suite runs in one xdist group: one at a time, never two munge/slurmctld sets at once.
+pytestmark = pytest.mark.xdist_group("real-slurm")
+
 SPINE, BLOCK = "network.topology.nvidia.com/spine", "network.topology.nvidia.com/block"
 CLUSTER_YAML = f"""apiVersion: topo-tune/v1
 kind: Cluster
