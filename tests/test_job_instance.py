@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
+import shutil
+import subprocess
 import sys
 
 from tests.support.processes import cli_env
@@ -76,3 +79,36 @@ def test_without_a_start_time_slurms_node_list_tells_a_reused_id_apart() -> None
     assert job_id_from_env(five).startswith("6+n")
     started = {**five, "SLURM_JOB_START_TIME": "1764825600"}
     assert job_id_from_env(started) == "6+1764825600"
+
+
+_RANK_ID = "import os; from topo_tune.jobs.config import job_id_from_env; print(job_id_from_env(os.environ))"
+
+
+def _real_mpirun_ids() -> list[str]:
+    """The id each rank of one real ``mpirun -np 2`` (Open MPI, this host) makes its pin under."""
+    mpirun = shutil.which("mpirun")
+    assert mpirun is not None, "Open MPI's mpirun (make test installs openmpi-bin)"
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    for name in ("TOPO_TUNE_JOB_ID", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"):
+        env.pop(name, None)
+    done = subprocess.run(
+        [mpirun, "-np", "2", "--oversubscribe", sys.executable, "-c", _RANK_ID],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.split()
+
+
+def test_every_rank_of_a_real_mpirun_shares_an_id_that_no_other_launch_has() -> None:
+    """Real Open MPI: the ranks of one launch agree on the id (so they share one pin), and its per-launch part
+    comes from the launch's transport key, so a later launch that got the same PMIx namespace (same host,
+    a reused pid) would still be another job."""
+    first, second = _real_mpirun_ids(), _real_mpirun_ids()
+    assert len(first) == len(second) == 2 and len(set(first)) == len(set(second)) == 1, (first, second)
+    namespace, instance = first[0].split("+")
+    assert namespace.isdigit() and len(instance) == 16, first
+    assert second[0].split("+")[1] != instance, "each launch's own transport key"

@@ -18,7 +18,7 @@ from rich.console import Console
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.cli import logs
 from topo_tune.cli.connection import client_tls, client_tls_options, resolve_token, token_options
-from topo_tune.cli.output import console_line
+from topo_tune.cli.output import console_line, emit_line
 from topo_tune.cli.phases import PhaseDisplay
 from topo_tune.client.admin import AdminClient
 from topo_tune.config.cluster import ClusterConfig, NodeConfig, load_cluster_config
@@ -259,7 +259,7 @@ def init(
         from topo_tune.tuning_pass.pass_estimate import estimate_pass  # noqa: PLC0415
 
         for line in estimate_pass(cluster).lines():
-            click.echo(line)
+            emit_line(line)
         return
     if worker_env:
         if cluster.controller.address:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from topo_tune.cli.output import emit_line, emit_lines
 from topo_tune.workload.calls import per_rank
 from topo_tune.workload.file_kinds import read_workload_file
 from topo_tune.workload.study_baseline import study_baseline
@@ -60,8 +61,8 @@ def import_(
     if write:
         assert cluster_config is not None
         backup = write_block(cluster_config, weights)
-        click.echo(f"{cluster_config}: workload replaced ({source_line(weights)}); the old file is {backup}", err=True)
+        emit_line(f"{cluster_config}: workload replaced ({source_line(weights)}); the old file is {backup}", err=True)
     if output == "json":
         click.echo(json.dumps(as_data(weights), indent=2))
     else:
-        click.echo(workload_block(weights), nl=False)
+        emit_lines(workload_block(weights), nl=False)
