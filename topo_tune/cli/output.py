@@ -41,7 +41,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from topo_tune.security.log_text import escaped, printable
+from topo_tune.security.log_text import escaped, escaped_keeping_layout, printable
 
 FORMATS = ("table", "json", "yaml")
 CELL_LIMIT = 512
@@ -135,8 +135,7 @@ def emit_line(text: str, *, err: bool = False) -> None:
 def emit_lines(text: str, *, err: bool = False, nl: bool = True) -> None:
     """Lines the CLI laid out (a rendered matrix, a plan, a file's text): each line's control and bidirectional
     characters shown as escapes, the newlines and tabs that lay it out kept."""
-    lines = ("\t".join(escaped(part) for part in line.split("\t")) for line in text.split("\n"))
-    click.echo("\n".join(lines), err=err, nl=nl)
+    click.echo(escaped_keeping_layout(text), err=err, nl=nl)
 
 
 def console_line(console: Console, text: str, *, style: str = "") -> None:

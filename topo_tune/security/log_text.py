@@ -41,6 +41,12 @@ def escaped(text: str) -> str:
     return _UNSAFE.sub(_escape, text)
 
 
+def escaped_keeping_layout(text: str) -> str:
+    """``text`` with every control character shown as its escape but the newlines and tabs that lay it out
+    (a block of lines for a terminal, a report's preformatted text)."""
+    return "\n".join("\t".join(escaped(part) for part in line.split("\t")) for line in text.split("\n"))
+
+
 def printable(text: str, *, limit: int = MAX_LOGGED) -> str:
     """``text`` as one log line may show it: control characters escaped, at most ``limit`` characters."""
     shown = escaped(text[:limit])

@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from topo_tune.security.log_text import escaped_keeping_layout
 from topo_tune.tuner.report.figure import ReportFigure
 
 STYLESHEET = """
@@ -42,6 +43,13 @@ details summary{cursor:pointer;font-size:13px;color:#2d5fa8;margin:6px 0}
 """
 
 
+def page_text(value: object) -> str:
+    """``value`` as the page's text (or an attribute's): HTML-escaped, and every control and bidirectional
+    character but the newlines and tabs of a layout shown as its escape, so that a peer's text (a trial's failure
+    reason, a job's metric) can neither reorder nor hide what the page shows."""
+    return html.escape(escaped_keeping_layout(str(value)))
+
+
 def fmt(value: Any, digits: int = 3) -> str:
     if value is None:
         return "–"
@@ -57,7 +65,7 @@ def fmt(value: Any, digits: int = 3) -> str:
 def data_table(
     columns: Sequence[str], rows: Sequence[Sequence[str]], *, left: int = 1, classes: Sequence[str] = ()
 ) -> str:
-    e = html.escape
+    e = page_text
     head = "".join(f"<th class='l'>{e(c)}</th>" if i < left else f"<th>{e(c)}</th>" for i, c in enumerate(columns))
     body = []
     for n, row in enumerate(rows):
@@ -69,7 +77,7 @@ def data_table(
 
 def figure_html(figure: ReportFigure) -> str:
     data = base64.b64encode(figure.png).decode()
-    e = html.escape
+    e = page_text
     return (
         f"<figure><img src='data:image/png;base64,{data}' alt='{e(figure.caption)}' data-name='{e(figure.name)}'>"
         f"<figcaption>{e(figure.caption)}</figcaption></figure>"

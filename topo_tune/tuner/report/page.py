@@ -5,13 +5,12 @@ Non-goals: drawing figures (``figures``) and writing files (``tuner.outputs``).
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from topo_tune.tuner.report.figure import ReportFigure
 from topo_tune.tuner.report.job_comparisons import comparison_section
-from topo_tune.tuner.report.markup import STYLESHEET, figure_html
+from topo_tune.tuner.report.markup import STYLESHEET, figure_html, page_text
 from topo_tune.tuner.report.summary_box import summary_box
 from topo_tune.tuner.report.tables import bucket_table, closest_section, size_table, tradeoff_section, trial_table
 from topo_tune.tuner.study import StudyOutcome
@@ -28,7 +27,7 @@ def render_report(
     comparisons: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     """The whole page; ``figures`` from :func:`report_figures`; ``comparisons`` as ``job_comparisons`` takes them."""
-    e = html.escape
+    e = page_text
     simulated = bool(summary.get("simulated"))
     badge = "<span class='badge sim'>SIMULATED</span>" if simulated else "<span class='badge meas'>MEASURED</span>"
     origin = (

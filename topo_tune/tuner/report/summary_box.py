@@ -8,12 +8,12 @@ Non-goals: the per-bucket and per-trial detail (``tables``); computing the proof
 
 from __future__ import annotations
 
-import html
 import math
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from topo_tune.tuner.report.markup import page_text
 from topo_tune.tuner.report.tables import table_rows as rows_of_table
 from topo_tune.tuner.speedup_text import speedup_text
 from topo_tune.tuner.workload_gain import gain_line
@@ -70,11 +70,11 @@ def _commands(summary: Mapping[str, Any], files: Sequence[str], nodes: Sequence[
     if "hostfile" in files:
         lines.append("# 3. Launch ranks in the chosen order (ranks contiguous per node):")
         lines.append(f"mpirun --hostfile hostfile -np {ranks} ...        # Open MPI; rankmap.json has the ranks")
-    return "<pre><code>" + html.escape("\n".join(lines)) + "</code></pre>"
+    return "<pre><code>" + page_text("\n".join(lines)) + "</code></pre>"
 
 
 def summary_box(summary: Mapping[str, Any], files: Sequence[str], nodes: Sequence[str], ranks: int) -> str:
-    e = html.escape
+    e = page_text
     chosen = summary.get("chosen")
     version = str(summary.get("config_version") or "")
     rows = [r for r in summary.get("buckets") or [] if isinstance(r, Mapping)]

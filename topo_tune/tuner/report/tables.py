@@ -8,14 +8,13 @@ Non-goals: the verdict (``summary_box``) and the figures (``figures``, ``knobs``
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from topo_tune.tuner.report.figure import size_label
 from topo_tune.tuner.report.figures import profiles
-from topo_tune.tuner.report.markup import data_table, fmt
+from topo_tune.tuner.report.markup import data_table, fmt, page_text
 from topo_tune.tuner.speedup_text import SEARCH_VS_PROOF, speedup_text
 from topo_tune.tuner.study import StudyOutcome
 
@@ -64,14 +63,14 @@ def _rule_note(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) ->
             f"shipped only when every bucket of weight > 0 is faster or no difference shown (lower bound >= "
             f"{floor:.3f}) and one is faster"
         )
-    return f"<p class='note'>{html.escape('; '.join(parts))}</p>" if parts else ""
+    return f"<p class='note'>{page_text('; '.join(parts))}</p>" if parts else ""
 
 
 def tradeoff_section(summary: Mapping[str, Any]) -> str:
     t = summary.get("tradeoff")
     if not isinstance(t, Mapping) or not t:
         return ""
-    e = html.escape
+    e = page_text
     rows = [r for r in t.get("buckets") or [] if isinstance(r, Mapping) and (r.get("weight") or 0) > 0]
     accepts = "".join(f"<li>{e(str(a))}</li>" for a in t.get("accepted_by") or [])
     env = ", ".join(f"{k}={v}" for k, v in sorted((t.get("env") or {}).items())) or "no NCCL variable"
@@ -116,7 +115,7 @@ def size_table(outcome: StudyOutcome) -> str:
             "busbw (GB/s)",
             "speedup",
         ]
-        title = f"{html.escape(collective)}: the nccl-tests-style table behind the plots"
+        title = f"{page_text(collective)}: the nccl-tests-style table behind the plots"
         out.append(f"<details><summary>{title}</summary>{data_table(columns, rows, left=0)}</details>")
     return "".join(out)
 
@@ -124,7 +123,7 @@ def size_table(outcome: StudyOutcome) -> str:
 def closest_section(summary: Mapping[str, Any]) -> str:
     if summary.get("chosen"):
         return ""
-    e = html.escape
+    e = page_text
     finalists = [f for f in summary.get("finalists") or [] if isinstance(f, Mapping)]
     parts = ["<h2 id='closest'>What came closest</h2>"]
     if not finalists:
@@ -216,6 +215,6 @@ def trial_table(summary: Mapping[str, Any]) -> str:
     )
     every = data_table(columns, rows, left=7, classes=classes)
     return (
-        f"<p class='note'>{html.escape(summary_line)}. Failed and pruned trials, with the reason:</p>{listed}"
+        f"<p class='note'>{page_text(summary_line)}. Failed and pruned trials, with the reason:</p>{listed}"
         f"<details><summary>every trial</summary>{every}</details>"
     )
