@@ -6,9 +6,11 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-# pytest-xdist workers. Most of the suite waits on daemons, sockets and subprocesses, so more workers than
-# cores (benchmarks/results/suite-time.md); `make test TEST_WORKERS=0` runs it in one process.
-TEST_WORKERS ?= 4
+# pytest-xdist workers. make test runs in one process (TEST_WORKERS=0) until every timing-bound test holds
+# beside three others on two cores: the parallel runs so far failed a few (benchmarks/results/suite-time.md).
+# make test-fast, whose tests are not timing-bound, runs on FAST_WORKERS.
+TEST_WORKERS ?= 0
+FAST_WORKERS ?= 4
 PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadgroup
 # What test-fast leaves out: the multi-process scenarios, the network-namespace clusters and the fault suite.
 FAST_MARKERS = not slow and not netns and not faults
@@ -49,15 +51,15 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-# Two phases: everything but the network-namespace clusters in parallel, then those clusters one at a time
-# with nothing beside them (they measure shaped links, which a busy CPU skews; the real Slurm of the
+# Two phases: everything but the network-namespace clusters (on TEST_WORKERS), then those clusters one at a
+# time with nothing beside them (they measure shaped links, which a busy CPU skews; the real Slurm of the
 # launcher tests is among them).
 test: lint typecheck chromium slurm openmpi
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not netns"
 	$(BIN)/python -m pytest -m netns
 
 test-fast: install
-	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "$(FAST_MARKERS)" --durations=10
+	$(BIN)/python -m pytest -n $(FAST_WORKERS) --dist loadgroup -m "$(FAST_MARKERS)" --durations=10
 
 protos: install
 	$(BIN)/python tools/gen_protos.py
