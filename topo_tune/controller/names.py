@@ -124,7 +124,7 @@ def labels(values: Mapping[str, str], field: str) -> dict[str, str]:
     """At most ``MAX_LABELS``; each key a ``TOKEN`` (Kubernetes' ``prefix/name`` fits), each value plain text."""
     if len(values) > MAX_LABELS:
         raise ValidationError(field, f"{len(values)} labels, at most {MAX_LABELS} allowed")
-    for key, value in values.items():
+    for key, value in sorted(values.items()):  # the first bad label named is the same in any order the map came in
         if not key or len(key) > MAX_LABEL_KEY:
             raise ValidationError(f"{field}[{key[:40]!r}]", f"key must be 1 to {MAX_LABEL_KEY} characters")
         where = f"{field}[{key!r}]"
