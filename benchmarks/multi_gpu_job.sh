@@ -15,6 +15,7 @@
 # Every step's output goes to OUT/<step>.log and a line `== step rc=... wall=...` to stdout; a failed step
 # does not stop the later ones. NVLink multicast stays off in every process this starts.
 #
+# SKIP_RECORD=1 skips step 2, ROUNDS=0 step 3's rounds (nccl-tests is still built for step 4 with NCCL_TESTS);
 # SKIP_INIT=1 skips step 4; BENCH_ONLY=1 stops after step 1's benchmark of NCCL's own choices.
 # Usage (repository root, topo-tune importable by python3):
 #   NCCL_TESTS=path/to/nccl-tests PAIRS=10 BUDGET=16 ROUNDS=3 [RANKS_PER_GPU=1] benchmarks/multi_gpu_job.sh OUT
@@ -109,30 +110,20 @@ TAIL=30 step bench-defaults "${TT[@]}" admin bench run --nodes "$NODE" -b 1K -e 
 [ -n "${BENCH_ONLY:-}" ] && { echo "== done (BENCH_ONLY)"; exit 0; }
 
 # 2. the job's workload: the plugin's counts and the profiler trace of the same run, each imported.
-NCCL_DEBUG=VERSION step record "${TT[@]}" exec --nodes "$NODE" --node "$NODE" --config-dir "$CONFIG_DIR" --tuner-plugin "$PLUGIN" \
+[ -z "${SKIP_RECORD:-}" ] && NCCL_DEBUG=VERSION step record "${TT[@]}" exec --nodes "$NODE" --node "$NODE" --config-dir "$CONFIG_DIR" --tuner-plugin "$PLUGIN" \
     --job-id "record-$$" --record-workload "$OUT/plugin-counts" -- "${JOB[@]}" --profile-dir "$OUT/trace"
-TAIL=60 step import-trace "${TT[@]}" workload import "$OUT"/trace/rank*.json.gz
-TAIL=60 step import-counts "${TT[@]}" workload import "$OUT"/plugin-counts/*
-"${TT[@]}" workload import "$OUT"/trace/rank*.json.gz -o json >"$OUT/import-trace.json" 2>&1
-"${TT[@]}" workload import "$OUT"/plugin-counts/* -o json >"$OUT/import-counts.json" 2>&1
+if [ -z "${SKIP_RECORD:-}" ]; then
+    TAIL=60 step import-trace "${TT[@]}" workload import "$OUT"/trace/rank*.json.gz
+    TAIL=60 step import-counts "${TT[@]}" workload import "$OUT"/plugin-counts/*
+    "${TT[@]}" workload import "$OUT"/trace/rank*.json.gz -o json >"$OUT/import-trace.json" 2>&1
+    "${TT[@]}" workload import "$OUT"/plugin-counts/* -o json >"$OUT/import-counts.json" 2>&1
+fi
 
 # 3. the plugin's cost in nccl-tests: not loaded / empty table / counting, interleaved.
 if [ -n "${NCCL_TESTS:-}" ]; then
     NCCL_HOME=${NCCL_HOME:-$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])')}
     CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
-    cp -r "$NCCL_TESTS" "$OUT/nccl-tests-build"
-    ln -sf libnccl.so.2 "$NCCL_HOME/lib/libnccl.so" 2>/dev/null
-    if [ "$RANKS_PER_GPU" -gt 1 ]; then  # nccl-tests puts a process's i-th rank on device i: wrap onto the GPUs
-        sed -i 's|gpus\[i\] = (gpu0 != -1 ? gpu0 : localRank\*nThreads\*nGpus) + i;|int nVisible = 1; CUDACHECK(cudaGetDeviceCount(\&nVisible)); gpus[i] = ((gpu0 != -1 ? gpu0 : localRank*nThreads*nGpus) + i) % nVisible;|' \
-            "$OUT/nccl-tests-build/src/common.cu"
-        sed -i 's|const int cudaDev = (gpu0 != -1 ? gpu0 : localRank\*nThreads\*nGpus) + i;|const int cudaDev = ((gpu0 != -1 ? gpu0 : localRank*nThreads*nGpus) + i) % available_devices;|' \
-            "$OUT/nccl-tests-build/src/util.cu"
-        grep -q 'nVisible;' "$OUT/nccl-tests-build/src/common.cu" && grep -q '% available_devices;' \
-            "$OUT/nccl-tests-build/src/util.cu" || echo "== nccl-tests: device lines not patched"
-    fi
-    step nccl-tests-build make -C "$OUT/nccl-tests-build/src" -j"$(nproc)" build BUILDDIR="$OUT/nccl-tests-build/build" \
-        BIN_FILES_LIST=all_reduce MPI=0 NCCL_HOME="$NCCL_HOME" CUDA_HOME="$CUDA_HOME" \
-        NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90
+    step nccl-tests-build build_nccl_tests "$NCCL_TESTS" "$OUT/nccl-tests-build" "$NCCL_HOME" "$CUDA_HOME"
     PERF=$OUT/nccl-tests-build/build/all_reduce_perf
     export LD_LIBRARY_PATH=$NCCL_HOME/lib:${LD_LIBRARY_PATH:-}
     echo '# collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff' \

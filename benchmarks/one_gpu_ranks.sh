@@ -23,18 +23,6 @@ export CUDA_MPS_PIPE_DIRECTORY=$OUT/mps-pipe CUDA_MPS_LOG_DIRECTORY=$OUT/mps-log
 
 source "$REPO/benchmarks/gpu_steps.sh"
 
-versions() {
-    gpu_versions
-    nvcc --version | tail -n 2
-    grep -E '^NCCL_(MAJOR|MINOR|PATCH)' "$NCCL_SRC/makefiles/version.mk"
-}
-
-build_plugin() {  # plain cc, the flags and units of topo_tune/plugin/build.py (tuner and profiler, -lm last)
-    mkdir -p "$OUT/plugin"
-    cc -std=c11 -O2 -fPIC -shared -fvisibility=hidden -Wall -Wextra -o "$OUT/plugin/libnccl-tuner-topotune.so" \
-        "$REPO/topo_tune/plugin/topotune_tuner.c" "$REPO/topo_tune/plugin/topotune_profiler.c" -lm
-}
-
 mps_run() {  # mps_run NAME N SCENARIO: a fresh MPS daemon around one launch
     mps_start
     timeout 180 python3 "$REPO/benchmarks/one_gpu_ranks.py" launch --ranks "$2" --scenario "$3" --out "$OUT/runs/$1"
@@ -43,7 +31,7 @@ mps_run() {  # mps_run NAME N SCENARIO: a fresh MPS daemon around one launch
     return $rc
 }
 
-step versions versions
+step versions source_versions
 step build-nccl build_nccl || exit 1
 step build-plugin build_plugin || exit 1
 export LD_PRELOAD=$NCCL_BUILD/lib/libnccl.so.2 PLUGIN=$OUT/plugin/libnccl-tuner-topotune.so
