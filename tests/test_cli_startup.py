@@ -35,3 +35,17 @@ def test_the_command_loads_none_of_the_heavy_libraries(argv: list[str], runs: st
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60)
     assert done.returncode == 0, f"`topo-tune {' '.join(argv)}` loaded {done.stderr.strip()[-2000:]}"
+
+
+def test_the_controller_starts_without_the_drawing_and_statistics_libraries() -> None:
+    # The controller needs the database layer and Optuna, but draws figures and runs SciPy's tests only when a
+    # study it runs writes its outputs or a drift check compares figures: not on each of its starts.
+    code = (
+        "import sys\n"
+        "import topo_tune.cli.controller, topo_tune.controller.server\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'scipy', 'matplotlib', 'torch'})\n"
+        "print(heavy, file=sys.stderr)\n"
+        "sys.exit(1 if heavy else 0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 0, f"the controller loaded {done.stderr.strip()[-2000:]}"

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,60 @@ def small_demo(*, budget: int) -> dict[str, Any]:
     return config
 
 
+@dataclass(frozen=True)
+class SeededRuns:
+    """Two real runs of one seeded sim study (the small demo, tuner table on), started at the same time."""
+
+    first: Path
+    second: Path
+    first_stderr: str
+    """The first run's terminal (``--log-level info``), for the tests that read what init says."""
+
+
+@pytest.fixture(scope="module")
+def seeded_runs(tmp_path_factory: pytest.TempPathFactory) -> SeededRuns:
+    """Shared by the byte-for-byte test (which compares the two) and the tuner-table test (which reads the
+    first as its "on" case): each init run is tens of seconds of CPU. The first logs at INFO and the second at
+    ERROR, so their identical files also show that the log level changes no output."""
+    directory = tmp_path_factory.mktemp("seeded")
+    config = small_demo(budget=10)
+    config["search"]["proofPairs"] = 3
+    cluster_file = directory / "cluster.yaml"
+    cluster_file.write_text(yaml.safe_dump(config))
+    runs = []
+    for name, level in (("first", "info"), ("second", "error")):
+        command = [sys.executable, "-m", "topo_tune", "--log-level", level, "init"]
+        command += ["--cluster-config", str(cluster_file), "--output", str(directory / name)]
+        runs.append(subprocess.Popen(command, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    errors = []
+    for run in runs:
+        _, stderr = run.communicate(timeout=400)
+        assert run.returncode == 0, stderr.decode()[-3000:]
+        errors.append(stderr.decode())
+    return SeededRuns(directory / "first", directory / "second", errors[0])
+
+
+def assert_last_lines_show_the_buckets(stderr: str, summary: dict[str, Any]) -> None:
+    """init's last lines: the decision, and per weighted bucket of the chosen or trade-off finalist its
+    speedup, bounds, decision and pairs, as summary.json has them."""
+    lines = stderr.rstrip().splitlines()
+    head = max(i for i, line in enumerate(lines) if line.startswith(("promoted trial", "keep NCCL's defaults:")))
+    shown = summary["buckets"] if summary["chosen"] else (summary["tradeoff"] or {}).get("buckets", [])
+    expected = [
+        f"  {r['collective']:<14} {r['bucket']:<7} {r['speedup_text']} {r['decision']} ("
+        + (
+            f"{r['pairs']} pairs"
+            if r["decided_at_pairs"] >= r["pairs"]
+            else f"decided at {r['decided_at_pairs']} of {r['pairs']} pairs"
+        )
+        + ")"
+        for r in shown
+        if r["weight"] > 0
+    ]
+    assert expected and all(line in lines[head:] for line in expected), lines[head:]
+    assert {r["decision"] for r in shown} <= {"faster", "no difference shown", "not shown safe", "slower"}
+
+
 def test_init_resumes_after_sigkill_with_every_trial_counted_once(tmp_path: Path) -> None:
     config = small_demo(budget=14)
     cluster_file = tmp_path / "cluster.yaml"
@@ -139,47 +194,34 @@ def test_init_resumes_after_sigkill_with_every_trial_counted_once(tmp_path: Path
     assert summary["simulated"] is True
 
 
-def test_search_tuner_table_off_runs_no_table_trial_and_ships_no_table(tmp_path: Path) -> None:
-    config = small_demo(budget=10)
-    runs = {}
-    for switch in (True, False):
-        config["search"]["tunerTable"] = switch
-        cluster_file = tmp_path / f"cluster-{switch}.yaml"
-        cluster_file.write_text(yaml.safe_dump(config))
-        output = tmp_path / f"out-{switch}"
-        args = ("--log-level", "info", "init", "--cluster-config", str(cluster_file), "--output", str(output))
-        result = run_cli(*args, timeout=300)
-        assert result.returncode == 0, result.stderr[-3000:]
-        summary = json.loads((output / "summary.json").read_text())
-        table = (output / "nccl_tuner.conf").read_text()
-        table_rows = [line for line in table.splitlines() if line and not line.startswith("#")]
-        # The study composes a table from the search's per-bucket winners (rows), or says none asks for one.
-        composed = "table row: " in result.stderr or "no size bucket asks for its own channel count" in result.stderr
-        runs[switch] = ([t["role"] for t in summary["trials"]].count("table"), composed, table_rows, output)
-        # init's last lines: the decision, and per weighted bucket of the chosen or trade-off finalist its
-        # speedup, bounds, decision and pairs, as summary.json has them.
-        lines = result.stderr.rstrip().splitlines()
-        head = max(i for i, line in enumerate(lines) if line.startswith(("promoted trial", "keep NCCL's defaults:")))
-        shown = summary["buckets"] if summary["chosen"] else (summary["tradeoff"] or {}).get("buckets", [])
-        expected = [
-            f"  {r['collective']:<14} {r['bucket']:<7} {r['speedup_text']} {r['decision']} ("
-            + (
-                f"{r['pairs']} pairs"
-                if r["decided_at_pairs"] >= r["pairs"]
-                else f"decided at {r['decided_at_pairs']} of {r['pairs']} pairs"
-            )
-            + ")"
-            for r in shown
-            if r["weight"] > 0
-        ]
-        assert expected and all(line in lines[head:] for line in expected), lines[head:]
-        assert {r["decision"] for r in shown} <= {"faster", "no difference shown", "not shown safe", "slower"}
-    tables_on, composed_on, _, _ = runs[True]
+def test_search_tuner_table_off_runs_no_table_trial_and_ships_no_table(tmp_path: Path, seeded_runs: SeededRuns) -> None:
+    # On (the default): the shared seeded run. The study composes a table from the search's per-bucket winners
+    # (rows), or says none asks for one.
+    summary_on = json.loads((seeded_runs.first / "summary.json").read_text())
+    tables_on = [t["role"] for t in summary_on["trials"]].count("table")
+    composed_on = any(
+        text in seeded_runs.first_stderr for text in ("table row: ", "no size bucket asks for its own channel count")
+    )
     assert composed_on and tables_on <= 1, "on (the default), the study tries to compose a table"
-    tables, composed, rows, output = runs[False]
+    assert_last_lines_show_the_buckets(seeded_runs.first_stderr, summary_on)
+    config = small_demo(budget=10)
+    config["search"]["tunerTable"] = False
+    cluster_file = tmp_path / "cluster.yaml"
+    cluster_file.write_text(yaml.safe_dump(config))
+    output = tmp_path / "out"
+    args = ("--log-level", "info", "init", "--cluster-config", str(cluster_file), "--output", str(output))
+    result = run_cli(*args, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((output / "summary.json").read_text())
+    assert_last_lines_show_the_buckets(result.stderr, summary)
+    tables = [t["role"] for t in summary["trials"]].count("table")
+    composed = "table row: " in result.stderr or "no size bucket asks for its own channel count" in result.stderr
     assert (tables, composed) == (0, False), "off: no table composed, no table trial"
-    assert rows == [], "off: nccl_tuner.conf carries no row"
-    version_id = json.loads((output / "summary.json").read_text())["config_version"]
+    table = (output / "nccl_tuner.conf").read_text()
+    assert [line for line in table.splitlines() if line and not line.startswith("#")] == [], (
+        "off: nccl_tuner.conf carries no row"
+    )
+    version_id = summary["config_version"]
     engine = sa.create_engine(f"sqlite:///{output / '.topo-tune' / 'topo-tune.db'}")
     with engine.connect() as connection:
         query = sa.text("SELECT files FROM config_versions WHERE id = :id")
@@ -244,22 +286,10 @@ def test_an_output_directory_that_cannot_be_made_is_refused_naming_the_option(tm
     assert "Traceback" not in result.stderr
 
 
-def test_a_seeded_sim_study_reproduces_byte_for_byte(tmp_path: Path) -> None:
+def test_a_seeded_sim_study_reproduces_byte_for_byte(seeded_runs: SeededRuns) -> None:
     """Two runs of one seeded sim study, at the same time (so jobs interleave and finish in a different order):
     the same trials, the same result, and identical output files."""
-    config = small_demo(budget=8)
-    config["search"]["proofPairs"] = 3
-    cluster_file = tmp_path / "cluster.yaml"
-    cluster_file.write_text(yaml.safe_dump(config))
-    runs = []
-    for name in ("first", "second"):
-        command = [sys.executable, "-m", "topo_tune", "--log-level", "error", "init"]
-        command += ["--cluster-config", str(cluster_file), "--output", str(tmp_path / name)]
-        runs.append(subprocess.Popen(command, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    for run in runs:
-        _, stderr = run.communicate(timeout=400)
-        assert run.returncode == 0, stderr.decode()[-3000:]
-    first, second = tmp_path / "first", tmp_path / "second"
+    first, second = seeded_runs.first, seeded_runs.second
     files = sorted(p.relative_to(first) for p in first.rglob("*") if p.is_file() and ".topo-tune" not in p.parts)
     assert {str(f) for f in files} >= set(OUTPUTS)
     assert files == sorted(

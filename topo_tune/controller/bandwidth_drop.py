@@ -20,8 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import fmean, variance
 
-from scipy import stats
-
 from topo_tune.errors import ValidationError
 
 __all__ = ["DropTest", "drop_beyond"]
@@ -61,5 +59,7 @@ def drop_beyond(reference: Sequence[float], measured: Sequence[float], *, margin
     se2 = sum(share for share, _ in shares)
     if se2 == 0:
         return DropTest(drop=drop, p_value=0.0 if shift < 0 else 1.0, df=math.inf)
+    from scipy import stats  # noqa: PLC0415 - SciPy's stats take a second to load; the controller loads this module on every start
+
     df = se2**2 / sum(share**2 / dof for share, dof in shares if share > 0)
     return DropTest(drop=drop, p_value=float(stats.t.cdf(shift / math.sqrt(se2), df)), df=df)

@@ -38,7 +38,7 @@ from typing import Any
 from topo_tune.errors import ConfigError
 from topo_tune.security.safe_write import StagedFile, stage_file, write_file
 from topo_tune.topology.distance import PairMatrix
-from topo_tune.tuner.report.figures import report_figures
+from topo_tune.tuner.report.figure import ReportFigure
 from topo_tune.tuner.report.page import render_report
 from topo_tune.tuner.ring.model import ring_metrics
 from topo_tune.tuner.ring.rank_map import RankMap, RingPrediction
@@ -167,7 +167,7 @@ def write_outputs(
     if topology_xml is not None:
         written[TOPO_FILE] = topology_xml
     written.update(_tradeoff_files(outcome, directory, shape=shape, table_bucket_rows=table_bucket_rows))
-    figures = report_figures(outcome, summary_data, shape.pairs, shape.racks) if plots else []
+    figures = _figures(outcome, summary_data, shape) if plots else []
     report = render_report(
         summary_data,
         figures,
@@ -179,6 +179,14 @@ def write_outputs(
     contents: dict[str, str | bytes] = {**written, **{f"{PLOTS}/{f.name}": f.png for f in figures}, REPORT: report}
     _replace_all(directory, contents)
     return WrittenOutputs(directory, tuple(sorted(contents)), version)
+
+
+def _figures(outcome: StudyOutcome, summary_data: Mapping[str, Any], shape: ClusterShape) -> list[ReportFigure]:
+    # Imported here: the drawing library costs a second of start-up to every process that imports this module
+    # (the controller, for the studies it runs), while only writing the outputs draws.
+    from topo_tune.tuner.report.figures import report_figures  # noqa: PLC0415
+
+    return report_figures(outcome, summary_data, shape.pairs, shape.racks)
 
 
 def write_cluster_time(directory: Path, data: Mapping[str, Any]) -> Path:

@@ -39,8 +39,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy import stats
-
 from topo_tune.config.cluster import PROOF_ALPHA, PROOF_MAX_LOSS, PROOF_MIN_EFFECT
 from topo_tune.errors import ConfigError
 
@@ -144,6 +142,8 @@ def _comparison(
         p_margin = 0.0 if mean > gain_margin else 1.0
         half = 0.0
     else:
+        from scipy import stats  # noqa: PLC0415 - SciPy's stats take a second to load; the controller loads this module on every start
+
         p_value = float(stats.t.sf(mean / se, df))
         p_margin = float(stats.t.sf((mean - gain_margin) / se, df))
         half = float(stats.t.isf(alpha, df)) * se

@@ -16,8 +16,6 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from scipy import stats
-
 from topo_tune.errors import ConfigError
 from topo_tune.tuner.objective import Measurements
 from topo_tune.tuner.study import StudyOutcome
@@ -81,6 +79,8 @@ def fit_latency(collective: str, times_us: Sequence[float]) -> CollectiveLatency
     if max(times_us) == min(times_us):
         # A degenerate (deterministic) sample: the fit is undefined, the percentile is the value itself.
         return CollectiveLatency(collective, len(times_us), math.inf, 0.0, float(times_us[0]))
+    from scipy import stats  # noqa: PLC0415 - SciPy's stats take a second to load; the controller loads this module on every start
+
     shape, _, scale = stats.gamma.fit(list(times_us), floc=0.0)
     p995 = float(stats.gamma.ppf(QUANTILE, shape, loc=0.0, scale=scale))
     return CollectiveLatency(collective, len(times_us), float(shape), float(scale), p995)

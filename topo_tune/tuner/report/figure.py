@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only: never a display; before pyplot is imported
-import matplotlib.pyplot as plt
-from matplotlib.figure import Figure
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 MEASURED = "measured"
 FIG_W, FIG_H = 6.2, 3.5  # inches at 90 dpi: two figures side by side on a laptop screen
@@ -34,6 +31,10 @@ class ReportFigure:
 
 
 def encode_png(fig: Figure) -> bytes:
+    # Here, not at the top: the page's records load without the drawing library (a second of start-up that
+    # the controller would pay for every table it renders); whoever made ``fig`` has loaded it already.
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
     buffer = io.BytesIO()
     fig.tight_layout()
     # No "Software"/date chunk: the same study gives the same bytes.
@@ -51,6 +52,8 @@ def size_label(size: float) -> str:
 
 
 def size_axis(ax: Any) -> None:
+    from matplotlib.ticker import FuncFormatter  # noqa: PLC0415 - see encode_png
+
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: size_label(v)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: size_label(v)))
     ax.set_xlabel("message size (bytes)")

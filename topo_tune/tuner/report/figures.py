@@ -1,8 +1,7 @@
 """The report's measurement figures: speedup and busbw per size, the search history, node-pair bandwidth.
 
 Purpose: every figure of ``report.html`` in page order (``report_figures``), from the study's outcome, the
-summary's per-bucket rows and the topology's pair matrix; and which two profiles (defaults and tuned or
-closest) the page compares.
+summary's per-bucket rows and the topology's pair matrix.
 
 Non-goals: statistics (the proof's bounds are drawn as given) and HTML (``page``).
 """
@@ -20,23 +19,11 @@ import matplotlib.pyplot as plt
 
 from topo_tune.topology.distance import PairMatrix
 from topo_tune.tuner.objective import Measurements
+from topo_tune.tuner.report.compared_profiles import compared_profiles
 from topo_tune.tuner.report.figure import FIG_H, FIG_W, MEASURED, SIMULATED, ReportFigure, encode_png, size_axis
 from topo_tune.tuner.report.knobs import knob_figure
 from topo_tune.tuner.speedup_text import precise
 from topo_tune.tuner.study import StudyOutcome
-
-
-def _shown_proof(outcome: StudyOutcome) -> Any:
-    return outcome.chosen or max(outcome.proofs, key=lambda p: p.speedup, default=None)
-
-
-def profiles(outcome: StudyOutcome) -> tuple[Measurements | None, Measurements | None]:
-    """The defaults and the tuned (or closest) configuration per size: the proof's per-size geometric means
-    over its pairs when there is a proof, else the search's baseline and best trial."""
-    proof = _shown_proof(outcome)
-    if proof is not None and proof.baseline is not None and proof.candidate is not None:
-        return proof.baseline, proof.candidate
-    return outcome.baseline.measurements, outcome.best.measurements if outcome.best is not None else None
 
 
 def report_figures(
@@ -45,7 +32,7 @@ def report_figures(
     """Every figure of the report, in page order."""
     label = SIMULATED if outcome.simulated else MEASURED
     figures: list[ReportFigure] = []
-    base, tuned = profiles(outcome)
+    base, tuned = compared_profiles(outcome)
     tuned_name = "tuned" if outcome.chosen is not None else "closest candidate"
     if base is not None:
         for collective in sorted({s.collective for s in base.samples}):

@@ -12,8 +12,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from topo_tune.tuner.report.compared_profiles import compared_profiles
 from topo_tune.tuner.report.figure import size_label
-from topo_tune.tuner.report.figures import profiles
 from topo_tune.tuner.report.markup import data_table, fmt, page_text
 from topo_tune.tuner.speedup_text import SEARCH_VS_PROOF, speedup_text
 from topo_tune.tuner.study import StudyOutcome
@@ -86,7 +86,7 @@ def tradeoff_section(summary: Mapping[str, Any]) -> str:
 
 
 def size_table(outcome: StudyOutcome) -> str:
-    base, tuned = profiles(outcome)
+    base, tuned = compared_profiles(outcome)
     if base is None:
         return ""
     tuned_name = "tuned" if outcome.chosen is not None else "closest"
