@@ -178,8 +178,10 @@ def test_worker_config_round_trips_with_its_fault_hook(tmp_path: Path) -> None:
         rendezvous_timeout_s=30.0,
         progress_path=tmp_path / "p.jsonl",
         result_path=tmp_path / "r.json",
+        stderr_path=tmp_path / "stderr.log",
         sys_path=("/x",),
         fault=WorkerFault(corrupt_rank=1),
+        job_env={"NCCL_TUNER_CONFIG_FILE": "/x/t.csv"},
     )
     config.dump(tmp_path / "c.json")
     assert WorkerConfig.load(tmp_path / "c.json") == config

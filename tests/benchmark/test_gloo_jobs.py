@@ -51,6 +51,7 @@ def _spec(
     env: dict[str, str] | None = None,
     iters: int = 5,
     warmup_iters: int = 1,
+    tuner_table: str = "",
 ) -> BenchmarkSpec:
     return plan_job(
         job_id=job_id,
@@ -64,6 +65,7 @@ def _spec(
         ranks_per_node=ranks_per_node,
         iters=iters,
         warmup_iters=warmup_iters,
+        tuner_table=tuner_table,
     )
 
 

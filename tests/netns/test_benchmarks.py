@@ -213,7 +213,6 @@ def test_a_cut_link_times_a_job_out_and_a_killed_agent_fails_one_job_and_one_tri
     # The same in a study the controller runs: past the baseline, SIGKILL b's agent while a search trial's
     # ranks run (a supervisor restarts it at once): that trial fails with the reason, the study finishes.
     study = ["--id", "st-kill", "--budget", "4", "--min-bytes", "1M", "--max-bytes", "1M"]
-    earlier = workers(cluster, "b")  # the killed agent's orphaned rank may linger: not a trial's
     cluster.admin_json("study", "start", *study, "--finalists", "1", "--proof-pairs", "2")
     wait_until(
         lambda: (info := study_info(cluster, "st-kill"))["phase"] == "search" and info["done"] >= 1,
@@ -221,6 +220,9 @@ def test_a_cut_link_times_a_job_out_and_a_killed_agent_fails_one_job_and_one_tri
         timeout=120,
         interval=0.2,
     )
+    # Taken after the baseline: the killed agent's orphaned rank may linger, and the baseline's workers are kept
+    # idle for later jobs of its environment; neither is a search trial's (whose environment differs).
+    earlier = workers(cluster, "b")
     wait_until(lambda: workers(cluster, "b") - earlier, what="a trial's rank on b", timeout=60, interval=0.05)
     cluster.agents["b"].kill()
     cluster.start_agent("b")

@@ -69,6 +69,8 @@ class CommandExecutor:
     """The node's own variables for every benchmark worker; they win over a job's (see the launcher)."""
     ranks_per_gpu: int = 1
     """Benchmark ranks on each GPU (more than 1: the ``--ranks-per-gpu`` test and development mode)."""
+    kept_worker_sets: int = 0
+    """Idle benchmark worker sets kept for later jobs of the same environment (see ``kept_workers``)."""
     _bench: BenchmarkExecutor | None = field(default=None, init=False)
     _bench_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _benchmarks_running: int = field(default=0, init=False)
@@ -89,6 +91,7 @@ class CommandExecutor:
                     node_env=self.worker_env,
                     tuner_plugin=self.tuner_plugin,
                     ranks_per_gpu=self.ranks_per_gpu,
+                    kept_worker_sets=self.kept_worker_sets,
                 )
             return self._bench
 

@@ -94,6 +94,7 @@ class Agent:
             discover=self._discover_node,
             worker_env=settings.worker_env,
             ranks_per_gpu=settings.ranks_per_gpu,
+            kept_worker_sets=settings.kept_worker_sets,
         )
         self._rng = rng or random.Random()
         self._backoff = Backoff(settings.backoff_initial_s, settings.backoff_max_s, self._rng)

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from topo_tune.agent.bench.kept_workers import DEFAULT_MAX_SETS
 from topo_tune.kube.environment import KubeEnvironment
 from topo_tune.kube.rack import DEFAULT_RACK_LABEL
 from topo_tune.nccl.backends import Backend
@@ -36,6 +37,8 @@ class AgentSettings:
     a job's values, e.g. ``NCCL_NVLS_ENABLE=0`` where NVLink multicast must stay off."""
     ranks_per_gpu: int = 1
     """Benchmark ranks on each GPU; more than 1 is the ``--ranks-per-gpu`` test and development mode."""
+    kept_worker_sets: int = DEFAULT_MAX_SETS
+    """Idle benchmark worker sets kept for later jobs of the same environment (0: a fresh set every job)."""
     sim_profile: str = "h100-nvswitch"
     """For the ``sim`` backend: the simulated node this agent stands for."""
     sim_gpus: int = 8

@@ -186,6 +186,11 @@ class EnvPolicy:
         return f"{value!r} is outside the agent's {kind} directories ({where})"
 
     @staticmethod
+    def output_files(env: Mapping[str, str]) -> tuple[str, ...]:
+        """The keys of ``env`` that name a file the job writes (those :meth:`confine` rewrites), sorted."""
+        return tuple(sorted(key for key in env if isinstance(_value_type(key), OutputFile)))
+
+    @staticmethod
     def confine(env: Mapping[str, str], job_dir: Path) -> dict[str, str]:
         """``env`` with every output-file variable rewritten into ``job_dir``'s output directory.
 

@@ -122,6 +122,15 @@ def agent() -> None:
     "workers get NCCL_MULTI_RANK_GPU_ENABLE=1 and at most 128/N channels. Its times are one GPU's, not links'.",
 )
 @click.option(
+    "--kept-worker-sets",
+    type=click.IntRange(0, 16),
+    default=AgentSettings.kept_worker_sets,
+    show_default=True,
+    help="Benchmark worker processes are kept after a job for later jobs with the same NCCL environment (they "
+    "skip process start, torch and CUDA set-up; each job still gets its own communicator): at most this many "
+    "idle sets, each ended after 5 minutes idle or when it grew past 4 GiB. 0: fresh workers for every job.",
+)
+@click.option(
     "--reconnect-max",
     "reconnect_max_s",
     type=click.FloatRange(0.5, 3600),
@@ -157,6 +166,7 @@ def run(
     config_dir: Path,
     worker_env: dict[str, str],
     ranks_per_gpu: int,
+    kept_worker_sets: int,
     reconnect_max_s: float,
     token_grace_s: float,
     token_file: Path | None,
@@ -200,6 +210,7 @@ def run(
         rack_label=rack_label,
         worker_env=worker_env,
         ranks_per_gpu=ranks_per_gpu,
+        kept_worker_sets=kept_worker_sets,
         backoff_max_s=reconnect_max_s,
         token_grace_s=token_grace_s,
     )

@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from topo_tune.agent.bench.kept_workers import DEFAULT_IDLE_S, DEFAULT_MAX_RSS_BYTES, KeptWorkers
 from topo_tune.agent.bench.launcher import Launcher, NodeOutcome
 from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
 from topo_tune.agent.bench.worker_config import WorkerFault
@@ -82,7 +83,12 @@ class BenchmarkExecutor:
         monotonic: Callable[[], float] = time.monotonic,
         cpus_for_device: Mapping[int, Sequence[int]] | None = None,
         ranks_per_gpu: int = 1,
+        kept_worker_sets: int = 0,
+        kept_idle_s: float = DEFAULT_IDLE_S,
+        kept_max_rss_bytes: int = DEFAULT_MAX_RSS_BYTES,
     ) -> None:
+        """``kept_worker_sets``: idle worker sets each launcher keeps for later jobs of the same environment
+        (0: every job starts fresh workers); see ``kept_workers``."""
         self._policy = policy
         self._tuner_plugin = tuner_plugin
         self._wall_clock = wall_clock
@@ -96,6 +102,7 @@ class BenchmarkExecutor:
                 clock=monotonic,
                 cpus_for_device=cpus_for_device,
                 ranks_per_gpu=ranks_per_gpu,
+                kept=KeptWorkers(max_sets=kept_worker_sets, idle_s=kept_idle_s, max_rss_bytes=kept_max_rss_bytes),
             )
             for name in LAUNCHED_BACKENDS
         }
@@ -105,8 +112,14 @@ class BenchmarkExecutor:
         for launcher in self._launchers.values():
             launcher.rebind(address)
 
+    def kept(self, backend: Backend) -> KeptWorkers | None:
+        """The idle worker sets of ``backend``'s launcher (None: no launcher runs it)."""
+        launcher = self._launcher(backend)
+        return None if launcher is None else launcher.kept
+
     def stop(self) -> None:
-        """The agent is stopping: kill the ranks of the job running here, if any, and take no more."""
+        """The agent is stopping: kill the ranks of the job running here, if any, and every kept worker; take no
+        more jobs."""
         for launcher in self._launchers.values():
             launcher.stop()
 

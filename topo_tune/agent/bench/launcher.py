@@ -28,17 +28,26 @@ CPU placement: given ``cpus_for_device`` (GPU index -> its NUMA-local CPUs, from
 topology), each rank pins itself to its GPU's CPUs, as nccl-tests runs under ``mpirun --bind-to``;
 on the H200 record, pinning was what made launch-bound timings comparable between processes.
 
+Kept workers (``kept_workers``): a worker that finished a job says so on its reply pipe and waits for the next
+one; where the launcher's ``KeptWorkers`` allow it (a job that succeeded here, whose environment names no
+output file of its own), its set is kept for the next job with the same key, which then runs in it with
+``HOME``, ``TMPDIR`` and the output directory of the set (``<work dir>/kept-workers-<key>/``), its rank
+files still in the job's directory. Otherwise, and with ``KeptWorkers(max_sets=0)``, each job's workers end
+with the job, as fresh ones would.
+
 Each worker dies with the agent: its first line sets the parent-death signal (``prctl(PR_SET_PDEATHSIG,
 SIGKILL)``; set after ``exec`` rather than in a ``preexec_fn``, which is unsafe in the threaded agent), so a
-``kill -9`` of the agent leaves no worker busy. The signal follows the thread that started the worker, which
-lives as long as the job's ranks do (it waits for them). Each worker runs in its own session
-(``start_new_session``), so killing its process group kills everything it started; every rank's group is
-killed when the job ends, also a rank that exited on its own (whatever it left running goes with it). The
-launcher waits on pidfds for the first exit or the deadline; if a rank fails, the other local ranks are
-killed at once (they would only wait for it). At the deadline every rank still running is killed and
-reported ``hung`` with the last phase it reported. One job runs at a time; a second ``run`` while one is
-active raises ``LauncherBusy``.
-``stop`` (the agent is stopping) kills the running job's ranks the same way and refuses further jobs.
+``kill -9`` of the agent leaves no worker busy. The signal follows the thread that started the worker, so
+workers are started from one thread of the launcher's that lives as long as the launcher (a kept worker
+outlives the job's thread). Each worker runs in its own session (``start_new_session``), so killing its
+process group kills everything it started; every rank's group is killed when its worker ends, also a rank
+that exited on its own (whatever it left running goes with it). The launcher waits on pidfds and reply pipes
+for each rank's end of the job or the deadline; if a rank fails, the other local ranks are killed at once
+(they would only wait for it). At the deadline every rank still running is killed and reported ``hung`` with
+the last phase it reported. One job runs at a time; a second ``run`` while one is active raises
+``LauncherBusy``.
+``stop`` (the agent is stopping) kills the running job's ranks the same way, and every kept worker, and refuses
+further jobs.
 ``cancel`` (the controller ended the job: a node lost, a rank failed elsewhere) kills one job's ranks the same
 way, reports them killed for that reason, and keeps that job from starting here later; the last
 ``CANCELLED_KEPT`` cancelled job ids are remembered.
@@ -61,13 +70,15 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from topo_tune.agent.bench.job_dirs import prune_job_dirs
+from topo_tune.agent.bench.kept_workers import KeptWorkers, WorkerProcess, WorkerSetKey, worker_set_key
 from topo_tune.agent.bench.ranks_per_gpu import shared_gpu_env, worker_device
-from topo_tune.agent.bench.worker_config import WorkerConfig, WorkerFault
+from topo_tune.agent.bench.worker_config import PER_COMMUNICATOR_ENV, WorkerConfig, WorkerFault
 from topo_tune.benchmark.env_policy import OUTPUT_DIR, EnvPolicy
 from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
 from topo_tune.benchmark.results import RankOutcome, RankResult, RankStatus
@@ -86,11 +97,12 @@ DUMP_DEFAULTS: Mapping[str, str] = {
 """Torch's dump files, named as torch names them but inside the job's output directory."""
 _BOOTSTRAP = (
     # First the parent-death signal (prctl PR_SET_PDEATHSIG = 1, SIGKILL = 9), before the slow imports; then,
-    # in case the agent died before that took effect, a check that the parent is still the agent.
+    # in case the agent died before that took effect, a check that the parent is still the agent. The first
+    # job's config gives the agent's sys.path; the jobs themselves come on stdin.
     "import ctypes, os, sys; ctypes.CDLL(None, use_errno=True).prctl(1, 9); "
     "os.getppid() == int(sys.argv[1]) or os._exit(70); "
-    "import json; sys.path[:0] = json.load(open(sys.argv[2]))['sys_path']; "
-    "from topo_tune.agent.bench.worker import main; sys.exit(main(sys.argv[2:]))"
+    "import json; sys.path[:0] = json.load(open(sys.argv[3]))['sys_path']; "
+    "from topo_tune.agent.bench.worker import serve; sys.exit(serve(int(sys.argv[2])))"
 )
 _STDERR_TAIL_BYTES = 2000
 _JOINED_PHASES = frozenset({"joined", "running", "finished"})
@@ -121,15 +133,16 @@ class NodeOutcome:
 
 @dataclass
 class _Worker:
+    """One rank of the job running now, and the process running it (fresh or kept)."""
+
     slot: RankSlot
-    process: subprocess.Popen[bytes]
-    pidfd: int
+    proc: WorkerProcess
     progress_path: Path
     result_path: Path
     stderr_path: Path
     returncode: int | None = None
+    """This job's exit code: 0 once the worker said it finished the job (it lives on), else the process's."""
     killed: bool = False
-    last: dict[str, Any] = field(default_factory=dict)
 
 
 def _last_progress(path: Path) -> tuple[dict[str, Any], bool]:
@@ -169,10 +182,11 @@ def _read_result(w: _Worker, job_id: str) -> tuple[RankResult | None, str]:
     return result, ""
 
 
-def _kill_group(w: _Worker) -> None:
-    # The group id cannot be reused while any member is left, and an empty group is simply not found.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(w.process.pid, signal.SIGKILL)
+def _end_processes(processes: Sequence[WorkerProcess]) -> None:
+    # The group, even when the rank itself already exited: a process it started (in its session)
+    # would otherwise outlive the job, holding its port, memory or GPU.
+    for p in processes:
+        p.end()
 
 
 def _tail(path: Path) -> str:
@@ -199,6 +213,7 @@ class Launcher:
         clock: Callable[[], float] = time.monotonic,
         cpus_for_device: Mapping[int, Sequence[int]] | None = None,
         ranks_per_gpu: int = 1,
+        kept: KeptWorkers | None = None,
     ) -> None:
         if backend not in LAUNCHED_BACKENDS:
             known = " or ".join(repr(b.value) for b in LAUNCHED_BACKENDS)
@@ -219,9 +234,21 @@ class Launcher:
         self._started: list[_Worker] = []
         self._job_id = ""  # the job running now
         self._cancelled: OrderedDict[str, str] = OrderedDict()  # job id -> why
+        self._kept = kept or KeptWorkers(max_sets=0)
+        # Workers are started from this one long-lived thread: the parent-death signal follows the thread that
+        # started a process, and a kept worker outlives the job's thread.
+        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{backend.value}-worker-spawner")
+
+    @property
+    def kept(self) -> KeptWorkers:
+        """This launcher's idle worker sets."""
+        return self._kept
 
     def worker_env(self, spec: BenchmarkSpec, work_dir: Path) -> dict[str, str]:
-        """Exactly what a worker's environment holds (the same for every rank of the job)."""
+        """Exactly what a worker's environment holds (the same for every rank of the job).
+
+        ``work_dir`` holds ``HOME``, ``TMPDIR`` and the output files: the job's directory, or a kept set's own.
+        """
         env = {**BASE_ENV, "HOME": str(work_dir), "TMPDIR": str(work_dir / "tmp"), **self._passthrough}
         # Output files (debug logs, dumps) land in the job's directory, torch's flight-recorder dump too,
         # whose default is /tmp/nccl_trace_rank_<rank>.
@@ -269,7 +296,7 @@ class Launcher:
                 return False
             for w in self._started:
                 if w.returncode is None:
-                    _kill_group(w)
+                    w.proc.kill_group()
         # Return once the job's thread has reaped its ranks: the node is then free for the next job.
         if self._lock.acquire(timeout=_REAP_WAIT_S):
             self._lock.release()
@@ -290,14 +317,33 @@ class Launcher:
             self._stopped = True
             for w in self._started:
                 if w.returncode is None:
-                    _kill_group(w)
+                    w.proc.kill_group()
+        self._kept.close()
+        self._spawner.shutdown(wait=False)
 
     def _track(self, w: _Worker) -> _Worker:
         with self._stop_lock:
             self._started.append(w)
             if self._stopped or self._job_id in self._cancelled:
-                _kill_group(w)
+                w.proc.kill_group()
         return w
+
+    def _set_key(self, spec: BenchmarkSpec, *, devices: Sequence[int], work_dir: Path) -> WorkerSetKey | None:
+        """The key a kept set for this job's local ranks has, or None when this job's workers may not be kept."""
+        if not self._kept.enabled:
+            return None
+        env = self.worker_env(spec, work_dir / "kept-workers")
+        own_files = [k for k in EnvPolicy.output_files(env) if k not in DUMP_DEFAULTS]
+        if own_files:
+            return None  # NCCL opens them once per process: a kept worker would write the next job's there
+        return worker_set_key(
+            env=env,
+            backend=self._backend,
+            bind_address=self._bind_address,
+            devices=devices,
+            cpus=[self._cpus_for_device.get(d, ()) for d in devices],
+            python=self._python,
+        )
 
     def _run(
         self,
@@ -318,48 +364,67 @@ class Launcher:
         prune_job_dirs(work_dir, now=time.time())  # older jobs' directories; never one a job may still use
         (job_dir / "tmp").mkdir(parents=True, exist_ok=True)
         (job_dir / OUTPUT_DIR).mkdir(exist_ok=True)
-        env = self.worker_env(spec, job_dir)
+        devices = [worker_device(slot.device, self._ranks_per_gpu) for slot in slots]
+        key = self._set_key(spec, devices=devices, work_dir=work_dir)
+        home = job_dir if key is None else work_dir / f"kept-workers-{key}"
+        (home / "tmp").mkdir(parents=True, exist_ok=True)
+        (home / OUTPUT_DIR).mkdir(exist_ok=True)
+        os.utime(home)  # in use: job directory pruning goes by the last change
+        env = self.worker_env(spec, home)
+        job_env = {k: v for k, v in env.items() if k in PER_COMMUNICATOR_ENV}
+        kept = self._kept.take(key) if key is not None else None
+        if kept is not None:
+            logger.info("job %s: runs in kept workers %s", spec.job_id, [p.pid for p in kept])
         workers: list[_Worker] = []
         try:
-            for slot in slots:
-                workers.append(
-                    self._track(
-                        self._start(
-                            spec,
-                            slot=slot,
-                            job_dir=job_dir,
-                            env=env,
-                            deadline_s=deadline_s,
-                            fault=fault or WorkerFault(),
-                        )
-                    )
+            for i, slot in enumerate(slots):
+                config = self._config(
+                    spec, slot=slot, device=devices[i], job_dir=job_dir, deadline_s=deadline_s, fault=fault, env=job_env
                 )
+                proc = kept[i] if kept is not None else self._spawn(spec, config=config, env=env, cwd=home)
+                worker = _Worker(slot, proc, config.progress_path, config.result_path, config.stderr_path)
+                workers.append(self._track(worker))
+                proc.send(config.progress_path.with_name("config.json"))
             timed_out = self._wait(workers, deadline)
+        except BaseException:
+            for w in workers:
+                self._kill(w)
+            _end_processes(kept or [w.proc for w in workers])
+            raise
         finally:
             with self._stop_lock:
                 self._started = []
-            for w in workers:
+        for w in workers:
+            if w.returncode is None:
                 self._kill(w)
-                os.close(w.pidfd)
         with self._stop_lock:
             cancelled = self._cancelled.get(spec.job_id, "")
-        return self._collect(workers, timed_out, spec.job_id, cancelled)
+            stopped = self._stopped
+        outcome = self._collect(workers, timed_out, spec.job_id, cancelled)
+        clean = not (outcome.failed or timed_out or cancelled or stopped) and not any(r.wrong for r in outcome.results)
+        processes = [w.proc for w in workers]
+        if key is not None and clean:
+            self._kept.keep(key, processes)
+        else:
+            _end_processes(processes)
+        return outcome
 
-    def _start(
+    def _config(
         self,
         spec: BenchmarkSpec,
         *,
         slot: RankSlot,
+        device: int,
         job_dir: Path,
-        env: Mapping[str, str],
         deadline_s: float,
-        fault: WorkerFault,
-    ) -> _Worker:
+        fault: WorkerFault | None,
+        env: Mapping[str, str],
+    ) -> WorkerConfig:
+        """Write rank ``slot``'s config file (in a fresh rank directory) and return it."""
         rank_dir = job_dir / f"rank-{slot.rank}"
         if rank_dir.exists():
             shutil.rmtree(rank_dir)  # a re-sent command starts from scratch
         rank_dir.mkdir()
-        device = worker_device(slot.device, self._ranks_per_gpu)
         config = WorkerConfig(
             spec=spec,
             rank=slot.rank,
@@ -369,44 +434,71 @@ class Launcher:
             rendezvous_timeout_s=deadline_s,
             progress_path=rank_dir / "progress.jsonl",
             result_path=rank_dir / "result.json",
+            stderr_path=rank_dir / "stderr.log",
             # Absolute: the worker runs in the job directory, where relative entries would not resolve.
             sys_path=tuple(os.path.abspath(p) for p in sys.path if p),
             cpus=self._cpus_for_device.get(device, ()),
-            fault=fault,
+            fault=fault or WorkerFault(),
+            job_env=dict(env),
         )
-        config_path = rank_dir / "config.json"
-        config.dump(config_path)
-        stderr_path = rank_dir / "stderr.log"
-        with stderr_path.open("wb") as stderr:
-            process = subprocess.Popen(
-                [self._python, "-E", "-s", "-c", _BOOTSTRAP, str(os.getpid()), str(config_path)],
-                env=dict(env),
-                cwd=job_dir,
-                stdin=subprocess.DEVNULL,
-                stdout=stderr,
-                stderr=stderr,
-                start_new_session=True,
-                close_fds=True,
-            )
-        logger.info("job %s: started rank %d (pid %d)", spec.job_id, slot.rank, process.pid)
-        return _Worker(slot, process, os.pidfd_open(process.pid), config.progress_path, config.result_path, stderr_path)
+        config.dump(rank_dir / "config.json")
+        return config
+
+    def _spawn(self, spec: BenchmarkSpec, *, config: WorkerConfig, env: Mapping[str, str], cwd: Path) -> WorkerProcess:
+        """Start a worker process (from the spawner thread) that waits for its first job on stdin."""
+        replies, reply_end = os.pipe()
+        try:
+            with config.stderr_path.open("ab") as stderr:
+                # Its output goes to this first job's file until it reads the job (then to each job's own).
+                command = [self._python, "-E", "-s", "-c", _BOOTSTRAP, str(os.getpid()), str(reply_end)]
+                command.append(str(config.progress_path.with_name("config.json")))
+                process = self._spawner.submit(
+                    subprocess.Popen,
+                    command,
+                    env=dict(env),
+                    cwd=cwd,
+                    stdin=subprocess.PIPE,
+                    stdout=stderr,
+                    stderr=stderr,
+                    start_new_session=True,
+                    close_fds=True,
+                    pass_fds=(reply_end,),
+                ).result()
+        except BaseException:
+            os.close(replies)
+            raise
+        finally:
+            os.close(reply_end)
+        logger.info("job %s: started rank %d (pid %d)", spec.job_id, config.rank, process.pid)
+        return WorkerProcess(process, os.pidfd_open(process.pid), replies)
 
     def _wait(self, workers: Sequence[_Worker], deadline: float) -> bool:
-        """Wait until every worker exited (False) or the deadline passed (True)."""
+        """Wait until every worker finished the job or exited (False) or the deadline passed (True)."""
         poller = select.poll()
-        by_fd = {w.pidfd: w for w in workers}
-        for fd in by_fd:
-            poller.register(fd, select.POLLIN)
-        running = len(workers)
-        while running:
+        by_fd: dict[int, _Worker] = {}
+        for w in workers:
+            for fd in (w.proc.pidfd, w.proc.replies):
+                by_fd[fd] = w
+                poller.register(fd, select.POLLIN)
+        while any(w.returncode is None for w in workers):
             remaining = deadline - self._clock()
             if remaining <= 0:
                 return True
             for fd, _ in poller.poll(max(1, int(remaining * 1000))):
                 w = by_fd[fd]
-                poller.unregister(fd)
-                w.returncode = w.process.wait()
-                running -= 1
+                if w.returncode is None and fd == w.proc.replies:
+                    if not os.read(fd, 4096):
+                        poller.unregister(fd)  # it exited: its pidfd says how
+                        continue
+                    w.returncode = 0
+                    w.proc.jobs_run += 1
+                elif w.returncode is None:
+                    w.proc.returncode = w.proc.process.wait()
+                    w.returncode = w.proc.returncode
+                # Done with this job (also a rank killed below, whose pidfd fires next): no more events of it.
+                for each in (w.proc.pidfd, w.proc.replies):
+                    with contextlib.suppress(KeyError):
+                        poller.unregister(each)
                 if w.returncode != 0:
                     # The others would only wait for this rank until the deadline.
                     for other in workers:
@@ -415,13 +507,14 @@ class Launcher:
         return False
 
     def _kill(self, w: _Worker) -> None:
-        # The group, even when the rank itself already exited: a process it started (in its session)
-        # would otherwise outlive the job, holding its port, memory or GPU.
-        _kill_group(w)
+        """End a rank that has not finished the job: kill its process group and reap it."""
+        w.proc.kill_group()
         if w.returncode is not None:
             return
         w.killed = True
-        w.returncode = w.process.wait()
+        if w.proc.returncode is None:
+            w.proc.returncode = w.proc.process.wait()
+        w.returncode = w.proc.returncode
 
     def _collect(self, workers: Sequence[_Worker], timed_out: bool, job_id: str, cancelled: str) -> NodeOutcome:
         results = []

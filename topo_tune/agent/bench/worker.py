@@ -1,6 +1,12 @@
-"""One benchmark rank: ``python -m topo_tune.agent.bench.worker CONFIG.json``.
+"""One benchmark rank: ``python -m topo_tune.agent.bench.worker CONFIG.json`` runs one job.
 
-Started by ``launcher`` in its own session with exactly the job's environment. It
+The ``launcher`` starts it in its own session with exactly the job's environment, through :func:`serve`: the
+worker then reads the config paths of its jobs from stdin, one a line, and after each job it finished writes one
+line (the job's id) to the reply descriptor it was given, so the launcher can keep it for the next job of the
+same environment (``kept_workers``). Before each job it sends its stdout and stderr to that job's file and sets
+that job's per-communicator variables (``job_env``); after it, nothing of the job is left but the process: the
+process group is destroyed, the rendezvous store closed, the CUDA cache emptied. A job that failed ends the
+process. For every job it
 
 1. reports ``started``; connects to the job's TCPStore rendezvous (rank 0 hosts it), marks
    itself arrived and waits for every rank, reporting which ranks it is still waiting for;
@@ -16,8 +22,8 @@ Started by ``launcher`` in its own session with exactly the job's environment. I
    with every size, the (algorithm, protocol) entries NCCL offered, its choice and what ran;
 5. writes its result atomically and reports ``finished``.
 
-Exit codes: 0 finished, 3 bad configuration, 4 a benchmark error (message on stderr and in the
-progress file).
+Exit codes: 0 finished (for :func:`serve`: its stdin closed), 3 bad configuration, 4 a benchmark error
+(message on stderr and in the progress file).
 
 Non-goals: deadlines and killing (the launcher owns them), protobuf (results are JSON).
 """
@@ -27,6 +33,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import datetime
+import gc
 import hashlib
 import itertools
 import json
@@ -45,7 +52,7 @@ import torch.distributed as dist
 from torch.distributed import PrefixStore, ProcessGroupGloo, TCPStore  # type: ignore[attr-defined]
 
 from topo_tune.agent.bench.collective_ops import fill_inputs, make_buffers, op_for, placement_supported, wrong_elements
-from topo_tune.agent.bench.worker_config import WorkerConfig
+from topo_tune.agent.bench.worker_config import PER_COMMUNICATOR_ENV, WorkerConfig
 from topo_tune.benchmark.collectives import bandwidth, shape
 from topo_tune.benchmark.iteration_stats import IterationStats
 from topo_tune.benchmark.job_spec import BenchmarkSpec
@@ -57,7 +64,7 @@ from topo_tune.plugin.job_env import PLUGIN_ENV, TABLE_ENV
 from topo_tune.plugin.record import RECORD_ENV, RecordedCall, parse_record
 from topo_tune.versions.version import SYSTEM_NCCL_CONF, file_settings
 
-__all__ = ["main"]
+__all__ = ["main", "serve"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,9 +85,17 @@ class Progress:
         self._file.write(json.dumps({"phase": phase, **extra}) + "\n")
         self._file.flush()
 
+    def close(self) -> None:
+        self._file.close()
+
 
 def _register_gloo(bind_address: str) -> None:
-    """Register a gloo backend whose sockets bind to ``bind_address`` (this node's address)."""
+    """Register a gloo backend whose sockets bind to ``bind_address`` (this node's address), once per process.
+
+    A kept worker's jobs share its bind address (it is part of the set's key), so the first registration stands.
+    """
+    if GLOO_BACKEND_NAME in dist.Backend.backend_list:
+        return
 
     def create(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> Any:
         # The private options type is the only way to hand gloo a device bound to one address.
@@ -339,6 +354,7 @@ def run(config: WorkerConfig, progress: Progress) -> RankResult:
     timeout = datetime.timedelta(seconds=config.rendezvous_timeout_s)
     pg_store = PrefixStore(f"topo_tune/{spec.job_id}/pg", store)
     record = config.result_path.with_name("tuner_record.csv")
+    os.environ.pop(RECORD_ENV, None)  # a kept worker's previous job must never record into this one's file
     if config.backend.runs_nccl and os.environ.get(PLUGIN_ENV):
         # Read by the plugin when NCCL creates the communicator (putenv: NCCL's getenv sees it).
         os.environ[RECORD_ENV] = str(record)
@@ -380,19 +396,33 @@ def run(config: WorkerConfig, progress: Progress) -> RankResult:
     os.replace(tmp, config.result_path)
     progress.report("finished")
     dist.destroy_process_group()
+    # What a kept worker must not carry into its next job: this job's store (rank 0 serves it on the job's
+    # port) and its buffers in the CUDA cache.
+    del pg_store, store
+    gc.collect()
+    if config.backend.runs_nccl:
+        torch.cuda.empty_cache()
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m topo_tune.agent.bench.worker CONFIG.json", file=sys.stderr)
-        return EXIT_BAD_CONFIG
-    try:
-        config = WorkerConfig.load(Path(args[0]))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"bad worker config {args[0]}: {exc}", file=sys.stderr)
-        return EXIT_BAD_CONFIG
+def _redirect_output(path: Path) -> None:
+    """Send this process's stdout and stderr (Python's, NCCL's, torch's) to ``path``, appended."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _run_job(config: WorkerConfig, *, jobs_before: int) -> int:
+    """Run one job in this process; the exit code :func:`main` would return for it."""
+    _redirect_output(config.stderr_path)
+    for key in PER_COMMUNICATOR_ENV:
+        if key in config.job_env:
+            os.environ[key] = config.job_env[key]
+        else:
+            os.environ.pop(key, None)
     progress = Progress(config.progress_path)
     if config.cpus:
         os.sched_setaffinity(0, config.cpus)
@@ -401,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     progress.report(
         "started",
         pid=os.getpid(),
+        jobs_before=jobs_before,
         env_keys=sorted(os.environ),
         env_digest=env_digest,
         cpus=sorted(os.sched_getaffinity(0)),
@@ -411,7 +442,45 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         progress.report("failed", error=f"{type(exc).__name__}: {exc}")
         return EXIT_BENCHMARK_ERROR
+    finally:
+        progress.close()
     return 0
+
+
+def _load(path: str) -> WorkerConfig | None:
+    try:
+        return WorkerConfig.load(Path(path))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        print(f"bad worker config {path}: {exc}", file=sys.stderr)
+        return None
+
+
+def serve(replies: int) -> int:
+    """Run the jobs whose config paths arrive on stdin until it closes; one line to ``replies`` after each.
+
+    Returns at the first job that did not finish (its exit code): a worker that failed is never reused.
+    """
+    for jobs_run, line in enumerate(sys.stdin):
+        config = _load(line.strip())
+        if config is None:
+            return EXIT_BAD_CONFIG
+        code = _run_job(config, jobs_before=jobs_run)
+        if code != 0:
+            return code
+        os.write(replies, f"{config.spec.job_id}\n".encode())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One job, from the config file named on the command line."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m topo_tune.agent.bench.worker CONFIG.json", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    config = _load(args[0])
+    if config is None:
+        return EXIT_BAD_CONFIG
+    return _run_job(config, jobs_before=0)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """What the launcher tells one worker process, as a JSON file next to its other files.
 
-The worker's command line carries only the path of this file; its environment carries only the
-job's variables (see ``launcher``). The file also names where the worker writes its progress
-(JSON lines, appended and flushed, so the launcher can say where a killed rank was) and its
-result (written atomically at the end).
+A worker reads the paths of these files, one job each, from its stdin (see ``kept_workers``); its
+environment carries only the variables of its first job (see ``launcher``), the file those a kept worker
+sets anew for each job (``job_env``). The file also names where the worker writes its progress
+(JSON lines, appended and flushed, so the launcher can say where a killed rank was), its output (the
+job's ``stderr.log``) and its result (written atomically at the end).
 
 ``WorkerFault`` is a test-only fault hook. It exists only in this file, which the agent writes
 itself; no wire message can set it, so a controller cannot trigger it.
@@ -14,14 +15,19 @@ Non-goals: torch (the launcher imports this module, workers import it before tor
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from topo_tune.benchmark.job_spec import BenchmarkSpec
 from topo_tune.nccl.backends import Backend
+from topo_tune.plugin.job_env import TABLE_ENV
 
-__all__ = ["WorkerConfig", "WorkerFault"]
+__all__ = ["PER_COMMUNICATOR_ENV", "WorkerConfig", "WorkerFault"]
+
+PER_COMMUNICATOR_ENV = frozenset({TABLE_ENV})
+"""Variables read anew for every communicator (the tuner plugin's table path, read at each ``init``), so a kept
+worker can take them from each job; every other variable is read by NCCL once per process."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +53,15 @@ class WorkerConfig:
     rendezvous_timeout_s: float
     progress_path: Path
     result_path: Path
+    stderr_path: Path
+    """Where the worker's stdout and stderr go while it runs this job."""
     sys_path: tuple[str, ...]
     """The agent's ``sys.path``, so the worker imports the same packages as the agent."""
     cpus: tuple[int, ...] = ()
     """CPUs the worker pins itself to (those near its GPU); empty: inherit the agent's."""
     fault: WorkerFault = WorkerFault()
+    job_env: dict[str, str] = field(default_factory=dict)
+    """This job's values of ``PER_COMMUNICATOR_ENV`` (a key absent here is unset for the job)."""
 
     def dump(self, path: Path) -> None:
         data: dict[str, Any] = {
@@ -63,12 +73,14 @@ class WorkerConfig:
             "rendezvous_timeout_s": self.rendezvous_timeout_s,
             "progress_path": str(self.progress_path),
             "result_path": str(self.result_path),
+            "stderr_path": str(self.stderr_path),
             "sys_path": list(self.sys_path),
             "cpus": list(self.cpus),
             "fault": {
                 "hang_before_join_rank": self.fault.hang_before_join_rank,
                 "corrupt_rank": self.fault.corrupt_rank,
             },
+            "job_env": self.job_env,
         }
         path.write_text(json.dumps(data))
 
@@ -84,7 +96,9 @@ class WorkerConfig:
             rendezvous_timeout_s=data["rendezvous_timeout_s"],
             progress_path=Path(data["progress_path"]),
             result_path=Path(data["result_path"]),
+            stderr_path=Path(data["stderr_path"]),
             sys_path=tuple(data["sys_path"]),
             cpus=tuple(data["cpus"]),
             fault=WorkerFault(**data["fault"]),
+            job_env={str(k): str(v) for k, v in data["job_env"].items()},
         )

@@ -1,0 +1,181 @@
+"""A benchmark job's fixed cost with fresh workers against kept ones (target on a GPU: <= 0.5 s a job).
+
+Runs ``--jobs`` small jobs per mode through the agent's own ``BenchmarkExecutor`` (launcher, worker processes,
+rendezvous, data check, and on ``nccl`` the tuner plugin staged and recording, as on an agent). A job is one
+all_reduce size with a few iterations, so its time inside timed loops is milliseconds and the rest of its
+wall time is fixed cost. Modes:
+
+- ``fresh``: no kept workers; every job starts its processes (interpreter, torch, CUDA, communicator);
+- ``kept, same env``: every job after the first runs in the kept processes (a new rendezvous and communicator);
+- ``kept, tables alternate``: a different tuner table each job (table-only trials; NCCL reads it per
+  communicator), same processes;
+- ``kept, A/B envs``: two environments alternating (the interleaved proof's pattern), two idle sets.
+
+For each mode: the first job's wall time, median and p90 of the later jobs' wall time, the later jobs' time in
+timed loops (rank 0), and how many of the later jobs' ranks ran in a kept process (from each rank's progress).
+
+Usage (repository root):
+
+    python benchmarks/worker_reuse.py --backend gloo --ranks 2 --jobs 10
+    python benchmarks/worker_reuse.py --backend nccl --ranks 1 --jobs 10
+    python benchmarks/worker_reuse.py --backend nccl --ranks 2 --ranks-per-gpu 2 --jobs 10
+
+``--ranks-per-gpu N`` puts N ranks on each GPU (NCCL >= 2.30 where the workers load it, e.g. through
+``LD_PRELOAD``; start the CUDA MPS daemon first). The workers get ``LD_LIBRARY_PATH``, ``LD_PRELOAD`` and the
+``CUDA_MPS_*`` directories of this shell (an agent's ``passthrough``), and NVLink multicast off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from topo_tune.agent.bench.benchmark_executor import BenchmarkExecutor
+from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
+from topo_tune.benchmark.dtypes import dtype_named
+from topo_tune.benchmark.env_policy import EnvPolicy
+from topo_tune.benchmark.job_spec import BenchmarkSpec
+from topo_tune.benchmark.sweep import SizeSweep
+from topo_tune.controller.benchmarks.plan import JobNode, plan_job
+from topo_tune.nccl.backends import Backend
+from topo_tune.nccl.collectives import Collective
+from topo_tune.v1 import agent_pb2
+from topo_tune.wire.benchmark import spec_to_proto
+
+NODE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+PASSTHROUGH_KEYS = ("LD_LIBRARY_PATH", "LD_PRELOAD", "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY")
+ENV_A = {"NCCL_DEBUG": "WARN"}
+ENV_B = {"NCCL_DEBUG": "WARN", "NCCL_BUFFSIZE": "8388608"}
+TABLES = (
+    "allreduce,0,1048576,ring,simple,2,-1,-1\n",
+    "allreduce,0,1048576,tree,simple,2,-1,-1\n",
+)
+SIZE = 65536
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, root: Path) -> None:
+        self.backend = Backend(args.backend)
+        self.ranks: int = args.ranks
+        self.ranks_per_gpu: int = args.ranks_per_gpu
+        self.iters: int = args.iters
+        self.root = root
+        self.stage = TunerPluginStage(installed_dirs=(), build_dir=root / "plugin", table_dir=root / "tables")
+        self.policy = EnvPolicy(config_dirs=(self.stage.table_dir,), plugin_dirs=self.stage.plugin_dirs)
+        self.passthrough = {k: os.environ[k] for k in PASSTHROUGH_KEYS if os.environ.get(k)}
+        self.count = 0
+
+    def executor(self, kept_sets: int) -> BenchmarkExecutor:
+        return BenchmarkExecutor(
+            policy=self.policy,
+            passthrough=self.passthrough,
+            node_env=NODE_ENV if self.backend.runs_nccl else {},
+            tuner_plugin=self.stage,
+            ranks_per_gpu=self.ranks_per_gpu,
+            kept_worker_sets=kept_sets,
+        )
+
+    def spec(self, env: Mapping[str, str], table: str) -> BenchmarkSpec:
+        self.count += 1
+        return plan_job(
+            job_id=f"reuse-{self.count}",
+            collective=Collective.ALL_REDUCE,
+            sweep=SizeSweep(SIZE, SIZE, 2),
+            dtype=dtype_named("float32"),
+            nodes=[JobNode("local", "127.0.0.1", self.ranks)],
+            rendezvous_port=_port(),
+            env=dict(env),
+            gpu_devices=self.backend.runs_nccl,
+            iters=self.iters,
+            warmup_iters=2,
+            tuner_table=table,
+        )
+
+    def job(self, executor: BenchmarkExecutor, spec: BenchmarkSpec) -> tuple[float, float, int]:
+        """(wall seconds, seconds in timed loops on rank 0, ranks that ran in a kept process)."""
+        work = self.root / "work"
+        start = time.perf_counter()
+        result = executor.execute(
+            spec_to_proto(spec), node_name="local", backend=self.backend, deadline_s=300, work_dir=work
+        )
+        wall = time.perf_counter() - start
+        if result.status != agent_pb2.COMMAND_STATUS_SUCCEEDED:
+            raise SystemExit(f"job {spec.job_id}: {agent_pb2.CommandStatus.Name(result.status)}: {result.message}")
+        rank0 = result.node_benchmark.ranks[0]
+        timed = sum(s.time_us * spec.iters for s in rank0.sizes) / 1e6
+        reused = 0
+        for rank in range(spec.world_size):
+            first = (work / spec.job_id / f"rank-{rank}" / "progress.jsonl").read_text().splitlines()[0]
+            reused += json.loads(first)["jobs_before"] > 0
+        return wall, timed, reused
+
+
+def run_mode(bench: Bench, *, kept_sets: int, jobs: int, pick: Callable[[int], tuple[Mapping[str, str], str]]) -> str:
+    executor = bench.executor(kept_sets)
+    try:
+        rows = [bench.job(executor, bench.spec(*pick(i))) for i in range(jobs)]
+    finally:
+        executor.stop()
+    later = rows[1:]
+    walls = sorted(w for w, _, _ in later)
+    p90 = walls[min(len(walls) - 1, int(0.9 * len(walls)))]
+    timed = statistics.median(t for _, t, _ in later)
+    reused = sum(r for _, _, r in later)
+    return (
+        f"| {rows[0][0]:.2f} | {statistics.median(walls):.3f} | {p90:.3f} | {timed * 1e3:.1f} "
+        f"| {reused}/{len(later) * bench.ranks} |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    parser.add_argument("--ranks", type=int, default=2, help="ranks on this host (nccl: one a GPU slot)")
+    parser.add_argument("--ranks-per-gpu", type=int, default=1, help="nccl: ranks sharing each GPU (NCCL >= 2.30)")
+    parser.add_argument("--jobs", type=int, default=10, help="jobs per mode (the first one starts the workers)")
+    parser.add_argument("--iters", type=int, default=5, help="timed iterations per job")
+    args = parser.parse_args()
+    if args.jobs < 2:
+        parser.error("--jobs must be at least 2: the first job of a mode starts its workers")
+    with tempfile.TemporaryDirectory(prefix="worker-reuse-") as tmp:
+        bench = Bench(args, Path(tmp))
+        try:
+            bench.stage.library()
+            tables_ok = True
+        except ValueError as exc:
+            print(f"tuner plugin unavailable ({exc}): the nccl jobs run unrecorded, no tables mode")
+            tables_ok = False
+        modes: list[tuple[str, int, Callable[[int], tuple[Mapping[str, str], str]]]] = [
+            ("fresh", 0, lambda i: (ENV_A, "")),
+            ("kept, same env", 2, lambda i: (ENV_A, "")),
+            ("kept, A/B envs", 2, lambda i: ((ENV_A, ENV_B)[i % 2], "")),
+        ]
+        if tables_ok:
+            modes.insert(2, ("kept, tables alternate", 2, lambda i: (ENV_A, TABLES[i % 2])))
+        print(
+            f"backend {args.backend}, {args.ranks} rank(s) on one host"
+            + (f", {args.ranks_per_gpu} per GPU" if args.backend == "nccl" else "")
+            + f", all_reduce {SIZE} B x {args.iters} iters, {args.jobs} jobs per mode"
+        )
+        print()
+        print("| mode | first job (s) | later jobs: median (s) | p90 (s) | in timed loops (ms) | ranks reused |")
+        print("|---|---|---|---|---|---|")
+        for name, kept_sets, pick in modes:
+            print(f"| {name} " + run_mode(bench, kept_sets=kept_sets, jobs=args.jobs, pick=pick), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""Benchmark workers kept across jobs: real gloo worker processes on loopback, one executor per simulated node.
+
+A job whose worker environment (tuner table path aside) matches a kept set's runs in those processes; anything
+else, and anything after a failure, runs in fresh ones; the bounds (idle sets, idle time, memory) hold.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from tests.benchmark.test_gloo_jobs import _run_job
+from tests.benchmark.test_gloo_jobs import _spec as gloo_job
+from tests.support.waiting import wait_until
+from topo_tune.agent.bench.benchmark_executor import BenchmarkExecutor
+from topo_tune.agent.bench.kept_workers import KeptWorkers
+from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
+from topo_tune.agent.bench.worker_config import WorkerFault
+from topo_tune.benchmark.env_policy import EnvPolicy
+from topo_tune.benchmark.job_spec import BenchmarkSpec
+from topo_tune.benchmark.results import RankResult
+from topo_tune.controller.benchmarks.plan import aggregate
+from topo_tune.nccl.backends import Backend
+from topo_tune.nccl.collectives import Collective
+from topo_tune.v1 import agent_pb2
+from topo_tune.wire.benchmark import rank_result_from_proto
+
+pytestmark = pytest.mark.slow
+
+TABLE = "allreduce,0,65536,-1,-1,16,1,2\n"
+
+
+def _spec(
+    job_id: str,
+    *,
+    nodes: Sequence[str] = ("n0",),
+    ranks_per_node: int = 2,
+    env: dict[str, str] | None = None,
+    table: str = "",
+) -> BenchmarkSpec:
+    return gloo_job(
+        job_id,
+        collective=Collective.ALL_REDUCE,
+        nodes=nodes,
+        ranks_per_node=ranks_per_node,
+        env=env,
+        iters=3,
+        tuner_table=table,
+    )
+
+
+def _succeeded(results: dict[str, agent_pb2.CommandResult]) -> list[RankResult]:
+    for node, result in results.items():
+        assert result.status == agent_pb2.COMMAND_STATUS_SUCCEEDED, (node, result.message)
+    return [rank_result_from_proto(r) for res in results.values() for r in res.node_benchmark.ranks]
+
+
+def _started(work: Path, spec: BenchmarkSpec) -> list[dict[str, int]]:
+    """Each rank's first progress record (``pid``, ``jobs_before``), in rank order."""
+    out = []
+    for rank in range(spec.world_size):
+        first = (work / spec.job_id / f"rank-{rank}" / "progress.jsonl").read_text().splitlines()[0]
+        record = json.loads(first)
+        out.append({"pid": int(record["pid"]), "jobs_before": int(record["jobs_before"])})
+    return out
+
+
+def _pids(work: Path, spec: BenchmarkSpec) -> list[int]:
+    return [r["pid"] for r in _started(work, spec)]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.fixture
+def executor() -> Iterator[BenchmarkExecutor]:
+    one = BenchmarkExecutor(policy=EnvPolicy(), kept_worker_sets=1)
+    yield one
+    one.stop()
+
+
+def test_a_job_of_the_same_environment_runs_in_the_kept_workers_with_fresh_results(
+    executor: BenchmarkExecutor, tmp_path: Path
+) -> None:
+    nodes = {"n0": executor}
+    first = _spec("same-1")
+    first_results = _succeeded(_run_job(nodes, first, tmp_path))
+    second = _spec("same-2")
+    second_results = _succeeded(_run_job(nodes, second, tmp_path))
+
+    assert _pids(tmp_path, second) == _pids(tmp_path, first)
+    assert [r["jobs_before"] for r in _started(tmp_path, second)] == [1, 1]
+    # The same measurement as a fresh worker's: every size checked and correct, the same environment recorded.
+    for spec, results in ((first, first_results), (second, second_results)):
+        rows = aggregate(spec, results)
+        assert {m.bytes for m in rows} == {4096, 65536}
+        assert all(m.checked and m.wrong == 0 and m.time_us > 0 for m in rows)
+    assert [r.effective_env for r in second_results] == [r.effective_env for r in first_results]
+    # Each job's output is its own: the second job's stderr file is the second job's, not appended to the first's.
+    assert all((tmp_path / "same-2" / f"rank-{r}" / "stderr.log").exists() for r in range(2))
+
+    # A different environment starts fresh processes; with one idle set allowed, the first set is evicted.
+    other = _spec("other-1", env={"NCCL_DEBUG": "INFO"})
+    _succeeded(_run_job(nodes, other, tmp_path))
+    assert set(_pids(tmp_path, other)).isdisjoint(_pids(tmp_path, first))
+    assert [r["jobs_before"] for r in _started(tmp_path, other)] == [0, 0]
+    kept = executor.kept(Backend.GLOO)
+    assert kept is not None and len(kept.idle_keys()) == 1
+    wait_until(lambda: all(_gone(p) for p in _pids(tmp_path, first)), what="the evicted set's processes to end")
+
+    # The agent stops: its kept workers end with it.
+    executor.stop()
+    wait_until(lambda: all(_gone(p) for p in _pids(tmp_path, other)), what="the kept workers to end at stop")
+
+
+def test_a_failed_or_timed_out_job_never_leaves_its_workers_for_the_next(
+    executor: BenchmarkExecutor, tmp_path: Path
+) -> None:
+    nodes = {"n0": executor}
+    kept = _spec("kept-1")
+    _succeeded(_run_job(nodes, kept, tmp_path))
+
+    # A kept worker killed while idle: the next job of its key notices and starts a fresh set.
+    victim = _pids(tmp_path, kept)[1]
+    os.kill(victim, signal.SIGKILL)
+    # Exited (every thread of it, not only the leader), and not yet reaped: WNOWAIT leaves that to the launcher.
+    wait_until(lambda: os.waitid(os.P_PID, victim, os.WEXITED | os.WNOWAIT | os.WNOHANG), what="its death")
+    after_kill = _spec("after-kill")
+    _succeeded(_run_job(nodes, after_kill, tmp_path))
+    assert set(_pids(tmp_path, after_kill)).isdisjoint(_pids(tmp_path, kept))
+
+    # A rank of a kept set that hangs: bounded by the deadline, and the next job gets fresh workers.
+    hung = _spec("hung-1")
+    results = _run_job(nodes, hung, tmp_path, deadline_s=10.0, fault=WorkerFault(hang_before_join_rank=1))
+    assert results["n0"].status == agent_pb2.COMMAND_STATUS_TIMED_OUT, results["n0"].message
+    assert _pids(tmp_path, hung) == _pids(tmp_path, after_kill)  # it did run in the kept set
+    assert all(_gone(p) for p in _pids(tmp_path, hung))
+    after_hang = _spec("after-hang")
+    _succeeded(_run_job(nodes, after_hang, tmp_path))
+    assert [r["jobs_before"] for r in _started(tmp_path, after_hang)] == [0, 0]
+
+    # A wrong result fails the job, and its workers are not kept either.
+    wrong = _spec("wrong-1")
+    results = _run_job(nodes, wrong, tmp_path, fault=WorkerFault(corrupt_rank=0))
+    assert results["n0"].status == agent_pb2.COMMAND_STATUS_FAILED and "wrong elements" in results["n0"].message
+    after_wrong = _spec("after-wrong")
+    _succeeded(_run_job(nodes, after_wrong, tmp_path))
+    assert set(_pids(tmp_path, after_wrong)).isdisjoint(_pids(tmp_path, wrong))
+
+
+def test_ranks_on_a_restarted_agent_meet_kept_ranks_elsewhere(tmp_path: Path) -> None:
+    """Whether a node's workers were kept is that node's business: every job makes its own rendezvous."""
+    executors = {n: BenchmarkExecutor(policy=EnvPolicy(), kept_worker_sets=2) for n in ("n0", "n1")}
+    try:
+        first = _spec("two-1", nodes=("n0", "n1"), ranks_per_node=1)
+        _succeeded(_run_job(executors, first, tmp_path))
+        executors["n1"].stop()  # n1's agent restarts: its workers are gone, n0 still holds its kept one
+        executors["n1"] = BenchmarkExecutor(policy=EnvPolicy(), kept_worker_sets=2)
+        second = _spec("two-2", nodes=("n0", "n1"), ranks_per_node=1)
+        results = _succeeded(_run_job(executors, second, tmp_path))
+        assert all(m.wrong == 0 for m in aggregate(second, results))
+        before, after = _started(tmp_path, first), _started(tmp_path, second)
+        assert after[0] == {"pid": before[0]["pid"], "jobs_before": 1}  # n0's rank 0: kept
+        assert after[1]["pid"] != before[1]["pid"] and after[1]["jobs_before"] == 0  # n1's rank 1: fresh
+    finally:
+        for one in executors.values():
+            one.stop()
+
+
+def test_a_table_only_change_reuses_the_workers_and_each_job_reads_its_own_table(tmp_path: Path) -> None:
+    # gloo never loads the plugin; what matters is the table each job's process is told to read.
+    stage = TunerPluginStage(installed_dirs=(), build_dir=tmp_path / "plugin", table_dir=tmp_path / "tables")
+    policy = EnvPolicy(config_dirs=(stage.table_dir,), plugin_dirs=stage.plugin_dirs)
+    executor = BenchmarkExecutor(policy=policy, tuner_plugin=stage, kept_worker_sets=1)
+    try:
+        nodes = {"n0": executor}
+        tables = {"table-a": TABLE, "table-b": TABLE.replace(",16,", ",8,")}
+        work = tmp_path / "work"
+        results = {job: _succeeded(_run_job(nodes, _spec(job, table=t), work)) for job, t in tables.items()}
+        assert _pids(tmp_path / "work", _spec("table-b")) == _pids(tmp_path / "work", _spec("table-a"))
+        for job, table in tables.items():
+            digest = hashlib.sha256(table.encode()).hexdigest()
+            assert {r.effective_env["topo_tune.tuner_table_sha256"] for r in results[job]} == {digest}
+    finally:
+        executor.stop()
+
+
+def test_idle_sets_end_after_the_idle_time_and_big_workers_are_not_kept(tmp_path: Path) -> None:
+    quick = BenchmarkExecutor(policy=EnvPolicy(), kept_worker_sets=2, kept_idle_s=0.5)
+    small = BenchmarkExecutor(policy=EnvPolicy(), kept_worker_sets=2, kept_max_rss_bytes=1 << 20)
+    try:
+        idle = _spec("idle-1")
+        _succeeded(_run_job({"n0": quick}, idle, tmp_path))
+        wait_until(lambda: all(_gone(p) for p in _pids(tmp_path, idle)), what="the idle set to end")
+        kept = quick.kept(Backend.GLOO)
+        assert kept is not None and kept.idle_keys() == []
+
+        big = _spec("big-1")
+        _succeeded(_run_job({"n0": small}, big, tmp_path))
+        small_kept = small.kept(Backend.GLOO)
+        assert small_kept is not None and small_kept.idle_keys() == []  # every worker holds more than 1 MiB
+        assert all(_gone(p) for p in _pids(tmp_path, big))
+    finally:
+        quick.stop()
+        small.stop()
+
+
+def test_kept_workers_bounds_are_checked() -> None:
+    with pytest.raises(ValueError, match="max_sets"):
+        KeptWorkers(max_sets=-1)
+    with pytest.raises(ValueError, match="idle_s"):
+        KeptWorkers(idle_s=0)
