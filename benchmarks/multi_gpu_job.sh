@@ -16,7 +16,9 @@
 # does not stop the later ones. NVLink multicast stays off in every process this starts.
 #
 # SKIP_RECORD=1 skips step 2, ROUNDS=0 step 3's rounds (nccl-tests is still built for step 4 with NCCL_TESTS);
-# SKIP_INIT=1 skips step 4; BENCH_ONLY=1 stops after step 1's benchmark of NCCL's own choices.
+# SKIP_INIT=1 skips step 4, SKIP_ROLLOUT=1 all of step 4 after init; BENCH_ONLY=1 stops after step 1's
+# benchmark of NCCL's own choices. WORKER_REUSE=1 runs benchmarks/worker_reuse.py (fresh against kept
+# workers, RANKS_PER_GPU ranks on each GPU) after step 1.
 # Usage (repository root, topo-tune importable by python3):
 #   NCCL_TESTS=path/to/nccl-tests PAIRS=10 BUDGET=16 ROUNDS=3 [RANKS_PER_GPU=1] benchmarks/multi_gpu_job.sh OUT
 set -u
@@ -108,6 +110,10 @@ done
 # The agent's ranks with NCCL's own choices (no table, no nccl.conf): 1 KiB-64 MiB, graph-timed.
 TAIL=30 step bench-defaults "${TT[@]}" admin bench run --nodes "$NODE" -b 1K -e 64M -f 4 --cuda-graph --deadline 120
 [ -n "${BENCH_ONLY:-}" ] && { echo "== done (BENCH_ONLY)"; exit 0; }
+if [ -n "${WORKER_REUSE:-}" ]; then
+    TAIL=12 step worker-reuse python3 "$REPO/benchmarks/worker_reuse.py" --backend nccl --ranks "$NRANKS" \
+        --ranks-per-gpu "$RANKS_PER_GPU" --jobs 10
+fi
 
 # 2. the job's workload: the plugin's counts and the profiler trace of the same run, each imported.
 [ -z "${SKIP_RECORD:-}" ] && NCCL_DEBUG=VERSION step record "${TT[@]}" exec --nodes "$NODE" --node "$NODE" --config-dir "$CONFIG_DIR" --tuner-plugin "$PLUGIN" \
@@ -143,6 +149,7 @@ fi
 VERSION=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1])).get("config_version") or "")' \
     "$OUT/result/summary.json" 2>/dev/null)
 echo "== version: ${VERSION:-(none)}"
+[ -n "${SKIP_ROLLOUT:-}" ] && { echo "== done (SKIP_ROLLOUT)"; exit 0; }
 if [ -n "$VERSION" ] && [ -z "${SKIP_INIT:-}" ]; then
     if [ -f "$OUT/result/tradeoff/nccl.conf" ]; then
         # Defaults kept: the named best trade-off goes out as a non-default version (its own files).
