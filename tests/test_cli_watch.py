@@ -221,3 +221,14 @@ def test_a_wait_resumes_across_a_controller_restart_or_fails_in_one_line_when_it
     finally:
         cluster.start_controller()
         cluster.start_agent("w-2")
+
+
+def test_the_served_controller_runs_a_study_with_the_tuning_pass_it_was_given(cluster: LocalCluster) -> None:
+    """``controller serve`` hands the controller the pass of ``topo-tune init``: a study runs to its end."""
+    args = ["--id", "st-served", "--nodes", ",".join(NODES), "--collective", "all_gather", "--budget", "1"]
+    args += ["--min-bytes", str(1 << 20), "--max-bytes", str(1 << 24), "--proof-pairs", "2", "--finalists", "1"]
+    args += ["--wait", "--controller", cluster.address]
+    waited = CliRunner().invoke(cli, ["admin", "study", "start", *args], env={"TOPO_TUNE_TOKEN": TOKEN})
+    assert waited.exit_code == 0, waited.output
+    assert "succeeded (SIMULATED)" in waited.stdout
+    assert (cluster.workdir / "topo-tune-studies" / "st-served" / "summary.json").is_file()

@@ -25,6 +25,7 @@ from tests.faults.figures import record
 from tests.support.postgres import PostgresServer
 from tests.support.processes import TOKEN
 from tests.support.waiting import async_wait_until
+from topo_tune.cli.study_pass import InitPass
 from topo_tune.client.admin import AdminClient
 from topo_tune.config.cluster import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.controller.rollout.plan import PlanPolicy
@@ -48,7 +49,8 @@ async def jobs_controller(postgres: PostgresServer, tmp_path: Path) -> AsyncIter
     server = Controller(
         controller_settings(
             url, heartbeat_expiry_s=30, studies_dir=tmp_path / "studies", rack_of=NODES, rollout_interval_s=0.1
-        )
+        ),
+        study_pass=InitPass(),
     )
     await server.start()
     yield server

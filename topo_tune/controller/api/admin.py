@@ -37,6 +37,7 @@ from topo_tune.controller.job_comparisons import JobComparisons
 from topo_tune.wire.values import timestamp, timestamp_or_none
 
 if TYPE_CHECKING:
+    from topo_tune.controller.api.in_process import InProcessPort
     from topo_tune.controller.drift import DriftChecker
     from topo_tune.controller.studies import Studies
 from topo_tune.controller.benchmarks.service import BenchmarkJobs
@@ -77,7 +78,7 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
         rollouts: RolloutEngine,
         job_configs: JobResolver,
         config_versions: ConfigVersions,
-        studies: Studies | None = None,
+        studies: Studies[InProcessPort] | None = None,
         drift: DriftChecker | None = None,
         credentials: Credentials | None = None,
         job_comparisons: JobComparisons | None = None,
@@ -220,7 +221,7 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
             ]
         )
 
-    def _study_runner(self) -> Studies:
+    def _study_runner(self) -> Studies[InProcessPort]:
         if self._studies is None:  # pragma: no cover - the server always wires it
             raise ConflictError("this controller runs no studies")
         return self._studies
