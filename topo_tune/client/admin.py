@@ -26,6 +26,13 @@ from typing import Protocol, TypeVar
 
 import grpc
 
+from topo_tune.client.credential_entries import (
+    ROLE_TO_WIRE,
+    CredentialEntry,
+    IssuedRole,
+    IssuedToken,
+    credential_entry,
+)
 from topo_tune.client.job_answer import checked_job_config
 from topo_tune.errors import (
     ERROR_FIELD,
@@ -394,17 +401,18 @@ class AdminClient:
         request = admin_pb2.GetRolloutHistoryRequest(rollout_id=rollout_id)
         return list(self._call(self._stub.GetRolloutHistory, request).transitions)
 
-    def issue_credential(
-        self, role: admin_pb2.CredentialRole.ValueType, node_name: str = "", *, scope: str = ""
-    ) -> admin_pb2.IssuedCredential:
-        request = admin_pb2.IssueCredentialRequest(role=role, node_name=node_name, scope=scope)
-        return self._call(self._stub.IssueCredential, request)
+    def issue_credential(self, role: IssuedRole, node_name: str = "", *, scope: str = "") -> IssuedToken:
+        request = admin_pb2.IssueCredentialRequest(role=ROLE_TO_WIRE[role], node_name=node_name, scope=scope)
+        issued = self._call(self._stub.IssueCredential, request)
+        return IssuedToken(id=issued.id, token=issued.token)
 
-    def list_credentials(self) -> list[admin_pb2.CredentialInfo]:
-        return list(self._call(self._stub.ListCredentials, admin_pb2.ListCredentialsRequest()).credentials)
+    def list_credentials(self) -> list[CredentialEntry]:
+        found = self._call(self._stub.ListCredentials, admin_pb2.ListCredentialsRequest()).credentials
+        return [credential_entry(info) for info in found]
 
-    def revoke_credential(self, credential_id: str) -> admin_pb2.CredentialInfo:
-        return self._call(self._stub.RevokeCredential, admin_pb2.RevokeCredentialRequest(id=credential_id))
+    def revoke_credential(self, credential_id: str) -> CredentialEntry:
+        request = admin_pb2.RevokeCredentialRequest(id=credential_id)
+        return credential_entry(self._call(self._stub.RevokeCredential, request))
 
     def resolve_job_config(
         self, job_id: str, nodes: list[str], *, arm: str = "", preview: bool = False, schedule_wait_s: int = 0
