@@ -11,7 +11,7 @@ import click
 from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.table import TableContext, render_table
 from topo_tune.cli.admin import admin, connected
-from topo_tune.cli.output import emit_data, emit_line, emit_lines, emit_table, to_data
+from topo_tune.cli.output import emit_data, emit_line, emit_lines, emit_table
 from topo_tune.cli.progress import progress_lines
 from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ControllerError, TunerTableError
@@ -20,6 +20,7 @@ from topo_tune.nccl.collectives import Collective
 from topo_tune.plugin.table import parse_tuner_table
 from topo_tune.v1 import admin_pb2, agent_pb2
 from topo_tune.wire.benchmark import COLLECTIVE_FROM_PROTO, COLLECTIVE_TO_PROTO, collective_from_proto, size_from_proto
+from topo_tune.wire.plain_data import to_data
 
 _SIZE = re.compile(r"^(\d+)([KMG]?)B?$", re.IGNORECASE)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -192,7 +193,11 @@ def run(
         emit_line(f"# job {job.job_id} running on {len(job.nodes)} nodes ...", err=True)
         job = client.watch_benchmark(
             JobId(job.job_id),
-            progress_lines("nodes reported", lambda u: u.job.status == admin_pb2.BENCHMARK_JOB_STATUS_RUNNING),
+            progress_lines(
+                "nodes reported",
+                lambda u: u.job.status == admin_pb2.BENCHMARK_JOB_STATUS_RUNNING,
+                lambda u: (u.progress.done, u.progress.total),
+            ),
         )
     _print_job(job, fmt)
     if job.status not in (admin_pb2.BENCHMARK_JOB_STATUS_RUNNING, admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED):

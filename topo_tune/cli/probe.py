@@ -6,12 +6,13 @@ import click
 
 from topo_tune.cli.admin import admin, connected
 from topo_tune.cli.bench import ByteSize
-from topo_tune.cli.output import emit_data, emit_line, emit_table, to_data
+from topo_tune.cli.output import emit_data, emit_line, emit_table
 from topo_tune.cli.progress import progress_lines
 from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ControllerError
 from topo_tune.v1 import admin_pb2
 from topo_tune.wire.admin_jobs import PROBE_SAMPLING
+from topo_tune.wire.plain_data import to_data
 
 STATUS_NAMES = {v: k.removeprefix("PROBE_ROUND_STATUS_").lower() for k, v in admin_pb2.ProbeRoundStatus.items()}
 
@@ -84,7 +85,11 @@ def run(
         if found.status == admin_pb2.PROBE_ROUND_STATUS_RUNNING:
             found = client.watch_probe_round(
                 found.round_id,
-                progress_lines("pairs measured", lambda u: u.round.status == admin_pb2.PROBE_ROUND_STATUS_RUNNING),
+                progress_lines(
+                    "pairs measured",
+                    lambda u: u.round.status == admin_pb2.PROBE_ROUND_STATUS_RUNNING,
+                    lambda u: (u.progress.done, u.progress.total),
+                ),
             )
     _print_round(found, fmt)
     if found.status == admin_pb2.PROBE_ROUND_STATUS_FAILED:

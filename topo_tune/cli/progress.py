@@ -3,27 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from topo_tune.cli.output import emit_line
-from topo_tune.v1 import admin_pb2
+
+U = TypeVar("U")
 
 
-class _Update(Protocol):
-    @property
-    def progress(self) -> admin_pb2.Progress: ...
-
-
-U = TypeVar("U", bound=_Update)
-
-
-def progress_lines(parts: str, running: Callable[[U], bool]) -> Callable[[U], None]:
-    """An ``on_update`` that prints ``# 1/2 PARTS`` each time more parts are done, while ``running``."""
+def progress_lines(
+    parts: str, running: Callable[[U], bool], counts: Callable[[U], tuple[int, int]]
+) -> Callable[[U], None]:
+    """An ``on_update`` that prints ``# 1/2 PARTS`` each time more parts are done (``counts``: done and total
+    of an update), while ``running``."""
     shown = 0
 
     def show(update: U) -> None:
         nonlocal shown
-        done, total = update.progress.done, update.progress.total
+        done, total = counts(update)
         if done > shown and running(update):
             emit_line(f"# {done}/{total} {parts}", err=True)
         shown = max(shown, done)

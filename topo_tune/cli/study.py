@@ -5,13 +5,14 @@ from __future__ import annotations
 import click
 
 from topo_tune.cli.admin import admin, connected
-from topo_tune.cli.output import emit_data, emit_line, emit_table, to_data
+from topo_tune.cli.output import emit_data, emit_line, emit_table
 from topo_tune.cli.setting_options import setting_option
 from topo_tune.client.admin import AdminClient
 from topo_tune.config.cluster import SearchConfig
 from topo_tune.errors import ControllerError
 from topo_tune.ids import StudyId
 from topo_tune.v1 import admin_pb2
+from topo_tune.wire.plain_data import to_data
 
 STATUS_NAMES = {v: k.removeprefix("STUDY_STATUS_").lower() for k, v in admin_pb2.StudyStatus.items()}
 

@@ -34,6 +34,8 @@ from topo_tune.client.credential_entries import (
     credential_entry,
 )
 from topo_tune.client.job_answer import checked_job_config
+from topo_tune.client.watch_step import WatchStep
+from topo_tune.drift_record import DriftCheck
 from topo_tune.errors import (
     ERROR_FIELD,
     ERROR_KIND,
@@ -53,6 +55,7 @@ from topo_tune.errors import (
 from topo_tune.ids import NO_CONFIG_VERSION, NO_ROLLOUT, ConfigVersionId, JobId, NodeName, RolloutId, StudyId
 from topo_tune.security.auth import TlsFiles, bearer_metadata, channel_credentials, with_default_port
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
+from topo_tune.wire.drift_checks import drift_check_from_proto
 
 logger = logging.getLogger(__name__)
 
@@ -263,18 +266,23 @@ class AdminClient:
         return self.watch_probe_round(round_id)
 
     def watch_drift_check(
-        self, check_id: str, on_update: Callable[[admin_pb2.DriftCheckUpdate], None] | None = None
-    ) -> admin_pb2.DriftCheck:
+        self, check_id: str, on_update: Callable[[WatchStep[DriftCheck]], None] | None = None
+    ) -> DriftCheck:
         """The check once it has ended; ``on_update`` with each change on the way."""
+
+        def step(update: admin_pb2.DriftCheckUpdate) -> None:
+            if on_update is not None:
+                on_update(WatchStep(drift_check_from_proto(update.check), update.progress.done, update.progress.total))
+
         last = self._watch(
             self._stub.WatchDriftCheck,
             check_id,
             f"drift check {check_id}",
             lambda u: u.check.status != "running",
-            on_update,
+            step,
             later=f"topo-tune admin drift show {check_id}",
         )
-        return last.check
+        return drift_check_from_proto(last.check)
 
     def watch_rollout(
         self, rollout_id: RolloutId, on_update: Callable[[admin_pb2.RolloutUpdate], None] | None = None
@@ -360,15 +368,17 @@ class AdminClient:
     def list_studies(self, *, limit: int = 0) -> list[admin_pb2.StudyInfo]:
         return list(self._call(self._stub.ListStudies, admin_pb2.ListStudiesRequest(limit=limit)).studies)
 
-    def list_drift_checks(self, *, limit: int = 0, status: str = "") -> list[admin_pb2.DriftCheck]:
+    def list_drift_checks(self, *, limit: int = 0, status: str = "") -> list[DriftCheck]:
         request = admin_pb2.ListDriftChecksRequest(limit=limit, status=status)
-        return list(self._call(self._stub.ListDriftChecks, request).checks)
+        return [drift_check_from_proto(check) for check in self._call(self._stub.ListDriftChecks, request).checks]
 
-    def get_drift_check(self, check_id: str) -> admin_pb2.DriftCheck:
-        return self._call(self._stub.GetDriftCheck, admin_pb2.GetDriftCheckRequest(check_id=check_id))
+    def get_drift_check(self, check_id: str) -> DriftCheck:
+        request = admin_pb2.GetDriftCheckRequest(check_id=check_id)
+        return drift_check_from_proto(self._call(self._stub.GetDriftCheck, request))
 
-    def run_drift_check(self, *, version: ConfigVersionId = NO_CONFIG_VERSION) -> admin_pb2.DriftCheck:
-        return self._call(self._stub.RunDriftCheck, admin_pb2.RunDriftCheckRequest(config_version=version))
+    def run_drift_check(self, *, version: ConfigVersionId = NO_CONFIG_VERSION) -> DriftCheck:
+        request = admin_pb2.RunDriftCheckRequest(config_version=version)
+        return drift_check_from_proto(self._call(self._stub.RunDriftCheck, request))
 
     def study_trials(self, study_id: StudyId) -> admin_pb2.StudyTrials:
         return self._call(self._stub.ListStudyTrials, admin_pb2.GetStudyRequest(study_id=study_id))

@@ -19,7 +19,6 @@ from topo_tune.controller.api.messages import (
     to_proto_cluster_topology,
     to_proto_command,
     to_proto_config_version,
-    to_proto_drift_check,
     to_proto_job_comparison,
     to_proto_node,
     to_proto_study,
@@ -34,6 +33,7 @@ from topo_tune.controller.config_versions import ConfigVersions
 from topo_tune.controller.credential_ledger import CredentialLedger, IssuedRecord
 from topo_tune.controller.credentials import Credentials, Role, credential_id
 from topo_tune.controller.job_comparisons import JobComparisons
+from topo_tune.wire.drift_checks import drift_check_to_proto
 from topo_tune.wire.values import timestamp, timestamp_or_none
 
 if TYPE_CHECKING:
@@ -262,17 +262,17 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
         checks = await self._drift_checks().list(
             limit=validation.limit(request.limit, default=50), status=request.status
         )
-        return admin_pb2.ListDriftChecksResponse(checks=[to_proto_drift_check(check) for check in checks])
+        return admin_pb2.ListDriftChecksResponse(checks=[drift_check_to_proto(check) for check in checks])
 
     @maps_errors
     async def GetDriftCheck(self, request: admin_pb2.GetDriftCheckRequest, context: Ctx) -> admin_pb2.DriftCheck:
         names.command_id(request.check_id, "check_id")
-        return to_proto_drift_check(await self._drift_checks().get(request.check_id))
+        return drift_check_to_proto(await self._drift_checks().get(request.check_id))
 
     @maps_errors
     async def RunDriftCheck(self, request: admin_pb2.RunDriftCheckRequest, context: Ctx) -> admin_pb2.DriftCheck:
         names.short_text(request.config_version, "config_version")
-        return to_proto_drift_check(await self._drift_checks().start(version=request.config_version))
+        return drift_check_to_proto(await self._drift_checks().start(version=request.config_version))
 
     @maps_errors
     async def IssueCredential(
