@@ -26,12 +26,12 @@ from tests.test_cli_watch import Calls
 from topo_tune.cli.main import cli
 from topo_tune.cli.study_pass import InitPass
 from topo_tune.config.cluster import SearchConfig, WorkloadConfig
-from topo_tune.controller.api.messages import from_proto_study_request
 from topo_tune.controller.db.models import StudyRow
 from topo_tune.controller.server import Controller
-from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus
 from topo_tune.errors import DatabaseFull, NotFoundError, StudyError, ValidationError
+from topo_tune.study_record import Study, StudyRequest, StudyStatus
 from topo_tune.v1 import admin_pb2
+from topo_tune.wire.studies import from_proto_study_request
 
 T = TypeVar("T")
 

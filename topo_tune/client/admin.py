@@ -54,8 +54,10 @@ from topo_tune.errors import (
 )
 from topo_tune.ids import NO_CONFIG_VERSION, NO_ROLLOUT, ConfigVersionId, JobId, NodeName, RolloutId, StudyId
 from topo_tune.security.auth import TlsFiles, bearer_metadata, channel_credentials, with_default_port
+from topo_tune.study_record import Study, StudyRequest, StudyTrials
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
 from topo_tune.wire.drift_checks import drift_check_from_proto
+from topo_tune.wire.studies import from_proto_study, from_proto_study_trials, to_proto_study_request
 
 logger = logging.getLogger(__name__)
 
@@ -301,14 +303,18 @@ class AdminClient:
         )
         return last.rollout
 
-    def watch_study(
-        self, study_id: StudyId, on_update: Callable[[admin_pb2.StudyUpdate], None] | None = None
-    ) -> admin_pb2.StudyInfo:
-        def ended(update: admin_pb2.StudyUpdate) -> bool:  # succeeded, failed or cancelled
+    def watch_study(self, study_id: StudyId, on_update: Callable[[WatchStep[Study]], None] | None = None) -> Study:
+        """The study once it has ended (succeeded, failed or cancelled); ``on_update`` with each change."""
+
+        def step(update: admin_pb2.StudyUpdate) -> None:
+            if on_update is not None:
+                on_update(WatchStep(from_proto_study(update.study), update.progress.done, update.progress.total))
+
+        def ended(update: admin_pb2.StudyUpdate) -> bool:
             return update.study.status != admin_pb2.STUDY_STATUS_RUNNING
 
         what, later = f"study {study_id}", f"topo-tune admin study status {study_id}"
-        return self._watch(self._stub.WatchStudy, study_id, what, ended, on_update, later=later).study
+        return from_proto_study(self._watch(self._stub.WatchStudy, study_id, what, ended, step, later=later).study)
 
     def list_nodes(self, *, rack: str = "") -> list[admin_pb2.Node]:
         return list(self._call(self._stub.ListNodes, admin_pb2.ListNodesRequest(rack=rack)).nodes)
@@ -359,14 +365,15 @@ class AdminClient:
         request = admin_pb2.ListConfigVersionsRequest(limit=limit)
         return list(self._call(self._stub.ListConfigVersions, request).versions)
 
-    def start_study(self, request: admin_pb2.StartStudyRequest) -> admin_pb2.StudyInfo:
-        return self._call(self._stub.StartStudy, request)
+    def start_study(self, request: StudyRequest) -> Study:
+        return from_proto_study(self._call(self._stub.StartStudy, to_proto_study_request(request)))
 
-    def get_study(self, study_id: StudyId) -> admin_pb2.StudyInfo:
-        return self._call(self._stub.GetStudy, admin_pb2.GetStudyRequest(study_id=study_id))
+    def get_study(self, study_id: StudyId) -> Study:
+        return from_proto_study(self._call(self._stub.GetStudy, admin_pb2.GetStudyRequest(study_id=study_id)))
 
-    def list_studies(self, *, limit: int = 0) -> list[admin_pb2.StudyInfo]:
-        return list(self._call(self._stub.ListStudies, admin_pb2.ListStudiesRequest(limit=limit)).studies)
+    def list_studies(self, *, limit: int = 0) -> list[Study]:
+        found = self._call(self._stub.ListStudies, admin_pb2.ListStudiesRequest(limit=limit)).studies
+        return [from_proto_study(info) for info in found]
 
     def list_drift_checks(self, *, limit: int = 0, status: str = "") -> list[DriftCheck]:
         request = admin_pb2.ListDriftChecksRequest(limit=limit, status=status)
@@ -380,11 +387,12 @@ class AdminClient:
         request = admin_pb2.RunDriftCheckRequest(config_version=version)
         return drift_check_from_proto(self._call(self._stub.RunDriftCheck, request))
 
-    def study_trials(self, study_id: StudyId) -> admin_pb2.StudyTrials:
-        return self._call(self._stub.ListStudyTrials, admin_pb2.GetStudyRequest(study_id=study_id))
+    def study_trials(self, study_id: StudyId) -> StudyTrials:
+        request = admin_pb2.GetStudyRequest(study_id=study_id)
+        return from_proto_study_trials(self._call(self._stub.ListStudyTrials, request))
 
-    def cancel_study(self, study_id: StudyId) -> admin_pb2.StudyInfo:
-        return self._call(self._stub.CancelStudy, admin_pb2.GetStudyRequest(study_id=study_id))
+    def cancel_study(self, study_id: StudyId) -> Study:
+        return from_proto_study(self._call(self._stub.CancelStudy, admin_pb2.GetStudyRequest(study_id=study_id)))
 
     def list_commands(self, *, node_name: str = "", limit: int = 0) -> list[admin_pb2.CommandInfo]:
         request = admin_pb2.ListCommandsRequest(node_name=node_name, limit=limit)

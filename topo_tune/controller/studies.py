@@ -46,7 +46,6 @@ from topo_tune.controller.db.database import Database, first_line, is_disk_full
 from topo_tune.controller.db.left_running import end_left_running
 from topo_tune.controller.db.models import StudyRow
 from topo_tune.controller.nodes import NodeRegistry
-from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus, StudyTrial, StudyTrials
 from topo_tune.errors import (
     AlreadyExists,
     ConfigError,
@@ -59,6 +58,7 @@ from topo_tune.errors import (
 )
 from topo_tune.ids import NodeName, StudyId
 from topo_tune.node_record import NodeState
+from topo_tune.study_record import Study, StudyRequest, StudyStatus, StudyTrial, StudyTrials
 from topo_tune.tuner.objective import workload_profile
 from topo_tune.tuner.space import check_site_fixed
 from topo_tune.tuner.study import A_FAILURE, A_REASON, StudyProgress

@@ -15,14 +15,11 @@ from topo_tune.controller.api import validation
 from topo_tune.controller.api.messages import (
     from_proto_command_body,
     from_proto_job_comparison,
-    from_proto_study_request,
     to_proto_cluster_topology,
     to_proto_command,
     to_proto_config_version,
     to_proto_job_comparison,
     to_proto_node,
-    to_proto_study,
-    to_proto_study_trials,
 )
 from topo_tune.controller.api.pages import PAGE_BYTES, from_page_token, to_page_token
 from topo_tune.controller.api.rollout import RolloutServicerMixin
@@ -34,6 +31,7 @@ from topo_tune.controller.credential_ledger import CredentialLedger, IssuedRecor
 from topo_tune.controller.credentials import Credentials, Role, credential_id
 from topo_tune.controller.job_comparisons import JobComparisons
 from topo_tune.wire.drift_checks import drift_check_to_proto
+from topo_tune.wire.studies import from_proto_study_request, to_proto_study, to_proto_study_trials
 from topo_tune.wire.values import timestamp, timestamp_or_none
 
 if TYPE_CHECKING:

@@ -51,11 +51,11 @@ from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.rollout.verification import job_sample
-from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus
 from topo_tune.drift_record import DriftCheck
 from topo_tune.errors import TopoTuneError, ValidationError
 from topo_tune.ids import NO_CONFIG_VERSION, ConfigVersionId, NodeName, RolloutId
 from topo_tune.node_record import NodeState
+from topo_tune.study_record import Study, StudyRequest, StudyStatus
 
 logger = logging.getLogger(__name__)
 
