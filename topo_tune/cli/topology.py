@@ -217,7 +217,7 @@ def export(
 
         with AdminClient(address, token=resolve_token(token_file), tls=client_tls(tls_ca, tls_cert, tls_key)) as client:
             view = client.cluster_topology()
-            measured = client.measured_pairs().pairs
+            measured = client.measured_pairs()
         rack_of = {n.name: n.rack for n in view.nodes}
         tiers = {n.name: tiers_above(n.labels) for n in view.nodes}
         pairs = [(m.node_a, m.node_b, m.bandwidth_gbps) for m in measured]

@@ -26,6 +26,7 @@ from typing import Protocol, TypeVar
 
 import grpc
 
+from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound
 from topo_tune.client.credential_entries import (
     ROLE_TO_WIRE,
     CredentialEntry,
@@ -56,6 +57,7 @@ from topo_tune.ids import NO_CONFIG_VERSION, NO_ROLLOUT, ConfigVersionId, JobId,
 from topo_tune.security.auth import TlsFiles, bearer_metadata, channel_credentials, with_default_port
 from topo_tune.study_record import Study, StudyRequest, StudyTrials
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
+from topo_tune.wire.admin_jobs import pair_from_proto, probe_request_to_proto, probe_round_from_proto
 from topo_tune.wire.drift_checks import drift_check_from_proto
 from topo_tune.wire.studies import from_proto_study, from_proto_study_trials, to_proto_study_request
 
@@ -251,20 +253,25 @@ class AdminClient:
         return self.watch_benchmark(job_id)
 
     def watch_probe_round(
-        self, round_id: str, on_update: Callable[[admin_pb2.ProbeRoundUpdate], None] | None = None
-    ) -> admin_pb2.ProbeRound:
+        self, round_id: str, on_update: Callable[[WatchStep[ProbeRound]], None] | None = None
+    ) -> ProbeRound:
         """The round once it has ended; ``on_update`` with each change on the way."""
+
+        def step(update: admin_pb2.ProbeRoundUpdate) -> None:
+            if on_update is not None:
+                on_update(WatchStep(probe_round_from_proto(update.round), update.progress.done, update.progress.total))
+
         last = self._watch(
             self._stub.WatchProbeRound,
             round_id,
             f"probe round {round_id}",
             lambda u: u.round.status != admin_pb2.PROBE_ROUND_STATUS_RUNNING,
-            on_update,
+            step,
             later=f"topo-tune admin probe show {round_id}",
         )
-        return last.round
+        return probe_round_from_proto(last.round)
 
-    def wait_probe_round(self, round_id: str) -> admin_pb2.ProbeRound:
+    def wait_probe_round(self, round_id: str) -> ProbeRound:
         return self.watch_probe_round(round_id)
 
     def watch_drift_check(
@@ -343,14 +350,16 @@ class AdminClient:
     def list_benchmarks(self, *, limit: int = 0) -> list[admin_pb2.BenchmarkJob]:
         return list(self._call(self._stub.ListBenchmarks, admin_pb2.ListBenchmarksRequest(limit=limit)).jobs)
 
-    def start_probe_round(self, request: admin_pb2.StartProbeRoundRequest) -> admin_pb2.ProbeRound:
-        return self._call(self._stub.StartProbeRound, request)
+    def start_probe_round(self, request: ProbeRequest) -> ProbeRound:
+        return probe_round_from_proto(self._call(self._stub.StartProbeRound, probe_request_to_proto(request)))
 
-    def get_probe_round(self, round_id: str) -> admin_pb2.ProbeRound:
-        return self._call(self._stub.GetProbeRound, admin_pb2.GetProbeRoundRequest(round_id=round_id))
+    def get_probe_round(self, round_id: str) -> ProbeRound:
+        request = admin_pb2.GetProbeRoundRequest(round_id=round_id)
+        return probe_round_from_proto(self._call(self._stub.GetProbeRound, request))
 
-    def measured_pairs(self) -> admin_pb2.MeasuredPairs:
-        return self._call(self._stub.GetMeasuredPairs, admin_pb2.GetMeasuredPairsRequest())
+    def measured_pairs(self) -> list[PairMeasurement]:
+        found = self._call(self._stub.GetMeasuredPairs, admin_pb2.GetMeasuredPairsRequest())
+        return [pair_from_proto(pair) for pair in found.pairs]
 
     def put_config_version(
         self, files: dict[str, str], provenance: dict[str, str], *, version_id: str = ""
