@@ -100,7 +100,7 @@ def run(client: AdminClient, fmt: str, version: str, wait: bool) -> None:
         emit_line(f"# drift check {check.check_id} measuring on {', '.join(check.nodes)} ...", err=True)
         check = client.watch_drift_check(
             check.check_id,
-            progress_lines("benchmark jobs ended", lambda u: u.value.status == "running", lambda u: (u.done, u.total)),
+            progress_lines("benchmark jobs ended", lambda found: found.status == "running"),
         )
     _print_check(check, fmt)
     if check.status not in ("ok", "running"):

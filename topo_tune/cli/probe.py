@@ -82,11 +82,7 @@ def run(
         if found.status is ProbeStatus.RUNNING:
             found = client.watch_probe_round(
                 found.round_id,
-                progress_lines(
-                    "pairs measured",
-                    lambda u: u.value.status is ProbeStatus.RUNNING,
-                    lambda u: (u.done, u.total),
-                ),
+                progress_lines("pairs measured", lambda found: found.status is ProbeStatus.RUNNING),
             )
     _print_round(found, fmt)
     if found.status is ProbeStatus.FAILED:

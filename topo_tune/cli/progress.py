@@ -6,22 +6,19 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from topo_tune.cli.output import emit_line
+from topo_tune.client.watch_step import WatchStep
 
-U = TypeVar("U")
+T = TypeVar("T")
 
 
-def progress_lines(
-    parts: str, running: Callable[[U], bool], counts: Callable[[U], tuple[int, int]]
-) -> Callable[[U], None]:
-    """An ``on_update`` that prints ``# 1/2 PARTS`` each time more parts are done (``counts``: done and total
-    of an update), while ``running``."""
+def progress_lines(parts: str, running: Callable[[T], bool]) -> Callable[[WatchStep[T]], None]:
+    """An ``on_update`` that prints ``# 1/2 PARTS`` each time more parts are done, while ``running``."""
     shown = 0
 
-    def show(update: U) -> None:
+    def show(step: WatchStep[T]) -> None:
         nonlocal shown
-        done, total = counts(update)
-        if done > shown and running(update):
-            emit_line(f"# {done}/{total} {parts}", err=True)
-        shown = max(shown, done)
+        if step.done > shown and running(step.value):
+            emit_line(f"# {step.done}/{step.total} {parts}", err=True)
+        shown = max(shown, step.done)
 
     return show

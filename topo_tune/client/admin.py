@@ -26,6 +26,7 @@ from typing import Protocol, TypeVar
 
 import grpc
 
+from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest
 from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound
 from topo_tune.client.credential_entries import (
     ROLE_TO_WIRE,
@@ -57,7 +58,13 @@ from topo_tune.ids import NO_CONFIG_VERSION, NO_ROLLOUT, ConfigVersionId, JobId,
 from topo_tune.security.auth import TlsFiles, bearer_metadata, channel_credentials, with_default_port
 from topo_tune.study_record import Study, StudyRequest, StudyTrials
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
-from topo_tune.wire.admin_jobs import pair_from_proto, probe_request_to_proto, probe_round_from_proto
+from topo_tune.wire.admin_jobs import (
+    benchmark_job_from_proto,
+    benchmark_request_to_proto,
+    pair_from_proto,
+    probe_request_to_proto,
+    probe_round_from_proto,
+)
 from topo_tune.wire.drift_checks import drift_check_from_proto
 from topo_tune.wire.studies import from_proto_study, from_proto_study_trials, to_proto_study_request
 
@@ -236,20 +243,25 @@ class AdminClient:
                 grpc.channel_ready_future(self._channel).result(timeout=left)
 
     def watch_benchmark(
-        self, job_id: JobId, on_update: Callable[[admin_pb2.BenchmarkJobUpdate], None] | None = None
-    ) -> admin_pb2.BenchmarkJob:
+        self, job_id: JobId, on_update: Callable[[WatchStep[BenchmarkJob]], None] | None = None
+    ) -> BenchmarkJob:
         """The job once it has ended; ``on_update`` with each change on the way."""
+
+        def step(update: admin_pb2.BenchmarkJobUpdate) -> None:
+            if on_update is not None:
+                on_update(WatchStep(benchmark_job_from_proto(update.job), update.progress.done, update.progress.total))
+
         last = self._watch(
             self._stub.WatchBenchmark,
             job_id,
             f"benchmark job {job_id}",
             lambda u: u.job.status != admin_pb2.BENCHMARK_JOB_STATUS_RUNNING,
-            on_update,
+            step,
             later=f"topo-tune admin bench show {job_id}",
         )
-        return last.job
+        return benchmark_job_from_proto(last.job)
 
-    def wait_benchmark(self, job_id: JobId) -> admin_pb2.BenchmarkJob:
+    def wait_benchmark(self, job_id: JobId) -> BenchmarkJob:
         return self.watch_benchmark(job_id)
 
     def watch_probe_round(
@@ -341,14 +353,16 @@ class AdminClient:
     def cluster_topology(self) -> admin_pb2.ClusterTopologyView:
         return self._call(self._stub.GetClusterTopology, admin_pb2.GetClusterTopologyRequest())
 
-    def start_benchmark(self, request: admin_pb2.StartBenchmarkRequest) -> admin_pb2.BenchmarkJob:
-        return self._call(self._stub.StartBenchmark, request)
+    def start_benchmark(self, request: BenchmarkRequest) -> BenchmarkJob:
+        return benchmark_job_from_proto(self._call(self._stub.StartBenchmark, benchmark_request_to_proto(request)))
 
-    def get_benchmark(self, job_id: JobId) -> admin_pb2.BenchmarkJob:
-        return self._call(self._stub.GetBenchmark, admin_pb2.GetBenchmarkRequest(job_id=job_id))
+    def get_benchmark(self, job_id: JobId) -> BenchmarkJob:
+        request = admin_pb2.GetBenchmarkRequest(job_id=job_id)
+        return benchmark_job_from_proto(self._call(self._stub.GetBenchmark, request))
 
-    def list_benchmarks(self, *, limit: int = 0) -> list[admin_pb2.BenchmarkJob]:
-        return list(self._call(self._stub.ListBenchmarks, admin_pb2.ListBenchmarksRequest(limit=limit)).jobs)
+    def list_benchmarks(self, *, limit: int = 0) -> list[BenchmarkJob]:
+        found = self._call(self._stub.ListBenchmarks, admin_pb2.ListBenchmarksRequest(limit=limit)).jobs
+        return [benchmark_job_from_proto(job) for job in found]
 
     def start_probe_round(self, request: ProbeRequest) -> ProbeRound:
         return probe_round_from_proto(self._call(self._stub.StartProbeRound, probe_request_to_proto(request)))

@@ -242,3 +242,8 @@ def probe_round_data(found: ProbeRound) -> dict[str, Any]:
 
 def pair_data(measurement: PairMeasurement) -> dict[str, Any]:
     return to_data(pair_to_proto(measurement))
+
+
+def benchmark_job_data(job: BenchmarkJob) -> dict[str, Any]:
+    """The job as ``-o json`` prints it: its message's plain form (``plain_data.py``)."""
+    return to_data(benchmark_job_to_proto(job))
