@@ -9,8 +9,9 @@ import yaml
 from click.testing import CliRunner
 
 from topo_tune.cli.main import cli
-from topo_tune.cli.output import emit_data, to_data
+from topo_tune.cli.output import emit_data
 from topo_tune.v1 import admin_pb2, agent_pb2, topology_pb2
+from topo_tune.wire.plain_data import to_data
 
 
 def node() -> admin_pb2.Node:

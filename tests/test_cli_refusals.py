@@ -177,3 +177,20 @@ def test_only_the_controllers_refusal_is_spelled_as_flags_not_a_reply_this_clien
     with pytest.raises(ValidationError) as malformed, naming_flags(ctx):
         raise ValidationError("max_parallel_racks", "not an integer")
     assert str(malformed.value) == "max_parallel_racks: not an integer", "no flag of the user's set it"
+
+
+async def test_a_controller_built_without_the_tuning_pass_refuses_a_study_in_one_line_and_stores_none(
+    jobs_controller: Controller,  # noqa: F811
+    agents: Callable[..., RunningAgent],  # noqa: F811
+) -> None:
+    await registered(agents("n1", "sim", rack="r1"))
+    address = ["--controller", f"127.0.0.1:{jobs_controller.port}"]
+
+    def study(*args: str) -> str:
+        result = CliRunner().invoke(cli, ["admin", "study", *args, *address], env={"TOPO_TUNE_TOKEN": TOKEN})
+        assert result.exit_code == 1, result.output
+        return str(result.stderr.strip())
+
+    refused = await asyncio.to_thread(study, "start", "--id", "st-none")
+    assert refused == "topo-tune: error: this controller was built without the tuning pass, so it runs no studies"
+    assert await asyncio.to_thread(study, "status", "st-none") == "topo-tune: error: no study with id 'st-none'"

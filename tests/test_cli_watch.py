@@ -27,11 +27,12 @@ from sqlalchemy.orm import Session
 
 from tests.support.processes import TOKEN, LocalCluster, cli_env
 from tests.support.waiting import wait_until
+from topo_tune.benchmark.job_record import BenchmarkRequest, JobStatus, SizeRange
 from topo_tune.cli.main import cli
 from topo_tune.client.admin import AdminClient
 from topo_tune.controller.db.models import CommandRow
 from topo_tune.errors import ControllerUnavailable
-from topo_tune.v1 import admin_pb2, agent_pb2
+from topo_tune.nccl.collectives import Collective
 
 pytestmark = pytest.mark.slow
 
@@ -171,7 +172,7 @@ def test_bench_run_returns_at_the_commit_of_the_last_result_and_sends_nothing_wh
 
 def running_jobs(cluster: LocalCluster) -> list[str]:
     with AdminClient(cluster.address, token=TOKEN) as client:
-        return [j.job_id for j in client.list_benchmarks() if j.status == admin_pb2.BENCHMARK_JOB_STATUS_RUNNING]
+        return [j.job_id for j in client.list_benchmarks() if j.status is JobStatus.RUNNING]
 
 
 def restart_controller(cluster: LocalCluster) -> None:
@@ -199,8 +200,7 @@ def test_a_wait_resumes_across_a_controller_restart_or_fails_in_one_line_when_it
     cluster.agents["w-2"].kill()
     try:
         with AdminClient(cluster.address, token=TOKEN, reconnect_s=1.0) as client:
-            start = admin_pb2.StartBenchmarkRequest(collective=agent_pb2.COLLECTIVE_ALL_REDUCE, nodes=NODES)
-            start.sizes.min_bytes, start.sizes.max_bytes = 1024, 65536
+            start = BenchmarkRequest(Collective.ALL_REDUCE, tuple(NODES), SizeRange(min_bytes=1024, max_bytes=65536))
             job_id = client.start_benchmark(start).job_id
             failed: list[BaseException] = []
 
@@ -221,3 +221,14 @@ def test_a_wait_resumes_across_a_controller_restart_or_fails_in_one_line_when_it
     finally:
         cluster.start_controller()
         cluster.start_agent("w-2")
+
+
+def test_the_served_controller_runs_a_study_with_the_tuning_pass_it_was_given(cluster: LocalCluster) -> None:
+    """``controller serve`` hands the controller the pass of ``topo-tune init``: a study runs to its end."""
+    args = ["--id", "st-served", "--nodes", ",".join(NODES), "--collective", "all_gather", "--budget", "1"]
+    args += ["--min-bytes", str(1 << 20), "--max-bytes", str(1 << 24), "--proof-pairs", "2", "--finalists", "1"]
+    args += ["--wait", "--controller", cluster.address]
+    waited = CliRunner().invoke(cli, ["admin", "study", "start", *args], env={"TOPO_TUNE_TOKEN": TOKEN})
+    assert waited.exit_code == 0, waited.output
+    assert "succeeded (SIMULATED)" in waited.stdout
+    assert (cluster.workdir / "topo-tune-studies" / "st-served" / "summary.json").is_file()

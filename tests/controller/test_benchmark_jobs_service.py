@@ -26,6 +26,7 @@ from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobSt
 from topo_tune.benchmark.probe_record import ProbeRound, ProbeStatus
 from topo_tune.cli.main import cli
 from topo_tune.client.admin import AdminClient
+from topo_tune.client.watch_step import WatchStep
 from topo_tune.controller.job_ends import cancel_command
 from topo_tune.controller.server import Controller
 from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, ValidationError
@@ -326,14 +327,14 @@ async def test_a_probe_round_measures_every_pair_once(
     assert (started.pairs_total, started.rounds) == (6, 3), "4 nodes: 6 pairs in 3 rounds of 2 parallel pairs"
 
     # Followed through the admin API's watch stream, as `admin probe run` and `init` do.
-    updates: list[admin_pb2.ProbeRoundUpdate] = []
+    updates: list[WatchStep[ProbeRound]] = []
     with AdminClient(f"127.0.0.1:{jobs_controller.port}", token=TOKEN) as client:
         finished_round = await asyncio.to_thread(client.watch_probe_round, started.round_id, updates.append)
-    assert finished_round.status == admin_pb2.PROBE_ROUND_STATUS_SUCCEEDED, finished_round.message
-    progress = [(u.progress.done, u.progress.total) for u in updates]
+    assert finished_round.status is ProbeStatus.SUCCEEDED, finished_round.message
+    progress = [(u.done, u.total) for u in updates]
     assert progress[-1] == (6, 6) and all(total == 6 for _, total in progress), progress
     assert progress == sorted(progress), "pairs measured only go up"
-    assert [u.round.status for u in updates[:-1]] == [admin_pb2.PROBE_ROUND_STATUS_RUNNING] * (len(updates) - 1)
+    assert [u.value.status for u in updates[:-1]] == [ProbeStatus.RUNNING] * (len(updates) - 1)
     assert len(updates) <= 1 + 6 + 1, "the start, once per pair stored, the end: never a repeat while idle"
     pairs = {tuple(sorted((m.node_a, m.node_b))) for m in finished_round.measurements}
     assert pairs == {("a", "b"), ("a", "c"), ("a", "d"), ("b", "c"), ("b", "d"), ("c", "d")}

@@ -29,12 +29,12 @@ from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import Registration
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase
-from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus
 from topo_tune.errors import ConfigError, NodeBusy, NotFoundError, ValidationError
 from topo_tune.ids import JobId, StudyId
 from topo_tune.nccl.backends import Backend
 from topo_tune.nccl.collectives import Collective
 from topo_tune.sim.node_topology import simulated_node_topology
+from topo_tune.study_record import Study, StudyRequest, StudyStatus
 
 RACKS = racks(2, 3)
 REFERENCE_GBPS = 40 / (1 - 0.08)  # SimVerifier's new arm

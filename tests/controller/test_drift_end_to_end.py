@@ -25,15 +25,17 @@ from tests.support.sim_agent import sim_agent
 from tests.support.waiting import async_wait_until
 from topo_tune.cli.main import cli
 from topo_tune.client.admin import AdminClient
+from topo_tune.client.watch_step import WatchStep
 from topo_tune.config.cluster import DriftConfig, RolloutGateConfig, RolloutThresholdsConfig
-from topo_tune.controller.api.messages import to_proto_drift_check
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase
 from topo_tune.controller.rollout.verification import BenchmarkVerifier
 from topo_tune.controller.server import Controller
+from topo_tune.drift_record import DriftCheck
 from topo_tune.security.auth import bearer_metadata
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
 from topo_tune.versions.version import ConfigVersion, render_nccl_conf
+from topo_tune.wire.drift_checks import drift_check_to_proto
 
 pytestmark = pytest.mark.slow
 
@@ -111,9 +113,9 @@ async def test_drift_check_finds_the_version_as_fast_then_reports_a_slower_node(
         assert requested["status"] == "ok" and requested["check_id"] != healthy.check_id, requested
         assert requested["nodes"] == ["gpu1"] and len(requested["job_ids"]) == 2
         with AdminClient(f"127.0.0.1:{controller.port}", token=TOKEN) as client:  # a check that has ended
-            updates: list[admin_pb2.DriftCheckUpdate] = []
+            updates: list[WatchStep[DriftCheck]] = []
             watched = await asyncio.to_thread(client.watch_drift_check, requested["check_id"], updates.append)
-        assert watched.status == "ok" and [(u.progress.done, u.progress.total) for u in updates] == [(2, 2)]
+        assert watched.status == "ok" and [(u.done, u.total) for u in updates] == [(2, 2)]
         wrong = await asyncio.to_thread(run_admin, controller, "drift", "run", "--version", "cv-0000000000000000")
         assert wrong.exit_code == 1
         assert f"error: --version: cv-0000000000000000 is not the active version ({NEUTRAL.id})" in wrong.output
@@ -146,7 +148,7 @@ async def test_drift_check_finds_the_version_as_fast_then_reports_a_slower_node(
         shown = await admin.GetDriftCheck(
             admin_pb2.GetDriftCheckRequest(check_id=slower.check_id), metadata=bearer_metadata(TOKEN)
         )
-        assert shown == to_proto_drift_check(slower), "the stored check, as the admin API shows it"
+        assert shown == drift_check_to_proto(slower), "the stored check, as the admin API shows it"
         with pytest.raises(grpc.aio.AioRpcError) as missing:
             await admin.GetDriftCheck(
                 admin_pb2.GetDriftCheckRequest(check_id="dc-404"), metadata=bearer_metadata(TOKEN)

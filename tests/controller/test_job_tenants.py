@@ -14,6 +14,7 @@ from tests.conftest import controller_settings
 from tests.controller.test_job_comparisons import _request
 from tests.support.processes import TOKEN, cli_env, run_cli
 from topo_tune.client.admin import AdminClient
+from topo_tune.client.credential_entries import IssuedRole, IssuedToken
 from topo_tune.config.cluster import JobCapsConfig
 from topo_tune.controller.server import Controller
 from topo_tune.errors import PermissionDenied, QuotaExceeded
@@ -23,9 +24,9 @@ from topo_tune.v1 import admin_pb2
 JOB = "train-77"  # the job of test_job_comparisons' requests
 
 
-def _issue(controller: Controller, scope: str = "") -> admin_pb2.IssuedCredential:
+def _issue(controller: Controller, scope: str = "") -> IssuedToken:
     with AdminClient(f"127.0.0.1:{controller.port}", token=TOKEN) as admin:
-        return admin.issue_credential(admin_pb2.CREDENTIAL_ROLE_JOB, scope=scope)
+        return admin.issue_credential(IssuedRole.JOB, scope=scope)
 
 
 def _client(controller: Controller, token: str) -> AdminClient:

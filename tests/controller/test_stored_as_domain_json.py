@@ -21,8 +21,8 @@ from topo_tune.controller.benchmarks.service import BenchmarkJobs
 from topo_tune.controller.commands import CommandBook
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.nodes import NodeRegistry
-from topo_tune.controller.study_records import StudyRequest
 from topo_tune.nccl.collectives import Collective
+from topo_tune.study_record import StudyRequest
 from topo_tune.v1 import admin_pb2, agent_pb2
 from topo_tune.wire.benchmark import spec_to_proto
 

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import grpc
@@ -23,13 +24,14 @@ from tests.support.processes import TOKEN
 from tests.support.waiting import async_wait_until
 from tests.test_cli_watch import Calls
 from topo_tune.cli.main import cli
+from topo_tune.cli.study_pass import InitPass
 from topo_tune.config.cluster import SearchConfig, WorkloadConfig
-from topo_tune.controller.api.messages import from_proto_study_request
 from topo_tune.controller.db.models import StudyRow
 from topo_tune.controller.server import Controller
-from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus
 from topo_tune.errors import DatabaseFull, NotFoundError, StudyError, ValidationError
+from topo_tune.study_record import Study, StudyRequest, StudyStatus
 from topo_tune.v1 import admin_pb2
+from topo_tune.wire.studies import from_proto_study_request
 
 T = TypeVar("T")
 
@@ -44,7 +46,8 @@ async def jobs_controller(sqlite_url: str, tmp_path: Path) -> AsyncIterator[Cont
             heartbeat_expiry_s=30,
             studies_dir=tmp_path / "studies",
             rack_of={"s1": "rack-a", "s2": "rack-b", "s3": "rack-a", "s4": "rack-b"},
-        )
+        ),
+        study_pass=InitPass(),
     )
     await server.start()
     yield server
@@ -229,7 +232,7 @@ async def test_a_study_whose_database_disk_fills_up_stops_at_once_saying_so(
         except sa.exc.OperationalError as error:
             raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from error
 
-    monkeypatch.setattr("topo_tune.controller.studies.run_pass", full)
+    monkeypatch.setattr(jobs_controller.studies, "study_pass", SimpleNamespace(run=full))
     started = time.monotonic()
     await jobs_controller.studies.start(study_request(study_id="st-full"))
     done = await ended(jobs_controller, "st-full")
@@ -264,7 +267,7 @@ async def test_a_study_whose_end_cannot_be_stored_is_answered_as_ended_and_a_sta
         raise StudyError("a trial could not be written")
 
     monkeypatch.setattr(studies.db, "transact", transact)
-    monkeypatch.setattr("topo_tune.controller.studies.run_pass", stopped)
+    monkeypatch.setattr(studies, "study_pass", SimpleNamespace(run=stopped))
     await studies.start(study_request(study_id="st-unstored"))
     done = await ended(jobs_controller, "st-unstored")
     assert done.status == StudyStatus.FAILED and done.finished_at is not None

@@ -25,14 +25,14 @@ from tests.faults.figures import record
 from tests.support.postgres import PostgresServer
 from tests.support.processes import TOKEN
 from tests.support.waiting import async_wait_until
+from topo_tune.cli.study_pass import InitPass
 from topo_tune.client.admin import AdminClient
 from topo_tune.config.cluster import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase
 from topo_tune.controller.server import Controller
-from topo_tune.controller.study_records import StudyStatus
 from topo_tune.errors import ControllerDatabaseUnavailable
-from topo_tune.v1 import admin_pb2
+from topo_tune.study_record import StudyRequest, StudyStatus
 from topo_tune.versions.version import ConfigVersion, render_nccl_conf
 
 pytestmark = [pytest.mark.faults, pytest.mark.postgres, pytest.mark.slow]
@@ -48,7 +48,8 @@ async def jobs_controller(postgres: PostgresServer, tmp_path: Path) -> AsyncIter
     server = Controller(
         controller_settings(
             url, heartbeat_expiry_s=30, studies_dir=tmp_path / "studies", rack_of=NODES, rollout_interval_s=0.1
-        )
+        ),
+        study_pass=InitPass(),
     )
     await server.start()
     yield server
@@ -149,7 +150,7 @@ async def test_an_admin_run_study_rides_out_a_20_s_postgres_stop_by_itself(
 ) -> None:
     controller = jobs_controller
     await registered(*(agents(name, "sim", rack) for name, rack in NODES.items()))
-    request = admin_pb2.StartStudyRequest(
+    request = StudyRequest(
         study_id="st-long-outage",
         collectives={"all_gather": 1.0},
         budget=10,

@@ -12,12 +12,13 @@ import asyncio
 import time
 from pathlib import Path
 
+from topo_tune.benchmark.job_record import BenchmarkRequest, JobStatus, SizeRange
 from topo_tune.cli.local_cluster import EmbeddedCluster
 from topo_tune.client.admin import AdminClient
 from topo_tune.config.cluster import loads_cluster_config
+from topo_tune.nccl.collectives import Collective
 from topo_tune.tuning_pass.remote_port import RemotePort
 from topo_tune.tuning_pass.run import wait_for_nodes
-from topo_tune.v1 import admin_pb2, agent_pb2
 
 CLUSTER = """apiVersion: topo-tune/v1
 backend: sim
@@ -35,10 +36,10 @@ def _busbw_by_qps(address: str, token: str) -> dict[int, float]:
         wait_for_nodes(RemotePort(client), NODES, timeout_s=60)
         for qps in (1, 4):
             job = client.start_benchmark(
-                admin_pb2.StartBenchmarkRequest(
-                    collective=agent_pb2.COLLECTIVE_ALL_REDUCE,
-                    nodes=NODES,
-                    sizes=agent_pb2.SizeSweep(min_bytes=256 << 20, max_bytes=256 << 20, step_factor=1),
+                BenchmarkRequest(
+                    collective=Collective.ALL_REDUCE,
+                    nodes=tuple(NODES),
+                    sizes=SizeRange(min_bytes=256 << 20, max_bytes=256 << 20, step_factor=1),
                     env={"NCCL_IB_QPS_PER_CONNECTION": str(qps)},
                     iters=5,
                     warmup_iters=1,
@@ -47,10 +48,10 @@ def _busbw_by_qps(address: str, token: str) -> dict[int, float]:
                     job_id=f"qps-{qps}",
                 )
             )
-            while job.status == admin_pb2.BENCHMARK_JOB_STATUS_RUNNING:
+            while job.status is JobStatus.RUNNING:
                 time.sleep(0.05)
                 job = client.get_benchmark(job.job_id)
-            assert job.status == admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED, job.message
+            assert job.status is JobStatus.SUCCEEDED, job.message
             assert job.simulated
             out[qps] = max(size.busbw_gbps for size in job.sizes)
     return out

@@ -147,6 +147,7 @@ class LocalCluster:
                 str(self.heartbeat_expiry),
             ],
             self.workdir / "controller.log",
+            cwd=self.workdir,  # where it writes its studies' outputs
         ).start()
         wait_until(
             lambda: self.admin("nodes", "-o", "json").returncode == 0, timeout=timeout, what="controller to serve"

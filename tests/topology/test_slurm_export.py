@@ -18,6 +18,7 @@ from tests.agent.test_daemon import agent_settings
 from tests.support.processes import TOKEN
 from tests.support.slurm_one_node import slurm_missing, slurm_one_node
 from topo_tune.agent.daemon import Agent
+from topo_tune.benchmark.probe_record import ProbeRequest, ProbeStatus
 from topo_tune.cli.main import cli
 from topo_tune.client.admin import AdminClient
 from topo_tune.controller.server import Controller
@@ -25,7 +26,6 @@ from topo_tune.errors import ConfigError
 from topo_tune.jobs.config import expand_hostlist
 from topo_tune.nccl.backends import Backend
 from topo_tune.topology.slurm_export import switch_tree
-from topo_tune.v1 import admin_pb2
 
 # Every real Slurm of the suite runs in one xdist group: one at a time, never two munge/slurmctld sets at once.
 pytestmark = pytest.mark.xdist_group("real-slurm")
@@ -150,11 +150,11 @@ async def test_from_a_controller_each_switch_carries_its_slowest_measured_pair(
         await asyncio.wait_for(agent.registered.wait(), 30)
     try:
         with AdminClient(address, token=TOKEN) as client:
-            request = admin_pb2.StartProbeRoundRequest(message_bytes=1 << 16, pair_deadline_s=60)
+            request = ProbeRequest(message_bytes=1 << 16, pair_deadline_s=60)
             started = await asyncio.to_thread(client.start_probe_round, request)
             done = await asyncio.to_thread(client.wait_probe_round, started.round_id)
-            assert done.status == admin_pb2.PROBE_ROUND_STATUS_SUCCEEDED, done.message
-            measured = (await asyncio.to_thread(client.measured_pairs)).pairs
+            assert done.status is ProbeStatus.SUCCEEDED, done.message
+            measured = await asyncio.to_thread(client.measured_pairs)
         conf = await asyncio.to_thread(export, "slurm-tree", "--controller", address)
     finally:
         stop.set()

@@ -19,10 +19,11 @@ from topo_tune.cli.connection import (
     token_options,
 )
 from topo_tune.cli.field_flags import naming_flags
-from topo_tune.cli.output import FORMATS, emit_data, emit_lines, emit_table, to_data
+from topo_tune.cli.output import FORMATS, emit_data, emit_lines, emit_table
 from topo_tune.client.admin import AdminClient
 from topo_tune.ids import NodeName
 from topo_tune.v1 import admin_pb2, agent_pb2
+from topo_tune.wire.plain_data import to_data
 from topo_tune.wire.values import BACKEND_FROM_WIRE
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -9,23 +9,22 @@ from pathlib import Path
 import click
 
 from topo_tune.benchmark.dtypes import dtype_named
+from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus, SizeRange
 from topo_tune.benchmark.table import TableContext, render_table
 from topo_tune.cli.admin import admin, connected
-from topo_tune.cli.output import emit_data, emit_line, emit_lines, emit_table, to_data
+from topo_tune.cli.output import emit_data, emit_line, emit_lines, emit_table
 from topo_tune.cli.progress import progress_lines
 from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ControllerError, TunerTableError
 from topo_tune.ids import JobId
 from topo_tune.nccl.collectives import Collective
 from topo_tune.plugin.table import parse_tuner_table
-from topo_tune.v1 import admin_pb2, agent_pb2
-from topo_tune.wire.benchmark import COLLECTIVE_FROM_PROTO, COLLECTIVE_TO_PROTO, collective_from_proto, size_from_proto
+from topo_tune.wire.admin_jobs import benchmark_job_data
 
 _SIZE = re.compile(r"^(\d+)([KMG]?)B?$", re.IGNORECASE)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 MAX_SIZE = (1 << 64) - 1
 """The largest size the wire can carry (an unsigned 64-bit field)."""
-STATUS_NAMES = {v: k.removeprefix("BENCHMARK_JOB_STATUS_").lower() for k, v in admin_pb2.BenchmarkJobStatus.items()}
 
 
 class ByteSize(click.ParamType):  # type: ignore[type-arg]
@@ -66,12 +65,11 @@ class TunerTableFile(click.ParamType):  # type: ignore[type-arg]
         return text
 
 
-def _table(job: admin_pb2.BenchmarkJob) -> str:
-    collective = collective_from_proto(job.collective, field="job.collective")
-    rows = [size_from_proto(s) for s in job.sizes]
+def _table(job: BenchmarkJob) -> str:
+    rows = list(job.sizes)
     sizes = sorted(r.bytes for r in rows) or [0]
     context = TableContext(
-        collective=collective,
+        collective=job.collective,
         dtype=dtype_named(job.dtype or "float32"),
         nranks=job.world_size,
         min_bytes=job.sizes_requested.min_bytes or sizes[0],
@@ -86,11 +84,11 @@ def _table(job: admin_pb2.BenchmarkJob) -> str:
     return render_table(context, rows)
 
 
-def _print_job(job: admin_pb2.BenchmarkJob, fmt: str) -> None:
+def _print_job(job: BenchmarkJob, fmt: str) -> None:
     if fmt != "table":
-        emit_data(to_data(job), fmt)
+        emit_data(benchmark_job_data(job), fmt)
         return
-    emit_line(f"# job {job.job_id} on {', '.join(job.nodes)}: {STATUS_NAMES.get(job.status, '?')}")
+    emit_line(f"# job {job.job_id} on {', '.join(job.nodes)}: {job.status.value}")
     if job.message:
         emit_line(f"# {job.message}")
     if job.missing_ranks:
@@ -172,11 +170,10 @@ def run(
         if not sep or not key:
             raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="--env")
         env[key] = value
-    sizes = agent_pb2.SizeSweep(min_bytes=min_bytes, max_bytes=max_bytes, step_factor=step_factor)
-    request = admin_pb2.StartBenchmarkRequest(
-        collective=COLLECTIVE_TO_PROTO[Collective(collective)],
-        nodes=[n.strip() for n in nodes.split(",") if n.strip()],
-        sizes=sizes,
+    request = BenchmarkRequest(
+        collective=Collective(collective),
+        nodes=tuple(n.strip() for n in nodes.split(",") if n.strip()),
+        sizes=SizeRange(min_bytes, max_bytes, step_factor),
         dtype=dtype,
         iters=iters,
         warmup_iters=warmup_iters,
@@ -188,15 +185,15 @@ def run(
         tuner_table=tuner_table or "",
     )
     job = client.start_benchmark(request)
-    if wait and job.status == admin_pb2.BENCHMARK_JOB_STATUS_RUNNING:
+    if wait and job.status is JobStatus.RUNNING:
         emit_line(f"# job {job.job_id} running on {len(job.nodes)} nodes ...", err=True)
         job = client.watch_benchmark(
-            JobId(job.job_id),
-            progress_lines("nodes reported", lambda u: u.job.status == admin_pb2.BENCHMARK_JOB_STATUS_RUNNING),
+            job.job_id,
+            progress_lines("nodes reported", lambda found: found.status is JobStatus.RUNNING),
         )
     _print_job(job, fmt)
-    if job.status not in (admin_pb2.BENCHMARK_JOB_STATUS_RUNNING, admin_pb2.BENCHMARK_JOB_STATUS_SUCCEEDED):
-        raise ControllerError(job.message or f"benchmark job {job.job_id} {STATUS_NAMES.get(job.status)}")
+    if job.status not in (JobStatus.RUNNING, JobStatus.SUCCEEDED):
+        raise ControllerError(job.message or f"benchmark job {job.job_id} {job.status.value}")
 
 
 @bench.command()
@@ -214,13 +211,13 @@ def list_jobs(client: AdminClient, fmt: str, limit: int) -> None:
     """List recent benchmark jobs, newest first."""
     jobs = client.list_benchmarks(limit=limit)
     if fmt != "table":
-        emit_data([to_data(j) for j in jobs], fmt)
+        emit_data([benchmark_job_data(j) for j in jobs], fmt)
         return
     rows = [
         (
             j.job_id,
-            COLLECTIVE_FROM_PROTO.get(j.collective, "?"),
-            STATUS_NAMES.get(j.status, "?") + (" (simulated)" if j.simulated else ""),
+            j.collective,
+            j.status.value + (" (simulated)" if j.simulated else ""),
             str(j.world_size),
             ",".join(j.nodes),
         )

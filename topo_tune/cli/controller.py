@@ -14,6 +14,7 @@ import click
 from topo_tune.cli.connection import resolve_token, token_options
 from topo_tune.cli.output import emit_line
 from topo_tune.cli.setting_options import setting_option
+from topo_tune.cli.study_pass import InitPass
 from topo_tune.config.checks import overridden
 from topo_tune.config.cluster import (
     ClusterConfig,
@@ -284,7 +285,7 @@ async def _serve(settings: ControllerSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    server = Controller(settings)
+    server = Controller(settings, study_pass=InitPass())
     await server.start()
     emit_line(f"topo-tune controller listening on port {server.port}", err=True)
     heap = asyncio.create_task(HeapKeeper().run())  # the daemon's process alone: its sessions are its heap

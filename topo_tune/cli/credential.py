@@ -12,7 +12,7 @@ import click
 from topo_tune.cli.admin import admin, connected
 from topo_tune.cli.output import emit_data, emit_line, emit_table
 from topo_tune.client.admin import AdminClient
-from topo_tune.v1 import admin_pb2
+from topo_tune.client.credential_entries import CredentialEntry, IssuedRole
 
 
 @admin.group()
@@ -47,8 +47,7 @@ def issue(client: AdminClient, fmt: str, node_name: str, for_jobs: bool, scope: 
         raise click.UsageError("pass exactly one of --node NAME and --job")
     if scope and not for_jobs:
         raise click.UsageError("--scope is for --job credentials only")
-    role = admin_pb2.CREDENTIAL_ROLE_JOB if for_jobs else admin_pb2.CREDENTIAL_ROLE_AGENT
-    issued = client.issue_credential(role, node_name, scope=scope)
+    issued = client.issue_credential(IssuedRole.JOB if for_jobs else IssuedRole.AGENT, node_name, scope=scope)
     if fmt != "table":
         data = {"id": issued.id, "role": "job" if for_jobs else "agent", "node": node_name, "scope": scope}
         emit_data({**data, "token": issued.token}, fmt)
@@ -56,16 +55,14 @@ def issue(client: AdminClient, fmt: str, node_name: str, for_jobs: bool, scope: 
     emit_line(issued.token)
 
 
-def _row(info: admin_pb2.CredentialInfo) -> dict[str, str]:
+def _row(entry: CredentialEntry) -> dict[str, str]:
     return {
-        "id": info.id,
-        "role": admin_pb2.CredentialRole.Name(info.role).removeprefix("CREDENTIAL_ROLE_").lower(),
-        "node": info.node_name,
-        "scope": info.scope,
-        "issued": info.issued_at.ToDatetime().isoformat(timespec="seconds") + "Z",
-        "revoked": info.revoked_at.ToDatetime().isoformat(timespec="seconds") + "Z"
-        if info.HasField("revoked_at")
-        else "",
+        "id": entry.id,
+        "role": entry.role,
+        "node": entry.node_name,
+        "scope": entry.scope,
+        "issued": f"{entry.issued_at:%Y-%m-%dT%H:%M:%S}Z",
+        "revoked": f"{entry.revoked_at:%Y-%m-%dT%H:%M:%S}Z" if entry.revoked_at is not None else "",
     }
 
 

@@ -5,20 +5,20 @@ from __future__ import annotations
 import click
 
 from topo_tune.cli.admin import admin, connected
-from topo_tune.cli.output import emit_data, emit_line, emit_table, to_data
+from topo_tune.cli.output import emit_data, emit_line, emit_table
 from topo_tune.cli.progress import progress_lines
 from topo_tune.client.admin import AdminClient
+from topo_tune.drift_record import DriftCheck
 from topo_tune.errors import ControllerError
 from topo_tune.ids import ConfigVersionId
-from topo_tune.v1 import admin_pb2
+from topo_tune.wire.drift_checks import drift_check_data
 
 STATUSES = ("running", "ok", "regressed", "failed", "skipped", "changed")
 
 
-def _change(check: admin_pb2.DriftCheck) -> str:
-    if not (check.HasField("reference_busbw_gbps") and check.HasField("measured_busbw_gbps")):
-        return "-"
-    return f"{check.measured_busbw_gbps / check.reference_busbw_gbps - 1:+.1%}"
+def _change(check: DriftCheck) -> str:
+    change = check.busbw_change
+    return "-" if change is None else f"{change:+.1%}"
 
 
 @admin.group()
@@ -51,12 +51,12 @@ def list_checks(client: AdminClient, fmt: str, status: str | None, limit: int) -
     """Recent drift checks and topology changes, newest first."""
     found = client.list_drift_checks(limit=limit, status=status or "")
     if fmt != "table":
-        emit_data([to_data(c) for c in found], fmt)
+        emit_data([drift_check_data(c) for c in found], fmt)
         return
     rows = [
         (
             c.check_id,
-            c.created_at.ToDatetime().strftime("%Y-%m-%d %H:%M"),
+            c.created_at.strftime("%Y-%m-%d %H:%M"),
             c.kind,
             c.status + (" (SIMULATED)" if c.simulated else ""),
             c.config_version or "-",
@@ -99,16 +99,17 @@ def run(client: AdminClient, fmt: str, version: str, wait: bool) -> None:
     if wait and check.status == "running":
         emit_line(f"# drift check {check.check_id} measuring on {', '.join(check.nodes)} ...", err=True)
         check = client.watch_drift_check(
-            check.check_id, progress_lines("benchmark jobs ended", lambda u: u.check.status == "running")
+            check.check_id,
+            progress_lines("benchmark jobs ended", lambda found: found.status == "running"),
         )
     _print_check(check, fmt)
     if check.status not in ("ok", "running"):
         raise ControllerError(f"drift check {check.check_id} {check.status}: {check.message}")
 
 
-def _print_check(check: admin_pb2.DriftCheck, fmt: str) -> None:
+def _print_check(check: DriftCheck, fmt: str) -> None:
     if fmt != "table":
-        emit_data(to_data(check), fmt)
+        emit_data(drift_check_data(check), fmt)
         return
     gbps = "{:.2f} GB/s".format
     rows = [
@@ -117,13 +118,13 @@ def _print_check(check: admin_pb2.DriftCheck, fmt: str) -> None:
         ("config version", check.config_version or "-"),
         (
             "reference",
-            f"rollout {check.rollout_id} wave {check.wave}" if check.HasField("wave") else "-",
+            f"rollout {check.rollout_id} wave {check.wave}" if check.wave is not None else "-",
         ),
-        ("reference busbw", gbps(check.reference_busbw_gbps) if check.HasField("reference_busbw_gbps") else "-"),
-        ("measured busbw", gbps(check.measured_busbw_gbps) if check.HasField("measured_busbw_gbps") else "-"),
+        ("reference busbw", "-" if check.reference_busbw_gbps is None else gbps(check.reference_busbw_gbps)),
+        ("measured busbw", "-" if check.measured_busbw_gbps is None else gbps(check.measured_busbw_gbps)),
         ("change", _change(check)),
-        ("threshold", f"-{check.threshold:.0%}" if check.HasField("threshold") else "-"),
-        ("p-value", f"{check.p_value:.2g} (alpha {check.alpha:g})" if check.HasField("p_value") else "-"),
+        ("threshold", "-" if check.threshold is None else f"-{check.threshold:.0%}"),
+        ("p-value", "-" if check.p_value is None else f"{check.p_value:.2g} (alpha {check.alpha or 0:g})"),
         ("nodes", ", ".join(check.nodes) or "-"),
         ("benchmark jobs", ", ".join(check.job_ids) or "-"),
         ("study", check.study_id or "-"),

@@ -10,10 +10,11 @@ from pathlib import Path
 import click
 
 from topo_tune.cli.admin import admin, connected
-from topo_tune.cli.output import emit_data, emit_line, emit_table, to_data
+from topo_tune.cli.output import emit_data, emit_line, emit_table
 from topo_tune.client.admin import AdminClient
 from topo_tune.security.safe_write import write_file
 from topo_tune.v1 import admin_pb2
+from topo_tune.wire.plain_data import to_data
 
 
 def arm_label(name: str, version: str) -> str:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from topo_tune.agent.daemon import Agent
 from topo_tune.agent.settings import AgentSettings
+from topo_tune.cli.study_pass import InitPass
 from topo_tune.config.cluster import ClusterConfig, NodeConfig
 from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.server import Controller
@@ -213,7 +214,8 @@ class EmbeddedCluster:
                 spine_ecmp_paths=spine.ecmp_paths if spine else 1,
                 benchmark_result_grace_s=5.0,
                 shutdown_grace_s=1.0,
-            )
+            ),
+            study_pass=InitPass(),
         )
         await self.controller.start()
         # With nodes elsewhere, a node here must give its peers an address they can reach.

@@ -4,28 +4,26 @@ from __future__ import annotations
 
 import click
 
+from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound, ProbeStatus
 from topo_tune.cli.admin import admin, connected
 from topo_tune.cli.bench import ByteSize
-from topo_tune.cli.output import emit_data, emit_line, emit_table, to_data
+from topo_tune.cli.output import emit_data, emit_line, emit_table
 from topo_tune.cli.progress import progress_lines
 from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ControllerError
-from topo_tune.v1 import admin_pb2
-from topo_tune.wire.admin_jobs import PROBE_SAMPLING
-
-STATUS_NAMES = {v: k.removeprefix("PROBE_ROUND_STATUS_").lower() for k, v in admin_pb2.ProbeRoundStatus.items()}
+from topo_tune.wire.admin_jobs import pair_data, probe_round_data
 
 
-def _pairs_table(title: str, pairs: list[admin_pb2.PairMeasurement]) -> None:
+def _pairs_table(title: str, pairs: list[PairMeasurement]) -> None:
     rows = [(p.node_a, p.node_b, f"{p.bandwidth_gbps:.3f}", f"{p.latency_us:.1f}", p.method) for p in pairs]
     emit_table(title, ("NODE A", "NODE B", "BANDWIDTH (GB/s)", "LATENCY (us)", "METHOD"), rows)
 
 
-def _print_round(found: admin_pb2.ProbeRound, fmt: str) -> None:
+def _print_round(found: ProbeRound, fmt: str) -> None:
     if fmt != "table":
-        emit_data(to_data(found), fmt)
+        emit_data(probe_round_data(found), fmt)
         return
-    status = STATUS_NAMES.get(found.status, "?")
+    status = found.status.value
     _pairs_table(
         f"probe round {found.round_id}: {status}, {len(found.measurements)}/{found.pairs_total} pairs in "
         f"{found.rounds} rounds",
@@ -33,12 +31,12 @@ def _print_round(found: admin_pb2.ProbeRound, fmt: str) -> None:
     )
     if found.message:
         emit_line(f"# {found.message}")
-    if found.sampling == admin_pb2.PROBE_SAMPLING_SPARSE:
+    if found.sampling == "sparse":
         emit_line("# sparse sample: the pairs not listed are inferred from the rack model")
         for label, items in (
             ("slow NICs (slow with every peer)", list(found.degraded_nodes)),
             ("slow rack uplinks (slow with every other rack)", list(found.degraded_uplinks)),
-            ("single slow pairs (a cable or port)", [f"{p.node_a}-{p.node_b}" for p in found.slow_pairs]),
+            ("single slow pairs (a cable or port)", [f"{a}-{b}" for a, b in found.slow_pairs]),
         ):
             emit_line(f"# {label}: {', '.join(items) if items else 'none'}")
 
@@ -67,27 +65,27 @@ def run(
 ) -> None:
     """Probe the pairs of NODES in rounds of disjoint pairs: every pair (n nodes: about n rounds), or a sparse
     sample that finds slow NICs, rack uplinks and cables in far fewer rounds."""
-    request = admin_pb2.StartProbeRoundRequest(
-        nodes=[n.strip() for n in nodes.split(",") if n.strip()],
+    request = ProbeRequest(
+        nodes=tuple(n.strip() for n in nodes.split(",") if n.strip()),
         message_bytes=message_bytes,
         pair_deadline_s=pair_deadline,
-        sampling=PROBE_SAMPLING[sampling],
+        sampling="" if sampling == "auto" else sampling,
     )
     found = client.start_probe_round(request)
     if wait:
-        if found.sampling == admin_pb2.PROBE_SAMPLING_SPARSE:
+        if found.sampling == "sparse":
             emit_line(f"# probe round {found.round_id}: sparse sample, planned batch by batch ...", err=True)
         else:
             emit_line(
                 f"# probe round {found.round_id}: {found.pairs_total} pairs in {found.rounds} rounds ...", err=True
             )
-        if found.status == admin_pb2.PROBE_ROUND_STATUS_RUNNING:
+        if found.status is ProbeStatus.RUNNING:
             found = client.watch_probe_round(
                 found.round_id,
-                progress_lines("pairs measured", lambda u: u.round.status == admin_pb2.PROBE_ROUND_STATUS_RUNNING),
+                progress_lines("pairs measured", lambda found: found.status is ProbeStatus.RUNNING),
             )
     _print_round(found, fmt)
-    if found.status == admin_pb2.PROBE_ROUND_STATUS_FAILED:
+    if found.status is ProbeStatus.FAILED:
         raise ControllerError(f"probe round {found.round_id} failed: {found.message}")
 
 
@@ -103,8 +101,8 @@ def show(client: AdminClient, fmt: str, round_id: str) -> None:
 @connected
 def pairs(client: AdminClient, fmt: str) -> None:
     """The newest measurement of every pair ever probed."""
-    found = list(client.measured_pairs().pairs)
+    found = client.measured_pairs()
     if fmt != "table":
-        emit_data([to_data(p) for p in found], fmt)
+        emit_data([pair_data(p) for p in found], fmt)
         return
     _pairs_table(f"{len(found)} measured pairs", found)

@@ -3,29 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from topo_tune.cli.output import emit_line
-from topo_tune.v1 import admin_pb2
+from topo_tune.client.watch_step import WatchStep
+
+T = TypeVar("T")
 
 
-class _Update(Protocol):
-    @property
-    def progress(self) -> admin_pb2.Progress: ...
-
-
-U = TypeVar("U", bound=_Update)
-
-
-def progress_lines(parts: str, running: Callable[[U], bool]) -> Callable[[U], None]:
+def progress_lines(parts: str, running: Callable[[T], bool]) -> Callable[[WatchStep[T]], None]:
     """An ``on_update`` that prints ``# 1/2 PARTS`` each time more parts are done, while ``running``."""
     shown = 0
 
-    def show(update: U) -> None:
+    def show(step: WatchStep[T]) -> None:
         nonlocal shown
-        done, total = update.progress.done, update.progress.total
-        if done > shown and running(update):
-            emit_line(f"# {done}/{total} {parts}", err=True)
-        shown = max(shown, done)
+        if step.done > shown and running(step.value):
+            emit_line(f"# {step.done}/{step.total} {parts}", err=True)
+        shown = max(shown, step.done)
 
     return show

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from topo_tune.cli.admin import connected
-from topo_tune.cli.output import emit_data, emit_line, emit_lines, emit_table, shown, to_data
+from topo_tune.cli.output import emit_data, emit_line, emit_lines, emit_table, shown
 from topo_tune.cli.setting_options import setting_option, show_default
 from topo_tune.client.admin import ROLLOUT_ENDS, AdminClient, waits_for_operator
 from topo_tune.config.cluster import RolloutGateConfig, RolloutThresholdsConfig
@@ -19,6 +19,7 @@ from topo_tune.errors import ControllerError
 from topo_tune.ids import RolloutId
 from topo_tune.v1 import admin_pb2
 from topo_tune.versions.version import FILE_NAMES
+from topo_tune.wire.plain_data import to_data
 
 _GATE = "rollout.gate"  # the controller's cluster.yaml: its defaults for every rollout
 PAUSED_EXIT = 3

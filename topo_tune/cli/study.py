@@ -5,15 +5,14 @@ from __future__ import annotations
 import click
 
 from topo_tune.cli.admin import admin, connected
-from topo_tune.cli.output import emit_data, emit_line, emit_table, to_data
+from topo_tune.cli.output import emit_data, emit_line, emit_table
 from topo_tune.cli.setting_options import setting_option
 from topo_tune.client.admin import AdminClient
 from topo_tune.config.cluster import SearchConfig
 from topo_tune.errors import ControllerError
 from topo_tune.ids import StudyId
-from topo_tune.v1 import admin_pb2
-
-STATUS_NAMES = {v: k.removeprefix("STUDY_STATUS_").lower() for k, v in admin_pb2.StudyStatus.items()}
+from topo_tune.study_record import Study, StudyRequest, StudyStatus
+from topo_tune.wire.studies import study_data, study_trial_data, study_trials_data
 
 
 def _weights(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, float]:
@@ -37,13 +36,13 @@ def _pairs(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
     return out
 
 
-def _print(info: admin_pb2.StudyInfo, fmt: str) -> None:
+def _print(info: Study, fmt: str) -> None:
     if fmt != "table":
-        emit_data(to_data(info), fmt)
+        emit_data(study_data(info), fmt)
         return
-    best = f"{info.best_value:.3f}x" if info.HasField("best_value") else "-"
+    best = "-" if info.best_value is None else f"{info.best_value:.3f}x"
     rows = [
-        ("status", STATUS_NAMES.get(info.status, "?") + (" (SIMULATED)" if info.simulated else "")),
+        ("status", info.status.value + (" (SIMULATED)" if info.simulated else "")),
         ("progress", f"{info.phase or '-'} {info.done}/{info.total}"),
         ("best so far", best),
         ("result", info.result or "-"),
@@ -115,9 +114,9 @@ def start(
             "0 cannot be sent (0 on the wire asks for the default): give 1 or more", param_hint="--finalists"
         )
     info = client.start_study(
-        admin_pb2.StartStudyRequest(
+        StudyRequest(
             study_id=study_id,
-            nodes=[n.strip() for n in nodes.split(",") if n.strip()],
+            nodes=tuple(n.strip() for n in nodes.split(",") if n.strip()),
             collectives=collectives,
             budget=budget or 0,  # 0, "" or unset: the controller's default, the model's (cluster_config.SearchConfig)
             sampler=sampler or "",
@@ -131,11 +130,11 @@ def start(
             no_tuner_table=tuner_table is False,
         )
     )
-    if wait and info.status == admin_pb2.STUDY_STATUS_RUNNING:
-        info = client.watch_study(StudyId(info.study_id))  # the controller's stream: nothing is sent while it runs
+    if wait and info.status is StudyStatus.RUNNING:
+        info = client.watch_study(info.study_id)  # the controller's stream: nothing is sent while it runs
     _print(info, fmt)
-    if wait and info.status in (admin_pb2.STUDY_STATUS_FAILED, admin_pb2.STUDY_STATUS_CANCELLED):
-        raise ControllerError(f"study {info.study_id} {STATUS_NAMES[info.status]}: {info.message}")
+    if wait and info.status in (StudyStatus.FAILED, StudyStatus.CANCELLED):
+        raise ControllerError(f"study {info.study_id} {info.status.value}: {info.message}")
 
 
 @study.command()
@@ -152,9 +151,9 @@ def list_studies(client: AdminClient, fmt: str) -> None:
     """Recent studies, newest first."""
     found = client.list_studies()
     if fmt != "table":
-        emit_data([to_data(s) for s in found], fmt)
+        emit_data([study_data(s) for s in found], fmt)
         return
-    rows = [(s.study_id, STATUS_NAMES.get(s.status, "?"), s.result or "-", s.config_version or "-") for s in found]
+    rows = [(s.study_id, s.status.value, s.result or "-", s.config_version or "-") for s in found]
     emit_table(f"{len(found)} studies", ("ID", "STATUS", "RESULT", "CONFIG"), rows)
 
 
@@ -165,13 +164,13 @@ def trials(client: AdminClient, fmt: str, study_id: str) -> None:
     """Every trial of a study, with its state, value and settings."""
     found = client.study_trials(StudyId(study_id))
     if fmt != "table":
-        emit_data(to_data(found), fmt)
+        emit_data(study_trials_data(found), fmt)
         return
     rows = [
         (
             str(t.number),
             t.state,
-            f"{t.value:.4f}" if t.HasField("value") else "-",
+            "-" if t.value is None else f"{t.value:.4f}",
             " ".join(f"{k}={v}" for k, v in sorted(t.env.items())),
             t.reason or "",
         )
@@ -187,15 +186,15 @@ def best(client: AdminClient, fmt: str, study_id: str) -> None:
     """The best trial so far and, once proven, the result."""
     found = client.study_trials(StudyId(study_id))
     info = client.get_study(StudyId(study_id))
-    chosen = next((t for t in found.trials if found.HasField("best_trial") and t.number == found.best_trial), None)
+    chosen = next((t for t in found.trials if t.number == found.best_trial), None)
     if fmt != "table":
-        emit_data({"study": to_data(info), "best_trial": to_data(chosen) if chosen else None}, fmt)
+        emit_data({"study": study_data(info), "best_trial": study_trial_data(chosen) if chosen else None}, fmt)
         return
     if chosen is None:
         emit_line(f"study {study_id}: no completed trial yet")
     else:
         params = " ".join(f"{k}={v}" for k, v in sorted(chosen.env.items()))
-        emit_line(f"study {study_id}: best trial {chosen.number}, {chosen.value:.4f}x the defaults: {params}")
+        emit_line(f"study {study_id}: best trial {chosen.number}, {chosen.value or 0:.4f}x the defaults: {params}")
     emit_line(
         f"result: {info.result or 'not proven yet'}" + (f" ({info.config_version})" if info.config_version else "")
     )

@@ -15,7 +15,7 @@ import click
 
 from topo_tune.agent.discovery import discover
 from topo_tune.cli.connection import client_tls, client_tls_options, controller_option, resolve_token, token_options
-from topo_tune.cli.output import emit_data, emit_lines, to_data
+from topo_tune.cli.output import emit_data, emit_lines
 from topo_tune.errors import ConfigError
 from topo_tune.topology.distance import PairMatrix
 from topo_tune.topology.fingerprint import topology_fingerprint
@@ -24,6 +24,7 @@ from topo_tune.topology.nccl_dump import read_nccl_topology
 from topo_tune.topology.nccl_topo_file import nccl_topology_xml, vm_topology_file
 from topo_tune.topology.slurm_export import SlurmForm, SwitchTree, render, switch_tree
 from topo_tune.tuner.ring.rank_map import HostfileFlavour, plan_rank_map
+from topo_tune.wire.plain_data import to_data
 
 
 @click.group()
@@ -216,7 +217,7 @@ def export(
 
         with AdminClient(address, token=resolve_token(token_file), tls=client_tls(tls_ca, tls_cert, tls_key)) as client:
             view = client.cluster_topology()
-            measured = client.measured_pairs().pairs
+            measured = client.measured_pairs()
         rack_of = {n.name: n.rack for n in view.nodes}
         tiers = {n.name: tiers_above(n.labels) for n in view.nodes}
         pairs = [(m.node_a, m.node_b, m.bandwidth_gbps) for m in measured]

@@ -26,7 +26,18 @@ from typing import Protocol, TypeVar
 
 import grpc
 
+from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest
+from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound
+from topo_tune.client.credential_entries import (
+    ROLE_TO_WIRE,
+    CredentialEntry,
+    IssuedRole,
+    IssuedToken,
+    credential_entry,
+)
 from topo_tune.client.job_answer import checked_job_config
+from topo_tune.client.watch_step import WatchStep
+from topo_tune.drift_record import DriftCheck
 from topo_tune.errors import (
     ERROR_FIELD,
     ERROR_KIND,
@@ -45,7 +56,17 @@ from topo_tune.errors import (
 )
 from topo_tune.ids import NO_CONFIG_VERSION, NO_ROLLOUT, ConfigVersionId, JobId, NodeName, RolloutId, StudyId
 from topo_tune.security.auth import TlsFiles, bearer_metadata, channel_credentials, with_default_port
+from topo_tune.study_record import Study, StudyRequest, StudyTrials
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
+from topo_tune.wire.admin_jobs import (
+    benchmark_job_from_proto,
+    benchmark_request_to_proto,
+    pair_from_proto,
+    probe_request_to_proto,
+    probe_round_from_proto,
+)
+from topo_tune.wire.drift_checks import drift_check_from_proto
+from topo_tune.wire.studies import from_proto_study, from_proto_study_trials, to_proto_study_request
 
 logger = logging.getLogger(__name__)
 
@@ -222,52 +243,67 @@ class AdminClient:
                 grpc.channel_ready_future(self._channel).result(timeout=left)
 
     def watch_benchmark(
-        self, job_id: JobId, on_update: Callable[[admin_pb2.BenchmarkJobUpdate], None] | None = None
-    ) -> admin_pb2.BenchmarkJob:
+        self, job_id: JobId, on_update: Callable[[WatchStep[BenchmarkJob]], None] | None = None
+    ) -> BenchmarkJob:
         """The job once it has ended; ``on_update`` with each change on the way."""
+
+        def step(update: admin_pb2.BenchmarkJobUpdate) -> None:
+            if on_update is not None:
+                on_update(WatchStep(benchmark_job_from_proto(update.job), update.progress.done, update.progress.total))
+
         last = self._watch(
             self._stub.WatchBenchmark,
             job_id,
             f"benchmark job {job_id}",
             lambda u: u.job.status != admin_pb2.BENCHMARK_JOB_STATUS_RUNNING,
-            on_update,
+            step,
             later=f"topo-tune admin bench show {job_id}",
         )
-        return last.job
+        return benchmark_job_from_proto(last.job)
 
-    def wait_benchmark(self, job_id: JobId) -> admin_pb2.BenchmarkJob:
+    def wait_benchmark(self, job_id: JobId) -> BenchmarkJob:
         return self.watch_benchmark(job_id)
 
     def watch_probe_round(
-        self, round_id: str, on_update: Callable[[admin_pb2.ProbeRoundUpdate], None] | None = None
-    ) -> admin_pb2.ProbeRound:
+        self, round_id: str, on_update: Callable[[WatchStep[ProbeRound]], None] | None = None
+    ) -> ProbeRound:
         """The round once it has ended; ``on_update`` with each change on the way."""
+
+        def step(update: admin_pb2.ProbeRoundUpdate) -> None:
+            if on_update is not None:
+                on_update(WatchStep(probe_round_from_proto(update.round), update.progress.done, update.progress.total))
+
         last = self._watch(
             self._stub.WatchProbeRound,
             round_id,
             f"probe round {round_id}",
             lambda u: u.round.status != admin_pb2.PROBE_ROUND_STATUS_RUNNING,
-            on_update,
+            step,
             later=f"topo-tune admin probe show {round_id}",
         )
-        return last.round
+        return probe_round_from_proto(last.round)
 
-    def wait_probe_round(self, round_id: str) -> admin_pb2.ProbeRound:
+    def wait_probe_round(self, round_id: str) -> ProbeRound:
         return self.watch_probe_round(round_id)
 
     def watch_drift_check(
-        self, check_id: str, on_update: Callable[[admin_pb2.DriftCheckUpdate], None] | None = None
-    ) -> admin_pb2.DriftCheck:
+        self, check_id: str, on_update: Callable[[WatchStep[DriftCheck]], None] | None = None
+    ) -> DriftCheck:
         """The check once it has ended; ``on_update`` with each change on the way."""
+
+        def step(update: admin_pb2.DriftCheckUpdate) -> None:
+            if on_update is not None:
+                on_update(WatchStep(drift_check_from_proto(update.check), update.progress.done, update.progress.total))
+
         last = self._watch(
             self._stub.WatchDriftCheck,
             check_id,
             f"drift check {check_id}",
             lambda u: u.check.status != "running",
-            on_update,
+            step,
             later=f"topo-tune admin drift show {check_id}",
         )
-        return last.check
+        return drift_check_from_proto(last.check)
 
     def watch_rollout(
         self, rollout_id: RolloutId, on_update: Callable[[admin_pb2.RolloutUpdate], None] | None = None
@@ -286,14 +322,18 @@ class AdminClient:
         )
         return last.rollout
 
-    def watch_study(
-        self, study_id: StudyId, on_update: Callable[[admin_pb2.StudyUpdate], None] | None = None
-    ) -> admin_pb2.StudyInfo:
-        def ended(update: admin_pb2.StudyUpdate) -> bool:  # succeeded, failed or cancelled
+    def watch_study(self, study_id: StudyId, on_update: Callable[[WatchStep[Study]], None] | None = None) -> Study:
+        """The study once it has ended (succeeded, failed or cancelled); ``on_update`` with each change."""
+
+        def step(update: admin_pb2.StudyUpdate) -> None:
+            if on_update is not None:
+                on_update(WatchStep(from_proto_study(update.study), update.progress.done, update.progress.total))
+
+        def ended(update: admin_pb2.StudyUpdate) -> bool:
             return update.study.status != admin_pb2.STUDY_STATUS_RUNNING
 
         what, later = f"study {study_id}", f"topo-tune admin study status {study_id}"
-        return self._watch(self._stub.WatchStudy, study_id, what, ended, on_update, later=later).study
+        return from_proto_study(self._watch(self._stub.WatchStudy, study_id, what, ended, step, later=later).study)
 
     def list_nodes(self, *, rack: str = "") -> list[admin_pb2.Node]:
         return list(self._call(self._stub.ListNodes, admin_pb2.ListNodesRequest(rack=rack)).nodes)
@@ -313,23 +353,27 @@ class AdminClient:
     def cluster_topology(self) -> admin_pb2.ClusterTopologyView:
         return self._call(self._stub.GetClusterTopology, admin_pb2.GetClusterTopologyRequest())
 
-    def start_benchmark(self, request: admin_pb2.StartBenchmarkRequest) -> admin_pb2.BenchmarkJob:
-        return self._call(self._stub.StartBenchmark, request)
+    def start_benchmark(self, request: BenchmarkRequest) -> BenchmarkJob:
+        return benchmark_job_from_proto(self._call(self._stub.StartBenchmark, benchmark_request_to_proto(request)))
 
-    def get_benchmark(self, job_id: JobId) -> admin_pb2.BenchmarkJob:
-        return self._call(self._stub.GetBenchmark, admin_pb2.GetBenchmarkRequest(job_id=job_id))
+    def get_benchmark(self, job_id: JobId) -> BenchmarkJob:
+        request = admin_pb2.GetBenchmarkRequest(job_id=job_id)
+        return benchmark_job_from_proto(self._call(self._stub.GetBenchmark, request))
 
-    def list_benchmarks(self, *, limit: int = 0) -> list[admin_pb2.BenchmarkJob]:
-        return list(self._call(self._stub.ListBenchmarks, admin_pb2.ListBenchmarksRequest(limit=limit)).jobs)
+    def list_benchmarks(self, *, limit: int = 0) -> list[BenchmarkJob]:
+        found = self._call(self._stub.ListBenchmarks, admin_pb2.ListBenchmarksRequest(limit=limit)).jobs
+        return [benchmark_job_from_proto(job) for job in found]
 
-    def start_probe_round(self, request: admin_pb2.StartProbeRoundRequest) -> admin_pb2.ProbeRound:
-        return self._call(self._stub.StartProbeRound, request)
+    def start_probe_round(self, request: ProbeRequest) -> ProbeRound:
+        return probe_round_from_proto(self._call(self._stub.StartProbeRound, probe_request_to_proto(request)))
 
-    def get_probe_round(self, round_id: str) -> admin_pb2.ProbeRound:
-        return self._call(self._stub.GetProbeRound, admin_pb2.GetProbeRoundRequest(round_id=round_id))
+    def get_probe_round(self, round_id: str) -> ProbeRound:
+        request = admin_pb2.GetProbeRoundRequest(round_id=round_id)
+        return probe_round_from_proto(self._call(self._stub.GetProbeRound, request))
 
-    def measured_pairs(self) -> admin_pb2.MeasuredPairs:
-        return self._call(self._stub.GetMeasuredPairs, admin_pb2.GetMeasuredPairsRequest())
+    def measured_pairs(self) -> list[PairMeasurement]:
+        found = self._call(self._stub.GetMeasuredPairs, admin_pb2.GetMeasuredPairsRequest())
+        return [pair_from_proto(pair) for pair in found.pairs]
 
     def put_config_version(
         self, files: dict[str, str], provenance: dict[str, str], *, version_id: str = ""
@@ -344,30 +388,34 @@ class AdminClient:
         request = admin_pb2.ListConfigVersionsRequest(limit=limit)
         return list(self._call(self._stub.ListConfigVersions, request).versions)
 
-    def start_study(self, request: admin_pb2.StartStudyRequest) -> admin_pb2.StudyInfo:
-        return self._call(self._stub.StartStudy, request)
+    def start_study(self, request: StudyRequest) -> Study:
+        return from_proto_study(self._call(self._stub.StartStudy, to_proto_study_request(request)))
 
-    def get_study(self, study_id: StudyId) -> admin_pb2.StudyInfo:
-        return self._call(self._stub.GetStudy, admin_pb2.GetStudyRequest(study_id=study_id))
+    def get_study(self, study_id: StudyId) -> Study:
+        return from_proto_study(self._call(self._stub.GetStudy, admin_pb2.GetStudyRequest(study_id=study_id)))
 
-    def list_studies(self, *, limit: int = 0) -> list[admin_pb2.StudyInfo]:
-        return list(self._call(self._stub.ListStudies, admin_pb2.ListStudiesRequest(limit=limit)).studies)
+    def list_studies(self, *, limit: int = 0) -> list[Study]:
+        found = self._call(self._stub.ListStudies, admin_pb2.ListStudiesRequest(limit=limit)).studies
+        return [from_proto_study(info) for info in found]
 
-    def list_drift_checks(self, *, limit: int = 0, status: str = "") -> list[admin_pb2.DriftCheck]:
+    def list_drift_checks(self, *, limit: int = 0, status: str = "") -> list[DriftCheck]:
         request = admin_pb2.ListDriftChecksRequest(limit=limit, status=status)
-        return list(self._call(self._stub.ListDriftChecks, request).checks)
+        return [drift_check_from_proto(check) for check in self._call(self._stub.ListDriftChecks, request).checks]
 
-    def get_drift_check(self, check_id: str) -> admin_pb2.DriftCheck:
-        return self._call(self._stub.GetDriftCheck, admin_pb2.GetDriftCheckRequest(check_id=check_id))
+    def get_drift_check(self, check_id: str) -> DriftCheck:
+        request = admin_pb2.GetDriftCheckRequest(check_id=check_id)
+        return drift_check_from_proto(self._call(self._stub.GetDriftCheck, request))
 
-    def run_drift_check(self, *, version: ConfigVersionId = NO_CONFIG_VERSION) -> admin_pb2.DriftCheck:
-        return self._call(self._stub.RunDriftCheck, admin_pb2.RunDriftCheckRequest(config_version=version))
+    def run_drift_check(self, *, version: ConfigVersionId = NO_CONFIG_VERSION) -> DriftCheck:
+        request = admin_pb2.RunDriftCheckRequest(config_version=version)
+        return drift_check_from_proto(self._call(self._stub.RunDriftCheck, request))
 
-    def study_trials(self, study_id: StudyId) -> admin_pb2.StudyTrials:
-        return self._call(self._stub.ListStudyTrials, admin_pb2.GetStudyRequest(study_id=study_id))
+    def study_trials(self, study_id: StudyId) -> StudyTrials:
+        request = admin_pb2.GetStudyRequest(study_id=study_id)
+        return from_proto_study_trials(self._call(self._stub.ListStudyTrials, request))
 
-    def cancel_study(self, study_id: StudyId) -> admin_pb2.StudyInfo:
-        return self._call(self._stub.CancelStudy, admin_pb2.GetStudyRequest(study_id=study_id))
+    def cancel_study(self, study_id: StudyId) -> Study:
+        return from_proto_study(self._call(self._stub.CancelStudy, admin_pb2.GetStudyRequest(study_id=study_id)))
 
     def list_commands(self, *, node_name: str = "", limit: int = 0) -> list[admin_pb2.CommandInfo]:
         request = admin_pb2.ListCommandsRequest(node_name=node_name, limit=limit)
@@ -394,17 +442,18 @@ class AdminClient:
         request = admin_pb2.GetRolloutHistoryRequest(rollout_id=rollout_id)
         return list(self._call(self._stub.GetRolloutHistory, request).transitions)
 
-    def issue_credential(
-        self, role: admin_pb2.CredentialRole.ValueType, node_name: str = "", *, scope: str = ""
-    ) -> admin_pb2.IssuedCredential:
-        request = admin_pb2.IssueCredentialRequest(role=role, node_name=node_name, scope=scope)
-        return self._call(self._stub.IssueCredential, request)
+    def issue_credential(self, role: IssuedRole, node_name: str = "", *, scope: str = "") -> IssuedToken:
+        request = admin_pb2.IssueCredentialRequest(role=ROLE_TO_WIRE[role], node_name=node_name, scope=scope)
+        issued = self._call(self._stub.IssueCredential, request)
+        return IssuedToken(id=issued.id, token=issued.token)
 
-    def list_credentials(self) -> list[admin_pb2.CredentialInfo]:
-        return list(self._call(self._stub.ListCredentials, admin_pb2.ListCredentialsRequest()).credentials)
+    def list_credentials(self) -> list[CredentialEntry]:
+        found = self._call(self._stub.ListCredentials, admin_pb2.ListCredentialsRequest()).credentials
+        return [credential_entry(info) for info in found]
 
-    def revoke_credential(self, credential_id: str) -> admin_pb2.CredentialInfo:
-        return self._call(self._stub.RevokeCredential, admin_pb2.RevokeCredentialRequest(id=credential_id))
+    def revoke_credential(self, credential_id: str) -> CredentialEntry:
+        request = admin_pb2.RevokeCredentialRequest(id=credential_id)
+        return credential_entry(self._call(self._stub.RevokeCredential, request))
 
     def resolve_job_config(
         self, job_id: str, nodes: list[str], *, arm: str = "", preview: bool = False, schedule_wait_s: int = 0

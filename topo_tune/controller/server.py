@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from topo_tune.controller.api.in_process import InProcessPort
 from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.leadership import Leadership
@@ -24,6 +25,7 @@ from topo_tune.controller.rollout.job_pins import JobNodesLookup
 from topo_tune.controller.schedule import Schedule
 from topo_tune.controller.serving import Serving
 from topo_tune.controller.settings import ControllerSettings
+from topo_tune.controller.studies import StudyPass
 from topo_tune.controller.wiring import Services
 from topo_tune.errors import ConfigError
 from topo_tune.kube.idleness import AssumeIdle, NodeIdleness
@@ -41,7 +43,15 @@ AgentReview = Callable[[bytes], Awaitable[str | None]]
 class Controller:
     """One controller process: its services, leadership, schedule and ports."""
 
-    def __init__(self, settings: ControllerSettings, *, idleness: NodeIdleness | None = None) -> None:
+    def __init__(
+        self,
+        settings: ControllerSettings,
+        *,
+        idleness: NodeIdleness | None = None,
+        study_pass: StudyPass[InProcessPort] | None = None,
+    ) -> None:
+        """``study_pass``: the pass a study runs, from the command that serves this controller (without it,
+        ``study start`` is refused: a controller built to test other services)."""
         if not settings.token:
             raise ConfigError("--token-file", "the controller needs a token: --token-file FILE or TOPO_TUNE_TOKEN")
         self.settings = settings
@@ -59,6 +69,7 @@ class Controller:
             idleness=idleness or _idleness(api),
             leading=lambda: self.leadership.leading,
             job_nodes=_job_nodes(api),
+            study_pass=study_pass,
         )
         services = self.services
         # The services by name, for the CLI, the demo and tests.

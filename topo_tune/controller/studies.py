@@ -1,9 +1,11 @@
 """Studies the controller runs itself (``admin study start|status|trials|best|cancel``).
 
-A study is the same pass as ``topo-tune init`` (``tuning_pass.run_pass``), over nodes the controller already
-knows, run in a worker thread. The pass reaches the controller's services in-process through
+A study is the same pass as ``topo-tune init``, over nodes the controller already knows, run in a worker thread.
+The pass is given to the controller by its composition root (``StudyPass``: the command that serves it), so the
+controller never imports the tuning pass. It reaches the controller's services in-process through
 ``api/in_process.py``'s port (the same calls the admin API offers), so benchmark jobs, probes and config versions go
-through exactly the code the admin API uses. Trials live in Optuna's tables in the controller's database;
+through exactly the code the admin API uses; a controller built without a pass answers ``study start`` with a
+refusal naming what is missing. Trials live in Optuna's tables in the controller's database;
 the study row says where it stands, and `changes` wakes its watchers at each step (a trial finished, a phase
 begun, the end committed). A cancelled study — or one a controller restart interrupted — resumes
 where it stopped when it is started again with the same id: no trial is lost or counted twice.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 import uuid
@@ -20,6 +23,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Generic, Protocol, TypeVar
 
 import optuna
 import sqlalchemy as sa
@@ -42,7 +46,6 @@ from topo_tune.controller.db.database import Database, first_line, is_disk_full
 from topo_tune.controller.db.left_running import end_left_running
 from topo_tune.controller.db.models import StudyRow
 from topo_tune.controller.nodes import NodeRegistry
-from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus, StudyTrial, StudyTrials
 from topo_tune.errors import (
     AlreadyExists,
     ConfigError,
@@ -55,11 +58,10 @@ from topo_tune.errors import (
 )
 from topo_tune.ids import NodeName, StudyId
 from topo_tune.node_record import NodeState
+from topo_tune.study_record import Study, StudyRequest, StudyStatus, StudyTrial, StudyTrials
+from topo_tune.tuner.objective import workload_profile
 from topo_tune.tuner.space import check_site_fixed
 from topo_tune.tuner.study import A_FAILURE, A_REASON, StudyProgress
-from topo_tune.tuner.study_summary import verdict_lines
-from topo_tune.tuning_pass.controller_port import AdminPort
-from topo_tune.tuning_pass.run import run_pass, workload_profile
 
 logger = logging.getLogger(__name__)
 
@@ -74,16 +76,48 @@ def _said(error: BaseException) -> str:
 
 _OPTUNA_STATES = {"COMPLETE": "complete", "PRUNED": "pruned", "RUNNING": "running", "WAITING": "waiting"}
 
+Port = TypeVar("Port")
+Port_contra = TypeVar("Port_contra", contravariant=True)
+
+
+@dataclass(frozen=True)
+class StudyEnd:
+    """What a finished pass leaves in its study's row."""
+
+    promoted: bool
+    """A winner was proven and written as a config version (else: keep NCCL's defaults)."""
+    config_version: str
+    optuna_name: str
+    summary: str
+    """The trial count and the verdict, in a few lines."""
+
+
+class StudyPass(Protocol[Port_contra]):
+    """The pass a study runs (``topo-tune init``'s), given the in-process port to the controller's services."""
+
+    def run(
+        self,
+        cluster: ClusterConfig,
+        port: Port_contra,
+        *,
+        output: Path,
+        storage: str,
+        on_progress: Callable[[StudyProgress], None],
+    ) -> StudyEnd:
+        """The whole pass; raises ``StudyCancelled`` when the port's cancel flag stops it."""
+
 
 @dataclass
-class Studies:
+class Studies(Generic[Port]):
     db: Database
     registry: NodeRegistry
     wall_clock: Callable[[], datetime]
     output_root: Path
-    open_port: Callable[[asyncio.AbstractEventLoop, threading.Event], AdminPort]
+    open_port: Callable[[asyncio.AbstractEventLoop, threading.Event], Port]
     """The admin calls a study's pass makes, answered in-process (``api/in_process.py``); given the loop the
     services run on and the study's cancel flag."""
+    study_pass: StudyPass[Port] | None
+    """None: a controller that runs no studies (built by a test); ``study start`` is refused."""
     rack_of: Mapping[str, str] = field(default_factory=dict)
     spine: tuple[float | None, float | None] = (None, None)
     changes: Changes = field(default_factory=Changes)
@@ -118,6 +152,9 @@ class Studies:
             raise AlreadyExists(f"study {study_id} exists with other settings; use another id")
         cluster = await self._cluster(study_id, request)
         nodes = [n.name for rack in cluster.racks for n in rack.nodes]
+        study_pass = self.study_pass
+        if study_pass is None:  # after the request's own checks, so a refusal still names the field
+            raise ConflictError("this controller was built without the tuning pass, so it runs no studies")
         now = self.wall_clock()
 
         def write(session: Session) -> None:
@@ -142,9 +179,13 @@ class Studies:
         self.changes.changed(study_id)
         cancelled = threading.Event()
         loop = asyncio.get_running_loop()
-        port = self.open_port(loop, cancelled)
+        storage = self.db.url.render_as_string(hide_password=False)
+        output = self.output_root / study_id
+        run = functools.partial(
+            study_pass.run, cluster, self.open_port(loop, cancelled), output=output, storage=storage
+        )
         thread = threading.Thread(
-            target=self._run_study, args=(study_id, cluster, port, loop), name=f"study-{study_id}", daemon=True
+            target=self._run_study, args=(study_id, run, loop), name=f"study-{study_id}", daemon=True
         )
         self._running[study_id] = (thread, cancelled)
         thread.start()
@@ -203,9 +244,9 @@ class Studies:
             raise ValidationError(error.field, error.reason) from None
         return cluster
 
-    def _run_study(
-        self, study_id: str, cluster: ClusterConfig, port: AdminPort, loop: asyncio.AbstractEventLoop
-    ) -> None:
+    def _run_study(self, study_id: str, run: Callable[..., StudyEnd], loop: asyncio.AbstractEventLoop) -> None:
+        """``run`` (the pass, given ``on_progress``) in this worker thread, again after a database outage."""
+
         def changed() -> None:  # from this worker thread: the wake-ups live on the services' loop
             with contextlib.suppress(RuntimeError):  # the loop is closed: the controller stopped, no one waits
                 loop.call_soon_threadsafe(self.changes.changed, study_id)
@@ -218,19 +259,10 @@ class Studies:
         cancelled = self._running[study_id][1]
         while True:
             try:
-                outcome = run_pass(
-                    cluster,
-                    port,
-                    output=self.output_root / study_id,
-                    storage=self.db.url.render_as_string(hide_password=False),
-                    on_progress=progressed,
-                )
+                end = run(on_progress=progressed)
                 status = "succeeded"
-                result = "promoted" if outcome.outcome.chosen is not None else "keep NCCL's defaults"
-                version, name = outcome.written.config_version.id, outcome.outcome.name
-                message = f"{len(outcome.outcome.trials)} trials; " + "; ".join(
-                    " ".join(line.split()) for line in verdict_lines(outcome.outcome)
-                )
+                result = "promoted" if end.promoted else "keep NCCL's defaults"
+                version, name, message = end.config_version, end.optuna_name, end.summary
             except StudyCancelled:
                 status, message = "cancelled", "cancelled by an admin; start it again with this id to resume"
             except (optuna.exceptions.StorageInternalError, sa.exc.OperationalError, StorageError) as error:

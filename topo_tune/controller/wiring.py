@@ -35,7 +35,7 @@ from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.rollout.verification import BenchmarkVerifier, wave_order
 from topo_tune.controller.sessions import SessionHub
 from topo_tune.controller.settings import ControllerSettings
-from topo_tune.controller.studies import Studies
+from topo_tune.controller.studies import Studies, StudyPass
 from topo_tune.ids import ConfigVersionId, NodeName
 from topo_tune.kube.idleness import NodeIdleness, busy_nodes
 from topo_tune.plugin.table import parse_tuner_table
@@ -62,6 +62,7 @@ class Services:
         idleness: NodeIdleness,
         leading: Callable[[], bool],
         job_nodes: JobNodesLookup | None = None,
+        study_pass: StudyPass[InProcessPort] | None = None,
     ) -> None:
         self.settings = settings
         self.db = db
@@ -72,7 +73,7 @@ class Services:
         self.metrics = ControllerMetrics()
         self._fleet(settings, controller_id=controller_id)
         self._measurements(settings)
-        self._rollouts_and_studies(settings)
+        self._rollouts_and_studies(settings, study_pass)
         self.retention = Retention(db=db, wall_clock=wall_clock, settings=settings.retention, metrics=self.metrics)
         self.job_configs = JobResolver(self.rollout_store, self.registry, job_nodes=job_nodes, caps=settings.job_caps)
         self.job_comparisons = JobComparisons(
@@ -135,13 +136,13 @@ class Services:
             changes=self.changes,
         )
 
-    def _rollouts_and_studies(self, settings: ControllerSettings) -> None:
+    def _rollouts_and_studies(self, settings: ControllerSettings, study_pass: StudyPass[InProcessPort] | None) -> None:
         """Config versions and rollouts, studies, and the drift checks of the stable version."""
         db = self.db
         self.rollout_store = RolloutStore(db=db, wall_clock=wall_clock)
         self.config_versions = self.rollout_store.versions
         spine = (settings.spine_oversubscription, settings.spine_bandwidth_gbps)
-        self.studies = Studies(
+        self.studies: Studies[InProcessPort] = Studies(
             db=db,
             registry=self.registry,
             wall_clock=wall_clock,
@@ -154,6 +155,7 @@ class Services:
                 config_versions=self.config_versions,
                 spine=spine,
             ),
+            study_pass=study_pass,
             rack_of=dict(settings.rack_of),
             spine=spine,
             changes=self.changes,

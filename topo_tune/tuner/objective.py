@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from topo_tune.config.cluster import WorkloadConfig
 from topo_tune.errors import ConfigError
 from topo_tune.ids import BucketName
 from topo_tune.nccl.collectives import Collective
@@ -327,3 +328,9 @@ class Objective:
 def _geomean(values: Iterable[float]) -> float:
     logs = [math.log(v) for v in values]
     return math.exp(sum(logs) / len(logs))
+
+
+def workload_profile(workload: WorkloadConfig) -> WorkloadProfile:
+    """The tuner's profile of cluster.yaml's ``workload``: per-(collective, bucket) weights when it has them."""
+    matrix = None if workload.weights is None else {c: dict(row) for c, row in workload.weights.items()}
+    return WorkloadProfile(dict(workload.collectives), dict(workload.buckets), matrix)

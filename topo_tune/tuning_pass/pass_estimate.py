@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from topo_tune.benchmark.sweep import size_ladder
 from topo_tune.config.cluster import ClusterConfig
 from topo_tune.nccl.backends import Backend
-from topo_tune.tuner.objective import Objective
+from topo_tune.tuner.objective import Objective, workload_profile
 from topo_tune.tuner.proof import SMALL_RUNS, ProofSettings
 from topo_tune.tuning_pass.job_evaluator import sweeps
-from topo_tune.tuning_pass.run import workload_profile
 
 
 @dataclass(frozen=True)

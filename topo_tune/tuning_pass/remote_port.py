@@ -25,13 +25,6 @@ from topo_tune.errors import ControllerUnavailable
 from topo_tune.ids import JobId, NodeName
 from topo_tune.node_record import NodeInfo, NodeInventory, NodeState
 from topo_tune.v1 import admin_pb2
-from topo_tune.wire.admin_jobs import (
-    benchmark_job_from_proto,
-    benchmark_request_to_proto,
-    pair_from_proto,
-    probe_request_to_proto,
-    probe_round_from_proto,
-)
 from topo_tune.wire.values import BACKEND_FROM_WIRE
 
 T = TypeVar("T")
@@ -108,29 +101,27 @@ class RemotePort:
     def start_probe_round(self, request: ProbeRequest) -> ProbeRound:
         # No id of our own to make a repeat idempotent: a round the controller stored but never answered for
         # runs again (a measurement repeated; nothing is counted twice).
-        wire = probe_request_to_proto(request)
-        return self._riding_out(lambda: probe_round_from_proto(self.client.start_probe_round(wire)))
+        return self._riding_out(lambda: self.client.start_probe_round(request))
 
     def get_probe_round(self, round_id: str) -> ProbeRound:
-        return self._riding_out(lambda: probe_round_from_proto(self.client.get_probe_round(round_id)))
+        return self._riding_out(lambda: self.client.get_probe_round(round_id))
 
     def wait_probe_round(self, round_id: str) -> ProbeRound:
-        return self._riding_out(lambda: probe_round_from_proto(self.client.wait_probe_round(round_id)))
+        return self._riding_out(lambda: self.client.wait_probe_round(round_id))
 
     def measured_pairs(self) -> list[PairMeasurement]:
-        return self._riding_out(lambda: [pair_from_proto(pair) for pair in self.client.measured_pairs().pairs])
+        return self._riding_out(self.client.measured_pairs)
 
     def start_benchmark(self, request: BenchmarkRequest) -> BenchmarkJob:
         if not request.job_id:  # our own id: a repeat after a restart finds the job the controller stored
             request = dataclasses.replace(request, job_id=f"bj-{uuid.uuid4().hex[:12]}")
-        wire = benchmark_request_to_proto(request)
-        return self._riding_out(lambda: benchmark_job_from_proto(self.client.start_benchmark(wire)))
+        return self._riding_out(lambda: self.client.start_benchmark(request))
 
     def get_benchmark(self, job_id: JobId) -> BenchmarkJob:
-        return self._riding_out(lambda: benchmark_job_from_proto(self.client.get_benchmark(job_id)))
+        return self._riding_out(lambda: self.client.get_benchmark(job_id))
 
     def wait_benchmark(self, job_id: JobId) -> BenchmarkJob:
-        return self._riding_out(lambda: benchmark_job_from_proto(self.client.wait_benchmark(job_id)))
+        return self._riding_out(lambda: self.client.wait_benchmark(job_id))
 
     def put_config_version(
         self, files: dict[str, str], provenance: dict[str, str], *, version_id: str = ""

@@ -21,14 +21,14 @@ from pathlib import Path
 
 from topo_tune.benchmark.probe_record import ProbeRequest, ProbeRound, ProbeStatus
 from topo_tune.benchmark.sweep import size_ladder
-from topo_tune.config.cluster import ClusterConfig, WorkloadConfig
+from topo_tune.config.cluster import ClusterConfig
 from topo_tune.errors import ConfigError, PassError
 from topo_tune.kube.rack import tiers_above
 from topo_tune.node_record import NodeInfo, NodeState
 from topo_tune.topology import Measurement, PairMatrix, Spine, build_cluster
 from topo_tune.topology.gpu_ranks import gpu_ranks
 from topo_tune.topology.sampling import default_mode, infer_pairs
-from topo_tune.tuner.objective import Objective, WorkloadProfile
+from topo_tune.tuner.objective import Objective, workload_profile
 from topo_tune.tuner.outputs import ClusterShape, WrittenOutputs, write_cluster_time, write_outputs
 from topo_tune.tuner.ring.rank_map import plan_rank_map
 from topo_tune.tuner.space import NATURAL_ORDER, Fabric, RankOrder, SearchSpace
@@ -237,12 +237,6 @@ class StudyPlan:
     objective: Objective
     settings: StudySettings
     candidates: tuple[Candidate, ...]
-
-
-def workload_profile(workload: WorkloadConfig) -> WorkloadProfile:
-    """The tuner's profile of cluster.yaml's ``workload``: per-(collective, bucket) weights when it has them."""
-    matrix = None if workload.weights is None else {c: dict(row) for c, row in workload.weights.items()}
-    return WorkloadProfile(dict(workload.collectives), dict(workload.buckets), matrix)
 
 
 def plan_study(

@@ -10,6 +10,7 @@ gRPC.
 from __future__ import annotations
 
 from datetime import UTC
+from typing import Any
 
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus, SizeRange
 from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound, ProbeStatus
@@ -22,6 +23,7 @@ from topo_tune.wire.benchmark import (
     size_from_proto,
     size_to_proto,
 )
+from topo_tune.wire.plain_data import to_data
 from topo_tune.wire.values import BACKEND_FROM_WIRE, backend_to_wire, timestamp, timestamp_or_none
 
 JOB_STATUS_TO_WIRE: dict[JobStatus, admin_pb2.BenchmarkJobStatus.ValueType] = {
@@ -231,3 +233,17 @@ def probe_round_from_proto(found: admin_pb2.ProbeRound) -> ProbeRound:
         degraded_uplinks=tuple(found.degraded_uplinks),
         slow_pairs=tuple((p.node_a, p.node_b) for p in found.slow_pairs),
     )
+
+
+def probe_round_data(found: ProbeRound) -> dict[str, Any]:
+    """The round as ``-o json`` prints it: its message's plain form (``plain_data.py``)."""
+    return to_data(probe_round_to_proto(found))
+
+
+def pair_data(measurement: PairMeasurement) -> dict[str, Any]:
+    return to_data(pair_to_proto(measurement))
+
+
+def benchmark_job_data(job: BenchmarkJob) -> dict[str, Any]:
+    """The job as ``-o json`` prints it: its message's plain form (``plain_data.py``)."""
+    return to_data(benchmark_job_to_proto(job))

@@ -18,9 +18,9 @@ from tests.tuner.test_job_order import SIX_MAP
 from topo_tune.agent.daemon import Agent
 from topo_tune.cli.main import cli
 from topo_tune.client.admin import AdminClient
+from topo_tune.client.credential_entries import IssuedRole
 from topo_tune.controller.server import Controller
 from topo_tune.errors import ConflictError, PermissionDenied, ValidationError
-from topo_tune.v1 import admin_pb2
 from topo_tune.versions.version import ConfigVersion
 
 VERSION = ConfigVersion({"nccl.conf": "NCCL_MIN_NCHANNELS=4\n", "rankmap.json": SIX_MAP})
@@ -37,7 +37,7 @@ async def test_the_order_is_pinned_per_arm_and_the_same_for_any_listing(controll
     address = f"127.0.0.1:{controller.port}"
     with AdminClient(address, token=TOKEN) as admin:
         stored = await asyncio.to_thread(admin.put_config_version, dict(VERSION.files), {"study": "t"})
-        token = (await asyncio.to_thread(admin.issue_credential, admin_pb2.CREDENTIAL_ROLE_JOB)).token
+        token = (await asyncio.to_thread(admin.issue_credential, IssuedRole.JOB)).token
     with AdminClient(address, token=token) as job:
         first = await asyncio.to_thread(job.resolve_job_config, "job-1", ["u", "s", "r", "p"], arm=stored.id)
         again = await asyncio.to_thread(job.resolve_job_config, "job-1", ["p", "r", "s", "u"], arm=stored.id)

@@ -15,15 +15,11 @@ from topo_tune.controller.api import validation
 from topo_tune.controller.api.messages import (
     from_proto_command_body,
     from_proto_job_comparison,
-    from_proto_study_request,
     to_proto_cluster_topology,
     to_proto_command,
     to_proto_config_version,
-    to_proto_drift_check,
     to_proto_job_comparison,
     to_proto_node,
-    to_proto_study,
-    to_proto_study_trials,
 )
 from topo_tune.controller.api.pages import PAGE_BYTES, from_page_token, to_page_token
 from topo_tune.controller.api.rollout import RolloutServicerMixin
@@ -34,9 +30,12 @@ from topo_tune.controller.config_versions import ConfigVersions
 from topo_tune.controller.credential_ledger import CredentialLedger, IssuedRecord
 from topo_tune.controller.credentials import Credentials, Role, credential_id
 from topo_tune.controller.job_comparisons import JobComparisons
+from topo_tune.wire.drift_checks import drift_check_to_proto
+from topo_tune.wire.studies import from_proto_study_request, to_proto_study, to_proto_study_trials
 from topo_tune.wire.values import timestamp, timestamp_or_none
 
 if TYPE_CHECKING:
+    from topo_tune.controller.api.in_process import InProcessPort
     from topo_tune.controller.drift import DriftChecker
     from topo_tune.controller.studies import Studies
 from topo_tune.controller.benchmarks.service import BenchmarkJobs
@@ -77,7 +76,7 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
         rollouts: RolloutEngine,
         job_configs: JobResolver,
         config_versions: ConfigVersions,
-        studies: Studies | None = None,
+        studies: Studies[InProcessPort] | None = None,
         drift: DriftChecker | None = None,
         credentials: Credentials | None = None,
         job_comparisons: JobComparisons | None = None,
@@ -220,7 +219,7 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
             ]
         )
 
-    def _study_runner(self) -> Studies:
+    def _study_runner(self) -> Studies[InProcessPort]:
         if self._studies is None:  # pragma: no cover - the server always wires it
             raise ConflictError("this controller runs no studies")
         return self._studies
@@ -261,17 +260,17 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
         checks = await self._drift_checks().list(
             limit=validation.limit(request.limit, default=50), status=request.status
         )
-        return admin_pb2.ListDriftChecksResponse(checks=[to_proto_drift_check(check) for check in checks])
+        return admin_pb2.ListDriftChecksResponse(checks=[drift_check_to_proto(check) for check in checks])
 
     @maps_errors
     async def GetDriftCheck(self, request: admin_pb2.GetDriftCheckRequest, context: Ctx) -> admin_pb2.DriftCheck:
         names.command_id(request.check_id, "check_id")
-        return to_proto_drift_check(await self._drift_checks().get(request.check_id))
+        return drift_check_to_proto(await self._drift_checks().get(request.check_id))
 
     @maps_errors
     async def RunDriftCheck(self, request: admin_pb2.RunDriftCheckRequest, context: Ctx) -> admin_pb2.DriftCheck:
         names.short_text(request.config_version, "config_version")
-        return to_proto_drift_check(await self._drift_checks().start(version=request.config_version))
+        return drift_check_to_proto(await self._drift_checks().start(version=request.config_version))
 
     @maps_errors
     async def IssueCredential(

@@ -14,18 +14,20 @@ from topo_tune.controller.benchmarks.service import JobProgress
 from topo_tune.controller.commands import STATUS_TO_WIRE as COMMAND_STATUS_TO_WIRE
 from topo_tune.controller.commands import CommandRecord
 from topo_tune.controller.config_versions import StoredVersion
-from topo_tune.controller.drift import DriftCheck
 from topo_tune.controller.job_comparisons import ComparisonHeader, StoredComparison
 from topo_tune.controller.nodes import NodeView
 from topo_tune.controller.rollout.job_pins import ResolvedJob
 from topo_tune.controller.rollout.state import Snapshot, WavePhase
-from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus, StudyTrials
+from topo_tune.drift_record import DriftCheck
 from topo_tune.errors import ValidationError
 from topo_tune.jobs.compare.schedule import MAX_PAIRS, Arm
 from topo_tune.jobs.compare.summary import RunValue
 from topo_tune.node_record import NodeState
+from topo_tune.study_record import Study
 from topo_tune.v1 import admin_pb2, agent_pb2, topology_pb2
 from topo_tune.wire.admin_jobs import benchmark_job_to_proto, probe_round_to_proto
+from topo_tune.wire.drift_checks import drift_check_to_proto
+from topo_tune.wire.studies import to_proto_study
 from topo_tune.wire.values import BACKEND_TO_WIRE, timestamp, timestamp_or_none
 
 NODE_STATES = {NodeState.READY: admin_pb2.NODE_STATE_READY, NodeState.LOST: admin_pb2.NODE_STATE_LOST}
@@ -131,86 +133,6 @@ def to_proto_config_version(version: StoredVersion) -> admin_pb2.ConfigVersionIn
     )
 
 
-STUDY_STATUS_TO_WIRE = {
-    StudyStatus.RUNNING: admin_pb2.STUDY_STATUS_RUNNING,
-    StudyStatus.SUCCEEDED: admin_pb2.STUDY_STATUS_SUCCEEDED,
-    StudyStatus.FAILED: admin_pb2.STUDY_STATUS_FAILED,
-    StudyStatus.CANCELLED: admin_pb2.STUDY_STATUS_CANCELLED,
-}
-
-
-def from_proto_study_request(request: admin_pb2.StartStudyRequest) -> StudyRequest:
-    return StudyRequest(
-        study_id=request.study_id,
-        nodes=tuple(request.nodes),
-        collectives=dict(request.collectives),
-        budget=request.budget,
-        sampler=request.sampler,
-        seed=request.seed,
-        min_bytes=request.min_bytes,
-        max_bytes=request.max_bytes,
-        step_factor=request.step_factor,
-        site_fixed=dict(request.site_fixed),
-        knobs=tuple(request.knobs),
-        finalists=request.finalists,
-        proof_pairs=request.proof_pairs,
-        cuda_graph=request.cuda_graph if request.HasField("cuda_graph") else None,
-        no_tuner_table=request.no_tuner_table,
-    )
-
-
-def to_proto_study(study: Study) -> admin_pb2.StudyInfo:
-    return admin_pb2.StudyInfo(
-        study_id=study.study_id,
-        status=STUDY_STATUS_TO_WIRE[study.status],
-        message=study.message,
-        phase=study.phase,
-        done=study.done,
-        total=study.total,
-        best_value=study.best_value,
-        config_version=study.config_version,
-        result=study.result,
-        nodes=list(study.nodes),
-        simulated=study.simulated,
-        created_at=timestamp(study.created_at),
-        finished_at=timestamp_or_none(study.finished_at),
-    )
-
-
-def to_proto_study_trials(trials: StudyTrials) -> admin_pb2.StudyTrials:
-    return admin_pb2.StudyTrials(
-        study_id=trials.study_id,
-        trials=[
-            admin_pb2.StudyTrial(number=t.number, state=t.state, reason=t.reason, env=dict(t.env), value=t.value)
-            for t in trials.trials
-        ],
-        best_trial=trials.best_trial,
-    )
-
-
-def to_proto_drift_check(check: DriftCheck) -> admin_pb2.DriftCheck:
-    return admin_pb2.DriftCheck(
-        check_id=check.check_id,
-        kind=check.kind,
-        status=check.status,
-        message=check.message,
-        config_version=check.config_version,
-        rollout_id=check.rollout_id,
-        wave=check.wave,
-        nodes=list(check.nodes),
-        reference_busbw_gbps=check.reference_busbw_gbps,
-        measured_busbw_gbps=check.measured_busbw_gbps,
-        threshold=check.threshold,
-        job_ids=list(check.job_ids),
-        study_id=check.study_id,
-        simulated=check.simulated,
-        created_at=timestamp(check.created_at),
-        finished_at=timestamp_or_none(check.finished_at),
-        p_value=check.p_value,
-        alpha=check.alpha,
-    )
-
-
 # -- watch streams: each update is the object and its progress ------------------------------------------------
 
 
@@ -227,7 +149,7 @@ def to_proto_round_update(found: ProbeRound) -> admin_pb2.ProbeRoundUpdate:
 def to_proto_check_update(found: tuple[DriftCheck, int]) -> admin_pb2.DriftCheckUpdate:
     check, ended = found
     progress = admin_pb2.Progress(done=ended, total=len(check.job_ids))
-    return admin_pb2.DriftCheckUpdate(check=to_proto_drift_check(check), progress=progress)
+    return admin_pb2.DriftCheckUpdate(check=drift_check_to_proto(check), progress=progress)
 
 
 def to_proto_rollout_update(rollout: admin_pb2.RolloutInfo, snapshot: Snapshot) -> admin_pb2.RolloutUpdate:

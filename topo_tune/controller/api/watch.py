@@ -33,6 +33,7 @@ from topo_tune.errors import ConflictError
 from topo_tune.v1 import admin_pb2
 
 if TYPE_CHECKING:
+    from topo_tune.controller.api.in_process import InProcessPort
     from topo_tune.controller.drift import DriftChecker
     from topo_tune.controller.studies import Studies
 
@@ -46,7 +47,7 @@ class WatchServicerMixin:
     _probes: Probes
     _rollouts: RolloutEngine
     _drift: DriftChecker | None
-    _studies: Studies | None
+    _studies: Studies[InProcessPort] | None
 
     @maps_stream_errors
     async def WatchBenchmark(

@@ -9,7 +9,7 @@ Their settings (interval, sample size, threshold, significance, repeats) are clu
 """
 
 from topo_tune.controller.drift.checker import DriftChecker
-from topo_tune.controller.drift.store import DriftCheck
 from topo_tune.controller.drift.verdict import DriftKind, DriftStatus
+from topo_tune.drift_record import DriftCheck
 
 __all__ = ["DriftCheck", "DriftChecker", "DriftKind", "DriftStatus"]

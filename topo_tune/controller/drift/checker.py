@@ -45,16 +45,17 @@ from topo_tune.benchmark.job_record import BenchmarkJob
 from topo_tune.config.cluster import DriftConfig, RolloutGateConfig
 from topo_tune.controller.changes import Changes
 from topo_tune.controller.db.database import Database
-from topo_tune.controller.drift.store import DriftCheck, DriftStore
+from topo_tune.controller.drift.store import DriftStore
 from topo_tune.controller.drift.verdict import DriftStatus, Reference, judge
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.rollout.store import RolloutStore
 from topo_tune.controller.rollout.verification import job_sample
-from topo_tune.controller.study_records import Study, StudyRequest, StudyStatus
+from topo_tune.drift_record import DriftCheck
 from topo_tune.errors import TopoTuneError, ValidationError
 from topo_tune.ids import NO_CONFIG_VERSION, ConfigVersionId, NodeName, RolloutId
 from topo_tune.node_record import NodeState
+from topo_tune.study_record import Study, StudyRequest, StudyStatus
 
 logger = logging.getLogger(__name__)
 

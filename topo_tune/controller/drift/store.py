@@ -20,36 +20,9 @@ from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.left_running import end_left_running
 from topo_tune.controller.db.models import BenchmarkJobRow, DriftCheckRow, EventRow
 from topo_tune.controller.drift.verdict import DriftKind, DriftStatus, DriftVerdict, Reference
+from topo_tune.drift_record import DriftCheck
 from topo_tune.errors import NotFoundError, ValidationError
 from topo_tune.ids import ConfigVersionId, NodeName
-
-
-@dataclass(frozen=True)
-class DriftCheck:
-    """One drift check as stored: what it compared, and the verdict once it ended."""
-
-    check_id: str
-    kind: str
-    """benchmark, topology"""
-    status: str
-    """running, ok, regressed, failed, skipped, changed"""
-    message: str
-    config_version: str
-    rollout_id: str
-    """Whose gate measured the reference."""
-    nodes: tuple[str, ...]
-    job_ids: tuple[str, ...]
-    study_id: str
-    simulated: bool
-    created_at: datetime
-    finished_at: datetime | None = None
-    wave: int | None = None
-    reference_busbw_gbps: float | None = None
-    measured_busbw_gbps: float | None = None
-    threshold: float | None = None
-    """The drop (fraction of the reference) that counts as a regression."""
-    p_value: float | None = None
-    alpha: float | None = None
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """A controller-run study in domain terms: the request that starts one, where it stands, its trials.
 
-``studies.py`` takes and returns these; the admin API's messages are built from them in ``api/messages.py``.
+The controller's ``studies.py`` takes and returns these, and the admin client hands them to the CLI; the admin
+API's messages are built from them and read back into them in ``wire/studies.py``.
 A study's request is stored with it as ``StudyRequest.to_json()`` (starting the same id again with other
 settings is refused). Non-goals: running a study, the wire.
 """
