@@ -16,6 +16,7 @@ from topo_tune.controller.server import Controller
 from topo_tune.controller.settings import ControllerSettings
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own hook: schedule_for_workers says why
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if hasattr(config, "workerinput"):  # a pytest-xdist worker; a plain run keeps the files' order
         schedule_for_workers(items)

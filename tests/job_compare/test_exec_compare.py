@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.processes import TOKEN, LocalCluster, cli_env, free_port, run_cli
-from tests.support.waiting import wait_until
+from tests.support.waiting import STARTUP_TIMEOUT_S, wait_until
 from topo_tune.agent.config_store import ConfigStore
 from topo_tune.client.admin import AdminClient
 from topo_tune.jobs.compare.schedule import Arm, arm_schedule
@@ -59,6 +59,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
                 {n["name"] for n in json.loads(local.admin("nodes", "-o", "json").stdout) if n["address"]}
                 == {"n1", "n2"}
             ),
+            timeout=STARTUP_TIMEOUT_S,  # two Python processes starting on a machine that may be busy
             what="both agents registered",
         )
         with AdminClient(local.address, token=TOKEN) as admin:
@@ -86,6 +87,7 @@ def _exec(cluster: LocalCluster, node: str, nodes: str, *args: str, log: Path, p
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.timeout(600)  # four runs of a Python job on each of two nodes: minutes on a busy 2-core machine
 def test_two_nodes_started_in_different_orders_agree_and_the_comparison_is_stored(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
@@ -98,7 +100,7 @@ def test_two_nodes_started_in_different_orders_agree_and_the_comparison_is_store
     second = _exec(cluster, "n2", "n2,n1", *compare, *job, log=log, port=port)
     time.sleep(1.0)  # not a wait for readiness: the point is that the order of the starts does not matter
     first = _exec(cluster, "n1", "n1,n2", *compare, *job, log=log, port=port)
-    outputs = {name: p.communicate(timeout=240) for name, p in (("n1", first), ("n2", second))}
+    outputs = {name: p.communicate(timeout=480) for name, p in (("n1", first), ("n2", second))}
     for name, process in (("n1", first), ("n2", second)):
         assert process.returncode == 0, f"{name}: {outputs[name][1][-3000:]}"
 

@@ -1,8 +1,9 @@
 """Two controllers electing on the same Lease: one leads, the other stands by; failover and fencing.
 
 Real controllers (gRPC on loopback, one SQLite database shared as a PostgreSQL one would be), the real
-kubernetes client, and the fake API server. Timings are short (3 s lease, 1 s renew deadline, 0.1 s retry
-period), so a failover takes about 3 s.
+kubernetes client, and the fake API server. Timings are short (6 s lease, 3 s renew deadline, 0.3 s retry
+period), so a failover takes about 6 s; the renew deadline is no shorter because both controllers share this
+test's one event loop, which a machine busy with other tests can hold up for a second or more.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from topo_tune.controller.db.models import EventRow, LeaderEpochRow
 from topo_tune.controller.leadership import NOT_LEADER
 from topo_tune.controller.server import Controller
 from topo_tune.errors import ConfigError, FencedError
+from topo_tune.kube.environment import KubeEnvironment
 from topo_tune.kube.idleness import IdleVerdict
 from topo_tune.kube.leader_election import LeaderElectionSettings
 from topo_tune.kube.serving_label import LEADER_LABEL
@@ -40,7 +43,14 @@ AGENT_SERVICE = "topo_tune.v1.AgentService"
 ADMIN_SERVICE = "topo_tune.v1.AdminService"
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-LEASE_DURATION_S = 3
+LEASE_DURATION_S = 6
+RENEW_DEADLINE_S = 3.0
+RETRY_PERIOD_S = 0.3
+REQUEST_TIMEOUT_S = 6.0
+"""A stalled API server's requests time out after this: longer than the renew deadline, so a leader that stops
+in time stops on its deadline, not on a failed request."""
+SETTLED_S = 60
+"""A bound for an election to settle: the retry period's rounds, stretched on a busy machine."""
 
 
 def election(identity: str, pod_name: str = "") -> LeaderElectionSettings:
@@ -49,10 +59,14 @@ def election(identity: str, pod_name: str = "") -> LeaderElectionSettings:
         identity=identity,
         pod_name=pod_name,
         lease_duration_s=LEASE_DURATION_S,
-        renew_deadline_s=1.0,
-        retry_period_s=0.1,
+        renew_deadline_s=RENEW_DEADLINE_S,
+        retry_period_s=RETRY_PERIOD_S,
         fence_idle_timeout_s=2.5,
     )
+
+
+def environment(kube_env: KubeEnvFactory, token: str) -> KubeEnvironment:
+    return replace(kube_env(token), request_timeout_s=REQUEST_TIMEOUT_S)
 
 
 @pytest.fixture
@@ -65,7 +79,10 @@ async def pair(
     controllers = {
         name: Controller(
             controller_settings(
-                sqlite_url, kubernetes=kube_env(name), leader_election=election(name, pod(name)), controller_id=name
+                sqlite_url,
+                kubernetes=environment(kube_env, name),
+                leader_election=election(name, pod(name)),
+                controller_id=name,
             )
         )
         for name in ("a", "b")
@@ -101,7 +118,7 @@ async def health(controller: Controller) -> dict[str, int]:
 async def list_nodes(controller: Controller) -> admin_pb2.ListNodesResponse:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{controller.port}") as channel:
         stub = admin_pb2_grpc.AdminServiceStub(channel)
-        return await stub.ListNodes(admin_pb2.ListNodesRequest(), metadata=bearer_metadata(TOKEN), timeout=5)
+        return await stub.ListNodes(admin_pb2.ListNodesRequest(), metadata=bearer_metadata(TOKEN), timeout=SETTLED_S)
 
 
 async def the_leader(pair: dict[str, Controller], *, never_two: list[str]) -> Controller:
@@ -113,19 +130,19 @@ async def the_leader(pair: dict[str, Controller], *, never_two: list[str]) -> Co
             never_two.append(f"both leading at {time.monotonic():.3f}")
         return leading[0] if len(leading) == 1 else None
 
-    return await async_wait_until(one, timeout=15, interval=0.01, what="exactly one leader")
+    return await async_wait_until(one, timeout=SETTLED_S, interval=0.01, what="exactly one leader")
 
 
 async def test_one_leads_and_the_other_stands_by(pair: dict[str, Controller], apiserver: FakeApiServer) -> None:
     problems: list[str] = []
     leader = await the_leader(pair, never_two=problems)
     standby = next(c for c in pair.values() if c is not leader)
-    await asyncio.sleep(0.5)  # several election rounds: the standby must stay a standby
+    await asyncio.sleep(5 * RETRY_PERIOD_S)  # several election rounds: the standby must stay a standby
     assert not problems
     assert not standby.leading
     # The Service selects the label: only the leader's pod has it (a stale one from a crash is removed).
     await async_wait_until(
-        lambda: _async(labelled(apiserver) == [pod(leader.controller_id)]), timeout=5, what="the leader label"
+        lambda: _async(labelled(apiserver) == [pod(leader.controller_id)]), timeout=SETTLED_S, what="the leader label"
     )
 
     assert stored_epoch(leader) == (0, leader.controller_id), "the first leader claimed the Lease's epoch"
@@ -156,8 +173,8 @@ async def test_one_leads_and_the_other_stands_by(pair: dict[str, Controller], ap
 async def test_a_leader_that_stops_renewing_is_fenced_off_and_replaced(
     pair: dict[str, Controller], apiserver: FakeApiServer, caplog: pytest.LogCaptureFixture, fault: str
 ) -> None:
-    """``unreachable``: the API answers 503. ``stalled``: it never answers (requests time out after 2 s,
-    longer than the 1 s renew deadline, so the leader must stop on its deadline, not on the timeout)."""
+    """``unreachable``: the API answers 503. ``stalled``: it never answers (requests time out after 6 s,
+    longer than the 3 s renew deadline, so the leader must stop on its deadline, not on the timeout)."""
     problems: list[str] = []
     old = await the_leader(pair, never_two=problems)
     new = next(c for c in pair.values() if c is not old)
@@ -169,9 +186,13 @@ async def test_a_leader_that_stops_renewing_is_fenced_off_and_replaced(
 
         getattr(apiserver, fault).add(old.controller_id)  # the old leader can no longer reach the API server
         cut_at = time.monotonic()
-        await async_wait_until(lambda: _async(not old.leading), timeout=5, interval=0.01, what="the old leader to stop")
+        await async_wait_until(
+            lambda: _async(not old.leading), timeout=SETTLED_S, interval=0.01, what="the old leader to stop"
+        )
         stopped_after = time.monotonic() - cut_at
-        assert stopped_after < 2.0, f"the renew deadline is 1 s; the old leader stopped after {stopped_after:.2f} s"
+        assert stopped_after < REQUEST_TIMEOUT_S, (
+            f"the renew deadline is {RENEW_DEADLINE_S:g} s; the old leader stopped after {stopped_after:.2f} s"
+        )
 
         with pytest.raises(grpc.aio.AioRpcError) as closed:
             while True:
@@ -190,7 +211,7 @@ async def test_a_leader_that_stops_renewing_is_fenced_off_and_replaced(
     # A leader cut off from the API cannot take its label off: its calls are refused meanwhile (UNAVAILABLE,
     # retried by clients); the new leader's pod is labelled within a round.
     await async_wait_until(
-        lambda: _async(pod(new.controller_id) in labelled(apiserver)), timeout=5, what="the new leader's label"
+        lambda: _async(pod(new.controller_id) in labelled(apiserver)), timeout=SETTLED_S, what="the new leader's label"
     )
     assert time.monotonic() - cut_at >= LEASE_DURATION_S - 0.5, "the new leader waited for the lease to run out"
     assert (await health(new))[ADMIN_SERVICE] == SERVING
@@ -208,7 +229,9 @@ async def test_a_leader_that_shuts_down_hands_over_without_waiting(
 ) -> None:
     problems: list[str] = []
     old = await the_leader(pair, never_two=problems)
-    await async_wait_until(lambda: _async(pod(old.controller_id) in labelled(apiserver)), timeout=5, what="label")
+    await async_wait_until(
+        lambda: _async(pod(old.controller_id) in labelled(apiserver)), timeout=SETTLED_S, what="label"
+    )
     await old.stop()
     assert pod(old.controller_id) not in labelled(apiserver), "the label leaves with the process"
     stopped_at = time.monotonic()
@@ -228,12 +251,14 @@ async def test_a_term_behind_the_databases_epoch_ends_and_the_lease_is_taken_abo
     db.claim_epoch(5, holder="gone", at=datetime(2026, 1, 1, tzinfo=UTC))
     db.close()
     controller = Controller(
-        controller_settings(sqlite_url, kubernetes=kube_env("a"), leader_election=election("a"), controller_id="a")
+        controller_settings(
+            sqlite_url, kubernetes=environment(kube_env, "a"), leader_election=election("a"), controller_id="a"
+        )
     )
     with caplog.at_level(logging.WARNING):
         await controller.start()
         try:
-            await async_wait_until(lambda: _async(controller.leading), timeout=15, what="a term above epoch 5")
+            await async_wait_until(lambda: _async(controller.leading), timeout=SETTLED_S, what="a term above epoch 5")
             assert "stopped leading: the term's epoch 0 is behind epoch 5" in caplog.text
             assert caplog.text.count("is behind epoch") == 1, "one stale term, then a takeover above the database"
             assert apiserver.lease("topo-tune", "topo-tune-controller")["spec"]["leaseTransitions"] == 6  # type: ignore[index]
@@ -285,7 +310,9 @@ async def test_a_leader_that_cannot_start_its_work_gives_up_and_reports_unhealth
     controller = Controller(controller_settings(broken, kubernetes=kube_env("a"), leader_election=election("a")))
     await controller.start()
     try:
-        await async_wait_until(lambda: _health_is(controller, "", NOT_SERVING), timeout=10, what="liveness to fail")
+        await async_wait_until(
+            lambda: _health_is(controller, "", NOT_SERVING), timeout=SETTLED_S, what="liveness to fail"
+        )
         assert not controller.leading
         lease = apiserver.lease("topo-tune", "topo-tune-controller")
         assert lease is not None

@@ -152,9 +152,26 @@ def _pump(stream: IO[str], sink: IO[str], reader: MetricReader, lock: threading.
 
 
 def run_command(argv: Sequence[str], env: Mapping[str, str], reader: MetricReader | None) -> int:
-    """Run ``argv`` once; its output passes through, and is fed to ``reader`` line by line when one is given."""
+    """Run ``argv`` once; its output passes through, and is fed to ``reader`` line by line when one is given.
+
+    The terminal's Ctrl-C reaches the command too (one process group): ``exec`` lets it finish, then ends the
+    comparison there (the command's status, or killed by SIGINT when it exited 0). The interrupt is noted, not
+    raised, from before the command starts, so that it cannot land between two steps of starting its output's
+    pumps (a busy machine stretches those) and end ``exec`` with a traceback."""
     sys.stdout.flush()
     piped = subprocess.PIPE if reader is not None else None
+    interrupted = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda _number, _frame: interrupted.set())
+    try:
+        status = _run_and_wait(argv, env, reader, piped)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if interrupted.is_set():
+        return status or -signal.SIGINT
+    return status
+
+
+def _run_and_wait(argv: Sequence[str], env: Mapping[str, str], reader: MetricReader | None, piped: int | None) -> int:
     try:
         process = subprocess.Popen(
             list(argv),
@@ -177,11 +194,7 @@ def run_command(argv: Sequence[str], env: Mapping[str, str], reader: MetricReade
         ]
     for pump in pumps:
         pump.start()
-    try:
-        status = process.wait()
-    except KeyboardInterrupt:
-        # The terminal's Ctrl-C reached the command too (one process group): let it finish, then stop there.
-        status = process.wait() or -signal.SIGINT
+    status = process.wait()
     for pump in pumps:
         pump.join()
     return status
