@@ -340,6 +340,11 @@ class AdminClient:
     def get_config_version(self, version_id: ConfigVersionId) -> admin_pb2.ConfigVersionInfo:
         return self._call(self._stub.GetConfigVersion, admin_pb2.GetConfigVersionRequest(id=version_id))
 
+    def set_version_learning(self, version_id: ConfigVersionId, *, stopped: bool, actor: str = "") -> bool:
+        """Set (``stopped``) or clear a version's kill switch for learning; the switch as stored after."""
+        request = admin_pb2.SetVersionLearningRequest(id=version_id, stopped=stopped, actor=actor)
+        return self._call(self._stub.SetVersionLearning, request).learning_stopped
+
     def list_config_versions(self, *, limit: int = 0) -> list[admin_pb2.ConfigVersionInfo]:
         request = admin_pb2.ListConfigVersionsRequest(limit=limit)
         return list(self._call(self._stub.ListConfigVersions, request).versions)

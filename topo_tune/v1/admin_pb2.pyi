@@ -2011,7 +2011,10 @@ class ConfigVersionInfo(_message.Message):
     FILES_FIELD_NUMBER: _builtins.int
     PROVENANCE_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
+    LEARNING_STOPPED_FIELD_NUMBER: _builtins.int
     id: _builtins.str
+    learning_stopped: _builtins.bool
+    """the version's kill switch for learning (outside its content id)"""
     @_builtins.property
     def files(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """nccl.conf, nccl_tuner.conf, rankmap.json, topology.xml"""
@@ -2029,14 +2032,42 @@ class ConfigVersionInfo(_message.Message):
         files: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         provenance: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
+        learning_stopped: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "files", b"files", "id", b"id", "provenance", b"provenance"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "files", b"files", "id", b"id", "learning_stopped", b"learning_stopped", "provenance", b"provenance"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ConfigVersionInfo: _TypeAlias = ConfigVersionInfo  # noqa: Y015
+
+@_typing.final
+class SetVersionLearningRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    STOPPED_FIELD_NUMBER: _builtins.int
+    ACTOR_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    stopped: _builtins.bool
+    """true: stop learning for the version's new jobs; false: allow it"""
+    actor: _builtins.str
+    """who, for the event recorded with the change"""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        stopped: _builtins.bool = ...,
+        actor: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "id", b"id", "stopped", b"stopped"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetVersionLearningRequest: _TypeAlias = SetVersionLearningRequest  # noqa: Y015
 
 @_typing.final
 class PutConfigVersionRequest(_message.Message):

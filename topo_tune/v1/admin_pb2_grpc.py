@@ -114,6 +114,11 @@ class AdminServiceStub:
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.ListConfigVersionsRequest.SerializeToString,
                 response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListConfigVersionsResponse.FromString,
                 _registered_method=True)
+        self.SetVersionLearning = channel.unary_unary(
+                '/topo_tune.v1.AdminService/SetVersionLearning',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.SetVersionLearningRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ConfigVersionInfo.FromString,
+                _registered_method=True)
         self.StartStudy = channel.unary_unary(
                 '/topo_tune.v1.AdminService/StartStudy',
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.StartStudyRequest.SerializeToString,
@@ -333,6 +338,13 @@ class AdminServiceServicer:
 
     def ListConfigVersions(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetVersionLearning(self, request, context):
+        """A version's kill switch for learning (docs/learning.md): set, its new jobs run its chosen table.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -575,6 +587,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListConfigVersions,
                     request_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListConfigVersionsRequest.FromString,
                     response_serializer=topo__tune_dot_v1_dot_admin__pb2.ListConfigVersionsResponse.SerializeToString,
+            ),
+            'SetVersionLearning': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetVersionLearning,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.SetVersionLearningRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.ConfigVersionInfo.SerializeToString,
             ),
             'StartStudy': grpc.unary_unary_rpc_method_handler(
                     servicer.StartStudy,
@@ -1129,6 +1146,33 @@ class AdminService:
             '/topo_tune.v1.AdminService/ListConfigVersions',
             topo__tune_dot_v1_dot_admin__pb2.ListConfigVersionsRequest.SerializeToString,
             topo__tune_dot_v1_dot_admin__pb2.ListConfigVersionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetVersionLearning(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/SetVersionLearning',
+            topo__tune_dot_v1_dot_admin__pb2.SetVersionLearningRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.ConfigVersionInfo.FromString,
             options,
             channel_credentials,
             insecure,

@@ -50,6 +50,8 @@ class AdminServiceStub:
     PutConfigVersion: _grpc.UnaryUnaryMultiCallable[_admin_pb2.PutConfigVersionRequest, _admin_pb2.ConfigVersionInfo]
     GetConfigVersion: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetConfigVersionRequest, _admin_pb2.ConfigVersionInfo]
     ListConfigVersions: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListConfigVersionsRequest, _admin_pb2.ListConfigVersionsResponse]
+    SetVersionLearning: _grpc.UnaryUnaryMultiCallable[_admin_pb2.SetVersionLearningRequest, _admin_pb2.ConfigVersionInfo]
+    """A version's kill switch for learning (docs/learning.md): set, its new jobs run its chosen table."""
     StartStudy: _grpc.UnaryUnaryMultiCallable[_admin_pb2.StartStudyRequest, _admin_pb2.StudyInfo]
     GetStudy: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetStudyRequest, _admin_pb2.StudyInfo]
     ListStudies: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListStudiesRequest, _admin_pb2.ListStudiesResponse]
@@ -111,6 +113,8 @@ class AdminServiceAsyncStub(AdminServiceStub):
     PutConfigVersion: _aio.UnaryUnaryMultiCallable[_admin_pb2.PutConfigVersionRequest, _admin_pb2.ConfigVersionInfo]  # type: ignore[assignment]
     GetConfigVersion: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetConfigVersionRequest, _admin_pb2.ConfigVersionInfo]  # type: ignore[assignment]
     ListConfigVersions: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListConfigVersionsRequest, _admin_pb2.ListConfigVersionsResponse]  # type: ignore[assignment]
+    SetVersionLearning: _aio.UnaryUnaryMultiCallable[_admin_pb2.SetVersionLearningRequest, _admin_pb2.ConfigVersionInfo]  # type: ignore[assignment]
+    """A version's kill switch for learning (docs/learning.md): set, its new jobs run its chosen table."""
     StartStudy: _aio.UnaryUnaryMultiCallable[_admin_pb2.StartStudyRequest, _admin_pb2.StudyInfo]  # type: ignore[assignment]
     GetStudy: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetStudyRequest, _admin_pb2.StudyInfo]  # type: ignore[assignment]
     ListStudies: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListStudiesRequest, _admin_pb2.ListStudiesResponse]  # type: ignore[assignment]
@@ -265,6 +269,14 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.ListConfigVersionsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ListConfigVersionsResponse, _abc.Awaitable[_admin_pb2.ListConfigVersionsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def SetVersionLearning(
+        self,
+        request: _admin_pb2.SetVersionLearningRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ConfigVersionInfo, _abc.Awaitable[_admin_pb2.ConfigVersionInfo]]:
+        """A version's kill switch for learning (docs/learning.md): set, its new jobs run its chosen table."""
 
     @_abc_1.abstractmethod
     def StartStudy(

@@ -210,6 +210,16 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
         return to_proto_config_version(await self._config_versions.get(ConfigVersionId(request.id)))
 
     @maps_errors
+    async def SetVersionLearning(
+        self, request: admin_pb2.SetVersionLearningRequest, context: Ctx
+    ) -> admin_pb2.ConfigVersionInfo:
+        actor = names.short_text(request.actor, "actor", limit=253) or "admin"
+        stored = await self._config_versions.set_learning(
+            ConfigVersionId(request.id), stopped=request.stopped, actor=actor
+        )
+        return to_proto_config_version(stored)
+
+    @maps_errors
     async def ListConfigVersions(
         self, request: admin_pb2.ListConfigVersionsRequest, context: Ctx
     ) -> admin_pb2.ListConfigVersionsResponse:

@@ -128,6 +128,7 @@ def to_proto_config_version(version: StoredVersion) -> admin_pb2.ConfigVersionIn
         files=dict(version.files),
         provenance=dict(version.provenance),
         created_at=timestamp(version.created_at),
+        learning_stopped=version.learning_stopped,
     )
 
 
