@@ -412,15 +412,23 @@ class AdminClient:
         return self._call(self._stub.RevokeCredential, admin_pb2.RevokeCredentialRequest(id=credential_id))
 
     def resolve_job_config(
-        self, job_id: str, nodes: list[str], *, arm: str = "", preview: bool = False, schedule_wait_s: int = 0
+        self,
+        job_id: str,
+        nodes: list[str],
+        *,
+        arm: str = "",
+        preview: bool = False,
+        schedule_wait_s: int = 0,
+        may_learn: bool = False,
     ) -> admin_pb2.JobConfig:
         """The job's pinned config and node order; ``arm``: "" the job's own, else a version id, "stable" or
         "defaults" (pinned per job id and arm); ``preview``: the answer without pinning it. No ``nodes``: a
         controller in Kubernetes mode reads them from the Job or JobSet whose uid ``job_id`` is, waiting up to
-        ``schedule_wait_s`` (0: its default, 120 s) for its pods to be scheduled. An answer whose names are not
+        ``schedule_wait_s`` (0: its default, 120 s) for its pods to be scheduled. ``may_learn``: the caller
+        can run a learning arm and ship its timing records (``docs/learning.md``). An answer whose names are not
         what they claim (a node name with a newline) raises ``UnsafeAnswer`` (``job_answer.py``)."""
         request = admin_pb2.ResolveJobConfigRequest(
-            job_id=job_id, nodes=nodes, arm=arm, preview=preview, schedule_wait_s=schedule_wait_s
+            job_id=job_id, nodes=nodes, arm=arm, preview=preview, schedule_wait_s=schedule_wait_s, may_learn=may_learn
         )
         waits = 0.0 if nodes else float(schedule_wait_s or 120)
         answer = self._call(self._stub.ResolveJobConfig, request, longer_by_s=waits)

@@ -74,7 +74,9 @@ class Services:
         self._measurements(settings)
         self._rollouts_and_studies(settings)
         self.retention = Retention(db=db, wall_clock=wall_clock, settings=settings.retention, metrics=self.metrics)
-        self.job_configs = JobResolver(self.rollout_store, self.registry, job_nodes=job_nodes, caps=settings.job_caps)
+        self.job_configs = JobResolver(
+            self.rollout_store, self.registry, job_nodes=job_nodes, caps=settings.job_caps, learning=settings.learning
+        )
         self.job_comparisons = JobComparisons(
             db=db,
             wall_clock=wall_clock,

@@ -1633,6 +1633,7 @@ class ResolveJobConfigRequest(_message.Message):
     ARM_FIELD_NUMBER: _builtins.int
     PREVIEW_FIELD_NUMBER: _builtins.int
     SCHEDULE_WAIT_S_FIELD_NUMBER: _builtins.int
+    MAY_LEARN_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     """may be empty with preview"""
     arm: _builtins.str
@@ -1645,6 +1646,10 @@ class ResolveJobConfigRequest(_message.Message):
     """No nodes, in Kubernetes mode: job_id is the uid of a Job or JobSet; the controller reads its pods from
     the API and waits up to this long for all of them to be scheduled (0: 120 s; at most 600 s).
     """
+    may_learn: _builtins.bool
+    """The job may run a learning arm (docs/learning.md): `exec` asks so, since it ships the job's timing
+    records, unless the job set TOPO_TUNE_LEARNING=off. Only a new pin of the job's own config draws an arm.
+    """
     @_builtins.property
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -1655,10 +1660,11 @@ class ResolveJobConfigRequest(_message.Message):
         arm: _builtins.str = ...,
         preview: _builtins.bool = ...,
         schedule_wait_s: _builtins.int = ...,
+        may_learn: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["arm", b"arm", "job_id", b"job_id", "nodes", b"nodes", "preview", b"preview", "schedule_wait_s", b"schedule_wait_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arm", b"arm", "job_id", b"job_id", "may_learn", b"may_learn", "nodes", b"nodes", "preview", b"preview", "schedule_wait_s", b"schedule_wait_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1682,6 +1688,9 @@ class JobConfig(_message.Message):
     ARM_FIELD_NUMBER: _builtins.int
     MEASURED_EDGES_FIELD_NUMBER: _builtins.int
     RING_EDGES_FIELD_NUMBER: _builtins.int
+    LEARNING_FIELD_NUMBER: _builtins.int
+    LEARNING_ARM_FIELD_NUMBER: _builtins.int
+    TIMING_SAMPLE_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     config_version: _builtins.str
     """empty: NCCL's defaults"""
@@ -1699,6 +1708,12 @@ class JobConfig(_message.Message):
     measured_edges: _builtins.int
     """edges of node_order's ring whose pair was measured, of ring_edges"""
     ring_edges: _builtins.int
+    learning: _builtins.bool
+    """the job learns: it runs learning_arm's table and is timed"""
+    learning_arm: _builtins.int
+    """0: the version's chosen table; i: its i-th challenger table"""
+    timing_sample: _builtins.int
+    """with learning: the profiler times one call in this many"""
     @_builtins.property
     def files(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """the file names the version holds"""
@@ -1732,10 +1747,13 @@ class JobConfig(_message.Message):
         arm: _builtins.str = ...,
         measured_edges: _builtins.int = ...,
         ring_edges: _builtins.int = ...,
+        learning: _builtins.bool = ...,
+        learning_arm: _builtins.int = ...,
+        timing_sample: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["arm", b"arm", "config_version", b"config_version", "files", b"files", "given_bottleneck_gbps", b"given_bottleneck_gbps", "job_id", b"job_id", "master_addr", b"master_addr", "measured_edges", b"measured_edges", "node_order", b"node_order", "nodes", b"nodes", "order_bottleneck_gbps", b"order_bottleneck_gbps", "order_method", b"order_method", "ring_edges", b"ring_edges", "rollout_id", b"rollout_id", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arm", b"arm", "config_version", b"config_version", "files", b"files", "given_bottleneck_gbps", b"given_bottleneck_gbps", "job_id", b"job_id", "learning", b"learning", "learning_arm", b"learning_arm", "master_addr", b"master_addr", "measured_edges", b"measured_edges", "node_order", b"node_order", "nodes", b"nodes", "order_bottleneck_gbps", b"order_bottleneck_gbps", "order_method", b"order_method", "ring_edges", b"ring_edges", "rollout_id", b"rollout_id", "timing_sample", b"timing_sample", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
