@@ -434,6 +434,11 @@ class AdminClient:
         answer = self._call(self._stub.ResolveJobConfig, request, longer_by_s=waits)
         return checked_job_config(answer, controller=self.address)
 
+    def record_job_timing(self, job_id: str, node: str, records: list[str]) -> int:
+        """Send a learning job's timing records (each a record file's text); how many were new."""
+        request = admin_pb2.RecordJobTimingRequest(job_id=job_id, node=node, records=records)
+        return self._call(self._stub.RecordJobTiming, request).stored
+
     def record_job_comparison(self, request: admin_pb2.RecordJobComparisonRequest) -> admin_pb2.JobComparison:
         return self._call(self._stub.RecordJobComparison, request)
 

@@ -25,6 +25,7 @@ from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.drift import DriftChecker
 from topo_tune.controller.job_comparisons import JobComparisons
+from topo_tune.controller.job_timings import JobTimings
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import NodeRegistry, TopologyChange
 from topo_tune.controller.probes import Probes
@@ -83,6 +84,12 @@ class Services:
             pins=lambda job_id, arm: self.rollout_store.get_pin(job_id, arm=arm),
             pin_owner=self.rollout_store.pin_owner,
             caps=settings.job_caps,
+        )
+        self.job_timings = JobTimings(
+            db=db,
+            wall_clock=wall_clock,
+            pins=self.rollout_store.get_pin,
+            pin_owner=self.rollout_store.pin_owner,
         )
         self.credential_ledger = CredentialLedger(db=db, credentials=credentials, hub=self.hub, wall_clock=wall_clock)
 

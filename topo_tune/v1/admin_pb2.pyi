@@ -1760,6 +1760,55 @@ class JobConfig(_message.Message):
 Global___JobConfig: _TypeAlias = JobConfig  # noqa: Y015
 
 @_typing.final
+class RecordJobTimingRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    NODE_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    node: _builtins.str
+    """the node the records were read on"""
+    @_builtins.property
+    def records(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """each a topo-tune-timing.*.txt file's text (plugin/timing_record.py)"""
+
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        node: _builtins.str = ...,
+        records: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "node", b"node", "records", b"records"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordJobTimingRequest: _TypeAlias = RecordJobTimingRequest  # noqa: Y015
+
+@_typing.final
+class RecordJobTimingReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STORED_FIELD_NUMBER: _builtins.int
+    stored: _builtins.int
+    """records new to the controller (a retry stores none)"""
+    def __init__(
+        self,
+        *,
+        stored: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["stored", b"stored"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordJobTimingReply: _TypeAlias = RecordJobTimingReply  # noqa: Y015
+
+@_typing.final
 class JobComparisonRun(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

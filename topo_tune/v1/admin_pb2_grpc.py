@@ -184,6 +184,11 @@ class AdminServiceStub:
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.ListJobComparisonsRequest.SerializeToString,
                 response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListJobComparisonsResponse.FromString,
                 _registered_method=True)
+        self.RecordJobTiming = channel.unary_unary(
+                '/topo_tune.v1.AdminService/RecordJobTiming',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.RecordJobTimingRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.RecordJobTimingReply.FromString,
+                _registered_method=True)
         self.ListDriftChecks = channel.unary_unary(
                 '/topo_tune.v1.AdminService/ListDriftChecks',
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.ListDriftChecksRequest.SerializeToString,
@@ -431,6 +436,14 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecordJobTiming(self, request, context):
+        """A learning job's timing records (docs/learning.md), shipped by its `exec` when the job's command ends (a
+        job credential may, for its own jobs): stored whole or not at all.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListDriftChecks(self, request, context):
         """Drift checks of the active config version, and nodes whose topology changed.
         """
@@ -657,6 +670,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListJobComparisons,
                     request_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListJobComparisonsRequest.FromString,
                     response_serializer=topo__tune_dot_v1_dot_admin__pb2.ListJobComparisonsResponse.SerializeToString,
+            ),
+            'RecordJobTiming': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordJobTiming,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.RecordJobTimingRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.RecordJobTimingReply.SerializeToString,
             ),
             'ListDriftChecks': grpc.unary_unary_rpc_method_handler(
                     servicer.ListDriftChecks,
@@ -1524,6 +1542,33 @@ class AdminService:
             '/topo_tune.v1.AdminService/ListJobComparisons',
             topo__tune_dot_v1_dot_admin__pb2.ListJobComparisonsRequest.SerializeToString,
             topo__tune_dot_v1_dot_admin__pb2.ListJobComparisonsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordJobTiming(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/RecordJobTiming',
+            topo__tune_dot_v1_dot_admin__pb2.RecordJobTimingRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.RecordJobTimingReply.FromString,
             options,
             channel_credentials,
             insecure,

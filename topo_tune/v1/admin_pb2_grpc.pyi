@@ -70,6 +70,10 @@ class AdminServiceStub:
     credential may); once every run is in, the controller computes the figures with the proof's statistics.
     """
     ListJobComparisons: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListJobComparisonsRequest, _admin_pb2.ListJobComparisonsResponse]
+    RecordJobTiming: _grpc.UnaryUnaryMultiCallable[_admin_pb2.RecordJobTimingRequest, _admin_pb2.RecordJobTimingReply]
+    """A learning job's timing records (docs/learning.md), shipped by its `exec` when the job's command ends (a
+    job credential may, for its own jobs): stored whole or not at all.
+    """
     ListDriftChecks: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListDriftChecksRequest, _admin_pb2.ListDriftChecksResponse]
     """Drift checks of the active config version, and nodes whose topology changed."""
     GetDriftCheck: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetDriftCheckRequest, _admin_pb2.DriftCheck]
@@ -133,6 +137,10 @@ class AdminServiceAsyncStub(AdminServiceStub):
     credential may); once every run is in, the controller computes the figures with the proof's statistics.
     """
     ListJobComparisons: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListJobComparisonsRequest, _admin_pb2.ListJobComparisonsResponse]  # type: ignore[assignment]
+    RecordJobTiming: _aio.UnaryUnaryMultiCallable[_admin_pb2.RecordJobTimingRequest, _admin_pb2.RecordJobTimingReply]  # type: ignore[assignment]
+    """A learning job's timing records (docs/learning.md), shipped by its `exec` when the job's command ends (a
+    job credential may, for its own jobs): stored whole or not at all.
+    """
     ListDriftChecks: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListDriftChecksRequest, _admin_pb2.ListDriftChecksResponse]  # type: ignore[assignment]
     """Drift checks of the active config version, and nodes whose topology changed."""
     GetDriftCheck: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetDriftCheckRequest, _admin_pb2.DriftCheck]  # type: ignore[assignment]
@@ -373,6 +381,16 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.ListJobComparisonsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ListJobComparisonsResponse, _abc.Awaitable[_admin_pb2.ListJobComparisonsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def RecordJobTiming(
+        self,
+        request: _admin_pb2.RecordJobTimingRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.RecordJobTimingReply, _abc.Awaitable[_admin_pb2.RecordJobTimingReply]]:
+        """A learning job's timing records (docs/learning.md), shipped by its `exec` when the job's command ends (a
+        job credential may, for its own jobs): stored whole or not at all.
+        """
 
     @_abc_1.abstractmethod
     def ListDriftChecks(

@@ -12,6 +12,7 @@ import grpc.aio
 
 from topo_tune.controller import names
 from topo_tune.controller.api import validation
+from topo_tune.controller.api.learning import LearningServicerMixin
 from topo_tune.controller.api.messages import (
     from_proto_command_body,
     from_proto_job_comparison,
@@ -34,6 +35,7 @@ from topo_tune.controller.config_versions import ConfigVersions
 from topo_tune.controller.credential_ledger import CredentialLedger, IssuedRecord
 from topo_tune.controller.credentials import Credentials, Role, credential_id
 from topo_tune.controller.job_comparisons import JobComparisons
+from topo_tune.controller.job_timings import JobTimings
 from topo_tune.wire.values import timestamp, timestamp_or_none
 
 if TYPE_CHECKING:
@@ -63,7 +65,9 @@ SERVICE_NAME = admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name
 """The admin service's full name, as health checks and reflection know it."""
 
 
-class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
+class AdminServicer(
+    WatchServicerMixin, LearningServicerMixin, RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer
+):
     def __init__(
         self,
         *,
@@ -82,6 +86,7 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
         credentials: Credentials | None = None,
         job_comparisons: JobComparisons | None = None,
         credential_ledger: CredentialLedger | None = None,
+        job_timings: JobTimings | None = None,
     ) -> None:
         self._registry = registry
         self._commands = commands
@@ -97,6 +102,7 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
         self._credentials = credentials
         self._job_comparisons = job_comparisons
         self._ledger = credential_ledger
+        self._job_timings = job_timings
 
     @maps_errors
     async def ListNodes(self, request: admin_pb2.ListNodesRequest, context: Ctx) -> admin_pb2.ListNodesResponse:
@@ -208,16 +214,6 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
         self, request: admin_pb2.GetConfigVersionRequest, context: Ctx
     ) -> admin_pb2.ConfigVersionInfo:
         return to_proto_config_version(await self._config_versions.get(ConfigVersionId(request.id)))
-
-    @maps_errors
-    async def SetVersionLearning(
-        self, request: admin_pb2.SetVersionLearningRequest, context: Ctx
-    ) -> admin_pb2.ConfigVersionInfo:
-        actor = names.short_text(request.actor, "actor", limit=253) or "admin"
-        stored = await self._config_versions.set_learning(
-            ConfigVersionId(request.id), stopped=request.stopped, actor=actor
-        )
-        return to_proto_config_version(stored)
 
     @maps_errors
     async def ListConfigVersions(

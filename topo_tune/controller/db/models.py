@@ -262,6 +262,25 @@ class JobPinRow(Base):
     job does not learn (``learning.assignment``)."""
 
 
+class JobTimingRow(Base):
+    """One communicator's timing record on one rank of a learning job (``plugin.timing_record``), as the job's
+    ``exec`` shipped it; the record's text is kept whole and parsed again when the evidence is read."""
+
+    __tablename__ = "job_timings"
+    __table_args__ = (Index("ix_job_timings_version", "config_version"),)
+
+    job_id: Mapped[str] = mapped_column(String(253), primary_key=True)
+    comm: Mapped[str] = mapped_column(String(16), primary_key=True)
+    """The communicator's id, as the record's hex."""
+    rank: Mapped[int] = mapped_column(Integer, primary_key=True)
+    config_version: Mapped[str] = mapped_column(String(32))
+    arm: Mapped[int] = mapped_column(Integer)
+    node: Mapped[str] = mapped_column(String(253))
+    record: Mapped[str] = mapped_column(Text)
+    owner: Mapped[str] = mapped_column(String(16), default="", server_default="")
+    created_at: Mapped[datetime]
+
+
 class StudyRow(Base):
     """A study the controller runs (``admin study start``); its trials live in Optuna's tables (which include
     one called ``studies``, hence this table's name)."""
