@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import grpc
 
@@ -46,6 +46,9 @@ from topo_tune.errors import (
 from topo_tune.ids import NO_CONFIG_VERSION, NO_ROLLOUT, ConfigVersionId, JobId, NodeName, RolloutId, StudyId
 from topo_tune.security.auth import TlsFiles, bearer_metadata, channel_credentials, with_default_port
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
+
+if TYPE_CHECKING:
+    from topo_tune.learning.version_evidence import VersionEvidence
 
 logger = logging.getLogger(__name__)
 
@@ -344,6 +347,25 @@ class AdminClient:
         """Set (``stopped``) or clear a version's kill switch for learning; the switch as stored after."""
         request = admin_pb2.SetVersionLearningRequest(id=version_id, stopped=stopped, actor=actor)
         return self._call(self._stub.SetVersionLearning, request).learning_stopped
+
+    def learning_evidence(self, version_id: ConfigVersionId) -> VersionEvidence:
+        """What the version's learning jobs showed (``docs/learning.md``)."""
+        from topo_tune.learning.version_evidence import EvidenceCell, VersionEvidence  # noqa: PLC0415 - heavy
+
+        answer = self._call(self._stub.GetLearningEvidence, admin_pb2.GetLearningEvidenceRequest(id=version_id))
+        cells = [
+            EvidenceCell(
+                c.arm, c.collective, c.class_bytes, c.speedup, c.ci_low, c.ci_high, c.jobs, c.decision, c.applies
+            )
+            for c in answer.cells
+        ]
+        jobs = dict(sorted(answer.jobs_by_arm.items()))
+        return VersionEvidence(answer.id, jobs, list(answer.divergent), cells, list(answer.proposable))
+
+    def propose_learned_version(self, version_id: ConfigVersionId, arm: int, *, actor: str = "") -> ConfigVersionId:
+        """Store challenger ``arm`` of the version as a new version; its id."""
+        request = admin_pb2.ProposeLearnedVersionRequest(id=version_id, arm=arm, actor=actor)
+        return ConfigVersionId(self._call(self._stub.ProposeLearnedVersion, request).id)
 
     def list_config_versions(self, *, limit: int = 0) -> list[admin_pb2.ConfigVersionInfo]:
         request = admin_pb2.ListConfigVersionsRequest(limit=limit)

@@ -2137,6 +2137,162 @@ class SetVersionLearningRequest(_message.Message):
 Global___SetVersionLearningRequest: _TypeAlias = SetVersionLearningRequest  # noqa: Y015
 
 @_typing.final
+class GetLearningEvidenceRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetLearningEvidenceRequest: _TypeAlias = GetLearningEvidenceRequest  # noqa: Y015
+
+@_typing.final
+class LearningCell(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ARM_FIELD_NUMBER: _builtins.int
+    COLLECTIVE_FIELD_NUMBER: _builtins.int
+    CLASS_BYTES_FIELD_NUMBER: _builtins.int
+    SPEEDUP_FIELD_NUMBER: _builtins.int
+    CI_LOW_FIELD_NUMBER: _builtins.int
+    CI_HIGH_FIELD_NUMBER: _builtins.int
+    JOBS_FIELD_NUMBER: _builtins.int
+    DECISION_FIELD_NUMBER: _builtins.int
+    APPLIES_FIELD_NUMBER: _builtins.int
+    arm: _builtins.int
+    """the challenger (1-based)"""
+    collective: _builtins.str
+    """the plugin's name: allreduce, allgather, ..."""
+    class_bytes: _builtins.int
+    """the size class (class_bytes / 2, class_bytes]"""
+    speedup: _builtins.float
+    """> 1: the challenger is faster"""
+    ci_low: _builtins.float
+    """one-sided bounds at the proof's alpha"""
+    ci_high: _builtins.float
+    jobs: _builtins.int
+    """the smaller arm's number of jobs"""
+    decision: _builtins.str
+    """faster | no difference shown | not shown safe | slower"""
+    applies: _builtins.bool
+    """the challenger's table changes the chosen one's choices here"""
+    def __init__(
+        self,
+        *,
+        arm: _builtins.int = ...,
+        collective: _builtins.str = ...,
+        class_bytes: _builtins.int = ...,
+        speedup: _builtins.float = ...,
+        ci_low: _builtins.float = ...,
+        ci_high: _builtins.float = ...,
+        jobs: _builtins.int = ...,
+        decision: _builtins.str = ...,
+        applies: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applies", b"applies", "arm", b"arm", "ci_high", b"ci_high", "ci_low", b"ci_low", "class_bytes", b"class_bytes", "collective", b"collective", "decision", b"decision", "jobs", b"jobs", "speedup", b"speedup"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LearningCell: _TypeAlias = LearningCell  # noqa: Y015
+
+@_typing.final
+class LearningEvidence(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class JobsByArmEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.int
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.int = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ID_FIELD_NUMBER: _builtins.int
+    JOBS_BY_ARM_FIELD_NUMBER: _builtins.int
+    DIVERGENT_FIELD_NUMBER: _builtins.int
+    CELLS_FIELD_NUMBER: _builtins.int
+    PROPOSABLE_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    @_builtins.property
+    def jobs_by_arm(self) -> _containers.ScalarMap[_builtins.int, _builtins.int]:
+        """jobs compared, per arm (0: the chosen table)"""
+
+    @_builtins.property
+    def divergent(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """jobs set aside: their ranks' records disagree"""
+
+    @_builtins.property
+    def cells(self) -> _containers.RepeatedCompositeFieldContainer[Global___LearningCell]: ...
+    @_builtins.property
+    def proposable(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """challengers shown better where they apply and never worse"""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        jobs_by_arm: _abc.Mapping[_builtins.int, _builtins.int] | None = ...,
+        divergent: _abc.Iterable[_builtins.str] | None = ...,
+        cells: _abc.Iterable[Global___LearningCell] | None = ...,
+        proposable: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cells", b"cells", "divergent", b"divergent", "id", b"id", "jobs_by_arm", b"jobs_by_arm", "proposable", b"proposable"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LearningEvidence: _TypeAlias = LearningEvidence  # noqa: Y015
+
+@_typing.final
+class ProposeLearnedVersionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    ARM_FIELD_NUMBER: _builtins.int
+    ACTOR_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    arm: _builtins.int
+    actor: _builtins.str
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        arm: _builtins.int = ...,
+        actor: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "arm", b"arm", "id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProposeLearnedVersionRequest: _TypeAlias = ProposeLearnedVersionRequest  # noqa: Y015
+
+@_typing.final
 class PutConfigVersionRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -119,6 +119,16 @@ class AdminServiceStub:
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.SetVersionLearningRequest.SerializeToString,
                 response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ConfigVersionInfo.FromString,
                 _registered_method=True)
+        self.GetLearningEvidence = channel.unary_unary(
+                '/topo_tune.v1.AdminService/GetLearningEvidence',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.GetLearningEvidenceRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.LearningEvidence.FromString,
+                _registered_method=True)
+        self.ProposeLearnedVersion = channel.unary_unary(
+                '/topo_tune.v1.AdminService/ProposeLearnedVersion',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.ProposeLearnedVersionRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ConfigVersionInfo.FromString,
+                _registered_method=True)
         self.StartStudy = channel.unary_unary(
                 '/topo_tune.v1.AdminService/StartStudy',
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.StartStudyRequest.SerializeToString,
@@ -349,6 +359,21 @@ class AdminServiceServicer:
 
     def SetVersionLearning(self, request, context):
         """A version's kill switch for learning (docs/learning.md): set, its new jobs run its chosen table.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetLearningEvidence(self, request, context):
+        """What the version's learning jobs showed: each challenger against its chosen table per size class.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ProposeLearnedVersion(self, request, context):
+        """A challenger the evidence shows better where it applies and never worse, stored as a new version (to be
+        rolled out like any other: admin rollout create).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -604,6 +629,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
             'SetVersionLearning': grpc.unary_unary_rpc_method_handler(
                     servicer.SetVersionLearning,
                     request_deserializer=topo__tune_dot_v1_dot_admin__pb2.SetVersionLearningRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.ConfigVersionInfo.SerializeToString,
+            ),
+            'GetLearningEvidence': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLearningEvidence,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.GetLearningEvidenceRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.LearningEvidence.SerializeToString,
+            ),
+            'ProposeLearnedVersion': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProposeLearnedVersion,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.ProposeLearnedVersionRequest.FromString,
                     response_serializer=topo__tune_dot_v1_dot_admin__pb2.ConfigVersionInfo.SerializeToString,
             ),
             'StartStudy': grpc.unary_unary_rpc_method_handler(
@@ -1190,6 +1225,60 @@ class AdminService:
             target,
             '/topo_tune.v1.AdminService/SetVersionLearning',
             topo__tune_dot_v1_dot_admin__pb2.SetVersionLearningRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.ConfigVersionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLearningEvidence(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/GetLearningEvidence',
+            topo__tune_dot_v1_dot_admin__pb2.GetLearningEvidenceRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.LearningEvidence.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProposeLearnedVersion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/ProposeLearnedVersion',
+            topo__tune_dot_v1_dot_admin__pb2.ProposeLearnedVersionRequest.SerializeToString,
             topo__tune_dot_v1_dot_admin__pb2.ConfigVersionInfo.FromString,
             options,
             channel_credentials,

@@ -52,6 +52,12 @@ class AdminServiceStub:
     ListConfigVersions: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListConfigVersionsRequest, _admin_pb2.ListConfigVersionsResponse]
     SetVersionLearning: _grpc.UnaryUnaryMultiCallable[_admin_pb2.SetVersionLearningRequest, _admin_pb2.ConfigVersionInfo]
     """A version's kill switch for learning (docs/learning.md): set, its new jobs run its chosen table."""
+    GetLearningEvidence: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetLearningEvidenceRequest, _admin_pb2.LearningEvidence]
+    """What the version's learning jobs showed: each challenger against its chosen table per size class."""
+    ProposeLearnedVersion: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ProposeLearnedVersionRequest, _admin_pb2.ConfigVersionInfo]
+    """A challenger the evidence shows better where it applies and never worse, stored as a new version (to be
+    rolled out like any other: admin rollout create).
+    """
     StartStudy: _grpc.UnaryUnaryMultiCallable[_admin_pb2.StartStudyRequest, _admin_pb2.StudyInfo]
     GetStudy: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetStudyRequest, _admin_pb2.StudyInfo]
     ListStudies: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListStudiesRequest, _admin_pb2.ListStudiesResponse]
@@ -119,6 +125,12 @@ class AdminServiceAsyncStub(AdminServiceStub):
     ListConfigVersions: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListConfigVersionsRequest, _admin_pb2.ListConfigVersionsResponse]  # type: ignore[assignment]
     SetVersionLearning: _aio.UnaryUnaryMultiCallable[_admin_pb2.SetVersionLearningRequest, _admin_pb2.ConfigVersionInfo]  # type: ignore[assignment]
     """A version's kill switch for learning (docs/learning.md): set, its new jobs run its chosen table."""
+    GetLearningEvidence: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetLearningEvidenceRequest, _admin_pb2.LearningEvidence]  # type: ignore[assignment]
+    """What the version's learning jobs showed: each challenger against its chosen table per size class."""
+    ProposeLearnedVersion: _aio.UnaryUnaryMultiCallable[_admin_pb2.ProposeLearnedVersionRequest, _admin_pb2.ConfigVersionInfo]  # type: ignore[assignment]
+    """A challenger the evidence shows better where it applies and never worse, stored as a new version (to be
+    rolled out like any other: admin rollout create).
+    """
     StartStudy: _aio.UnaryUnaryMultiCallable[_admin_pb2.StartStudyRequest, _admin_pb2.StudyInfo]  # type: ignore[assignment]
     GetStudy: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetStudyRequest, _admin_pb2.StudyInfo]  # type: ignore[assignment]
     ListStudies: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListStudiesRequest, _admin_pb2.ListStudiesResponse]  # type: ignore[assignment]
@@ -285,6 +297,24 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ConfigVersionInfo, _abc.Awaitable[_admin_pb2.ConfigVersionInfo]]:
         """A version's kill switch for learning (docs/learning.md): set, its new jobs run its chosen table."""
+
+    @_abc_1.abstractmethod
+    def GetLearningEvidence(
+        self,
+        request: _admin_pb2.GetLearningEvidenceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.LearningEvidence, _abc.Awaitable[_admin_pb2.LearningEvidence]]:
+        """What the version's learning jobs showed: each challenger against its chosen table per size class."""
+
+    @_abc_1.abstractmethod
+    def ProposeLearnedVersion(
+        self,
+        request: _admin_pb2.ProposeLearnedVersionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ConfigVersionInfo, _abc.Awaitable[_admin_pb2.ConfigVersionInfo]]:
+        """A challenger the evidence shows better where it applies and never worse, stored as a new version (to be
+        rolled out like any other: admin rollout create).
+        """
 
     @_abc_1.abstractmethod
     def StartStudy(
