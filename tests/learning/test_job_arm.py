@@ -12,6 +12,7 @@ from tests.support.processes import TOKEN
 from topo_tune.client.admin import AdminClient
 from topo_tune.config.cluster import LearningConfig
 from topo_tune.jobs.config import LearningPin, job_environment
+from topo_tune.jobs.task_prolog import prolog_lines
 from topo_tune.learning.assignment import ArmIndex, Exploration, LearningSwitches, assign_arm
 from topo_tune.v1 import admin_pb2
 from topo_tune.versions.layout import staged_path
@@ -88,3 +89,18 @@ def test_a_learning_job_runs_its_arms_table_and_is_timed_and_any_other_job_is_as
             "TOPO_TUNE_TIMING_SAMPLE": "16",
             "TOPO_TUNE_LEARNING_ARM": str(arm),
         }
+
+
+def test_a_slurm_task_prolog_hands_a_job_pinned_with_an_arm_that_arm(tmp_path: Path) -> None:
+    # A task prolog does not ask to learn, but a job an exec pinned first runs its arm on every rank.
+    env = job_environment(
+        LEARNING.id,
+        config_dir=tmp_path,
+        files=sorted(LEARNING.files),
+        tuner_plugin=PLUGIN,
+        job_id="j",
+        learning=LearningPin(ArmIndex(1), 16),
+    )
+    lines = prolog_lines(env)
+    assert f"export NCCL_TUNER_CONFIG_FILE={staged_path(tmp_path, LEARNING.id, challenger_table(1))}" in lines
+    assert "export TOPO_TUNE_LEARNING_ARM=1" in lines
