@@ -3,6 +3,7 @@ class) where their table applies, and proposable only when better there and neve
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from tests.learning.test_candidates import CHALLENGER_TABLE, CHOSEN_TABLE
@@ -50,3 +51,12 @@ def test_a_challenger_slower_where_it_applies_is_not_proposable() -> None:
     assert evidence.proposable == []
     too_few = {k: v for k, v in jobs.items() if k in ("chosen-0", "explore-0")}
     assert version_evidence("cv-0000000000000001", too_few, tables=[CHOSEN_TABLE, CHALLENGER_TABLE]).cells == []
+
+
+def test_a_class_only_the_chosen_tables_jobs_called_is_left_out_not_a_crash() -> None:
+    jobs = {f"chosen-{i}": job(0, 100_000 * (1 + 0.01 * i), 5000) for i in range(3)}
+    jobs |= {f"explore-{i}": job(1, 80_000 * (1 + 0.01 * i), 5000) for i in range(3)}
+    for name in ("chosen-0", "chosen-1"):
+        jobs[name] = [dataclasses.replace(r, cells=(*r.cells, cell("allgather", MIB2, 50_000))) for r in jobs[name]]
+    evidence = version_evidence("cv-0000000000000001", jobs, tables=[CHOSEN_TABLE, CHALLENGER_TABLE])
+    assert {(c.collective, c.class_bytes) for c in evidence.cells} == {("allreduce", MIB2), ("allreduce", KIB)}
