@@ -203,7 +203,8 @@ def test_a_version_keeps_its_provenance_read_only_and_its_settings() -> None:
         (
             {"x.conf": "1"},
             "files['x.conf']",
-            "not a config file name; allowed: nccl.conf, nccl_tuner.conf, rankmap.json, topology.xml",
+            "not a config file name; allowed: nccl.conf, nccl_tuner.conf, rankmap.json, topology.xml, "
+            "nccl_tuner.challenger-N.conf (N 1 to 4)",
         ),
         ({"topology.xml": "x" * ((1 << 20) + 1)}, "files['topology.xml']", "larger than 1048576 bytes"),
         ({"rankmap.json": "a\x00"}, "files['rankmap.json']", "contains a NUL byte"),

@@ -129,7 +129,7 @@ def test_the_largest_config_version_that_can_pass_its_checks_is_within_the_lengt
         },
         id="cv-0123456789abcdef",
     )
-    assert largest.ByteSize() <= PUT_CONFIG_VERSION_BYTES < 5 << 20
+    assert largest.ByteSize() <= PUT_CONFIG_VERSION_BYTES < 9 << 20
 
 
 async def _put(address: str, request: admin_pb2.PutConfigVersionRequest) -> grpc.aio.AioRpcError:

@@ -51,7 +51,9 @@ def show(client: AdminClient, fmt: str, version_id: str) -> None:
     if fmt != "table":
         emit_data(to_data(found), fmt)
         return
-    emit_table(f"config version {found.id}", ("PROVENANCE", "VALUE"), sorted(found.provenance.items()))
+    rows = sorted(found.provenance.items())
+    rows.append(("learning", "stopped (kill switch set)" if found.learning_stopped else "allowed"))
+    emit_table(f"config version {found.id}", ("PROVENANCE", "VALUE"), rows)
     for name in sorted(found.files):
         emit_line(f"--- {name}")
         emit_lines(found.files[name], nl=not found.files[name].endswith("\n"))

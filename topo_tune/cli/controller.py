@@ -208,6 +208,7 @@ def serve(
             section.retention, _given(**_turned_on_or_off("max_age", retention_max_age)), where="controller.retention"
         ),
         job_caps=section.job_caps,
+        learning=cluster.learning,
         rollout_gate=cluster.rollout.gate,
         rollout_thresholds=cluster.rollout.thresholds,
         agent_config_dir=Path(agent_config_dir or cluster.rollout.agent_config_dir).absolute(),

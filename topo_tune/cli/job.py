@@ -29,12 +29,14 @@ from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ConflictError
 from topo_tune.ids import ConfigVersionId
 from topo_tune.jobs.config import (
+    LearningPin,
     expand_hostlist,
     job_environment,
     job_id_from_env,
     nodes_from_env,
     order_environment,
 )
+from topo_tune.learning.assignment import ArmIndex
 from topo_tune.v1 import admin_pb2
 from topo_tune.versions import node_names
 from topo_tune.versions.layout import DEFAULT_CONFIG_DIR
@@ -132,13 +134,17 @@ def resolve_job(
     tuner_plugin: Path | None,
     node: str | None,
     arm: str = "",
+    may_learn: bool = False,
 ) -> tuple[admin_pb2.JobConfig, dict[str, str]]:
-    """The job's config and its variables; ``node`` None: no TOPO_TUNE_NODE_RANK (a launcher starts the others)."""
+    """The job's config and its variables; ``node`` None: no TOPO_TUNE_NODE_RANK (a launcher starts the others);
+    ``may_learn``: the caller ships the job's timing records, so a new pin may draw a learning arm."""
     environ = os.environ
     job_id = job_id or job_id_from_env(environ)
     if not job_id:
         raise click.UsageError("no job id: pass --job-id or run under Slurm, torchrun or MPI")
-    config = client.resolve_job_config(job_id, job_nodes(node_args, environ, job_id=job_id), arm=arm)
+    config = client.resolve_job_config(
+        job_id, job_nodes(node_args, environ, job_id=job_id), arm=arm, may_learn=may_learn
+    )
     warn(config)
     if "nccl_tuner.conf" in config.files and tuner_plugin is None:
         emit_line("topo-tune: warning: the version has a tuner table but no --tuner-plugin was given", err=True)
@@ -157,6 +163,7 @@ def job_variables(
         files=list(config.files),
         tuner_plugin=tuner_plugin,
         job_id=job_id,
+        learning=LearningPin(ArmIndex(config.learning_arm), config.timing_sample) if config.learning else None,
     )
     variables.update(order_environment(config.node_order, node=node, master_addr=config.master_addr))
     return variables

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -25,6 +23,7 @@ import click
 
 from topo_tune.agent.config_store import ConfigStore, jobs_lock_shared
 from topo_tune.cli.admin import connected
+from topo_tune.cli.child_process import end_as, run_child
 from topo_tune.cli.compare import ArmConfig, compare_options, run_comparison, spec_from_options
 from topo_tune.cli.job import (
     check_staged,
@@ -36,10 +35,12 @@ from topo_tune.cli.job import (
     this_node,
     warn,
 )
+from topo_tune.cli.job_timing import run_and_ship
 from topo_tune.client.admin import AdminClient
 from topo_tune.ids import ConfigVersionId
 from topo_tune.jobs.config import job_id_from_env
 from topo_tune.jobs.launchers import LAUNCHERS, LauncherFlavour, launch, starts_other_nodes
+from topo_tune.learning.assignment import job_opted_out
 from topo_tune.plugin.job_env import workload_env
 from topo_tune.security.safe_write import write_file
 from topo_tune.v1 import admin_pb2
@@ -132,6 +133,12 @@ def exec_(
     Each run gets its arm's NCCL files and node order; node rank 0 of each run reads the metric (the
     last match, group 1; lower is better unless --higher-is-better); the figures (median per arm, gain,
     CI, the tuner's proof statistics) are printed and recorded: topo-tune admin job comparisons.
+
+    \b
+    Learning (docs/learning.md; off unless cluster.yaml's learning.enabled): with --tuner-plugin, a job of a
+    version that carries challenger tables may run one of them (its arm, pinned with the job) and is timed
+    by the plugin's profiler; exec then runs COMMAND as its child and, when it ends, ships this node's timing
+    records to the controller. TOPO_TUNE_LEARNING=off in the job's environment opts it out.
     """
     flavour = cast("LauncherFlavour | None", launcher)
     if record_workload is not None and tuner_plugin is None:
@@ -175,7 +182,13 @@ def exec_(
         sys.exit(status)
     here = None if starts_other_nodes(flavour) else this_node(node, os.environ, config_dir)
     config, variables = resolve_job(
-        client, node_args=node_args, job_id=job_id, config_dir=config_dir, tuner_plugin=tuner_plugin, node=here
+        client,
+        node_args=node_args,
+        job_id=job_id,
+        config_dir=config_dir,
+        tuner_plugin=tuner_plugin,
+        node=here,
+        may_learn=tuner_plugin is not None and not job_opted_out(os.environ),  # exec ships the timing records
     )
     lock = jobs_lock_shared(config_dir)
     if lock is not None:
@@ -193,6 +206,10 @@ def exec_(
             variables = workload_env(record_workload, tuner_plugin, variables)
         except ValueError as error:
             raise click.BadParameter(str(error), param_hint="--record-workload") from None
+    timing = None
+    if config.learning and tuner_plugin is not None and here is not None:  # the ranks run here: time them
+        timing = record_workload or Path(tempfile.mkdtemp(prefix="topo-tune-timing-"))
+        variables = workload_env(timing, tuner_plugin, variables)
     argv = list(command)
     sys.stdout.flush()
     if flavour is not None and starts_other_nodes(flavour):
@@ -207,43 +224,24 @@ def exec_(
         _run_then_remove(argv, {**os.environ, **variables}, directory=directory)
     if flavour is not None:
         argv = _launch(flavour, argv, config, variables, slots=slots, hostfile=None)
+    if timing is not None and here is not None:
+        env = {**os.environ, **variables}
+        own = record_workload is None
+        run_and_ship(argv, env, client=client, job_id=config.job_id, node=here, directory=timing, own=own)
     try:
         os.execvpe(argv[0], argv, {**os.environ, **variables})
     except OSError as error:
         raise click.ClickException(f"cannot run {argv[0]!r}: {error.strerror}") from None
 
 
-FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-"""What a scheduler or supervisor sends to ``exec`` alone; passed on to the launcher."""
-TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
-"""A terminal's Ctrl-C and Ctrl-\\ reach the launcher itself (one process group), as under a shell: ``exec``
-ignores them while it waits. Passed on as well, srun would read one Ctrl-C as two (two within a second
-cancel the job)."""
-
-
 def _run_then_remove(argv: list[str], env: dict[str, str], *, directory: Path) -> NoReturn:
     """Run the launcher as a child, passing signals on, then remove ``directory`` (its hostfile) and end as
     the launcher ended: its exit status, or killed by the same signal."""
     try:
-        process = subprocess.Popen(argv, env=env, close_fds=False)  # jobs.lock stays with the command
-    except OSError as error:
-        shutil.rmtree(directory, ignore_errors=True)
-        raise click.ClickException(f"cannot run {argv[0]!r}: {error.strerror}") from None
-    previous = {
-        sig: signal.signal(sig, lambda number, _frame: process.send_signal(number)) for sig in FORWARDED_SIGNALS
-    }
-    previous.update({sig: signal.signal(sig, signal.SIG_IGN) for sig in TERMINAL_SIGNALS})
-    try:
-        status = process.wait()
+        status = run_child(argv, env)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if status < 0:
-        if -status not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot be caught, nor need resetting
-            signal.signal(-status, signal.SIG_DFL)
-        os.kill(os.getpid(), -status)
-    sys.exit(status)
+    end_as(status)
 
 
 def _launch(

@@ -18,6 +18,7 @@ from topo_tune.cli import config_admin as _config_admin  # noqa: F401 - register
 from topo_tune.cli import credential as _credential  # noqa: F401 - registers `admin credential`
 from topo_tune.cli import drift as _drift  # noqa: F401 - registers `admin drift`
 from topo_tune.cli import job_comparisons as _job_comparisons  # noqa: F401 - registers `admin job`
+from topo_tune.cli import learning as _learning  # noqa: F401 - registers `admin learning`
 from topo_tune.cli import logs
 from topo_tune.cli import probe as _probe  # noqa: F401 - registers `admin probe`
 from topo_tune.cli import study as _study  # noqa: F401 - registers `admin study`

@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import grpc
 
@@ -67,6 +67,9 @@ from topo_tune.wire.admin_jobs import (
 )
 from topo_tune.wire.drift_checks import drift_check_from_proto
 from topo_tune.wire.studies import from_proto_study, from_proto_study_trials, to_proto_study_request
+
+if TYPE_CHECKING:
+    from topo_tune.learning.version_evidence import VersionEvidence
 
 logger = logging.getLogger(__name__)
 
@@ -384,6 +387,30 @@ class AdminClient:
     def get_config_version(self, version_id: ConfigVersionId) -> admin_pb2.ConfigVersionInfo:
         return self._call(self._stub.GetConfigVersion, admin_pb2.GetConfigVersionRequest(id=version_id))
 
+    def set_version_learning(self, version_id: ConfigVersionId, *, stopped: bool, actor: str = "") -> bool:
+        """Set (``stopped``) or clear a version's kill switch for learning; the switch as stored after."""
+        request = admin_pb2.SetVersionLearningRequest(id=version_id, stopped=stopped, actor=actor)
+        return self._call(self._stub.SetVersionLearning, request).learning_stopped
+
+    def learning_evidence(self, version_id: ConfigVersionId) -> VersionEvidence:
+        """What the version's learning jobs showed (``docs/learning.md``)."""
+        from topo_tune.learning.version_evidence import EvidenceCell, VersionEvidence  # noqa: PLC0415 - heavy
+
+        answer = self._call(self._stub.GetLearningEvidence, admin_pb2.GetLearningEvidenceRequest(id=version_id))
+        cells = [
+            EvidenceCell(
+                c.arm, c.collective, c.class_bytes, c.speedup, c.ci_low, c.ci_high, c.jobs, c.decision, c.applies
+            )
+            for c in answer.cells
+        ]
+        jobs = dict(sorted(answer.jobs_by_arm.items()))
+        return VersionEvidence(answer.id, jobs, list(answer.divergent), cells, list(answer.proposable))
+
+    def propose_learned_version(self, version_id: ConfigVersionId, arm: int, *, actor: str = "") -> ConfigVersionId:
+        """Store challenger ``arm`` of the version as a new version; its id."""
+        request = admin_pb2.ProposeLearnedVersionRequest(id=version_id, arm=arm, actor=actor)
+        return ConfigVersionId(self._call(self._stub.ProposeLearnedVersion, request).id)
+
     def list_config_versions(self, *, limit: int = 0) -> list[admin_pb2.ConfigVersionInfo]:
         request = admin_pb2.ListConfigVersionsRequest(limit=limit)
         return list(self._call(self._stub.ListConfigVersions, request).versions)
@@ -456,19 +483,32 @@ class AdminClient:
         return credential_entry(self._call(self._stub.RevokeCredential, request))
 
     def resolve_job_config(
-        self, job_id: str, nodes: list[str], *, arm: str = "", preview: bool = False, schedule_wait_s: int = 0
+        self,
+        job_id: str,
+        nodes: list[str],
+        *,
+        arm: str = "",
+        preview: bool = False,
+        schedule_wait_s: int = 0,
+        may_learn: bool = False,
     ) -> admin_pb2.JobConfig:
         """The job's pinned config and node order; ``arm``: "" the job's own, else a version id, "stable" or
         "defaults" (pinned per job id and arm); ``preview``: the answer without pinning it. No ``nodes``: a
         controller in Kubernetes mode reads them from the Job or JobSet whose uid ``job_id`` is, waiting up to
-        ``schedule_wait_s`` (0: its default, 120 s) for its pods to be scheduled. An answer whose names are not
+        ``schedule_wait_s`` (0: its default, 120 s) for its pods to be scheduled. ``may_learn``: the caller
+        can run a learning arm and ship its timing records (``docs/learning.md``). An answer whose names are not
         what they claim (a node name with a newline) raises ``UnsafeAnswer`` (``job_answer.py``)."""
         request = admin_pb2.ResolveJobConfigRequest(
-            job_id=job_id, nodes=nodes, arm=arm, preview=preview, schedule_wait_s=schedule_wait_s
+            job_id=job_id, nodes=nodes, arm=arm, preview=preview, schedule_wait_s=schedule_wait_s, may_learn=may_learn
         )
         waits = 0.0 if nodes else float(schedule_wait_s or 120)
         answer = self._call(self._stub.ResolveJobConfig, request, longer_by_s=waits)
         return checked_job_config(answer, controller=self.address)
+
+    def record_job_timing(self, job_id: str, node: str, records: list[str]) -> int:
+        """Send a learning job's timing records (each a record file's text); how many were new."""
+        request = admin_pb2.RecordJobTimingRequest(job_id=job_id, node=node, records=records)
+        return self._call(self._stub.RecordJobTiming, request).stored
 
     def record_job_comparison(self, request: admin_pb2.RecordJobComparisonRequest) -> admin_pb2.JobComparison:
         return self._call(self._stub.RecordJobComparison, request)

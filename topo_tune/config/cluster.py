@@ -364,6 +364,30 @@ class RolloutConfig(_Section):
     )
 
 
+class LearningConfig(_Section):
+    """Production jobs teaching the tuner (``docs/learning.md``): the cluster's one switch, off by default.
+
+    On, a job of a version that carries challenger tables may run one of them for its whole life (its arm,
+    drawn from the version and the job id and pinned with the job), and every such job is timed by the
+    plugin's profiler; a version's kill switch (``admin learning version ID --off``) and a job's
+    ``TOPO_TUNE_LEARNING=off`` each turn it off below this switch."""
+
+    enabled: bool = Field(default=False, description="let jobs of versions with challengers explore them")
+    explore_share: float = Field(
+        default=0.1,
+        ge=0,
+        le=0.5,  # learning.assignment.MAX_EXPLORE_SHARE (config sits below learning; a test pins the two)
+        description="the fraction of a version's jobs that run a challenger (all challengers together), at most half",
+    )
+    timing_sample: int = Field(
+        default=64,
+        ge=1,
+        le=1 << 20,
+        description="the profiler times one call in this many of a learning job's collectives "
+        "(TOPO_TUNE_TIMING_SAMPLE)",
+    )
+
+
 class Metadata(_Section):
     name: HostName = "topo-tune"
 
@@ -384,6 +408,7 @@ class ClusterConfig(_Section):
     workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    learning: LearningConfig = Field(default_factory=LearningConfig)
     site_fixed: dict[str, str] = Field(
         default_factory=dict,
         description="NCCL settings fixed by the site (IB HCA, GID index, traffic class, socket interface); "

@@ -2,7 +2,9 @@
 
 ``topo-tune init`` stores the version it produced; ``admin rollout create`` rolls a stored version out;
 ``admin config list|show|diff|export`` reads them. Storing the same files again is a no-op (same id). This is
-the one place that writes config versions: the rollout store reaches them through it.
+the one place that writes config versions: the rollout store reaches them through it. The one thing about a
+stored version that changes is its kill switch for learning (``set_learning``, outside the content id), each
+change committed with an event (``version.learning``: the audit trail, ``admin events``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from topo_tune.controller.db.database import Database
-from topo_tune.controller.db.models import ConfigVersionRow
+from topo_tune.controller.db.models import ConfigVersionRow, EventRow
 from topo_tune.errors import NotFoundError, ValidationError
 from topo_tune.ids import ConfigVersionId
 from topo_tune.versions.version import ConfigVersion, is_version_id
@@ -29,6 +31,8 @@ class StoredVersion:
     files: Mapping[str, str]
     provenance: Mapping[str, str]
     created_at: datetime
+    learning_stopped: bool = False
+    """The version's kill switch: set, its new jobs run the chosen table (``docs/learning.md``)."""
 
 
 def _info(row: ConfigVersionRow, *, with_files: bool) -> StoredVersion:
@@ -37,6 +41,7 @@ def _info(row: ConfigVersionRow, *, with_files: bool) -> StoredVersion:
         files=dict(row.files) if with_files else {},
         provenance=dict(row.provenance),
         created_at=row.created_at,
+        learning_stopped=row.learning_stopped,
     )
 
 
@@ -84,6 +89,32 @@ class ConfigVersions:
         if row is None:
             raise NotFoundError(f"no config version {version_id!r}")
         return _info(row, with_files=True)
+
+    async def set_learning(self, version_id: ConfigVersionId, *, stopped: bool, actor: str) -> StoredVersion:
+        """Set or clear the version's kill switch, committed with its event; a no-op (no event) when unchanged.
+
+        Jobs pinned already keep their arm: a pin is never changed under a running job."""
+        if not is_version_id(version_id):
+            raise ValidationError("id", f"not a config version id (cv- and 16 hex digits): {version_id[:40]!r}")
+        now = self.wall_clock()
+
+        def write(session: Session) -> ConfigVersionRow:
+            row = session.get(ConfigVersionRow, version_id, with_for_update=True)
+            if row is None:
+                raise NotFoundError(f"no config version {version_id!r}")
+            if row.learning_stopped != stopped:
+                row.learning_stopped = stopped
+                message = f"learning {'stopped' if stopped else 'allowed'} for {version_id} by {actor}"
+                session.add(EventRow(node_name="", kind="version.learning", message=message, at=now))
+            session.flush()
+            return row
+
+        return _info(await self.db.run(write), with_files=False)
+
+    async def learning_stopped(self, version_id: ConfigVersionId) -> bool:
+        """Whether the version's kill switch is set (False for NCCL's defaults and unknown versions)."""
+        row = await self.db.read(lambda session: session.get(ConfigVersionRow, version_id))
+        return row is not None and row.learning_stopped
 
     async def list(self, *, limit: int = 50) -> list[StoredVersion]:
         def read(session: Session) -> list[ConfigVersionRow]:

@@ -40,6 +40,7 @@ from topo_tune.security.auth import REFUSED, GuardInterceptor, presented_token
 AGENT_SESSION = "/topo_tune.v1.AgentService/Session"
 RESOLVE_JOB_CONFIG = "/topo_tune.v1.AdminService/ResolveJobConfig"
 RECORD_JOB_COMPARISON = "/topo_tune.v1.AdminService/RecordJobComparison"
+RECORD_JOB_TIMING = "/topo_tune.v1.AdminService/RecordJobTiming"
 _AGENT_PREFIX = "topo-tune-agent:"
 _JOB_PREFIX = "topo-tune-job:"
 _KEY_LABEL = b"topo-tune credentials v1"
@@ -56,7 +57,7 @@ class Role(enum.Enum):
 ALLOWED_METHODS: dict[Role, frozenset[str] | None] = {
     Role.ADMIN: None,  # everything
     Role.AGENT: frozenset({AGENT_SESSION}),
-    Role.JOB: frozenset({RESOLVE_JOB_CONFIG, RECORD_JOB_COMPARISON}),
+    Role.JOB: frozenset({RESOLVE_JOB_CONFIG, RECORD_JOB_COMPARISON, RECORD_JOB_TIMING}),
 }
 
 

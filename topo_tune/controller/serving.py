@@ -85,6 +85,7 @@ class Serving:
                 studies=services.studies,
                 job_configs=services.job_configs,
                 job_comparisons=services.job_comparisons,
+                job_timings=services.job_timings,
                 drift=services.drift,
                 credentials=services.credentials,
                 credential_ledger=services.credential_ledger,

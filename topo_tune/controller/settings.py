@@ -14,6 +14,7 @@ from topo_tune.config.cluster import (
     ControllerConfig,
     DriftConfig,
     JobCapsConfig,
+    LearningConfig,
     RetentionConfig,
     RolloutConfig,
     RolloutGateConfig,
@@ -81,5 +82,7 @@ class ControllerSettings:
     """How many pins and comparisons one job credential holds, and how large one may be (``controller.jobCaps``)."""
     drift: DriftConfig = field(default_factory=DriftConfig)
     """The periodic drift check of the active config version (``controller.drift`` in cluster.yaml)."""
+    learning: LearningConfig = field(default_factory=LearningConfig)
+    """Production jobs teaching the tuner (cluster.yaml's ``learning``): off by default."""
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     """How long benchmark results, events and drift checks are kept (``controller.retention``)."""

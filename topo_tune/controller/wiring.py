@@ -25,6 +25,7 @@ from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.drift import DriftChecker
 from topo_tune.controller.job_comparisons import JobComparisons
+from topo_tune.controller.job_timings import JobTimings
 from topo_tune.controller.metrics import ControllerMetrics
 from topo_tune.controller.nodes import NodeRegistry, TopologyChange
 from topo_tune.controller.probes import Probes
@@ -75,13 +76,21 @@ class Services:
         self._measurements(settings)
         self._rollouts_and_studies(settings, study_pass)
         self.retention = Retention(db=db, wall_clock=wall_clock, settings=settings.retention, metrics=self.metrics)
-        self.job_configs = JobResolver(self.rollout_store, self.registry, job_nodes=job_nodes, caps=settings.job_caps)
+        self.job_configs = JobResolver(
+            self.rollout_store, self.registry, job_nodes=job_nodes, caps=settings.job_caps, learning=settings.learning
+        )
         self.job_comparisons = JobComparisons(
             db=db,
             wall_clock=wall_clock,
             pins=lambda job_id, arm: self.rollout_store.get_pin(job_id, arm=arm),
             pin_owner=self.rollout_store.pin_owner,
             caps=settings.job_caps,
+        )
+        self.job_timings = JobTimings(
+            db=db,
+            wall_clock=wall_clock,
+            pins=self.rollout_store.get_pin,
+            pin_owner=self.rollout_store.pin_owner,
         )
         self.credential_ledger = CredentialLedger(db=db, credentials=credentials, hub=self.hub, wall_clock=wall_clock)
 

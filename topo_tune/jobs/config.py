@@ -28,9 +28,10 @@ from pathlib import Path
 from topo_tune.config.values import NODE_NAME_PATTERN
 from topo_tune.errors import ConfigError, ConflictError
 from topo_tune.ids import NO_CONFIG_VERSION, NO_ROLLOUT, ConfigVersionId, NodeName, RolloutId
-from topo_tune.plugin.job_env import plugin_env
+from topo_tune.learning.assignment import ArmIndex
+from topo_tune.plugin.job_env import learning_env, plugin_env
 from topo_tune.versions.layout import staged_path
-from topo_tune.versions.version import NCCL_CONF, TOPO_FILE, TUNER_TABLE, is_version_id
+from topo_tune.versions.version import NCCL_CONF, TOPO_FILE, TUNER_TABLE, challenger_table, is_version_id
 
 DEFAULTS_FILE = "/dev/null"
 """NCCL_CONF_FILE for a job on NCCL's defaults: an empty file, so ``~/.nccl.conf`` is not read either."""
@@ -91,6 +92,17 @@ class JobPin:
     order: tuple[str, ...] = ()
     """The job's node order: node rank i runs on ``order[i]``; empty until the controller computed it."""
     arm: str = ""
+    learning_arm: ArmIndex | None = None
+    """The table the job runs for its life when it learns (``learning.assignment``; 0: the version's chosen
+    one, i: its i-th challenger); None: the job does not learn, and runs the chosen table as before."""
+
+
+@dataclass(frozen=True)
+class LearningPin:
+    """What a learning job's pin adds to its environment: its arm, and how often the profiler times a call."""
+
+    arm: ArmIndex
+    timing_sample: int
 
 
 def arm_version(arm: str, nodes: Sequence[str], view: RolloutView) -> ConfigVersionId:
@@ -169,8 +181,11 @@ def job_environment(
     files: Sequence[str] = (NCCL_CONF,),
     tuner_plugin: Path | None = None,
     job_id: str = "",
+    learning: LearningPin | None = None,
 ) -> dict[str, str]:
-    """The variables a job on ``version`` needs; ``files`` are the names the version holds."""
+    """The variables a job on ``version`` needs; ``files`` are the names the version holds. A learning job
+    (``learning``) runs its arm's table, timed by the same plugin (``plugin.job_env.learning_env``); any
+    other gets exactly what it got before learning existed."""
     env = {"TOPO_TUNE_CONFIG_VERSION": version}
     if job_id:
         env["TOPO_TUNE_JOB_ID"] = job_id
@@ -181,7 +196,13 @@ def job_environment(
     if TOPO_FILE in files:
         # Not in nccl.conf: a file can name its own version's path only from outside (the id hashes the files).
         env["NCCL_TOPO_FILE"] = str(staged_path(config_dir, version, TOPO_FILE))
-    if TUNER_TABLE in files and tuner_plugin is not None:
+    if learning is not None and tuner_plugin is not None:
+        table = challenger_table(learning.arm) if learning.arm else TUNER_TABLE
+        if table not in files:
+            raise ConfigError("learning_arm", f"arm {learning.arm}: {version} holds no {table}")
+        path = staged_path(config_dir, version, table)
+        env.update(learning_env(path, tuner_plugin, arm=learning.arm, sample=learning.timing_sample))
+    elif TUNER_TABLE in files and tuner_plugin is not None:
         env.update(plugin_env(staged_path(config_dir, version, TUNER_TABLE), tuner_plugin))
     return env
 

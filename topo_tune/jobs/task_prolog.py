@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from topo_tune.plugin.job_env import PLUGIN_ENV, TABLE_ENV
+from topo_tune.plugin.job_env import LEARNING_ARM_ENV, PLUGIN_ENV, PROFILER_ENV, TABLE_ENV, TIMING_SAMPLE_ENV
 
 PROLOG_NAMES = frozenset(
     {
@@ -32,6 +32,10 @@ PROLOG_NAMES = frozenset(
         "NCCL_TOPO_FILE",
         PLUGIN_ENV,
         TABLE_ENV,
+        # A job pinned with a learning arm (by an exec that asked first) runs that arm's table on every rank.
+        PROFILER_ENV,
+        TIMING_SAMPLE_ENV,
+        LEARNING_ARM_ENV,
         "TOPO_TUNE_CONFIG_VERSION",
         "TOPO_TUNE_JOB_ID",
         "TOPO_TUNE_NODE_RANK",

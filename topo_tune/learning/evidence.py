@@ -122,7 +122,10 @@ def compare_arms(
             for key, mean in job.log_means.items():
                 values[(key, job.arm == arm)].append(mean)
     keys = sorted(
-        k for (k, is_arm) in values if not is_arm and len(values[(k, True)]) >= 2 and len(values[(k, False)]) >= 2
+        # .get: indexing the defaultdict while iterating it would add keys (a cell only the chosen arm timed).
+        k
+        for (k, is_arm) in values
+        if not is_arm and len(values.get((k, True), [])) >= 2 and len(values[(k, False)]) >= 2
     )
     # A job's value is a mean log time: as a time, its geometric mean, which compare_unpaired logs again.
     comparisons = [

@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["PLUGIN_ENV", "TABLE_ENV", "WORKLOAD_ENV", "plugin_env", "workload_env"]
+__all__ = [
+    "LEARNING_ARM_ENV",
+    "PLUGIN_ENV",
+    "PROFILER_ENV",
+    "TABLE_ENV",
+    "TIMING_SAMPLE_ENV",
+    "WORKLOAD_ENV",
+    "learning_env",
+    "plugin_env",
+    "workload_env",
+]
 
 PLUGIN_ENV = "NCCL_TUNER_PLUGIN"
 """NCCL's variable naming the tuner plugin (a name, a library file or a path)."""
@@ -21,6 +31,15 @@ TABLE_ENV = "NCCL_TUNER_CONFIG_FILE"
 
 WORKLOAD_ENV = "TOPO_TUNE_WORKLOAD_DIR"
 """The directory the plugin writes its call counts into at finalize (``topo-tune exec --record-workload``)."""
+
+PROFILER_ENV = "NCCL_PROFILER_PLUGIN"
+"""NCCL's variable naming the profiler plugin: the same library as the tuner (it implements both)."""
+
+TIMING_SAMPLE_ENV = "TOPO_TUNE_TIMING_SAMPLE"
+"""The profiler times one call in this many, and writes its timing record beside the workload counts."""
+
+LEARNING_ARM_ENV = "TOPO_TUNE_LEARNING_ARM"
+"""The job's learning arm, written into the timing record (``docs/learning.md``)."""
 
 
 def plugin_env(table_path: Path, library_path: Path) -> dict[str, str]:
@@ -46,3 +65,14 @@ def workload_env(directory: Path, library_path: Path, env: dict[str, str]) -> di
     except OSError as error:
         raise ValueError(f"cannot create {directory}: {error.strerror or error}") from None
     return {PLUGIN_ENV: str(library_path.absolute()), **env, WORKLOAD_ENV: str(directory.absolute())}
+
+
+def learning_env(table_path: Path, library_path: Path, *, arm: int, sample: int) -> dict[str, str]:
+    """:func:`plugin_env` for the arm's table, plus what makes the same library time the job's calls.
+
+    The timing record needs ``TOPO_TUNE_WORKLOAD_DIR`` too (:func:`workload_env`): the caller names it.
+    Raises ``ValueError`` as :func:`plugin_env` does, or for a sample below 1."""
+    if sample < 1:
+        raise ValueError(f"sample: {sample} must be at least 1 (one call timed in SAMPLE)")
+    env = plugin_env(table_path, library_path)
+    return {**env, PROFILER_ENV: str(library_path), TIMING_SAMPLE_ENV: str(sample), LEARNING_ARM_ENV: str(arm)}

@@ -19,11 +19,26 @@ from dataclasses import dataclass
 
 from topo_tune.errors import RecordError
 
-__all__ = ["MAX_TIMING_BYTES", "TIMING_MAGIC", "TimingCell", "TimingRecord", "parse_timing_record"]
+__all__ = [
+    "MAX_CALL_BYTES",
+    "MAX_RECORDS_PER_CALL",
+    "MAX_TIMING_BYTES",
+    "TIMING_FILES",
+    "TIMING_MAGIC",
+    "TimingCell",
+    "TimingRecord",
+    "parse_timing_record",
+]
 
 TIMING_MAGIC = "topo-tune timing record 1"
+TIMING_FILES = "topo-tune-timing.*.txt"
+"""The profiler's records in a job's workload directory (``topotune_profiler.c``: topo-tune-timing.HOST.PID.N.txt)."""
 MAX_TIMING_BYTES = 1024 * 1024
 """A record larger than this is refused: a communicator writes at most one line per (collective, class, way)."""
+MAX_RECORDS_PER_CALL = 512
+"""Records one call to the controller may carry (a node's ranks times their communicators); more go in more calls."""
+MAX_CALL_BYTES = 8 * 1024 * 1024
+"""Bytes of record text one call to the controller may carry, all records together."""
 
 _COLLECTIVES = frozenset({"broadcast", "reduce", "allgather", "reducescatter", "allreduce", "other_function"})
 _HEAD_KEYS = ("process", "comm", "rank", "nranks", "nnodes", "sample", "arm")

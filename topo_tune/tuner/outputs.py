@@ -15,6 +15,8 @@ Purpose: from a :class:`~topo_tune.tuner.study.StudyOutcome`, write into one dir
 * ``summary.json`` — baseline, best, per-bucket decisions with speedups, bounds and pairs, the decision rule,
   the trade-off (when one was found), trials, the simulated flag;
 * ``report.html`` (``report``: one self-contained page, images inline) and its figures as PNGs under ``plots/``;
+* ``nccl_tuner.challenger-N.conf`` — with learning on, the challenger tables the version carries beside its
+  chosen table (``docs/learning.md``; the caller's ``carry`` picks them);
 * ``tradeoff/`` — when the best finalist measured could not be chosen (some weighted bucket not shown safe),
   its ``nccl.conf``, ``nccl_tuner.conf``, ``hostfile`` and ``rankmap.json``: a non-default alternative a user
   may adopt knowingly, never the result and never part of the ConfigVersion.
@@ -30,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +50,15 @@ from topo_tune.tuner.study import StudyOutcome
 from topo_tune.tuner.study_summary import TRADEOFF, summary
 from topo_tune.tuner.timeout_advice import TimeoutAdvice
 from topo_tune.tuner.workload_gain import WorkloadSource
-from topo_tune.versions.version import NCCL_CONF, RANK_MAP, TOPO_FILE, TUNER_TABLE, ConfigVersion, render_nccl_conf
+from topo_tune.versions.version import (
+    CHALLENGER_TABLES,
+    NCCL_CONF,
+    RANK_MAP,
+    TOPO_FILE,
+    TUNER_TABLE,
+    ConfigVersion,
+    render_nccl_conf,
+)
 
 __all__ = [
     "HOSTFILE",
@@ -85,6 +95,10 @@ class ClusterShape:
     @property
     def ranks(self) -> int:
         return sum(self.slots.values())
+
+
+Carry = Callable[[StudyOutcome, str], tuple[Mapping[str, str], Mapping[str, str]]]
+"""(the outcome, the shipped ``nccl_tuner.conf``) -> the files and provenance a version carries besides its own."""
 
 
 @dataclass(frozen=True)
@@ -132,11 +146,13 @@ def write_outputs(
     plots: bool = True,
     table_bucket_rows: bool = True,
     workload: WorkloadSource | None = None,
+    carry: Carry | None = None,
 ) -> WrittenOutputs:
     """Write every output into ``directory`` (created if needed) and return the ConfigVersion of the result.
 
     ``table_bucket_rows`` False: ``nccl_tuner.conf`` has rows only when the chosen configuration was measured
-    with a table (no rows derived from promoted buckets, which never ran through the plugin).
+    with a table (no rows derived from promoted buckets, which never ran through the plugin). ``carry``: what
+    else the version carries (learning's challenger tables), written beside the other files.
     """
     ranks = rank_map(outcome, shape)
     table = tuner_table(outcome, nodes=shape.nodes, ranks=shape.ranks, bucket_rows=table_bucket_rows)
@@ -147,6 +163,7 @@ def write_outputs(
         topology_xml=topology_xml,
         nccl_version=nccl_version,
         topology_fingerprint=topology_fingerprint,
+        carry=carry,
     )
     directory.mkdir(parents=True, exist_ok=True)
     summary_data = summary(
@@ -157,15 +174,7 @@ def write_outputs(
         advice=advice,
         workload=workload,
     )
-    written = {
-        NCCL_CONF: version.files[NCCL_CONF],
-        TUNER_TABLE: table,
-        RANK_MAP: ranks.to_json(),
-        HOSTFILE: ranks.hostfile("mpi"),
-        SUMMARY: json.dumps(summary_data, indent=2) + "\n",
-    }
-    if topology_xml is not None:
-        written[TOPO_FILE] = topology_xml
+    written = _result_files(version, table=table, ranks=ranks, summary_data=summary_data)
     written.update(_tradeoff_files(outcome, directory, shape=shape, table_bucket_rows=table_bucket_rows))
     figures = _figures(outcome, summary_data, shape) if plots else []
     report = render_report(
@@ -178,6 +187,8 @@ def write_outputs(
     )
     contents: dict[str, str | bytes] = {**written, **{f"{PLOTS}/{f.name}": f.png for f in figures}, REPORT: report}
     _replace_all(directory, contents)
+    for name in set(CHALLENGER_TABLES) - set(contents):
+        (directory / name).unlink(missing_ok=True)  # an earlier run's challenger is not this version's
     return WrittenOutputs(directory, tuple(sorted(contents)), version)
 
 
@@ -187,6 +198,19 @@ def _figures(outcome: StudyOutcome, summary_data: Mapping[str, Any], shape: Clus
     from topo_tune.tuner.report.figures import report_figures  # noqa: PLC0415
 
     return report_figures(outcome, summary_data, shape.pairs, shape.racks)
+
+
+def _result_files(
+    version: ConfigVersion, *, table: str, ranks: RankMap, summary_data: Mapping[str, Any]
+) -> dict[str, str]:
+    """The result's files by name: the version's (the tuner table even when empty), hostfile and summary."""
+    return {
+        **version.files,
+        TUNER_TABLE: table,
+        RANK_MAP: ranks.to_json(),
+        HOSTFILE: ranks.hostfile("mpi"),
+        SUMMARY: json.dumps(summary_data, indent=2) + "\n",
+    }
 
 
 def write_cluster_time(directory: Path, data: Mapping[str, Any]) -> Path:
@@ -205,8 +229,10 @@ def _config_version(
     topology_xml: str | None,
     nccl_version: str,
     topology_fingerprint: str,
+    carry: Carry | None,
 ) -> ConfigVersion:
-    """The result as a config version: its files carry nothing study-specific, the provenance travels beside."""
+    """The result as a config version: its files carry nothing study-specific, the provenance travels beside;
+    with ``carry``, a version with a tuner table carries what it adds (learning's challengers) beside."""
     order_name = outcome.chosen.config.rank_order.name if outcome.chosen is not None else NATURAL_ORDER
     env = dict(outcome.site_fixed)
     if outcome.chosen is not None:
@@ -218,9 +244,13 @@ def _config_version(
         files[RANK_MAP] = ranks.to_json()
     if topology_xml is not None:
         files[TOPO_FILE] = topology_xml
+    carried: tuple[Mapping[str, str], Mapping[str, str]] = ({}, {})
+    if carry is not None and TUNER_TABLE in files:
+        carried = carry(outcome, table)
     return ConfigVersion(
-        files=files,
+        files={**files, **carried[0]},
         provenance={
+            **carried[1],
             "study": outcome.name,
             "trials": str(len(outcome.trials)),
             "chosen_trial": str(outcome.chosen.trial) if outcome.chosen else "",

@@ -24,6 +24,7 @@ from topo_tune.benchmark.sweep import size_ladder
 from topo_tune.config.cluster import ClusterConfig
 from topo_tune.errors import ConfigError, PassError
 from topo_tune.kube.rack import tiers_above
+from topo_tune.learning.carried import carried_challengers
 from topo_tune.node_record import NodeInfo, NodeState
 from topo_tune.topology import Measurement, PairMatrix, Spine, build_cluster
 from topo_tune.topology.gpu_ranks import gpu_ranks
@@ -55,6 +56,14 @@ class PassResult:
     measured_pairs: int
     cluster_time: ClusterClock
     """Wall time and node-seconds per phase (``summary.json``'s ``cluster_time`` is its state before the outputs)."""
+
+
+def carry_challengers(outcome: StudyOutcome, shipped_table: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The challenger tables the version carries with learning on (``learning.carried``): the proof's other
+    finalists and its named trade-off, where the proof showed them non-inferior in every bucket they change."""
+    finalists = [*outcome.proofs, *([outcome.tradeoff.proof] if outcome.tradeoff is not None else [])]
+    carried = carried_challengers(outcome.chosen, finalists, shipped_table=shipped_table, max_loss=outcome.max_loss)
+    return carried.files, carried.provenance
 
 
 def last_heard(node: NodeInfo | None, now: float) -> str:
@@ -414,6 +423,7 @@ def run_pass(
         advice=advise(latencies) if latencies else None,
         table_bucket_rows=search.tuner_table,
         workload=WorkloadSource(cluster.workload.source, cluster.workload.collective_time_us),
+        carry=carry_challengers if cluster.learning.enabled else None,
     )
     version = written.config_version
     client.put_config_version(dict(version.files), dict(version.provenance), version_id=version.id)

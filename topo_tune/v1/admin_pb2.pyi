@@ -1633,6 +1633,7 @@ class ResolveJobConfigRequest(_message.Message):
     ARM_FIELD_NUMBER: _builtins.int
     PREVIEW_FIELD_NUMBER: _builtins.int
     SCHEDULE_WAIT_S_FIELD_NUMBER: _builtins.int
+    MAY_LEARN_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     """may be empty with preview"""
     arm: _builtins.str
@@ -1645,6 +1646,10 @@ class ResolveJobConfigRequest(_message.Message):
     """No nodes, in Kubernetes mode: job_id is the uid of a Job or JobSet; the controller reads its pods from
     the API and waits up to this long for all of them to be scheduled (0: 120 s; at most 600 s).
     """
+    may_learn: _builtins.bool
+    """The job may run a learning arm (docs/learning.md): `exec` asks so, since it ships the job's timing
+    records, unless the job set TOPO_TUNE_LEARNING=off. Only a new pin of the job's own config draws an arm.
+    """
     @_builtins.property
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -1655,10 +1660,11 @@ class ResolveJobConfigRequest(_message.Message):
         arm: _builtins.str = ...,
         preview: _builtins.bool = ...,
         schedule_wait_s: _builtins.int = ...,
+        may_learn: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["arm", b"arm", "job_id", b"job_id", "nodes", b"nodes", "preview", b"preview", "schedule_wait_s", b"schedule_wait_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arm", b"arm", "job_id", b"job_id", "may_learn", b"may_learn", "nodes", b"nodes", "preview", b"preview", "schedule_wait_s", b"schedule_wait_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1682,6 +1688,9 @@ class JobConfig(_message.Message):
     ARM_FIELD_NUMBER: _builtins.int
     MEASURED_EDGES_FIELD_NUMBER: _builtins.int
     RING_EDGES_FIELD_NUMBER: _builtins.int
+    LEARNING_FIELD_NUMBER: _builtins.int
+    LEARNING_ARM_FIELD_NUMBER: _builtins.int
+    TIMING_SAMPLE_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     config_version: _builtins.str
     """empty: NCCL's defaults"""
@@ -1699,6 +1708,12 @@ class JobConfig(_message.Message):
     measured_edges: _builtins.int
     """edges of node_order's ring whose pair was measured, of ring_edges"""
     ring_edges: _builtins.int
+    learning: _builtins.bool
+    """the job learns: it runs learning_arm's table and is timed"""
+    learning_arm: _builtins.int
+    """0: the version's chosen table; i: its i-th challenger table"""
+    timing_sample: _builtins.int
+    """with learning: the profiler times one call in this many"""
     @_builtins.property
     def files(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """the file names the version holds"""
@@ -1732,14 +1747,66 @@ class JobConfig(_message.Message):
         arm: _builtins.str = ...,
         measured_edges: _builtins.int = ...,
         ring_edges: _builtins.int = ...,
+        learning: _builtins.bool = ...,
+        learning_arm: _builtins.int = ...,
+        timing_sample: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["arm", b"arm", "config_version", b"config_version", "files", b"files", "given_bottleneck_gbps", b"given_bottleneck_gbps", "job_id", b"job_id", "master_addr", b"master_addr", "measured_edges", b"measured_edges", "node_order", b"node_order", "nodes", b"nodes", "order_bottleneck_gbps", b"order_bottleneck_gbps", "order_method", b"order_method", "ring_edges", b"ring_edges", "rollout_id", b"rollout_id", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arm", b"arm", "config_version", b"config_version", "files", b"files", "given_bottleneck_gbps", b"given_bottleneck_gbps", "job_id", b"job_id", "learning", b"learning", "learning_arm", b"learning_arm", "master_addr", b"master_addr", "measured_edges", b"measured_edges", "node_order", b"node_order", "nodes", b"nodes", "order_bottleneck_gbps", b"order_bottleneck_gbps", "order_method", b"order_method", "ring_edges", b"ring_edges", "rollout_id", b"rollout_id", "timing_sample", b"timing_sample", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___JobConfig: _TypeAlias = JobConfig  # noqa: Y015
+
+@_typing.final
+class RecordJobTimingRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    NODE_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    node: _builtins.str
+    """the node the records were read on"""
+    @_builtins.property
+    def records(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """each a topo-tune-timing.*.txt file's text (plugin/timing_record.py)"""
+
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        node: _builtins.str = ...,
+        records: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "node", b"node", "records", b"records"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordJobTimingRequest: _TypeAlias = RecordJobTimingRequest  # noqa: Y015
+
+@_typing.final
+class RecordJobTimingReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STORED_FIELD_NUMBER: _builtins.int
+    stored: _builtins.int
+    """records new to the controller (a retry stores none)"""
+    def __init__(
+        self,
+        *,
+        stored: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["stored", b"stored"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordJobTimingReply: _TypeAlias = RecordJobTimingReply  # noqa: Y015
 
 @_typing.final
 class JobComparisonRun(_message.Message):
@@ -2011,7 +2078,10 @@ class ConfigVersionInfo(_message.Message):
     FILES_FIELD_NUMBER: _builtins.int
     PROVENANCE_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
+    LEARNING_STOPPED_FIELD_NUMBER: _builtins.int
     id: _builtins.str
+    learning_stopped: _builtins.bool
+    """the version's kill switch for learning (outside its content id)"""
     @_builtins.property
     def files(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """nccl.conf, nccl_tuner.conf, rankmap.json, topology.xml"""
@@ -2029,14 +2099,198 @@ class ConfigVersionInfo(_message.Message):
         files: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         provenance: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
+        learning_stopped: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "files", b"files", "id", b"id", "provenance", b"provenance"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "files", b"files", "id", b"id", "learning_stopped", b"learning_stopped", "provenance", b"provenance"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ConfigVersionInfo: _TypeAlias = ConfigVersionInfo  # noqa: Y015
+
+@_typing.final
+class SetVersionLearningRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    STOPPED_FIELD_NUMBER: _builtins.int
+    ACTOR_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    stopped: _builtins.bool
+    """true: stop learning for the version's new jobs; false: allow it"""
+    actor: _builtins.str
+    """who, for the event recorded with the change"""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        stopped: _builtins.bool = ...,
+        actor: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "id", b"id", "stopped", b"stopped"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetVersionLearningRequest: _TypeAlias = SetVersionLearningRequest  # noqa: Y015
+
+@_typing.final
+class GetLearningEvidenceRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetLearningEvidenceRequest: _TypeAlias = GetLearningEvidenceRequest  # noqa: Y015
+
+@_typing.final
+class LearningCell(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ARM_FIELD_NUMBER: _builtins.int
+    COLLECTIVE_FIELD_NUMBER: _builtins.int
+    CLASS_BYTES_FIELD_NUMBER: _builtins.int
+    SPEEDUP_FIELD_NUMBER: _builtins.int
+    CI_LOW_FIELD_NUMBER: _builtins.int
+    CI_HIGH_FIELD_NUMBER: _builtins.int
+    JOBS_FIELD_NUMBER: _builtins.int
+    DECISION_FIELD_NUMBER: _builtins.int
+    APPLIES_FIELD_NUMBER: _builtins.int
+    arm: _builtins.int
+    """the challenger (1-based)"""
+    collective: _builtins.str
+    """the plugin's name: allreduce, allgather, ..."""
+    class_bytes: _builtins.int
+    """the size class (class_bytes / 2, class_bytes]"""
+    speedup: _builtins.float
+    """> 1: the challenger is faster"""
+    ci_low: _builtins.float
+    """one-sided bounds at the proof's alpha"""
+    ci_high: _builtins.float
+    jobs: _builtins.int
+    """the smaller arm's number of jobs"""
+    decision: _builtins.str
+    """faster | no difference shown | not shown safe | slower"""
+    applies: _builtins.bool
+    """the challenger's table changes the chosen one's choices here"""
+    def __init__(
+        self,
+        *,
+        arm: _builtins.int = ...,
+        collective: _builtins.str = ...,
+        class_bytes: _builtins.int = ...,
+        speedup: _builtins.float = ...,
+        ci_low: _builtins.float = ...,
+        ci_high: _builtins.float = ...,
+        jobs: _builtins.int = ...,
+        decision: _builtins.str = ...,
+        applies: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applies", b"applies", "arm", b"arm", "ci_high", b"ci_high", "ci_low", b"ci_low", "class_bytes", b"class_bytes", "collective", b"collective", "decision", b"decision", "jobs", b"jobs", "speedup", b"speedup"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LearningCell: _TypeAlias = LearningCell  # noqa: Y015
+
+@_typing.final
+class LearningEvidence(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class JobsByArmEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.int
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.int = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ID_FIELD_NUMBER: _builtins.int
+    JOBS_BY_ARM_FIELD_NUMBER: _builtins.int
+    DIVERGENT_FIELD_NUMBER: _builtins.int
+    CELLS_FIELD_NUMBER: _builtins.int
+    PROPOSABLE_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    @_builtins.property
+    def jobs_by_arm(self) -> _containers.ScalarMap[_builtins.int, _builtins.int]:
+        """jobs compared, per arm (0: the chosen table)"""
+
+    @_builtins.property
+    def divergent(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """jobs set aside: their ranks' records disagree"""
+
+    @_builtins.property
+    def cells(self) -> _containers.RepeatedCompositeFieldContainer[Global___LearningCell]: ...
+    @_builtins.property
+    def proposable(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """challengers shown better where they apply and never worse"""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        jobs_by_arm: _abc.Mapping[_builtins.int, _builtins.int] | None = ...,
+        divergent: _abc.Iterable[_builtins.str] | None = ...,
+        cells: _abc.Iterable[Global___LearningCell] | None = ...,
+        proposable: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cells", b"cells", "divergent", b"divergent", "id", b"id", "jobs_by_arm", b"jobs_by_arm", "proposable", b"proposable"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LearningEvidence: _TypeAlias = LearningEvidence  # noqa: Y015
+
+@_typing.final
+class ProposeLearnedVersionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    ARM_FIELD_NUMBER: _builtins.int
+    ACTOR_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    arm: _builtins.int
+    actor: _builtins.str
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        arm: _builtins.int = ...,
+        actor: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "arm", b"arm", "id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProposeLearnedVersionRequest: _TypeAlias = ProposeLearnedVersionRequest  # noqa: Y015
 
 @_typing.final
 class PutConfigVersionRequest(_message.Message):

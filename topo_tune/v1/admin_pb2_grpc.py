@@ -114,6 +114,21 @@ class AdminServiceStub:
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.ListConfigVersionsRequest.SerializeToString,
                 response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListConfigVersionsResponse.FromString,
                 _registered_method=True)
+        self.SetVersionLearning = channel.unary_unary(
+                '/topo_tune.v1.AdminService/SetVersionLearning',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.SetVersionLearningRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ConfigVersionInfo.FromString,
+                _registered_method=True)
+        self.GetLearningEvidence = channel.unary_unary(
+                '/topo_tune.v1.AdminService/GetLearningEvidence',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.GetLearningEvidenceRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.LearningEvidence.FromString,
+                _registered_method=True)
+        self.ProposeLearnedVersion = channel.unary_unary(
+                '/topo_tune.v1.AdminService/ProposeLearnedVersion',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.ProposeLearnedVersionRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ConfigVersionInfo.FromString,
+                _registered_method=True)
         self.StartStudy = channel.unary_unary(
                 '/topo_tune.v1.AdminService/StartStudy',
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.StartStudyRequest.SerializeToString,
@@ -178,6 +193,11 @@ class AdminServiceStub:
                 '/topo_tune.v1.AdminService/ListJobComparisons',
                 request_serializer=topo__tune_dot_v1_dot_admin__pb2.ListJobComparisonsRequest.SerializeToString,
                 response_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListJobComparisonsResponse.FromString,
+                _registered_method=True)
+        self.RecordJobTiming = channel.unary_unary(
+                '/topo_tune.v1.AdminService/RecordJobTiming',
+                request_serializer=topo__tune_dot_v1_dot_admin__pb2.RecordJobTimingRequest.SerializeToString,
+                response_deserializer=topo__tune_dot_v1_dot_admin__pb2.RecordJobTimingReply.FromString,
                 _registered_method=True)
         self.ListDriftChecks = channel.unary_unary(
                 '/topo_tune.v1.AdminService/ListDriftChecks',
@@ -337,6 +357,28 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetVersionLearning(self, request, context):
+        """A version's kill switch for learning (docs/learning.md): set, its new jobs run its chosen table.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetLearningEvidence(self, request, context):
+        """What the version's learning jobs showed: each challenger against its chosen table per size class.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ProposeLearnedVersion(self, request, context):
+        """A challenger the evidence shows better where it applies and never worse, stored as a new version (to be
+        rolled out like any other: admin rollout create).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def StartStudy(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -415,6 +457,14 @@ class AdminServiceServicer:
 
     def ListJobComparisons(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecordJobTiming(self, request, context):
+        """A learning job's timing records (docs/learning.md), shipped by its `exec` when the job's command ends (a
+        job credential may, for its own jobs): stored whole or not at all.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -576,6 +626,21 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     request_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListConfigVersionsRequest.FromString,
                     response_serializer=topo__tune_dot_v1_dot_admin__pb2.ListConfigVersionsResponse.SerializeToString,
             ),
+            'SetVersionLearning': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetVersionLearning,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.SetVersionLearningRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.ConfigVersionInfo.SerializeToString,
+            ),
+            'GetLearningEvidence': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLearningEvidence,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.GetLearningEvidenceRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.LearningEvidence.SerializeToString,
+            ),
+            'ProposeLearnedVersion': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProposeLearnedVersion,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.ProposeLearnedVersionRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.ConfigVersionInfo.SerializeToString,
+            ),
             'StartStudy': grpc.unary_unary_rpc_method_handler(
                     servicer.StartStudy,
                     request_deserializer=topo__tune_dot_v1_dot_admin__pb2.StartStudyRequest.FromString,
@@ -640,6 +705,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListJobComparisons,
                     request_deserializer=topo__tune_dot_v1_dot_admin__pb2.ListJobComparisonsRequest.FromString,
                     response_serializer=topo__tune_dot_v1_dot_admin__pb2.ListJobComparisonsResponse.SerializeToString,
+            ),
+            'RecordJobTiming': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordJobTiming,
+                    request_deserializer=topo__tune_dot_v1_dot_admin__pb2.RecordJobTimingRequest.FromString,
+                    response_serializer=topo__tune_dot_v1_dot_admin__pb2.RecordJobTimingReply.SerializeToString,
             ),
             'ListDriftChecks': grpc.unary_unary_rpc_method_handler(
                     servicer.ListDriftChecks,
@@ -1140,6 +1210,87 @@ class AdminService:
             _registered_method=True)
 
     @staticmethod
+    def SetVersionLearning(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/SetVersionLearning',
+            topo__tune_dot_v1_dot_admin__pb2.SetVersionLearningRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.ConfigVersionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLearningEvidence(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/GetLearningEvidence',
+            topo__tune_dot_v1_dot_admin__pb2.GetLearningEvidenceRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.LearningEvidence.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProposeLearnedVersion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/ProposeLearnedVersion',
+            topo__tune_dot_v1_dot_admin__pb2.ProposeLearnedVersionRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.ConfigVersionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def StartStudy(request,
             target,
             options=(),
@@ -1480,6 +1631,33 @@ class AdminService:
             '/topo_tune.v1.AdminService/ListJobComparisons',
             topo__tune_dot_v1_dot_admin__pb2.ListJobComparisonsRequest.SerializeToString,
             topo__tune_dot_v1_dot_admin__pb2.ListJobComparisonsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordJobTiming(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/topo_tune.v1.AdminService/RecordJobTiming',
+            topo__tune_dot_v1_dot_admin__pb2.RecordJobTimingRequest.SerializeToString,
+            topo__tune_dot_v1_dot_admin__pb2.RecordJobTimingReply.FromString,
             options,
             channel_credentials,
             insecure,

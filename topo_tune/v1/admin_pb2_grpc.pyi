@@ -50,6 +50,14 @@ class AdminServiceStub:
     PutConfigVersion: _grpc.UnaryUnaryMultiCallable[_admin_pb2.PutConfigVersionRequest, _admin_pb2.ConfigVersionInfo]
     GetConfigVersion: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetConfigVersionRequest, _admin_pb2.ConfigVersionInfo]
     ListConfigVersions: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListConfigVersionsRequest, _admin_pb2.ListConfigVersionsResponse]
+    SetVersionLearning: _grpc.UnaryUnaryMultiCallable[_admin_pb2.SetVersionLearningRequest, _admin_pb2.ConfigVersionInfo]
+    """A version's kill switch for learning (docs/learning.md): set, its new jobs run its chosen table."""
+    GetLearningEvidence: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetLearningEvidenceRequest, _admin_pb2.LearningEvidence]
+    """What the version's learning jobs showed: each challenger against its chosen table per size class."""
+    ProposeLearnedVersion: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ProposeLearnedVersionRequest, _admin_pb2.ConfigVersionInfo]
+    """A challenger the evidence shows better where it applies and never worse, stored as a new version (to be
+    rolled out like any other: admin rollout create).
+    """
     StartStudy: _grpc.UnaryUnaryMultiCallable[_admin_pb2.StartStudyRequest, _admin_pb2.StudyInfo]
     GetStudy: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetStudyRequest, _admin_pb2.StudyInfo]
     ListStudies: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListStudiesRequest, _admin_pb2.ListStudiesResponse]
@@ -68,6 +76,10 @@ class AdminServiceStub:
     credential may); once every run is in, the controller computes the figures with the proof's statistics.
     """
     ListJobComparisons: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListJobComparisonsRequest, _admin_pb2.ListJobComparisonsResponse]
+    RecordJobTiming: _grpc.UnaryUnaryMultiCallable[_admin_pb2.RecordJobTimingRequest, _admin_pb2.RecordJobTimingReply]
+    """A learning job's timing records (docs/learning.md), shipped by its `exec` when the job's command ends (a
+    job credential may, for its own jobs): stored whole or not at all.
+    """
     ListDriftChecks: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListDriftChecksRequest, _admin_pb2.ListDriftChecksResponse]
     """Drift checks of the active config version, and nodes whose topology changed."""
     GetDriftCheck: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetDriftCheckRequest, _admin_pb2.DriftCheck]
@@ -111,6 +123,14 @@ class AdminServiceAsyncStub(AdminServiceStub):
     PutConfigVersion: _aio.UnaryUnaryMultiCallable[_admin_pb2.PutConfigVersionRequest, _admin_pb2.ConfigVersionInfo]  # type: ignore[assignment]
     GetConfigVersion: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetConfigVersionRequest, _admin_pb2.ConfigVersionInfo]  # type: ignore[assignment]
     ListConfigVersions: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListConfigVersionsRequest, _admin_pb2.ListConfigVersionsResponse]  # type: ignore[assignment]
+    SetVersionLearning: _aio.UnaryUnaryMultiCallable[_admin_pb2.SetVersionLearningRequest, _admin_pb2.ConfigVersionInfo]  # type: ignore[assignment]
+    """A version's kill switch for learning (docs/learning.md): set, its new jobs run its chosen table."""
+    GetLearningEvidence: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetLearningEvidenceRequest, _admin_pb2.LearningEvidence]  # type: ignore[assignment]
+    """What the version's learning jobs showed: each challenger against its chosen table per size class."""
+    ProposeLearnedVersion: _aio.UnaryUnaryMultiCallable[_admin_pb2.ProposeLearnedVersionRequest, _admin_pb2.ConfigVersionInfo]  # type: ignore[assignment]
+    """A challenger the evidence shows better where it applies and never worse, stored as a new version (to be
+    rolled out like any other: admin rollout create).
+    """
     StartStudy: _aio.UnaryUnaryMultiCallable[_admin_pb2.StartStudyRequest, _admin_pb2.StudyInfo]  # type: ignore[assignment]
     GetStudy: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetStudyRequest, _admin_pb2.StudyInfo]  # type: ignore[assignment]
     ListStudies: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListStudiesRequest, _admin_pb2.ListStudiesResponse]  # type: ignore[assignment]
@@ -129,6 +149,10 @@ class AdminServiceAsyncStub(AdminServiceStub):
     credential may); once every run is in, the controller computes the figures with the proof's statistics.
     """
     ListJobComparisons: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListJobComparisonsRequest, _admin_pb2.ListJobComparisonsResponse]  # type: ignore[assignment]
+    RecordJobTiming: _aio.UnaryUnaryMultiCallable[_admin_pb2.RecordJobTimingRequest, _admin_pb2.RecordJobTimingReply]  # type: ignore[assignment]
+    """A learning job's timing records (docs/learning.md), shipped by its `exec` when the job's command ends (a
+    job credential may, for its own jobs): stored whole or not at all.
+    """
     ListDriftChecks: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListDriftChecksRequest, _admin_pb2.ListDriftChecksResponse]  # type: ignore[assignment]
     """Drift checks of the active config version, and nodes whose topology changed."""
     GetDriftCheck: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetDriftCheckRequest, _admin_pb2.DriftCheck]  # type: ignore[assignment]
@@ -267,6 +291,32 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_admin_pb2.ListConfigVersionsResponse, _abc.Awaitable[_admin_pb2.ListConfigVersionsResponse]]: ...
 
     @_abc_1.abstractmethod
+    def SetVersionLearning(
+        self,
+        request: _admin_pb2.SetVersionLearningRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ConfigVersionInfo, _abc.Awaitable[_admin_pb2.ConfigVersionInfo]]:
+        """A version's kill switch for learning (docs/learning.md): set, its new jobs run its chosen table."""
+
+    @_abc_1.abstractmethod
+    def GetLearningEvidence(
+        self,
+        request: _admin_pb2.GetLearningEvidenceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.LearningEvidence, _abc.Awaitable[_admin_pb2.LearningEvidence]]:
+        """What the version's learning jobs showed: each challenger against its chosen table per size class."""
+
+    @_abc_1.abstractmethod
+    def ProposeLearnedVersion(
+        self,
+        request: _admin_pb2.ProposeLearnedVersionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ConfigVersionInfo, _abc.Awaitable[_admin_pb2.ConfigVersionInfo]]:
+        """A challenger the evidence shows better where it applies and never worse, stored as a new version (to be
+        rolled out like any other: admin rollout create).
+        """
+
+    @_abc_1.abstractmethod
     def StartStudy(
         self,
         request: _admin_pb2.StartStudyRequest,
@@ -361,6 +411,16 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.ListJobComparisonsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ListJobComparisonsResponse, _abc.Awaitable[_admin_pb2.ListJobComparisonsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def RecordJobTiming(
+        self,
+        request: _admin_pb2.RecordJobTimingRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.RecordJobTimingReply, _abc.Awaitable[_admin_pb2.RecordJobTimingReply]]:
+        """A learning job's timing records (docs/learning.md), shipped by its `exec` when the job's command ends (a
+        job credential may, for its own jobs): stored whole or not at all.
+        """
 
     @_abc_1.abstractmethod
     def ListDriftChecks(

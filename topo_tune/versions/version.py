@@ -1,9 +1,10 @@
 """Config versions: the immutable, content-addressed unit that studies produce and rollouts apply.
 
 A version is a small set of files (``nccl.conf`` and, where the study chose per-size settings, the tuner
-plugin's ``nccl_tuner.conf``; a rank map and an ``NCCL_TOPO_FILE`` when needed). Its id is a hash of the
-files alone, so the same settings always get the same id, wherever and whenever they were found; the
-provenance (study, trials, NCCL version, topology fingerprint) travels beside it, not inside the hash.
+plugin's ``nccl_tuner.conf``, beside it up to ``MAX_CHALLENGERS`` challenger tables when learning is on
+(``docs/learning.md``); a rank map and an ``NCCL_TOPO_FILE`` when needed). Its id is a hash of the files
+alone, so the same settings always get the same id, wherever and whenever they were found; the provenance
+(study, trials, NCCL version, topology fingerprint) travels beside it, not inside the hash.
 
 ``nccl.conf`` follows NCCL's own reading rules (``src/misc/param.cc``, :func:`parse_nccl_conf`): one
 ``KEY=VALUE`` per ``\n``-ended line, ``#`` at column 0 starts a comment, lines without ``=`` are ignored by
@@ -17,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -31,8 +32,25 @@ NCCL_CONF = "nccl.conf"
 TUNER_TABLE = "nccl_tuner.conf"
 RANK_MAP = "rankmap.json"
 TOPO_FILE = "topology.xml"
-FILE_NAMES = frozenset({NCCL_CONF, TUNER_TABLE, RANK_MAP, TOPO_FILE})
+MAX_CHALLENGERS = 4
+"""The most challenger tables a version carries beside its chosen one (``docs/learning.md``)."""
+
+
+def challenger_table(index: int) -> str:
+    """The file name of a version's ``index``-th challenger table (1-based: arm ``index`` runs it)."""
+    return f"nccl_tuner.challenger-{index}.conf"
+
+
+CHALLENGER_TABLES = tuple(challenger_table(i) for i in range(1, MAX_CHALLENGERS + 1))
+_OWN_FILES = (NCCL_CONF, TUNER_TABLE, RANK_MAP, TOPO_FILE)
+FILE_NAMES = frozenset({*_OWN_FILES, *CHALLENGER_TABLES})
 """The only file names a version may hold: nothing else is ever written into a node's config directory."""
+
+
+def challenger_count(names: Collection[str]) -> int:
+    """How many challenger tables a version with these file names carries (they are numbered from 1)."""
+    return sum(1 for name in CHALLENGER_TABLES if name in names)
+
 
 MAX_FILE_BYTES = 1 << 20
 SYSTEM_NCCL_CONF = Path("/etc/nccl.conf")
@@ -67,6 +85,11 @@ class ConfigVersion:
     def id(self) -> ConfigVersionId:
         return version_id(self.files)
 
+    @property
+    def challengers(self) -> int:
+        """How many challenger tables it carries beside its chosen ``nccl_tuner.conf`` (``docs/learning.md``)."""
+        return challenger_count(self.files)
+
     def settings(self) -> dict[str, str]:
         """The ``KEY=VALUE`` settings of its ``nccl.conf`` (empty when it has none)."""
         return parse_nccl_conf(self.files.get(NCCL_CONF, ""))
@@ -77,12 +100,20 @@ def check_files(files: Mapping[str, str]) -> None:
     for name, content in files.items():
         if name not in FILE_NAMES:
             raise ValidationError(
-                f"files[{name!r}]", f"not a config file name; allowed: {', '.join(sorted(FILE_NAMES))}"
+                f"files[{name!r}]",
+                f"not a config file name; allowed: {', '.join(sorted(_OWN_FILES))}, "
+                f"{challenger_table(1).replace('1', 'N')} (N 1 to {MAX_CHALLENGERS})",
             )
         if len(content.encode()) > MAX_FILE_BYTES:
             raise ValidationError(f"files[{name!r}]", f"larger than {MAX_FILE_BYTES} bytes")
         if "\x00" in content:
             raise ValidationError(f"files[{name!r}]", "contains a NUL byte")
+    carried = challenger_count(files)
+    if carried and TUNER_TABLE not in files:
+        raise ValidationError(f"files[{challenger_table(1)!r}]", f"a challenger table needs a chosen {TUNER_TABLE}")
+    if any(challenger_table(i) not in files for i in range(1, carried + 1)):
+        missing = next(challenger_table(i) for i in range(1, carried + 1) if challenger_table(i) not in files)
+        raise ValidationError(f"files[{missing!r}]", "challenger tables are numbered from 1 without a gap")
     if NCCL_CONF in files:
         check_settings(parse_nccl_conf(files[NCCL_CONF], strict=True))
     if RANK_MAP in files:

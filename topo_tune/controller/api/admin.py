@@ -12,6 +12,7 @@ import grpc.aio
 
 from topo_tune.controller import names
 from topo_tune.controller.api import validation
+from topo_tune.controller.api.learning import LearningServicerMixin
 from topo_tune.controller.api.messages import (
     from_proto_command_body,
     from_proto_job_comparison,
@@ -30,6 +31,7 @@ from topo_tune.controller.config_versions import ConfigVersions
 from topo_tune.controller.credential_ledger import CredentialLedger, IssuedRecord
 from topo_tune.controller.credentials import Credentials, Role, credential_id
 from topo_tune.controller.job_comparisons import JobComparisons
+from topo_tune.controller.job_timings import JobTimings
 from topo_tune.wire.drift_checks import drift_check_to_proto
 from topo_tune.wire.studies import from_proto_study_request, to_proto_study, to_proto_study_trials
 from topo_tune.wire.values import timestamp, timestamp_or_none
@@ -62,7 +64,9 @@ SERVICE_NAME = admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name
 """The admin service's full name, as health checks and reflection know it."""
 
 
-class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer):
+class AdminServicer(
+    WatchServicerMixin, LearningServicerMixin, RolloutServicerMixin, admin_pb2_grpc.AdminServiceServicer
+):
     def __init__(
         self,
         *,
@@ -81,6 +85,7 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
         credentials: Credentials | None = None,
         job_comparisons: JobComparisons | None = None,
         credential_ledger: CredentialLedger | None = None,
+        job_timings: JobTimings | None = None,
     ) -> None:
         self._registry = registry
         self._commands = commands
@@ -96,6 +101,7 @@ class AdminServicer(WatchServicerMixin, RolloutServicerMixin, admin_pb2_grpc.Adm
         self._credentials = credentials
         self._job_comparisons = job_comparisons
         self._ledger = credential_ledger
+        self._job_timings = job_timings
 
     @maps_errors
     async def ListNodes(self, request: admin_pb2.ListNodesRequest, context: Ctx) -> admin_pb2.ListNodesResponse:

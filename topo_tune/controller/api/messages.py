@@ -121,6 +121,9 @@ def to_proto_job_config(resolved: ResolvedJob, *, preview: bool = False) -> admi
         arm=resolved.pin.arm,
         measured_edges=measured,
         ring_edges=edges,
+        learning=resolved.pin.learning_arm is not None,
+        learning_arm=resolved.pin.learning_arm or 0,
+        timing_sample=resolved.timing_sample if resolved.pin.learning_arm is not None else 0,
     )
 
 
@@ -130,6 +133,7 @@ def to_proto_config_version(version: StoredVersion) -> admin_pb2.ConfigVersionIn
         files=dict(version.files),
         provenance=dict(version.provenance),
         created_at=timestamp(version.created_at),
+        learning_stopped=version.learning_stopped,
     )
 
 

@@ -173,6 +173,6 @@ class RolloutServicerMixin:
         for index, node in enumerate(nodes):
             names.node_name(node, f"nodes[{index}]")
         resolved = await self._job_configs.resolve(
-            job_id, nodes, arm=arm, preview=request.preview, tenant=self._tenant(context)
+            job_id, nodes, arm=arm, preview=request.preview, tenant=self._tenant(context), may_learn=request.may_learn
         )
         return messages.to_proto_job_config(resolved, preview=request.preview)

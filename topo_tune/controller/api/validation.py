@@ -55,7 +55,8 @@ PUT_CONFIG_VERSION_BYTES = (
     + MAX_LABELS * ((MAX_LABEL_KEY + MAX_LABEL_VALUE) * _UTF8_MOST + 16)  # the provenance at its limits
     + 1024  # the claimed id (a version id is 19 characters)
 )
-"""The largest ``PutConfigVersion`` request that can pass its checks: about 4.2 MiB of the 16 MiB the server takes."""
+"""The largest ``PutConfigVersion`` request that can pass its checks (eight files, four of them learning's challenger
+tables): about 8.2 MiB of the 16 MiB the server takes."""
 REQUEST_BYTES: Mapping[str, int] = {f"/{_ADMIN}/PutConfigVersion": PUT_CONFIG_VERSION_BYTES}
 """Methods whose requests can legitimately be only a fraction of the server's receive limit: a body larger
 than this is refused by its length, before it is parsed (``request_decoding.py``)."""

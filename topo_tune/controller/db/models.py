@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text, TypeDecorator
+from sqlalchemy import false as sa_false
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -159,6 +160,9 @@ class ConfigVersionRow(Base):
     files: Mapped[dict[str, str]] = mapped_column()
     provenance: Mapped[dict[str, str]] = mapped_column(default=dict)
     created_at: Mapped[datetime]
+    learning_stopped: Mapped[bool] = mapped_column(default=False, server_default=sa_false())
+    """The version's kill switch for learning (``admin learning version ID --off``): outside the content id, the
+    one thing about a stored version that changes; new jobs of the version then run its chosen table."""
 
 
 class RolloutRow(Base):
@@ -252,6 +256,28 @@ class JobPinRow(Base):
     rollout_id: Mapped[str] = mapped_column(String(64), default="")
     owner: Mapped[str] = mapped_column(String(16), default="", server_default="")
     """The id of the job credential that pinned the job first ("" = the admin): the job's owner (``tenancy``)."""
+    created_at: Mapped[datetime]
+    learning_arm: Mapped[int | None] = mapped_column(Integer, default=None)
+    """The table the job runs for its life when it learns (0: the chosen one, i: the i-th challenger); None: the
+    job does not learn (``learning.assignment``)."""
+
+
+class JobTimingRow(Base):
+    """One communicator's timing record on one rank of a learning job (``plugin.timing_record``), as the job's
+    ``exec`` shipped it; the record's text is kept whole and parsed again when the evidence is read."""
+
+    __tablename__ = "job_timings"
+    __table_args__ = (Index("ix_job_timings_version", "config_version"),)
+
+    job_id: Mapped[str] = mapped_column(String(253), primary_key=True)
+    comm: Mapped[str] = mapped_column(String(16), primary_key=True)
+    """The communicator's id, as the record's hex."""
+    rank: Mapped[int] = mapped_column(Integer, primary_key=True)
+    config_version: Mapped[str] = mapped_column(String(32))
+    arm: Mapped[int] = mapped_column(Integer)
+    node: Mapped[str] = mapped_column(String(253))
+    record: Mapped[str] = mapped_column(Text)
+    owner: Mapped[str] = mapped_column(String(16), default="", server_default="")
     created_at: Mapped[datetime]
 
 

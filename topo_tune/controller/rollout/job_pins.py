@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from topo_tune.config.cluster import JobCapsConfig
+from topo_tune.config.cluster import JobCapsConfig, LearningConfig
 from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.rollout.state import RolloutPhase, WavePhase
 from topo_tune.controller.rollout.store import RolloutStore
@@ -29,8 +29,9 @@ from topo_tune.controller.tenancy import ADMIN, CAPS, Tenant, check_row_nodes
 from topo_tune.errors import NotFoundError, ValidationError
 from topo_tune.ids import NodeName, RolloutId
 from topo_tune.jobs.config import JobPin, RolloutView, resolve
+from topo_tune.learning.assignment import ArmIndex, Exploration, LearningSwitches, assign_arm
 from topo_tune.tuner.ring.job_order import JobOrder, job_order, pinned_order
-from topo_tune.versions.version import RANK_MAP
+from topo_tune.versions.version import RANK_MAP, challenger_count
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +60,8 @@ class ResolvedJob:
     order: JobOrder
     """The pinned order with what the version's pair matrix predicts for it and for the launcher's order."""
     master_addr: str = ""
+    timing_sample: int = 0
+    """With a learning pin: the profiler times one call in this many (cluster.yaml's ``learning.timingSample``)."""
 
 
 JobNodesLookup = Callable[[str, float], Awaitable[list[str]]]
@@ -87,12 +90,22 @@ class JobResolver:
         return await self.job_nodes(job_id, wait_s)
 
     caps: JobCapsConfig = CAPS
+    learning: LearningConfig = dataclasses.field(default_factory=LearningConfig)
+    """The cluster's switch for learning and its share and sampling (cluster.yaml's ``learning``)."""
 
     async def resolve(
-        self, job_id: str, nodes: Sequence[str], *, arm: str = "", preview: bool = False, tenant: Tenant = ADMIN
+        self,
+        job_id: str,
+        nodes: Sequence[str],
+        *,
+        arm: str = "",
+        preview: bool = False,
+        tenant: Tenant = ADMIN,
+        may_learn: bool = False,
     ) -> ResolvedJob:
         """The job's pin for ``arm`` (see ``job_config.arm_version``), stored unless ``preview``; refused when
-        the job is not ``tenant``'s (``tenancy``)."""
+        the job is not ``tenant``'s (``tenancy``). A new pin of the job's own config (arm "") of a job that
+        ``may_learn`` gets its learning arm when every switch allows (:meth:`_learning_arm`)."""
         check_row_nodes(self.caps, nodes, "nodes")
         if job_id:
             tenant.check_job(job_id)
@@ -104,14 +117,34 @@ class JobResolver:
         rank_map = files.get(RANK_MAP)
         planned = job_order(rank_map, pin.nodes, version=pin.version)
         if existing is None:
-            pin = dataclasses.replace(pin, order=planned.order)
+            learning = await self._learning_arm(pin, files, may_learn=may_learn)
+            pin = dataclasses.replace(pin, order=planned.order, learning_arm=learning)
             if not preview:
                 pin = await self.store.pin(pin, rollout_id=view.rollout_id, tenant=tenant, caps=self.caps)
         elif not pin.order:  # pinned before pins held orders: the order is a function of version and nodes
             pin = dataclasses.replace(pin, order=planned.order)
         if pin.order != planned.order:  # the pin stands (made by an earlier planner): predict it as it is
             planned = pinned_order(rank_map, pin.order, version=pin.version)
-        return ResolvedJob(pin, tuple(sorted(files)), view.rollout_id, planned, await self._address(pin.order[0]))
+        address = await self._address(pin.order[0])
+        return ResolvedJob(
+            pin, tuple(sorted(files)), view.rollout_id, planned, address, timing_sample=self.learning.timing_sample
+        )
+
+    async def _learning_arm(self, pin: JobPin, files: Mapping[str, str], *, may_learn: bool) -> ArmIndex | None:
+        """The arm a new pin carries (``learning.assignment``), or None when the job does not learn: an arm of
+        ``exec --compare`` (it names its version), NCCL's defaults or a version without challengers, a caller
+        that cannot ship timing records or a job that opted out, the cluster's switch off, the version's kill
+        switch set."""
+        challengers = challenger_count(files)
+        if pin.arm or not pin.version or not challengers or not may_learn or not self.learning.enabled:
+            return None
+        switches = LearningSwitches(
+            cluster_enabled=True, version_stopped=await self.store.versions.learning_stopped(pin.version)
+        )
+        if switches.version_stopped:
+            return None
+        exploration = Exploration(pin.version, challengers, self.learning.explore_share)
+        return assign_arm(exploration, pin.job_id, switches=switches, job_env={})
 
     async def _address(self, node: str) -> str:
         if self.registry is None:

@@ -47,6 +47,7 @@ from topo_tune.controller.tenancy import ADMIN, CAPS, Tenant
 from topo_tune.errors import AlreadyExists, ConflictError, NotFoundError, StorageError
 from topo_tune.ids import NO_CONFIG_VERSION, ConfigVersionId, NodeName, RolloutId
 from topo_tune.jobs.config import JobPin
+from topo_tune.learning.assignment import ArmIndex
 
 ACTIVE_PHASES = [p.value for p in RolloutPhase if not p.final]
 
@@ -358,7 +359,14 @@ class RolloutStore:
         row = await self.db.read(lambda session: session.get(JobPinRow, (job_id, arm)))
         if row is None:
             return None
-        return JobPin(row.job_id, ConfigVersionId(row.config_version), tuple(row.nodes), tuple(row.node_order), row.arm)
+        return JobPin(
+            row.job_id,
+            ConfigVersionId(row.config_version),
+            tuple(row.nodes),
+            tuple(row.node_order),
+            row.arm,
+            learning_arm=None if row.learning_arm is None else ArmIndex(row.learning_arm),
+        )
 
     async def pin_owner(self, job_id: str) -> str | None:
         """Who owns ``job_id``'s pins (``tenancy``): the credential of its first pin; None when it has none."""
@@ -394,6 +402,7 @@ class RolloutStore:
                         rollout_id=rollout_id,
                         owner=tenant.owner,
                         created_at=at,
+                        learning_arm=pin.learning_arm,
                     )
                 )
 
