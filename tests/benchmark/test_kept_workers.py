@@ -19,7 +19,7 @@ from tests.benchmark.test_gloo_jobs import _run_job
 from tests.benchmark.test_gloo_jobs import _spec as gloo_job
 from tests.support.waiting import wait_until
 from topo_tune.agent.bench.benchmark_executor import BenchmarkExecutor
-from topo_tune.agent.bench.kept_workers import KeptWorkers
+from topo_tune.agent.bench.kept_workers import KeptWorkers, worker_set_key
 from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
 from topo_tune.agent.bench.worker_config import WorkerFault
 from topo_tune.benchmark.env_policy import EnvPolicy
@@ -221,3 +221,17 @@ def test_kept_workers_bounds_are_checked() -> None:
         KeptWorkers(max_sets=-1)
     with pytest.raises(ValueError, match="idle_s"):
         KeptWorkers(idle_s=0)
+
+
+def test_the_key_ignores_only_the_tuner_table_path() -> None:
+    def key(env: dict[str, str], *, devices: tuple[int, ...] = (0, 1), bind: str = "127.0.0.1") -> str:
+        return worker_set_key(
+            env=env, backend=Backend.NCCL, bind_address=bind, devices=devices, cpus=[(), ()], python="python3"
+        )
+
+    base = {"NCCL_DEBUG": "WARN", "NCCL_TUNER_PLUGIN": "/lib/p.so", "NCCL_TUNER_CONFIG_FILE": "/t/job-1.csv"}
+    assert key(base) == key({**base, "NCCL_TUNER_CONFIG_FILE": "/t/job-2.csv"})  # read per communicator
+    assert key(base) != key({k: v for k, v in base.items() if k != "NCCL_TUNER_CONFIG_FILE"})
+    assert key(base) != key({**base, "NCCL_ALGO": "Ring"})  # read once per process
+    assert key(base) != key(base, devices=(1, 0))
+    assert key(base) != key(base, bind="10.0.0.2")

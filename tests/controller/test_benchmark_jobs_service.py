@@ -725,3 +725,27 @@ async def test_a_node_that_has_not_confirmed_a_cancel_takes_no_new_job(
     await jobs_controller.jobs.on_result("a", confirmed, recorded.job_id)
     started = await asyncio.wait_for(waiting, 30)
     assert started.status is JobStatus.RUNNING
+
+
+async def test_agents_run_a_later_job_of_the_same_environment_in_their_kept_workers_and_end_them_on_stop(
+    jobs_controller: Controller, agents: Callable[..., RunningAgent], tmp_path: Path
+) -> None:
+    started = [agents(name, "gloo") for name in ("a", "b")]
+    await registered(*started)
+    pids = []
+    for _ in range(2):
+        job = await jobs_controller.jobs.start(request(["a", "b"]))
+        done = await finished(jobs_controller, job.job_id)
+        assert done.status == JobStatus.SUCCEEDED, done.message
+        assert all(s.wrong == 0 and s.checked for s in done.sizes)
+        pids.append(
+            [
+                _first_pid(tmp_path / node / "bench" / job.job_id / f"rank-{rank}" / "progress.jsonl")
+                for rank, node in enumerate("ab")
+            ]
+        )
+    assert pids[1] == pids[0] and all(pids[0])  # the second job ran in the first one's processes
+    for each in started:
+        await asyncio.wait_for(each.shutdown(), 30)
+    for pid in pids[0]:
+        await async_wait_until(lambda p=pid: asyncio.to_thread(process_gone, p), timeout=10, what=f"kept worker {pid}")

@@ -452,18 +452,22 @@ class Launcher:
                 # Its output goes to this first job's file until it reads the job (then to each job's own).
                 command = [self._python, "-E", "-s", "-c", _BOOTSTRAP, str(os.getpid()), str(reply_end)]
                 command.append(str(config.progress_path.with_name("config.json")))
-                process = self._spawner.submit(
-                    subprocess.Popen,
-                    command,
-                    env=dict(env),
-                    cwd=cwd,
-                    stdin=subprocess.PIPE,
-                    stdout=stderr,
-                    stderr=stderr,
-                    start_new_session=True,
-                    close_fds=True,
-                    pass_fds=(reply_end,),
-                ).result()
+                try:
+                    started = self._spawner.submit(
+                        subprocess.Popen,
+                        command,
+                        env=dict(env),
+                        cwd=cwd,
+                        stdin=subprocess.PIPE,
+                        stdout=stderr,
+                        stderr=stderr,
+                        start_new_session=True,
+                        close_fds=True,
+                        pass_fds=(reply_end,),
+                    )
+                except RuntimeError as exc:  # the spawner is shut down: stop() came first
+                    raise LauncherBusy("the agent is stopping: it takes no more benchmark jobs") from exc
+                process = started.result()
         except BaseException:
             os.close(replies)
             raise
