@@ -68,7 +68,7 @@ def test_a_node_that_is_this_machine_gets_its_agent_from_init_and_no_other_proce
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((output / "summary.json").read_text())
     assert summary["simulated"] is False
-    assert (output / "nccl.conf").is_file() and "box slots=1" in (output / "hostfile").read_text().splitlines()
+    assert (output / "nccl.conf").is_file() and "box" in (output / "hostfile").read_text().splitlines()
     assert summary["baseline"]["sizes"][0]["time_us"] > 0, "NCCL's defaults were measured on the node's agent"
     assert "not this machine" not in result.stderr and "agent run" not in result.stderr
     assert not (output / ".topo-tune" / "agent-token").exists(), "no token leaves the process when nothing joins"

@@ -48,7 +48,8 @@ def test_hostfiles_for_mpi_slurm_and_torchrun() -> None:
         "# topo-tune ring order: predicted bottleneck 400.00 GB/s (naive order 400.00 GB/s; "
         f"ring edges: {edges} modelled)"
     ), "a prediction from modelled pairs says so"
-    assert mpi[1:] == [f"{n} slots=2" for n in order]
+    assert mpi[1] == f"# mpirun --mca rmaps seq --hostfile THIS_FILE -np {2 * edges}: one line per rank, in rank order"
+    assert mpi[2:] == [n for n in order for _ in range(2)], "Open MPI's sequential mapper: one line per rank"
     assert plan.hostfile("slurm").splitlines()[1:] == [n for n in order for _ in range(2)]
     assert plan.hostfile("torchrun").splitlines()[1:] == [f"{n} {i}" for i, n in enumerate(order)]
     with pytest.raises(ValueError, match="flavour"):
@@ -70,7 +71,11 @@ def test_a_single_node_has_no_ring_and_still_valid_json() -> None:
     data = json.loads(plan.to_json())
     assert data["planned"]["ring_bottleneck_gbps"] is None
     assert [r["local_rank"] for r in data["ranks"]] == [0, 1, 2, 3]
-    assert plan.hostfile("mpi").splitlines() == ["# topo-tune ring order: one node, no inter-node ring", "solo slots=4"]
+    assert plan.hostfile("mpi").splitlines() == [
+        "# topo-tune ring order: one node, no inter-node ring",
+        "# mpirun --mca rmaps seq --hostfile THIS_FILE -np 4: one line per rank, in rank order",
+        *["solo"] * 4,
+    ]
 
 
 def test_rank_map_marks_ring_edges_inferred_by_sparse_probing() -> None:

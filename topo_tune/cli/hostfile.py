@@ -60,8 +60,9 @@ def hostfile_comment(config: admin_pb2.JobConfig) -> str:
     type=click.Choice(["mpi", "slurm", "torchrun"]),
     default="mpi",
     show_default=True,
-    help="mpi: 'HOST slots=N' for mpirun --hostfile; slurm: one line per task for SLURM_HOSTFILE with srun "
-    "--distribution=arbitrary; torchrun: 'HOST NODE_RANK' (pass --node_rank=NODE_RANK on HOST).",
+    help="mpi: one line per rank for mpirun --mca rmaps seq --hostfile FILE (the sequential mapper keeps the "
+    "order; the default mapper starts on the node mpirun runs on); slurm: one line per task for SLURM_HOSTFILE "
+    "with srun --distribution=arbitrary; torchrun: 'HOST NODE_RANK' (pass --node_rank=NODE_RANK on HOST).",
 )
 @click.option(
     "--version",

@@ -9,8 +9,8 @@ Purpose: from a :class:`~topo_tune.tuner.study.StudyOutcome`, write into one dir
   (collective, bucket) of a collective the plugin handles, the algorithm/protocol/channels the proven
   configuration ran, when the benchmark reported them (the sim backend and NCCL's TUNING log do), unless
   the caller turns those derived rows off (``search.tunerTable: false``: only a proven table ships);
-* ``hostfile`` (Open MPI, ``slots=``) and ``rankmap.json`` — the chosen rank order, with its ring predicted
-  from the node-pair matrix next to NCCL's natural order (``rank_map``);
+* ``hostfile`` (Open MPI's sequential mapper: one line per rank) and ``rankmap.json`` — the chosen rank order,
+  with its ring predicted from the node-pair matrix next to NCCL's natural order (``rank_map``);
 * ``topology.xml`` — when the caller has an ``NCCL_TOPO_FILE`` to ship;
 * ``summary.json`` — baseline, best, per-bucket decisions with speedups, bounds and pairs, the decision rule,
   the trade-off (when one was found), trials, the simulated flag;

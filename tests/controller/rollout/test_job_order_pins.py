@@ -68,10 +68,8 @@ async def test_hostfile_prints_the_order_with_both_predictions_and_pins_nothing(
         f"# topo-tune job order for 4 node(s), {stored.id}: re-planned over the job's nodes",
         "# predicted ring bottleneck 100.00 GB/s vs 10.00 GB/s in the launcher's order (nodes sorted by name): "
         "10.00x (0 of 4 ring edges measured)",
-        "p slots=8",
-        "s slots=8",
-        "r slots=8",
-        "u slots=8",
+        "# mpirun --mca rmaps seq --hostfile THIS_FILE -np 32: one line per rank, in rank order",
+        *[node for node in "psru" for _ in range(8)],
     ]
     bad = await asyncio.to_thread(
         CliRunner().invoke, cli, [*args[:5], "--version", "newest"], env={"TOPO_TUNE_TOKEN": TOKEN}

@@ -132,8 +132,12 @@ def hostfile_body(flavour: HostfileFlavour, order: Sequence[str], slots: Mapping
     """The hostfile lines for nodes in ``order`` with ``slots`` ranks each (a count per node, or one for all)."""
     per_node = dict.fromkeys(order, slots) if isinstance(slots, int) else slots
     if flavour == "mpi":
-        # Open MPI: keep ranks contiguous per host with --map-by slot (the default by-slot mapping).
-        return "".join(f"{node} slots={per_node[node]}\n" for node in order)
+        # Open MPI's sequential mapper: one line per rank, in rank order. "HOST slots=N" lines would leave the
+        # order to the default by-slot mapper, which starts on the node mpirun runs on (the real-launcher tests
+        # saw ranks c,a,b,d,e for the order a..e launched from c); Open MPI skips the comment.
+        ranks = sum(per_node[node] for node in order)
+        usage = f"# mpirun --mca rmaps seq --hostfile THIS_FILE -np {ranks}: one line per rank, in rank order\n"
+        return usage + "".join(f"{node}\n" * per_node[node] for node in order)
     if flavour == "slurm":
         # SLURM_HOSTFILE for srun --distribution=arbitrary: one line per task, in rank order.
         return "".join(f"{node}\n" * per_node[node] for node in order)
