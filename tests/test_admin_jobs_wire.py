@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus, SizeRange
+from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus, NextSpecRequest, SizeRange
 from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound, ProbeStatus
 from topo_tune.benchmark.results import NcclChoice, SizeMeasurement
 from topo_tune.ids import JobId
@@ -92,6 +92,10 @@ def test_a_benchmark_request_reaches_the_controller_as_the_pass_made_it(collecti
         tuner_table="all_reduce,0,65536,ring,simple,8\n",
         cuda_graph=True,
         sim_seed=11,
+        next_specs=(
+            NextSpecRequest(Collective.ALL_GATHER, ("gpu01", "gpu02"), SizeRange(8, 64, 8), {"NCCL_ALGO": "Ring"}),
+            NextSpecRequest(collective, ("gpu02", "gpu01"), tuner_table="all_reduce,0,8,tree,ll,2\n", sim_seed=12),
+        ),
     )
     assert wire.benchmark_request_from_proto(wire.benchmark_request_to_proto(request)) == request
     unseeded = dataclasses.replace(request, sim_seed=None)

@@ -20,14 +20,15 @@ def test_dry_run_prints_the_demos_jobs_per_phase_and_their_time_and_touches_noth
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0] == "estimate for 8 nodes on the sim backend (nothing was started or drained):"
-    # The demo: 2 collectives, one sweep each; 3 rungs; proof pairs of the full ladder and 3 more small runs.
-    assert lines[1].startswith("  search: 80 to 240 jobs; budget 40 trials x 2 to 6 jobs")
-    assert lines[2].startswith("  proof: 288 to 1440 jobs; finalists 3 x 6 to 30 pairs x 16 jobs a pair")
+    # The demo: 2 collectives, one sweep each; 3 rungs, a job each; proof pairs of the full ladder and 3 more
+    # small runs, each pair one job.
+    assert lines[1].startswith("  search: 40 to 120 jobs (80 to 240 specs); budget 40 trials x 1 to 3 jobs of 2 to 6")
+    assert lines[2].startswith("  proof: 18 to 90 jobs (288 to 1440 specs); finalists 3 x 6 to 30 pairs x 1 job of 16")
     fixed = Backend.SIM.job_fixed_s
     assert fixed is not None
     assert lines[3] == (
-        f"  total: 368 to 1680 jobs, {_duration(368 * fixed)} to {_duration(1680 * fixed)} wall, "
-        f"{368 * fixed * 8:.0f} to {1680 * fixed * 8:.0f} node-seconds (at {fixed:g} s a job)"
+        f"  total: 58 to 210 jobs (368 to 1680 specs), {_duration(58 * fixed)} to {_duration(210 * fixed)} wall, "
+        f"{58 * fixed * 8:.0f} to {210 * fixed * 8:.0f} node-seconds (at {fixed:g} s a job)"
     )
     assert not output.exists(), "a dry run creates no output directory"
 
@@ -42,3 +43,17 @@ def test_a_backend_without_a_recorded_job_cost_gets_jobs_and_no_time() -> None:
 def _duration(seconds: float) -> str:
     minutes, rest = divmod(round(seconds), 60)
     return f"{minutes} min {rest:02d} s" if minutes else f"{rest} s"
+
+
+def test_on_a_backend_that_launches_workers_every_spec_pays_the_fixed_cost() -> None:
+    # Each spec of a job is a worker launch of its own (NCCL reads its environment once per process): the
+    # time counts specs, not jobs.
+    demo = load_cluster_config(DEMO).model_copy(update={"backend": Backend.NCCL})
+    fixed = Backend.NCCL.job_fixed_s
+    assert fixed is not None
+    total = estimate_pass(demo).lines()[-1]
+    assert total == (
+        f"  total: 58 to 210 jobs (368 to 1680 specs), {_duration(368 * fixed)} to {_duration(1680 * fixed)} wall, "
+        f"{368 * fixed * 8:.0f} to {1680 * fixed * 8:.0f} node-seconds (at {fixed:g} s a spec (each its own worker "
+        "launch))"
+    )

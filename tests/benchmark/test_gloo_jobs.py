@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import socket
@@ -193,6 +194,56 @@ def test_a_refused_env_is_rejected_before_anything_runs(
     assert result.status == agent_pb2.COMMAND_STATUS_REJECTED
     assert "LD_PRELOAD" in result.message and "NCCL_PROTO" in result.message
     assert not (tmp_path / "refused-1").exists()
+
+
+def _two_specs(job_id: str, *, second_env: dict[str, str] | None = None) -> BenchmarkSpec:
+    """all_gather in rank order n0 n1 n2, then reduce_scatter in order n2 n0 n1: one job."""
+    first = _spec(job_id)
+    second = _spec(job_id, collective=Collective.REDUCE_SCATTER, nodes=("n2", "n0", "n1"), env=second_env)
+    return dataclasses.replace(first, next_specs=(second,))
+
+
+def test_a_job_of_two_specs_runs_each_with_its_own_collective_and_rank_map(
+    executors: dict[str, BenchmarkExecutor], tmp_path: Path
+) -> None:
+    spec = _two_specs("specs-1")
+    results = _run_job(executors, spec, tmp_path)
+    for node, result in results.items():
+        assert result.status == agent_pb2.COMMAND_STATUS_SUCCEEDED, (node, result.message)
+        assert "2 specs run" in result.message
+    ranks = [rank_result_from_proto(r) for res in results.values() for r in res.node_benchmark.ranks]
+    # n2 holds rank 2 in the first spec and rank 0 in the second (its own launch, the rendezvous on it).
+    n2 = sorted((r.sizes[0].spec, r.rank) for r in map(rank_result_from_proto, results["n2"].node_benchmark.ranks))
+    assert n2 == [(0, 2), (1, 0)]
+    rows = aggregate(spec, ranks)
+    by_spec = {i: {(m.bytes, m.in_place) for m in rows if m.spec == i} for i in (0, 1)}
+    # all_gather: 4096 B -> 4080 B over 3 ranks (as above); reduce_scatter reports the same rounding.
+    assert by_spec[0] == {(4080, False), (4080, True), (65520, False), (65520, True)}
+    assert by_spec[1] == by_spec[0]
+    assert all(m.checked and m.wrong == 0 and m.time_us > 0 for m in rows), "every spec's data checked and right"
+
+
+def test_a_refused_env_in_a_later_spec_rejects_the_whole_job_before_anything_runs(
+    executors: dict[str, BenchmarkExecutor], tmp_path: Path
+) -> None:
+    spec = _two_specs("specs-refused", second_env={"LD_PRELOAD": "/tmp/x.so"})
+    result = executors["n0"].execute(
+        spec_to_proto(spec), node_name="n0", backend=Backend.GLOO, deadline_s=30, work_dir=tmp_path
+    )
+    assert result.status == agent_pb2.COMMAND_STATUS_REJECTED
+    assert "LD_PRELOAD" in result.message
+    assert not (tmp_path / "specs-refused").exists(), "not even the first spec ran"
+
+
+def test_a_wrong_result_in_the_first_spec_ends_the_job_there(
+    executors: dict[str, BenchmarkExecutor], tmp_path: Path
+) -> None:
+    spec = _two_specs("specs-wrong")
+    result = _run_job(executors, spec, tmp_path, fault=WorkerFault(corrupt_rank=1), deadline_s=60)
+    failed = result["n1"]
+    assert failed.status == agent_pb2.COMMAND_STATUS_FAILED
+    assert failed.message.startswith("spec 0 of 2: ") and "wrong elements" in failed.message, failed.message
+    assert {row.spec for r in failed.node_benchmark.ranks for row in r.sizes} == {0}, "the second spec never ran on n1"
 
 
 def test_probe_measures_latency_and_bandwidth_between_two_agents(

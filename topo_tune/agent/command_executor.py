@@ -125,8 +125,12 @@ class CommandExecutor:
         logger.info("%s (%s)", result.message, request.reason, extra={"job": request.job_id})
 
     def _benchmark(self, command: agent_pb2.Command) -> agent_pb2.CommandResult:
-        conf = command.run_benchmark.env.get("NCCL_CONF_FILE", "")
-        damage = self.config_store.damage_of_file(conf) if conf and self.config_store is not None else ""
+        run = command.run_benchmark
+        confs = {env.get("NCCL_CONF_FILE", "") for env in (run.env, *(more.env for more in run.next_specs))} - {""}
+        damages = (
+            [self.config_store.damage_of_file(conf) for conf in sorted(confs)] if self.config_store is not None else []
+        )
+        damage = next((d for d in damages if d), "")
         if damage:
             # A gate or trial on a version whose staged files changed would measure something else.
             return agent_pb2.CommandResult(

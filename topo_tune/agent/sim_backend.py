@@ -15,8 +15,10 @@ from pathlib import Path
 
 from topo_tune.benchmark.collectives import shape
 from topo_tune.benchmark.env_policy import EnvPolicy
+from topo_tune.benchmark.job_spec import BenchmarkSpec
 from topo_tune.errors import SimInputError
 from topo_tune.sim import SpineTier
+from topo_tune.sim.cluster import Cluster
 from topo_tune.sim.simulate import choice_of
 from topo_tune.sim.topology_import import cluster_from_topologies
 from topo_tune.sim.tuner_table import simulate_with_table
@@ -48,39 +50,64 @@ def run_simulated(
         return agent_pb2.CommandResult(status=agent_pb2.COMMAND_STATUS_REJECTED, message=message, finished_at=finished)
 
     try:
-        spec = spec_from_proto(run)
-        policy.check(spec.env)
+        job = spec_from_proto(run)
+        specs = job.specs()
+        for spec in specs:
+            policy.check(spec.env)
     except ValueError as error:
         return refused(str(error))
-    local = spec.local_slots(node_name)
+    local = job.local_slots(node_name)
     if not local:
-        return refused(f"job {spec.job_id} has no rank on node {node_name}")
+        return refused(f"job {job.job_id} has no rank on node {node_name}")
     if not run.HasField("sim") or not run.sim.nodes:
         return refused("a sim job needs the simulated cluster (RunBenchmark.sim)")
-    order = list(dict.fromkeys(slot.node_name for slot in spec.ranks))
     spine = None
     if run.sim.HasField("spine_oversubscription") or run.sim.HasField("spine_ecmp_paths"):
         spine = SpineTier(
             oversubscription=run.sim.spine_oversubscription if run.sim.HasField("spine_oversubscription") else 1.0,
             ecmp_paths=run.sim.spine_ecmp_paths if run.sim.HasField("spine_ecmp_paths") else 1,
         )
+    seeds = [run.sim.seed, *(more.sim_seed for more in run.next_specs)]
+    node_result = agent_pb2.NodeBenchmarkResult(job_id=job.job_id, node_name=node_name, simulated=True)
     try:
         cluster = cluster_from_topologies(list(run.sim.nodes), racks=dict(run.sim.rack_of), spine=spine)
-        result = simulate_with_table(
-            cluster,
-            collective=spec.collective.value,
-            sizes=list(spec.sweep.sizes()),
-            env=_with_conf_file(spec.env),
-            rank_order=order,
-            seed=run.sim.seed,
-            dtype=spec.dtype.name,
-            table=spec.tuner_table,
-        )
+        # Spec after spec, as a launched backend runs them; each with its own seed, so a spec's figures are
+        # those it would have had as a job of its own.
+        for index, (spec, seed) in enumerate(zip(specs, seeds, strict=True)):
+            _simulate_spec(spec, index=index, cluster=cluster, seed=seed, node_name=node_name, into=node_result)
     except SimInputError as error:
         return refused(f"cannot simulate this job: {error}")
-    node_result = agent_pb2.NodeBenchmarkResult(job_id=spec.job_id, node_name=node_name, simulated=True)
     for slot in local:
-        rank = node_result.ranks.add(job_id=spec.job_id, rank=slot.rank, simulated=True, effective_env=dict(spec.env))
+        node_result.rank_status.add(
+            rank=slot.rank, outcome=agent_pb2.RANK_OUTCOME_FINISHED, phase="finished", joined=True
+        )
+    sizes = sum(len(list(spec.sweep.sizes())) for spec in specs)
+    return agent_pb2.CommandResult(
+        status=agent_pb2.COMMAND_STATUS_SUCCEEDED,
+        message=f"simulated {sizes} sizes for {len(local)} ranks"
+        + (f" in {len(specs)} specs" if len(specs) > 1 else ""),
+        finished_at=finished,
+        node_benchmark=node_result,
+    )
+
+
+def _simulate_spec(
+    spec: BenchmarkSpec, *, index: int, cluster: Cluster, seed: int, node_name: str, into: agent_pb2.NodeBenchmarkResult
+) -> None:
+    """One spec's rows for this node's ranks (in that spec's rank map), each marked with the spec's place."""
+    order = list(dict.fromkeys(slot.node_name for slot in spec.ranks))
+    result = simulate_with_table(
+        cluster,
+        collective=spec.collective.value,
+        sizes=list(spec.sweep.sizes()),
+        env=_with_conf_file(spec.env),
+        rank_order=order,
+        seed=seed,
+        dtype=spec.dtype.name,
+        table=spec.tuner_table,
+    )
+    for slot in spec.local_slots(node_name):
+        rank = into.ranks.add(job_id=spec.job_id, rank=slot.rank, simulated=True, effective_env=dict(spec.env))
         for requested, size in zip(spec.sweep.sizes(), result.sizes, strict=True):
             shp = shape(spec.collective, size_bytes=requested, element_size=spec.dtype.size, nranks=spec.world_size)
             rank.sizes.add(
@@ -95,13 +122,5 @@ def run_simulated(
                 in_place=False,
                 checked=False,
                 choice=choice_of(size),
+                spec=index,
             )
-        node_result.rank_status.add(
-            rank=slot.rank, outcome=agent_pb2.RANK_OUTCOME_FINISHED, phase="finished", joined=True
-        )
-    return agent_pb2.CommandResult(
-        status=agent_pb2.COMMAND_STATUS_SUCCEEDED,
-        message=f"simulated {len(result.sizes)} sizes for {len(local)} ranks",
-        finished_at=finished,
-        node_benchmark=node_result,
-    )

@@ -18,7 +18,7 @@ from topo_tune.benchmark.results import SizeMeasurement
 from topo_tune.ids import JobId
 from topo_tune.nccl.collectives import Collective
 
-__all__ = ["BenchmarkJob", "BenchmarkRequest", "JobOutcome", "JobStatus", "SizeRange"]
+__all__ = ["BenchmarkJob", "BenchmarkRequest", "JobOutcome", "JobStatus", "NextSpecRequest", "SizeRange"]
 
 
 class JobStatus(enum.StrEnum):
@@ -43,6 +43,19 @@ class SizeRange:
 
 
 @dataclass(frozen=True)
+class NextSpecRequest:
+    """A further spec of a requested job, run after the ones before it: what it may change of the job."""
+
+    collective: Collective | None
+    nodes: tuple[str, ...]
+    """The job's nodes, in this spec's rank order."""
+    sizes: SizeRange = SizeRange()
+    env: Mapping[str, str] = field(default_factory=dict)
+    tuner_table: str = ""
+    sim_seed: int | None = None
+
+
+@dataclass(frozen=True)
 class BenchmarkRequest:
     """What a caller asks for; zero values mean the controller's defaults."""
 
@@ -62,6 +75,8 @@ class BenchmarkRequest:
     tuner_table: str = ""
     cuda_graph: bool = False
     sim_seed: int | None = None
+    next_specs: tuple[NextSpecRequest, ...] = ()
+    """Further specs of the same job, run after this one in order (a row's ``spec`` says which measured it)."""
 
 
 @dataclass(frozen=True, slots=True)

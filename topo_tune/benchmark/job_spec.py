@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from topo_tune.benchmark.dtypes import DType, dtype_named
@@ -22,12 +22,25 @@ from topo_tune.nccl.collectives import Collective
 from topo_tune.plugin.job_env import PLUGIN_ENV, TABLE_ENV
 from topo_tune.plugin.table import parse_tuner_table
 
-__all__ = ["MAX_DEADLINE_S", "MAX_ITERS", "BenchmarkSpec", "RankSlot", "SpecError"]
+__all__ = ["MAX_DEADLINE_S", "MAX_ITERS", "MAX_SPECS", "BenchmarkSpec", "RankSlot", "SpecError"]
 
 MAX_ITERS = 10_000
+MAX_SPECS = 128
+"""The most specs one job may carry (``next_specs`` and the first): a bound on a job's command and result."""
 MAX_DEADLINE_S = 24 * 3600
 """The longest deadline a benchmark job or probe may have: the controller refuses more, and so does the agent
 (the wire field is a uint32; far beyond this the launcher's wait could not even be expressed)."""
+_SHARED = (
+    "job_id",
+    "dtype",
+    "warmup_iters",
+    "iters",
+    "placements",
+    "check",
+    "world_size",
+    "cuda_graph",
+)
+"""What every spec of a job shares (what ``NextSpec`` on the wire leaves out)."""
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -62,6 +75,9 @@ class BenchmarkSpec:
     """A candidate table for the tuner plugin (``nccl_tuner.conf``'s columns); empty: none."""
     cuda_graph: bool = False
     """Time each size as one CUDA graph of ``iters`` calls (nccl-tests ``-G``); GPU backends only."""
+    next_specs: tuple[BenchmarkSpec, ...] = ()
+    """Further specs of the same job, run after this one in order (both arms of an A/B pair, the collectives
+    of one setting): each may differ in collective, sweep, env, tuner table and rank order, nothing else."""
 
     def __post_init__(self) -> None:
         if not _JOB_ID_RE.match(self.job_id):
@@ -99,6 +115,26 @@ class BenchmarkSpec:
             for variable in (PLUGIN_ENV, TABLE_ENV):
                 if variable in self.env:
                     raise SpecError(f"env.{variable} is set by the agent for a job with a tuner_table; leave it out")
+        self._check_next_specs()
+
+    def _check_next_specs(self) -> None:
+        if len(self.next_specs) >= MAX_SPECS:
+            raise SpecError(f"next_specs: at most {MAX_SPECS - 1}, got {len(self.next_specs)}")
+        nodes = sorted({s.node_name for s in self.ranks})
+        for i, spec in enumerate(self.next_specs):
+            if spec.next_specs:
+                raise SpecError(f"next_specs[{i}] has next_specs of its own")
+            differing = [name for name in _SHARED if getattr(spec, name) != getattr(self, name)]
+            if differing:
+                raise SpecError(f"next_specs[{i}].{differing[0]} differs from the job's: only what NextSpec holds may")
+            if sorted({s.node_name for s in spec.ranks}) != nodes:
+                raise SpecError(f"next_specs[{i}].ranks place ranks on other nodes than the job's")
+
+    def specs(self) -> tuple[BenchmarkSpec, ...]:
+        """The job's specs in the order they run, each a job of one spec (a row's ``spec`` indexes this)."""
+        if not self.next_specs:
+            return (self,)
+        return (replace(self, next_specs=()), *self.next_specs)
 
     def local_slots(self, node_name: str) -> tuple[RankSlot, ...]:
         """This node's ranks, by local rank."""
@@ -121,6 +157,7 @@ class BenchmarkSpec:
             "rendezvous_port": self.rendezvous_port,
             "tuner_table": self.tuner_table,
             "cuda_graph": self.cuda_graph,
+            **({"next_specs": [s.to_json() for s in self.next_specs]} if self.next_specs else {}),
         }
 
     @classmethod
@@ -142,4 +179,5 @@ class BenchmarkSpec:
             rendezvous_port=data["rendezvous_port"],
             tuner_table=data.get("tuner_table", ""),
             cuda_graph=data.get("cuda_graph", False),
+            next_specs=tuple(BenchmarkSpec.from_json(s) for s in data.get("next_specs", [])),
         )

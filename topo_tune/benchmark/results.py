@@ -61,10 +61,14 @@ class SizeMeasurement:
     cv: float
     choice: NcclChoice | None = None
     """What NCCL offered and ran at this size, where the backend knows it."""
+    spec: int = 0
+    """Which of its job's specs measured it (``BenchmarkSpec.specs``): 0 in a job of one spec."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["choice"] = self.choice.to_json() if self.choice is not None else None
+        if not self.spec:
+            del data["spec"]  # a job of one spec stores its rows as before
         return data
 
     @classmethod

@@ -8,14 +8,24 @@ Non-goals: measuring anything.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from topo_tune.errors import FAILURE_KINDS, FailureKind, TrialFailed
 from topo_tune.tuner.objective import Measurements
 from topo_tune.tuner.space import TrialConfig
 
-__all__ = ["FAILURE_KINDS", "Evaluator", "FailureKind", "MeasurementRequest", "TrialFailed", "requested"]
+__all__ = [
+    "FAILURE_KINDS",
+    "BatchEvaluator",
+    "Evaluator",
+    "FailureKind",
+    "MeasurementRequest",
+    "TrialFailed",
+    "measure_all",
+    "requested",
+]
 
 
 @dataclass(frozen=True)
@@ -35,6 +45,21 @@ class Evaluator(Protocol):
     """Measures one configuration. Raises :class:`TrialFailed` (never anything else on purpose)."""
 
     def __call__(self, config: TrialConfig, request: MeasurementRequest) -> Measurements: ...
+
+
+@runtime_checkable
+class BatchEvaluator(Evaluator, Protocol):
+    """An evaluator that can measure several (config, request)s in one go, in the order given (benchmark jobs:
+    one job for all of them, so a proof pair's arms run back to back). A failure fails them all."""
+
+    def many(self, asked: Sequence[tuple[TrialConfig, MeasurementRequest]]) -> list[Measurements]: ...
+
+
+def measure_all(evaluate: Evaluator, asked: Sequence[tuple[TrialConfig, MeasurementRequest]]) -> list[Measurements]:
+    """Each (config, request) measured in the order given: together where the evaluator can, else one by one."""
+    if isinstance(evaluate, BatchEvaluator):
+        return evaluate.many(asked)
+    return [evaluate(config, request) for config, request in asked]
 
 
 def requested(got: Measurements, request: MeasurementRequest) -> Measurements:

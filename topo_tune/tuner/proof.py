@@ -37,7 +37,7 @@ from optuna.trial import FrozenTrial
 
 from topo_tune.errors import ConfigError, TrialFailed
 from topo_tune.tuner import statistics
-from topo_tune.tuner.evaluation import Evaluator, MeasurementRequest, requested
+from topo_tune.tuner.evaluation import Evaluator, MeasurementRequest, measure_all, requested
 from topo_tune.tuner.objective import BucketScore, Measurements, Objective, SizeBucket
 from topo_tune.tuner.space import TrialConfig
 from topo_tune.tuner.speedup_text import speedup_text
@@ -340,10 +340,15 @@ class Prover:
             sizes = self.settings.sizes if run == 0 else small
             plan += [("baseline", self._baseline_config, sizes, run), ("candidate", config, sizes, run)]
         runs: list[dict[str, str]] = [{} for _ in range(len(plan) // 2)]
+        asked = [
+            (cfg, MeasurementRequest(collectives, sizes, trial, "proof", pair, side, run))
+            for side, cfg, sizes, run in plan
+        ]
         try:
-            for side, cfg, sizes, run in plan:
-                request = MeasurementRequest(collectives, sizes, trial, "proof", pair, side, run)
-                runs[run][side] = requested(self._evaluate(cfg, request), request).to_json()
+            # The whole pair at once where the evaluator can (one benchmark job, its runs in the plan's order).
+            got = measure_all(self._evaluate, asked)
+            for (side, _, _, run), (_, request), measured in zip(plan, asked, got, strict=True):
+                runs[run][side] = requested(measured, request).to_json()
         except TrialFailed as failure:
             study.set_user_attr(f"{S_PROOF}:{trial}:failed", f"{failure.kind}: {failure.reason}")
             return False

@@ -1,4 +1,4 @@
-"""A trial measured with benchmark jobs through the admin port: one job per collective and size sweep.
+"""Trials measured with benchmark jobs through the admin port: one job for all a call (or a proof pair) asks.
 
 Each job's sim noise seed is derived from the study's seed and what the job measures, so a seeded sim study
 reproduces exactly. Non-goals: choosing what to measure (the study does) and judging it (the proof does).
@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus, SizeRange
+from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus, NextSpecRequest, SizeRange
+from topo_tune.benchmark.job_spec import MAX_SPECS
 from topo_tune.benchmark.results import SizeMeasurement
 from topo_tune.benchmark.sweep import size_ladder
 from topo_tune.errors import NodeBusy, TrialFailed, ValidationError
@@ -25,9 +26,25 @@ from topo_tune.tuner.study import MeasurementRequest
 from topo_tune.tuning_pass.controller_port import AdminPort
 
 
+@dataclass(frozen=True)
+class _Spec:
+    """One spec of a job: a collective over one sweep, for one asked measurement (``index``)."""
+
+    index: int
+    config: TrialConfig
+    collective: str
+    sweep: SizeRange
+    sim_seed: int | None
+
+
 @dataclass
 class JobEvaluator:
-    """Measures a trial with benchmark jobs through the admin API: one job per collective."""
+    """Measures trials with benchmark jobs through the admin API: everything one call asks for in one job.
+
+    A call's collectives and sweeps are the specs of one job, and ``many`` (both arms of a proof pair, each
+    arm's runs) puts several calls into one job, in the order asked: the agents run them back to back, and
+    each spec's rows are that spec's alone, as if it had been a job of its own.
+    """
 
     client: AdminPort
     deadline_s: float
@@ -36,22 +53,34 @@ class JobEvaluator:
     cuda_graph: bool = False
     sleep: Callable[[float], None] = time.sleep
     """Between attempts to start a job on nodes still busy with another one."""
-    # The study's seed: each job's sim noise seed is derived from it and from what the job measures (trial,
-    # purpose, pair, side, collective, sizes), never from a job id or the order jobs finish in, so a seeded sim
-    # study reproduces exactly. None: the controller draws one per job.
+    # The study's seed: each spec's sim noise seed is derived from it and from what the spec measures (trial,
+    # purpose, pair, side, collective, sizes), never from a job id, the job it is in or the order jobs finish
+    # in, so a seeded sim study reproduces exactly. None: the controller draws one per spec.
     seed: int | None = None
     on_job: Callable[[BenchmarkJob, float], None] | None = None
     """Told of each finished job with the seconds from asking for it to reading its result (cluster time)."""
 
     def __call__(self, config: TrialConfig, request: MeasurementRequest) -> Measurements:
-        samples: list[SizeSample] = []
-        simulated = False
-        for collective in request.collectives:
-            for sweep in sweeps(request.sizes):
-                job = self._run(collective, sweep, config, self._sim_seed(request, collective, sweep))
-                simulated = simulated or job.simulated
-                samples.extend(_samples(collective, sweep, job))
-        return Measurements(tuple(samples), simulated=simulated)
+        return self.many([(config, request)])[0]
+
+    def many(self, asked: Sequence[tuple[TrialConfig, MeasurementRequest]]) -> list[Measurements]:
+        """Each (config, request) measured, in order, in as few jobs as can hold them: one, unless the configs
+        rank different node sets or there are more specs than a job may carry. A failed job fails them all
+        (``TrialFailed``): a proof pair with a failed arm is no pair."""
+        specs = [
+            _Spec(index, config, collective, sweep, self._sim_seed(request, collective, sweep))
+            for index, (config, request) in enumerate(asked)
+            for collective in request.collectives
+            for sweep in sweeps(request.sizes)
+        ]
+        samples: list[list[SizeSample]] = [[] for _ in asked]
+        simulated = [False for _ in asked]
+        for job_specs in _jobs(specs):
+            job = self._run(job_specs)
+            for place, spec in enumerate(job_specs):
+                simulated[spec.index] = simulated[spec.index] or job.simulated
+                samples[spec.index].extend(_samples(spec.collective, spec.sweep, job, spec=place))
+        return [Measurements(tuple(s), simulated=sim) for s, sim in zip(samples, simulated, strict=True)]
 
     def _sim_seed(self, request: MeasurementRequest, collective: str, sweep: SizeRange) -> int | None:
         if self.seed is None:
@@ -62,18 +91,31 @@ class JobEvaluator:
             what.append(request.run)
         return int.from_bytes(hashlib.sha256(json.dumps(what).encode()).digest()[:8], "big")
 
-    def _run(self, collective: str, sweep: SizeRange, config: TrialConfig, sim_seed: int | None = None) -> BenchmarkJob:
+    def _run(self, specs: Sequence[_Spec]) -> BenchmarkJob:
+        first = specs[0]
         request = BenchmarkRequest(
-            collective=Collective(collective),
-            nodes=tuple(config.rank_order.nodes),
-            sizes=sweep,
-            env=dict(config.env),
+            collective=Collective(first.collective),
+            nodes=tuple(first.config.rank_order.nodes),
+            sizes=first.sweep,
+            env=dict(first.config.env),
             iters=self.iters,
             warmup_iters=self.warmup_iters,
-            deadline_s=math.ceil(self.deadline_s),
-            tuner_table=config.tuner_table,
+            # The job's deadline covers every spec in it, as the agents count it.
+            deadline_s=math.ceil(self.deadline_s * len(specs)),
+            tuner_table=first.config.tuner_table,
             cuda_graph=self.cuda_graph,
-            sim_seed=sim_seed,
+            sim_seed=first.sim_seed,
+            next_specs=tuple(
+                NextSpecRequest(
+                    collective=Collective(spec.collective),
+                    nodes=tuple(spec.config.rank_order.nodes),
+                    sizes=spec.sweep,
+                    env=dict(spec.config.env),
+                    tuner_table=spec.config.tuner_table,
+                    sim_seed=spec.sim_seed,
+                )
+                for spec in specs[1:]
+            ),
         )
         # A node still busy with an earlier job (e.g. one left by a run that was killed and is being resumed)
         # frees up when that job ends or reaches its deadline: wait for it rather than fail the trial.
@@ -103,6 +145,22 @@ class JobEvaluator:
         return job
 
 
+def _jobs(specs: Sequence[_Spec]) -> list[list[_Spec]]:
+    """The specs in order, cut into jobs: a new job where the node set changes or a job is full."""
+    jobs: list[list[_Spec]] = []
+    for spec in specs:
+        current = jobs[-1] if jobs else None
+        if (
+            current is None
+            or len(current) >= MAX_SPECS
+            or set(current[0].config.rank_order.nodes) != set(spec.config.rank_order.nodes)
+        ):
+            jobs.append([spec])
+        else:
+            current.append(spec)
+    return jobs
+
+
 def sweeps(sizes: Sequence[int]) -> list[SizeRange]:
     """As few nccl-tests sweeps as cover ``sizes`` exactly: one when they form a geometric ladder."""
     ordered = sorted(set(sizes))
@@ -113,18 +171,20 @@ def sweeps(sizes: Sequence[int]) -> list[SizeRange]:
     return [SizeRange(min_bytes=s, max_bytes=s, step_factor=1) for s in ordered]
 
 
-def _samples(collective: str, sweep: SizeRange, job: BenchmarkJob) -> list[SizeSample]:
-    """One sample per requested size: the out-of-place row when there is one (torch runs some collectives
-    in place only). Rows come back in size order, matched to the requested sizes in that order."""
+def _samples(collective: str, sweep: SizeRange, job: BenchmarkJob, *, spec: int = 0) -> list[SizeSample]:
+    """One sample per requested size of the job's spec ``spec``: the out-of-place row when there is one (torch
+    runs some collectives in place only). Rows come back in size order, matched to the requested sizes in that
+    order."""
     rows: dict[int, SizeMeasurement] = {}
-    for row in job.sizes:
+    for row in (r for r in job.sizes if r.spec == spec):
         if row.bytes not in rows or not row.in_place:
             rows[row.bytes] = row
     requested = size_ladder(min_bytes=sweep.min_bytes, max_bytes=sweep.max_bytes, step_factor=sweep.step_factor)
     measured = [rows[b] for b in sorted(rows)]
     if len(measured) != len(requested):
         raise TrialFailed(
-            f"job {job.job_id} measured {len(measured)} sizes, {len(requested)} were asked", kind="failed"
+            f"job {job.job_id} measured {len(measured)} sizes of spec {spec}, {len(requested)} were asked",
+            kind="failed",
         )
     return [_sample(collective, size, row) for size, row in zip(requested, measured, strict=True)]
 

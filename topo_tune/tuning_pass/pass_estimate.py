@@ -1,19 +1,21 @@
 """What a tuning pass will cost, from cluster.yaml alone: benchmark jobs per phase, wall time and node-seconds.
 
 The jobs follow from the file the way the pass plans them: a search trial measures each weighted collective
-at each rung of the size ladder (one job per collective and size sweep) and may be pruned after its first
-rung; a proof pair measures both sides over the weighted ladder, then the small sizes ``SMALL_RUNS - 1`` more
-times per side, for ``proofPairs`` to ``proofPairsMax`` pairs per finalist. The trials the search adds after
-its budget (per-size options, the plugin table: as many as the data call for) are not counted, so the search's
-figures are a floor for them. Wall time is the jobs times the backend's recorded fixed cost per job
-(``Backend.job_fixed_s``), which is nearly all of a job's time at the pass's sizes; node-seconds are wall time
-times the nodes held. Non-goals: the probe round and the outputs (seconds), and measuring anything.
+at each rung of the size ladder (one job a rung, a spec per collective and size sweep) and may be pruned after
+its first rung; a proof pair (one job) measures both sides over the weighted ladder, then the small sizes
+``SMALL_RUNS - 1`` more times per side, for ``proofPairs`` to ``proofPairsMax`` pairs per finalist. The trials
+the search adds after its budget (per-size options, the plugin table: as many as the data call for) are not
+counted, so the search's figures are a floor for them. Wall time is the backend's recorded fixed cost
+(``Backend.job_fixed_s``) times what pays it: a spec where the backend launches workers (each spec is its own
+launch), a job on the sim backend; it is nearly all of the time at the pass's sizes. Node-seconds are wall
+time times the nodes held. Non-goals: the probe round and the outputs (seconds), and measuring anything.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from topo_tune.benchmark.job_spec import MAX_SPECS
 from topo_tune.benchmark.sweep import size_ladder
 from topo_tune.config.cluster import ClusterConfig
 from topo_tune.nccl.backends import Backend
@@ -27,6 +29,8 @@ class PhaseEstimate:
     name: str
     jobs_low: int
     jobs_high: int
+    specs_low: int
+    specs_high: int
     note: str
 
 
@@ -41,15 +45,27 @@ class PassEstimate:
         fixed = self.backend.job_fixed_s
         low = sum(p.jobs_low for p in self.phases)
         high = sum(p.jobs_high for p in self.phases)
+        specs = _count(sum(p.specs_low for p in self.phases), sum(p.specs_high for p in self.phases), "spec")
         out = [f"estimate for {self.nodes} nodes on the {self.backend} backend (nothing was started or drained):"]
         for phase in self.phases:
-            out.append(f"  {phase.name}: {_jobs(phase.jobs_low, phase.jobs_high)}; {phase.note}")
+            jobs = _count(phase.jobs_low, phase.jobs_high, "job")
+            out.append(f"  {phase.name}: {jobs} ({_count(phase.specs_low, phase.specs_high, 'spec')}); {phase.note}")
         if fixed is None:
-            out.append(f"  total: {_jobs(low, high)}; no fixed per-job cost is recorded for {self.backend}: no time")
+            out.append(
+                f"  total: {_count(low, high, 'job')} ({specs}); no fixed per-job cost is recorded for "
+                f"{self.backend}: no time"
+            )
             return out
+        if self.backend.launches_workers:  # every spec is a worker launch of its own
+            low = sum(p.specs_low for p in self.phases)
+            high = sum(p.specs_high for p in self.phases)
+            each = "a spec (each its own worker launch)"
+        else:
+            each = "a job"
         wall = f"{_duration(low * fixed)} to {_duration(high * fixed)}"
         node_s = f"{low * fixed * self.nodes:.0f} to {high * fixed * self.nodes:.0f} node-seconds"
-        out.append(f"  total: {_jobs(low, high)}, {wall} wall, {node_s} (at {fixed:g} s a job)")
+        jobs = _count(sum(p.jobs_low for p in self.phases), sum(p.jobs_high for p in self.phases), "job")
+        out.append(f"  total: {jobs} ({specs}), {wall} wall, {node_s} (at {fixed:g} s {each})")
         return out
 
 
@@ -67,31 +83,41 @@ def estimate_pass(cluster: ClusterConfig) -> PassEstimate:
         sweeps(small) if small else []
     )
     per_pair = 2 * per_side
+    pair_jobs = -(-per_pair // MAX_SPECS)
     pairs_max = max(search.proof_pairs_max, search.proof_pairs)
+    rung_jobs = [-(-specs // MAX_SPECS) for specs in per_rung]
     return PassEstimate(
         backend=cluster.backend,
         nodes=len(cluster.rack_of()),
         phases=(
             PhaseEstimate(
                 "search",
+                search.budget * rung_jobs[0],
+                search.budget * sum(rung_jobs),
                 search.budget * per_rung[0],
                 search.budget * sum(per_rung),
-                f"budget {search.budget} trials x {per_rung[0]} to {sum(per_rung)} jobs (a trial pruned after its "
-                "first rung, or measured at all rungs); the per-size and table trials after the budget not counted",
+                f"budget {search.budget} trials x {_count(rung_jobs[0], sum(rung_jobs), 'job')} of "
+                f"{_count(per_rung[0], sum(per_rung), 'spec')} (a job a rung: a trial pruned after its first rung, or "
+                "measured at all rungs); the per-size and table trials after the budget not counted",
             ),
             PhaseEstimate(
                 "proof",
+                search.finalists * search.proof_pairs * pair_jobs,
+                search.finalists * pairs_max * pair_jobs,
                 search.finalists * search.proof_pairs * per_pair,
                 search.finalists * pairs_max * per_pair,
-                f"finalists {search.finalists} x {search.proof_pairs} to {pairs_max} pairs x {per_pair} jobs a pair "
-                "(fewer once a collective's buckets are decided, or a finalist fails)",
+                f"finalists {search.finalists} x {search.proof_pairs} to {pairs_max} pairs x "
+                f"{_count(pair_jobs, pair_jobs, 'job')} of {per_pair} specs a pair (fewer specs once a collective's "
+                "buckets are decided, or a finalist fails)",
             ),
         ),
     )
 
 
-def _jobs(low: int, high: int) -> str:
-    return f"{low} jobs" if low == high else f"{low} to {high} jobs"
+def _count(low: int, high: int, what: str) -> str:
+    if low == high:
+        return f"{low} {what}" + ("" if low == 1 else "s")
+    return f"{low} to {high} {what}s"
 
 
 def _duration(seconds: float) -> str:

@@ -626,6 +626,7 @@ class StartBenchmarkRequest(_message.Message):
     TUNER_TABLE_FIELD_NUMBER: _builtins.int
     CUDA_GRAPH_FIELD_NUMBER: _builtins.int
     SIM_SEED_FIELD_NUMBER: _builtins.int
+    NEXT_SPECS_FIELD_NUMBER: _builtins.int
     collective: _agent_pb2.Collective.ValueType
     dtype: _builtins.str
     """empty: float32"""
@@ -655,6 +656,14 @@ class StartBenchmarkRequest(_message.Message):
     def sizes(self) -> _agent_pb2.SizeSweep: ...
     @_builtins.property
     def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def next_specs(self) -> _containers.RepeatedCompositeFieldContainer[Global___NextSpecRequest]:
+        """derived from the job id (other backends ignore it)
+        Further specs run after this one in the same job, in order (RunBenchmark.next_specs): each row of the
+        job's sizes says which spec measured it (SizeResult.spec). A failed spec fails the whole job (the specs
+        after it are not run). At most 127.
+        """
+
     def __init__(
         self,
         *,
@@ -672,16 +681,81 @@ class StartBenchmarkRequest(_message.Message):
         tuner_table: _builtins.str = ...,
         cuda_graph: _builtins.bool = ...,
         sim_seed: _builtins.int | None = ...,
+        next_specs: _abc.Iterable[Global___NextSpecRequest] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_sim_seed", b"_sim_seed", "sim_seed", b"sim_seed", "sizes", b"sizes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_sim_seed", b"_sim_seed", "both_placements", b"both_placements", "collective", b"collective", "cuda_graph", b"cuda_graph", "deadline_s", b"deadline_s", "dtype", b"dtype", "env", b"env", "iters", b"iters", "job_id", b"job_id", "nodes", b"nodes", "ranks_per_node", b"ranks_per_node", "sim_seed", b"sim_seed", "sizes", b"sizes", "tuner_table", b"tuner_table", "warmup_iters", b"warmup_iters"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_sim_seed", b"_sim_seed", "both_placements", b"both_placements", "collective", b"collective", "cuda_graph", b"cuda_graph", "deadline_s", b"deadline_s", "dtype", b"dtype", "env", b"env", "iters", b"iters", "job_id", b"job_id", "next_specs", b"next_specs", "nodes", b"nodes", "ranks_per_node", b"ranks_per_node", "sim_seed", b"sim_seed", "sizes", b"sizes", "tuner_table", b"tuner_table", "warmup_iters", b"warmup_iters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__sim_seed: _TypeAlias = _typing.Literal["sim_seed"]  # noqa: Y015
     _WhichOneofArgType__sim_seed: _TypeAlias = _typing.Literal["_sim_seed", b"_sim_seed"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__sim_seed) -> _WhichOneofReturnType__sim_seed | None: ...
 
 Global___StartBenchmarkRequest: _TypeAlias = StartBenchmarkRequest  # noqa: Y015
+
+@_typing.final
+class NextSpecRequest(_message.Message):
+    """What a further spec of a job may change: the rest is the job's (StartBenchmarkRequest)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class EnvEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    COLLECTIVE_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    SIZES_FIELD_NUMBER: _builtins.int
+    ENV_FIELD_NUMBER: _builtins.int
+    TUNER_TABLE_FIELD_NUMBER: _builtins.int
+    SIM_SEED_FIELD_NUMBER: _builtins.int
+    collective: _agent_pb2.Collective.ValueType
+    tuner_table: _builtins.str
+    sim_seed: _builtins.int
+    """unset: one derived from the job id and the spec's place"""
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the job's nodes, in this spec's rank order"""
+
+    @_builtins.property
+    def sizes(self) -> _agent_pb2.SizeSweep: ...
+    @_builtins.property
+    def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        collective: _agent_pb2.Collective.ValueType = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+        sizes: _agent_pb2.SizeSweep | None = ...,
+        env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        tuner_table: _builtins.str = ...,
+        sim_seed: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_sim_seed", b"_sim_seed", "sim_seed", b"sim_seed", "sizes", b"sizes"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_sim_seed", b"_sim_seed", "collective", b"collective", "env", b"env", "nodes", b"nodes", "sim_seed", b"sim_seed", "sizes", b"sizes", "tuner_table", b"tuner_table"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__sim_seed: _TypeAlias = _typing.Literal["sim_seed"]  # noqa: Y015
+    _WhichOneofArgType__sim_seed: _TypeAlias = _typing.Literal["_sim_seed", b"_sim_seed"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__sim_seed) -> _WhichOneofReturnType__sim_seed | None: ...
+
+Global___NextSpecRequest: _TypeAlias = NextSpecRequest  # noqa: Y015
 
 @_typing.final
 class BenchmarkJob(_message.Message):

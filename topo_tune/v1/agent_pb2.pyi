@@ -688,6 +688,7 @@ class RunBenchmark(_message.Message):
     SIM_FIELD_NUMBER: _builtins.int
     TUNER_TABLE_FIELD_NUMBER: _builtins.int
     CUDA_GRAPH_FIELD_NUMBER: _builtins.int
+    NEXT_SPECS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     collective: Global___Collective.ValueType
     dtype: _builtins.str
@@ -728,6 +729,14 @@ class RunBenchmark(_message.Message):
     def sim(self) -> Global___SimContext:
         """sim backend only: the simulated cluster the job runs on"""
 
+    @_builtins.property
+    def next_specs(self) -> _containers.RepeatedCompositeFieldContainer[Global___NextSpec]:
+        """Further specs of the same job, run after the one above in this order, each as its own run of the
+        collective (a separate worker launch where the backend launches workers): both arms of an interleaved
+        A/B pair, or the collectives of one setting, in one controller job. Each row of the result says which
+        spec measured it (SizeResult.spec). Empty: a job of one spec (what an older controller sends).
+        """
+
     def __init__(
         self,
         *,
@@ -748,14 +757,93 @@ class RunBenchmark(_message.Message):
         sim: Global___SimContext | None = ...,
         tuner_table: _builtins.str = ...,
         cuda_graph: _builtins.bool = ...,
+        next_specs: _abc.Iterable[Global___NextSpec] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["sim", b"sim", "sizes", b"sizes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["both_placements", b"both_placements", "check", b"check", "collective", b"collective", "cuda_graph", b"cuda_graph", "dtype", b"dtype", "env", b"env", "in_place", b"in_place", "iters", b"iters", "job_id", b"job_id", "ranks", b"ranks", "rendezvous_host", b"rendezvous_host", "rendezvous_port", b"rendezvous_port", "sim", b"sim", "sizes", b"sizes", "tuner_table", b"tuner_table", "warmup_iters", b"warmup_iters", "world_size", b"world_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["both_placements", b"both_placements", "check", b"check", "collective", b"collective", "cuda_graph", b"cuda_graph", "dtype", b"dtype", "env", b"env", "in_place", b"in_place", "iters", b"iters", "job_id", b"job_id", "next_specs", b"next_specs", "ranks", b"ranks", "rendezvous_host", b"rendezvous_host", "rendezvous_port", b"rendezvous_port", "sim", b"sim", "sizes", b"sizes", "tuner_table", b"tuner_table", "warmup_iters", b"warmup_iters", "world_size", b"world_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RunBenchmark: _TypeAlias = RunBenchmark  # noqa: Y015
+
+@_typing.final
+class NextSpec(_message.Message):
+    """One further spec of a job: what may differ from the job's first spec. Everything else (dtype, iterations,
+    placements, data check, the world size, CUDA graphs) is the job's, and the ranks sit on the
+    same nodes (in this spec's node order).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class EnvEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    COLLECTIVE_FIELD_NUMBER: _builtins.int
+    SIZES_FIELD_NUMBER: _builtins.int
+    ENV_FIELD_NUMBER: _builtins.int
+    TUNER_TABLE_FIELD_NUMBER: _builtins.int
+    RANKS_FIELD_NUMBER: _builtins.int
+    SIM_SEED_FIELD_NUMBER: _builtins.int
+    RENDEZVOUS_HOST_FIELD_NUMBER: _builtins.int
+    RENDEZVOUS_PORT_FIELD_NUMBER: _builtins.int
+    collective: Global___Collective.ValueType
+    tuner_table: _builtins.str
+    """as RunBenchmark.tuner_table"""
+    sim_seed: _builtins.int
+    """sim backend: this spec's noise seed (RunBenchmark.sim.seed for the first)"""
+    rendezvous_host: _builtins.str
+    """this spec's rank 0's node"""
+    rendezvous_port: _builtins.int
+    """This spec's own port: a node that starts it while another still runs the spec before must not reach
+    that spec's rendezvous.
+    """
+    @_builtins.property
+    def sizes(self) -> Global___SizeSweep: ...
+    @_builtins.property
+    def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """allow-listed keys only, as RunBenchmark.env"""
+
+    @_builtins.property
+    def ranks(self) -> _containers.RepeatedCompositeFieldContainer[Global___RankPlacement]:
+        """this spec's rank map"""
+
+    def __init__(
+        self,
+        *,
+        collective: Global___Collective.ValueType = ...,
+        sizes: Global___SizeSweep | None = ...,
+        env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        tuner_table: _builtins.str = ...,
+        ranks: _abc.Iterable[Global___RankPlacement] | None = ...,
+        sim_seed: _builtins.int = ...,
+        rendezvous_host: _builtins.str = ...,
+        rendezvous_port: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["sizes", b"sizes"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collective", b"collective", "env", b"env", "ranks", b"ranks", "rendezvous_host", b"rendezvous_host", "rendezvous_port", b"rendezvous_port", "sim_seed", b"sim_seed", "sizes", b"sizes", "tuner_table", b"tuner_table"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NextSpec: _TypeAlias = NextSpec  # noqa: Y015
 
 @_typing.final
 class SimContext(_message.Message):
@@ -934,6 +1022,7 @@ class SizeResult(_message.Message):
     IN_PLACE_FIELD_NUMBER: _builtins.int
     CHECKED_FIELD_NUMBER: _builtins.int
     CHOICE_FIELD_NUMBER: _builtins.int
+    SPEC_FIELD_NUMBER: _builtins.int
     bytes: _builtins.int
     count: _builtins.int
     time_us: _builtins.float
@@ -948,6 +1037,8 @@ class SizeResult(_message.Message):
     """which placement this row measured"""
     checked: _builtins.bool
     """false: no data check covered it (wrong is meaningless)"""
+    spec: _builtins.int
+    """which of the job's specs measured it: 0 the first, i next_specs[i-1]"""
     @_builtins.property
     def choice(self) -> Global___NcclChoice:
         """what NCCL offered and ran at this size; unset when not known"""
@@ -967,10 +1058,11 @@ class SizeResult(_message.Message):
         in_place: _builtins.bool = ...,
         checked: _builtins.bool = ...,
         choice: Global___NcclChoice | None = ...,
+        spec: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["choice", b"choice"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["algbw_gbps", b"algbw_gbps", "busbw_gbps", b"busbw_gbps", "bytes", b"bytes", "checked", b"checked", "choice", b"choice", "count", b"count", "cv", b"cv", "in_place", b"in_place", "p50_us", b"p50_us", "p99_us", b"p99_us", "time_us", b"time_us", "wrong", b"wrong"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algbw_gbps", b"algbw_gbps", "busbw_gbps", b"busbw_gbps", "bytes", b"bytes", "checked", b"checked", "choice", b"choice", "count", b"count", "cv", b"cv", "in_place", b"in_place", "p50_us", b"p50_us", "p99_us", b"p99_us", "spec", b"spec", "time_us", b"time_us", "wrong", b"wrong"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

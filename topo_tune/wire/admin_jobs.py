@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC
 from typing import Any
 
-from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus, SizeRange
+from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobStatus, NextSpecRequest, SizeRange
 from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound, ProbeStatus
 from topo_tune.ids import JobId
 from topo_tune.v1 import admin_pb2, agent_pb2
@@ -84,6 +84,19 @@ def benchmark_request_to_proto(request: BenchmarkRequest) -> admin_pb2.StartBenc
         tuner_table=request.tuner_table,
         cuda_graph=request.cuda_graph,
         sim_seed=request.sim_seed,
+        next_specs=[
+            admin_pb2.NextSpecRequest(
+                collective=agent_pb2.COLLECTIVE_UNSPECIFIED
+                if n.collective is None
+                else COLLECTIVE_TO_PROTO[n.collective],
+                nodes=list(n.nodes),
+                sizes=_sweep_to_proto(n.sizes),
+                env=dict(n.env),
+                tuner_table=n.tuner_table,
+                sim_seed=n.sim_seed,
+            )
+            for n in request.next_specs
+        ],
     )
 
 
@@ -104,6 +117,17 @@ def benchmark_request_from_proto(request: admin_pb2.StartBenchmarkRequest) -> Be
         tuner_table=request.tuner_table,
         cuda_graph=request.cuda_graph,
         sim_seed=request.sim_seed if request.HasField("sim_seed") else None,
+        next_specs=tuple(
+            NextSpecRequest(
+                collective=COLLECTIVE_FROM_PROTO.get(n.collective),
+                nodes=tuple(n.nodes),
+                sizes=_sweep_from_proto(n.sizes),
+                env=dict(n.env),
+                tuner_table=n.tuner_table,
+                sim_seed=n.sim_seed if n.HasField("sim_seed") else None,
+            )
+            for n in request.next_specs
+        ),
     )
 
 

@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Iterable
 
 from topo_tune.benchmark.dtypes import dtype_named
-from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
+from topo_tune.benchmark.job_spec import MAX_SPECS, BenchmarkSpec, RankSlot
 from topo_tune.benchmark.results import NcclChoice, RankOutcome, RankResult, RankStatus, SizeMeasurement
 from topo_tune.benchmark.sweep import SizeSweep
 from topo_tune.errors import SpecError
@@ -76,7 +76,7 @@ def spec_from_proto(run: agent_pb2.RunBenchmark) -> BenchmarkSpec:
     except ValueError as exc:
         raise SpecError(str(exc)) from None
     placements = (False, True) if run.both_placements else (run.in_place,)
-    return BenchmarkSpec(
+    first = BenchmarkSpec(
         job_id=run.job_id,
         collective=collective,
         sweep=SizeSweep(run.sizes.min_bytes, run.sizes.max_bytes, run.sizes.step_factor),
@@ -87,22 +87,55 @@ def spec_from_proto(run: agent_pb2.RunBenchmark) -> BenchmarkSpec:
         check=run.check,
         env=dict(run.env),
         world_size=run.world_size,
-        ranks=tuple(RankSlot(p.rank, p.node_name, p.local_rank, p.device) for p in run.ranks),
+        ranks=_ranks(run.ranks),
         rendezvous_host=run.rendezvous_host,
         rendezvous_port=run.rendezvous_port,
         tuner_table=run.tuner_table,
         cuda_graph=run.cuda_graph,
     )
+    if not run.next_specs:
+        return first
+    if len(run.next_specs) >= MAX_SPECS:  # before building any: a bound on the work a command can ask for
+        raise SpecError(f"next_specs: at most {MAX_SPECS - 1}, got {len(run.next_specs)}")
+    more = tuple(
+        dataclasses.replace(
+            first,
+            collective=collective_from_proto(n.collective, field=f"next_specs[{i}].collective"),
+            sweep=SizeSweep(n.sizes.min_bytes, n.sizes.max_bytes, n.sizes.step_factor),
+            env=dict(n.env),
+            tuner_table=n.tuner_table,
+            ranks=_ranks(n.ranks),
+            rendezvous_host=n.rendezvous_host,
+            rendezvous_port=n.rendezvous_port,
+        )
+        for i, n in enumerate(run.next_specs)
+    )
+    return dataclasses.replace(first, next_specs=more)
+
+
+def _ranks(placements: Iterable[agent_pb2.RankPlacement]) -> tuple[RankSlot, ...]:
+    return tuple(RankSlot(p.rank, p.node_name, p.local_rank, p.device) for p in placements)
+
+
+def _placements(slots: Iterable[RankSlot]) -> list[agent_pb2.RankPlacement]:
+    return [
+        agent_pb2.RankPlacement(rank=s.rank, node_name=s.node_name, local_rank=s.local_rank, device=s.device)
+        for s in slots
+    ]
+
+
+def _sweep(sweep: SizeSweep) -> agent_pb2.SizeSweep:
+    return agent_pb2.SizeSweep(min_bytes=sweep.min_bytes, max_bytes=sweep.max_bytes, step_factor=sweep.step_factor)
 
 
 def spec_to_proto(spec: BenchmarkSpec) -> agent_pb2.RunBenchmark:
+    """The job's ``RunBenchmark``: its first spec in the message's own fields, the others in ``next_specs``
+    (their ``sim_seed`` is the controller's to set)."""
     both = spec.placements == (False, True)
     return agent_pb2.RunBenchmark(
         job_id=spec.job_id,
         collective=COLLECTIVE_TO_PROTO[spec.collective],
-        sizes=agent_pb2.SizeSweep(
-            min_bytes=spec.sweep.min_bytes, max_bytes=spec.sweep.max_bytes, step_factor=spec.sweep.step_factor
-        ),
+        sizes=_sweep(spec.sweep),
         dtype=spec.dtype.name,
         warmup_iters=spec.warmup_iters,
         iters=spec.iters,
@@ -111,14 +144,23 @@ def spec_to_proto(spec: BenchmarkSpec) -> agent_pb2.RunBenchmark:
         check=spec.check,
         env=dict(spec.env),
         world_size=spec.world_size,
-        ranks=[
-            agent_pb2.RankPlacement(rank=s.rank, node_name=s.node_name, local_rank=s.local_rank, device=s.device)
-            for s in spec.ranks
-        ],
+        ranks=_placements(spec.ranks),
         rendezvous_host=spec.rendezvous_host,
         rendezvous_port=spec.rendezvous_port,
         tuner_table=spec.tuner_table,
         cuda_graph=spec.cuda_graph,
+        next_specs=[
+            agent_pb2.NextSpec(
+                collective=COLLECTIVE_TO_PROTO[n.collective],
+                sizes=_sweep(n.sweep),
+                env=dict(n.env),
+                tuner_table=n.tuner_table,
+                ranks=_placements(n.ranks),
+                rendezvous_host=n.rendezvous_host,
+                rendezvous_port=n.rendezvous_port,
+            )
+            for n in spec.next_specs
+        ],
     )
 
 

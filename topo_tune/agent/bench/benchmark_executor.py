@@ -141,26 +141,33 @@ class BenchmarkExecutor:
 
     def _prepare(
         self, backend: Backend, build: Callable[[], BenchmarkSpec], deadline_s: float
-    ) -> tuple[Launcher, BenchmarkSpec] | agent_pb2.CommandResult:
-        """The launcher and the validated spec, or the ``REJECTED`` result saying why not."""
+    ) -> tuple[Launcher, tuple[BenchmarkSpec, ...]] | agent_pb2.CommandResult:
+        """The launcher and the job's validated specs in run order, or the ``REJECTED`` result saying why not.
+
+        Every spec is checked (and its table staged) before the first runs: a job refused for its last spec
+        runs none."""
         launcher = self._launcher(backend)
         if launcher is None:
             return self._result(agent_pb2.COMMAND_STATUS_REJECTED, f"backend {backend} is not run by this executor")
         try:
             _check_deadline(deadline_s)
-            spec = build()
-            if spec.cuda_graph and not backend.runs_nccl:
-                raise ValueError(f"cuda_graph: CUDA graphs need the nccl backend; this node runs {backend}")
-            if spec.tuner_table:
-                if self._tuner_plugin is None:
-                    raise ValueError("tuner_table: this agent runs no tuner plugin")
-                spec = self._tuner_plugin.staged(spec)
-            elif self._tuner_plugin is not None and backend.runs_nccl:
-                spec = self._tuner_plugin.recording(spec)
-            self._policy.check(spec.env)
+            specs = build().specs()
+            return launcher, tuple(self._checked(backend, spec, index=i) for i, spec in enumerate(specs))
         except ValueError as exc:
             return self._result(agent_pb2.COMMAND_STATUS_REJECTED, str(exc))
-        return launcher, spec
+
+    def _checked(self, backend: Backend, spec: BenchmarkSpec, *, index: int) -> BenchmarkSpec:
+        """One spec ready to run: its table staged, its environment allowed; ``ValueError`` says why not."""
+        if spec.cuda_graph and not backend.runs_nccl:
+            raise ValueError(f"cuda_graph: CUDA graphs need the nccl backend; this node runs {backend}")
+        if spec.tuner_table:
+            if self._tuner_plugin is None:
+                raise ValueError("tuner_table: this agent runs no tuner plugin")
+            spec = self._tuner_plugin.staged(spec, index=index)
+        elif self._tuner_plugin is not None and backend.runs_nccl:
+            spec = self._tuner_plugin.recording(spec, index=index)
+        self._policy.check(spec.env)
+        return spec
 
     def execute(
         self,
@@ -172,12 +179,42 @@ class BenchmarkExecutor:
         work_dir: Path,
         fault: WorkerFault | None = None,
     ) -> agent_pb2.CommandResult:
-        """Run this node's ranks of a benchmark job. ``fault`` is a test-only hook (see worker_config)."""
+        """Run this node's ranks of a benchmark job, spec after spec (each its own worker launch; the first that
+        does not succeed ends the job here). ``fault`` is a test-only hook (see worker_config)."""
         prepared = self._prepare(backend, lambda: spec_from_proto(run), deadline_s)
         if isinstance(prepared, agent_pb2.CommandResult):
             return prepared
-        launcher, spec = prepared
-        return self._run(launcher, spec, node_name=node_name, deadline_s=deadline_s, work_dir=work_dir, fault=fault)
+        launcher, specs = prepared
+        if len(specs) == 1:
+            return self._run(
+                launcher, specs[0], node_name=node_name, deadline_s=deadline_s, work_dir=work_dir, fault=fault
+            )
+        started = self._monotonic()
+        whole: agent_pb2.CommandResult | None = None
+        for index, spec in enumerate(specs):
+            # The job's deadline covers all its specs: each runs for what is left of it.
+            left = max(1.0, deadline_s - (self._monotonic() - started))
+            # Each spec's rank directories of its own: with several agents on one work directory, a node that
+            # starts a spec must not reset a rank directory another node still uses for the spec before.
+            where = work_dir / f"{spec.job_id}.{index}" if index else work_dir
+            result = self._run(launcher, spec, node_name=node_name, deadline_s=left, work_dir=where, fault=fault)
+            for rank in result.node_benchmark.ranks:
+                for row in rank.sizes:
+                    row.spec = index
+            if whole is None:
+                whole = result
+            else:
+                whole.node_benchmark.ranks.extend(result.node_benchmark.ranks)
+                del whole.node_benchmark.rank_status[:]
+                whole.node_benchmark.rank_status.extend(result.node_benchmark.rank_status)  # how the last one ended
+                whole.status = result.status
+                whole.finished_at.CopyFrom(result.finished_at)
+            if result.status != agent_pb2.COMMAND_STATUS_SUCCEEDED:
+                whole.message = f"spec {index} of {len(specs)}: {result.message}"
+                return whole
+        assert whole is not None
+        whole.message = f"job {specs[0].job_id}: {len(specs)} specs run, each by every local rank"
+        return whole
 
     def _run(
         self,

@@ -79,7 +79,7 @@ class TunerPluginStage:
                         ) from exc
             return self._library
 
-    def recording(self, spec: BenchmarkSpec) -> BenchmarkSpec:
+    def recording(self, spec: BenchmarkSpec, *, index: int = 0) -> BenchmarkSpec:
         """``spec`` (a job without a table) with the plugin and an empty table, so NCCL's choices are recorded.
 
         An empty table edits no cost entry and sets no channel count: NCCL decides as without a plugin. A job
@@ -89,18 +89,21 @@ class TunerPluginStage:
         if spec.tuner_table or PLUGIN_ENV in spec.env:
             return spec
         try:
-            return self.staged(dataclasses.replace(spec, tuner_table=_RECORD_ONLY_TABLE))
+            return self.staged(dataclasses.replace(spec, tuner_table=_RECORD_ONLY_TABLE), index=index)
         except ValueError as exc:
             logger.info("job %s runs without the tuner plugin's record: %s", spec.job_id, exc)
             return spec
 
-    def staged(self, spec: BenchmarkSpec) -> BenchmarkSpec:
-        """``spec`` with its table written to the table directory and the two variables in its env."""
+    def staged(self, spec: BenchmarkSpec, *, index: int = 0) -> BenchmarkSpec:
+        """``spec`` with its table written to the table directory and the two variables in its env.
+
+        ``index``: which of its job's specs it is (each stages its own table, all before the first runs)."""
         if not spec.tuner_table:
             return spec
         library = self.library()
         self._table_dir.mkdir(parents=True, exist_ok=True)
-        path = (self._table_dir / f"{spec.job_id}.csv").resolve()
+        name = f"{spec.job_id}.{index}" if index else spec.job_id
+        path = (self._table_dir / f"{name}.csv").resolve()
         partial = path.with_suffix(f".{os.getpid()}.partial")
         partial.write_text(spec.tuner_table)
         os.replace(partial, path)  # a re-sent job rewrites the same content; ranks never see half a file

@@ -124,29 +124,34 @@ def missing_ranks(spec: BenchmarkSpec, results: Iterable[RankResult]) -> tuple[i
 
 
 def aggregate(spec: BenchmarkSpec, results: Iterable[RankResult]) -> tuple[SizeMeasurement, ...]:
-    """One measurement per (size, placement) over all ranks: the slowest rank's time."""
+    """One measurement per (spec, size, placement) over all ranks: the slowest rank's time."""
     results = list(results)
     missing = missing_ranks(spec, results)
     if missing:
         raise ValueError(f"job {spec.job_id}: no result from ranks {list(missing)}")
-    grouped: dict[tuple[int, bool], list[SizeMeasurement]] = {}
+    specs = spec.specs()
+    grouped: dict[tuple[int, int, bool], list[SizeMeasurement]] = {}
     for result in results:
         for m in result.sizes:
-            grouped.setdefault((m.bytes, m.in_place), []).append(m)
+            if m.spec >= len(specs):
+                raise ValueError(f"job {spec.job_id}: rank {result.rank} reports spec {m.spec} of {len(specs)}")
+            grouped.setdefault((m.spec, m.bytes, m.in_place), []).append(m)
     out = []
-    for (size, in_place), rows in sorted(grouped.items()):
+    for (index, size, in_place), rows in sorted(grouped.items()):
+        one = specs[index]
         if len(rows) != spec.world_size:
+            where = f"spec {index} " if len(specs) > 1 else ""
             raise ValueError(
-                f"job {spec.job_id}: size {size} in_place={in_place} has {len(rows)} of {spec.world_size} ranks"
+                f"job {spec.job_id}: {where}size {size} in_place={in_place} has {len(rows)} of {spec.world_size} ranks"
             )
         slowest = max(rows, key=lambda m: m.time_us)
         shp = shape(
-            spec.collective,
-            size_bytes=_requested_size(spec, size),
-            element_size=spec.dtype.size,
-            nranks=spec.world_size,
+            one.collective,
+            size_bytes=_requested_size(one, size),
+            element_size=one.dtype.size,
+            nranks=one.world_size,
         )
-        algbw, busbw = bandwidth(spec.collective, shape=shp, seconds=slowest.time_us / 1e6, nranks=spec.world_size)
+        algbw, busbw = bandwidth(one.collective, shape=shp, seconds=slowest.time_us / 1e6, nranks=one.world_size)
         out.append(
             SizeMeasurement(
                 bytes=size,
@@ -162,6 +167,7 @@ def aggregate(spec: BenchmarkSpec, results: Iterable[RankResult]) -> tuple[SizeM
                 cv=max(m.cv for m in rows),
                 # Every rank of a communicator makes the same choice (or the job hangs): the first one that knows.
                 choice=next((m.choice for m in rows if m.choice is not None), None),
+                spec=index,
             )
         )
     return tuple(out)
@@ -267,20 +273,28 @@ def fitting(spec: BenchmarkSpec, node: str, stored: bytes) -> agent_pb2.CommandR
     running for good, or become the job's figures.
     """
     result = agent_pb2.CommandResult.FromString(stored)
-    own = {slot.rank for slot in spec.ranks if slot.node_name == node}
-    asked = {
-        shape(spec.collective, size_bytes=size, element_size=spec.dtype.size, nranks=spec.world_size).reported_bytes
-        for size in spec.sweep.sizes()
-    }
-    seen: set[int] = set()
+    specs = spec.specs()
+    asked = [
+        {
+            shape(s.collective, size_bytes=size, element_size=s.dtype.size, nranks=s.world_size).reported_bytes
+            for size in s.sweep.sizes()
+        }
+        for s in specs
+    ]
+    seen: set[tuple[int, int]] = set()
     why = ""
     for rank in result.node_benchmark.ranks:
-        stray = sorted({m.bytes for m in rank.sizes} - asked)
+        # A rank of a job of several specs reports once per spec: its rank in that spec's rank map.
+        index = rank.sizes[0].spec if rank.sizes else 0
+        own = {slot.rank for slot in specs[index].ranks if slot.node_name == node} if index < len(specs) else set()
+        stray = sorted({m.bytes for m in rank.sizes} - asked[index]) if index < len(specs) else []
         # A time no run takes would become the job's figure (a NaN wins max() when it comes first).
         untimed = [(m.bytes, m.time_us) for m in rank.sizes if not (math.isfinite(m.time_us) and m.time_us > 0)]
-        if rank.rank not in own:
+        if index >= len(specs) or any(m.spec != index for m in rank.sizes):
+            why = f"rank {rank.rank} reports rows of specs the job does not have or of several specs at once"
+        elif rank.rank not in own:
             why = f"rank {rank.rank} is not one of its ranks {sorted(own)}"
-        elif rank.rank in seen:
+        elif (index, rank.rank) in seen:
             why = f"rank {rank.rank} is reported twice"
         elif stray:
             why = f"rank {rank.rank} reports sizes {stray} the job did not ask for"
@@ -290,5 +304,5 @@ def fitting(spec: BenchmarkSpec, node: str, stored: bytes) -> agent_pb2.CommandR
             return agent_pb2.CommandResult(
                 status=agent_pb2.COMMAND_STATUS_FAILED, message=f"its results do not fit the job: {why}"
             )
-        seen.add(rank.rank)
+        seen.add((index, rank.rank))
     return result

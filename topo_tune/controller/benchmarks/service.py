@@ -21,9 +21,9 @@ computes the same figures; such jobs are labelled simulated.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
-import re
 import uuid
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -33,23 +33,21 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from topo_tune.benchmark.dtypes import dtype_named
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobOutcome, JobStatus
-from topo_tune.benchmark.job_spec import MAX_DEADLINE_S, BenchmarkSpec
-from topo_tune.benchmark.sweep import SizeSweep
+from topo_tune.benchmark.job_spec import BenchmarkSpec
 from topo_tune.controller import names
 from topo_tune.controller.benchmarks import rows as stored
-from topo_tune.controller.benchmarks.plan import JobNode, JobSummary, fitting, plan_job, summarize
+from topo_tune.controller.benchmarks.plan import JobNode, JobSummary, fitting, summarize
+from topo_tune.controller.benchmarks.request_plan import checked_request, next_specs, one_backend, planned
 from topo_tune.controller.changes import Changes, first_of
 from topo_tune.controller.commands import CommandBook, CommandRecord, CommandStatus
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import BenchmarkJobRow, CommandRow
 from topo_tune.controller.job_ends import OpenPart, cancel_command, cancel_command_id, why_it_cannot_finish
 from topo_tune.controller.nodes import NodeRegistry, NodeView
-from topo_tune.errors import ConflictError, NodeBusy, NotFoundError, SpecError, SweepError, ValidationError
+from topo_tune.errors import ConflictError, NodeBusy, NotFoundError
 from topo_tune.ids import NodeName
 from topo_tune.nccl.backends import Backend
-from topo_tune.nccl.collectives import Collective
 from topo_tune.node_record import NodeState
 from topo_tune.security.log_text import printable
 from topo_tune.topology.gpu_ranks import gpu_ranks
@@ -58,7 +56,6 @@ from topo_tune.wire.benchmark import spec_to_proto
 from topo_tune.wire.values import timestamp
 
 logger = logging.getLogger(__name__)
-_FIELD_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*|\[\d+\])*")
 
 
 @dataclass(frozen=True)
@@ -163,19 +160,26 @@ class BenchmarkJobs:
     ) -> tuple[BenchmarkSpec, agent_pb2.RunBenchmark, Backend, list[str]]:
         """The job's spec, the command every node is sent (for sim nodes with the simulated cluster), the
         nodes' backend and the nodes in rank order."""
-        collective = _checked_request(request)
+        collective = checked_request(request)
         views = [await self._ready_node(name, f"nodes[{i}]") for i, name in enumerate(request.nodes)]
-        backend = _one_backend(views, cuda_graph=request.cuda_graph)
+        backend = one_backend(views, cuda_graph=request.cuda_graph)
         topologies = {v.name: topology_pb2.NodeTopology.FromString(v.topology) for v in views}
         job_nodes = [
             JobNode(name=v.name, address=v.address or v.name, slots=self._slots(v, topologies[v.name], request))
             for v in views
         ]
-        spec = self._spec(request, job_id=job_id, collective=collective, nodes=job_nodes, backend=backend)
+        port = self._port()
+        spec = planned(request, job_id=job_id, collective=collective, nodes=job_nodes, backend=backend, port=port)
+        if request.next_specs:
+            more = next_specs(request, job_id=job_id, nodes=job_nodes, backend=backend, port=self._port)
+            spec = dataclasses.replace(spec, next_specs=more)
         run = spec_to_proto(spec)
         if backend.simulated:
             self._add_simulated_cluster(run, request=request, job_id=job_id, views=views, topologies=topologies)
         return spec, run, backend, list(request.nodes)
+
+    def _port(self) -> int:
+        return self.rng.randint(*self.settings.port_range)
 
     async def _ready_node(self, given: str, field: str) -> NodeView:
         name = names.node_name(given, field)
@@ -187,40 +191,6 @@ class BenchmarkJobs:
         if view.drained:
             raise ConflictError(f"node {name} is drained: it takes no benchmark job")
         return view
-
-    def _spec(
-        self, request: BenchmarkRequest, *, job_id: str, collective: Collective, nodes: list[JobNode], backend: Backend
-    ) -> BenchmarkSpec:
-        try:
-            return plan_job(
-                job_id=job_id,
-                collective=collective,
-                sweep=SizeSweep(
-                    min_bytes=request.sizes.min_bytes,
-                    max_bytes=request.sizes.max_bytes,
-                    step_factor=request.sizes.step_factor or 2,
-                ),
-                dtype=dtype_named(request.dtype or "float32"),
-                nodes=nodes,
-                rendezvous_port=self.rng.randint(*self.settings.port_range),
-                env=dict(request.env),
-                gpu_devices=backend.runs_nccl,
-                ranks_per_node=request.ranks_per_node or None,
-                warmup_iters=request.warmup_iters or 5,
-                iters=request.iters or 20,
-                placements=(False, True) if request.both_placements else (False,),
-                tuner_table=request.tuner_table,
-                cuda_graph=request.cuda_graph,
-            )
-        except (SpecError, SweepError) as error:
-            # Their messages start with the field ("sizes.max_bytes (8) is below ..."), or with a field and its
-            # value ("ranks_per_node=9 but ..."): the whole message then, under no field.
-            field_name, _, reason = str(error).partition(" ")
-            if not _FIELD_PATH.fullmatch(field_name):
-                field_name, reason = "", str(error)
-            raise ValidationError(field_name, reason) from None
-        except ValueError as error:
-            raise ValidationError("", str(error)) from None
 
     def _add_simulated_cluster(
         self,
@@ -238,6 +208,8 @@ class BenchmarkJobs:
         if self.settings.spine_ecmp_paths > 1:
             run.sim.spine_ecmp_paths = self.settings.spine_ecmp_paths
         run.sim.seed = request.sim_seed if request.sim_seed is not None else zlib.crc32(job_id.encode())
+        for i, (more, sent) in enumerate(zip(request.next_specs, run.next_specs, strict=True)):
+            sent.sim_seed = more.sim_seed if more.sim_seed is not None else zlib.crc32(f"{job_id}/{i + 1}".encode())
 
     @staticmethod
     def _slots(view: NodeView, topology: topology_pb2.NodeTopology, request: BenchmarkRequest) -> int:
@@ -434,29 +406,6 @@ def _reported(node: str) -> str:
 
 class _StillEnding(NodeBusy):
     """A node has not yet confirmed the cancel of an earlier job: its workers may still be running."""
-
-
-def _checked_request(request: BenchmarkRequest) -> Collective:
-    """The request's collective, after the checks that need no node: ``ValidationError`` naming the field."""
-    if request.collective is None:
-        raise ValidationError("collective", f"one of {', '.join(c.value for c in Collective)} is required")
-    if not request.nodes:
-        raise ValidationError("nodes", "at least one node is required")
-    if len(set(request.nodes)) != len(request.nodes):
-        raise ValidationError("nodes", "a node is listed twice")
-    if request.deadline_s > MAX_DEADLINE_S:
-        raise ValidationError("deadline_s", f"at most {MAX_DEADLINE_S}")
-    return request.collective
-
-
-def _one_backend(views: list[NodeView], *, cuda_graph: bool) -> Backend:
-    backends = {v.backend for v in views}
-    if len(backends) != 1:
-        raise ValidationError("nodes", f"the nodes run different backends ({', '.join(sorted(backends))})")
-    backend = backends.pop()
-    if cuda_graph and not backend.runs_nccl:
-        raise ValidationError("cuda_graph", f"CUDA graphs need the nccl backend; the nodes run {backend}")
-    return backend
 
 
 def _verdict(
