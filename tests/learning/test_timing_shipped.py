@@ -17,10 +17,10 @@ from tests.plugin.conftest import plugin_library_path as plugin_library_path  # 
 from tests.plugin.test_profiler_timing import driver as driver  # noqa: PLC0414 - the session fixture
 from tests.support.processes import TOKEN, cli_env
 from topo_tune.client.admin import AdminClient
+from topo_tune.client.credential_entries import IssuedRole
 from topo_tune.config.cluster import LearningConfig
 from topo_tune.errors import PermissionDenied, ValidationError
 from topo_tune.plugin.timing_record import TIMING_MAGIC
-from topo_tune.v1 import admin_pb2
 
 LEARNING_ON = LearningConfig(enabled=True, explore_share=SHARE, timing_sample=3)
 # The job: where exec names a profiler, the driver plays NCCL's events through it; then the job fails.
@@ -45,7 +45,7 @@ async def test_exec_ships_the_records_of_a_learning_job_with_its_own_credential(
     explorer = next(f"job-{i}" for i in range(64) if expected_arm(f"job-{i}") == 1)
     async with learning_cluster(sqlite_url, tmp_path, learning=LEARNING_ON) as cluster:
         with AdminClient(cluster.address, token=TOKEN) as admin:
-            job_token = (await asyncio.to_thread(admin.issue_credential, admin_pb2.CREDENTIAL_ROLE_JOB)).token
+            job_token = (await asyncio.to_thread(admin.issue_credential, IssuedRole.JOB)).token
 
         def run(job_id: str, **extra: str) -> subprocess.CompletedProcess[str]:
             return _exec(cluster.address, job_token, job_id=job_id, config_dir=cluster.config_dir,
@@ -83,8 +83,8 @@ async def test_records_are_refused_naming_the_field_and_stored_all_or_none(sqlit
     )
     async with learning_cluster(sqlite_url, tmp_path, learning=LEARNING_ON) as cluster:
         with AdminClient(cluster.address, token=TOKEN) as admin:
-            owner = (await asyncio.to_thread(admin.issue_credential, admin_pb2.CREDENTIAL_ROLE_JOB)).token
-            other = (await asyncio.to_thread(admin.issue_credential, admin_pb2.CREDENTIAL_ROLE_JOB)).token
+            owner = (await asyncio.to_thread(admin.issue_credential, IssuedRole.JOB)).token
+            other = (await asyncio.to_thread(admin.issue_credential, IssuedRole.JOB)).token
         timings = cluster.controller.services.job_timings
 
         def call(token: str, job_id: str, records: list[str]) -> int:
