@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import socket
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -161,8 +162,15 @@ def test_a_forced_wrong_result_fails_the_job(executors: dict[str, BenchmarkExecu
 def test_a_rank_that_never_joins_is_killed_and_the_next_job_runs(
     executors: dict[str, BenchmarkExecutor], tmp_path: Path
 ) -> None:
+    # The deadline must leave the live ranks time to reach the rendezvous, or they are missing too: three times
+    # what a whole job takes now (workers' torch imports included), measured in this test, since a 2-core machine
+    # busy with other tests takes many times longer than an idle one.
+    started_at = time.monotonic()
+    before = _run_job(executors, _spec("before-hang"), tmp_path)
+    assert all(r.status == agent_pb2.COMMAND_STATUS_SUCCEEDED for r in before.values())
+    deadline_s = max(12.0, 3 * (time.monotonic() - started_at))
     spec = _spec("hang-1")
-    results = _run_job(executors, spec, tmp_path, deadline_s=12.0, fault=WorkerFault(hang_before_join_rank=2))
+    results = _run_job(executors, spec, tmp_path, deadline_s=deadline_s, fault=WorkerFault(hang_before_join_rank=2))
     for node, result in results.items():
         assert result.status == agent_pb2.COMMAND_STATUS_TIMED_OUT, (node, result.message)
         (status,) = result.node_benchmark.rank_status
