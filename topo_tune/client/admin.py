@@ -1,5 +1,9 @@
 """A client of the admin service, for the CLI and for scripts.
 
+Its callers get domain values, never the admin API's messages: studies, drift checks, benchmark jobs, probe rounds,
+credentials (``wire/`` and this package convert them at this edge); the node, command, rollout, config version
+and job calls still answer with messages, until they too are converted.
+
 Transport errors never escape this module: every ``grpc.RpcError`` becomes a ``ControllerError`` (or its
 subclasses ``ControllerUnavailable`` / ``Unauthenticated``), or the domain error its status code stands for
 (``NOT_FOUND`` → ``NotFoundError``, ``PERMISSION_DENIED`` → ``PermissionDenied``, ``INVALID_ARGUMENT`` →

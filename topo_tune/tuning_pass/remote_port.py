@@ -1,12 +1,11 @@
-"""The tuning pass's ``admin_port.AdminPort`` over the admin client: what ``topo-tune init`` runs its pass through.
+"""The tuning pass's ``controller_port.AdminPort`` over the admin client: what ``topo-tune init`` runs its pass through.
 
-The admin API's messages are converted to the pass's domain objects (benchmark jobs, probe rounds, nodes) here,
-at the client's edge. A controller that restarts under the pass (a crash, a redeploy, its database away) is
+The client hands benchmark jobs and probe rounds over as domain objects; the nodes (not yet converted by the
+client) are converted here. A controller that restarts under the pass (a crash, a redeploy, its database away) is
 waited for, up to ``restart_wait_s`` (2 minutes by default), saying so once per outage, instead of ending the
 pass: every call is retried until the controller answers. That is safe because each call is a read or an
 idempotent write (a benchmark job goes out under an id chosen here, so a job the controller stored before it
-died is found again, not started twice). Non-goals: the CLI's own calls (``client.AdminClient`` keeps the
-messages), transport.
+died is found again, not started twice). Non-goals: the CLI's own calls, transport.
 """
 
 from __future__ import annotations
