@@ -11,8 +11,10 @@ wall time is fixed cost. Modes:
   communicator), same processes;
 - ``kept, A/B envs``: two environments alternating (the interleaved proof's pattern), two idle sets.
 
-For each mode: the first job's wall time, median and p90 of the later jobs' wall time, the later jobs' time in
-timed loops (rank 0), and how many of the later jobs' ranks ran in a kept process (from each rank's progress).
+For each mode: the first job's wall time, median and p90 of the later jobs' wall time, and medians over the later
+jobs of rank 0's phases (from the job's start to its worker's first progress line: the process start and imports
+when fresh; from there to its communicator being up: the rendezvous and the process group), its time in timed
+loops, and how many of the later jobs' ranks ran in a kept process (from each rank's progress).
 
 Usage (repository root):
 
@@ -104,9 +106,11 @@ class Bench:
             tuner_table=table,
         )
 
-    def job(self, executor: BenchmarkExecutor, spec: BenchmarkSpec) -> tuple[float, float, int]:
-        """(wall seconds, seconds in timed loops on rank 0, ranks that ran in a kept process)."""
+    def job(self, executor: BenchmarkExecutor, spec: BenchmarkSpec) -> tuple[float, float, int, float, float]:
+        """(wall seconds, seconds in timed loops on rank 0, ranks that ran in a kept process, rank 0's seconds
+        from the job's start to its worker's first progress line, and from there to its communicator's being up)."""
         work = self.root / "work"
+        began = time.time()
         start = time.perf_counter()
         result = executor.execute(
             spec_to_proto(spec), node_name="local", backend=self.backend, deadline_s=300, work_dir=work
@@ -117,10 +121,14 @@ class Bench:
         rank0 = result.node_benchmark.ranks[0]
         timed = sum(s.time_us * spec.iters for s in rank0.sizes) / 1e6
         reused = 0
+        phases: dict[str, float] = {}
         for rank in range(spec.world_size):
-            first = (work / spec.job_id / f"rank-{rank}" / "progress.jsonl").read_text().splitlines()[0]
-            reused += json.loads(first)["jobs_before"] > 0
-        return wall, timed, reused
+            lines = (work / spec.job_id / f"rank-{rank}" / "progress.jsonl").read_text().splitlines()
+            records = [json.loads(line) for line in lines]
+            reused += records[0]["jobs_before"] > 0
+            if rank == 0:
+                phases = {r["phase"]: r["at"] for r in reversed(records)}  # each phase's first time
+        return wall, timed, reused, phases["started"] - began, phases["joined"] - phases["started"]
 
 
 def run_mode(bench: Bench, *, kept_sets: int, jobs: int, pick: Callable[[int], tuple[Mapping[str, str], str]]) -> str:
@@ -130,13 +138,15 @@ def run_mode(bench: Bench, *, kept_sets: int, jobs: int, pick: Callable[[int], t
     finally:
         executor.stop()
     later = rows[1:]
-    walls = sorted(w for w, _, _ in later)
+    walls = sorted(row[0] for row in later)
     p90 = walls[min(len(walls) - 1, int(0.9 * len(walls)))]
-    timed = statistics.median(t for _, t, _ in later)
-    reused = sum(r for _, _, r in later)
+    timed = statistics.median(row[1] for row in later)
+    reused = sum(row[2] for row in later)
+    to_started = statistics.median(row[3] for row in later)
+    to_joined = statistics.median(row[4] for row in later)
     return (
-        f"| {rows[0][0]:.2f} | {statistics.median(walls):.3f} | {p90:.3f} | {timed * 1e3:.1f} "
-        f"| {reused}/{len(later) * bench.ranks} |"
+        f"| {rows[0][0]:.2f} | {statistics.median(walls):.3f} | {p90:.3f} | {to_started:.3f} | {to_joined:.3f} "
+        f"| {timed * 1e3:.1f} | {reused}/{len(later) * bench.ranks} |"
     )
 
 
@@ -171,8 +181,11 @@ def main() -> None:
             + f", all_reduce {SIZE} B x {args.iters} iters, {args.jobs} jobs per mode"
         )
         print()
-        print("| mode | first job (s) | later jobs: median (s) | p90 (s) | in timed loops (ms) | ranks reused |")
-        print("|---|---|---|---|---|---|")
+        print(
+            "| mode | first job (s) | later jobs: median (s) | p90 (s) | to worker start (s) "
+            "| rendezvous + communicator (s) | in timed loops (ms) | ranks reused |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
         for name, kept_sets, pick in modes:
             print(f"| {name} " + run_mode(bench, kept_sets=kept_sets, jobs=args.jobs, pick=pick), flush=True)
 

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -107,6 +108,12 @@ def test_a_job_of_the_same_environment_runs_in_the_kept_workers_with_fresh_resul
         assert {m.bytes for m in rows} == {4096, 65536}
         assert all(m.checked and m.wrong == 0 and m.time_us > 0 for m in rows)
     assert [r.effective_env for r in second_results] == [r.effective_env for r in first_results]
+    # Nothing of a job stays in its kept processes: rank 0 closed the job's rendezvous store, nothing listens on
+    # its port (SO_REUSEADDR, as the store itself binds: the closed connections may sit in TIME_WAIT).
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((first.rendezvous_host, first.rendezvous_port))
+        s.listen()
     # Each job's output is its own: the second job's stderr file is the second job's, not appended to the first's.
     assert all((tmp_path / "same-2" / f"rank-{r}" / "stderr.log").exists() for r in range(2))
 
