@@ -62,7 +62,9 @@ class Cluster:
 
 @pytest.fixture
 async def cluster(sqlite_url: str, tmp_path: Path) -> AsyncIterator[Cluster]:
-    controller = Controller(controller_settings(sqlite_url, rollout_interval_s=0.05))
+    # No test here is about losing a node: a 10 s expiry keeps a busy machine from losing the agents mid-rollout
+    # (a lost node pauses the rollout for that reason instead of the one a test waits for).
+    controller = Controller(controller_settings(sqlite_url, rollout_interval_s=0.05, heartbeat_expiry_s=10.0))
     await controller.start()
     address = f"127.0.0.1:{controller.port}"
     agents: dict[str, Agent] = {}
