@@ -55,11 +55,13 @@ typecheck: install
 # time with nothing beside them (they measure shaped links against absolute rates, which a busy CPU skews: the
 # slow-spine study and the cut-link scenario failed beside other work; the real Slurm of the launcher tests is
 # among them). The second phase collects tests/netns only (tests/test_netns_phase.py keeps every netns test there).
-# The real-Slurm task-prolog job runs apart too: beside other xdist workers its munged refused a credential
-# ("Unauthorized credential"), alone it passes (benchmarks/results/suite-time.md).
+# Two modules run apart too, in one process, until why they fail beside xdist workers is known
+# (benchmarks/results/suite-time.md): the real-Slurm task-prolog job (its munged refused a credential,
+# "Unauthorized credential") and init's Ctrl-C (init did not exit within 60 s of SIGINT); alone both pass.
+SERIAL_TESTS = tests/test_slurm_task_prolog.py tests/test_init_terminal.py
 test: lint typecheck chromium slurm openmpi
-	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not netns" --ignore=tests/test_slurm_task_prolog.py --durations=40
-	$(BIN)/python -m pytest tests/test_slurm_task_prolog.py
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not netns" $(SERIAL_TESTS:%=--ignore=%) --durations=40
+	$(BIN)/python -m pytest $(SERIAL_TESTS)
 	$(BIN)/python -m pytest tests/netns -m netns --durations=0
 
 test-fast: install
