@@ -64,7 +64,8 @@ def test_ctrl_c_says_how_to_resume(tmp_path: Path) -> None:
     try:
         wait_until(lambda: "waiting for nodes: 0/1 ready" in log.read_text(), timeout=60, what="init to wait")
         init.send_signal(signal.SIGINT)
-        assert init.wait(60) == 130
+        # Bounded below the node timeout (120 s): an init that missed the signal ends there with another status.
+        assert init.wait(110) == 130
     finally:
         if init.poll() is None:
             init.kill()
