@@ -7,7 +7,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 # pytest-xdist workers. Three on two cores: most tests wait on daemons, sockets and subprocesses rather than
-# compute, and every timing-bound test holds beside others on a busy machine (benchmarks/results/suite-time.md).
+# compute, and the timing-bound tests were made to hold beside others, but for SERIAL_TESTS below
+# (benchmarks/results/suite-time.md).
 # TEST_WORKERS=0 runs the first phase in one process. make test-fast runs on FAST_WORKERS.
 TEST_WORKERS ?= 3
 FAST_WORKERS ?= 4
@@ -51,11 +52,12 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-# Two phases: everything but the network-namespace clusters (on TEST_WORKERS), then those clusters one at a
-# time with nothing beside them (they measure shaped links against absolute rates, which a busy CPU skews: the
-# slow-spine study and the cut-link scenario failed beside other work; the real Slurm of the launcher tests is
-# among them). The second phase collects tests/netns only (tests/test_netns_phase.py keeps every netns test there).
-# Two modules run apart too, in one process, until why they fail beside xdist workers is known
+# Three phases: everything but the network-namespace clusters (on TEST_WORKERS), SERIAL_TESTS, then those
+# clusters one at a time with nothing beside them (they measure shaped links against absolute rates, which a
+# busy CPU skews: the slow-spine study and the cut-link scenario failed beside other work; the real Slurm of the
+# launcher tests is among them). The last phase collects tests/netns only (tests/test_netns_phase.py keeps every
+# netns test there).
+# SERIAL_TESTS run apart, in one process, until why they fail beside xdist workers is known
 # (benchmarks/results/suite-time.md): the real-Slurm task-prolog job (its munged refused a credential,
 # "Unauthorized credential") and init's Ctrl-C (init did not exit within 60 s of SIGINT); alone both pass.
 SERIAL_TESTS = tests/test_slurm_task_prolog.py tests/test_init_terminal.py
