@@ -1,4 +1,4 @@
-"""``make test``'s second phase collects only ``tests/netns`` (``pytest tests/netns -m netns``): collecting every
+"""``make test``'s last phase collects only ``tests/netns`` (``pytest tests/netns -m netns``): collecting every
 test module for a marker takes seconds of CPU. The first phase leaves netns tests out, so a test marked netns
 anywhere else would run in neither phase; this keeps them all under ``tests/netns``."""
 
