@@ -21,10 +21,10 @@ def main() -> int:
     rank = int(os.environ["TOPO_TUNE_NODE_RANK"])
     world = int(os.environ["TOPO_TUNE_NNODES"])
     run = int(os.environ["TOPO_TUNE_COMPARE_RUN"])
-    address = os.environ.get("TOPO_TUNE_MASTER_ADDR") or "127.0.0.1"
-    port = int(os.environ["COMPARE_TEST_PORT"]) + run
+    # A file rendezvous per run: both "nodes" share this machine, and no port can be taken by another test.
+    store = os.path.join(os.environ["COMPARE_TEST_STORE"], f"rendezvous-{run}")
     dist.init_process_group(
-        "gloo", init_method=f"tcp://{address}:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=60)
+        "gloo", init_method=f"file://{store}", rank=rank, world_size=world, timeout=timedelta(seconds=60)
     )
     version = os.environ["TOPO_TUNE_CONFIG_VERSION"]
     mine = int(hashlib.sha256(version.encode()).hexdigest()[:12], 16)

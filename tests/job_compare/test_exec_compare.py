@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import TOKEN, LocalCluster, cli_env, free_port, run_cli
+from tests.support.processes import TOKEN, LocalCluster, cli_env, run_cli
 from tests.support.waiting import STARTUP_TIMEOUT_S, wait_until
 from topo_tune.agent.config_store import ConfigStore
 from topo_tune.client.admin import AdminClient
@@ -75,13 +75,13 @@ def _stage(config_dir: Path) -> None:
     ConfigStore(config_dir).apply(VERSION.id, VERSION.files)
 
 
-def _exec(cluster: LocalCluster, node: str, nodes: str, *args: str, log: Path, port: int) -> subprocess.Popen[str]:
+def _exec(cluster: LocalCluster, node: str, nodes: str, *args: str, log: Path, store: Path) -> subprocess.Popen[str]:
     env = cli_env(
         TOPO_TUNE_CONTROLLER=cluster.address,
         TOPO_TUNE_NODE_NAME=node,
         TOPO_TUNE_CONFIG_DIR=str(cluster.workdir / f"config-{node}"),
         COMPARE_TEST_LOG=str(log),
-        COMPARE_TEST_PORT=str(port),
+        COMPARE_TEST_STORE=str(store),
     )
     command = [sys.executable, "-m", "topo_tune", "exec", "--nodes", nodes, "--job-id", "train-1", *args]
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -93,13 +93,13 @@ def test_two_nodes_started_in_different_orders_agree_and_the_comparison_is_store
 ) -> None:
     for name in ("n1", "n2"):
         _stage(cluster.workdir / f"config-{name}")
-    log, port = tmp_path / "runs.log", free_port()
+    log, store = tmp_path / "runs.log", tmp_path
     compare = ("--compare", VERSION.id, "--against", "defaults", "--pairs", "2", "--metric", METRIC)
     job = ("--", sys.executable, str(JOB_SCRIPT))
     # n2 starts first and lists the nodes the other way round; both derive the same schedule and ranks.
-    second = _exec(cluster, "n2", "n2,n1", *compare, *job, log=log, port=port)
+    second = _exec(cluster, "n2", "n2,n1", *compare, *job, log=log, store=store)
     time.sleep(1.0)  # not a wait for readiness: the point is that the order of the starts does not matter
-    first = _exec(cluster, "n1", "n1,n2", *compare, *job, log=log, port=port)
+    first = _exec(cluster, "n1", "n1,n2", *compare, *job, log=log, store=store)
     outputs = {name: p.communicate(timeout=480) for name, p in (("n1", first), ("n2", second))}
     for name, process in (("n1", first), ("n2", second)):
         assert process.returncode == 0, f"{name}: {outputs[name][1][-3000:]}"
