@@ -59,13 +59,21 @@ def test_ctrl_c_says_how_to_resume(tmp_path: Path) -> None:
     (tmp_path / "far.yaml").write_text(yaml.safe_dump(config))
     log = tmp_path / "init.err"
     command = [sys.executable, "-m", "topo_tune", "init", "--cluster-config", "far.yaml", "--node-timeout", "120"]
+    env = cli_env(PYTHONFAULTHANDLER="1")  # SIGABRT then writes every thread's stack to the log
     with log.open("w") as err:
-        init = subprocess.Popen(command, env=cli_env(), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=err)
+        init = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=err)
     try:
         wait_until(lambda: "waiting for nodes: 0/1 ready" in log.read_text(), timeout=60, what="init to wait")
         init.send_signal(signal.SIGINT)
         # Bounded below the node timeout (120 s): an init that missed the signal ends there with another status.
-        assert init.wait(110) == 130
+        try:
+            status = init.wait(100)
+        except subprocess.TimeoutExpired:
+            init.send_signal(signal.SIGABRT)
+            init.wait(30)
+            inner = (tmp_path / "topo-tune-output" / ".topo-tune" / "init.log").read_text()[-4000:]
+            pytest.fail(f"init still runs 100 s after SIGINT; its stacks:\n{log.read_text()}\n{inner}")
+        assert status == 130
     finally:
         if init.poll() is None:
             init.kill()
