@@ -9,6 +9,8 @@ and the profiler's timing records) and ``OUT/perf-<arm>-<round>.log`` (nccl-test
   over the rounds with the proof's statistics (``tuner.statistics.compare``);
 * what the records learn: the challenger against the chosen table per (collective, size class), one job a
   sample (``learning.evidence.compare_arms``), beside nccl-tests' ratio of the two tables at the same sizes;
+* learning's cost per call: nccl-tests without graphs, the profiler on over off (``OUT/cost-<arm>-<round>.log``),
+  paired over the rounds per size;
 * per size of ``perf-tuning.log``'s sweep, the challenger table's row against NCCL's own TUNING lines.
 
 Non-goals: running anything on the GPU (the shell script does), any claim about links between GPUs.
@@ -118,6 +120,28 @@ def tuning_agreement(out: Path) -> None:
         print(f"| {size} | {want or 'none (NCCL decides)'} | {', '.join(named)} ({len(choices)} lines) | {agree} |")
 
 
+def cost_per_call(out: Path) -> None:
+    """Per size: all_reduce_perf's time with the profiler timing 1 call in SAMPLE over without, paired by round."""
+    rounds = sorted(int(p.stem.rsplit("-", 1)[1]) for p in out.glob("cost-off-*.log"))
+    runs = {}
+    for r in rounds:
+        try:
+            runs[r] = (read_log(out / f"cost-off-{r}.log"), read_log(out / f"cost-on-{r}.log"))
+        except (OSError, ValueError):
+            continue  # a failed or missing run: its round is left out, and the count below says so
+    if len(runs) < 2:
+        return
+    print()
+    print(f"learning's cost per call, nccl-tests all_reduce without graphs, {len(runs)} rounds paired:")
+    print("| bytes | off us (median) | on / off | 98 % CI |")
+    print("|---|---|---|---|")
+    for size in sorted(set.intersection(*(set(off) & set(on) for off, on in runs.values()))):
+        off = [runs[r][0][size][0] for r in sorted(runs)]
+        on = [runs[r][1][size][0] for r in sorted(runs)]
+        c = statistics.compare(off, on)
+        print(f"| {size} | {stats.median(off):.1f} | {1 / c.speedup:.4f} | [{1 / c.ci_high:.4f}, {1 / c.ci_low:.4f}] |")
+
+
 def _micro(out: Path) -> dict[int, float]:
     """Size class -> geometric mean over rounds of nccl-tests' chosen-table time over the challenger's."""
     ratios: dict[int, list[float]] = {}
@@ -136,6 +160,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m benchmarks.one_gpu_learning summarize OUT", file=sys.stderr)
         return 2
     summarize(Path(argv[1]))
+    cost_per_call(Path(argv[1]))
     tuning_agreement(Path(argv[1]))
     return 0
 

@@ -7,12 +7,17 @@
 #   arm0  the same table, the profiler timing one call in SAMPLE: learning on, the chosen arm;
 #   arm1  the challenger table, timed the same way: learning on, a challenger arm.
 # With NCCL_TESTS (an nccl-tests source tree), all_reduce_perf then times both tables over the job's sizes,
-# graph-timed, interleaved: the micro-benchmark's winner per size. Each run's output and timing records go to
+# graph-timed, interleaved: the micro-benchmark's winner per size; with COST_ROUNDS=R as well, all_reduce_perf
+# without graphs (each call launched by the host, as the DDP job's are), the profiler off and on (timing 1 call
+# in SAMPLE), in a seeded shuffled order per round: learning's cost per call. ARMS picks the DDP job's arms
+# (default all three; "off arm0" for the cost alone), WARMUP the job's untimed steps, SKIP_MICRO=1 skips the
+# tables' nccl-tests comparison and TUNING sweep. Each run's output and timing records go to
 # OUT/runs/<arm>-r<round>/; `python3 -m benchmarks.one_gpu_learning summarize OUT` prints the tables.
 # NVLink multicast stays off in every process.
 # Usage (repository root, topo-tune importable by python3, nvcc, root for MPS):
 #   NCCL_SRC=path/to/nccl NCCL_TESTS=path/to/nccl-tests RANKS_PER_GPU=2 ROUNDS=5 STEPS=1000 SAMPLE=8 \
 #       benchmarks/one_gpu_learning.sh OUT
+#   ARMS="off arm0" ROUNDS=8 WARMUP=100 COST_ROUNDS=8 SKIP_MICRO=1 ... benchmarks/one_gpu_learning.sh OUT  # the cost
 set -u
 OUT=${1:?usage: one_gpu_learning.sh OUT}
 NCCL_SRC=${NCCL_SRC:?NCCL_SRC must name an NCCL >= 2.30 source tree}
@@ -21,6 +26,9 @@ ROUNDS=${ROUNDS:-5}
 STEPS=${STEPS:-1000}
 SAMPLE=${SAMPLE:-8}
 SEED=${SEED:-1}
+ARMS=${ARMS:-off arm0 arm1}
+WARMUP=${WARMUP:-5}
+COST_ROUNDS=${COST_ROUNDS:-0}
 ONLY_FUNCS=${ONLY_FUNCS:-AllReduce Sum f32 * *|AllGather * *|Broadcast * *|SendRecv}
 mkdir -p "$OUT/runs" "${NCCL_BUILD:=$OUT/nccl-build}"
 OUT=$(cd "$OUT" && pwd)
@@ -48,6 +56,10 @@ else
     printf '%s\nallreduce,2097153,67108864,ring,ll128,-1,-1,-1\n' "$HEAD" >"$CHALLENGER"
 fi
 
+shuffled() {  # shuffled SEED ITEM...: the items in an order drawn from SEED
+    python3 -c "import random, sys; a = sys.argv[2:]; random.Random(sys.argv[1]).shuffle(a); print(*a)" "$@"
+}
+
 job() {  # job ARM DIR: one DDP run, its timing records in DIR/records
     local arm=$1 dir=$2 table=$CHOSEN
     mkdir -p "$dir/records"
@@ -56,7 +68,7 @@ job() {  # job ARM DIR: one DDP run, its timing records in DIR/records
     [ "$arm" != off ] && env+=(NCCL_PROFILER_PLUGIN="$PLUGIN" TOPO_TUNE_WORKLOAD_DIR="$dir/records"
         TOPO_TUNE_TIMING_SAMPLE="$SAMPLE" TOPO_TUNE_LEARNING_ARM="${arm#arm}")
     env "${env[@]}" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT timeout 240 torchrun --standalone --nproc_per_node="$RANKS_PER_GPU" \
-        "$REPO/benchmarks/ddp_train.py" --steps "$STEPS"
+        "$REPO/benchmarks/ddp_train.py" --steps "$STEPS" --warmup "$WARMUP"
 }
 
 step versions source_versions
@@ -65,7 +77,7 @@ step build-plugin build_plugin || exit 1
 export LD_PRELOAD=$NCCL_BUILD/lib/libnccl.so.2
 mps_start
 for round in $(seq 1 "$ROUNDS"); do
-    for arm in $(python3 -c "import random, sys; a = ['off', 'arm0', 'arm1']; random.Random(sys.argv[1]).shuffle(a); print(*a)" "$SEED-$round"); do
+    for arm in $(shuffled "$SEED-$round" $ARMS); do
         mkdir -p "$OUT/runs/$arm-r$round"
         TAIL=3 step "runs/$arm-r$round/job" job "$arm" "$OUT/runs/$arm-r$round"
     done
@@ -75,7 +87,19 @@ if [ -n "${NCCL_TESTS:-}" ]; then
     unset LD_PRELOAD
     export LD_LIBRARY_PATH=$NCCL_BUILD/lib:${LD_LIBRARY_PATH:-}
     step nccl-tests-build build_nccl_tests "$NCCL_TESTS" "$OUT/nccl-tests-build" "$NCCL_BUILD" "$CUDA_HOME"
-    for round in 1 2 3; do
+    for round in $(seq 1 "$COST_ROUNDS"); do  # learning's cost per call: the profiler off and on, host-launched
+        for arm in $(shuffled "cost-$SEED-$round" off on); do
+            env=(NCCL_TUNER_PLUGIN="$PLUGIN" NCCL_TUNER_CONFIG_FILE="$CHOSEN")
+            mkdir -p "$OUT/cost-records-$round"
+            [ "$arm" = on ] && env+=(NCCL_PROFILER_PLUGIN="$PLUGIN" TOPO_TUNE_WORKLOAD_DIR="$OUT/cost-records-$round"
+                TOPO_TUNE_TIMING_SAMPLE="$SAMPLE" TOPO_TUNE_LEARNING_ARM=0)
+            TAIL=2 step "cost-$arm-$round" env "${env[@]}" "$OUT/nccl-tests-build/build/all_reduce_perf" -b 1M -e 64M \
+                -f 4 -g "$RANKS_PER_GPU" -n 200 -w 20 -G 0
+        done
+    done
+    micro_rounds=3
+    [ -n "${SKIP_MICRO:-}" ] && micro_rounds=0
+    for round in $(seq 1 "$micro_rounds"); do
         for arm in arm0 arm1; do
             table=$CHOSEN
             [ "$arm" = arm1 ] && table=$CHALLENGER
@@ -85,7 +109,7 @@ if [ -n "${NCCL_TESTS:-}" ]; then
     done
     # Item 2 of the one-GPU record: NCCL's own TUNING line for every size of a sweep with the challenger table
     # (a promoted table, when CHALLENGER names one), every rank's line (both ranks log in the one process).
-    TAIL=3 step perf-tuning env NCCL_TUNER_PLUGIN="$PLUGIN" NCCL_TUNER_CONFIG_FILE="$CHALLENGER" NCCL_DEBUG=INFO \
+    [ -z "${SKIP_MICRO:-}" ] && TAIL=3 step perf-tuning env NCCL_TUNER_PLUGIN="$PLUGIN" NCCL_TUNER_CONFIG_FILE="$CHALLENGER" NCCL_DEBUG=INFO \
         NCCL_DEBUG_SUBSYS=TUNING "$OUT/nccl-tests-build/build/all_reduce_perf" -b 128K -e 128M -f 2 \
         -g "$RANKS_PER_GPU" -n 2 -w 1
 fi
