@@ -21,7 +21,8 @@ from topo_tune.client.job_answer import checked_job_config
 from topo_tune.controller.db.models import JobPinRow, NodeRow
 from topo_tune.controller.server import Controller
 from topo_tune.errors import UnsafeAnswer
-from topo_tune.v1 import admin_pb2
+from topo_tune.ids import ConfigVersionId, NodeName
+from topo_tune.jobs.job_config import JobConfig
 
 JOB = "j-forged"
 NODES = "gpu01,gpu03"
@@ -87,20 +88,19 @@ async def test_a_forged_master_address_is_refused(controller: Controller) -> Non
 @pytest.mark.parametrize(
     ("answer", "field"),
     [
-        (admin_pb2.JobConfig(nodes=["gpu01", "-oProxyCommand=x"]), "nodes[1]"),
-        (admin_pb2.JobConfig(node_order=["a" * 254]), "node_order[0]"),
-        (admin_pb2.JobConfig(node_order=["gpu\u202e10"]), "node_order[0]"),
-        (admin_pb2.JobConfig(config_version="cv-1; rm -rf ~"), "config_version"),
-        (admin_pb2.JobConfig(files=["../../etc/profile"]), "files[0]"),
+        (JobConfig(JOB, nodes=(NodeName("gpu01"), NodeName("-oProxyCommand=x"))), "nodes[1]"),
+        (JobConfig(JOB, node_order=(NodeName("a" * 254),)), "node_order[0]"),
+        (JobConfig(JOB, node_order=(NodeName("gpu\u202e10"),)), "node_order[0]"),
+        (JobConfig(JOB, config_version=ConfigVersionId("cv-1; rm -rf ~")), "config_version"),
+        (JobConfig(JOB, files=("../../etc/profile",)), "files[0]"),
     ],
 )
-def test_each_name_of_an_answer_is_checked(answer: admin_pb2.JobConfig, field: str) -> None:
+def test_each_name_of_an_answer_is_checked(answer: JobConfig, field: str) -> None:
     with pytest.raises(UnsafeAnswer, match=rf"^controller c:1 answered {field.replace('[', '.').replace(']', '.')} = "):
         checked_job_config(answer, controller="c:1")
 
 
 def test_a_good_answer_passes_unchanged() -> None:
-    answer = admin_pb2.JobConfig(
-        node_order=["gpu-03.rack_1", "gpu01"], nodes=["gpu01", "gpu-03.rack_1"], master_addr="fd00::1"
-    )
+    nodes = (NodeName("gpu-03.rack_1"), NodeName("gpu01"))
+    answer = JobConfig(JOB, node_order=nodes, nodes=nodes[::-1], master_addr="fd00::1")
     assert checked_job_config(answer, controller="c:1") is answer

@@ -12,9 +12,9 @@ from tests.support.processes import TOKEN
 from topo_tune.client.admin import AdminClient
 from topo_tune.config.cluster import LearningConfig
 from topo_tune.jobs.config import LearningPin, job_environment
+from topo_tune.jobs.job_config import JobConfig
 from topo_tune.jobs.task_prolog import prolog_lines
 from topo_tune.learning.assignment import ArmIndex, Exploration, LearningSwitches, assign_arm
-from topo_tune.v1 import admin_pb2
 from topo_tune.versions.layout import staged_path
 from topo_tune.versions.version import TUNER_TABLE, challenger_table
 
@@ -34,33 +34,33 @@ async def test_a_learning_jobs_pin_carries_its_drawn_arm_for_its_whole_life(sqli
         assert staged.read_text() == LEARNING.files[challenger_table(1)], "the agent stages the challengers too"
         with AdminClient(cluster.address, token=TOKEN) as client:
 
-            def ask(job_id: str, *, may_learn: bool = True, arm: str = "") -> admin_pb2.JobConfig:
+            def ask(job_id: str, *, may_learn: bool = True, arm: str = "") -> JobConfig:
                 return client.resolve_job_config(job_id, [NODE], may_learn=may_learn, arm=arm)
 
             jobs = [f"job-{i}" for i in range(24)]
             answers = {job: await asyncio.to_thread(ask, job) for job in jobs}
-            assert all(a.config_version == LEARNING.id and a.learning for a in answers.values())
-            assert {job: a.learning_arm for job, a in answers.items()} == {job: expected_arm(job) for job in jobs}
-            assert {a.learning_arm for a in answers.values()} == {0, 1}, "some jobs explore, some run the chosen"
-            assert {a.timing_sample for a in answers.values()} == {16}
+            pins = {job: a.learning for job, a in answers.items() if a.config_version == LEARNING.id}
+            assert pins == {job: LearningPin(expected_arm(job), 16) for job in jobs}, "every job learns, sampled 1/16"
+            assert {pin.arm for pin in pins.values()} == {0, 1}, "some jobs explore, some run the chosen"
 
-            explorer = next(job for job, a in answers.items() if a.learning_arm == 1)
+            explorer = next(job for job, pin in pins.items() if pin.arm == 1)
             await asyncio.to_thread(client.set_version_learning, LEARNING.id, stopped=True)
             again = await asyncio.to_thread(ask, explorer, may_learn=False)
-            assert (again.learning, again.learning_arm) == (True, 1), "a pinned job keeps its arm"
+            assert again.learning == LearningPin(ArmIndex(1), 16), "a pinned job keeps its arm"
             stopped = await asyncio.to_thread(ask, "job-after-the-kill-switch")
-            assert not stopped.learning and stopped.learning_arm == 0
+            assert stopped.learning is None
             await asyncio.to_thread(client.set_version_learning, LEARNING.id, stopped=False)
 
             opted_out = await asyncio.to_thread(ask, explorer + "-opted-out", may_learn=False)
-            assert not opted_out.learning, "a job that opted out (or a caller that ships no records) does not learn"
+            assert opted_out.learning is None, "a job that opted out (or a caller that ships no records) does not learn"
             compared = await asyncio.to_thread(ask, explorer, arm=LEARNING.id)
-            assert not compared.learning, "an arm of exec --compare runs its version's chosen table"
+            assert compared.learning is None, "an arm of exec --compare runs its version's chosen table"
 
             cluster.controller.services.job_configs.learning = LearningConfig(enabled=False)
             off = await asyncio.to_thread(ask, "job-with-the-cluster-switch-off")
-            assert not off.learning
-            assert (await asyncio.to_thread(ask, explorer)).learning_arm == 1, "pinned before: unchanged"
+            assert off.learning is None
+            resumed = (await asyncio.to_thread(ask, explorer)).learning
+            assert resumed is not None and resumed.arm == 1, "pinned before: unchanged"
 
 
 def test_a_learning_job_runs_its_arms_table_and_is_timed_and_any_other_job_is_as_before(tmp_path: Path) -> None:

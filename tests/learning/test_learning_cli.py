@@ -47,7 +47,9 @@ def ship_jobs(address: str, count: int, *, prefix: str = "train") -> dict[str, i
     with AdminClient(address, token=TOKEN) as client:
         for i in range(count + 1):
             job = f"{prefix}-{i}"
-            arm = client.resolve_job_config(job, [NODE], may_learn=True).learning_arm
+            pin = client.resolve_job_config(job, [NODE], may_learn=True).learning
+            assert pin is not None, f"{job} learns"
+            arm = pin.arm
             ns = (80_000.0 if arm else 100_000.0) * (1 + 0.01 * (i % 3))
             diverged = i == count
             ranks = [record(rank=0, arm=arm, ns=ns), record(rank=1, arm=arm, ns=ns, calls=7 if diverged else 8)]
@@ -90,7 +92,8 @@ async def test_evidence_then_a_proposal_that_goes_through_the_normal_rollout(sql
             assert dict(stored.files) == {"nccl.conf": LEARNING.files["nccl.conf"], TUNER_TABLE: CHALLENGER_TABLE}
             assert stored.provenance["learned_from"] == LEARNING.id and stored.provenance["learned_arm"] == "1"
             again = await asyncio.to_thread(client.resolve_job_config, "train-3", [NODE], may_learn=True)
-            assert (again.config_version, again.learning_arm) == (LEARNING.id, arms["train-3"]), "pins stand"
+            assert again.config_version == LEARNING.id and again.learning is not None, "pins stand"
+            assert again.learning.arm == arms["train-3"], "pins stand"
             fresh = await asyncio.to_thread(client.resolve_job_config, "after-proposal", [NODE])
             assert fresh.config_version == LEARNING.id, "a proposal changes nothing until it is rolled out"
 

@@ -17,12 +17,12 @@ from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ConfigError
 from topo_tune.ids import NO_CONFIG_VERSION
 from topo_tune.jobs.config import RolloutView, arm_version
+from topo_tune.jobs.job_config import JobConfig
 from topo_tune.tuner.ring.job_order import METHODS
 from topo_tune.tuner.ring.rank_map import HostfileFlavour, hostfile_body
-from topo_tune.v1 import admin_pb2
 
 
-def hostfile_comment(config: admin_pb2.JobConfig) -> str:
+def hostfile_comment(config: JobConfig) -> str:
     """The hostfile's head: which version and order, and its predicted ring bottleneck vs the launcher's order."""
     version = config.config_version or "NCCL's defaults"
     lines = [

@@ -29,15 +29,13 @@ from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ConflictError
 from topo_tune.ids import ConfigVersionId
 from topo_tune.jobs.config import (
-    LearningPin,
     expand_hostlist,
     job_environment,
     job_id_from_env,
     nodes_from_env,
     order_environment,
 )
-from topo_tune.learning.assignment import ArmIndex
-from topo_tune.v1 import admin_pb2
+from topo_tune.jobs.job_config import JobConfig
 from topo_tune.versions import node_names
 from topo_tune.versions.layout import DEFAULT_CONFIG_DIR
 
@@ -135,7 +133,7 @@ def resolve_job(
     node: str | None,
     arm: str = "",
     may_learn: bool = False,
-) -> tuple[admin_pb2.JobConfig, dict[str, str]]:
+) -> tuple[JobConfig, dict[str, str]]:
     """The job's config and its variables; ``node`` None: no TOPO_TUNE_NODE_RANK (a launcher starts the others);
     ``may_learn``: the caller ships the job's timing records, so a new pin may draw a learning arm."""
     environ = os.environ
@@ -154,22 +152,22 @@ def resolve_job(
 
 
 def job_variables(
-    config: admin_pb2.JobConfig, *, job_id: str, config_dir: Path, tuner_plugin: Path | None, node: str | None
+    config: JobConfig, *, job_id: str, config_dir: Path, tuner_plugin: Path | None, node: str | None
 ) -> dict[str, str]:
     """The variables a rank of the job gets: the version's NCCL files, then its place in the job's node order."""
     variables = job_environment(
         config.config_version,
         config_dir=config_dir.absolute(),
-        files=list(config.files),
+        files=config.files,
         tuner_plugin=tuner_plugin,
         job_id=job_id,
-        learning=LearningPin(ArmIndex(config.learning_arm), config.timing_sample) if config.learning else None,
+        learning=config.learning,
     )
     variables.update(order_environment(config.node_order, node=node, master_addr=config.master_addr))
     return variables
 
 
-def warn(config: admin_pb2.JobConfig) -> None:
+def warn(config: JobConfig) -> None:
     """The controller's warnings about the job's config, one line each on stderr."""
     for warning in config.warnings:
         emit_line(f"topo-tune: warning: {warning}", err=True)
@@ -187,7 +185,7 @@ def _check_content(config_dir: Path, version: ConfigVersionId) -> None:
         ) from None
 
 
-def check_staged(config: admin_pb2.JobConfig, conf: str, config_dir: Path) -> None:
+def check_staged(config: JobConfig, conf: str, config_dir: Path) -> None:
     """Refuse a version that is not staged (or changed) in this node's ``config_dir``: NCCL would silently run on
     its defaults here while the job's other ranks use the version (a hang, or numbers that disagree)."""
     if not os.path.exists(conf):
@@ -195,17 +193,17 @@ def check_staged(config: admin_pb2.JobConfig, conf: str, config_dir: Path) -> No
             f"{config.config_version} is not staged on this node ({conf} is missing; is --config-dir the agent's "
             f"--config-dir?); not handing a rank an NCCL config that would differ from the others'"
         )
-    _check_content(config_dir, ConfigVersionId(config.config_version))
+    _check_content(config_dir, config.config_version)
 
 
-def check_unchanged(config: admin_pb2.JobConfig, conf: str, config_dir: Path) -> None:
+def check_unchanged(config: JobConfig, conf: str, config_dir: Path) -> None:
     """On a host that starts the job's ranks elsewhere (``exec --launcher slurm|mpi``): the version need not be
     staged here, but if it is, its files must still hash to its id."""
     if os.path.exists(conf):
-        _check_content(config_dir, ConfigVersionId(config.config_version))
+        _check_content(config_dir, config.config_version)
 
 
-def order_data(config: admin_pb2.JobConfig) -> dict[str, object]:
+def order_data(config: JobConfig) -> dict[str, object]:
     """The job's node order as ``--format json``/``yaml`` prints it."""
     return {
         "node_order": list(config.node_order),
@@ -219,7 +217,7 @@ def order_data(config: admin_pb2.JobConfig) -> dict[str, object]:
     }
 
 
-def _prediction(value: float) -> float | None:
+def _prediction(value: float | None) -> float | None:
     return value if value and math.isfinite(value) else None
 
 

@@ -37,13 +37,12 @@ from topo_tune.cli.job import (
 )
 from topo_tune.cli.job_timing import run_and_ship
 from topo_tune.client.admin import AdminClient
-from topo_tune.ids import ConfigVersionId
 from topo_tune.jobs.config import job_id_from_env
+from topo_tune.jobs.job_config import JobConfig
 from topo_tune.jobs.launchers import LAUNCHERS, LauncherFlavour, launch, starts_other_nodes
 from topo_tune.learning.assignment import job_opted_out
 from topo_tune.plugin.job_env import workload_env
 from topo_tune.security.safe_write import write_file
-from topo_tune.v1 import admin_pb2
 
 
 def compare_arm(
@@ -55,11 +54,9 @@ def compare_arm(
     config = client.resolve_job_config(job_id, nodes, arm=name)
     warn(config)
     if config.config_version:
-        ConfigStore(config_dir).read(
-            ConfigVersionId(config.config_version)
-        )  # ConflictError: not staged here, or changed
+        ConfigStore(config_dir).read(config.config_version)  # ConflictError: not staged here, or changed
     variables = job_variables(config, job_id=job_id, config_dir=config_dir, tuner_plugin=tuner_plugin, node=None)
-    return ArmConfig(name=name, version=config.config_version, order=tuple(config.node_order), variables=variables)
+    return ArmConfig(name=name, version=config.config_version, order=config.node_order, variables=variables)
 
 
 @click.command(name="exec", context_settings={"ignore_unknown_options": True})
@@ -247,7 +244,7 @@ def _run_then_remove(argv: list[str], env: dict[str, str], *, directory: Path) -
 def _launch(
     flavour: LauncherFlavour,
     command: list[str],
-    config: admin_pb2.JobConfig,
+    config: JobConfig,
     variables: dict[str, str],
     *,
     slots: int | None,

@@ -59,6 +59,7 @@ from topo_tune.errors import (
     Unauthenticated,
 )
 from topo_tune.ids import NO_CONFIG_VERSION, NO_ROLLOUT, ConfigVersionId, JobId, NodeName, RolloutId, StudyId
+from topo_tune.jobs.job_config import JobConfig
 from topo_tune.security.auth import TlsFiles, bearer_metadata, channel_credentials, with_default_port
 from topo_tune.study_record import Study, StudyRequest, StudyTrials
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
@@ -70,6 +71,7 @@ from topo_tune.wire.admin_jobs import (
     probe_round_from_proto,
 )
 from topo_tune.wire.drift_checks import drift_check_from_proto
+from topo_tune.wire.job_configs import job_config_from_proto
 from topo_tune.wire.studies import from_proto_study, from_proto_study_trials, to_proto_study_request
 
 if TYPE_CHECKING:
@@ -495,7 +497,7 @@ class AdminClient:
         preview: bool = False,
         schedule_wait_s: int = 0,
         may_learn: bool = False,
-    ) -> admin_pb2.JobConfig:
+    ) -> JobConfig:
         """The job's pinned config and node order; ``arm``: "" the job's own, else a version id, "stable" or
         "defaults" (pinned per job id and arm); ``preview``: the answer without pinning it. No ``nodes``: a
         controller in Kubernetes mode reads them from the Job or JobSet whose uid ``job_id`` is, waiting up to
@@ -507,7 +509,7 @@ class AdminClient:
         )
         waits = 0.0 if nodes else float(schedule_wait_s or 120)
         answer = self._call(self._stub.ResolveJobConfig, request, longer_by_s=waits)
-        return checked_job_config(answer, controller=self.address)
+        return checked_job_config(job_config_from_proto(answer), controller=self.address)
 
     def record_job_timing(self, job_id: str, node: str, records: list[str]) -> int:
         """Send a learning job's timing records (each a record file's text); how many were new."""

@@ -18,14 +18,14 @@ import re
 
 from topo_tune.config.values import NODE_NAME_PATTERN, PATTERN_WORDS
 from topo_tune.errors import UnsafeAnswer
-from topo_tune.v1 import admin_pb2
+from topo_tune.jobs.job_config import JobConfig
 from topo_tune.versions.version import FILE_NAMES, is_version_id
 
 _NODE_NAME = re.compile(NODE_NAME_PATTERN)
 MAX_NAME = 253
 
 
-def checked_job_config(config: admin_pb2.JobConfig, *, controller: str) -> admin_pb2.JobConfig:
+def checked_job_config(config: JobConfig, *, controller: str) -> JobConfig:
     """``config`` as the controller at ``controller`` answered it, once every name in it is what it claims."""
 
     def refuse(field: str, value: str, why: str) -> UnsafeAnswer:
@@ -39,9 +39,9 @@ def checked_job_config(config: admin_pb2.JobConfig, *, controller: str) -> admin
         raise refuse("master_addr", config.master_addr, "not a host name or an IP address")
     if config.config_version and not is_version_id(config.config_version):
         raise refuse("config_version", config.config_version, "not a config version id")
-    for i, name in enumerate(config.files):
-        if name not in FILE_NAMES:
-            raise refuse(f"files[{i}]", name, f"not a config file name ({', '.join(sorted(FILE_NAMES))})")
+    for i, file_name in enumerate(config.files):
+        if file_name not in FILE_NAMES:
+            raise refuse(f"files[{i}]", file_name, f"not a config file name ({', '.join(sorted(FILE_NAMES))})")
     return config
 
 

@@ -5,6 +5,7 @@ address; ``hostfile`` prints it with both predicted bottlenecks and pins nothing
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -76,6 +77,41 @@ async def test_hostfile_prints_the_order_with_both_predictions_and_pins_nothing(
     )
     assert bad.exit_code == 2 and "--version: 'newest' is not a config version id" in bad.output
     assert await controller.rollout_store.get_pin("preview", arm=stored.id) is None, "a preview pins nothing"
+
+
+async def test_the_order_as_json_names_each_prediction_and_null_where_the_version_cannot_tell(
+    controller: Controller, agent_p: Agent, tmp_path: Path
+) -> None:
+    """What a script reads from ``hostfile -o json`` and ``env -o json``, key by key in the order printed."""
+    address = f"127.0.0.1:{controller.port}"
+    with AdminClient(address, token=TOKEN) as admin:
+        stored = await asyncio.to_thread(admin.put_config_version, dict(VERSION.files), {"study": "t"})
+    args = ["hostfile", "--controller", address, "--nodes", "u,s,r,p", "--version", stored.id, "-o", "json"]
+    shown = await asyncio.to_thread(CliRunner().invoke, cli, args, env={"TOPO_TUNE_TOKEN": TOKEN})
+    assert shown.exit_code == 0, shown.output
+    order = {
+        "node_order": ["p", "s", "r", "u"],
+        "method": "replanned",
+        "predicted_bottleneck_gbps": 100.0,
+        "launcher_order_bottleneck_gbps": 10.0,
+        "measured_edges": 0,
+        "ring_edges": 4,
+        "master_addr": "127.0.0.7",
+        "warnings": [],
+    }
+    assert shown.stdout == json.dumps({"config_version": stored.id, "order": order}, indent=2) + "\n"
+
+    # The job's own config with no rollout is NCCL's defaults: no pair matrix, so no prediction either way.
+    args = ["env", "--controller", address, "--job-id", "json-1", "--nodes", "s,p", "--node", "s", "-o", "json"]
+    env = {"TOPO_TUNE_TOKEN": TOKEN, "TOPO_TUNE_CONFIG_DIR": str(tmp_path / "s")}
+    shown = await asyncio.to_thread(CliRunner().invoke, cli, args, env=env)
+    assert shown.exit_code == 0, shown.output
+    data = json.loads(shown.stdout)
+    assert list(data) == ["job_id", "config_version", "env", "order"] and data["config_version"] == ""
+    assert data["env"]["TOPO_TUNE_NODE_RANK"] == str(data["order"]["node_order"].index("s"))
+    assert data["job_id"] == data["env"]["TOPO_TUNE_JOB_ID"] == "json-1"
+    assert list(data["order"]) == list(order)
+    assert (data["order"]["predicted_bottleneck_gbps"], data["order"]["launcher_order_bottleneck_gbps"]) == (None, None)
 
 
 @pytest.mark.parametrize("job_id", ["a/b", "../x", "job 1", "j\nINFO forged", "-lead", "x" * 254])

@@ -20,13 +20,17 @@ from topo_tune.controller.rollout.job_pins import ResolvedJob
 from topo_tune.controller.rollout.state import Snapshot, WavePhase
 from topo_tune.drift_record import DriftCheck
 from topo_tune.errors import ValidationError
+from topo_tune.ids import NodeName
 from topo_tune.jobs.compare.schedule import MAX_PAIRS, Arm
 from topo_tune.jobs.compare.summary import RunValue
+from topo_tune.jobs.config import LearningPin
+from topo_tune.jobs.job_config import JobConfig
 from topo_tune.node_record import NodeState
 from topo_tune.study_record import Study
 from topo_tune.v1 import admin_pb2, agent_pb2, topology_pb2
 from topo_tune.wire.admin_jobs import benchmark_job_to_proto, probe_round_to_proto
 from topo_tune.wire.drift_checks import drift_check_to_proto
+from topo_tune.wire.job_configs import job_config_to_proto
 from topo_tune.wire.studies import to_proto_study
 from topo_tune.wire.values import BACKEND_TO_WIRE, timestamp, timestamp_or_none
 
@@ -104,27 +108,26 @@ def from_proto_command_body(
 
 
 def to_proto_job_config(resolved: ResolvedJob, *, preview: bool = False) -> admin_pb2.JobConfig:
-    order = resolved.order
+    order, pin = resolved.order, resolved.pin
     measured, edges = order.measured_edges
-    return admin_pb2.JobConfig(
-        job_id="" if preview and resolved.pin.job_id == "preview" else resolved.pin.job_id,
-        config_version=resolved.pin.version,
-        files=list(resolved.files),
-        nodes=list(resolved.pin.nodes),
+    config = JobConfig(
+        job_id="" if preview and pin.job_id == "preview" else pin.job_id,
+        config_version=pin.version,
+        files=resolved.files,
+        nodes=tuple(NodeName(n) for n in pin.nodes),
         rollout_id=resolved.rollout_id,
-        node_order=list(resolved.pin.order),
+        node_order=tuple(NodeName(n) for n in pin.order),
         master_addr=resolved.master_addr,
         order_method=order.method,
-        order_bottleneck_gbps=order.bottleneck_gbps or 0.0,
-        given_bottleneck_gbps=order.given_bottleneck_gbps or 0.0,
-        warnings=list(order.warnings),
-        arm=resolved.pin.arm,
+        order_bottleneck_gbps=order.bottleneck_gbps,
+        given_bottleneck_gbps=order.given_bottleneck_gbps,
         measured_edges=measured,
         ring_edges=edges,
-        learning=resolved.pin.learning_arm is not None,
-        learning_arm=resolved.pin.learning_arm or 0,
-        timing_sample=resolved.timing_sample if resolved.pin.learning_arm is not None else 0,
+        warnings=order.warnings,
+        arm=pin.arm,
+        learning=None if pin.learning_arm is None else LearningPin(pin.learning_arm, resolved.timing_sample),
     )
+    return job_config_to_proto(config)
 
 
 def to_proto_config_version(version: StoredVersion) -> admin_pb2.ConfigVersionInfo:
