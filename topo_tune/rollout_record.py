@@ -8,6 +8,7 @@ messages. Non-goals: running a rollout and its state machine (``controller/rollo
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -46,6 +47,15 @@ class GateMeasurement:
     warmup_iters: int = 0
     cuda_graph: bool | None = None
     """Time each size as CUDA graphs (nccl-tests -G) or as eager calls."""
+
+    def overrides(self) -> dict[str, int | bool]:
+        """What a request sets over the controller's defaults: each non-zero number, ``cuda_graph`` unless None."""
+        given: dict[str, int | bool] = {
+            name: value for name, value in dataclasses.asdict(self).items() if name != "cuda_graph" and value
+        }
+        if self.cuda_graph is not None:
+            given["cuda_graph"] = self.cuda_graph
+        return given
 
 
 @dataclass(frozen=True)
