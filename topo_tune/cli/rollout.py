@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import socket
 from collections.abc import Callable
@@ -12,14 +13,15 @@ import click
 from topo_tune.cli.admin import connected
 from topo_tune.cli.output import emit_data, emit_line, emit_lines, emit_table, shown
 from topo_tune.cli.setting_options import setting_option, show_default
-from topo_tune.client.admin import ROLLOUT_ENDS, AdminClient, waits_for_operator
+from topo_tune.client.admin import AdminClient
+from topo_tune.client.watch_step import WatchStep
 from topo_tune.config.cluster import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.config.values import parse_duration
 from topo_tune.errors import ControllerError
-from topo_tune.ids import RolloutId
-from topo_tune.v1 import admin_pb2
+from topo_tune.ids import ConfigVersionId, RolloutId
+from topo_tune.rollout_record import GateMeasurement, RolloutAction, RolloutInfo, RolloutRequest
 from topo_tune.versions.version import FILE_NAMES
-from topo_tune.wire.plain_data import to_data
+from topo_tune.wire.rollouts import rollout_data, rollout_transition_data
 
 _GATE = "rollout.gate"  # the controller's cluster.yaml: its defaults for every rollout
 PAUSED_EXIT = 3
@@ -49,11 +51,11 @@ def _key_values(values: tuple[str, ...], option: str) -> dict[str, str]:
     return out
 
 
-def show(info: admin_pb2.RolloutInfo, fmt: str) -> None:
+def show(info: RolloutInfo, fmt: str) -> None:
     if fmt != "table":
-        emit_data(to_data(info), fmt)
+        emit_data(rollout_data(info), fmt)
         return
-    sweep = info.gate
+    sweep = info.gate or GateMeasurement()  # only a listed rollout has none (and is not shown here)
     measured = (
         f"gates: {sweep.repeats} A/B repeats of all_reduce {sweep.min_bytes}..{sweep.max_bytes} B "
         f"(x{sweep.step_factor}), {sweep.iters} iters{', CUDA graphs' if sweep.cuda_graph else ''}; "
@@ -176,8 +178,8 @@ def create(
         raise click.BadParameter(str(error), param_hint="--threshold") from None
     if canary_rack and (canary_nodes or no_canary):
         raise click.UsageError("--canary-rack excludes --canary and --no-canary")
-    request = admin_pb2.CreateRolloutRequest(
-        config_version=config_version,
+    request = RolloutRequest(
+        config_version=ConfigVersionId(config_version),
         files=contents,
         canary_nodes=canary_nodes or 0,
         canary_rack=canary_rack,
@@ -186,7 +188,7 @@ def create(
         pause_between_s=_seconds(pause_between),
         require_approval=require_approval,
         thresholds=limits,
-        gate=admin_pb2.GateMeasurement(  # unset: 0, the controller's default (cluster.yaml's rollout.gate)
+        gate=GateMeasurement(  # unset: 0, the controller's default (cluster.yaml's rollout.gate)
             repeats=gate_repeats or 0,
             min_bytes=gate_min_bytes or 0,
             max_bytes=gate_max_bytes or 0,
@@ -195,7 +197,7 @@ def create(
             warmup_iters=gate_warmup_iters or 0,
             cuda_graph=gate_cuda_graph,  # None: unset
         ),
-        rollout_id=rollout_id,
+        rollout_id=RolloutId(rollout_id),
         actor=actor(),
         dry_run=True,
     )
@@ -206,8 +208,7 @@ def create(
         return
     if not yes:
         click.confirm("Start this rollout?", abort=True, err=True)
-    request.dry_run = False
-    show(client.create_rollout(request), fmt)
+    show(client.create_rollout(dataclasses.replace(request, dry_run=False)), fmt)
 
 
 @rollout.command()
@@ -224,10 +225,10 @@ def create(
 def status(client: AdminClient, fmt: str, rollout_id: str, wait: bool) -> None:
     """Show a rollout (default: the active one, else the latest) with its waves and gate verdicts."""
     info = client.get_rollout(RolloutId(rollout_id))
-    if wait and info.phase not in ROLLOUT_ENDS and not waits_for_operator(info):
-        info = client.watch_rollout(RolloutId(info.id), _step_lines())
+    if wait and not info.ended and not info.waits_for_operator:
+        info = client.watch_rollout(info.id, _step_lines())
     show(info, fmt)
-    if wait and waits_for_operator(info):
+    if wait and info.waits_for_operator:
         emit_line(
             f"topo-tune: rollout {info.id} is paused: {info.reason or 'paused'}. It waits for an operator: "
             f"`topo-tune admin rollout resume {info.id}` (a paused gate runs again), `promote {info.id}` "
@@ -239,17 +240,16 @@ def status(client: AdminClient, fmt: str, rollout_id: str, wait: bool) -> None:
         raise ControllerError(f"rollout {info.id} {info.phase}: {info.reason}")
 
 
-def _step_lines() -> Callable[[admin_pb2.RolloutUpdate], None]:
+def _step_lines() -> Callable[[WatchStep[RolloutInfo]], None]:
     """Prints ``# verifying, 1/3 waves done (reason)`` on stderr each time the rollout's phase or wave moves."""
     shown: list[tuple[str, int, int]] = []
 
-    def step(update: admin_pb2.RolloutUpdate) -> None:
-        now = (update.rollout.phase, update.rollout.wave, update.progress.done)
+    def step(update: WatchStep[RolloutInfo]) -> None:
+        rollout = update.value
+        now = (rollout.phase, rollout.wave, update.done)
         if not shown or shown[-1] != now:
-            reason = f" ({update.rollout.reason})" if update.rollout.reason else ""
-            emit_line(
-                f"# {update.rollout.phase}, {update.progress.done}/{update.progress.total} waves done{reason}", err=True
-            )
+            reason = f" ({rollout.reason})" if rollout.reason else ""
+            emit_line(f"# {rollout.phase}, {update.done}/{update.total} waves done{reason}", err=True)
             shown.append(now)
 
     return step
@@ -261,7 +261,7 @@ def list_rollouts(client: AdminClient, fmt: str) -> None:
     """List recent rollouts, newest first."""
     found = client.list_rollouts()
     if fmt != "table":
-        emit_data([to_data(r) for r in found], fmt)
+        emit_data([rollout_data(r) for r in found], fmt)
         return
     rows = [
         (r.id, r.config_version, r.previous_version or "defaults", r.phase, r.created_by, r.reason or "-")
@@ -277,11 +277,11 @@ def history(client: AdminClient, fmt: str, rollout_id: str) -> None:
     """Every transition of a rollout, its waves and nodes, and who or what caused it."""
     found = client.rollout_history(RolloutId(rollout_id))
     if fmt != "table":
-        emit_data([to_data(t) for t in found], fmt)
+        emit_data([rollout_transition_data(t) for t in found], fmt)
         return
     rows = [
         (
-            t.at.ToDatetime().strftime("%Y-%m-%d %H:%M:%S"),
+            t.at.strftime("%Y-%m-%d %H:%M:%S"),
             t.subject,
             f"{t.before or '-'} → {t.after}",
             t.actor,
@@ -292,7 +292,7 @@ def history(client: AdminClient, fmt: str, rollout_id: str) -> None:
     emit_table(f"rollout {rollout_id}", ("AT (UTC)", "SUBJECT", "CHANGE", "BY", "MESSAGE"), rows)
 
 
-def _verb(name: str, action: admin_pb2.RolloutAction.ValueType, summary: str) -> None:
+def _verb(name: str, action: RolloutAction, summary: str) -> None:
     @click.argument("rollout_id")
     @click.option("--reason", default="", help="Recorded in the history.")
     @connected
@@ -303,14 +303,8 @@ def _verb(name: str, action: admin_pb2.RolloutAction.ValueType, summary: str) ->
     rollout.command(name=name)(command)
 
 
-_verb("pause", admin_pb2.ROLLOUT_ACTION_PAUSE, "Pause a running rollout.")
-_verb("resume", admin_pb2.ROLLOUT_ACTION_RESUME, "Resume a paused rollout (an inconclusive gate runs again).")
-_verb(
-    "promote",
-    admin_pb2.ROLLOUT_ACTION_PROMOTE,
-    "Skip a pause: accept the paused wave's gate, or start the waiting wave.",
-)
-_verb("abort", admin_pb2.ROLLOUT_ACTION_ABORT, "Stop a rollout now; its nodes then return to the stable version.")
-_verb(
-    "rollback", admin_pb2.ROLLOUT_ACTION_ROLLBACK, "Return every applied wave to the previous version, last wave first."
-)
+_verb("pause", RolloutAction.PAUSE, "Pause a running rollout.")
+_verb("resume", RolloutAction.RESUME, "Resume a paused rollout (an inconclusive gate runs again).")
+_verb("promote", RolloutAction.PROMOTE, "Skip a pause: accept the paused wave's gate, or start the waiting wave.")
+_verb("abort", RolloutAction.ABORT, "Stop a rollout now; its nodes then return to the stable version.")
+_verb("rollback", RolloutAction.ROLLBACK, "Return every applied wave to the previous version, last wave first.")

@@ -1,8 +1,8 @@
 """A client of the admin service, for the CLI and for scripts.
 
 Its callers get domain values, never the admin API's messages: studies, drift checks, benchmark jobs, probe rounds,
-credentials (``wire/`` and this package convert them at this edge); the node, command, rollout, config version
-and job calls still answer with messages, until they too are converted.
+credentials, rollouts, a job's config (``wire/`` and this package convert them at this edge); the node, command,
+config version and job-comparison calls still answer with messages, until they too are converted.
 
 Transport errors never escape this module: every ``grpc.RpcError`` becomes a ``ControllerError`` (or its
 subclasses ``ControllerUnavailable`` / ``Unauthenticated``), or the domain error its status code stands for
@@ -60,6 +60,7 @@ from topo_tune.errors import (
 )
 from topo_tune.ids import NO_CONFIG_VERSION, NO_ROLLOUT, ConfigVersionId, JobId, NodeName, RolloutId, StudyId
 from topo_tune.jobs.job_config import JobConfig
+from topo_tune.rollout_record import RolloutAction, RolloutInfo, RolloutRequest, RolloutTransition
 from topo_tune.security.auth import TlsFiles, bearer_metadata, channel_credentials, with_default_port
 from topo_tune.study_record import Study, StudyRequest, StudyTrials
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
@@ -72,6 +73,12 @@ from topo_tune.wire.admin_jobs import (
 )
 from topo_tune.wire.drift_checks import drift_check_from_proto
 from topo_tune.wire.job_configs import job_config_from_proto
+from topo_tune.wire.rollouts import (
+    ROLLOUT_ACTION_TO_WIRE,
+    rollout_info_from_proto,
+    rollout_request_to_proto,
+    rollout_transition_from_proto,
+)
 from topo_tune.wire.studies import from_proto_study, from_proto_study_trials, to_proto_study_request
 
 if TYPE_CHECKING:
@@ -86,10 +93,6 @@ U = TypeVar("U", bound="_Update")
 class _Update(Protocol):
     @property
     def progress(self) -> admin_pb2.Progress: ...
-
-
-ROLLOUT_ENDS = frozenset({"completed", "rolled_back", "aborted"})
-"""The phases a rollout ends in."""
 
 
 STORAGE_KINDS = frozenset({"StorageError"})
@@ -116,11 +119,6 @@ def _refused_field(error: grpc.RpcError, details: str) -> RequestRefused:
         field, _, reason = details.partition(": ")
         return RequestRefused(field, reason) if reason else RequestRefused("", details)
     return RequestRefused(field, details.removeprefix(f"{field}: ") if field else details)
-
-
-def waits_for_operator(rollout: admin_pb2.RolloutInfo) -> bool:
-    """Paused until someone resumes, promotes, aborts or rolls it back (a timed pause between waves is not)."""
-    return rollout.phase == "paused" and not rollout.HasField("resume_at")
 
 
 @contextmanager
@@ -315,21 +313,25 @@ class AdminClient:
         return drift_check_from_proto(last.check)
 
     def watch_rollout(
-        self, rollout_id: RolloutId, on_update: Callable[[admin_pb2.RolloutUpdate], None] | None = None
-    ) -> admin_pb2.RolloutInfo:
+        self, rollout_id: RolloutId, on_update: Callable[[WatchStep[RolloutInfo]], None] | None = None
+    ) -> RolloutInfo:
         """The rollout once it has ended (completed, rolled back or aborted) or waits for an operator (paused).
 
-        ``on_update`` with each change.
+        ``on_update`` with each change (its ``done`` and ``total``: waves).
         """
-        last = self._watch(
-            self._stub.WatchRollout,
-            rollout_id,
-            f"rollout {rollout_id}",
-            lambda u: u.rollout.phase in ROLLOUT_ENDS or waits_for_operator(u.rollout),
-            on_update,
-            later=f"topo-tune admin rollout status {rollout_id}",
-        )
-        return last.rollout
+
+        def step(update: admin_pb2.RolloutUpdate) -> None:
+            if on_update is not None:
+                rollout = rollout_info_from_proto(update.rollout)
+                on_update(WatchStep(rollout, update.progress.done, update.progress.total))
+
+        def ended(update: admin_pb2.RolloutUpdate) -> bool:
+            rollout = rollout_info_from_proto(update.rollout)
+            return rollout.ended or rollout.waits_for_operator
+
+        what, later = f"rollout {rollout_id}", f"topo-tune admin rollout status {rollout_id}"
+        last = self._watch(self._stub.WatchRollout, rollout_id, what, ended, step, later=later)
+        return rollout_info_from_proto(last.rollout)
 
     def watch_study(self, study_id: StudyId, on_update: Callable[[WatchStep[Study]], None] | None = None) -> Study:
         """The study once it has ended (succeeded, failed or cancelled); ``on_update`` with each change."""
@@ -456,24 +458,31 @@ class AdminClient:
 
     # -- rollouts and job configs ---------------------------------------------------------------------------
 
-    def create_rollout(self, request: admin_pb2.CreateRolloutRequest) -> admin_pb2.RolloutInfo:
-        return self._call(self._stub.CreateRollout, request)
+    def create_rollout(self, request: RolloutRequest) -> RolloutInfo:
+        """The rollout as created, or (``request.dry_run``) the plan it would follow, nothing stored."""
+        return rollout_info_from_proto(self._call(self._stub.CreateRollout, rollout_request_to_proto(request)))
 
-    def get_rollout(self, rollout_id: RolloutId = NO_ROLLOUT) -> admin_pb2.RolloutInfo:
-        return self._call(self._stub.GetRollout, admin_pb2.GetRolloutRequest(rollout_id=rollout_id))
+    def get_rollout(self, rollout_id: RolloutId = NO_ROLLOUT) -> RolloutInfo:
+        """The rollout; no id: the active one, else the latest."""
+        request = admin_pb2.GetRolloutRequest(rollout_id=rollout_id)
+        return rollout_info_from_proto(self._call(self._stub.GetRollout, request))
 
-    def list_rollouts(self, *, limit: int = 0) -> list[admin_pb2.RolloutInfo]:
-        return list(self._call(self._stub.ListRollouts, admin_pb2.ListRolloutsRequest(limit=limit)).rollouts)
+    def list_rollouts(self, *, limit: int = 0) -> list[RolloutInfo]:
+        """Newest first, each without its waves and gates."""
+        found = self._call(self._stub.ListRollouts, admin_pb2.ListRolloutsRequest(limit=limit)).rollouts
+        return [rollout_info_from_proto(info) for info in found]
 
     def change_rollout(
-        self, rollout_id: RolloutId, action: admin_pb2.RolloutAction.ValueType, *, reason: str = "", actor: str = ""
-    ) -> admin_pb2.RolloutInfo:
-        request = admin_pb2.ChangeRolloutRequest(rollout_id=rollout_id, action=action, reason=reason, actor=actor)
-        return self._call(self._stub.ChangeRollout, request)
+        self, rollout_id: RolloutId, action: RolloutAction, *, reason: str = "", actor: str = ""
+    ) -> RolloutInfo:
+        wire_action = ROLLOUT_ACTION_TO_WIRE[action]
+        request = admin_pb2.ChangeRolloutRequest(rollout_id=rollout_id, action=wire_action, reason=reason, actor=actor)
+        return rollout_info_from_proto(self._call(self._stub.ChangeRollout, request))
 
-    def rollout_history(self, rollout_id: RolloutId) -> list[admin_pb2.RolloutTransition]:
+    def rollout_history(self, rollout_id: RolloutId) -> list[RolloutTransition]:
         request = admin_pb2.GetRolloutHistoryRequest(rollout_id=rollout_id)
-        return list(self._call(self._stub.GetRolloutHistory, request).transitions)
+        found = self._call(self._stub.GetRolloutHistory, request).transitions
+        return [rollout_transition_from_proto(transition) for transition in found]
 
     def issue_credential(self, role: IssuedRole, node_name: str = "", *, scope: str = "") -> IssuedToken:
         request = admin_pb2.IssueCredentialRequest(role=ROLE_TO_WIRE[role], node_name=node_name, scope=scope)

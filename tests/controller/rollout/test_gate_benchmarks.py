@@ -22,13 +22,14 @@ from tests.support.waiting import async_wait_until
 from topo_tune.agent.daemon import Agent
 from topo_tune.cli.main import cli
 from topo_tune.client.admin import AdminClient
+from topo_tune.client.watch_step import WatchStep
 from topo_tune.config.cluster import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.controller.rollout.gates import Outcome
 from topo_tune.controller.rollout.plan import PlanPolicy
 from topo_tune.controller.rollout.state import RolloutPhase, Snapshot
 from topo_tune.controller.rollout.verification import BenchmarkVerifier
 from topo_tune.controller.server import Controller
-from topo_tune.v1 import admin_pb2
+from topo_tune.rollout_record import RolloutInfo
 from topo_tune.versions.version import ConfigVersion, render_nccl_conf
 
 pytestmark = pytest.mark.slow
@@ -78,12 +79,12 @@ async def test_gates_measured_by_benchmark_jobs_roll_back_a_slow_version_and_pau
     policy = PlanPolicy(canary_nodes=0, gate=RolloutGateConfig(repeats=7))
     slow = await controller.rollouts.create(SLOW, policy=policy, thresholds=RolloutThresholdsConfig(), actor="t")
     # Followed through the admin API's watch stream: each committed step, then the end.
-    updates: list[admin_pb2.RolloutUpdate] = []
+    updates: list[WatchStep[RolloutInfo]] = []
     with AdminClient(f"127.0.0.1:{controller.port}", token=TOKEN) as client:
         watched = await asyncio.to_thread(client.watch_rollout, slow.rollout.id, updates.append)
-    assert watched.phase == "rolled_back" and all(u.progress.total == 1 for u in updates)
-    assert [u.rollout.phase for u in updates][-1:] == ["rolled_back"]
-    assert "verifying" in [u.rollout.phase for u in updates], "the gate's step was seen as it was committed"
+    assert watched.phase == "rolled_back" and all(u.total == 1 for u in updates)
+    assert [u.value.phase for u in updates][-1:] == ["rolled_back"]
+    assert "verifying" in [u.value.phase for u in updates], "the gate's step was seen as it was committed"
     final = await settled(controller, slow.rollout.id, RolloutPhase.ROLLED_BACK)
     [gate] = await controller.rollout_store.gates(slow.rollout.id)
     assert gate.verdict.outcome is Outcome.FAILED, gate.verdict.reasons

@@ -31,6 +31,7 @@ from topo_tune.client.admin import AdminClient
 from topo_tune.controller.server import Controller
 from topo_tune.errors import ConflictError
 from topo_tune.nccl.backends import Backend
+from topo_tune.rollout_record import RolloutAction, RolloutInfo, RolloutRequest
 from topo_tune.v1 import admin_pb2, topology_pb2
 from topo_tune.versions.version import ConfigVersion
 
@@ -49,8 +50,8 @@ class Cluster:
         """Admin calls are synchronous gRPC: keep them off the loop the controller serves on."""
         return await asyncio.to_thread(method, *args, **kwargs)
 
-    async def wait_phase(self, rollout_id: str, *phases: str) -> admin_pb2.RolloutInfo:
-        async def reached() -> admin_pb2.RolloutInfo | None:
+    async def wait_phase(self, rollout_id: str, *phases: str) -> RolloutInfo:
+        async def reached() -> RolloutInfo | None:
             info = await self.call(self.client.get_rollout, rollout_id)
             return info if info.phase in phases else None
 
@@ -97,8 +98,8 @@ async def cluster(sqlite_url: str, tmp_path: Path) -> AsyncIterator[Cluster]:
         await controller.stop()
 
 
-def create_request(version: ConfigVersion, **options: Any) -> admin_pb2.CreateRolloutRequest:
-    return admin_pb2.CreateRolloutRequest(files=dict(version.files), actor="test", **options)
+def create_request(version: ConfigVersion, **options: Any) -> RolloutRequest:
+    return RolloutRequest(files=dict(version.files), actor="test", **options)
 
 
 async def test_a_full_rollout_across_four_racks_of_sim_agents(cluster: Cluster) -> None:
@@ -136,7 +137,7 @@ async def test_a_regressed_rack_rolls_back_and_jobs_keep_one_pinned_version(clus
     spanning = await cluster.call(resolve, "job-b", ["r1n1", "r2n1"])
     assert spanning.config_version == V1.id, "a job spanning a migrated and an unmigrated rack"
 
-    await cluster.call(cluster.client.change_rollout, "ro-v2", admin_pb2.ROLLOUT_ACTION_PROMOTE, actor="op")
+    await cluster.call(cluster.client.change_rollout, "ro-v2", RolloutAction.PROMOTE, actor="op")
     await async_wait_until(lambda: _wave_completed(cluster, "ro-v2", 1), timeout=30, what="wave 1 (rack-2) to complete")
     assert (await cluster.call(resolve, "job-b", ["r1n1", "r2n1"])).config_version == V1.id, "pinned"
     assert (await cluster.call(resolve, "job-c", ["r1n1", "r2n1"])).config_version == V2.id, "a new job"
@@ -162,7 +163,7 @@ async def test_a_regressed_rack_rolls_back_and_jobs_keep_one_pinned_version(clus
     outside = await _exec_conf(cluster, r3n1, "job-c", "r1n1,r2n1", returncode=1)
     assert "--node: 'r3n1' is not one of the job's 2 nodes" in outside, "the agent's recorded name: not in the job"
 
-    await cluster.call(cluster.client.change_rollout, "ro-v2", admin_pb2.ROLLOUT_ACTION_PROMOTE, actor="op")
+    await cluster.call(cluster.client.change_rollout, "ro-v2", RolloutAction.PROMOTE, actor="op")
     final = await cluster.wait_phase("ro-v2", "rolled_back")
     assert "wave 2 gate failed" in final.reason
     assert cluster.active_versions() == dict.fromkeys(RACKS, V1.id), "no node left on the new version"
