@@ -118,7 +118,7 @@ def test_a_job_of_the_same_environment_runs_in_the_kept_workers_with_fresh_resul
     assert all((tmp_path / "same-2" / f"rank-{r}" / "stderr.log").exists() for r in range(2))
 
     # A different environment starts fresh processes; with one idle set allowed, the first set is evicted.
-    other = _spec("other-1", env={"NCCL_DEBUG": "INFO"})
+    other = _spec("other-1", env={"NCCL_DEBUG": "WARN", "TORCH_DISTRIBUTED_DEBUG": "INFO"})
     _succeeded(_run_job(nodes, other, tmp_path))
     assert set(_pids(tmp_path, other)).isdisjoint(_pids(tmp_path, first))
     assert [r["jobs_before"] for r in _started(tmp_path, other)] == [0, 0]
@@ -223,6 +223,24 @@ def test_idle_sets_end_after_the_idle_time_and_big_workers_are_not_kept(tmp_path
         small.stop()
 
 
+def test_on_gloo_jobs_that_differ_in_nccl_variables_share_workers_and_each_sees_only_its_own(
+    executor: BenchmarkExecutor, tmp_path: Path
+) -> None:
+    # A search on gloo varies NCCL's variables per trial; gloo reads none of them, so the workers stay.
+    nodes = {"n0": executor}
+    first = _spec("nccl-a", env={"NCCL_DEBUG": "WARN", "NCCL_ALGO": "Ring"})
+    first_results = _succeeded(_run_job(nodes, first, tmp_path))
+    second = _spec("nccl-b", env={"NCCL_DEBUG": "INFO", "NCCL_MIN_NCHANNELS": "4"})
+    second_results = _succeeded(_run_job(nodes, second, tmp_path))
+
+    assert _pids(tmp_path, second) == _pids(tmp_path, first)
+    assert [r["jobs_before"] for r in _started(tmp_path, second)] == [1, 1]
+    for results, want in ((first_results, first.env), (second_results, second.env)):
+        for rank in results:
+            seen = {k: v for k, v in rank.effective_env.items() if k.startswith("NCCL_")}
+            assert seen == want, "each job's process environment holds exactly its own NCCL variables"
+
+
 def test_kept_workers_bounds_are_checked() -> None:
     with pytest.raises(ValueError, match="max_sets"):
         KeptWorkers(max_sets=-1)
@@ -242,3 +260,14 @@ def test_the_key_ignores_only_the_tuner_table_path() -> None:
     assert key(base) != key({**base, "NCCL_ALGO": "Ring"})  # read once per process
     assert key(base) != key(base, devices=(1, 0))
     assert key(base) != key(base, bind="10.0.0.2")
+
+
+def test_on_gloo_the_key_ignores_every_nccl_variable_and_nothing_else() -> None:
+    def key(env: dict[str, str], backend: Backend = Backend.GLOO) -> str:
+        return worker_set_key(env=env, backend=backend, bind_address="127.0.0.1", devices=(-1,), cpus=[()], python="p")
+
+    base = {"NCCL_DEBUG": "WARN", "TORCH_DISTRIBUTED_DEBUG": "OFF"}
+    assert key(base) == key({**base, "NCCL_ALGO": "Ring"}) == key({"TORCH_DISTRIBUTED_DEBUG": "OFF"})
+    assert key(base) == key({**base, "NCCL_TUNER_CONFIG_FILE": "/t/job-1.csv"})  # a table: nothing gloo reads
+    assert key(base) != key({**base, "TORCH_DISTRIBUTED_DEBUG": "INFO"})  # torch reads it
+    assert key(base, Backend.NCCL) != key({**base, "NCCL_ALGO": "Ring"}, Backend.NCCL)  # NCCL reads it once

@@ -2,7 +2,8 @@
 
 NCCL reads its environment once per process, and the tuner plugin reads its table (and opens its record) once
 per communicator. So a worker that finished a job can run the next one if that job's worker environment is the
-same apart from the per-communicator variables (``PER_COMMUNICATOR_ENV``, sent with each job), on the same
+same apart from the per-communicator variables (``PER_COMMUNICATOR_ENV``, sent with each job; on gloo every
+``NCCL_*`` variable too, which gloo never reads), on the same
 backend, bind address, devices and CPUs: the :func:`worker_set_key`, a content hash of all of these. Every job
 still makes its own rendezvous and its own communicator (a new process group); nothing of the previous job's
 group is kept. A kept process therefore joins a job exactly as a fresh one does, and ranks on other nodes need
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NewType
 
-from topo_tune.agent.bench.worker_config import PER_COMMUNICATOR_ENV
+from topo_tune.agent.bench.worker_config import PER_COMMUNICATOR_ENV, per_job
 from topo_tune.nccl.backends import Backend
 
 __all__ = [
@@ -77,9 +78,14 @@ def worker_set_key(
     """The key of a set of local workers: jobs with the same key may run in the same processes.
 
     ``env`` is the worker environment as the launcher builds it; the values of ``PER_COMMUNICATOR_ENV`` are left
-    out (each job sends its own), their presence is not. ``devices`` and ``cpus`` are per local worker, in order.
+    out (each job sends its own), their presence is not; on gloo every ``NCCL_*`` variable is left out, value and
+    presence (each job sends its own set: :func:`per_job`). ``devices`` and ``cpus`` are per local worker, in order.
     """
-    shared = {k: ("" if k in PER_COMMUNICATOR_ENV else v) for k, v in env.items()}
+    shared = {
+        k: ("" if k in PER_COMMUNICATOR_ENV else v)
+        for k, v in env.items()
+        if backend is not Backend.GLOO or not per_job(k, backend)
+    }
     text = json.dumps(
         {
             "env": shared,

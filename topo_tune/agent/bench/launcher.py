@@ -78,7 +78,7 @@ from typing import Any
 from topo_tune.agent.bench.job_dirs import prune_job_dirs
 from topo_tune.agent.bench.kept_workers import KeptWorkers, WorkerProcess, WorkerSetKey, worker_set_key
 from topo_tune.agent.bench.ranks_per_gpu import shared_gpu_env, worker_device
-from topo_tune.agent.bench.worker_config import PER_COMMUNICATOR_ENV, WorkerConfig, WorkerFault
+from topo_tune.agent.bench.worker_config import WorkerConfig, WorkerFault, per_job
 from topo_tune.benchmark.env_policy import OUTPUT_DIR, EnvPolicy
 from topo_tune.benchmark.job_spec import BenchmarkSpec, RankSlot
 from topo_tune.benchmark.results import RankOutcome, RankResult, RankStatus
@@ -371,7 +371,7 @@ class Launcher:
         (home / OUTPUT_DIR).mkdir(exist_ok=True)
         os.utime(home)  # in use: job directory pruning goes by the last change
         env = self.worker_env(spec, home)
-        job_env = {k: v for k, v in env.items() if k in PER_COMMUNICATOR_ENV}
+        job_env = {k: v for k, v in env.items() if per_job(k, self._backend)}
         kept = self._kept.take(key) if key is not None else None
         if kept is not None:
             logger.info("job %s: runs in kept workers %s", spec.job_id, [p.pid for p in kept])

@@ -51,7 +51,7 @@ import torch.distributed as dist
 from torch.distributed import PrefixStore, ProcessGroupGloo, TCPStore  # type: ignore[attr-defined]
 
 from topo_tune.agent.bench.collective_ops import fill_inputs, make_buffers, op_for, placement_supported, wrong_elements
-from topo_tune.agent.bench.worker_config import PER_COMMUNICATOR_ENV, WorkerConfig
+from topo_tune.agent.bench.worker_config import PER_COMMUNICATOR_ENV, WorkerConfig, per_job
 from topo_tune.benchmark.collectives import bandwidth, shape
 from topo_tune.benchmark.iteration_stats import IterationStats
 from topo_tune.benchmark.job_spec import BenchmarkSpec
@@ -421,11 +421,9 @@ def _redirect_output(path: Path) -> None:
 def _run_job(config: WorkerConfig, *, jobs_before: int) -> int:
     """Run one job in this process; the exit code :func:`main` would return for it."""
     _redirect_output(config.stderr_path)
-    for key in PER_COMMUNICATOR_ENV:
-        if key in config.job_env:
-            os.environ[key] = config.job_env[key]
-        else:
-            os.environ.pop(key, None)
+    for key in {*PER_COMMUNICATOR_ENV, *(k for k in os.environ if per_job(k, config.backend))}:
+        os.environ.pop(key, None)  # unset for the job unless it sets it
+    os.environ.update(config.job_env)
     progress = Progress(config.progress_path)
     if config.cpus:
         os.sched_setaffinity(0, config.cpus)

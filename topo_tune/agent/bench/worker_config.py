@@ -23,11 +23,20 @@ from topo_tune.benchmark.job_spec import BenchmarkSpec
 from topo_tune.nccl.backends import Backend
 from topo_tune.plugin.job_env import TABLE_ENV
 
-__all__ = ["PER_COMMUNICATOR_ENV", "WorkerConfig", "WorkerFault"]
+__all__ = ["PER_COMMUNICATOR_ENV", "WorkerConfig", "WorkerFault", "per_job"]
 
 PER_COMMUNICATOR_ENV = frozenset({TABLE_ENV})
 """Variables read anew for every communicator (the tuner plugin's table path, read at each ``init``), so a kept
 worker can take them from each job; every other variable is read by NCCL once per process."""
+
+
+def per_job(key: str, backend: Backend) -> bool:
+    """Whether a kept worker takes ``key`` from each job rather than from its start.
+
+    ``PER_COMMUNICATOR_ENV`` on every backend; on gloo also every ``NCCL_*`` variable, which no part of a gloo
+    job reads (a search on gloo varies them per trial, and each would otherwise need fresh workers).
+    """
+    return key in PER_COMMUNICATOR_ENV or (backend is Backend.GLOO and key.startswith("NCCL_"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +70,7 @@ class WorkerConfig:
     """CPUs the worker pins itself to (those near its GPU); empty: inherit the agent's."""
     fault: WorkerFault = WorkerFault()
     job_env: dict[str, str] = field(default_factory=dict)
-    """This job's values of ``PER_COMMUNICATOR_ENV`` (a key absent here is unset for the job)."""
+    """This job's values of the variables :func:`per_job` names (a key absent here is unset for the job)."""
 
     def dump(self, path: Path) -> None:
         data: dict[str, Any] = {
