@@ -1,8 +1,8 @@
 """A client of the admin service, for the CLI and for scripts.
 
 Its callers get domain values, never the admin API's messages: studies, drift checks, benchmark jobs, probe rounds,
-credentials, nodes and commands (``wire/`` and this package convert them at this edge); the rollout, config version
-and job calls still answer with messages, until they too are converted.
+credentials, nodes, commands, job comparisons (``wire/`` and this package convert them at this edge); the rollout,
+config version and job config calls still answer with messages, until they too are converted.
 
 Transport errors never escape this module: every ``grpc.RpcError`` becomes a ``ControllerError`` (or its
 subclasses ``ControllerUnavailable`` / ``Unauthenticated``), or the domain error its status code stands for
@@ -60,6 +60,8 @@ from topo_tune.errors import (
     Unauthenticated,
 )
 from topo_tune.ids import NO_CONFIG_VERSION, NO_ROLLOUT, ConfigVersionId, JobId, NodeName, RolloutId, StudyId
+from topo_tune.jobs.compare.comparison_record import ComparisonHeader, StoredComparison
+from topo_tune.jobs.compare.summary import RunValue
 from topo_tune.node_record import NodeInfo, NodeInventory
 from topo_tune.security.auth import TlsFiles, bearer_metadata, channel_credentials, with_default_port
 from topo_tune.study_record import Study, StudyRequest, StudyTrials
@@ -73,6 +75,7 @@ from topo_tune.wire.admin_jobs import (
 )
 from topo_tune.wire.commands import command_from_proto, send_command_to_proto, send_commands_to_proto
 from topo_tune.wire.drift_checks import drift_check_from_proto
+from topo_tune.wire.job_comparisons import job_comparison_from_proto, job_comparison_request_to_proto
 from topo_tune.wire.nodes import node_from_proto, node_inventory_from_proto
 from topo_tune.wire.studies import from_proto_study, from_proto_study_trials, to_proto_study_request
 
@@ -530,17 +533,19 @@ class AdminClient:
         request = admin_pb2.RecordJobTimingRequest(job_id=job_id, node=node, records=records)
         return self._call(self._stub.RecordJobTiming, request).stored
 
-    def record_job_comparison(self, request: admin_pb2.RecordJobComparisonRequest) -> admin_pb2.JobComparison:
-        return self._call(self._stub.RecordJobComparison, request)
+    def record_job_comparison(self, header: ComparisonHeader, runs: Sequence[RunValue]) -> StoredComparison:
+        """Record the runs this node read; the comparison as it stands after (its figures once every run is in)."""
+        request = job_comparison_request_to_proto(header, runs)
+        return job_comparison_from_proto(self._call(self._stub.RecordJobComparison, request))
 
-    def list_job_comparisons(self, *, job_id: str = "", limit: int = 50) -> list[admin_pb2.JobComparison]:
+    def list_job_comparisons(self, *, job_id: str = "", limit: int = 50) -> list[StoredComparison]:
         """Up to ``limit``, newest first, page by page (the controller cuts pages by size)."""
-        found: list[admin_pb2.JobComparison] = []
+        found: list[StoredComparison] = []
         token = ""
         while len(found) < limit:
             request = admin_pb2.ListJobComparisonsRequest(job_id=job_id, limit=limit - len(found), page_token=token)
             page = self._call(self._stub.ListJobComparisons, request)
-            found.extend(page.comparisons)
+            found.extend(job_comparison_from_proto(comparison) for comparison in page.comparisons)
             token = page.next_page_token
             if not token:
                 break

@@ -13,12 +13,12 @@ from topo_tune.controller import names
 from topo_tune.controller.benchmarks.service import JobProgress
 from topo_tune.controller.commands import CommandRecord
 from topo_tune.controller.config_versions import StoredVersion
-from topo_tune.controller.job_comparisons import ComparisonHeader, StoredComparison
 from topo_tune.controller.nodes import NodeView
 from topo_tune.controller.rollout.job_pins import ResolvedJob
 from topo_tune.controller.rollout.state import Snapshot, WavePhase
 from topo_tune.drift_record import DriftCheck
 from topo_tune.errors import ValidationError
+from topo_tune.jobs.compare.comparison_record import ComparisonHeader
 from topo_tune.jobs.compare.schedule import MAX_PAIRS, Arm
 from topo_tune.jobs.compare.summary import RunValue
 from topo_tune.study_record import Study
@@ -28,7 +28,7 @@ from topo_tune.wire.commands import command_to_proto
 from topo_tune.wire.drift_checks import drift_check_to_proto
 from topo_tune.wire.nodes import node_to_proto
 from topo_tune.wire.studies import to_proto_study
-from topo_tune.wire.values import timestamp, timestamp_or_none
+from topo_tune.wire.values import timestamp
 
 
 def to_proto_node(view: NodeView, *, with_topology: bool) -> admin_pb2.Node:
@@ -175,41 +175,3 @@ def from_proto_job_comparison(
         against_order=tuple(request.against_order),
     )
     return header, runs
-
-
-def to_proto_job_comparison(stored: StoredComparison) -> admin_pb2.JobComparison:
-    header = stored.header
-    message = admin_pb2.JobComparison(
-        comparison_id=stored.id,
-        job=admin_pb2.RecordJobComparisonRequest(
-            job_id=header.job_id,
-            candidate=header.candidate,
-            candidate_version=header.candidate_version,
-            against=header.against,
-            against_version=header.against_version,
-            metric=header.metric,
-            higher_is_better=header.higher_is_better,
-            pairs=header.pairs,
-            nodes=list(header.nodes),
-            candidate_order=list(header.candidate_order),
-            against_order=list(header.against_order),
-            runs=[
-                admin_pb2.JobComparisonRun(index=r.index, pair=r.pair, arm=r.arm.value, value=r.value, node=r.node)
-                for r in stored.runs
-            ],
-        ),
-        complete=stored.figures is not None,
-        created_at=timestamp(stored.created_at),
-        completed_at=timestamp_or_none(stored.completed_at),
-    )
-    figures = stored.figures
-    if figures is not None:
-        message.candidate_median = figures.candidate_median
-        message.against_median = figures.against_median
-        message.gain = figures.gain
-        message.ci_low = figures.ci_low
-        message.ci_high = figures.ci_high
-        message.confidence = figures.confidence
-        message.p_value = figures.p_value
-        message.decision = figures.decision.value
-    return message
