@@ -30,7 +30,7 @@ from tests.support.processes import TOKEN, LocalCluster
 from tests.support.waiting import wait_until
 from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ControllerError
-from topo_tune.v1 import admin_pb2
+from topo_tune.node_record import NodeState
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -63,7 +63,7 @@ def registered_since(cluster: LocalCluster, since: float) -> set[str]:
     return {
         n.name
         for n in nodes
-        if n.state == admin_pb2.NODE_STATE_READY and n.registered_at.ToDatetime().timestamp() >= since - 1
+        if n.state is NodeState.READY and n.registered_at is not None and n.registered_at.timestamp() >= since - 1
     }
 
 

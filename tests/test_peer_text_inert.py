@@ -131,7 +131,7 @@ async def test_a_job_s_metric_is_inert_in_the_listing_and_escaped_in_the_report(
         _pin_arms(controller)
         with _job_client(controller) as client:
             for arm in (Arm.AGAINST, Arm.CANDIDATE):
-                client.record_job_comparison(_request(arm, metric=metric))
+                client.record_job_comparison(*_request(arm, metric=metric))
 
     await asyncio.to_thread(record)
     listing = _inert(await _admin(controller, "job", "comparisons"), ["job", "comparisons"])

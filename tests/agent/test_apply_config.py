@@ -11,7 +11,7 @@ from tests.agent.config_store_child import A, B
 from tests.agent.test_daemon import CountingDiscovery, RunningAgent, _finished, address, start_agent
 from tests.conftest import controller_settings
 from tests.support.waiting import async_wait_until
-from topo_tune.controller.commands import CommandStatus
+from topo_tune.command_record import CommandStatus
 from topo_tune.controller.server import Controller
 from topo_tune.v1 import agent_pb2
 from topo_tune.versions.version import version_id

@@ -20,7 +20,7 @@ from tests.support.waiting import async_wait_until
 from topo_tune.agent.daemon import Agent
 from topo_tune.agent.journal import Journal
 from topo_tune.agent.settings import AgentSettings
-from topo_tune.controller.commands import CommandStatus
+from topo_tune.command_record import CommandStatus
 from topo_tune.controller.server import Controller
 from topo_tune.nccl.backends import Backend
 from topo_tune.node_record import NodeState

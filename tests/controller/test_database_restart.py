@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from tests.conftest import controller_settings
 from tests.controller.test_services import open_session, register
 from tests.support.postgres import PostgresServer
-from topo_tune.controller.commands import CommandStatus
+from topo_tune.command_record import CommandStatus
 from topo_tune.controller.db.models import CommandRow, NodeRow
 from topo_tune.controller.server import Controller
 from topo_tune.v1 import agent_pb2

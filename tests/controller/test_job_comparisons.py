@@ -4,10 +4,12 @@ by the controller once every run is in, listed by admins (``admin job comparison
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -20,9 +22,12 @@ from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.db.models import JobComparisonRow
 from topo_tune.controller.server import Controller
 from topo_tune.errors import AlreadyExists, ConflictError, PermissionDenied, ValidationError
+from topo_tune.jobs.compare.comparison_record import ComparisonHeader, StoredComparison
 from topo_tune.jobs.compare.schedule import Arm, arm_schedule
+from topo_tune.jobs.compare.summary import RunValue
 from topo_tune.security.auth import bearer_metadata
 from topo_tune.tuner.report.job_comparisons import comparison_section
+from topo_tune.tuner.statistics import Decision
 from topo_tune.v1 import admin_pb2
 from topo_tune.versions.version import ConfigVersion
 
@@ -50,30 +55,32 @@ def _pin_arms(controller: Controller, job_id: str = JOB) -> None:
             client.resolve_job_config(job_id, ["n1", "n2"], arm=arm)
 
 
-def _request(arm: Arm | None, **changes: object) -> admin_pb2.RecordJobComparisonRequest:
-    runs = []
-    for run in arm_schedule(JOB, PAIRS):
-        if arm is None or run.arm is arm:
-            node = (CANDIDATE_ORDER if run.arm is Arm.CANDIDATE else AGAINST_ORDER)[0]
-            value = VALUES[run.arm][run.pair]
-            runs.append(
-                admin_pb2.JobComparisonRun(index=run.index, pair=run.pair, arm=run.arm.value, value=value, node=node)
-            )
-    fields: dict[str, object] = {
-        "job_id": JOB,
-        "candidate": VERSION.id,
-        "candidate_version": VERSION.id,
-        "against": "defaults",
-        "against_version": "",
-        "metric": r"step_time=([0-9.]+)",
-        "pairs": PAIRS,
-        "nodes": ["n1", "n2"],
-        "candidate_order": CANDIDATE_ORDER,
-        "against_order": AGAINST_ORDER,
-        "runs": runs,
-    }
-    fields.update(changes)
-    return admin_pb2.RecordJobComparisonRequest(**fields)  # type: ignore[arg-type]
+Record = tuple[ComparisonHeader, list[RunValue]]
+"""What one node records: the header every node sends alike, and the runs it read."""
+
+
+def _request(arm: Arm | None, *, runs: list[RunValue] | None = None, **changes: Any) -> Record:
+    """The record of the node that read ``arm``'s runs (None: every run), with ``changes`` to the header."""
+    if runs is None:
+        runs = []
+        for run in arm_schedule(JOB, PAIRS):
+            if arm is None or run.arm is arm:
+                node = (CANDIDATE_ORDER if run.arm is Arm.CANDIDATE else AGAINST_ORDER)[0]
+                runs.append(RunValue(run.index, run.pair, run.arm, VALUES[run.arm][run.pair], node))
+    header = ComparisonHeader(
+        job_id=JOB,
+        candidate=VERSION.id,
+        candidate_version=VERSION.id,
+        against="defaults",
+        against_version="",
+        metric=r"step_time=([0-9.]+)",
+        higher_is_better=False,
+        pairs=PAIRS,
+        nodes=("n1", "n2"),
+        candidate_order=tuple(CANDIDATE_ORDER),
+        against_order=tuple(AGAINST_ORDER),
+    )
+    return dataclasses.replace(header, **changes), runs
 
 
 JOB_TOKEN = Credentials(TOKEN).issue_job()
@@ -87,22 +94,23 @@ def _job_client(controller: Controller) -> AdminClient:
 async def test_two_nodes_records_make_one_comparison_with_the_proofs_figures(
     controller: Controller, tmp_path: Path
 ) -> None:
-    def record() -> tuple[admin_pb2.JobComparison, admin_pb2.JobComparison, admin_pb2.JobComparison]:
+    def record() -> tuple[StoredComparison, StoredComparison, StoredComparison]:
         _pin_arms(controller)
         with _job_client(controller) as client:
-            first = client.record_job_comparison(_request(Arm.AGAINST))
-            again = client.record_job_comparison(_request(Arm.AGAINST))  # a retry: a no-op
-            last = client.record_job_comparison(_request(Arm.CANDIDATE))
+            first = client.record_job_comparison(*_request(Arm.AGAINST))
+            again = client.record_job_comparison(*_request(Arm.AGAINST))  # a retry: a no-op
+            last = client.record_job_comparison(*_request(Arm.CANDIDATE))
         return first, again, last
 
     first, again, last = await asyncio.to_thread(record)
-    assert not first.complete and len(first.job.runs) == PAIRS and not first.decision
-    assert not again.complete and again.comparison_id == first.comparison_id
-    assert last.complete and len(last.job.runs) == 2 * PAIRS
-    assert [r.index for r in last.job.runs] == list(range(2 * PAIRS))
-    assert 1.9 < last.gain < 2.1 and last.ci_low < last.gain < last.ci_high
-    assert last.decision == "faster" and last.confidence == pytest.approx(0.98)
-    assert (last.candidate_median, last.against_median) == (1.0, 2.0)
+    assert not first.complete and len(first.runs) == PAIRS and first.figures is None
+    assert not again.complete and again.id == first.id
+    assert last.complete and len(last.runs) == 2 * PAIRS
+    assert [r.index for r in last.runs] == list(range(2 * PAIRS))
+    figures = last.figures
+    assert figures is not None and 1.9 < figures.gain < 2.1 and figures.ci_low < figures.gain < figures.ci_high
+    assert figures.decision is Decision.FASTER and figures.confidence == pytest.approx(0.98)
+    assert (figures.candidate_median, figures.against_median) == (1.0, 2.0)
 
     result = await asyncio.to_thread(
         CliRunner().invoke,
@@ -139,31 +147,25 @@ async def test_records_that_disagree_with_the_schedule_or_each_other_are_refused
         seen = []
         with _job_client(controller) as client:
             with pytest.raises(ConflictError, match=f"job {JOB} has no pinned config for arm {VERSION.id}"):
-                client.record_job_comparison(_request(Arm.AGAINST))
+                client.record_job_comparison(*_request(Arm.AGAINST))
             _pin_arms(controller)
-            client.record_job_comparison(_request(Arm.AGAINST))
-            bad_runs = list(_request(Arm.CANDIDATE).runs)
-            wrong_arm = admin_pb2.JobComparisonRun()
-            wrong_arm.CopyFrom(bad_runs[0])
-            wrong_arm.arm = "against"
-            changed = admin_pb2.JobComparisonRun()
-            changed.CopyFrom(_request(Arm.AGAINST).runs[0])
-            changed.value = 9.0
-            wrong_node = admin_pb2.JobComparisonRun()
-            wrong_node.CopyFrom(bad_runs[0])
-            wrong_node.node = "n1"
+            client.record_job_comparison(*_request(Arm.AGAINST))
+            _, bad_runs = _request(Arm.CANDIDATE)
+            wrong_arm = dataclasses.replace(bad_runs[0], arm=Arm.AGAINST)
+            changed = dataclasses.replace(_request(Arm.AGAINST)[1][0], value=9.0)
+            wrong_node = dataclasses.replace(bad_runs[0], node="n1")
             for request, kind in (
                 (_request(None, runs=[wrong_arm]), ValidationError),
                 (_request(None, runs=[wrong_node]), ValidationError),
                 (_request(None, runs=[changed]), AlreadyExists),
                 (_request(Arm.CANDIDATE, metric="other=([0-9]+)"), ConflictError),
                 (_request(Arm.CANDIDATE, pairs=1), ValidationError),
-                (_request(Arm.CANDIDATE, against_order=["n1", "n3"]), ValidationError),
-                (_request(Arm.CANDIDATE, candidate_order=AGAINST_ORDER, runs=[]), ValidationError),
+                (_request(Arm.CANDIDATE, against_order=("n1", "n3")), ValidationError),
+                (_request(Arm.CANDIDATE, candidate_order=tuple(AGAINST_ORDER), runs=[]), ValidationError),
                 (_request(Arm.CANDIDATE, against="stable", against_version="cv-0123456789abcdef"), ConflictError),
             ):
                 with pytest.raises(kind) as caught:
-                    client.record_job_comparison(request)
+                    client.record_job_comparison(*request)
                 seen.append(str(caught.value))
             # A job credential records, and reads nothing back.
             with pytest.raises(PermissionDenied, match="job credentials may not call"):

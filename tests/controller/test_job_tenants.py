@@ -18,8 +18,9 @@ from topo_tune.client.credential_entries import IssuedRole, IssuedToken
 from topo_tune.config.cluster import JobCapsConfig
 from topo_tune.controller.server import Controller
 from topo_tune.errors import PermissionDenied, QuotaExceeded
+from topo_tune.jobs.compare.comparison_record import StoredComparison
 from topo_tune.jobs.compare.schedule import Arm
-from topo_tune.v1 import admin_pb2
+from topo_tune.tuner.statistics import Decision
 
 JOB = "train-77"  # the job of test_job_comparisons' requests
 
@@ -124,7 +125,7 @@ async def test_a_job_credential_cannot_read_forge_or_preempt_another_tenants_com
 
     a, b = await asyncio.to_thread(_issue, controller), await asyncio.to_thread(_issue, controller)
 
-    def attempts() -> tuple[list[str], admin_pb2.JobComparison]:
+    def attempts() -> tuple[list[str], StoredComparison]:
         with AdminClient(f"127.0.0.1:{controller.port}", token=TOKEN) as admin:
             admin.put_config_version(dict(VERSION.files), dict(VERSION.provenance))
         with _client(controller, a.token) as tenant_a:
@@ -135,20 +136,22 @@ async def test_a_job_credential_cannot_read_forge_or_preempt_another_tenants_com
             # Pre-empting (the first record), forging a value, reading the runs back in the reply: all refused.
             for request in (_request(Arm.AGAINST), _request(None)):
                 with pytest.raises(PermissionDenied) as caught:
-                    tenant_b.record_job_comparison(request)
+                    tenant_b.record_job_comparison(*request)
                 refused.append(str(caught.value).partition(" refused: ")[2])
         with _client(controller, a.token) as tenant_a:
-            tenant_a.record_job_comparison(_request(Arm.AGAINST))
-            done = tenant_a.record_job_comparison(_request(Arm.CANDIDATE))
+            tenant_a.record_job_comparison(*_request(Arm.AGAINST))
+            done = tenant_a.record_job_comparison(*_request(Arm.CANDIDATE))
         with _client(controller, b.token) as tenant_b:
             with pytest.raises(PermissionDenied) as caught:
-                tenant_b.record_job_comparison(_request(Arm.CANDIDATE))
+                tenant_b.record_job_comparison(*_request(Arm.CANDIDATE))
             refused.append(str(caught.value).partition(" refused: ")[2])
         return refused, done
 
     refused, done = await asyncio.to_thread(attempts)
     assert set(refused) == {f"job '{JOB}' belongs to another credential"}
-    assert done.complete and done.decision == "faster", "the owner's comparison was neither pre-empted nor forged"
+    assert done.figures is not None and done.figures.decision is Decision.FASTER, (
+        "the owner's comparison was neither pre-empted nor forged"
+    )
 
 
 async def test_pins_and_comparisons_past_a_cap_are_refused_and_not_stored(capped: Controller) -> None:
@@ -188,12 +191,12 @@ async def test_comparisons_past_a_credentials_cap_are_refused_and_not_stored(cap
         with _client(capped, tenant.token) as client:
             for arm in (VERSION.id, "defaults", "stable"):
                 client.resolve_job_config(JOB, ["n1", "n2"], arm=arm)
-            client.record_job_comparison(_request(Arm.AGAINST))
-            client.record_job_comparison(_request(Arm.CANDIDATE))  # the same comparison: no new row
+            client.record_job_comparison(*_request(Arm.AGAINST))
+            client.record_job_comparison(*_request(Arm.CANDIDATE))  # the same comparison: no new row
             # Another pair of arms (stable against defaults) would be a second comparison.
-            second = _request(None, candidate="stable", candidate_version="", candidate_order=["n1", "n2"], runs=[])
+            second = _request(None, candidate="stable", candidate_version="", candidate_order=("n1", "n2"), runs=[])
             with pytest.raises(QuotaExceeded) as caught:
-                client.record_job_comparison(second)
+                client.record_job_comparison(*second)
         return str(caught.value)
 
     message = await asyncio.to_thread(attempts)

@@ -19,7 +19,8 @@ from alembic.config import Config as AlembicConfig
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from topo_tune.controller.commands import CommandBook, CommandStatus
+from topo_tune.command_record import CommandStatus
+from topo_tune.controller.commands import CommandBook
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import VERSION_TABLE, Base, CommandRow, DriftCheckRow, EventRow, NodeRow
 from topo_tune.controller.nodes import NodeRegistry, Registration

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from topo_tune.cli.connection import (
     client_tls,
@@ -21,16 +20,14 @@ from topo_tune.cli.connection import (
 from topo_tune.cli.field_flags import naming_flags
 from topo_tune.cli.output import FORMATS, emit_data, emit_lines, emit_table
 from topo_tune.client.admin import AdminClient
+from topo_tune.command_record import CommandInfo, NodeCommand
 from topo_tune.ids import NodeName
-from topo_tune.v1 import admin_pb2, agent_pb2
+from topo_tune.v1 import topology_pb2
+from topo_tune.wire.commands import command_data
+from topo_tune.wire.nodes import node_data
 from topo_tune.wire.plain_data import to_data
-from topo_tune.wire.values import BACKEND_FROM_WIRE
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-STATE_NAMES = {admin_pb2.NODE_STATE_READY: "ready", admin_pb2.NODE_STATE_LOST: "lost"}
-STATUS_NAMES = {v: k.removeprefix("COMMAND_STATUS_").lower() for k, v in agent_pb2.CommandStatus.items()}
-ACTIVITY_NAMES = {v: k.removeprefix("AGENT_ACTIVITY_").lower() for k, v in agent_pb2.AgentActivity.items()}
 
 
 def connected(function: F) -> F:
@@ -59,10 +56,10 @@ def connected(function: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _age(stamp: Timestamp) -> str:
-    if not stamp.seconds:
+def _age(at: datetime | None) -> str:
+    if at is None or at.timestamp() < 1:  # never heard from (an unset instant reads as the epoch)
         return "-"
-    seconds = (datetime.now(UTC) - stamp.ToDatetime(UTC)).total_seconds()
+    seconds = (datetime.now(UTC) - at).total_seconds()
     if seconds < 120:
         return f"{max(0.0, seconds):.0f}s ago"
     if seconds < 7200:
@@ -86,15 +83,15 @@ def nodes(client: AdminClient, fmt: str, rack: str) -> None:
     """List registered nodes with their state, rack and last heartbeat."""
     found = client.list_nodes(rack=rack)
     if fmt != "table":
-        emit_data([to_data(n) for n in found], fmt)
+        emit_data([node_data(n) for n in found], fmt)
         return
     rows = [
         (
             n.name,
             n.rack or "-",
-            STATE_NAMES.get(n.state, "?"),
-            ACTIVITY_NAMES.get(n.activity, "?"),
-            BACKEND_FROM_WIRE.get(n.backend, "?"),
+            n.state.value,
+            n.activity or "?",
+            n.backend or "?",
             (n.applied_config_version or "-") + (" DAMAGED" if n.config_damage else ""),
             _age(n.last_heartbeat_at),
         )
@@ -113,16 +110,16 @@ def node(client: AdminClient, fmt: str, name: str) -> None:
     """Show one node, with its discovered topology."""
     found = client.get_node(NodeName(name))
     if fmt != "table":
-        emit_data(to_data(found), fmt)
+        emit_data(node_data(found), fmt)
         return
-    topo = found.topology
+    topo = found.topology if found.topology is not None else topology_pb2.NodeTopology()  # none reported
     lines = [
         ("name", found.name),
         ("rack", found.rack or "-"),
-        ("state", STATE_NAMES.get(found.state, "?")),
-        ("activity", ACTIVITY_NAMES.get(found.activity, "?")),
+        ("state", found.state.value),
+        ("activity", found.activity or "?"),
         ("drained", "yes" if found.drained else "no"),
-        ("backend", BACKEND_FROM_WIRE.get(found.backend, "?")),
+        ("backend", found.backend or "?"),
         ("agent", found.agent_version),
         ("registrations", str(found.registrations)),
         ("last heartbeat", _age(found.last_heartbeat_at)),
@@ -138,9 +135,9 @@ def node(client: AdminClient, fmt: str, name: str) -> None:
     emit_table(f"node {found.name}", ("FIELD", "VALUE"), lines)
 
 
-def _print_command(info: admin_pb2.CommandInfo, fmt: str) -> None:
+def _print_command(info: CommandInfo, fmt: str) -> None:
     if fmt != "table":
-        emit_data(to_data(info), fmt)
+        emit_data(command_data(info), fmt)
         return
     emit_table(
         f"command {info.command_id}",
@@ -148,15 +145,15 @@ def _print_command(info: admin_pb2.CommandInfo, fmt: str) -> None:
         [
             ("node", info.node_name),
             ("kind", info.kind),
-            ("status", STATUS_NAMES.get(info.status, "?")),
+            ("status", info.status.value),
             ("deliveries", str(info.deliveries)),
             ("message", info.message or "-"),
         ],
     )
 
 
-def _send(client: AdminClient, fmt: str, request: admin_pb2.SendCommandRequest) -> None:
-    _print_command(client.send_command(request), fmt)
+def _send(client: AdminClient, fmt: str, *, node_name: str, command: NodeCommand, command_id: str) -> None:
+    _print_command(client.send_command(NodeName(node_name), command, command_id=command_id), fmt)
 
 
 _COMMAND_ID = click.option("--id", "command_id", default="", help="Your own command id, for idempotent retries.")
@@ -179,23 +176,14 @@ def rediscover(client: AdminClient, fmt: str, node_names: tuple[str, ...], every
     if every == bool(node_names):
         raise click.UsageError("give NODE... or --all")
     if len(node_names) == 1:
-        _send(
-            client,
-            fmt,
-            admin_pb2.SendCommandRequest(
-                node_name=node_names[0], command_id=command_id, rediscover=agent_pb2.Rediscover()
-            ),
-        )
+        _send(client, fmt, node_name=node_names[0], command=NodeCommand.REDISCOVER, command_id=command_id)
         return
-    sent = client.send_commands(
-        admin_pb2.SendCommandsRequest(
-            node_names=list(node_names), command_id_prefix=command_id, rediscover=agent_pb2.Rediscover()
-        )
-    )
+    targets = [NodeName(name) for name in node_names]
+    sent = client.send_commands(targets, NodeCommand.REDISCOVER, command_id_prefix=command_id)
     if fmt != "table":
-        emit_data([to_data(c) for c in sent.commands], fmt)
+        emit_data([command_data(c) for c in sent], fmt)
         return
-    rows = [(c.command_id, c.node_name, STATUS_NAMES.get(c.status, "?"), str(c.deliveries)) for c in sent.commands]
+    rows = [(c.command_id, c.node_name, c.status.value, str(c.deliveries)) for c in sent]
     emit_table(f"{len(rows)} commands", ("ID", "NODE", "STATUS", "DELIVERIES"), rows)
 
 
@@ -205,11 +193,7 @@ def rediscover(client: AdminClient, fmt: str, node_names: tuple[str, ...], every
 @connected
 def drain(client: AdminClient, fmt: str, node_name: str, command_id: str) -> None:
     """Stop NODE from taking benchmark jobs."""
-    _send(
-        client,
-        fmt,
-        admin_pb2.SendCommandRequest(node_name=node_name, command_id=command_id, drain=agent_pb2.Drain(drained=True)),
-    )
+    _send(client, fmt, node_name=node_name, command=NodeCommand.DRAIN, command_id=command_id)
 
 
 @admin.command()
@@ -218,11 +202,7 @@ def drain(client: AdminClient, fmt: str, node_name: str, command_id: str) -> Non
 @connected
 def undrain(client: AdminClient, fmt: str, node_name: str, command_id: str) -> None:
     """Let NODE take benchmark jobs again."""
-    _send(
-        client,
-        fmt,
-        admin_pb2.SendCommandRequest(node_name=node_name, command_id=command_id, drain=agent_pb2.Drain(drained=False)),
-    )
+    _send(client, fmt, node_name=node_name, command=NodeCommand.UNDRAIN, command_id=command_id)
 
 
 @admin.command()
@@ -233,14 +213,14 @@ def commands(client: AdminClient, fmt: str, node_name: str, limit: int) -> None:
     """List recent commands, newest first."""
     found = client.list_commands(node_name=node_name, limit=limit)
     if fmt != "table":
-        emit_data([to_data(c) for c in found], fmt)
+        emit_data([command_data(c) for c in found], fmt)
         return
     rows = [
         (
             c.command_id,
             c.node_name,
             c.kind,
-            STATUS_NAMES.get(c.status, "?"),
+            c.status.value,
             str(c.deliveries),
             c.message or "-",
         )
@@ -270,17 +250,20 @@ def topology(client: AdminClient, fmt: str, node_name: str | None) -> None:
     from topo_tune.kube.rack import tiers_above  # noqa: PLC0415
     from topo_tune.topology import Spine, build_cluster, render_admin_topology  # noqa: PLC0415
     from topo_tune.topology.cluster import admin_topology_data  # noqa: PLC0415
-    from topo_tune.v1 import topology_pb2  # noqa: PLC0415
 
     view = client.cluster_topology()
     spine = None
-    if view.HasField("spine_oversubscription") or view.HasField("spine_bandwidth_gbps"):
+    if view.spine_oversubscription is not None or view.spine_bandwidth_gbps is not None:
         spine = Spine(
-            oversubscription=view.spine_oversubscription if view.HasField("spine_oversubscription") else 1.0,
-            bandwidth_gbps=view.spine_bandwidth_gbps if view.HasField("spine_bandwidth_gbps") else None,
+            oversubscription=1.0 if view.spine_oversubscription is None else view.spine_oversubscription,
+            bandwidth_gbps=view.spine_bandwidth_gbps,
         )
-    topologies: dict[str, topology_pb2.NodeTopology] = {n.name: n.topology for n in view.nodes}
-    tiers = {n.name: tiers_above(n.labels) for n in view.nodes}
+    # A node whose agent reported no topology is modelled with nothing discovered.
+    empty = topology_pb2.NodeTopology()
+    topologies: dict[str, topology_pb2.NodeTopology] = {
+        n.name: n.topology if n.topology is not None else empty for n in view.nodes
+    }
+    tiers: dict[str, tuple[str, ...]] = {n.name: tiers_above(n.labels) for n in view.nodes}
     cluster = build_cluster(topologies, {n.name: n.rack for n in view.nodes if n.rack}, spine=spine, tiers_of=tiers)
     if fmt != "table":
         emit_data(admin_topology_data(cluster, node=node_name, node_data=to_data), fmt)

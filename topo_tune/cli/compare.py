@@ -38,9 +38,10 @@ from topo_tune.cli.job_comparisons import verdict_lines
 from topo_tune.cli.output import emit_line
 from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ConfigError, MetricNotFound, TopoTuneError
+from topo_tune.jobs.compare.comparison_record import ComparisonHeader
 from topo_tune.jobs.compare.metric import MetricReader, compile_metric
 from topo_tune.jobs.compare.schedule import Arm, Run, arm_schedule
-from topo_tune.v1 import admin_pb2
+from topo_tune.jobs.compare.summary import RunValue
 
 logger = logging.getLogger(__name__)
 
@@ -238,7 +239,7 @@ def run_comparison(
         f"comparing {spec.candidate} with {spec.against} on {node}: {len(schedule)} runs, "
         f"order {''.join('A' if r.arm is Arm.CANDIDATE else 'B' for r in schedule)} (A = {spec.candidate})"
     )
-    values: list[admin_pb2.JobComparisonRun] = []
+    values: list[RunValue] = []
     for run in schedule:
         arm = arms[run.arm]
         rank = arm.order.index(node)
@@ -261,9 +262,7 @@ def run_comparison(
                 value = reader.value(label)
             except MetricNotFound as error:
                 raise click.ClickException(str(error)) from None
-            values.append(
-                admin_pb2.JobComparisonRun(index=run.index, pair=run.pair, arm=run.arm.value, value=value, node=node)
-            )
+            values.append(RunValue(index=run.index, pair=run.pair, arm=run.arm, value=value, node=node))
     if values:
         _record(client, spec, job_id=job_id, nodes=nodes, arms=arms, values=values)
     else:
@@ -278,9 +277,9 @@ def _record(
     job_id: str,
     nodes: Sequence[str],
     arms: Mapping[Arm, ArmConfig],
-    values: list[admin_pb2.JobComparisonRun],
+    values: list[RunValue],
 ) -> None:
-    request = admin_pb2.RecordJobComparisonRequest(
+    header = ComparisonHeader(
         job_id=job_id,
         candidate=spec.candidate,
         candidate_version=arms[Arm.CANDIDATE].version,
@@ -289,19 +288,18 @@ def _record(
         metric=spec.metric,
         higher_is_better=spec.higher_is_better,
         pairs=spec.pairs,
-        nodes=sorted(set(nodes)),
-        candidate_order=list(arms[Arm.CANDIDATE].order),
-        against_order=list(arms[Arm.AGAINST].order),
-        runs=values,
+        nodes=tuple(sorted(set(nodes))),
+        candidate_order=tuple(arms[Arm.CANDIDATE].order),
+        against_order=tuple(arms[Arm.AGAINST].order),
     )
     deadline = time.monotonic() + spec.record_wait_s
-    stored = client.record_job_comparison(request)
+    stored = client.record_job_comparison(header, values)
     # Recording the same runs again is a no-op that answers with the comparison as it stands now.
     while not stored.complete and time.monotonic() < deadline:
         time.sleep(1.0)
-        stored = client.record_job_comparison(request)
+        stored = client.record_job_comparison(header, values)
     for line in verdict_lines(stored):
         emit_line(line)
     if stored.complete:
         listing = f"topo-tune admin job comparisons --job-id {shlex.quote(job_id)}"
-        emit_line(f"  recorded as {stored.comparison_id}: {listing}")
+        emit_line(f"  recorded as {stored.id}: {listing}")

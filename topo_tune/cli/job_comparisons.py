@@ -5,6 +5,7 @@ Also the one place a comparison is put in words for people: ``exec --compare`` p
 
 from __future__ import annotations
 
+from datetime import UTC
 from pathlib import Path
 
 import click
@@ -12,9 +13,9 @@ import click
 from topo_tune.cli.admin import admin, connected
 from topo_tune.cli.output import emit_data, emit_line, emit_table
 from topo_tune.client.admin import AdminClient
+from topo_tune.jobs.compare.comparison_record import StoredComparison
 from topo_tune.security.safe_write import write_file
-from topo_tune.v1 import admin_pb2
-from topo_tune.wire.plain_data import to_data
+from topo_tune.wire.job_comparisons import job_comparison_data
 
 
 def arm_label(name: str, version: str) -> str:
@@ -23,37 +24,37 @@ def arm_label(name: str, version: str) -> str:
     return name if name in (version, "defaults") else f"{name} ({resolved})"
 
 
-def gain_text(comparison: admin_pb2.JobComparison) -> str:
-    if not comparison.complete:
-        return "-"
-    return f"{comparison.gain:.3f}x"
+def gain_text(comparison: StoredComparison) -> str:
+    figures = comparison.figures
+    return "-" if figures is None else f"{figures.gain:.3f}x"
 
 
-def ci_text(comparison: admin_pb2.JobComparison) -> str:
-    if not comparison.complete:
-        return "-"
-    return f"{comparison.ci_low:.3f}-{comparison.ci_high:.3f} ({comparison.confidence:.0%})"
+def ci_text(comparison: StoredComparison) -> str:
+    figures = comparison.figures
+    return "-" if figures is None else f"{figures.ci_low:.3f}-{figures.ci_high:.3f} ({figures.confidence:.0%})"
 
 
-def verdict_lines(comparison: admin_pb2.JobComparison) -> list[str]:
+def verdict_lines(comparison: StoredComparison) -> list[str]:
     """The comparison for people: one table row per arm, then the gain, its interval and the decision."""
-    job = comparison.job
+    job, figures = comparison.header, comparison.figures
     direction = "higher" if job.higher_is_better else "lower"
     lines = [
-        f"job {job.job_id}: {len(job.runs)} of {2 * job.pairs} runs, metric {job.metric!r} ({direction} is better)",
+        f"job {job.job_id}: {len(comparison.runs)} of {2 * job.pairs} runs, metric {job.metric!r} "
+        f"({direction} is better)",
         f"  {'ARM':<10} {'CONFIG':<40} {'MEDIAN':>12}  NODE RANK 0",
     ]
+    medians = (None, None) if figures is None else (figures.candidate_median, figures.against_median)
     for arm, name, version, median, order in (
-        ("candidate", job.candidate, job.candidate_version, comparison.candidate_median, job.candidate_order),
-        ("against", job.against, job.against_version, comparison.against_median, job.against_order),
+        ("candidate", job.candidate, job.candidate_version, medians[0], job.candidate_order),
+        ("against", job.against, job.against_version, medians[1], job.against_order),
     ):
-        shown = f"{median:.6g}" if comparison.complete else "-"
+        shown = "-" if median is None else f"{median:.6g}"
         lines.append(f"  {arm:<10} {arm_label(name, version):<40} {shown:>12}  {order[0] if order else '-'}")
-    if comparison.complete:
+    if figures is not None:
         lines.append(
             f"  gain {gain_text(comparison)} (paired geometric mean; > 1: {job.candidate} is better), "
-            f"{comparison.confidence:.0%} CI {comparison.ci_low:.3f}-{comparison.ci_high:.3f}, "
-            f"p = {comparison.p_value:.2g}: {comparison.decision}"
+            f"{figures.confidence:.0%} CI {figures.ci_low:.3f}-{figures.ci_high:.3f}, "
+            f"p = {figures.p_value:.2g}: {figures.decision.value}"
         )
     else:
         lines.append("  incomplete: the runs read on other nodes (their arm's node rank 0) are not recorded yet")
@@ -95,24 +96,25 @@ def comparisons(client: AdminClient, fmt: str, job_id: str, limit: int, report: 
         # Here, not at the top: the report's modules pull in matplotlib, which listing never needs.
         from topo_tune.tuner.report.job_comparisons import with_comparisons  # noqa: PLC0415
 
-        page = with_comparisons(report.read_text(encoding="utf-8"), [to_data(c) for c in found], where="--report")
+        data = [job_comparison_data(c) for c in found]
+        page = with_comparisons(report.read_text(encoding="utf-8"), data, where="--report")
         write_file(report, page)  # a reader never sees half a page; a symlink there is refused
         emit_line(f"# {report}: {len(found)} job comparisons in 'What jobs measured'", err=True)
     if fmt != "table":
-        emit_data([to_data(c) for c in found], fmt)
+        emit_data([job_comparison_data(c) for c in found], fmt)
         return
     rows = [
         (
-            c.job.job_id,
-            c.created_at.ToDatetime().strftime("%Y-%m-%d %H:%M"),
-            arm_label(c.job.candidate, c.job.candidate_version),
-            arm_label(c.job.against, c.job.against_version),
-            f"{len(c.job.runs)}/{2 * c.job.pairs}",
-            f"{c.candidate_median:.4g}" if c.complete else "-",
-            f"{c.against_median:.4g}" if c.complete else "-",
+            c.header.job_id,
+            c.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M"),
+            arm_label(c.header.candidate, c.header.candidate_version),
+            arm_label(c.header.against, c.header.against_version),
+            f"{len(c.runs)}/{2 * c.header.pairs}",
+            "-" if c.figures is None else f"{c.figures.candidate_median:.4g}",
+            "-" if c.figures is None else f"{c.figures.against_median:.4g}",
             gain_text(c),
             ci_text(c),
-            c.decision or "incomplete",
+            "incomplete" if c.figures is None else c.figures.decision.value,
         )
         for c in found
     ]

@@ -218,8 +218,8 @@ def export(
         with AdminClient(address, token=resolve_token(token_file), tls=client_tls(tls_ca, tls_cert, tls_key)) as client:
             view = client.cluster_topology()
             measured = client.measured_pairs()
-        rack_of = {n.name: n.rack for n in view.nodes}
-        tiers = {n.name: tiers_above(n.labels) for n in view.nodes}
+        rack_of: dict[str, str] = {n.name: n.rack for n in view.nodes}
+        tiers: dict[str, tuple[str, ...]] = {n.name: tiers_above(n.labels) for n in view.nodes}
         pairs = [(m.node_a, m.node_b, m.bandwidth_gbps) for m in measured]
         tree = _tree(rack_of, tiers, pairs, hint="the controller's nodes")
         source = f"the controller at {address}"

@@ -1,8 +1,8 @@
 """A client of the admin service, for the CLI and for scripts.
 
 Its callers get domain values, never the admin API's messages: studies, drift checks, benchmark jobs, probe rounds,
-credentials, rollouts, a job's config (``wire/`` and this package convert them at this edge); the node, command,
-config version and job-comparison calls still answer with messages, until they too are converted.
+credentials, rollouts, nodes, commands, a job's config, job comparisons (``wire/`` and this package convert
+them at this edge); only the config version calls still answer with messages.
 
 Transport errors never escape this module: every ``grpc.RpcError`` becomes a ``ControllerError`` (or its
 subclasses ``ControllerUnavailable`` / ``Unauthenticated``), or the domain error its status code stands for
@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -41,6 +41,7 @@ from topo_tune.client.credential_entries import (
 )
 from topo_tune.client.job_answer import checked_job_config
 from topo_tune.client.watch_step import WatchStep
+from topo_tune.command_record import CommandInfo, NodeCommand
 from topo_tune.drift_record import DriftCheck
 from topo_tune.errors import (
     ERROR_FIELD,
@@ -59,7 +60,10 @@ from topo_tune.errors import (
     Unauthenticated,
 )
 from topo_tune.ids import NO_CONFIG_VERSION, NO_ROLLOUT, ConfigVersionId, JobId, NodeName, RolloutId, StudyId
+from topo_tune.jobs.compare.comparison_record import ComparisonHeader, StoredComparison
+from topo_tune.jobs.compare.summary import RunValue
 from topo_tune.jobs.job_config import JobConfig
+from topo_tune.node_record import NodeInfo, NodeInventory
 from topo_tune.rollout_record import RolloutAction, RolloutInfo, RolloutRequest, RolloutTransition
 from topo_tune.security.auth import TlsFiles, bearer_metadata, channel_credentials, with_default_port
 from topo_tune.study_record import Study, StudyRequest, StudyTrials
@@ -71,8 +75,11 @@ from topo_tune.wire.admin_jobs import (
     probe_request_to_proto,
     probe_round_from_proto,
 )
+from topo_tune.wire.commands import command_from_proto, send_command_to_proto, send_commands_to_proto
 from topo_tune.wire.drift_checks import drift_check_from_proto
+from topo_tune.wire.job_comparisons import job_comparison_from_proto, job_comparison_request_to_proto
 from topo_tune.wire.job_configs import job_config_from_proto
+from topo_tune.wire.nodes import node_from_proto, node_inventory_from_proto
 from topo_tune.wire.rollouts import (
     ROLLOUT_ACTION_TO_WIRE,
     rollout_info_from_proto,
@@ -346,23 +353,35 @@ class AdminClient:
         what, later = f"study {study_id}", f"topo-tune admin study status {study_id}"
         return from_proto_study(self._watch(self._stub.WatchStudy, study_id, what, ended, step, later=later).study)
 
-    def list_nodes(self, *, rack: str = "") -> list[admin_pb2.Node]:
-        return list(self._call(self._stub.ListNodes, admin_pb2.ListNodesRequest(rack=rack)).nodes)
+    def list_nodes(self, *, rack: str = "") -> list[NodeInfo]:
+        found = self._call(self._stub.ListNodes, admin_pb2.ListNodesRequest(rack=rack)).nodes
+        return [node_from_proto(node) for node in found]
 
-    def get_node(self, name: NodeName) -> admin_pb2.Node:
-        return self._call(self._stub.GetNode, admin_pb2.GetNodeRequest(name=name))
+    def get_node(self, name: NodeName) -> NodeInfo:
+        """The node with its discovered topology."""
+        return node_from_proto(self._call(self._stub.GetNode, admin_pb2.GetNodeRequest(name=name)))
 
-    def send_command(self, request: admin_pb2.SendCommandRequest) -> admin_pb2.CommandInfo:
-        return self._call(self._stub.SendCommand, request)
+    def send_command(self, node: NodeName, command: NodeCommand, *, command_id: str = "") -> CommandInfo:
+        """Send ``command`` to ``node``'s agent (delivered when it next connects); ``command_id``: your own, for
+        idempotent retries ("": the controller picks one)."""
+        request = send_command_to_proto(node, command, command_id=command_id)
+        return command_from_proto(self._call(self._stub.SendCommand, request))
 
-    def send_commands(self, request: admin_pb2.SendCommandsRequest) -> admin_pb2.SendCommandsResponse:
-        return self._call(self._stub.SendCommands, request)
+    def send_commands(
+        self, nodes: Sequence[NodeName], command: NodeCommand, *, command_id_prefix: str = ""
+    ) -> list[CommandInfo]:
+        """One fan-out to ``nodes`` (none: every node the controller knows); with a prefix, ids are PREFIX-NODE."""
+        request = send_commands_to_proto(list(nodes), command, command_id_prefix=command_id_prefix)
+        return [command_from_proto(info) for info in self._call(self._stub.SendCommands, request).commands]
 
-    def get_command(self, command_id: str) -> admin_pb2.CommandInfo:
-        return self._call(self._stub.GetCommand, admin_pb2.GetCommandRequest(command_id=command_id))
+    def get_command(self, command_id: str) -> CommandInfo:
+        request = admin_pb2.GetCommandRequest(command_id=command_id)
+        return command_from_proto(self._call(self._stub.GetCommand, request))
 
-    def cluster_topology(self) -> admin_pb2.ClusterTopologyView:
-        return self._call(self._stub.GetClusterTopology, admin_pb2.GetClusterTopologyRequest())
+    def cluster_topology(self) -> NodeInventory:
+        """Every node with its topology, and the spine as cluster.yaml names it."""
+        request = admin_pb2.GetClusterTopologyRequest()
+        return node_inventory_from_proto(self._call(self._stub.GetClusterTopology, request))
 
     def start_benchmark(self, request: BenchmarkRequest) -> BenchmarkJob:
         return benchmark_job_from_proto(self._call(self._stub.StartBenchmark, benchmark_request_to_proto(request)))
@@ -452,9 +471,9 @@ class AdminClient:
     def cancel_study(self, study_id: StudyId) -> Study:
         return from_proto_study(self._call(self._stub.CancelStudy, admin_pb2.GetStudyRequest(study_id=study_id)))
 
-    def list_commands(self, *, node_name: str = "", limit: int = 0) -> list[admin_pb2.CommandInfo]:
+    def list_commands(self, *, node_name: str = "", limit: int = 0) -> list[CommandInfo]:
         request = admin_pb2.ListCommandsRequest(node_name=node_name, limit=limit)
-        return list(self._call(self._stub.ListCommands, request).commands)
+        return [command_from_proto(info) for info in self._call(self._stub.ListCommands, request).commands]
 
     # -- rollouts and job configs ---------------------------------------------------------------------------
 
@@ -525,17 +544,19 @@ class AdminClient:
         request = admin_pb2.RecordJobTimingRequest(job_id=job_id, node=node, records=records)
         return self._call(self._stub.RecordJobTiming, request).stored
 
-    def record_job_comparison(self, request: admin_pb2.RecordJobComparisonRequest) -> admin_pb2.JobComparison:
-        return self._call(self._stub.RecordJobComparison, request)
+    def record_job_comparison(self, header: ComparisonHeader, runs: Sequence[RunValue]) -> StoredComparison:
+        """Record the runs this node read; the comparison as it stands after (its figures once every run is in)."""
+        request = job_comparison_request_to_proto(header, runs)
+        return job_comparison_from_proto(self._call(self._stub.RecordJobComparison, request))
 
-    def list_job_comparisons(self, *, job_id: str = "", limit: int = 50) -> list[admin_pb2.JobComparison]:
+    def list_job_comparisons(self, *, job_id: str = "", limit: int = 50) -> list[StoredComparison]:
         """Up to ``limit``, newest first, page by page (the controller cuts pages by size)."""
-        found: list[admin_pb2.JobComparison] = []
+        found: list[StoredComparison] = []
         token = ""
         while len(found) < limit:
             request = admin_pb2.ListJobComparisonsRequest(job_id=job_id, limit=limit - len(found), page_token=token)
             page = self._call(self._stub.ListJobComparisons, request)
-            found.extend(page.comparisons)
+            found.extend(job_comparison_from_proto(comparison) for comparison in page.comparisons)
             token = page.next_page_token
             if not token:
                 break

@@ -18,48 +18,23 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from topo_tune.command_record import CommandInfo, CommandStatus
 from topo_tune.controller.db.database import Database, table_of
 from topo_tune.controller.db.models import CommandRow, EventRow, NodeRow
 from topo_tune.controller.group_commit import GroupCommit
 from topo_tune.errors import AlreadyExists, NotFoundError
 from topo_tune.ids import NodeName
 from topo_tune.v1 import agent_pb2
+from topo_tune.wire.commands import COMMAND_STATUS_FROM_WIRE
 from topo_tune.wire.values import timestamp
 
 logger = logging.getLogger(__name__)
 
-
-class CommandStatus(StrEnum):
-    PENDING = "pending"
-    SENT = "sent"
-    ACKED = "acked"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    TIMED_OUT = "timed_out"
-    REJECTED = "rejected"
-
-    @property
-    def final(self) -> bool:
-        return self not in _OPEN
-
-
-_OPEN = frozenset({CommandStatus.PENDING, CommandStatus.SENT, CommandStatus.ACKED})
-
-STATUS_TO_WIRE = {
-    CommandStatus.PENDING: agent_pb2.COMMAND_STATUS_PENDING,
-    CommandStatus.SENT: agent_pb2.COMMAND_STATUS_SENT,
-    CommandStatus.ACKED: agent_pb2.COMMAND_STATUS_ACKED,
-    CommandStatus.SUCCEEDED: agent_pb2.COMMAND_STATUS_SUCCEEDED,
-    CommandStatus.FAILED: agent_pb2.COMMAND_STATUS_FAILED,
-    CommandStatus.TIMED_OUT: agent_pb2.COMMAND_STATUS_TIMED_OUT,
-    CommandStatus.REJECTED: agent_pb2.COMMAND_STATUS_REJECTED,
-}
-STATUS_FROM_WIRE = {wire: status for status, wire in STATUS_TO_WIRE.items()}
+_OPEN = tuple(status for status in CommandStatus if not status.final)
 
 
 @dataclass(frozen=True)
@@ -74,6 +49,20 @@ class CommandRecord:
     result: agent_pb2.CommandResult | None
     created_at: datetime
     finished_at: datetime | None
+
+    def info(self) -> CommandInfo:
+        """The command as an admin reads it (its body stays here)."""
+        return CommandInfo(
+            command_id=self.id,
+            node_name=self.node_name,
+            kind=self.kind,
+            status=self.status,
+            message=self.message,
+            deliveries=self.deliveries,
+            created_at=self.created_at,
+            finished_at=self.finished_at,
+            result=self.result,
+        )
 
 
 @dataclass(frozen=True)
@@ -280,7 +269,7 @@ class CommandBook:
     async def finish(self, node_name: NodeName, result: agent_pb2.CommandResult) -> Finished:
         """Record a command's final result, with its effect on the node, in one transaction (shared with
         results that arrive at the same time; returns once it is committed)."""
-        status = STATUS_FROM_WIRE[result.status]
+        status = COMMAND_STATUS_FROM_WIRE[result.status]
         finished = await self._results.submit((node_name, result, self.wall_clock()))
         if finished.recorded:  # a fan-out's thousands of successes are in the commands table, not the log
             logger.log(
@@ -320,7 +309,7 @@ class CommandBook:
                 out.append(Finished(known=True, recorded=False, job_id=row.job_id))
                 continue
             finished.add(row.id)
-            status = STATUS_FROM_WIRE[result.status]
+            status = COMMAND_STATUS_FROM_WIRE[result.status]
             finals.append(
                 {
                     "command": row.id,

@@ -37,50 +37,11 @@ from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import JobComparisonRow
 from topo_tune.controller.tenancy import ADMIN, CAPS, Tenant, check_row_nodes
 from topo_tune.errors import AlreadyExists, ConflictError, StorageError, ValidationError
+from topo_tune.jobs.compare.comparison_record import ComparisonHeader, StoredComparison
 from topo_tune.jobs.compare.schedule import Arm, arm_schedule
 from topo_tune.jobs.compare.summary import ComparisonSummary, RunValue, summarise
 from topo_tune.jobs.config import JobPin
 from topo_tune.tuner.statistics import Decision
-
-
-@dataclass(frozen=True)
-class ComparisonHeader:
-    """What every node of the job says alike about its comparison."""
-
-    job_id: str
-    candidate: str
-    candidate_version: str
-    against: str
-    against_version: str
-    metric: str
-    higher_is_better: bool
-    pairs: int
-    nodes: tuple[str, ...]
-    candidate_order: tuple[str, ...]
-    against_order: tuple[str, ...]
-
-    def order(self, arm: Arm) -> tuple[str, ...]:
-        return self.candidate_order if arm is Arm.CANDIDATE else self.against_order
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ComparisonHeader:
-        lists = {name: tuple(data[name]) for name in ("nodes", "candidate_order", "against_order")}
-        return cls(**{**data, **lists})
-
-
-@dataclass(frozen=True)
-class StoredComparison:
-    id: str
-    header: ComparisonHeader
-    runs: tuple[RunValue, ...]
-    """Every run recorded so far, in schedule order."""
-    figures: ComparisonSummary | None
-    """None until every run is in."""
-    created_at: datetime
-    completed_at: datetime | None
 
 
 def comparison_id(*, job_id: str, candidate: str, against: str) -> str:

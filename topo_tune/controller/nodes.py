@@ -28,7 +28,7 @@ from topo_tune.controller.db.models import EventRow, NodeRow
 from topo_tune.errors import NotFoundError
 from topo_tune.ids import NO_CONFIG_VERSION, ConfigVersionId, NodeName
 from topo_tune.nccl.backends import Backend
-from topo_tune.node_record import NodeState
+from topo_tune.node_record import NodeInfo, NodeState
 from topo_tune.security.log_text import LogGate, held_note, printable
 from topo_tune.topology.fingerprint import topology_fingerprint
 from topo_tune.v1 import topology_pb2
@@ -108,6 +108,27 @@ class NodeView:
     registered_at: datetime
     last_heartbeat_at: datetime
     config_damage: str = ""
+
+    def info(self, *, with_topology: bool) -> NodeInfo:
+        """The node in the words a tuning pass and the admin API use; its stored topology parsed where asked for."""
+        topology = topology_pb2.NodeTopology.FromString(self.topology) if with_topology and self.topology else None
+        return NodeInfo(
+            name=self.name,
+            rack=self.rack,
+            state=self.state,
+            backend=self.backend,
+            registrations=self.registrations,
+            last_heartbeat_at=self.last_heartbeat_at,
+            labels=dict(self.labels),
+            topology=topology,
+            registered_at=self.registered_at,
+            agent_version=self.agent_version,
+            address=self.address,
+            drained=self.drained,
+            activity=self.activity,
+            applied_config_version=self.applied_config_version,
+            config_damage=self.config_damage,
+        )
 
 
 @dataclass

@@ -44,10 +44,11 @@ from sqlalchemy.orm import Session
 
 from topo_tune.benchmark.job_spec import MAX_DEADLINE_S
 from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound, ProbeStatus
+from topo_tune.command_record import CommandStatus
 from topo_tune.controller import names
 from topo_tune.controller.benchmarks.plan import probe_rounds
 from topo_tune.controller.changes import Changes, first_of
-from topo_tune.controller.commands import CommandBook, CommandRecord, CommandStatus
+from topo_tune.controller.commands import CommandBook, CommandRecord
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.left_running import end_left_running
 from topo_tune.controller.db.models import CommandRow, PairMeasurementRow, ProbeRoundRow

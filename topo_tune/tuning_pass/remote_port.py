@@ -1,11 +1,10 @@
 """The tuning pass's ``controller_port.AdminPort`` over the admin client: what ``topo-tune init`` runs its pass through.
 
-The client hands benchmark jobs and probe rounds over as domain objects; the nodes (not yet converted by the
-client) are converted here. A controller that restarts under the pass (a crash, a redeploy, its database away) is
-waited for, up to ``restart_wait_s`` (2 minutes by default), saying so once per outage, instead of ending the
-pass: every call is retried until the controller answers. That is safe because each call is a read or an
-idempotent write (a benchmark job goes out under an id chosen here, so a job the controller stored before it
-died is found again, not started twice). Non-goals: the CLI's own calls, transport.
+The client hands nodes, benchmark jobs and probe rounds over as domain objects. A controller that restarts under
+the pass (a crash, a redeploy, its database away) is waited for, up to ``restart_wait_s`` (2 minutes by default),
+saying so once per outage, instead of ending the pass: every call is retried until the controller answers. That
+is safe because each call is a read or an idempotent write (a benchmark job goes out under an id chosen here, so a
+job the controller stored before it died is found again, not started twice). Non-goals: the CLI's own calls, transport.
 """
 
 from __future__ import annotations
@@ -14,43 +13,19 @@ import dataclasses
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC
 from typing import TypeVar
 
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest
 from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound
 from topo_tune.client.admin import AdminClient
 from topo_tune.errors import ControllerUnavailable
-from topo_tune.ids import JobId, NodeName
-from topo_tune.node_record import NodeInfo, NodeInventory, NodeState
+from topo_tune.ids import JobId
+from topo_tune.node_record import NodeInfo, NodeInventory
 from topo_tune.v1 import admin_pb2
-from topo_tune.wire.values import BACKEND_FROM_WIRE
 
 T = TypeVar("T")
 RESTART_WAIT_S = 120.0
 """How long the pass waits for a controller that stopped answering before it gives up."""
-
-
-def node_from_proto(node: admin_pb2.Node) -> NodeInfo:
-    """A node as the pass reads it; any state but ready counts as lost (the controller sends no other)."""
-    return NodeInfo(
-        name=NodeName(node.name),
-        rack=node.rack,
-        state=NodeState.READY if node.state == admin_pb2.NODE_STATE_READY else NodeState.LOST,
-        backend=BACKEND_FROM_WIRE.get(node.backend, ""),
-        registrations=node.registrations,
-        last_heartbeat_at=node.last_heartbeat_at.ToDatetime(UTC) if node.HasField("last_heartbeat_at") else None,
-        labels=dict(node.labels),
-        topology=node.topology if node.HasField("topology") else None,
-    )
-
-
-def cluster_topology_from_proto(view: admin_pb2.ClusterTopologyView) -> NodeInventory:
-    return NodeInventory(
-        nodes=tuple(node_from_proto(node) for node in view.nodes),
-        spine_oversubscription=view.spine_oversubscription if view.HasField("spine_oversubscription") else None,
-        spine_bandwidth_gbps=view.spine_bandwidth_gbps if view.HasField("spine_bandwidth_gbps") else None,
-    )
 
 
 class RemotePort:
@@ -92,10 +67,10 @@ class RemotePort:
             pause = min(pause * 2, 2.0)
 
     def list_nodes(self, *, rack: str = "") -> list[NodeInfo]:
-        return self._riding_out(lambda: [node_from_proto(node) for node in self.client.list_nodes(rack=rack)])
+        return self._riding_out(lambda: self.client.list_nodes(rack=rack))
 
     def cluster_topology(self) -> NodeInventory:
-        return self._riding_out(lambda: cluster_topology_from_proto(self.client.cluster_topology()))
+        return self._riding_out(self.client.cluster_topology)
 
     def start_probe_round(self, request: ProbeRequest) -> ProbeRound:
         # No id of our own to make a repeat idempotent: a round the controller stored but never answered for

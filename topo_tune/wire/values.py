@@ -6,8 +6,9 @@ One helper per value, shared by the agent, the controller's servicers and the cl
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
+from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from topo_tune.nccl.backends import Backend
@@ -47,3 +48,9 @@ def timestamp_ns(at_ns: int) -> Timestamp:
     stamp = Timestamp()
     stamp.FromNanoseconds(at_ns)
     return stamp
+
+
+def instant_or_none(message: Message, field: str) -> datetime | None:
+    """An optional ``Timestamp`` field of ``message`` as a UTC instant; ``None`` where it is unset."""
+    stamp: Timestamp = getattr(message, field)
+    return stamp.ToDatetime(UTC) if message.HasField(field) else None

@@ -31,8 +31,9 @@ from topo_tune.client.admin import AdminClient
 from topo_tune.controller.server import Controller
 from topo_tune.errors import ConflictError
 from topo_tune.nccl.backends import Backend
+from topo_tune.node_record import NodeInfo
 from topo_tune.rollout_record import RolloutAction, RolloutInfo, RolloutRequest
-from topo_tune.v1 import admin_pb2, topology_pb2
+from topo_tune.v1 import topology_pb2
 from topo_tune.versions.version import ConfigVersion
 
 T = TypeVar("T")
@@ -276,7 +277,7 @@ async def test_a_changed_active_version_is_reported_refused_to_jobs_and_re_appli
     conf = repaired.root / "active" / "nccl.conf"
     runs_before = {name: len(list((tmp_path / name / "config" / "versions").iterdir())) for name in RACKS}
 
-    async def reported() -> admin_pb2.Node | None:
+    async def reported() -> NodeInfo | None:
         node = await cluster.call(cluster.client.get_node, "r1n1")
         return node if node.config_damage else None
 

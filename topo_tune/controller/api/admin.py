@@ -19,7 +19,6 @@ from topo_tune.controller.api.messages import (
     to_proto_cluster_topology,
     to_proto_command,
     to_proto_config_version,
-    to_proto_job_comparison,
     to_proto_node,
 )
 from topo_tune.controller.api.pages import PAGE_BYTES, from_page_token, to_page_token
@@ -33,6 +32,7 @@ from topo_tune.controller.credentials import Credentials, Role, credential_id
 from topo_tune.controller.job_comparisons import JobComparisons
 from topo_tune.controller.job_timings import JobTimings
 from topo_tune.wire.drift_checks import drift_check_to_proto
+from topo_tune.wire.job_comparisons import job_comparison_to_proto
 from topo_tune.wire.studies import from_proto_study_request, to_proto_study, to_proto_study_trials
 from topo_tune.wire.values import timestamp, timestamp_or_none
 
@@ -341,7 +341,7 @@ class AdminServicer(
     ) -> admin_pb2.JobComparison:
         header, runs = from_proto_job_comparison(request)
         recorded = await self._comparisons().record(header, runs, tenant=self._tenant(context))
-        return to_proto_job_comparison(recorded)
+        return job_comparison_to_proto(recorded)
 
     @maps_errors
     async def ListJobComparisons(
@@ -353,7 +353,7 @@ class AdminServicer(
         found = await self._comparisons().list(job_id=job_id, limit=limit, after=after)
         reply = admin_pb2.ListJobComparisonsResponse()
         for index, comparison in enumerate(found):
-            message = to_proto_job_comparison(comparison)
+            message = job_comparison_to_proto(comparison)
             if reply.comparisons and reply.ByteSize() + message.ByteSize() > PAGE_BYTES:
                 reply.next_page_token = to_page_token(found[index - 1])
                 break

@@ -18,12 +18,11 @@ from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest
 from topo_tune.benchmark.probe_record import PairMeasurement, ProbeRequest, ProbeRound
 from topo_tune.controller.benchmarks.service import BenchmarkJobs
 from topo_tune.controller.config_versions import ConfigVersions, StoredVersion
-from topo_tune.controller.nodes import NodeRegistry, NodeView
+from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.probes import Probes
 from topo_tune.errors import StudyCancelled
 from topo_tune.ids import JobId
 from topo_tune.node_record import NodeInfo, NodeInventory
-from topo_tune.v1 import topology_pb2
 
 T = TypeVar("T")
 
@@ -45,11 +44,11 @@ class InProcessPort:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
     def list_nodes(self, *, rack: str = "") -> list[NodeInfo]:
-        return [node_info(v, with_topology=False) for v in self._run(self.registry.list(rack=rack))]
+        return [v.info(with_topology=False) for v in self._run(self.registry.list(rack=rack))]
 
     def cluster_topology(self) -> NodeInventory:
         oversubscription, bandwidth = self.spine
-        nodes = tuple(node_info(v, with_topology=True) for v in self._run(self.registry.list()))
+        nodes = tuple(v.info(with_topology=True) for v in self._run(self.registry.list()))
         return NodeInventory(nodes, spine_oversubscription=oversubscription, spine_bandwidth_gbps=bandwidth)
 
     def start_probe_round(self, request: ProbeRequest) -> ProbeRound:
@@ -79,18 +78,3 @@ class InProcessPort:
         self, files: dict[str, str], provenance: dict[str, str], *, version_id: str = ""
     ) -> StoredVersion:
         return self._run(self.config_versions.put(files, provenance, claimed_id=version_id))
-
-
-def node_info(view: NodeView, *, with_topology: bool) -> NodeInfo:
-    """The registry's view of a node as the pass reads it; its stored topology parsed where asked for."""
-    topology = topology_pb2.NodeTopology.FromString(view.topology) if with_topology and view.topology else None
-    return NodeInfo(
-        name=view.name,
-        rack=view.rack,
-        state=view.state,
-        backend=view.backend,
-        registrations=view.registrations,
-        last_heartbeat_at=view.last_heartbeat_at,
-        labels=dict(view.labels),
-        topology=topology,
-    )

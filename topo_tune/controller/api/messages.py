@@ -11,57 +11,32 @@ from __future__ import annotations
 from topo_tune.benchmark.probe_record import ProbeRound
 from topo_tune.controller import names
 from topo_tune.controller.benchmarks.service import JobProgress
-from topo_tune.controller.commands import STATUS_TO_WIRE as COMMAND_STATUS_TO_WIRE
 from topo_tune.controller.commands import CommandRecord
 from topo_tune.controller.config_versions import StoredVersion
-from topo_tune.controller.job_comparisons import ComparisonHeader, StoredComparison
 from topo_tune.controller.nodes import NodeView
 from topo_tune.controller.rollout.job_pins import ResolvedJob
 from topo_tune.controller.rollout.state import Snapshot, WavePhase
 from topo_tune.drift_record import DriftCheck
 from topo_tune.errors import ValidationError
 from topo_tune.ids import NodeName
+from topo_tune.jobs.compare.comparison_record import ComparisonHeader
 from topo_tune.jobs.compare.schedule import MAX_PAIRS, Arm
 from topo_tune.jobs.compare.summary import RunValue
 from topo_tune.jobs.config import LearningPin
 from topo_tune.jobs.job_config import JobConfig
-from topo_tune.node_record import NodeState
 from topo_tune.study_record import Study
-from topo_tune.v1 import admin_pb2, agent_pb2, topology_pb2
+from topo_tune.v1 import admin_pb2, agent_pb2
 from topo_tune.wire.admin_jobs import benchmark_job_to_proto, probe_round_to_proto
+from topo_tune.wire.commands import command_to_proto
 from topo_tune.wire.drift_checks import drift_check_to_proto
 from topo_tune.wire.job_configs import job_config_to_proto
+from topo_tune.wire.nodes import node_to_proto
 from topo_tune.wire.studies import to_proto_study
-from topo_tune.wire.values import BACKEND_TO_WIRE, timestamp, timestamp_or_none
-
-NODE_STATES = {NodeState.READY: admin_pb2.NODE_STATE_READY, NodeState.LOST: admin_pb2.NODE_STATE_LOST}
-ACTIVITIES = {
-    "idle": agent_pb2.AGENT_ACTIVITY_IDLE,
-    "busy": agent_pb2.AGENT_ACTIVITY_BUSY,
-    "drained": agent_pb2.AGENT_ACTIVITY_DRAINED,
-}
+from topo_tune.wire.values import timestamp
 
 
 def to_proto_node(view: NodeView, *, with_topology: bool) -> admin_pb2.Node:
-    node = admin_pb2.Node(
-        name=view.name,
-        rack=view.rack,
-        state=NODE_STATES[view.state],
-        labels=dict(view.labels),
-        registered_at=timestamp_or_none(view.registered_at),
-        last_heartbeat_at=timestamp_or_none(view.last_heartbeat_at),
-        agent_version=view.agent_version,
-        backend=BACKEND_TO_WIRE[view.backend],
-        drained=view.drained,
-        activity=ACTIVITIES.get(view.activity, agent_pb2.AGENT_ACTIVITY_UNSPECIFIED),
-        applied_config_version=view.applied_config_version,
-        registrations=view.registrations,
-        address=view.address,
-        config_damage=view.config_damage,
-    )
-    if with_topology and view.topology:
-        node.topology.CopyFrom(topology_pb2.NodeTopology.FromString(view.topology))
-    return node
+    return node_to_proto(view.info(with_topology=with_topology))
 
 
 def to_proto_cluster_topology(
@@ -78,19 +53,7 @@ def to_proto_cluster_topology(
 
 
 def to_proto_command(record: CommandRecord) -> admin_pb2.CommandInfo:
-    info = admin_pb2.CommandInfo(
-        command_id=record.id,
-        node_name=record.node_name,
-        kind=record.kind,
-        status=COMMAND_STATUS_TO_WIRE[record.status],
-        message=record.message,
-        created_at=timestamp_or_none(record.created_at),
-        finished_at=timestamp_or_none(record.finished_at),
-        deliveries=record.deliveries,
-    )
-    if record.result is not None:
-        info.result.CopyFrom(record.result)
-    return info
+    return command_to_proto(record.info())
 
 
 def from_proto_command_body(
@@ -215,41 +178,3 @@ def from_proto_job_comparison(
         against_order=tuple(request.against_order),
     )
     return header, runs
-
-
-def to_proto_job_comparison(stored: StoredComparison) -> admin_pb2.JobComparison:
-    header = stored.header
-    message = admin_pb2.JobComparison(
-        comparison_id=stored.id,
-        job=admin_pb2.RecordJobComparisonRequest(
-            job_id=header.job_id,
-            candidate=header.candidate,
-            candidate_version=header.candidate_version,
-            against=header.against,
-            against_version=header.against_version,
-            metric=header.metric,
-            higher_is_better=header.higher_is_better,
-            pairs=header.pairs,
-            nodes=list(header.nodes),
-            candidate_order=list(header.candidate_order),
-            against_order=list(header.against_order),
-            runs=[
-                admin_pb2.JobComparisonRun(index=r.index, pair=r.pair, arm=r.arm.value, value=r.value, node=r.node)
-                for r in stored.runs
-            ],
-        ),
-        complete=stored.figures is not None,
-        created_at=timestamp(stored.created_at),
-        completed_at=timestamp_or_none(stored.completed_at),
-    )
-    figures = stored.figures
-    if figures is not None:
-        message.candidate_median = figures.candidate_median
-        message.against_median = figures.against_median
-        message.gain = figures.gain
-        message.ci_low = figures.ci_low
-        message.ci_high = figures.ci_high
-        message.confidence = figures.confidence
-        message.p_value = figures.p_value
-        message.decision = figures.decision.value
-    return message

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from topo_tune.controller.job_comparisons import StoredComparison
 from topo_tune.errors import ValidationError
+from topo_tune.jobs.compare.comparison_record import StoredComparison
 
 PAGE_BYTES = 1 << 20
 """A page's items in bytes, at most (one larger item is sent alone)."""

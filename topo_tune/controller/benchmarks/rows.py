@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from topo_tune.benchmark.job_record import BenchmarkJob, JobOutcome, JobStatus, SizeRange
 from topo_tune.benchmark.job_spec import BenchmarkSpec
-from topo_tune.controller.commands import CommandStatus
+from topo_tune.command_record import CommandStatus
 from topo_tune.controller.db.models import BenchmarkJobRow, CommandRow
 from topo_tune.ids import JobId
 from topo_tune.nccl.backends import Backend

@@ -35,12 +35,13 @@ from sqlalchemy.orm import Session
 
 from topo_tune.benchmark.job_record import BenchmarkJob, BenchmarkRequest, JobOutcome, JobStatus
 from topo_tune.benchmark.job_spec import BenchmarkSpec
+from topo_tune.command_record import CommandStatus
 from topo_tune.controller import names
 from topo_tune.controller.benchmarks import rows as stored
 from topo_tune.controller.benchmarks.plan import JobNode, JobSummary, fitting, summarize
 from topo_tune.controller.benchmarks.request_plan import checked_request, next_specs, one_backend, planned
 from topo_tune.controller.changes import Changes, first_of
-from topo_tune.controller.commands import CommandBook, CommandRecord, CommandStatus
+from topo_tune.controller.commands import CommandBook, CommandRecord
 from topo_tune.controller.db.database import Database
 from topo_tune.controller.db.models import BenchmarkJobRow, CommandRow
 from topo_tune.controller.job_ends import OpenPart, cancel_command, cancel_command_id, why_it_cannot_finish

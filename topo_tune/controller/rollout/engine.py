@@ -35,9 +35,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from topo_tune.command_record import CommandStatus
 from topo_tune.config.cluster import RolloutGateConfig, RolloutThresholdsConfig
 from topo_tune.controller.changes import Changes
-from topo_tune.controller.commands import CommandBook, CommandStatus
+from topo_tune.controller.commands import CommandBook
 from topo_tune.controller.nodes import NodeRegistry
 from topo_tune.controller.rollout import state
 from topo_tune.controller.rollout.gate_run import GateRun
