@@ -40,18 +40,19 @@ def admin_cli(address: str, *args: str) -> Result:
     )
 
 
-def ship_jobs(address: str, count: int, *, prefix: str = "train") -> dict[str, int]:
+def ship_jobs(address: str, count: int, *, prefix: str = "train", diverged: bool = True) -> dict[str, int]:
     """``count`` learning jobs, each shipping both ranks' records (a challenger job ~20 % faster at 2 MiB),
-    and one more whose ranks disagree; their arms."""
+    and, when ``diverged``, one more whose ranks disagree; their arms."""
     arms = {}
     with AdminClient(address, token=TOKEN) as client:
-        for i in range(count + 1):
+        for i in range(count + diverged):
             job = f"{prefix}-{i}"
             arm = client.resolve_job_config(job, [NODE], may_learn=True).learning_arm
             ns = (80_000.0 if arm else 100_000.0) * (1 + 0.01 * (i % 3))
-            diverged = i == count
-            ranks = [record(rank=0, arm=arm, ns=ns), record(rank=1, arm=arm, ns=ns, calls=7 if diverged else 8)]
-            client.record_job_timing(job, NODE, ranks)
+            calls = 7 if i == count else 8
+            client.record_job_timing(
+                job, NODE, [record(rank=0, arm=arm, ns=ns), record(rank=1, arm=arm, ns=ns, calls=calls)]
+            )
             arms[job] = arm
     return arms
 
@@ -59,7 +60,6 @@ def ship_jobs(address: str, count: int, *, prefix: str = "train") -> dict[str, i
 async def test_evidence_then_a_proposal_that_goes_through_the_normal_rollout(sqlite_url: str, tmp_path: Path) -> None:
     async with learning_cluster(sqlite_url, tmp_path, learning=LEARNING_ON) as cluster:
         address = cluster.address
-        await asyncio.to_thread(ship_jobs, address, 0, prefix="early")
         refused = await asyncio.to_thread(admin_cli, address, "learning", "propose", LEARNING.id, "--arm", "1")
         assert refused.exit_code != 0 and "challenger 1 of" in refused.output and "not shown faster" in refused.output
 
@@ -67,7 +67,8 @@ async def test_evidence_then_a_proposal_that_goes_through_the_normal_rollout(sql
         assert {arms[f"train-{i}"] for i in range(16)} == {0, 1}
         shown = await asyncio.to_thread(admin_cli, address, "learning", "evidence", LEARNING.id)
         assert shown.exit_code == 0, shown.output
-        assert "2 set aside as divergent" in shown.output and "divergent: train-16: comm abc: rank 1" in shown.output
+        assert "1 set aside as divergent" in shown.output and "divergent: train-16: comm abc: rank 1" in shown.output
+        assert "learning stopped by the controller: job train-16's ranks ran different choices" in shown.output
         assert "proposable challengers: 1" in shown.output
         data = json.loads(
             (await asyncio.to_thread(admin_cli, address, "learning", "evidence", LEARNING.id, "-o", "json")).stdout

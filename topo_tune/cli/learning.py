@@ -61,8 +61,10 @@ def evidence(client: AdminClient, fmt: str, version_id: str) -> None:
 
     \b
     A job is one sample (its ranks' timed calls pooled); a job whose ranks' records disagree on what ran
-    is set aside and counted. APPLIES: the challenger's table changes the chosen one's choices in that
-    class (elsewhere both arms run the same choices). A challenger is proposable when it is faster in a
+    is set aside and counted, and ranks that ran different choices stop the version's learning (its
+    kill switch, shown with why; admin learning version ID --on allows it again). APPLIES: the
+    challenger's table changes the chosen one's choices in that class (elsewhere both arms run the same
+    choices). A challenger is proposable when it is faster in a
     class where it applies and shown non-inferior in every one: admin learning propose ID --arm N.
     """
     found = client.learning_evidence(ConfigVersionId(version_id))
@@ -74,6 +76,8 @@ def evidence(client: AdminClient, fmt: str, version_id: str) -> None:
                 "divergent": list(found.divergent),
                 "cells": [dataclasses.asdict(c) for c in found.cells],
                 "proposable": list(found.proposable),
+                "learning_stopped": found.learning_stopped,
+                "learning_stopped_why": found.learning_stopped_why,
             },
             fmt,
         )
@@ -82,6 +86,11 @@ def evidence(client: AdminClient, fmt: str, version_id: str) -> None:
     emit_line(f"{found.version}: jobs compared ({jobs}); {len(found.divergent)} set aside as divergent")
     for line in found.divergent[:10]:
         emit_line(f"  divergent: {line}")
+    if found.learning_stopped:
+        why = f" {found.learning_stopped_why}" if found.learning_stopped_why else ""
+        emit_line(f"learning stopped{why}: new jobs run the chosen table")
+    else:
+        emit_line("learning allowed (kill switch not set)")
     rows = [
         (
             str(c.arm),
