@@ -20,6 +20,7 @@ from topo_tune.cli.main import cli
 from topo_tune.client.admin import AdminClient
 from topo_tune.config.cluster import LearningConfig
 from topo_tune.plugin.timing_record import TIMING_MAGIC
+from topo_tune.tuner.report.learning_evidence import evidence_section
 from topo_tune.versions.version import TUNER_TABLE
 
 LEARNING_ON = LearningConfig(enabled=True, explore_share=SHARE, timing_sample=4)
@@ -76,6 +77,23 @@ async def test_evidence_then_a_proposal_that_goes_through_the_normal_rollout(sql
         (large,) = [c for c in data["cells"] if c["class_bytes"] == 2097152]
         assert large["applies"] and large["decision"] == "faster" and 1.2 < large["speedup"] < 1.3
         assert sum(data["jobs_by_arm"].values()) == 16, "the divergent jobs are not pooled"
+
+        report = tmp_path / "report.html"
+        report.write_text(f"<html><body><h1>init's page</h1>{evidence_section(None, version=LEARNING.id)}</body>")
+        refreshed = await asyncio.to_thread(admin_cli, address, "learning", "evidence", LEARNING.id, "--report",
+                                            str(report))  # fmt: skip
+        assert refreshed.exit_code == 0 and "'What learning jobs showed'" in refreshed.stderr, refreshed.output
+        page = report.read_text()
+        assert page.startswith("<html><body><h1>init's page</h1>") and page.endswith("</body>")
+        assert f"<code>{LEARNING.id}</code>" in page and "stopped by the controller: job train-16" in page
+        assert "(1M, 2M]</td><td class='l'>yes</td>" in page and "Proposable: challenger 1." in page
+        assert page.count("<!-- topo-tune: learning evidence -->") == 1
+        not_a_report = tmp_path / "other.html"
+        not_a_report.write_text("<html></html>")
+        refused = await asyncio.to_thread(admin_cli, address, "learning", "evidence", LEARNING.id, "--report",
+                                          str(not_a_report))  # fmt: skip
+        assert refused.exit_code != 0 and "--report: not a topo-tune report" in refused.output
+        assert not_a_report.read_text() == "<html></html>"
 
         unknown = await asyncio.to_thread(admin_cli, address, "learning", "evidence", "cv-ffffffffffffffff")
         assert unknown.exit_code != 0 and "no config version 'cv-ffffffffffffffff'" in unknown.output
