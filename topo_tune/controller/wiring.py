@@ -169,6 +169,7 @@ class Services:
             study_pass=study_pass,
             rack_of=dict(settings.rack_of),
             spine=spine,
+            learning=settings.learning,
             changes=self.changes,
         )
         verifier = BenchmarkVerifier(
