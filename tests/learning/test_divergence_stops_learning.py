@@ -19,8 +19,8 @@ from topo_tune.controller.db.models import EventRow
 DISAGREEMENT = "comm abc: rank 1 ran allreduce 2097152 tree/ll128 7 times, rank 0 8"
 
 
-async def test_ranks_that_ran_different_choices_stop_the_versions_learning(sqlite_url: str, tmp_path: Path) -> None:
-    async with learning_cluster(sqlite_url, tmp_path, learning=LEARNING_ON) as cluster:
+async def test_ranks_that_ran_different_choices_stop_the_versions_learning(database_url: str, tmp_path: Path) -> None:
+    async with learning_cluster(database_url, tmp_path, learning=LEARNING_ON) as cluster:
         address = cluster.address
 
         async def learning_events() -> list[str]:
