@@ -56,6 +56,13 @@ def test_job_caps_and_comparison_retention_are_configured_in_the_controller_sect
     )
     with pytest.raises(ConfigError, match=r"controller\.jobCaps\.pinsPerCredential"):
         loads_cluster_config(HEAD + "controller:\n  jobCaps: {pinsPerCredential: 0}\n")
+    timings = loads_cluster_config(
+        HEAD + "controller:\n  retention: {jobTimingMaxAge: 14d, jobTimingMaxRecords: 5000}\n"
+    )
+    retention = timings.controller.retention
+    assert (retention.job_timing_max_age, retention.job_timing_max_records) == (14 * 86400.0, 5000)
+    with pytest.raises(ConfigError, match=r"controller\.retention\.jobTimingMaxRecords"):
+        loads_cluster_config(HEAD + "controller:\n  retention: {jobTimingMaxRecords: 0}\n")
 
 
 @pytest.mark.parametrize(

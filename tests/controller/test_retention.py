@@ -24,6 +24,7 @@ from topo_tune.controller.db.models import (
     EventRow,
     GateResultRow,
     JobComparisonRow,
+    JobTimingRow,
     NodeRow,
     RolloutRow,
     StudyRow,
@@ -235,3 +236,41 @@ async def test_job_comparisons_older_than_their_own_max_age_go(db: Database) -> 
     report = await retention(db, job_comparison_max_age=30 * 86400.0).run()
     assert report == RetentionReport(job_comparisons=2)
     assert db.transact(lambda s: set(s.scalars(sa.select(JobComparisonRow.id)))) == {"jc-young"}
+
+
+def timings(db: Database) -> dict[str, int]:
+    """Records held per job."""
+    query = sa.select(JobTimingRow.job_id, sa.func.count()).group_by(JobTimingRow.job_id)
+    return db.transact(lambda session: {job_id: n for job_id, n in session.execute(query)})
+
+
+async def test_timing_records_go_a_whole_job_at_a_time_by_age_then_beyond_the_cap(db: Database) -> None:
+    def write(session: Session) -> None:
+        jobs = {"old": [LONG_AGO] * 3, "straddling": [LONG_AGO, LATELY], "young-1": [LATELY - timedelta(days=2)]}
+        jobs |= {"young-2": [LATELY - timedelta(days=1)] * 2, "young-3": [LATELY]}
+        for job_id, times in jobs.items():
+            session.add_all(
+                JobTimingRow(
+                    job_id=job_id,
+                    comm="abc",
+                    rank=rank,
+                    config_version="cv-0000000000000001",
+                    arm=0,
+                    node="n1",
+                    record="(a record)",
+                    owner="",
+                    created_at=at,
+                )
+                for rank, at in enumerate(times)
+            )
+
+    db.transact(write)
+    # The old job is larger than a batch (2): it still goes whole, in one transaction. The straddling job's
+    # newest record is young, so its old one stays: a job is never left missing a rank's record.
+    assert (await retention(db).run()).job_timings == 3
+    assert timings(db) == {"straddling": 2, "young-1": 1, "young-2": 2, "young-3": 1}
+    # Beyond the cap (3 records), the oldest jobs (by their newest record) go, whole, until at most 3 are held.
+    report = await retention(db, job_timing_max_records=3).run()
+    assert report == RetentionReport(job_timings=3)
+    assert timings(db) == {"straddling": 2, "young-3": 1}
+    assert await retention(db, job_timing_max_records=3).run() == RetentionReport(), "nothing beyond the cap"

@@ -25,9 +25,10 @@ from tests.support.waiting import async_wait_until
 from tests.test_cli_watch import Calls
 from topo_tune.cli.main import cli
 from topo_tune.cli.study_pass import InitPass
-from topo_tune.config.cluster import SearchConfig, WorkloadConfig
+from topo_tune.config.cluster import ClusterConfig, LearningConfig, SearchConfig, WorkloadConfig
 from topo_tune.controller.db.models import StudyRow
 from topo_tune.controller.server import Controller
+from topo_tune.controller.studies import StudyEnd
 from topo_tune.errors import DatabaseFull, NotFoundError, StudyError, ValidationError
 from topo_tune.study_record import Study, StudyRequest, StudyStatus
 from topo_tune.v1 import admin_pb2
@@ -38,16 +39,29 @@ T = TypeVar("T")
 pytestmark = pytest.mark.slow
 
 
+class RememberingPass:
+    """The real pass of ``init``, remembering the cluster each study handed it."""
+
+    def __init__(self) -> None:
+        self.clusters: list[ClusterConfig] = []
+
+    def run(self, cluster: ClusterConfig, port: Any, **given: Any) -> StudyEnd:
+        self.clusters.append(cluster)
+        return InitPass().run(cluster, port, **given)
+
+
 @pytest.fixture
-async def jobs_controller(sqlite_url: str, tmp_path: Path) -> AsyncIterator[Controller]:
+async def jobs_controller(sqlite_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Controller]:
+    """A controller running studies; parametrized indirectly, its cluster.yaml ``learning`` section."""
     server = Controller(
         controller_settings(
             sqlite_url,
             heartbeat_expiry_s=30,
             studies_dir=tmp_path / "studies",
             rack_of={"s1": "rack-a", "s2": "rack-b", "s3": "rack-a", "s4": "rack-b"},
+            learning=getattr(request, "param", LearningConfig()),
         ),
-        study_pass=InitPass(),
+        study_pass=RememberingPass(),
     )
     await server.start()
     yield server
@@ -283,3 +297,22 @@ async def test_a_study_whose_end_cannot_be_stored_is_answered_as_ended_and_a_sta
     assert (await ended(jobs_controller, "st-unstored")).message == "a trial could not be written"
     row = await studies.db.read(lambda session: session.get(StudyRow, "st-unstored"))
     assert row is not None and row.status == "failed" and row.message == "a trial could not be written"
+
+
+LEARNING_ON = LearningConfig(enabled=True, explore_share=0.2, timing_sample=8)
+
+
+@pytest.mark.parametrize("jobs_controller", [LEARNING_ON], indirect=True)
+async def test_a_study_at_a_controller_with_learning_on_runs_the_pass_with_it_as_init_does(
+    jobs_controller: Controller,
+    agents: Callable[..., RunningAgent],  # noqa: F811
+) -> None:
+    """The pass carries challengers when its cluster's learning is on (``tests/learning/test_carried.py``);
+    a study builds that cluster from the request and the controller's cluster.yaml, which must bring it."""
+    await registered(*(agents(name, "sim") for name in ("s1", "s2")))
+    await jobs_controller.studies.start(study_request(study_id="st-learning"))
+    done = await ended(jobs_controller, "st-learning")
+    assert done.status == StudyStatus.SUCCEEDED, done.message
+    remembering = jobs_controller.studies.study_pass
+    assert isinstance(remembering, RememberingPass)
+    assert [c.learning for c in remembering.clusters] == [LEARNING_ON], "cluster.yaml's learning section, as init's"

@@ -19,6 +19,7 @@ from topo_tune.sim import demo_cluster
 from topo_tune.topology.distance import PairMatrix
 from topo_tune.tuner.objective import Objective, WorkloadProfile
 from topo_tune.tuner.outputs import ClusterShape, write_outputs
+from topo_tune.tuner.report import learning_evidence
 from topo_tune.tuner.report.job_comparisons import BEGIN, END, with_comparisons
 from topo_tune.tuner.report.page import render_report
 from topo_tune.tuner.report.summary_box import weighted_ci
@@ -29,6 +30,15 @@ from topo_tune.tuner.study import StudyOutcome, run_study
 OBJECTIVE = Objective(
     WorkloadProfile({"all_reduce": 2, "all_gather": 1}, {"0-1K": 0, "1K-64K": 0, "64K-1M": 0, "1M-16M": 0})
 )
+
+
+CELL = {"arm": 1, "collective": "allreduce", "class_bytes": 2 << 20, "speedup": 1.25, "ci_low": 1.21}
+CELL |= {"ci_high": 1.29, "jobs": 6, "decision": "faster", "applies": True}
+EVIDENCE = {"id": "cv-0123456789abcdef", "jobs_by_arm": {"0": 6, "1": 7}, "proposable": [1]}
+EVIDENCE |= {"divergent": ["train<7>: comm abc: rank 1 ran allreduce 2097152 tree/ll128 7 times, rank 0 8"]}
+EVIDENCE |= {"cells": [CELL, CELL | {"class_bytes": 1024, "speedup": 1.01, "ci_low": 0.98, "ci_high": 1.04}
+                       | {"decision": "no difference shown", "applies": False}]}  # fmt: skip
+EVIDENCE |= {"learning_stopped": True, "learning_stopped_why": "by the controller: job train<7>'s ranks ran ..."}
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +81,10 @@ def test_the_report_renders_in_headless_chromium_with_every_image_and_no_error(
             assert page.problems(expect_version=summary["config_version"]) == [], directory.name
             # speedup and busbw per collective, knobs, history, topology
             assert len(page.images) == 7, page.images
+        learned = tmp_path / "learned.html"
+        learned.write_text(learning_evidence.with_evidence(promoted_html, EVIDENCE, where="--report"))
+        page = browser.check(learned)
+        assert page.problems(expect_version=promoted["config_version"]) == [] and len(page.images) == 7
         broken = tmp_path / "broken.html"
         broken.write_text(promoted_html.replace("data:image/png;base64,", "data:image/png;base64,AAAA", 1))
         assert any("did not load" in p for p in browser.check(broken).problems()), "the check sees a broken image"
@@ -121,6 +135,13 @@ def test_the_report_takes_summary_fields_it_does_not_know(
     assert "decision_word" in page and "not shown" in page
 
 
+def refreshed_section(page: str, refreshed: str, *, begin: str, end: str) -> str:
+    """The marked section of ``refreshed``, after checking that the rest is ``page``'s, byte for byte."""
+    start, stop = page.index(begin), page.index(end) + len(end)
+    assert refreshed[:start] == page[:start] and refreshed.endswith(page[stop:])
+    return refreshed[start : len(refreshed) - len(page[stop:])]
+
+
 def test_the_report_shows_what_jobs_measured_once_refreshed_and_nothing_else_changes(
     demo: tuple[StudyOutcome, ClusterShape], tmp_path: Path
 ) -> None:
@@ -134,12 +155,37 @@ def test_the_report_shows_what_jobs_measured_once_refreshed_and_nothing_else_cha
     stored = {"job": job, "complete": True, "candidate_median": 0.5, "against_median": 1.0, "gain": 2.0}
     stored |= {"ci_low": 1.9, "ci_high": 2.1, "confidence": 0.98, "decision": "faster", "created_at": "2026-12-02"}
     refreshed = with_comparisons(page, [stored], where="--report")
-    start, end = page.index(BEGIN), page.index(END) + len(END)
-    assert refreshed[:start] == page[:start] and refreshed.endswith(page[end:])
-    section = refreshed[start : len(refreshed) - len(page[end:])]
+    section = refreshed_section(page, refreshed, begin=BEGIN, end=END)
     assert "train&lt;7&gt;" in section and "t=(&lt;x&gt;) (lower is better)" in section  # escaped
     assert "stable (cv-0123456789abcdef)" in section and "<tr class='good'>" in section
     assert "1.900–2.100 (98%)" in section and "4/4" in section
     assert with_comparisons(refreshed, [], where="--report") == page  # refreshed again: as init wrote it
     with pytest.raises(ConfigError, match=r"^--report: not a topo-tune report"):
         with_comparisons("<html></html>", [], where="--report")
+
+
+def test_the_report_shows_a_versions_learning_evidence_once_refreshed_and_nothing_else_changes(
+    demo: tuple[StudyOutcome, ClusterShape], tmp_path: Path
+) -> None:
+    outcome, shape = demo
+    page, summary = write(outcome, shape, tmp_path)
+    assert "What learning jobs showed" in page and "No learning evidence shown yet" in page
+    assert f"topo-tune admin learning evidence {summary['config_version']} --report report.html" in page
+    refreshed = learning_evidence.with_evidence(page, EVIDENCE, where="--report")
+    section = refreshed_section(page, refreshed, begin=learning_evidence.BEGIN, end=learning_evidence.END)
+    assert "<code>cv-0123456789abcdef</code>" in section and "chosen table: 6, challenger 1: 7" in section
+    assert (
+        "stopped by the controller: job train&lt;7&gt;&#x27;s ranks ran ...: new jobs run the chosen table" in section
+    )
+    assert "<td>set aside as divergent</td><td>1</td>" in section and "<code>train&lt;7&gt;: comm abc" in section
+    for column in ("challenger", "size class", "table applies", "jobs (smaller arm)", "speedup", "decision"):
+        assert f">{column}</th>" in section
+    faster = "<tr class='good'><td class='l'>1</td><td class='l'>allreduce</td><td class='l'>(1M, 2M]</td>"
+    assert faster + "<td class='l'>yes</td><td>6</td><td>1.250</td><td>1.210–1.290</td><td>faster</td></tr>" in section
+    same = "<tr><td class='l'>1</td><td class='l'>allreduce</td><td class='l'>(512, 1K]</td><td class='l'>no</td>"
+    assert same in section and "<td>no difference shown</td>" in section, "where the table does not apply"
+    assert "Proposable: challenger 1." in section
+    cleared = learning_evidence.with_evidence(refreshed, EVIDENCE | {"cells": [], "proposable": []}, where="x")
+    assert "nothing is compared" in cleared and "Proposable: none." in cleared, "refreshed again, in place"
+    with pytest.raises(ConfigError, match=r"^--report: not a topo-tune report with a learning evidence section"):
+        learning_evidence.with_evidence("<html></html>", EVIDENCE, where="--report")

@@ -9,6 +9,8 @@ Non-goals: choosing a job's arm (the controller does, when the job is pinned).
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,7 +19,11 @@ from topo_tune.cli.output import emit_data, emit_line, emit_table
 from topo_tune.cli.rollout import actor
 from topo_tune.client.admin import AdminClient
 from topo_tune.ids import ConfigVersionId
+from topo_tune.security.safe_write import write_file
 from topo_tune.versions.version import MAX_CHALLENGERS
+
+if TYPE_CHECKING:  # the evidence's module pulls in the statistics, which --help never needs
+    from topo_tune.learning.version_evidence import VersionEvidence
 
 
 @admin.group("learning")
@@ -53,35 +59,58 @@ def version(client: AdminClient, fmt: str, version_id: str, allowed: bool) -> No
     emit_line(f"{version_id}: learning {'stopped: new jobs run its chosen table' if stopped else 'allowed'}")
 
 
+def evidence_data(found: VersionEvidence) -> dict[str, Any]:
+    """The evidence as ``-o json`` prints it, and as the report's section takes it."""
+    return {
+        "id": found.version,
+        "jobs_by_arm": {str(arm): n for arm, n in found.jobs_by_arm.items()},
+        "divergent": list(found.divergent),
+        "cells": [dataclasses.asdict(c) for c in found.cells],
+        "proposable": list(found.proposable),
+        "learning_stopped": found.learning_stopped,
+        "learning_stopped_why": found.learning_stopped_why,
+    }
+
+
 @learning.command("evidence")
 @click.argument("version_id", metavar="ID")
+@click.option(
+    "--report",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="Also write it into this report.html's 'What learning jobs showed' section (init writes it empty).",
+)
 @connected
-def evidence(client: AdminClient, fmt: str, version_id: str) -> None:
+def evidence(client: AdminClient, fmt: str, version_id: str, report: Path | None) -> None:
     """What the version's learning jobs showed: each challenger against its chosen table per size class.
 
     \b
     A job is one sample (its ranks' timed calls pooled); a job whose ranks' records disagree on what ran
-    is set aside and counted. APPLIES: the challenger's table changes the chosen one's choices in that
-    class (elsewhere both arms run the same choices). A challenger is proposable when it is faster in a
-    class where it applies and shown non-inferior in every one: admin learning propose ID --arm N.
+    is set aside and counted, and ranks that ran different choices stop the version's learning (its
+    kill switch, shown with why; admin learning version ID --on allows it again). APPLIES: the
+    challenger's table changes the chosen one's choices in that class (elsewhere both arms run the same
+    choices). A challenger is proposable when it is faster in a class where it applies and shown
+    non-inferior in every one: admin learning propose ID --arm N.
+      topo-tune admin learning evidence cv-0123456789abcdef --report out/report.html  # into init's report
     """
     found = client.learning_evidence(ConfigVersionId(version_id))
+    if report is not None:
+        # Here, not at the top: the report's modules pull in matplotlib, which the table never needs.
+        from topo_tune.tuner.report.learning_evidence import with_evidence  # noqa: PLC0415
+
+        write_file(report, with_evidence(report.read_text(encoding="utf-8"), evidence_data(found), where="--report"))
+        emit_line(f"# {report}: {found.version}'s evidence in 'What learning jobs showed'", err=True)
     if fmt != "table":
-        emit_data(
-            {
-                "id": found.version,
-                "jobs_by_arm": {str(arm): n for arm, n in found.jobs_by_arm.items()},
-                "divergent": list(found.divergent),
-                "cells": [dataclasses.asdict(c) for c in found.cells],
-                "proposable": list(found.proposable),
-            },
-            fmt,
-        )
+        emit_data(evidence_data(found), fmt)
         return
     jobs = ", ".join(f"arm {arm}: {n}" for arm, n in found.jobs_by_arm.items()) or "none"
     emit_line(f"{found.version}: jobs compared ({jobs}); {len(found.divergent)} set aside as divergent")
     for line in found.divergent[:10]:
         emit_line(f"  divergent: {line}")
+    if found.learning_stopped:
+        why = f" {found.learning_stopped_why}" if found.learning_stopped_why else ""
+        emit_line(f"learning stopped{why}: new jobs run the chosen table")
+    else:
+        emit_line("learning allowed (kill switch not set)")
     rows = [
         (
             str(c.arm),

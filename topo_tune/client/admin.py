@@ -431,7 +431,10 @@ class AdminClient:
             for c in answer.cells
         ]
         jobs = dict(sorted(answer.jobs_by_arm.items()))
-        return VersionEvidence(answer.id, jobs, list(answer.divergent), cells, list(answer.proposable))
+        return VersionEvidence(
+            answer.id, jobs, list(answer.divergent), cells, list(answer.proposable), answer.learning_stopped,
+            answer.learning_stopped_why,
+        )  # fmt: skip
 
     def propose_learned_version(self, version_id: ConfigVersionId, arm: int, *, actor: str = "") -> ConfigVersionId:
         """Store challenger ``arm`` of the version as a new version; its id."""

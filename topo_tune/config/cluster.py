@@ -83,8 +83,8 @@ class DriftConfig(_Section):
 
 
 class RetentionConfig(_Section):
-    """How long benchmark results, events, drift checks and job comparisons are kept (gate samples and chosen
-    trials stay)."""
+    """How long benchmark results, events, drift checks, job comparisons and learning jobs' timing records are
+    kept (gate samples and chosen trials stay)."""
 
     enabled: bool = True
     max_age: Duration = Field(
@@ -92,6 +92,16 @@ class RetentionConfig(_Section):
     )
     job_comparison_max_age: Duration = Field(
         default=30 * 86400.0, description="jobs' own A/B comparisons (`exec --compare`) older than this are deleted"
+    )
+    job_timing_max_age: Duration = Field(
+        default=90 * 86400.0,
+        description="learning jobs' timing records are deleted, a job's all together, when its newest is older",
+    )
+    job_timing_max_records: int = Field(
+        default=1_000_000,
+        ge=1,
+        le=100_000_000,
+        description="timing records kept at most: beyond, the oldest jobs' go, each job's all together",
     )
     interval: Duration = Field(default=3600.0, description="how often the retention pass runs")
     batch_size: int = Field(default=500, ge=1, le=100_000, description="rows deleted per transaction")

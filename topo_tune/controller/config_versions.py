@@ -22,6 +22,9 @@ from topo_tune.errors import NotFoundError, ValidationError
 from topo_tune.ids import ConfigVersionId
 from topo_tune.versions.version import ConfigVersion, is_version_id
 
+_WHY_LIMIT = 1024
+"""The longest reason kept with a kill switch (the column's width)."""
+
 
 @dataclass(frozen=True)
 class StoredVersion:
@@ -33,6 +36,8 @@ class StoredVersion:
     created_at: datetime
     learning_stopped: bool = False
     """The version's kill switch: set, its new jobs run the chosen table (``docs/learning.md``)."""
+    learning_stopped_why: str = ""
+    """Why the kill switch is set: who set it, or the job whose ranks' records disagreed."""
 
 
 def _info(row: ConfigVersionRow, *, with_files: bool) -> StoredVersion:
@@ -42,6 +47,7 @@ def _info(row: ConfigVersionRow, *, with_files: bool) -> StoredVersion:
         provenance=dict(row.provenance),
         created_at=row.created_at,
         learning_stopped=row.learning_stopped,
+        learning_stopped_why=row.learning_stopped_why,
     )
 
 
@@ -99,14 +105,9 @@ class ConfigVersions:
         now = self.wall_clock()
 
         def write(session: Session) -> ConfigVersionRow:
-            row = session.get(ConfigVersionRow, version_id, with_for_update=True)
+            row = set_learning_in(session, version_id, stopped=stopped, why=f"by {actor}", at=now)
             if row is None:
                 raise NotFoundError(f"no config version {version_id!r}")
-            if row.learning_stopped != stopped:
-                row.learning_stopped = stopped
-                message = f"learning {'stopped' if stopped else 'allowed'} for {version_id} by {actor}"
-                session.add(EventRow(node_name="", kind="version.learning", message=message, at=now))
-            session.flush()
             return row
 
         return _info(await self.db.run(write), with_files=False)
@@ -122,3 +123,26 @@ class ConfigVersions:
             return list(session.scalars(query))
 
         return [_info(row, with_files=False) for row in await self.db.read(read)]
+
+
+def set_learning_in(
+    session: Session, version_id: str, *, stopped: bool, why: str, at: datetime
+) -> ConfigVersionRow | None:
+    """Set or clear the version's kill switch in the caller's transaction, with its ``version.learning`` event
+    (``learning stopped for ID WHY``); unchanged, nothing is written and the first reason stands. None when
+    there is no such version."""
+    row = session.get(ConfigVersionRow, version_id, with_for_update=True)
+    if row is None:
+        return None
+    if row.learning_stopped != stopped:
+        row.learning_stopped = stopped
+        row.learning_stopped_why = why[:_WHY_LIMIT] if stopped else ""
+        message = f"learning {'stopped' if stopped else 'allowed'} for {version_id} {why}"
+        session.add(EventRow(node_name="", kind="version.learning", message=message, at=at))
+    session.flush()
+    return row
+
+
+def stop_learning_in(session: Session, version_id: str, *, why: str, at: datetime) -> None:
+    """Set the version's kill switch in the caller's transaction (``set_learning_in``); no version, nothing."""
+    set_learning_in(session, version_id, stopped=True, why=why, at=at)

@@ -12,6 +12,7 @@ Non-goals: shipping or storing records (``job_timings``), the statistics (``lear
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -49,9 +50,11 @@ class Learning:
         by_job: dict[str, list[TimingRecord]] = defaultdict(list)
         for timing in await self.timings.of_version(version):
             by_job[timing.job_id].append(timing.record)
-        return version_evidence(
+        found = version_evidence(
             version, by_job, tables=tables, alpha=PROOF_ALPHA, min_effect=PROOF_MIN_EFFECT, max_loss=PROOF_MAX_LOSS
         )
+        why = stored.learning_stopped_why
+        return dataclasses.replace(found, learning_stopped=stored.learning_stopped, learning_stopped_why=why)
 
     async def propose(self, version: ConfigVersionId, arm: int, *, actor: str) -> StoredVersion:
         """Store ``version`` with challenger ``arm``'s table as its chosen one; refused unless the evidence

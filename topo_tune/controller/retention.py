@@ -15,8 +15,13 @@ A scheduled pass (leader only) deletes what is older than ``max_age``:
 - **drift checks** that have ended.
 - **job comparisons** (``exec --compare``, complete or not) older than ``job_comparison_max_age``: a job
   credential holds a capped number of them (``tenancy``), so retention is what frees its room.
+- **timing records** of learning jobs (``job_timings``): a job's all together, never some of its ranks (the
+  evidence compares them with each other and sets aside a job missing one), when its newest is older than
+  ``job_timing_max_age``; then, while more than ``job_timing_max_records`` are held, the oldest jobs'. Config
+  versions, and so a kill switch learning set, stay.
 
-Deletion runs in batches of ``batch_size`` rows, one transaction each, so the database is never locked for
+Deletion runs in batches of ``batch_size`` rows (timing records: whole jobs up to that many records, at
+least one job), one transaction each, so the database is never locked for
 long and a pass that stops half-way has deleted whole batches only.
 
 Non-goals: scheduling (the controller's scheduler calls :meth:`Retention.run`); bounding the
@@ -42,6 +47,7 @@ from topo_tune.controller.db.models import (
     EventRow,
     GateResultRow,
     JobComparisonRow,
+    JobTimingRow,
     StudyRow,
 )
 from topo_tune.controller.metrics import ControllerMetrics
@@ -61,6 +67,7 @@ class RetentionReport:
     events: int = 0
     drift_checks: int = 0
     job_comparisons: int = 0
+    job_timings: int = 0
 
 
 @dataclass(frozen=True)
@@ -95,15 +102,17 @@ class Retention:
         jobs, commands = await self._delete_jobs(cutoff, keep)
         events = await self._delete_events(cutoff)
         comparisons = await self._delete_job_comparisons(now - timedelta(seconds=self.settings.job_comparison_max_age))
+        timings = await self._delete_job_timings(now - timedelta(seconds=self.settings.job_timing_max_age))
         report = RetentionReport(
             benchmark_jobs=jobs,
             commands=commands,
             events=events,
             drift_checks=drift_checks,
             job_comparisons=comparisons,
+            job_timings=timings,
         )
         if self.metrics is not None:
-            for kind in ("benchmark_jobs", "commands", "events", "drift_checks", "job_comparisons"):
+            for kind in ("benchmark_jobs", "commands", "events", "drift_checks", "job_comparisons", "job_timings"):
                 self.metrics.retention_deleted.labels(kind=kind).inc(getattr(report, kind))
         if jobs or events or drift_checks:
             logger.info(
@@ -116,6 +125,8 @@ class Retention:
             )
         if comparisons:
             logger.info("retention deleted %d job comparisons", comparisons)
+        if timings:
+            logger.info("retention deleted %d timing records of learning jobs", timings)
         return report
 
     async def _delete_drift_checks(self, cutoff: datetime) -> int:
@@ -134,6 +145,27 @@ class Retention:
 
     async def _delete_job_comparisons(self, cutoff: datetime) -> int:
         return await self._delete_older(JobComparisonRow, cutoff)
+
+    async def _delete_job_timings(self, cutoff: datetime) -> int:
+        """Whole jobs' timing records: those whose newest is older than ``cutoff``, then the oldest jobs' while
+        more than ``job_timing_max_records`` are held."""
+        rows = self.settings.batch_size
+
+        def old(session: Session) -> tuple[int, bool]:
+            return _timing_jobs_batch(session, older_than=cutoff, want=None, rows=rows)
+
+        def excess(session: Session) -> tuple[int, bool]:
+            held = session.scalar(sa.select(sa.func.count()).select_from(JobTimingRow)) or 0
+            beyond = held - self.settings.job_timing_max_records
+            return (0, False) if beyond <= 0 else _timing_jobs_batch(session, older_than=None, want=beyond, rows=rows)
+
+        total = 0
+        for batch in (old, excess):
+            more = True
+            while more:
+                deleted, more = await self.db.run(batch)  # one transaction per batch
+                total += deleted
+        return total
 
     async def _delete_older(
         self, table: type[DriftCheckRow] | type[JobComparisonRow], cutoff: datetime, *also: sa.ColumnElement[bool]
@@ -213,3 +245,26 @@ def _what_to_keep(session: Session, now: datetime) -> _Keep:
         )
     )
     return _Keep(frozenset(job_ids), windows)
+
+
+def _timing_jobs_batch(
+    session: Session, *, older_than: datetime | None, want: int | None, rows: int
+) -> tuple[int, bool]:
+    """Delete the oldest jobs' timing records (by their newest; only those older than ``older_than``, if given),
+    whole jobs of at most ``rows`` records together (at least one job), stopping once ``want`` are deleted;
+    the records deleted, and whether more jobs matched."""
+    newest = sa.func.max(JobTimingRow.created_at)
+    query = sa.select(JobTimingRow.job_id, sa.func.count()).group_by(JobTimingRow.job_id)
+    if older_than is not None:
+        query = query.having(newest < older_than)
+    page = list(session.execute(query.order_by(newest, JobTimingRow.job_id).limit(rows)))
+    doomed: list[str] = []
+    deleted = 0
+    for job_id, count in page:
+        if doomed and (deleted + count > rows or (want is not None and deleted >= want)):
+            break
+        doomed.append(job_id)
+        deleted += count
+    if doomed:
+        session.execute(sa.delete(JobTimingRow).where(JobTimingRow.job_id.in_(doomed)))
+    return deleted, len(doomed) < len(page) or len(page) == rows

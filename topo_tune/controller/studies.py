@@ -33,6 +33,7 @@ from topo_tune.config.checks import naming_fields, validated
 from topo_tune.config.cluster import (
     API_VERSION,
     ClusterConfig,
+    LearningConfig,
     Metadata,
     NodeConfig,
     RackConfig,
@@ -120,6 +121,9 @@ class Studies(Generic[Port]):
     """None: a controller that runs no studies (built by a test); ``study start`` is refused."""
     rack_of: Mapping[str, str] = field(default_factory=dict)
     spine: tuple[float | None, float | None] = (None, None)
+    learning: LearningConfig = field(default_factory=LearningConfig)
+    """cluster.yaml's ``learning`` (the controller's): with it on, the version a study writes carries the
+    challengers its proof admits, as ``init``'s does."""
     changes: Changes = field(default_factory=Changes)
     outage_wait_s: float = 120.0
     """How long a study waits for its database to come back after its Optuna storage failed, then resumes."""
@@ -236,6 +240,7 @@ class Studies(Generic[Port]):
                 else WorkloadConfig(),
                 search=search,
                 site_fixed=dict(request.site_fixed),
+                learning=self.learning,
             )
         try:  # what the pass would refuse once the study runs, refused now
             workload_profile(cluster.workload)

@@ -20,6 +20,7 @@ from topo_tune.controller.api.in_process import InProcessPort
 from topo_tune.controller.benchmarks.service import BenchmarkJobs, JobSettings
 from topo_tune.controller.changes import Changes
 from topo_tune.controller.commands import CommandBook
+from topo_tune.controller.config_versions import stop_learning_in
 from topo_tune.controller.credential_ledger import CredentialLedger
 from topo_tune.controller.credentials import Credentials
 from topo_tune.controller.db.database import Database
@@ -91,6 +92,7 @@ class Services:
             wall_clock=wall_clock,
             pins=self.rollout_store.get_pin,
             pin_owner=self.rollout_store.pin_owner,
+            stop_learning=stop_learning_in,
         )
         self.credential_ledger = CredentialLedger(db=db, credentials=credentials, hub=self.hub, wall_clock=wall_clock)
 
@@ -167,6 +169,7 @@ class Services:
             study_pass=study_pass,
             rack_of=dict(settings.rack_of),
             spine=spine,
+            learning=settings.learning,
             changes=self.changes,
         )
         verifier = BenchmarkVerifier(

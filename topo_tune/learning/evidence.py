@@ -10,7 +10,8 @@ one-sided t bounds at ``alpha`` (``statistics.compare_unpaired``), and decided i
 Holm-corrected over every compared cell).
 Size classes, not buckets, are compared: jobs call different sizes within a bucket, and a bucket's mean
 would compare size mixes rather than tables. Jobs with a divergent record are for the caller to set aside
-(``divergence``) before they are compared.
+(``divergence``) before they are compared; ranks that ran different choices (``disagreement``) are also the
+controller's cue to stop the version's learning.
 
 Non-goals: reading the files (``plugin.timing_record``), proposing versions, and pooling across NCCL
 versions or cluster shapes (the caller groups records by what they ran on).
@@ -28,10 +29,12 @@ from topo_tune.learning.assignment import CHOSEN_ARM, ArmIndex
 from topo_tune.plugin.timing_record import TimingRecord
 from topo_tune.tuner import statistics
 
-__all__ = ["ArmComparison", "CellKey", "JobTiming", "compare_arms", "divergence", "job_timing"]
+__all__ = ["ArmComparison", "CellKey", "JobTiming", "compare_arms", "disagreement", "divergence", "job_timing"]
 
 CellKey = tuple[str, int]
 """(collective, size class's largest bytes)."""
+_Ran = Counter[tuple[str, int, str]]
+"""A rank's calls per (collective, size class, choice)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,21 +57,27 @@ class ArmComparison:
     decision: statistics.Decision
 
 
-def divergence(records: Iterable[TimingRecord]) -> list[str]:
-    """One line per communicator whose ranks' records of what ran disagree, or that lacks some rank's record.
-
-    Every rank of a communicator makes the same calls, and NCCL launches each with one algorithm and protocol
-    on all of them; different counts mean some call was chosen differently somewhere.
-    """
-    ranks: dict[int, dict[int, Counter[tuple[str, int, str]]]] = defaultdict(dict)
+def _what_ran(records: Iterable[TimingRecord]) -> tuple[dict[int, dict[int, _Ran]], dict[int, int]]:
+    """Per communicator: each rank's calls per (collective, size class, choice), and its number of ranks."""
+    ranks: dict[int, dict[int, _Ran]] = defaultdict(dict)
     sizes: dict[int, int] = {}
     for r in records:
         ranks[r.comm][r.rank] = Counter({(c.collective, c.class_bytes, c.choice): c.calls for c in r.cells})
         sizes[r.comm] = r.n_ranks
+    return ranks, sizes
+
+
+def disagreement(records: Iterable[TimingRecord]) -> list[str]:
+    """One line per communicator two of whose ranks' records of what ran disagree (ranks whose record is
+    missing are not counted: their records may still be on their way).
+
+    Every rank of a communicator makes the same calls, and NCCL launches each with one algorithm and protocol
+    on all of them; different counts mean some call was chosen differently somewhere: the hang the design
+    rules out (``docs/learning.md``) came near.
+    """
+    ranks, _ = _what_ran(records)
     findings = []
     for comm, by_rank in sorted(ranks.items()):
-        if len(by_rank) != sizes[comm]:
-            findings.append(f"comm {comm:x}: records from {len(by_rank)} of its {sizes[comm]} ranks")
         first_rank, first = min(by_rank.items())
         for rank, counts in sorted(by_rank.items()):
             if counts != first:
@@ -79,6 +88,19 @@ def divergence(records: Iterable[TimingRecord]) -> list[str]:
                 )
                 break
     return findings
+
+
+def divergence(records: Iterable[TimingRecord]) -> list[str]:
+    """The ``disagreement`` lines, then one per communicator that lacks some rank's record: a job with any of
+    them is not compared."""
+    records = list(records)
+    ranks, sizes = _what_ran(records)
+    missing = [
+        f"comm {comm:x}: records from {len(by_rank)} of its {sizes[comm]} ranks"
+        for comm, by_rank in sorted(ranks.items())
+        if len(by_rank) != sizes[comm]
+    ]
+    return disagreement(records) + missing
 
 
 def job_timing(records: Sequence[TimingRecord]) -> JobTiming:

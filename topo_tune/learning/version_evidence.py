@@ -55,10 +55,14 @@ class VersionEvidence:
     jobs_by_arm: Mapping[int, int]
     """Jobs whose records were compared, per arm (0: the chosen table)."""
     divergent: Sequence[str]
-    """One line per job set aside because its ranks' records disagree (``job: finding``)."""
+    """One line per job set aside because its ranks' records disagree or one is missing (``job: finding``)."""
     cells: Sequence[EvidenceCell]
     proposable: Sequence[int]
     """Challengers shown better where they apply and never worse there."""
+    learning_stopped: bool = False
+    """The version's kill switch is set: its new jobs run the chosen table."""
+    learning_stopped_why: str = ""
+    """Who set it, or the job whose ranks ran different choices (``docs/learning.md``)."""
 
 
 _SAFE = {d.value for d in statistics.Decision if d.safe}

@@ -2309,7 +2309,13 @@ class LearningEvidence(_message.Message):
     DIVERGENT_FIELD_NUMBER: _builtins.int
     CELLS_FIELD_NUMBER: _builtins.int
     PROPOSABLE_FIELD_NUMBER: _builtins.int
+    LEARNING_STOPPED_FIELD_NUMBER: _builtins.int
+    LEARNING_STOPPED_WHY_FIELD_NUMBER: _builtins.int
     id: _builtins.str
+    learning_stopped: _builtins.bool
+    """the version's kill switch is set"""
+    learning_stopped_why: _builtins.str
+    """by whom, or the job whose ranks ran different choices"""
     @_builtins.property
     def jobs_by_arm(self) -> _containers.ScalarMap[_builtins.int, _builtins.int]:
         """jobs compared, per arm (0: the chosen table)"""
@@ -2332,10 +2338,12 @@ class LearningEvidence(_message.Message):
         divergent: _abc.Iterable[_builtins.str] | None = ...,
         cells: _abc.Iterable[Global___LearningCell] | None = ...,
         proposable: _abc.Iterable[_builtins.int] | None = ...,
+        learning_stopped: _builtins.bool = ...,
+        learning_stopped_why: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cells", b"cells", "divergent", b"divergent", "id", b"id", "jobs_by_arm", b"jobs_by_arm", "proposable", b"proposable"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cells", b"cells", "divergent", b"divergent", "id", b"id", "jobs_by_arm", b"jobs_by_arm", "learning_stopped", b"learning_stopped", "learning_stopped_why", b"learning_stopped_why", "proposable", b"proposable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

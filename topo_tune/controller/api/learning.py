@@ -98,4 +98,6 @@ def to_proto_evidence(evidence: VersionEvidence) -> admin_pb2.LearningEvidence:
             for c in evidence.cells
         ],
         proposable=list(evidence.proposable),
+        learning_stopped=evidence.learning_stopped,
+        learning_stopped_why=evidence.learning_stopped_why,
     )

@@ -163,6 +163,8 @@ class ConfigVersionRow(Base):
     learning_stopped: Mapped[bool] = mapped_column(default=False, server_default=sa_false())
     """The version's kill switch for learning (``admin learning version ID --off``): outside the content id, the
     one thing about a stored version that changes; new jobs of the version then run its chosen table."""
+    learning_stopped_why: Mapped[str] = mapped_column(String(1024), default="", server_default="")
+    """Why the kill switch is set (``by ACTOR``, or the job whose ranks disagreed); empty when it is not."""
 
 
 class RolloutRow(Base):
@@ -267,7 +269,10 @@ class JobTimingRow(Base):
     ``exec`` shipped it; the record's text is kept whole and parsed again when the evidence is read."""
 
     __tablename__ = "job_timings"
-    __table_args__ = (Index("ix_job_timings_version", "config_version"),)
+    __table_args__ = (
+        Index("ix_job_timings_version", "config_version"),
+        Index("ix_job_timings_created_at", "created_at"),
+    )
 
     job_id: Mapped[str] = mapped_column(String(253), primary_key=True)
     comm: Mapped[str] = mapped_column(String(16), primary_key=True)

@@ -14,13 +14,15 @@ shows) and the study's measurements, render
 * the node-pair bandwidth heatmap with rack boundaries;
 * what jobs measured themselves (``exec --compare``): written empty by the tuning pass, which runs before any
   job, and refreshed in place from the controller by ``topo-tune admin job comparisons --report``.
+* what the version's learning jobs showed (``docs/learning.md``): likewise written empty, and refreshed in
+  place by ``topo-tune admin learning evidence ID --report``.
 
 Every figure is labelled SIMULATED or measured. Images are inline PNGs (``data:`` URIs): the file needs no
 network and no other file. The same inputs give the same bytes (figures carry no date or version).
 
 One module per part: ``figure`` (the PNG record and its encoding), ``figures`` and ``knobs`` (what is drawn),
-``markup`` (HTML building blocks), ``summary_box``, ``tables`` and ``job_comparisons`` (the page's sections), ``page``
-(the whole page).
+``markup`` (HTML building blocks), ``summary_box``, ``tables``, ``job_comparisons`` and ``learning_evidence``
+(the page's sections), ``page`` (the whole page).
 
 Non-goals: computing statistics (the proof does; this package only combines the per-bucket bounds it is
 given), and writing files (``outputs`` does).

@@ -15,8 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from topo_tune.errors import ConfigError
-from topo_tune.tuner.report.markup import data_table, fmt
+from topo_tune.tuner.report.markup import data_table, fmt, replaced_section
 
 BEGIN = "<!-- topo-tune: job comparisons -->"
 END = "<!-- /topo-tune: job comparisons -->"
@@ -71,8 +70,5 @@ def comparison_section(comparisons: Sequence[Mapping[str, Any]]) -> str:
 
 def with_comparisons(page: str, comparisons: Sequence[Mapping[str, Any]], *, where: str) -> str:
     """``page`` with its marked section replaced; ``ConfigError`` naming ``where`` when it has none."""
-    start = page.find(BEGIN)
-    end = page.find(END, start)
-    if start < 0 or end < 0:
-        raise ConfigError(where, "not a topo-tune report with a job comparisons section (written by init)")
-    return page[:start] + comparison_section(comparisons) + page[end + len(END) :]
+    section = comparison_section(comparisons)
+    return replaced_section(page, begin=BEGIN, end=END, section=section, where=where, name="job comparisons")

@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from topo_tune.errors import ConfigError
 from topo_tune.security.log_text import escaped_keeping_layout
 from topo_tune.tuner.report.figure import ReportFigure
 
@@ -82,3 +83,13 @@ def figure_html(figure: ReportFigure) -> str:
         f"<figure><img src='data:image/png;base64,{data}' alt='{e(figure.caption)}' data-name='{e(figure.name)}'>"
         f"<figcaption>{e(figure.caption)}</figcaption></figure>"
     )
+
+
+def replaced_section(page: str, *, begin: str, end: str, section: str, where: str, name: str) -> str:
+    """``page`` with the section marked by ``begin`` and ``end`` replaced by ``section`` (which carries the
+    marks again); ``ConfigError`` naming ``where`` when the page has no such section."""
+    start = page.find(begin)
+    stop = page.find(end, start)
+    if start < 0 or stop < 0:
+        raise ConfigError(where, f"not a topo-tune report with a {name} section (written by init)")
+    return page[:start] + section + page[stop + len(end) :]

@@ -10,6 +10,7 @@ from typing import Any
 
 from topo_tune.tuner.report.figure import ReportFigure
 from topo_tune.tuner.report.job_comparisons import comparison_section
+from topo_tune.tuner.report.learning_evidence import evidence_section
 from topo_tune.tuner.report.markup import STYLESHEET, figure_html, page_text
 from topo_tune.tuner.report.summary_box import summary_box
 from topo_tune.tuner.report.tables import bucket_table, closest_section, size_table, tradeoff_section, trial_table
@@ -59,6 +60,7 @@ def render_report(
         tradeoff_section(summary),
         "<h2 id='trials'>What was tried</h2>" + figs("knobs", "history") + no_knobs + trial_table(summary),
         comparison_section(comparisons),
+        evidence_section(None, version=str(summary.get("config_version", ""))),
         "<h2 id='topology'>Topology</h2>" + figs("topology") if "topology" in by_section else "",
     ]
     body = "".join(sections)
