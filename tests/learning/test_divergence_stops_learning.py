@@ -28,7 +28,9 @@ async def test_ranks_that_ran_different_choices_stop_the_versions_learning(datab
             return await cluster.controller.services.db.read(lambda s: list(s.scalars(query)))
 
         with AdminClient(address, token=TOKEN) as client:
-            arm = (await asyncio.to_thread(client.resolve_job_config, "split-0", [NODE], may_learn=True)).learning_arm
+            pin = (await asyncio.to_thread(client.resolve_job_config, "split-0", [NODE], may_learn=True)).learning
+            assert pin is not None, "learning is on: the job gets an arm"
+            arm = pin.arm
             # Each node ships its own ranks when the job ends: rank 0's record first, alone.
             first = [record(rank=0, arm=arm, ns=100_000.0)]
             assert await asyncio.to_thread(client.record_job_timing, "split-0", NODE, first) == 1
@@ -40,7 +42,7 @@ async def test_ranks_that_ran_different_choices_stop_the_versions_learning(datab
             assert await asyncio.to_thread(client.record_job_timing, "split-0", NODE, second) == 1
             assert await asyncio.to_thread(client.record_job_timing, "split-0", NODE, second) == 0, "a retry"
             after = await asyncio.to_thread(client.resolve_job_config, "after-the-divergence", [NODE], may_learn=True)
-            assert not after.learning and after.learning_arm == 0, "no new job of the version explores"
+            assert after.learning is None, "no new job of the version explores"
 
         assert await learning_events() == [
             f"learning stopped for {LEARNING.id} by the controller: job split-0's ranks ran different choices "
@@ -61,7 +63,9 @@ async def test_ranks_that_ran_different_choices_stop_the_versions_learning(datab
         allowed = await asyncio.to_thread(admin_cli, address, "learning", "version", LEARNING.id, "--on")
         assert allowed.exit_code == 0, allowed.output
         with AdminClient(address, token=TOKEN) as client:
-            arm = (await asyncio.to_thread(client.resolve_job_config, "agreed-0", [NODE], may_learn=True)).learning_arm
+            agreed = (await asyncio.to_thread(client.resolve_job_config, "agreed-0", [NODE], may_learn=True)).learning
+            assert agreed is not None, "learning is on again: the job gets an arm"
+            arm = agreed.arm
             for rank in (0, 1):  # ranks that agree, shipped one call each, leave learning on
                 await asyncio.to_thread(
                     client.record_job_timing, "agreed-0", NODE, [record(rank=rank, arm=arm, ns=90_000.0)]
