@@ -23,15 +23,17 @@ from tests.benchmark.test_gloo_jobs import _run_job
 from tests.benchmark.test_gloo_jobs import _spec as gloo_job
 from tests.support.waiting import wait_until
 from topo_tune.agent.bench.benchmark_executor import BenchmarkExecutor
+from topo_tune.agent.bench.kept_communicator import communicator_key
 from topo_tune.agent.bench.kept_workers import KeptWorkers, worker_set_key
 from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
-from topo_tune.agent.bench.worker_config import WorkerFault
+from topo_tune.agent.bench.worker_config import WorkerConfig, WorkerFault
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.benchmark.job_spec import BenchmarkSpec
 from topo_tune.benchmark.results import RankResult
 from topo_tune.controller.benchmarks.plan import aggregate
 from topo_tune.nccl.backends import Backend
 from topo_tune.nccl.collectives import Collective
+from topo_tune.plugin.job_env import TABLE_ENV, WORKLOAD_ENV
 from topo_tune.v1 import agent_pb2
 from topo_tune.wire.benchmark import rank_result_from_proto
 
@@ -239,8 +241,16 @@ def test_a_job_of_the_same_membership_reuses_the_communicator_another_table_or_r
         executor.stop()
 
 
-def test_kept_communicators_off_keeps_the_workers_but_makes_a_communicator_a_job(tmp_path: Path) -> None:
-    executor = BenchmarkExecutor(policy=EnvPolicy(), kept_worker_sets=1, kept_communicators=False)
+@pytest.mark.parametrize("why", ["switched off", "workload counts"])
+def test_kept_communicators_off_or_counting_keeps_the_workers_but_makes_a_communicator_a_job(
+    tmp_path: Path, why: str
+) -> None:
+    if why == "switched off":
+        executor = BenchmarkExecutor(policy=EnvPolicy(), kept_worker_sets=1, kept_communicators=False)
+    else:
+        # The plugin writes a communicator's call counts when it is destroyed: kept, they would sum two jobs.
+        counts = {WORKLOAD_ENV: str(tmp_path / "workload")}
+        executor = BenchmarkExecutor(policy=EnvPolicy(), kept_worker_sets=1, passthrough=counts)
     try:
         specs = [_spec(f"off-{i}") for i in range(2)]
         for spec in specs:
@@ -308,3 +318,26 @@ def test_the_key_ignores_only_the_tuner_table_path() -> None:
     assert key(base) != key({**base, "NCCL_ALGO": "Ring"})  # read once per process
     assert key(base) != key(base, devices=(1, 0))
     assert key(base) != key(base, bind="10.0.0.2")
+
+
+def test_the_communicator_key_holds_the_membership_and_the_tables_content_not_its_path(tmp_path: Path) -> None:
+    tables = {name: tmp_path / f"{name}.csv" for name in ("a", "a-again", "b")}
+    tables["a"].write_text(TABLE)
+    tables["a-again"].write_text(TABLE)
+    tables["b"].write_text(TABLE.replace(",16,", ",8,"))
+
+    def key(spec: BenchmarkSpec, table: str = "a") -> str:
+        config = WorkerConfig(
+            spec=spec, rank=0, device=-1, backend=Backend.GLOO, bind_address="127.0.0.1", rendezvous_timeout_s=60,
+            progress_path=tmp_path / "p", result_path=tmp_path / "r", stderr_path=tmp_path / "e", sys_path=(),
+        )  # fmt: skip
+        return communicator_key(config, {TABLE_ENV: str(tables[table])})
+
+    base = _spec("k-1", nodes=("n0", "n1"), ranks_per_node=1)
+    assert key(base) == key(_spec("k-2", nodes=("n0", "n1"), ranks_per_node=1))  # job id and port aside
+    assert key(base) == key(base, "a-again")  # the same table in another file: the same communicator
+    assert key(base) != key(base, "b")  # NCCL's plugin reads the table when a communicator is made
+    swapped = dataclasses.replace(base, ranks=tuple(dataclasses.replace(s, rank=1 - s.rank) for s in base.ranks))
+    assert key(base) != key(swapped)  # another rank map
+    assert key(base) != key(_spec("k-3", nodes=("n0", "n2"), ranks_per_node=1))  # another peer
+    assert key(base) != key(dataclasses.replace(base, env={"NCCL_DEBUG": "INFO"}))
