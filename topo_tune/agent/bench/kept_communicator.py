@@ -1,8 +1,8 @@
 """A benchmark worker's process group (communicator) kept for the next job of the same membership.
 
-A kept worker (``kept_workers``) skips the process start, but a new communicator a job still costs its creation
-and, at the job's end, its destruction: NCCL's destroy alone was 0.5-0.7 s on an H200, most of a kept job's
-0.53 s (``benchmarks/results/worker-reuse.md``). So a worker may keep its communicator for its next job when
+A kept worker (``kept_workers``) skips the process start, but a job in it still paid for a new communicator: its
+creation and, at the job's end, its destruction (NCCL's destroy alone was 0.5-0.7 s on an H200, most of a kept
+job's 0.53 s; ``benchmarks/results/worker-reuse.md``). So a worker may keep its communicator for its next job when
 that job has the same :func:`communicator_key`: the same ranks on the same nodes and devices, rendezvous host,
 backend and job environment, and the same content of every per-communicator input (``PER_COMMUNICATOR_ENV``:
 NCCL's tuner plugin reads its table when a communicator is made, so a job with another table needs a new one).
