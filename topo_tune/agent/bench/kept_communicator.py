@@ -15,6 +15,8 @@ reads the count, and the communicator is reused only when all ``world_size`` ran
 any other case (a restarted agent's fresh workers, an evicted set, another table or rank map) every rank
 destroys what it holds and all make a new one together, on a store of its own that rank 0 hosts on a port the
 system picks (the job's rendezvous port is then free again at the job's end; the kept one holds its own).
+A node's members of one communicator are the processes of one kept set, taken and decided together, so they
+destroy it together too: NCCL's destroy waits for the communicator's other ranks on the same node.
 
 Not kept (destroyed at the job's end, as before): a communicator whose worker will not be kept (the launcher
 says so in the config: ``communicator_dir`` unset), and one of a process counting calls into a workload
