@@ -6,15 +6,20 @@ all_reduce size with a few iterations, so its time inside timed loops is millise
 wall time is fixed cost. Modes:
 
 - ``fresh``: no kept workers; every job starts its processes (interpreter, torch, CUDA, communicator);
-- ``kept, same env``: every job after the first runs in the kept processes (a new rendezvous and communicator);
+- ``kept worker, same env``: every job after the first runs in the kept processes, with a new rendezvous and a
+  new communicator (``kept_communicators=False``);
+- ``kept communicator, same env``: the same, and every job after the first also reuses the communicator;
 - ``kept, tables alternate``: a different tuner table each job (table-only trials; NCCL reads it per
-  communicator), same processes;
-- ``kept, A/B envs``: two environments alternating (the interleaved proof's pattern), two idle sets.
+  communicator), same processes, a new communicator each job;
+- ``kept, A/B envs``: two environments alternating (the interleaved proof's pattern), two idle sets, each
+  keeping its communicator.
 
 For each mode: the first job's wall time, median and p90 of the later jobs' wall time, and medians over the later
 jobs of rank 0's phases (from the job's start to its worker's first progress line: the process start and imports
-when fresh; from there to its communicator being up: the rendezvous and the process group), its time in timed
-loops, and how many of the later jobs' ranks ran in a kept process (from each rank's progress).
+when fresh; from there to its communicator being up: the rendezvous and the process group, made or reused; from
+its result written to the job's end: the communicator's destruction where it is not kept, and the launcher
+collecting the job), its time in timed loops, and how many of the later jobs' ranks ran in a kept process and
+reused a kept communicator (from each rank's progress).
 
 Usage (repository root):
 
@@ -37,7 +42,9 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from topo_tune.agent.bench.benchmark_executor import BenchmarkExecutor
 from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
@@ -68,6 +75,23 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
+@dataclass(frozen=True, slots=True)
+class JobTimes:
+    wall: float
+    timed: float
+    """Rank 0's seconds in timed loops."""
+    reused: int
+    """Ranks that ran in a process that had run a job before."""
+    kept_communicators: int
+    """Ranks that reused a kept communicator."""
+    to_started: float
+    """From the job's start to rank 0's first progress line."""
+    to_joined: float
+    """From there to rank 0's communicator being up (made or reused)."""
+    after_finished: float
+    """From rank 0's result written to the job's end."""
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace, root: Path) -> None:
         self.backend = Backend(args.backend)
@@ -80,7 +104,7 @@ class Bench:
         self.passthrough = {k: os.environ[k] for k in PASSTHROUGH_KEYS if os.environ.get(k)}
         self.count = 0
 
-    def executor(self, kept_sets: int) -> BenchmarkExecutor:
+    def executor(self, kept_sets: int, *, kept_communicators: bool) -> BenchmarkExecutor:
         return BenchmarkExecutor(
             policy=self.policy,
             passthrough=self.passthrough,
@@ -88,6 +112,7 @@ class Bench:
             tuner_plugin=self.stage,
             ranks_per_gpu=self.ranks_per_gpu,
             kept_worker_sets=kept_sets,
+            kept_communicators=kept_communicators,
         )
 
     def spec(self, env: Mapping[str, str], table: str) -> BenchmarkSpec:
@@ -106,9 +131,8 @@ class Bench:
             tuner_table=table,
         )
 
-    def job(self, executor: BenchmarkExecutor, spec: BenchmarkSpec) -> tuple[float, float, int, float, float]:
-        """(wall seconds, seconds in timed loops on rank 0, ranks that ran in a kept process, rank 0's seconds
-        from the job's start to its worker's first progress line, and from there to its communicator's being up)."""
+    def job(self, executor: BenchmarkExecutor, spec: BenchmarkSpec) -> JobTimes:
+        """One job's wall time, rank 0's phases and seconds in timed loops, and what its ranks reused."""
         work = self.root / "work"
         began = time.time()
         start = time.perf_counter()
@@ -116,37 +140,59 @@ class Bench:
             spec_to_proto(spec), node_name="local", backend=self.backend, deadline_s=300, work_dir=work
         )
         wall = time.perf_counter() - start
+        ended = time.time()
         if result.status != agent_pb2.COMMAND_STATUS_SUCCEEDED:
             raise SystemExit(f"job {spec.job_id}: {agent_pb2.CommandStatus.Name(result.status)}: {result.message}")
         rank0 = result.node_benchmark.ranks[0]
         timed = sum(s.time_us * spec.iters for s in rank0.sizes) / 1e6
-        reused = 0
-        phases: dict[str, float] = {}
+        reused = kept_communicators = 0
+        phases: dict[str, dict[str, Any]] = {}
         for rank in range(spec.world_size):
             lines = (work / spec.job_id / f"rank-{rank}" / "progress.jsonl").read_text().splitlines()
             records = [json.loads(line) for line in lines]
             reused += records[0]["jobs_before"] > 0
+            firsts = {r["phase"]: r for r in reversed(records)}  # each phase's first record
+            kept_communicators += firsts["joined"]["communicator"] == "kept"
             if rank == 0:
-                phases = {r["phase"]: r["at"] for r in reversed(records)}  # each phase's first time
-        return wall, timed, reused, phases["started"] - began, phases["joined"] - phases["started"]
+                phases = firsts
+        at = {phase: float(record["at"]) for phase, record in phases.items()}
+        return JobTimes(
+            wall=wall,
+            timed=timed,
+            reused=reused,
+            kept_communicators=kept_communicators,
+            to_started=at["started"] - began,
+            to_joined=at["joined"] - at["started"],
+            after_finished=ended - at["finished"],
+        )
 
 
-def run_mode(bench: Bench, *, kept_sets: int, jobs: int, pick: Callable[[int], tuple[Mapping[str, str], str]]) -> str:
-    executor = bench.executor(kept_sets)
+def run_mode(
+    bench: Bench,
+    *,
+    kept_sets: int,
+    kept_communicators: bool,
+    jobs: int,
+    pick: Callable[[int], tuple[Mapping[str, str], str]],
+) -> str:
+    executor = bench.executor(kept_sets, kept_communicators=kept_communicators)
     try:
         rows = [bench.job(executor, bench.spec(*pick(i))) for i in range(jobs)]
     finally:
         executor.stop()
     later = rows[1:]
-    walls = sorted(row[0] for row in later)
+    walls = sorted(row.wall for row in later)
     p90 = walls[min(len(walls) - 1, int(0.9 * len(walls)))]
-    timed = statistics.median(row[1] for row in later)
-    reused = sum(row[2] for row in later)
-    to_started = statistics.median(row[3] for row in later)
-    to_joined = statistics.median(row[4] for row in later)
+
+    def median(field: Callable[[JobTimes], float]) -> float:
+        return statistics.median(field(row) for row in later)
+
+    ranks = len(later) * bench.ranks
     return (
-        f"| {rows[0][0]:.2f} | {statistics.median(walls):.3f} | {p90:.3f} | {to_started:.3f} | {to_joined:.3f} "
-        f"| {timed * 1e3:.1f} | {reused}/{len(later) * bench.ranks} |"
+        f"| {rows[0].wall:.2f} | {statistics.median(walls):.3f} | {p90:.3f} | {median(lambda r: r.to_started):.3f} "
+        f"| {median(lambda r: r.to_joined):.3f} | {median(lambda r: r.after_finished):.3f} "
+        f"| {median(lambda r: r.timed) * 1e3:.1f} | {sum(r.reused for r in later)}/{ranks} "
+        f"| {sum(r.kept_communicators for r in later)}/{ranks} |"
     )
 
 
@@ -168,13 +214,14 @@ def main() -> None:
         except ValueError as exc:
             print(f"tuner plugin unavailable ({exc}): the nccl jobs run unrecorded, no tables mode")
             tables_ok = False
-        modes: list[tuple[str, int, Callable[[int], tuple[Mapping[str, str], str]]]] = [
-            ("fresh", 0, lambda i: (ENV_A, "")),
-            ("kept, same env", 2, lambda i: (ENV_A, "")),
-            ("kept, A/B envs", 2, lambda i: ((ENV_A, ENV_B)[i % 2], "")),
+        modes: list[tuple[str, int, bool, Callable[[int], tuple[Mapping[str, str], str]]]] = [
+            ("fresh", 0, False, lambda i: (ENV_A, "")),
+            ("kept worker, same env", 2, False, lambda i: (ENV_A, "")),
+            ("kept communicator, same env", 2, True, lambda i: (ENV_A, "")),
+            ("kept, A/B envs", 2, True, lambda i: ((ENV_A, ENV_B)[i % 2], "")),
         ]
         if tables_ok:
-            modes.insert(2, ("kept, tables alternate", 2, lambda i: (ENV_A, TABLES[i % 2])))
+            modes.insert(3, ("kept, tables alternate", 2, True, lambda i: (ENV_A, TABLES[i % 2])))
         print(
             f"backend {args.backend}, {args.ranks} rank(s) on one host"
             + (f", {args.ranks_per_gpu} per GPU" if args.backend == "nccl" else "")
@@ -183,11 +230,13 @@ def main() -> None:
         print()
         print(
             "| mode | first job (s) | later jobs: median (s) | p90 (s) | to worker start (s) "
-            "| rendezvous + communicator (s) | in timed loops (ms) | ranks reused |"
+            "| rendezvous + communicator (s) | after the result (s) | in timed loops (ms) | ranks reused "
+            "| communicators reused |"
         )
-        print("|---|---|---|---|---|---|---|---|")
-        for name, kept_sets, pick in modes:
-            print(f"| {name} " + run_mode(bench, kept_sets=kept_sets, jobs=args.jobs, pick=pick), flush=True)
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for name, kept_sets, kept_communicators, pick in modes:
+            row = run_mode(bench, kept_sets=kept_sets, kept_communicators=kept_communicators, jobs=args.jobs, pick=pick)
+            print(f"| {name} " + row, flush=True)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,6 +97,8 @@ class SeededRuns:
     second: Path
     first_stderr: str
     """The first run's terminal (``--log-level info``), for the tests that read what init says."""
+    first_lines: tuple[tuple[float, str], ...]
+    """The first run's terminal by line, each with the time it reached this process (``time.monotonic``)."""
 
 
 @pytest.fixture(scope="module")
@@ -111,13 +115,34 @@ def seeded_runs(tmp_path_factory: pytest.TempPathFactory) -> SeededRuns:
     for name, level in (("first", "info"), ("second", "error")):
         command = [sys.executable, "-m", "topo_tune", "--log-level", level, "init"]
         command += ["--cluster-config", str(cluster_file), "--output", str(directory / name)]
-        runs.append(subprocess.Popen(command, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        run = subprocess.Popen(command, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        runs.append((run, _timed_lines(run)))
     errors = []
-    for run in runs:
-        _, stderr = run.communicate(timeout=400)
-        assert run.returncode == 0, stderr.decode()[-3000:]
-        errors.append(stderr.decode())
-    return SeededRuns(directory / "first", directory / "second", errors[0])
+    for run, lines in runs:
+        run.wait(timeout=400)
+        text = "".join(line for _, line in lines.result(timeout=60))
+        assert run.returncode == 0, text[-3000:]
+        errors.append(text)
+    return SeededRuns(directory / "first", directory / "second", errors[0], tuple(runs[0][1].result()))
+
+
+def _timed_lines(run: subprocess.Popen[str]) -> Future[list[tuple[float, str]]]:
+    """``run``'s stderr lines as they arrive, each with its arrival time; its stdout read to the end beside."""
+    assert run.stdout is not None and run.stderr is not None
+    out, err = run.stdout, run.stderr
+    lines: Future[list[tuple[float, str]]] = Future()
+
+    def drain() -> None:  # a full stdout pipe would stall the run
+        with out:
+            out.read()
+
+    def read() -> None:
+        with err:
+            lines.set_result([(time.monotonic(), line) for line in err])
+
+    for target in (drain, read):
+        threading.Thread(target=target, daemon=True).start()
+    return lines
 
 
 def assert_last_lines_show_the_buckets(stderr: str, summary: dict[str, Any]) -> None:
@@ -308,6 +333,21 @@ def test_a_seeded_sim_study_reproduces_byte_for_byte(seeded_runs: SeededRuns) ->
         assert data["simulated"] is True and "SIMULATED" in data["note"]
     # What the runs did is the same; only how long it took differs.
     assert [p["jobs"] for p in times[0]["phases"]] == [p["jobs"] for p in times[1]["phases"]]
+
+
+def test_init_prints_its_cluster_time_and_it_is_the_phases_as_measured_from_outside(seeded_runs: SeededRuns) -> None:
+    """The cluster time init reports (printed and in cluster-time.json) against the pass's phases timed by this
+    test: from the first phase's first line ("waiting for nodes") to the line printed after the last one ended."""
+    data = json.loads((seeded_runs.first / "cluster-time.json").read_text())
+    started = next(at for at, line in seeded_runs.first_lines if line.startswith("waiting for nodes"))
+    ended, head = next((at, line) for at, line in seeded_runs.first_lines if line.startswith("cluster time:"))
+    assert head.startswith(f"cluster time: {data['wall_s']:.1f} s wall, {data['node_s']:.0f} node-seconds")
+    printed = [line.strip() for _, line in seeded_runs.first_lines]
+    for phase in data["phases"]:  # a line per phase, as the file has it
+        assert any(line.startswith(f"{phase['phase']}: {phase['wall_s']:.1f} s, ") for line in printed), phase
+    measured = ended - started
+    assert data["wall_s"] == pytest.approx(sum(p["wall_s"] for p in data["phases"]), abs=0.01)
+    assert abs(data["wall_s"] - measured) <= 0.1 * measured, (data["wall_s"], measured)
 
 
 @pytest.mark.parametrize("gpus", [1, 2])

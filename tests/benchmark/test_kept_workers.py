@@ -1,11 +1,14 @@
 """Benchmark workers kept across jobs: real gloo worker processes on loopback, one executor per simulated node.
 
 A job whose worker environment (tuner table path aside) matches a kept set's runs in those processes; anything
-else, and anything after a failure, runs in fresh ones; the bounds (idle sets, idle time, memory) hold.
+else, and anything after a failure, runs in fresh ones; the bounds (idle sets, idle time, memory) hold. A job of
+the same membership (ranks, environment, table content) also reuses the kept communicator, when every rank kept
+the same one; otherwise all ranks make a new one together.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -20,15 +23,17 @@ from tests.benchmark.test_gloo_jobs import _run_job
 from tests.benchmark.test_gloo_jobs import _spec as gloo_job
 from tests.support.waiting import wait_until
 from topo_tune.agent.bench.benchmark_executor import BenchmarkExecutor
+from topo_tune.agent.bench.kept_communicator import communicator_key
 from topo_tune.agent.bench.kept_workers import KeptWorkers, worker_set_key
 from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
-from topo_tune.agent.bench.worker_config import WorkerFault
+from topo_tune.agent.bench.worker_config import WorkerConfig, WorkerFault
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.benchmark.job_spec import BenchmarkSpec
 from topo_tune.benchmark.results import RankResult
 from topo_tune.controller.benchmarks.plan import aggregate
 from topo_tune.nccl.backends import Backend
 from topo_tune.nccl.collectives import Collective
+from topo_tune.plugin.job_env import TABLE_ENV, WORKLOAD_ENV
 from topo_tune.v1 import agent_pb2
 from topo_tune.wire.benchmark import rank_result_from_proto
 
@@ -69,6 +74,16 @@ def _started(work: Path, spec: BenchmarkSpec) -> list[dict[str, int]]:
         first = (work / spec.job_id / f"rank-{rank}" / "progress.jsonl").read_text().splitlines()[0]
         record = json.loads(first)
         out.append({"pid": int(record["pid"]), "jobs_before": int(record["jobs_before"])})
+    return out
+
+
+def _communicators(work: Path, spec: BenchmarkSpec) -> list[tuple[str, int]]:
+    """Each rank's communicator for the job ("kept" or "new") and how many its process had made, in rank order."""
+    out = []
+    for rank in range(spec.world_size):
+        lines = (work / spec.job_id / f"rank-{rank}" / "progress.jsonl").read_text().splitlines()
+        joined = next(r for r in map(json.loads, lines) if r["phase"] == "joined")
+        out.append((str(joined["communicator"]), int(joined["communicators_made"])))
     return out
 
 
@@ -167,7 +182,8 @@ def test_a_failed_or_timed_out_job_never_leaves_its_workers_for_the_next(
 
 
 def test_ranks_on_a_restarted_agent_meet_kept_ranks_elsewhere(tmp_path: Path) -> None:
-    """Whether a node's workers were kept is that node's business: every job makes its own rendezvous."""
+    """Whether a node's workers were kept is that node's business: every job makes its own rendezvous, and a
+    communicator only one node kept is replaced, on both, by a new one."""
     executors = {n: BenchmarkExecutor(policy=EnvPolicy(), kept_worker_sets=2) for n in ("n0", "n1")}
     try:
         first = _spec("two-1", nodes=("n0", "n1"), ranks_per_node=1)
@@ -180,9 +196,69 @@ def test_ranks_on_a_restarted_agent_meet_kept_ranks_elsewhere(tmp_path: Path) ->
         before, after = _started(tmp_path, first), _started(tmp_path, second)
         assert after[0] == {"pid": before[0]["pid"], "jobs_before": 1}  # n0's rank 0: kept
         assert after[1]["pid"] != before[1]["pid"] and after[1]["jobs_before"] == 0  # n1's rank 1: fresh
+        # n0 kept the first job's communicator, n1 lost it: both made a new one, and the next job keeps that.
+        assert _communicators(tmp_path, second) == [("new", 2), ("new", 1)]
+        third = _spec("two-3", nodes=("n0", "n1"), ranks_per_node=1)
+        results = _succeeded(_run_job(executors, third, tmp_path))
+        assert all(m.wrong == 0 for m in aggregate(third, results))
+        assert _communicators(tmp_path, third) == [("kept", 2), ("kept", 1)]
     finally:
         for one in executors.values():
             one.stop()
+
+
+def test_a_job_of_the_same_membership_reuses_the_communicator_another_table_or_rank_map_makes_a_new_one(
+    tmp_path: Path,
+) -> None:
+    stage = TunerPluginStage(installed_dirs=(), build_dir=tmp_path / "plugin", table_dir=tmp_path / "tables")
+    policy = EnvPolicy(config_dirs=(stage.table_dir,), plugin_dirs=stage.plugin_dirs)
+    executor = BenchmarkExecutor(policy=policy, tuner_plugin=stage, kept_worker_sets=1)
+    work = tmp_path / "work"
+    try:
+        nodes = {"n0": executor}
+        same = [_spec(f"same-{i}", table=TABLE) for i in range(3)]
+        swapped = _spec("swapped", table=TABLE)
+        # Rank 0 on the node's second local slot and rank 1 on its first: the same processes, another rank map.
+        swapped = dataclasses.replace(
+            swapped, ranks=tuple(dataclasses.replace(s, local_rank=1 - s.local_rank) for s in swapped.ranks)
+        )
+        jobs = [*same[:2], _spec("other-table", table=TABLE.replace(",16,", ",8,")), same[2], swapped]
+        results = {spec.job_id: _succeeded(_run_job(nodes, spec, work)) for spec in jobs}
+
+        assert len({tuple(_pids(work, spec)) for spec in jobs[:4]}) == 1  # one set of processes ran the four
+        assert _communicators(work, same[0]) == [("new", 1)] * 2
+        assert _communicators(work, same[1]) == [("kept", 1)] * 2  # the same table's content, another file
+        assert _communicators(work, jobs[2]) == [("new", 2)] * 2  # another table: NCCL reads it per communicator
+        assert _communicators(work, same[2]) == [("new", 3)] * 2  # back to the first table: new again
+        assert _pids(work, swapped) == list(reversed(_pids(work, same[2])))
+        assert _communicators(work, swapped) == [("new", 4)] * 2  # another rank map
+        # A kept communicator measures as a new one does: every size checked and right.
+        for spec in jobs:
+            rows = aggregate(spec, results[spec.job_id])
+            assert {m.bytes for m in rows} == {4096, 65536}
+            assert all(m.checked and m.wrong == 0 and m.time_us > 0 for m in rows)
+    finally:
+        executor.stop()
+
+
+@pytest.mark.parametrize("why", ["switched off", "workload counts"])
+def test_kept_communicators_off_or_counting_keeps_the_workers_but_makes_a_communicator_a_job(
+    tmp_path: Path, why: str
+) -> None:
+    if why == "switched off":
+        executor = BenchmarkExecutor(policy=EnvPolicy(), kept_worker_sets=1, kept_communicators=False)
+    else:
+        # The plugin writes a communicator's call counts when it is destroyed: kept, they would sum two jobs.
+        counts = {WORKLOAD_ENV: str(tmp_path / "workload")}
+        executor = BenchmarkExecutor(policy=EnvPolicy(), kept_worker_sets=1, passthrough=counts)
+    try:
+        specs = [_spec(f"off-{i}") for i in range(2)]
+        for spec in specs:
+            _succeeded(_run_job({"n0": executor}, spec, tmp_path))
+        assert _pids(tmp_path, specs[1]) == _pids(tmp_path, specs[0])
+        assert _communicators(tmp_path, specs[1]) == [("new", 2)] * 2
+    finally:
+        executor.stop()
 
 
 def test_a_table_only_change_reuses_the_workers_and_each_job_reads_its_own_table(tmp_path: Path) -> None:
@@ -271,3 +347,26 @@ def test_on_gloo_the_key_ignores_every_nccl_variable_and_nothing_else() -> None:
     assert key(base) == key({**base, "NCCL_TUNER_CONFIG_FILE": "/t/job-1.csv"})  # a table: nothing gloo reads
     assert key(base) != key({**base, "TORCH_DISTRIBUTED_DEBUG": "INFO"})  # torch reads it
     assert key(base, Backend.NCCL) != key({**base, "NCCL_ALGO": "Ring"}, Backend.NCCL)  # NCCL reads it once
+
+
+def test_the_communicator_key_holds_the_membership_and_the_tables_content_not_its_path(tmp_path: Path) -> None:
+    tables = {name: tmp_path / f"{name}.csv" for name in ("a", "a-again", "b")}
+    tables["a"].write_text(TABLE)
+    tables["a-again"].write_text(TABLE)
+    tables["b"].write_text(TABLE.replace(",16,", ",8,"))
+
+    def key(spec: BenchmarkSpec, table: str = "a") -> str:
+        config = WorkerConfig(
+            spec=spec, rank=0, device=-1, backend=Backend.GLOO, bind_address="127.0.0.1", rendezvous_timeout_s=60,
+            progress_path=tmp_path / "p", result_path=tmp_path / "r", stderr_path=tmp_path / "e", sys_path=(),
+        )  # fmt: skip
+        return communicator_key(config, {TABLE_ENV: str(tables[table])})
+
+    base = _spec("k-1", nodes=("n0", "n1"), ranks_per_node=1)
+    assert key(base) == key(_spec("k-2", nodes=("n0", "n1"), ranks_per_node=1))  # job id and port aside
+    assert key(base) == key(base, "a-again")  # the same table in another file: the same communicator
+    assert key(base) != key(base, "b")  # NCCL's plugin reads the table when a communicator is made
+    swapped = dataclasses.replace(base, ranks=tuple(dataclasses.replace(s, rank=1 - s.rank) for s in base.ranks))
+    assert key(base) != key(swapped)  # another rank map
+    assert key(base) != key(_spec("k-3", nodes=("n0", "n2"), ranks_per_node=1))  # another peer
+    assert key(base) != key(dataclasses.replace(base, env={"NCCL_DEBUG": "INFO"}))

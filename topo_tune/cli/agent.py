@@ -127,7 +127,8 @@ def agent() -> None:
     default=AgentSettings.kept_worker_sets,
     show_default=True,
     help="Benchmark worker processes are kept after a job for later jobs with the same NCCL environment (they "
-    "skip process start, torch and CUDA set-up; each job still gets its own communicator): at most this many "
+    "skip process start, torch and CUDA set-up, and keep their communicator for a job of the same ranks and "
+    "tuner table): at most this many "
     "idle sets, each ended after 5 minutes idle or when it grew past 4 GiB. 0: fresh workers for every job.",
 )
 @click.option(

@@ -86,9 +86,11 @@ class BenchmarkExecutor:
         kept_worker_sets: int = 0,
         kept_idle_s: float = DEFAULT_IDLE_S,
         kept_max_rss_bytes: int = DEFAULT_MAX_RSS_BYTES,
+        kept_communicators: bool = True,
     ) -> None:
         """``kept_worker_sets``: idle worker sets each launcher keeps for later jobs of the same environment
-        (0: every job starts fresh workers); see ``kept_workers``."""
+        (0: every job starts fresh workers); see ``kept_workers``. ``kept_communicators``: a kept set keeps its
+        communicator too, for a job of the same membership (see ``kept_communicator``)."""
         self._policy = policy
         self._tuner_plugin = tuner_plugin
         self._wall_clock = wall_clock
@@ -102,7 +104,12 @@ class BenchmarkExecutor:
                 clock=monotonic,
                 cpus_for_device=cpus_for_device,
                 ranks_per_gpu=ranks_per_gpu,
-                kept=KeptWorkers(max_sets=kept_worker_sets, idle_s=kept_idle_s, max_rss_bytes=kept_max_rss_bytes),
+                kept=KeptWorkers(
+                    max_sets=kept_worker_sets,
+                    idle_s=kept_idle_s,
+                    max_rss_bytes=kept_max_rss_bytes,
+                    keep_communicators=kept_communicators,
+                ),
             )
             for name in LAUNCHED_BACKENDS
         }

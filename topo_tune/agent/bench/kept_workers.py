@@ -5,10 +5,11 @@ per communicator. So a worker that finished a job can run the next one if that j
 same apart from the per-communicator variables (``PER_COMMUNICATOR_ENV``, sent with each job; on gloo every
 ``NCCL_*`` variable too, which gloo never reads), on the same
 backend, bind address, devices and CPUs: the :func:`worker_set_key`, a content hash of all of these. Every job
-still makes its own rendezvous and its own communicator (a new process group); nothing of the previous job's
-group is kept. A kept process therefore joins a job exactly as a fresh one does, and ranks on other nodes need
-not know or agree whether it was kept: an agent that restarted and lost its workers simply starts fresh ones,
-and its peers' kept workers meet them at the job's rendezvous.
+still makes its own rendezvous; a kept process also keeps its communicator (process group) for a job of the
+same membership where every rank of that job kept the same one (``kept_communicator``, ``keep_communicators``),
+and otherwise makes a new one with its peers. Ranks on other nodes need not know whether a process was kept:
+an agent that restarted and lost its workers simply starts fresh ones, and its peers' kept workers meet them at
+the job's rendezvous and make a new communicator with them.
 
 :class:`KeptWorkers` holds the idle sets of one launcher, by key:
 
@@ -169,8 +170,10 @@ class KeptWorkers:
         max_sets: int = DEFAULT_MAX_SETS,
         idle_s: float = DEFAULT_IDLE_S,
         max_rss_bytes: int = DEFAULT_MAX_RSS_BYTES,
+        keep_communicators: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``keep_communicators``: a kept set also keeps its communicator for a job of the same membership."""
         if max_sets < 0:
             raise ValueError(f"max_sets must be >= 0, got {max_sets}")
         if idle_s <= 0:
@@ -178,6 +181,7 @@ class KeptWorkers:
         self._max_sets = max_sets
         self._idle_s = idle_s
         self._max_rss_bytes = max_rss_bytes
+        self.keep_communicators = keep_communicators
         self._clock = clock
         self._lock = threading.Lock()
         self._idle: OrderedDict[WorkerSetKey, _IdleSet] = OrderedDict()  # least recently used first

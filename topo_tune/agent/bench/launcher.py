@@ -33,7 +33,8 @@ one; where the launcher's ``KeptWorkers`` allow it (a job that succeeded here, w
 output file of its own), its set is kept for the next job with the same key, which then runs in it with
 ``HOME``, ``TMPDIR`` and the output directory of the set (``<work dir>/kept-workers-<key>/``), its rank
 files still in the job's directory. Otherwise, and with ``KeptWorkers(max_sets=0)``, each job's workers end
-with the job, as fresh ones would.
+with the job, as fresh ones would. Workers that may be kept are told the set's directory for their communicator
+(``communicator_dir``), which they then keep too (``kept_communicator``), unless ``keep_communicators`` is off.
 
 Each worker dies with the agent: its first line sets the parent-death signal (``prctl(PR_SET_PDEATHSIG,
 SIGKILL)``; set after ``exec`` rather than in a ``preexec_fn``, which is unsafe in the threaded agent), so a
@@ -379,7 +380,14 @@ class Launcher:
         try:
             for i, slot in enumerate(slots):
                 config = self._config(
-                    spec, slot=slot, device=devices[i], job_dir=job_dir, deadline_s=deadline_s, fault=fault, env=job_env
+                    spec,
+                    slot=slot,
+                    device=devices[i],
+                    job_dir=job_dir,
+                    deadline_s=deadline_s,
+                    fault=fault,
+                    env=job_env,
+                    communicator_dir=home if key is not None and self._kept.keep_communicators else None,
                 )
                 proc = kept[i] if kept is not None else self._spawn(spec, config=config, env=env, cwd=home)
                 worker = _Worker(slot, proc, config.progress_path, config.result_path, config.stderr_path)
@@ -419,6 +427,7 @@ class Launcher:
         deadline_s: float,
         fault: WorkerFault | None,
         env: Mapping[str, str],
+        communicator_dir: Path | None,
     ) -> WorkerConfig:
         """Write rank ``slot``'s config file (in a fresh rank directory) and return it."""
         rank_dir = job_dir / f"rank-{slot.rank}"
@@ -440,6 +449,7 @@ class Launcher:
             cpus=self._cpus_for_device.get(device, ()),
             fault=fault or WorkerFault(),
             job_env=dict(env),
+            communicator_dir=communicator_dir,
         )
         config.dump(rank_dir / "config.json")
         return config

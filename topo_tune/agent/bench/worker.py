@@ -4,14 +4,15 @@ The ``launcher`` starts it in its own session with exactly the job's environment
 worker then reads the config paths of its jobs from stdin, one a line, and after each job it finished writes one
 line (the job's id) to the reply descriptor it was given, so the launcher can keep it for the next job of the
 same environment (``kept_workers``). Before each job it sends its stdout and stderr to that job's file and sets
-that job's per-communicator variables (``job_env``); after it, nothing of the job is left but the process: the
-process group is destroyed, the rendezvous store closed, the CUDA cache emptied. A job that failed ends the
-process. For every job it
+that job's per-communicator variables (``job_env``); after it, nothing of the job is left but the process and,
+where ``kept_communicator`` allows, its communicator for the next job of the same membership: the job's
+rendezvous store is closed, the CUDA cache emptied. A job that failed ends the process. For every job it
 
-1. reports ``started``; connects to the job's TCPStore rendezvous (rank 0 hosts it), marks
-   itself arrived and waits for every rank, reporting which ranks it is still waiting for;
-2. initialises torch.distributed (``nccl`` on its GPU, or ``gloo`` bound to the node's address)
-   and reports ``joined``;
+1. reports ``started``; connects to the job's TCPStore rendezvous (rank 0 hosts it), counts itself among
+   the holders of its kept communicator, marks itself arrived and waits for every rank, reporting which ranks
+   it is still waiting for;
+2. reuses the communicator it kept, if every rank kept that one, else makes a new one (``nccl`` on its GPU, or
+   ``gloo`` bound to the node's address; see ``kept_communicator``), and reports ``joined`` with which;
 3. for every size and placement: a warm-up, one synchronising call, the timed loop (mean time per
    iteration, like nccl-tests' ``time``) and the per-iteration samples (p50/p99/CV), then the
    data check; the timed loop is timed with CUDA events on GPUs and ``perf_counter`` on CPUs.
@@ -38,6 +39,7 @@ import itertools
 import json
 import logging
 import os
+import shutil
 import sys
 import threading
 import time
@@ -48,9 +50,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed import PrefixStore, ProcessGroupGloo, TCPStore  # type: ignore[attr-defined]
+from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
 from topo_tune.agent.bench.collective_ops import fill_inputs, make_buffers, op_for, placement_supported, wrong_elements
+from topo_tune.agent.bench.kept_communicator import KeptCommunicator, communicator_key
 from topo_tune.agent.bench.worker_config import PER_COMMUNICATOR_ENV, WorkerConfig, per_job
 from topo_tune.benchmark.collectives import bandwidth, shape
 from topo_tune.benchmark.iteration_stats import IterationStats
@@ -59,8 +62,8 @@ from topo_tune.benchmark.results import NcclChoice, RankResult, SizeMeasurement
 from topo_tune.errors import RecordError
 from topo_tune.nccl.backends import Backend
 from topo_tune.nccl.library import loaded_version
-from topo_tune.plugin.job_env import PLUGIN_ENV, TABLE_ENV
-from topo_tune.plugin.record import RECORD_ENV, RecordedCall, parse_record
+from topo_tune.plugin.job_env import TABLE_ENV
+from topo_tune.plugin.record import RecordedCall, parse_record
 from topo_tune.versions.version import SYSTEM_NCCL_CONF, file_settings
 
 __all__ = ["main", "serve"]
@@ -69,9 +72,10 @@ logger = logging.getLogger(__name__)
 
 EXIT_BAD_CONFIG = 3
 EXIT_BENCHMARK_ERROR = 4
-GLOO_BACKEND_NAME = "topo_tune_gloo"
 _RENDEZVOUS_POLL = datetime.timedelta(seconds=1)
 _ARRIVED_PREFIX = "topo_tune/arrived/"
+_COMMUNICATOR = KeptCommunicator()
+"""This process's communicator, kept between its jobs where ``kept_communicator`` allows."""
 
 
 class Progress:
@@ -92,25 +96,8 @@ class Progress:
         self._file.close()
 
 
-def _register_gloo(bind_address: str) -> None:
-    """Register a gloo backend whose sockets bind to ``bind_address`` (this node's address), once per process.
-
-    A kept worker's jobs share its bind address (it is part of the set's key), so the first registration stands.
-    """
-    if GLOO_BACKEND_NAME in dist.Backend.backend_list:
-        return
-
-    def create(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> Any:
-        # The private options type is the only way to hand gloo a device bound to one address.
-        options = ProcessGroupGloo._Options()  # type: ignore[attr-defined]
-        options._timeout = timeout
-        options._devices = [ProcessGroupGloo.create_device(hostname=bind_address)]
-        return ProcessGroupGloo(store, rank, size, options)
-
-    dist.Backend.register_backend(GLOO_BACKEND_NAME, create, devices=["cpu"])
-
-
-def _rendezvous(config: WorkerConfig, progress: Progress) -> TCPStore:
+def _rendezvous(config: WorkerConfig, progress: Progress, *, ticket: str) -> TCPStore:
+    """Connect to the job's store and wait for every rank; first count this rank under ``ticket``, if any."""
     spec = config.spec
     timeout = datetime.timedelta(seconds=config.rendezvous_timeout_s)
     progress.report("rendezvous", host=spec.rendezvous_host, port=spec.rendezvous_port)
@@ -122,6 +109,8 @@ def _rendezvous(config: WorkerConfig, progress: Progress) -> TCPStore:
         timeout=timeout,
         wait_for_workers=False,
     )
+    if ticket:
+        store.add(ticket, 1)  # before arriving: once all ranks have arrived, every count is final
     store.set(f"{_ARRIVED_PREFIX}{config.rank}", "1")
     keys = [f"{_ARRIVED_PREFIX}{r}" for r in range(spec.world_size)]
     while True:
@@ -353,32 +342,16 @@ def run(config: WorkerConfig, progress: Progress) -> RankResult:
     if config.fault.hang_before_join_rank == config.rank:
         progress.report("started", fault="hang_before_join")
         threading.Event().wait()  # test-only fault: never returns; the launcher kills us
-    store = _rendezvous(config, progress)
-    timeout = datetime.timedelta(seconds=config.rendezvous_timeout_s)
-    pg_store = PrefixStore(f"topo_tune/{spec.job_id}/pg", store)
-    record = config.result_path.with_name("tuner_record.csv")
-    os.environ.pop(RECORD_ENV, None)  # a kept worker's previous job must never record into this one's file
-    if config.backend.runs_nccl and os.environ.get(PLUGIN_ENV):
-        # Read by the plugin when NCCL creates the communicator (putenv: NCCL's getenv sees it).
-        os.environ[RECORD_ENV] = str(record)
+    key = communicator_key(config, os.environ)
+    ticket = _COMMUNICATOR.ticket(key, config.rank)
+    store = _rendezvous(config, progress, ticket=ticket)
     if config.backend.runs_nccl:
         device = torch.device("cuda", config.device)
         torch.cuda.set_device(device)
-        dist.init_process_group(
-            "nccl",
-            store=pg_store,
-            rank=config.rank,
-            world_size=spec.world_size,
-            timeout=timeout,
-            device_id=device,
-        )
     else:
         device = torch.device("cpu")
-        _register_gloo(config.bind_address)
-        dist.init_process_group(
-            GLOO_BACKEND_NAME, store=pg_store, rank=config.rank, world_size=spec.world_size, timeout=timeout
-        )
-    progress.report("joined")
+    kept = _COMMUNICATOR.join(config, store=store, ticket=ticket, key=key)
+    progress.report("joined", communicator="kept" if kept else "new", communicators_made=_COMMUNICATOR.made)
     sizes = []
     corrupt = config.fault.corrupt_rank == config.rank
     for size in spec.sweep.sizes():
@@ -386,7 +359,11 @@ def run(config: WorkerConfig, progress: Progress) -> RankResult:
             progress.report("running", bytes=size, in_place=in_place)
             sizes.append(_measure(spec, size=size, in_place=in_place, rank=config.rank, device=device, corrupt=corrupt))
     dist.barrier()
-    if os.environ.get(RECORD_ENV):
+    record = _COMMUNICATOR.record
+    if record is not None:
+        job_record = config.result_path.with_name("tuner_record.csv")
+        if record != job_record and record.exists():
+            shutil.copyfile(record, job_record)  # the job's directory shows what its choices were read from
         sizes = with_choices(spec, sizes, record)
     result = RankResult(
         job_id=spec.job_id,
@@ -398,11 +375,11 @@ def run(config: WorkerConfig, progress: Progress) -> RankResult:
     tmp.write_text(json.dumps(result.to_json()))
     os.replace(tmp, config.result_path)
     progress.report("finished")
-    dist.destroy_process_group()
+    _COMMUNICATOR.end_of_job(config)
     # What a kept worker must not carry into its next job: this job's store (rank 0 serves it on the job's
     # port; the last reference goes here, which closes it) and its buffers in the CUDA cache. No gc.collect():
     # it took 0.4 s of a 1 s job in a process holding torch, and nothing here is held by a cycle.
-    del pg_store, store
+    del store
     if config.backend.runs_nccl:
         torch.cuda.empty_cache()
     return result

@@ -71,6 +71,9 @@ class WorkerConfig:
     fault: WorkerFault = WorkerFault()
     job_env: dict[str, str] = field(default_factory=dict)
     """This job's values of the variables :func:`per_job` names (a key absent here is unset for the job)."""
+    communicator_dir: Path | None = None
+    """Where a communicator kept for later jobs keeps its files (the kept set's directory); None: the worker
+    destroys its communicator at the job's end (see ``kept_communicator``)."""
 
     def dump(self, path: Path) -> None:
         data: dict[str, Any] = {
@@ -90,6 +93,7 @@ class WorkerConfig:
                 "corrupt_rank": self.fault.corrupt_rank,
             },
             "job_env": self.job_env,
+            "communicator_dir": None if self.communicator_dir is None else str(self.communicator_dir),
         }
         path.write_text(json.dumps(data))
 
@@ -110,4 +114,5 @@ class WorkerConfig:
             cpus=tuple(data["cpus"]),
             fault=WorkerFault(**data["fault"]),
             job_env={str(k): str(v) for k, v in data["job_env"].items()},
+            communicator_dir=None if data["communicator_dir"] is None else Path(data["communicator_dir"]),
         )
