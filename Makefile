@@ -13,7 +13,8 @@ BIN     = $(VENV)/bin
 TEST_WORKERS ?= 3
 FAST_WORKERS ?= 4
 PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadgroup
-# What test-fast leaves out: the multi-process scenarios, the network-namespace clusters and the fault suite.
+# What test-fast leaves out: the multi-process scenarios, the network-namespace clusters, the fault suite and
+# SERIAL_TESTS (they fail beside workers).
 FAST_MARKERS = not slow and not netns and not faults
 
 .PHONY: install chromium slurm openmpi demo test test-fast lint typecheck protos schema docs report-screenshot clean
@@ -67,7 +68,7 @@ test: lint typecheck chromium slurm openmpi
 	$(BIN)/python -m pytest tests/netns -m netns --durations=0
 
 test-fast: install
-	$(BIN)/python -m pytest -n $(FAST_WORKERS) --dist loadgroup -m "$(FAST_MARKERS)" --durations=10
+	$(BIN)/python -m pytest -n $(FAST_WORKERS) --dist loadgroup -m "$(FAST_MARKERS)" $(SERIAL_TESTS:%=--ignore=%) --durations=10
 
 protos: install
 	$(BIN)/python tools/gen_protos.py
