@@ -5,7 +5,10 @@ rendezvous, data check, and on ``nccl`` the tuner plugin staged and recording, a
 all_reduce size with a few iterations, so its time inside timed loops is milliseconds and the rest of its
 wall time is fixed cost. Modes:
 
-- ``fresh``: no kept workers; every job starts its processes (interpreter, torch, CUDA, communicator);
+- ``fresh``: no kept workers; every job starts its processes as new interpreters (interpreter, torch, CUDA,
+  communicator);
+- ``fresh, forked``: no kept workers; every job's processes are forked from the launcher's pre-imported fork
+  server (``fork_server``; the agent's default on gloo), so only CUDA and the communicator are new;
 - ``kept worker, same env``: every job after the first runs in the kept processes, with a new rendezvous and a
   new communicator (``kept_communicators=False``);
 - ``kept communicator, same env``: the same, and every job after the first also reuses the communicator;
@@ -104,8 +107,9 @@ class Bench:
         self.passthrough = {k: os.environ[k] for k in PASSTHROUGH_KEYS if os.environ.get(k)}
         self.count = 0
 
-    def executor(self, kept_sets: int, *, kept_communicators: bool) -> BenchmarkExecutor:
+    def executor(self, kept_sets: int, *, kept_communicators: bool, fork_server: bool) -> BenchmarkExecutor:
         return BenchmarkExecutor(
+            fork_server=fork_server,
             policy=self.policy,
             passthrough=self.passthrough,
             node_env=NODE_ENV if self.backend.runs_nccl else {},
@@ -172,10 +176,11 @@ def run_mode(
     *,
     kept_sets: int,
     kept_communicators: bool,
+    fork_server: bool,
     jobs: int,
     pick: Callable[[int], tuple[Mapping[str, str], str]],
 ) -> str:
-    executor = bench.executor(kept_sets, kept_communicators=kept_communicators)
+    executor = bench.executor(kept_sets, kept_communicators=kept_communicators, fork_server=fork_server)
     try:
         rows = [bench.job(executor, bench.spec(*pick(i))) for i in range(jobs)]
     finally:
@@ -203,6 +208,13 @@ def main() -> None:
     parser.add_argument("--ranks-per-gpu", type=int, default=1, help="nccl: ranks sharing each GPU (NCCL >= 2.30)")
     parser.add_argument("--jobs", type=int, default=10, help="jobs per mode (the first one starts the workers)")
     parser.add_argument("--iters", type=int, default=5, help="timed iterations per job")
+    parser.add_argument(
+        "--fork-server",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="fork fresh workers from a pre-imported process in the kept modes (auto: on gloo, as the agent does); "
+        "off also leaves out the 'fresh, forked' mode",
+    )
     args = parser.parse_args()
     if args.jobs < 2:
         parser.error("--jobs must be at least 2: the first job of a mode starts its workers")
@@ -214,14 +226,18 @@ def main() -> None:
         except ValueError as exc:
             print(f"tuner plugin unavailable ({exc}): the nccl jobs run unrecorded, no tables mode")
             tables_ok = False
-        modes: list[tuple[str, int, bool, Callable[[int], tuple[Mapping[str, str], str]]]] = [
-            ("fresh", 0, False, lambda i: (ENV_A, "")),
-            ("kept worker, same env", 2, False, lambda i: (ENV_A, "")),
-            ("kept communicator, same env", 2, True, lambda i: (ENV_A, "")),
-            ("kept, A/B envs", 2, True, lambda i: ((ENV_A, ENV_B)[i % 2], "")),
+        forked = args.fork_server == "on" or (args.fork_server == "auto" and args.backend == "gloo")
+        modes: list[tuple[str, int, bool, bool, Callable[[int], tuple[Mapping[str, str], str]]]] = [
+            ("fresh", 0, False, False, lambda i: (ENV_A, "")),
+            ("fresh, forked", 0, False, True, lambda i: (ENV_A, "")),
+            ("kept worker, same env", 2, False, forked, lambda i: (ENV_A, "")),
+            ("kept communicator, same env", 2, True, forked, lambda i: (ENV_A, "")),
+            ("kept, A/B envs", 2, True, forked, lambda i: ((ENV_A, ENV_B)[i % 2], "")),
         ]
+        if args.fork_server == "off":
+            del modes[1]
         if tables_ok:
-            modes.insert(3, ("kept, tables alternate", 2, True, lambda i: (ENV_A, TABLES[i % 2])))
+            modes.insert(-1, ("kept, tables alternate", 2, True, forked, lambda i: (ENV_A, TABLES[i % 2])))
         print(
             f"backend {args.backend}, {args.ranks} rank(s) on one host"
             + (f", {args.ranks_per_gpu} per GPU" if args.backend == "nccl" else "")
@@ -234,8 +250,15 @@ def main() -> None:
             "| communicators reused |"
         )
         print("|---|---|---|---|---|---|---|---|---|---|")
-        for name, kept_sets, kept_communicators, pick in modes:
-            row = run_mode(bench, kept_sets=kept_sets, kept_communicators=kept_communicators, jobs=args.jobs, pick=pick)
+        for name, kept_sets, kept_communicators, fork_server, pick in modes:
+            row = run_mode(
+                bench,
+                kept_sets=kept_sets,
+                kept_communicators=kept_communicators,
+                fork_server=fork_server,
+                jobs=args.jobs,
+                pick=pick,
+            )
             print(f"| {name} " + row, flush=True)
 
 

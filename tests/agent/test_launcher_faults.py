@@ -88,8 +88,12 @@ def _launcher(tmp_path: Path, behaviour: dict[int, str]) -> Launcher:
     fake.write_text(f"#!{sys.executable}\n{_FAKE_PYTHON}")
     fake.chmod(0o755)
     _behave(tmp_path, behaviour)
+    # No fork server: the fake stands in for the new interpreter a worker is started as without one.
     return Launcher(
-        backend=Backend.GLOO, python=str(fake), passthrough={"FAKE_BEHAVIOUR": str(tmp_path / "behaviour.json")}
+        backend=Backend.GLOO,
+        python=str(fake),
+        passthrough={"FAKE_BEHAVIOUR": str(tmp_path / "behaviour.json")},
+        fork_server=False,
     )
 
 

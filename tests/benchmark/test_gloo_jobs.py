@@ -247,8 +247,27 @@ def test_a_wrong_result_in_the_first_spec_ends_the_job_there(
     executors: dict[str, BenchmarkExecutor], tmp_path: Path
 ) -> None:
     spec = _two_specs("specs-wrong")
-    result = _run_job(executors, spec, tmp_path, fault=WorkerFault(corrupt_rank=1), deadline_s=60)
-    failed = result["n1"]
+    run = spec_to_proto(spec)
+    nodes = sorted({s.node_name for s in spec.ranks})
+    with ThreadPoolExecutor(len(nodes)) as pool:
+        futures = {
+            n: pool.submit(
+                executors[n].execute,
+                run,
+                node_name=n,
+                backend=Backend.GLOO,
+                deadline_s=60,
+                work_dir=tmp_path,
+                fault=WorkerFault(corrupt_rank=1),
+            )
+            for n in nodes
+        }
+        failed = futures["n1"].result()
+        # As the controller does once a node's part failed: the job is cancelled where it still runs (the
+        # others' ranks would wait for rank 1 until the deadline).
+        for n in nodes:
+            executors[n].cancel(spec.job_id, "n1 failed")
+        assert all(f.result().status != agent_pb2.COMMAND_STATUS_SUCCEEDED for f in futures.values())
     assert failed.status == agent_pb2.COMMAND_STATUS_FAILED
     assert failed.message.startswith("spec 0 of 2: ") and "wrong elements" in failed.message, failed.message
     assert {row.spec for r in failed.node_benchmark.ranks for row in r.sizes} == {0}, "the second spec never ran on n1"

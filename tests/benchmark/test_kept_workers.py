@@ -21,6 +21,7 @@ import pytest
 
 from tests.benchmark.test_gloo_jobs import _run_job
 from tests.benchmark.test_gloo_jobs import _spec as gloo_job
+from tests.support.processes import process_gone
 from tests.support.waiting import wait_until
 from topo_tune.agent.bench.benchmark_executor import BenchmarkExecutor
 from topo_tune.agent.bench.kept_communicator import communicator_key
@@ -156,8 +157,8 @@ def test_a_failed_or_timed_out_job_never_leaves_its_workers_for_the_next(
     # A kept worker killed while idle: the next job of its key notices and starts a fresh set.
     victim = _pids(tmp_path, kept)[1]
     os.kill(victim, signal.SIGKILL)
-    # Exited (every thread of it, not only the leader), and not yet reaped: WNOWAIT leaves that to the launcher.
-    wait_until(lambda: os.waitid(os.P_PID, victim, os.WEXITED | os.WNOWAIT | os.WNOHANG), what="its death")
+    # Exited (every thread of it, not only the leader): a zombie or reaped by the fork server, its parent.
+    wait_until(lambda: process_gone(victim), what="its death")
     after_kill = _spec("after-kill")
     _succeeded(_run_job(nodes, after_kill, tmp_path))
     assert set(_pids(tmp_path, after_kill)).isdisjoint(_pids(tmp_path, kept))

@@ -87,10 +87,12 @@ class BenchmarkExecutor:
         kept_idle_s: float = DEFAULT_IDLE_S,
         kept_max_rss_bytes: int = DEFAULT_MAX_RSS_BYTES,
         kept_communicators: bool = True,
+        fork_server: bool | None = None,
     ) -> None:
         """``kept_worker_sets``: idle worker sets each launcher keeps for later jobs of the same environment
         (0: every job starts fresh workers); see ``kept_workers``. ``kept_communicators``: a kept set keeps its
-        communicator too, for a job of the same membership (see ``kept_communicator``)."""
+        communicator too, for a job of the same membership (see ``kept_communicator``). ``fork_server``: fresh
+        workers are forked from a pre-imported process (``fork_server``); None: on gloo only."""
         self._policy = policy
         self._tuner_plugin = tuner_plugin
         self._wall_clock = wall_clock
@@ -110,6 +112,7 @@ class BenchmarkExecutor:
                     max_rss_bytes=kept_max_rss_bytes,
                     keep_communicators=kept_communicators,
                 ),
+                fork_server=fork_server,
             )
             for name in LAUNCHED_BACKENDS
         }

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NewType
 
+from topo_tune.agent.bench.fork_server import ForkedProcess
 from topo_tune.agent.bench.worker_config import PER_COMMUNICATOR_ENV, per_job
 from topo_tune.nccl.backends import Backend
 
@@ -105,7 +106,7 @@ def worker_set_key(
 class WorkerProcess:
     """One worker process; it runs the jobs whose config paths it reads, one per line, from its stdin."""
 
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | ForkedProcess
     pidfd: int
     """Readable once the process exited."""
     replies: int

@@ -36,6 +36,11 @@ files still in the job's directory. Otherwise, and with ``KeptWorkers(max_sets=0
 with the job, as fresh ones would. Workers that may be kept are told the set's directory for their communicator
 (``communicator_dir``), which they then keep too (``kept_communicator``), unless ``keep_communicators`` is off.
 
+Fresh workers on gloo are forked from the launcher's fork server (``fork_server``: one process that imported torch
+and the worker once), in milliseconds instead of the ~2 s a new interpreter spends importing torch; what follows
+holds for them too (their parent-death signal chains through the fork server). On nccl, and where the fork server
+cannot start, a worker is a new interpreter.
+
 Each worker dies with the agent: its first line sets the parent-death signal (``prctl(PR_SET_PDEATHSIG,
 SIGKILL)``; set after ``exec`` rather than in a ``preexec_fn``, which is unsafe in the threaded agent), so a
 ``kill -9`` of the agent leaves no worker busy. The signal follows the thread that started the worker, so
@@ -76,6 +81,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from topo_tune.agent.bench.fork_server import ForkServer, ForkServerError
 from topo_tune.agent.bench.job_dirs import prune_job_dirs
 from topo_tune.agent.bench.kept_workers import KeptWorkers, WorkerProcess, WorkerSetKey, worker_set_key
 from topo_tune.agent.bench.ranks_per_gpu import shared_gpu_env, worker_device
@@ -183,6 +189,16 @@ def _read_result(w: _Worker, job_id: str) -> tuple[RankResult | None, str]:
     return result, ""
 
 
+def _pidfd(pid: int) -> int:
+    """A descriptor readable once process ``pid`` ended; one that is readable now if it already has."""
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        done, closed = os.pipe()
+        os.close(closed)  # end of file: readable at once
+        return done
+
+
 def _end_processes(processes: Sequence[WorkerProcess]) -> None:
     # The group, even when the rank itself already exited: a process it started (in its session)
     # would otherwise outlive the job, holding its port, memory or GPU.
@@ -215,7 +231,9 @@ class Launcher:
         cpus_for_device: Mapping[int, Sequence[int]] | None = None,
         ranks_per_gpu: int = 1,
         kept: KeptWorkers | None = None,
+        fork_server: bool | None = None,
     ) -> None:
+        """``fork_server``: fork fresh workers from a pre-imported process (``fork_server``); None: on gloo only."""
         if backend not in LAUNCHED_BACKENDS:
             known = " or ".join(repr(b.value) for b in LAUNCHED_BACKENDS)
             raise ValueError(f"backend must be {known}, got {backend!r}")
@@ -239,6 +257,8 @@ class Launcher:
         # Workers are started from this one long-lived thread: the parent-death signal follows the thread that
         # started a process, and a kept worker outlives the job's thread.
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{backend.value}-worker-spawner")
+        use_fork_server = backend is Backend.GLOO if fork_server is None else fork_server
+        self._fork_server = ForkServer(python=python, spawn=self._on_spawner) if use_fork_server else None
 
     @property
     def kept(self) -> KeptWorkers:
@@ -320,6 +340,8 @@ class Launcher:
                 if w.returncode is None:
                     w.proc.kill_group()
         self._kept.close()
+        if self._fork_server is not None:
+            self._fork_server.close()
         self._spawner.shutdown(wait=False)
 
     def _track(self, w: _Worker) -> _Worker:
@@ -454,17 +476,37 @@ class Launcher:
         config.dump(rank_dir / "config.json")
         return config
 
+    def _on_spawner(self, start: Callable[[], Any]) -> Any:
+        """Run ``start`` on the spawner thread (a process it starts dies with that thread); its result."""
+        try:
+            started = self._spawner.submit(start)
+        except RuntimeError as exc:  # the spawner is shut down: stop() came first
+            raise LauncherBusy("the agent is stopping: it takes no more benchmark jobs") from exc
+        return started.result()
+
     def _spawn(self, spec: BenchmarkSpec, *, config: WorkerConfig, env: Mapping[str, str], cwd: Path) -> WorkerProcess:
-        """Start a worker process (from the spawner thread) that waits for its first job on stdin."""
+        """Start a worker process that waits for its first job on stdin: forked from the fork server where there is
+        one (a fork server that fails is not used again: workers then start as new interpreters)."""
+        if self._fork_server is not None:
+            try:
+                forked, replies = self._fork_server.start_worker(
+                    env=env, cwd=cwd, output=config.stderr_path, log=cwd.parent / "fork-server.log"
+                )
+            except ForkServerError as exc:
+                logger.warning("job %s: %s; workers start as new interpreters from now on", spec.job_id, exc)
+                self._fork_server.close()
+                self._fork_server = None
+            else:
+                logger.info("job %s: forked rank %d (pid %d)", spec.job_id, config.rank, forked.pid)
+                return WorkerProcess(forked, _pidfd(forked.pid), replies)
         replies, reply_end = os.pipe()
         try:
             with config.stderr_path.open("ab") as stderr:
                 # Its output goes to this first job's file until it reads the job (then to each job's own).
                 command = [self._python, "-E", "-s", "-c", _BOOTSTRAP, str(os.getpid()), str(reply_end)]
                 command.append(str(config.progress_path.with_name("config.json")))
-                try:
-                    started = self._spawner.submit(
-                        subprocess.Popen,
+                process: subprocess.Popen[bytes] = self._on_spawner(
+                    lambda: subprocess.Popen(
                         command,
                         env=dict(env),
                         cwd=cwd,
@@ -475,9 +517,7 @@ class Launcher:
                         close_fds=True,
                         pass_fds=(reply_end,),
                     )
-                except RuntimeError as exc:  # the spawner is shut down: stop() came first
-                    raise LauncherBusy("the agent is stopping: it takes no more benchmark jobs") from exc
-                process = started.result()
+                )
         except BaseException:
             os.close(replies)
             raise
