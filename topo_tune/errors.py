@@ -35,7 +35,7 @@
     │   YamlLimitError (YAML over a bound), PathError (a cluster.yaml check across fields),
     │   ClusterModelError (node/rack description), NcclXmlError (NCCL topology file),
     │   RingOrderError (ring problem matrices), WorkloadFileError (a trace, log or record to import)
-    ├── the agent: LauncherBusy, JobCancelled (benchmark launcher; also ``RuntimeError``),
+    ├── the agent: LauncherBusy, JobCancelled, ForkServerError (benchmark launcher; also ``RuntimeError``),
     │   SessionRefused (the controller did not register the agent), AgentRefused (it refused the agent for
     │   good: a wrong or another node's credential, an invalid registration), NvmlCallError (one NVML call failed)
     ├── tuning: TrialFailed (one trial's benchmark), StudyError (a study cannot go on), StudyCancelled
@@ -315,6 +315,10 @@ class LauncherBusy(TopoTuneError, RuntimeError):
 
 class JobCancelled(TopoTuneError, RuntimeError):
     """The job was cancelled before it started here; nothing ran."""
+
+
+class ForkServerError(TopoTuneError, RuntimeError):
+    """The launcher's fork server did not start, or did not fork a worker (workers then start as interpreters)."""
 
 
 class SessionRefused(TopoTuneError):

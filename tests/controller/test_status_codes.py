@@ -44,6 +44,7 @@ EXPECTED: dict[type[errors.TopoTuneError], grpc.StatusCode] = {
     errors.StudyCancelled: C.CANCELLED,
     errors.JobCancelled: C.CANCELLED,
     errors.StorageError: C.UNAVAILABLE,
+    errors.ForkServerError: C.UNAVAILABLE,
     errors.DatabaseFull: C.RESOURCE_EXHAUSTED,  # a full disk stays full: retrying as for UNAVAILABLE cannot help
     errors.WatchEnded: C.UNAVAILABLE,
     errors.FencedError: C.UNAVAILABLE,

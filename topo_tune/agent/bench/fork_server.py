@@ -47,6 +47,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from topo_tune.errors import ForkServerError
+
 __all__ = ["ForkServer", "ForkServerError", "ForkedProcess"]
 
 logger = logging.getLogger(__name__)
@@ -61,10 +63,6 @@ _BOOTSTRAP = (
     "import json; sys.path[:0] = json.loads(sys.argv[3]); "
     "from topo_tune.agent.bench.fork_server import serve_forks; serve_forks(int(sys.argv[2]))"
 )
-
-
-class ForkServerError(RuntimeError):
-    """The fork server did not start, or refused a request."""
 
 
 class ForkedProcess:

@@ -53,6 +53,7 @@ CODES: dict[type[errors.TopoTuneError], grpc.StatusCode] = {
     errors.JobCancelled: C.CANCELLED,
     # Somewhere else is away: the caller retries, or goes to the new leader.
     errors.StorageError: C.UNAVAILABLE,
+    errors.ForkServerError: C.UNAVAILABLE,  # (agent) workers could not be started here now
     # A full disk stays full until someone frees space: no retry helps, so not UNAVAILABLE.
     errors.DatabaseFull: C.RESOURCE_EXHAUSTED,
     # A cap on what one credential or one row may store: nothing was stored; deleting, or retention, frees room.
