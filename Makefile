@@ -4,6 +4,10 @@
 # Both create the virtual environment and install everything on first use.
 
 PYTHON ?= python3
+# Python caches compiled modules (and pytest its assertion-rewritten tests) in __pycache__, unless this variable
+# says not to, as some build images do: then every worker, controller, agent and CLI process of the suite compiles
+# what it imports again (about half of a pytest process's collection time).
+unexport PYTHONDONTWRITEBYTECODE
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 # pytest-xdist workers. Three on two cores: most tests wait on daemons, sockets and subprocesses rather than
@@ -12,6 +16,8 @@ BIN     = $(VENV)/bin
 # TEST_WORKERS=0 runs the first phase in one process. make test-fast runs on FAST_WORKERS.
 TEST_WORKERS ?= 3
 FAST_WORKERS ?= 4
+# The network-namespace clusters mostly wait on their shaped links (half a core each): two run at once.
+NETNS_WORKERS ?= 2
 PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadgroup
 # What test-fast leaves out: the multi-process scenarios, the network-namespace clusters, the fault suite and
 # SERIAL_TESTS (they fail beside workers).
@@ -54,10 +60,10 @@ typecheck: install
 	$(BIN)/mypy
 
 # Three phases: everything but the network-namespace clusters (on TEST_WORKERS), SERIAL_TESTS, then those
-# clusters one at a time with nothing beside them (they measure shaped links against absolute rates, which a
-# busy CPU skews: the slow-spine study and the cut-link scenario failed beside other work; the real Slurm of the
-# launcher tests is among them). The last phase collects tests/netns only (tests/test_netns_phase.py keeps every
-# netns test there).
+# clusters, two at a time (NETNS_WORKERS; one module's cluster in one worker) and nothing else beside them: they
+# measure shaped links against absolute rates, which a busy CPU skews (the slow-spine study and the cut-link
+# scenario failed beside the first phase's workers; the real Slurm of the launcher tests is among them). The last
+# phase collects tests/netns only (tests/test_netns_phase.py keeps every netns test there).
 # SERIAL_TESTS run apart, in one process, until why they fail beside xdist workers is known
 # (benchmarks/results/suite-time.md): the real-Slurm task-prolog job (its munged refused a credential,
 # "Unauthorized credential") and init's Ctrl-C (init did not exit within 60 s of SIGINT); alone both pass.
@@ -65,7 +71,7 @@ SERIAL_TESTS = tests/test_slurm_task_prolog.py tests/test_init_terminal.py
 test: lint typecheck chromium slurm openmpi
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not netns" $(SERIAL_TESTS:%=--ignore=%) --durations=40
 	$(BIN)/python -m pytest $(SERIAL_TESTS)
-	$(BIN)/python -m pytest tests/netns -m netns --durations=0
+	$(BIN)/python -m pytest tests/netns -m netns -n $(NETNS_WORKERS) --dist loadgroup --durations=0
 
 test-fast: install
 	$(BIN)/python -m pytest -n $(FAST_WORKERS) --dist loadgroup -m "$(FAST_MARKERS)" $(SERIAL_TESTS:%=--ignore=%) --durations=10
