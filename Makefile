@@ -28,9 +28,10 @@ FAST_MARKERS = not slow and not netns and not faults
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	# The CPU build of torch for the gloo backend; pinned so no multi-GB CUDA build is pulled in.
-	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[dev,agent]'
+	# The CPU build of torch for the gloo backend; pinned so no multi-GB CUDA build is pulled in. No bytecode
+	# compiled ahead (20 s for torch alone): what is imported is compiled once, at its first import.
+	$(BIN)/python -m pip install -q --no-compile torch==2.13.0
+	$(BIN)/python -m pip install -q --no-compile -e '.[dev,agent]'
 	touch $@
 
 install: $(VENV)/.installed
