@@ -5,16 +5,24 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Iterator
 
 import pytest
 
 from topo_tune.cli import init
 
 
+@pytest.fixture(autouse=True)
+def sigint_at_its_default() -> Iterator[None]:
+    """As in a terminal's foreground job; a suite started in the background has SIGINT ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def test_an_interrupt_swallowed_on_the_way_still_ends_init_after_the_grace_period(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     ended = threading.Event()
     told: list[str] = []
     monkeypatch.setattr(init, "INTERRUPT_GRACE_S", 0.2)

@@ -60,8 +60,15 @@ def test_ctrl_c_says_how_to_resume(tmp_path: Path) -> None:
     log = tmp_path / "init.err"
     command = [sys.executable, "-m", "topo_tune", "init", "--cluster-config", "far.yaml", "--node-timeout", "120"]
     env = cli_env(PYTHONFAULTHANDLER="1")  # SIGABRT then writes every thread's stack to the log
-    with log.open("w") as err:
-        init = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=err)
+    # A terminal's Ctrl-C reaches a foreground init. A suite started in the background (`make test &` from a
+    # non-interactive shell) ignores SIGINT, and a child inherits an ignored signal, so init would rightly ignore
+    # it too: start it with SIGINT at its default, as a terminal's foreground job has it.
+    ignored = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with log.open("w") as err:
+            init = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=err)
+    finally:
+        signal.signal(signal.SIGINT, ignored)
     try:
         wait_until(lambda: "waiting for nodes: 0/1 ready" in log.read_text(), timeout=60, what="init to wait")
         init.send_signal(signal.SIGINT)
