@@ -45,8 +45,9 @@ def _interruptible(say_how_to_resume: Callable[[], None]) -> Iterator[None]:
     at a second Ctrl-C or when it has not ended ``INTERRUPT_GRACE_S`` after the first.
 
     Every finished trial is committed when it finishes, so ending at once loses none (as a ``kill -9`` would
-    not). The bound is there because an interrupt that lands in a finaliser (``__del__``) is swallowed by Python:
-    init's Ctrl-C test saw init go on waiting for its nodes after one, now and then.
+    not). The bound keeps Ctrl-C's promise when stopping in order hangs (the embedded daemons' shutdown) or the
+    interrupt is lost on the way (Python drops one raised in a finaliser). An inherited SIG_IGN (a background
+    job's) is left alone: such an init is not meant to be interrupted from a terminal.
     """
     if threading.current_thread() is not threading.main_thread() or (
         signal.getsignal(signal.SIGINT) is not signal.default_int_handler
