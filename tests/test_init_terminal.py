@@ -16,8 +16,6 @@ from tests.support.waiting import wait_until
 from topo_tune.cli.phases import PhaseDisplay, eta_text, phase_of
 from topo_tune.tuner.study import StudyProgress
 
-pytestmark = pytest.mark.slow  # init runs as a process of its own, with its daemons
-
 SMALL = yaml.safe_load(
     """
 apiVersion: topo-tune/v1

@@ -66,7 +66,6 @@ def write(outcome: StudyOutcome, shape: ClusterShape, directory: Path) -> tuple[
     return (directory / "report.html").read_text(), json.loads((directory / "summary.json").read_text())
 
 
-@pytest.mark.slow  # a real browser
 def test_the_report_renders_in_headless_chromium_with_every_image_and_no_error(
     demo: tuple[StudyOutcome, ClusterShape], tmp_path: Path
 ) -> None:

@@ -301,7 +301,6 @@ def test_a_fresh_heartbeat_of_another_worker_is_left_alone(database: str) -> Non
         study.close()
 
 
-@pytest.mark.slow  # a study process, killed, then resumed
 def test_a_study_killed_mid_trial_resumes_with_every_trial_counted_once(database_url: str, tmp_path: Path) -> None:
     marker = tmp_path / "hung-in-trial"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
