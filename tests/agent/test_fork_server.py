@@ -18,6 +18,7 @@ import pytest
 from tests.benchmark.test_gloo_jobs import _spec as gloo_job
 from tests.support.processes import process_gone
 from tests.support.waiting import wait_until
+from topo_tune.agent.bench.fork_server import ForkServer
 from topo_tune.agent.bench.kept_workers import KeptWorkers
 from topo_tune.agent.bench.launcher import Launcher
 from topo_tune.benchmark.job_spec import BenchmarkSpec
@@ -109,5 +110,20 @@ def test_a_fork_server_that_cannot_start_leaves_workers_to_start_as_new_interpre
         assert launcher._fork_server is None, "a fork server that failed is not tried again"
         assert all(r["jobs_before"] == 0 for r in records)
         assert any("workers start as new interpreters from now on" in m for m in caplog.messages), caplog.messages
+    finally:
+        launcher.stop()
+
+
+def test_an_idle_fork_server_ends_and_the_next_fresh_worker_starts_a_new_one(tmp_path: Path) -> None:
+    launcher = Launcher(backend=Backend.GLOO, kept=KeptWorkers(max_sets=0))
+    server = ForkServer(python=sys.executable, spawn=launcher._on_spawner, idle_s=1.0)
+    launcher._fork_server = server
+    try:
+        _run(launcher, _spec("idle-a"), tmp_path)
+        first = server.pid
+        assert first is not None
+        wait_until(lambda: process_gone(first), timeout=30, what="the idle fork server to end")
+        _run(launcher, _spec("idle-b"), tmp_path)
+        assert launcher._fork_server is server and server.pid not in (None, first), "a new one, not interpreters"
     finally:
         launcher.stop()

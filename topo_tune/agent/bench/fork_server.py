@@ -61,8 +61,11 @@ _BOOTSTRAP = (
     "import ctypes, os, sys; ctypes.CDLL(None, use_errno=True).prctl(1, 9); "
     "os.getppid() == int(sys.argv[1]) or os._exit(70); "
     "import json; sys.path[:0] = json.loads(sys.argv[3]); "
-    "from topo_tune.agent.bench.fork_server import serve_forks; serve_forks(int(sys.argv[2]))"
+    "from topo_tune.agent.bench.fork_server import serve_forks; serve_forks(int(sys.argv[2]), float(sys.argv[4]))"
 )
+IDLE_S = 300.0
+"""A fork server with no worker alive for this long ends (it holds torch's few hundred MB); the next fresh worker
+starts a new one. As long as a kept worker set may stay idle (``kept_workers.DEFAULT_IDLE_S``)."""
 
 
 class ForkedProcess:
@@ -107,8 +110,16 @@ class ForkServer:
     started a process) and returns its result.
     """
 
-    def __init__(self, *, python: str, spawn: Callable[[Callable[[], Any]], Any], ready_timeout_s: float = 180.0):
+    def __init__(
+        self,
+        *,
+        python: str,
+        spawn: Callable[[Callable[[], Any]], Any],
+        ready_timeout_s: float = 180.0,
+        idle_s: float = IDLE_S,
+    ):
         self._python = python
+        self._idle_s = idle_s
         self._spawn = spawn
         self._ready_timeout_s = ready_timeout_s
         self._lock = threading.Lock()  # one request at a time
@@ -126,31 +137,53 @@ class ForkServer:
         return None if self._process is None else self._process.pid
 
     def start_worker(self, *, env: Mapping[str, str], cwd: Path, output: Path, log: Path) -> tuple[ForkedProcess, int]:
-        """Fork a worker; returns it and the read end of its reply pipe. ``log``: the fork server's own output."""
+        """Fork a worker; returns it and the read end of its reply pipe. ``log``: the fork server's own output.
+
+        A fork server that ended while idle (or just as the request reached it) is started again, once."""
         with self._lock:
-            sock = self._ensure_started(env, cwd.parent, log)
-            stdin_read, stdin_write = os.pipe()
-            replies, reply_end = os.pipe()
             try:
-                answer: Future[dict[str, Any]] = Future()
-                with self._state:
-                    self._answer = answer
-                request = json.dumps({"env": dict(env), "cwd": str(cwd), "output": str(output)}).encode()
-                try:
-                    socket.send_fds(sock, [request], [stdin_read, reply_end])
-                    message = answer.result(timeout=_CHILD_READY_S)
-                except (OSError, TimeoutError) as exc:
-                    raise ForkServerError(f"the fork server did not answer: {exc}") from exc
-                if "pid" not in message:
-                    raise ForkServerError(f"the fork server refused a worker: {message.get('error', message)}")
-            except BaseException:
-                os.close(stdin_write)
-                os.close(replies)
-                raise
-            finally:
-                os.close(stdin_read)
-                os.close(reply_end)
-            return ForkedProcess(int(message["pid"]), os.fdopen(stdin_write, "wb"), self, self._generation), replies
+                return self._start_worker(env=env, cwd=cwd, output=output, log=log)
+            except ForkServerError:
+                if not self._ended_now():
+                    raise
+                return self._start_worker(env=env, cwd=cwd, output=output, log=log)
+
+    def _ended_now(self) -> bool:
+        """Whether the fork server has ended, waiting a moment for its end to be seen."""
+        process = self._process
+        if process is None:
+            return False
+        try:
+            process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return False  # alive: it refused the request
+        with self._state:
+            return self._state.wait_for(lambda: self._generation in self._ended, timeout=5)
+
+    def _start_worker(self, *, env: Mapping[str, str], cwd: Path, output: Path, log: Path) -> tuple[ForkedProcess, int]:
+        sock = self._ensure_started(env, cwd.parent, log)
+        stdin_read, stdin_write = os.pipe()
+        replies, reply_end = os.pipe()
+        try:
+            answer: Future[dict[str, Any]] = Future()
+            with self._state:
+                self._answer = answer
+            request = json.dumps({"env": dict(env), "cwd": str(cwd), "output": str(output)}).encode()
+            try:
+                socket.send_fds(sock, [request], [stdin_read, reply_end])
+                message = answer.result(timeout=_CHILD_READY_S)
+            except (OSError, TimeoutError) as exc:
+                raise ForkServerError(f"the fork server did not answer: {exc}") from exc
+            if "pid" not in message:
+                raise ForkServerError(f"the fork server refused a worker: {message.get('error', message)}")
+        except BaseException:
+            os.close(stdin_write)
+            os.close(replies)
+            raise
+        finally:
+            os.close(stdin_read)
+            os.close(reply_end)
+        return ForkedProcess(int(message["pid"]), os.fdopen(stdin_write, "wb"), self, self._generation), replies
 
     def exit_code(self, pid: int, generation: int) -> int | None:
         """The exit code of child ``pid`` of fork server ``generation`` if it ended, else None; never blocks."""
@@ -189,6 +222,7 @@ class ForkServer:
             sys_path = json.dumps([os.path.abspath(p) for p in sys.path if p])
             with log.open("ab") as output:
                 command = [self._python, "-E", "-s", "-c", _BOOTSTRAP, str(os.getpid()), str(theirs.fileno()), sys_path]
+                command.append(str(self._idle_s))
                 process: subprocess.Popen[bytes] = self._spawn(
                     lambda: subprocess.Popen(
                         command,
@@ -255,8 +289,9 @@ class ForkServer:
 # The fork server's side, in its own process.
 
 
-def serve_forks(sock_fd: int) -> None:
-    """Import the worker, say ready, then fork one worker per request until the launcher's end closes."""
+def serve_forks(sock_fd: int, idle_s: float = IDLE_S) -> None:
+    """Import the worker, say ready, then fork one worker per request until the launcher's end closes, or until
+    ``idle_s`` passed with no child alive."""
     # The point of this process: torch and the worker, imported once for every child (never in the agent).
     from topo_tune.agent.bench import worker  # noqa: F401, PLC0415
 
@@ -267,12 +302,15 @@ def serve_forks(sock_fd: int) -> None:
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     sock.send(b'{"ready": true}')
+    children: set[int] = set()
     while True:
-        readable, _, _ = select.select([sock.fileno(), wake_read], [], [])
+        readable, _, _ = select.select([sock.fileno(), wake_read], [], [], None if children else idle_s)
         if wake_read in readable:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_read, 4096)
-        _reap(sock)
+        children -= _reap(sock)
+        if not readable and not children:
+            os._exit(0)  # idle: the launcher starts a new one for its next fresh worker
         if sock.fileno() not in readable:
             continue
         data, fds, _, _ = socket.recv_fds(sock, _MESSAGE_BYTES, 2)
@@ -281,6 +319,7 @@ def serve_forks(sock_fd: int) -> None:
         try:
             request = json.loads(data)
             pid = _fork(request, fds, keep_closed=(sock.fileno(), wake_read, wake_write))
+            children.add(pid)
             answer: dict[str, Any] = {"pid": pid}
         except Exception as exc:
             answer = {"error": f"{type(exc).__name__}: {exc}"}
@@ -290,14 +329,17 @@ def serve_forks(sock_fd: int) -> None:
         sock.send(json.dumps(answer).encode())
 
 
-def _reap(sock: socket.socket) -> None:
+def _reap(sock: socket.socket) -> set[int]:
+    """Reap every child that ended, report each; their pids."""
+    ended: set[int] = set()
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return ended
         if pid == 0:
-            return
+            return ended
+        ended.add(pid)
         sock.send(json.dumps({"exit": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
 
 
