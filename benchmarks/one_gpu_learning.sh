@@ -9,9 +9,9 @@
 # With NCCL_TESTS (an nccl-tests source tree), all_reduce_perf then times both tables over the job's sizes,
 # graph-timed, interleaved: the micro-benchmark's winner per size; with COST_ROUNDS=R as well, all_reduce_perf
 # without graphs (each call launched by the host, as the DDP job's are), the profiler off and on (timing 1 call
-# in SAMPLE), in a seeded shuffled order per round: learning's cost per call. ARMS picks the DDP job's arms
-# (default all three; "off arm0" for the cost alone), WARMUP the job's untimed steps, SKIP_MICRO=1 skips the
-# tables' nccl-tests comparison and TUNING sweep. Each run's output and timing records go to
+# in SAMPLE), in a seeded shuffled order per round, COST_ITERS (default 200) timed calls per size: learning's
+# cost per call. ARMS picks the DDP job's arms (default all three; "off arm0" for the cost alone; ROUNDS=0 for
+# none), WARMUP the job's untimed steps, SKIP_MICRO=1 skips the tables' nccl-tests comparison and TUNING sweep. Each run's output and timing records go to
 # OUT/runs/<arm>-r<round>/; `python3 -m benchmarks.one_gpu_learning summarize OUT` prints the tables.
 # NVLink multicast stays off in every process.
 # Usage (repository root, topo-tune importable by python3, nvcc, root for MPS):
@@ -29,6 +29,7 @@ SEED=${SEED:-1}
 ARMS=${ARMS:-off arm0 arm1}
 WARMUP=${WARMUP:-5}
 COST_ROUNDS=${COST_ROUNDS:-0}
+COST_ITERS=${COST_ITERS:-200}
 ONLY_FUNCS=${ONLY_FUNCS:-AllReduce Sum f32 * *|AllGather * *|Broadcast * *|SendRecv}
 mkdir -p "$OUT/runs" "${NCCL_BUILD:=$OUT/nccl-build}"
 OUT=$(cd "$OUT" && pwd)
@@ -94,7 +95,7 @@ if [ -n "${NCCL_TESTS:-}" ]; then
             [ "$arm" = on ] && env+=(NCCL_PROFILER_PLUGIN="$PLUGIN" TOPO_TUNE_WORKLOAD_DIR="$OUT/cost-records-$round"
                 TOPO_TUNE_TIMING_SAMPLE="$SAMPLE" TOPO_TUNE_LEARNING_ARM=0)
             TAIL=2 step "cost-$arm-$round" env "${env[@]}" "$OUT/nccl-tests-build/build/all_reduce_perf" -b 1M -e 64M \
-                -f 4 -g "$RANKS_PER_GPU" -n 200 -w 20 -G 0
+                -f 4 -g "$RANKS_PER_GPU" -n "$COST_ITERS" -w 20 -G 0
         done
     done
     micro_rounds=3

@@ -38,8 +38,10 @@ Usage (repository root):
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import random
 import socket
 import statistics
 import tempfile
@@ -72,10 +74,25 @@ TABLES = (
 SIZE = 65536
 
 
+_PORTS = itertools.count(random.randrange(20000, 30000))
+
+
 def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A job's rendezvous port as the controller draws them (``port_range``, 20000-29999), one not bound now.
+
+    Never one the system picked (binding to port 0): that comes from the ephemeral range, where the ranks' own
+    outgoing connections take their local ports, so rank 0 could find it taken when it listens (EADDRINUSE: a
+    kept communicator's store connection held one once, on the GPU, two ranks per GPU).
+    """
+    for _ in range(10000):
+        port = 20000 + next(_PORTS) % 10000
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port in 20000-29999")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,9 @@
-"""Fresh gloo workers are forked from one pre-imported process per launcher, and behave as started ones do.
+"""Fresh workers are forked from one pre-imported process per launcher, and behave as started ones do.
 
 Real gloo workers on loopback: the forked worker runs in its own session with exactly its environment, dies with
 the fork server (which dies with the launcher's process), a killed fork server costs its workers and nothing
-after, and a fork server that cannot start leaves workers to start as new interpreters.
+after, and a fork server that cannot start (or whose imports initialised CUDA, which a forked child could not
+use) leaves workers to start as new interpreters.
 """
 
 from __future__ import annotations
@@ -92,15 +93,26 @@ def test_a_killed_fork_server_takes_its_workers_along_and_the_next_job_gets_a_ne
     wait_until(lambda: process_gone(server.pid or 0), timeout=30, what="the fork server to end with the launcher")
 
 
+_FORK_SERVER_FAILS = {
+    "exits at once": "sys.exit(1)",
+    # As if the imports had initialised CUDA (a child forked then could not use it): it must never say ready.
+    "finds CUDA initialised": (
+        "import torch; torch.cuda.is_initialized = lambda: True; i = sys.argv.index('-c'); code = sys.argv[i + 1]; "
+        "sys.argv = ['-c', *sys.argv[i + 2 :]]; exec(compile(code, '<bootstrap>', 'exec'))"
+    ),
+}
+
+
+@pytest.mark.parametrize("how", sorted(_FORK_SERVER_FAILS))
 def test_a_fork_server_that_cannot_start_leaves_workers_to_start_as_new_interpreters(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    how: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # An interpreter that runs everything but the fork server.
+    # An interpreter that runs everything but the fork server as the real one does.
     python = tmp_path / "python"
     python.write_text(
         f"#!{sys.executable}\n"
         "import os, sys\n"
-        "if any('serve_forks' in a for a in sys.argv): sys.exit(1)\n"
+        f"if any('serve_forks' in a for a in sys.argv): {_FORK_SERVER_FAILS[how]}\n"
         f"os.execv({sys.executable!r}, [{sys.executable!r}, *sys.argv[1:]])\n"
     )
     python.chmod(0o755)

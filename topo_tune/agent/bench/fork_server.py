@@ -12,9 +12,12 @@ the job pipe, stdout and stderr the job's file, and no other descriptor but the 
 
 What a fork cannot change is what the imports already read: nothing the environment policy lets a job set is
 read at import (NCCL reads its variables at its first communicator, CUDA its device list at initialisation,
-which the fork server never reaches); the loader variables (``LD_*``, the agent's ``passthrough``) are the same
-for every worker of an agent, and the fork server starts with them. It is used on the gloo backend; on nccl
-workers are still started as new interpreters until a GPU run has shown forking there.
+which the fork server never reaches: one whose imports initialised CUDA ends before it says ready, and workers
+start as interpreters); the loader variables (``LD_*``, the agent's ``passthrough``) are the same for every
+worker of an agent, and the fork server starts with them. On nccl a forked worker's CUDA, MPS client and NCCL are
+its own, as a new interpreter's: on an H200, one rank and two ranks sharing the GPU (NCCL 2.30, MPS), every forked
+job's data check passed and a fresh job took 1.1-1.2 s instead of 2.4-2.7 s
+(``benchmarks/results/worker-reuse.md``).
 
 Protocol, on a ``SOCK_SEQPACKET`` pair: a request is one JSON message (``env``, ``cwd``, ``output``) carrying
 two descriptors (the job pipe's read end, the reply pipe's write end); the answer is ``{"pid": N}`` once the child
@@ -293,8 +296,13 @@ def serve_forks(sock_fd: int, idle_s: float = IDLE_S) -> None:
     """Import the worker, say ready, then fork one worker per request until the launcher's end closes, or until
     ``idle_s`` passed with no child alive."""
     # The point of this process: torch and the worker, imported once for every child (never in the agent).
+    import torch  # noqa: PLC0415
+
     from topo_tune.agent.bench import worker  # noqa: F401, PLC0415
 
+    if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # a forked child could not use CUDA
+        print("fork server: the imports initialised CUDA; workers start as interpreters", file=sys.stderr)
+        os._exit(1)
     sock = socket.socket(fileno=sock_fd)
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_read, False)

@@ -18,10 +18,12 @@ system picks (the job's rendezvous port is then free again at the job's end; the
 A node's members of one communicator are the processes of one kept set, taken and decided together, so they
 destroy it together too: NCCL's destroy waits for the communicator's other ranks on the same node.
 
-Not kept (destroyed at the job's end, as before): a communicator whose worker will not be kept (the launcher
-says so in the config: ``communicator_dir`` unset), and one of a process counting calls into a workload
-directory (``WORKLOAD_ENV``: the plugin writes a communicator's counts when it is destroyed, so they would sum
-several jobs). The plugin's record of NCCL's choices (``RECORD_ENV``) is opened when a communicator is made and
+Not kept: a communicator whose process is kept without it (``communicator_dir`` unset) is destroyed at the job's
+end, and so is one of a process counting calls into a workload directory (``WORKLOAD_ENV``: the plugin writes a
+communicator's counts when it is destroyed, so they would sum several jobs). A process that ends after its job
+(``last_job``: the launcher will not keep it) leaves its communicator to its end instead, once every rank of the
+job is done with it (``_done_together``), and ends without Python's finalisers: destroying it took about 0.5 s.
+The plugin's record of NCCL's choices (``RECORD_ENV``) is opened when a communicator is made and
 holds each distinct call once: a kept communicator's record lives in the kept set's directory, and each job
 reads its own calls' choices from it (the same communicator and table decide a call alike in every job).
 
@@ -61,6 +63,10 @@ _HOLDERS_PREFIX = "topo_tune/holding/"
 """Counted in the job's store, per creation id: how many of the job's ranks hold that communicator."""
 _OWN_STORE = "topo_tune/communicator"
 """Rank 0's answer in the job's store when a new communicator is made: its own store's port and creation id."""
+_DONE = "topo_tune/done"
+"""Counted in the job's store by each rank of a last job once its device work finished (``_done_together``)."""
+_SEEN = "topo_tune/seen-done"
+"""Counted by each rank but 0 once it saw every rank done: rank 0 serves the store until then."""
 
 
 def communicator_key(config: WorkerConfig, env: Mapping[str, str]) -> CommunicatorKey:
@@ -111,6 +117,8 @@ class KeptCommunicator:
         self._held: _Held | None = None
         self.made = 0
         """Communicators this process has made."""
+        self.left = False
+        """The communicator held is left to the process's end: the process must end without destroying it."""
 
     def ticket(self, key: CommunicatorKey, rank: int) -> str:
         """The store key this rank counts itself under before it arrives ("" when it holds nothing fit for it)."""
@@ -136,9 +144,15 @@ class KeptCommunicator:
         self._make(config, store=store, key=key)
         return False
 
-    def end_of_job(self, config: WorkerConfig) -> None:
-        """Keep the communicator for a later job where it may be kept, else destroy it."""
-        if config.communicator_dir is None or WORKLOAD_ENV in os.environ:
+    def end_of_job(self, config: WorkerConfig, *, store: Store) -> None:
+        """Keep the communicator for a later job where it may be kept; in a process that ends after this job, leave
+        it to that end once every rank is done with it (``store``: the job's); else destroy it."""
+        if WORKLOAD_ENV in os.environ:
+            self.release()  # the plugin writes a communicator's counts when it is destroyed
+        elif config.last_job:
+            _done_together(config, store=store)
+            self.left = self._held is not None
+        elif config.communicator_dir is None:
             self.release()
 
     def release(self) -> None:
@@ -187,6 +201,29 @@ class KeptCommunicator:
         if config.communicator_dir is None:
             return config.result_path.with_name("tuner_record.csv")
         return config.communicator_dir / f"tuner_record.rank{config.rank}.csv"
+
+
+def _done_together(config: WorkerConfig, *, store: Store) -> None:
+    """Return once every rank of the job is done with its communicator (its device work finished), and on rank 0,
+    which serves ``store``, once every other rank has seen that.
+
+    A rank may then end without destroying the communicator: no peer still reads its memory (NCCL's transports
+    within a node map each other's buffers) or asks its store anything. Destroying it instead cost about 0.5 s
+    on an H200: NCCL joins its proxy threads, one of which looks for the stop only between polls of 500 ms
+    (``ncclProxyServiceUDS`` in NCCL's ``src/proxy.cc``, 2.28 and 2.30).
+    """
+    world = config.spec.world_size
+    if world == 1:
+        return
+    if config.backend.runs_nccl:
+        torch.cuda.synchronize()
+    if store.add(_DONE, 1) == world:
+        store.set(f"{_DONE}/all", "1")
+    store.wait([f"{_DONE}/all"])
+    if config.rank == 0:
+        store.wait([f"{_SEEN}/all"])
+    elif store.add(_SEEN, 1) == world - 1:
+        store.set(f"{_SEEN}/all", "1")
 
 
 def _register_gloo(bind_address: str) -> None:

@@ -36,10 +36,10 @@ files still in the job's directory. Otherwise, and with ``KeptWorkers(max_sets=0
 with the job, as fresh ones would. Workers that may be kept are told the set's directory for their communicator
 (``communicator_dir``), which they then keep too (``kept_communicator``), unless ``keep_communicators`` is off.
 
-Fresh workers on gloo are forked from the launcher's fork server (``fork_server``: one process that imported torch
-and the worker once), in milliseconds instead of the ~2 s a new interpreter spends importing torch; what follows
-holds for them too (their parent-death signal chains through the fork server). On nccl, and where the fork server
-cannot start, a worker is a new interpreter.
+Fresh workers are forked from the launcher's fork server (``fork_server``: one process that imported torch and the
+worker once), in milliseconds instead of the 1.3-2 s a new interpreter spends importing torch; what follows holds
+for them too (their parent-death signal chains through the fork server). Where the fork server cannot start, a
+worker is a new interpreter.
 
 Each worker dies with the agent: its first line sets the parent-death signal (``prctl(PR_SET_PDEATHSIG,
 SIGKILL)``; set after ``exec`` rather than in a ``preexec_fn``, which is unsafe in the threaded agent), so a
@@ -233,7 +233,7 @@ class Launcher:
         kept: KeptWorkers | None = None,
         fork_server: bool | None = None,
     ) -> None:
-        """``fork_server``: fork fresh workers from a pre-imported process (``fork_server``); None: on gloo only."""
+        """``fork_server``: fork fresh workers from a pre-imported process (``fork_server``); None: on."""
         if backend not in LAUNCHED_BACKENDS:
             known = " or ".join(repr(b.value) for b in LAUNCHED_BACKENDS)
             raise ValueError(f"backend must be {known}, got {backend!r}")
@@ -257,7 +257,7 @@ class Launcher:
         # Workers are started from this one long-lived thread: the parent-death signal follows the thread that
         # started a process, and a kept worker outlives the job's thread.
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{backend.value}-worker-spawner")
-        use_fork_server = backend is Backend.GLOO if fork_server is None else fork_server
+        use_fork_server = fork_server is None or fork_server
         self._fork_server = ForkServer(python=python, spawn=self._on_spawner) if use_fork_server else None
 
     @property
@@ -410,6 +410,7 @@ class Launcher:
                     fault=fault,
                     env=job_env,
                     communicator_dir=home if key is not None and self._kept.keep_communicators else None,
+                    last_job=key is None,
                 )
                 proc = kept[i] if kept is not None else self._spawn(spec, config=config, env=env, cwd=home)
                 worker = _Worker(slot, proc, config.progress_path, config.result_path, config.stderr_path)
@@ -450,6 +451,7 @@ class Launcher:
         fault: WorkerFault | None,
         env: Mapping[str, str],
         communicator_dir: Path | None,
+        last_job: bool,
     ) -> WorkerConfig:
         """Write rank ``slot``'s config file (in a fresh rank directory) and return it."""
         rank_dir = job_dir / f"rank-{slot.rank}"
@@ -472,6 +474,7 @@ class Launcher:
             fault=fault or WorkerFault(),
             job_env=dict(env),
             communicator_dir=communicator_dir,
+            last_job=last_job,
         )
         config.dump(rank_dir / "config.json")
         return config

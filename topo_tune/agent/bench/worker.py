@@ -375,7 +375,7 @@ def run(config: WorkerConfig, progress: Progress) -> RankResult:
     tmp.write_text(json.dumps(result.to_json()))
     os.replace(tmp, config.result_path)
     progress.report("finished")
-    _COMMUNICATOR.end_of_job(config)
+    _COMMUNICATOR.end_of_job(config, store=store)
     # What a kept worker must not carry into its next job: this job's store (rank 0 serves it on the job's
     # port; the last reference goes here, which closes it) and its buffers in the CUDA cache. No gc.collect():
     # it took 0.4 s of a 1 s job in a process holding torch, and nothing here is held by a cycle.
@@ -446,7 +446,17 @@ def serve(replies: int) -> int:
         if code != 0:
             return code
         os.write(replies, f"{config.spec.job_id}\n".encode())
-    return 0
+    return _ended(0)
+
+
+def _ended(code: int) -> int:
+    """``code``; but a process whose communicator was left to its end ends here, without Python's finalisers (they
+    would destroy it: ``kept_communicator``)."""
+    if _COMMUNICATOR.left:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -458,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     config = _load(args[0])
     if config is None:
         return EXIT_BAD_CONFIG
-    return _run_job(config, jobs_before=0)
+    return _ended(_run_job(config, jobs_before=0))
 
 
 if __name__ == "__main__":

@@ -74,6 +74,8 @@ class WorkerConfig:
     communicator_dir: Path | None = None
     """Where a communicator kept for later jobs keeps its files (the kept set's directory); None: the worker
     destroys its communicator at the job's end (see ``kept_communicator``)."""
+    last_job: bool = False
+    """The worker's process ends after this job (it will not be kept): its communicator is left to that end."""
 
     def dump(self, path: Path) -> None:
         data: dict[str, Any] = {
@@ -94,6 +96,7 @@ class WorkerConfig:
             },
             "job_env": self.job_env,
             "communicator_dir": None if self.communicator_dir is None else str(self.communicator_dir),
+            "last_job": self.last_job,
         }
         path.write_text(json.dumps(data))
 
@@ -115,4 +118,5 @@ class WorkerConfig:
             fault=WorkerFault(**data["fault"]),
             job_env={str(k): str(v) for k, v in data["job_env"].items()},
             communicator_dir=None if data["communicator_dir"] is None else Path(data["communicator_dir"]),
+            last_job=bool(data["last_job"]),
         )
