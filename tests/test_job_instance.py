@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -100,7 +101,8 @@ def _real_mpirun_ids() -> list[str]:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout.split()
+    # Open MPI forwards each rank's output on its own; two ranks' lines can arrive run together ("idid\n").
+    return re.findall(r"[0-9]+\+[0-9a-f]{16}", done.stdout)
 
 
 def test_every_rank_of_a_real_mpirun_shares_an_id_that_no_other_launch_has() -> None:
