@@ -122,6 +122,8 @@ def test_a_fork_server_that_cannot_start_leaves_workers_to_start_as_new_interpre
         assert launcher._fork_server is None, "a fork server that failed is not tried again"
         assert all(r["jobs_before"] == 0 for r in records)
         assert any("workers start as new interpreters from now on" in m for m in caplog.messages), caplog.messages
+        if how == "finds CUDA initialised":  # it said why, once: a fork server that never said ready is not retried
+            assert (tmp_path / "work" / "fork-server.log").read_text().count("initialised CUDA") == 1
     finally:
         launcher.stop()
 

@@ -133,6 +133,7 @@ class ForkServer:
         self._answer: Future[dict[str, Any]] | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
+        self._was_ready = False  # the fork server started last said ready
 
     @property
     def pid(self) -> int | None:
@@ -142,12 +143,13 @@ class ForkServer:
     def start_worker(self, *, env: Mapping[str, str], cwd: Path, output: Path, log: Path) -> tuple[ForkedProcess, int]:
         """Fork a worker; returns it and the read end of its reply pipe. ``log``: the fork server's own output.
 
-        A fork server that ended while idle (or just as the request reached it) is started again, once."""
+        A fork server that ended while idle (or just as the request reached it) is started again, once; one that
+        never said ready is not (it would fail the same way)."""
         with self._lock:
             try:
                 return self._start_worker(env=env, cwd=cwd, output=output, log=log)
             except ForkServerError:
-                if not self._ended_now():
+                if not self._was_ready or not self._ended_now():
                     raise
                 return self._start_worker(env=env, cwd=cwd, output=output, log=log)
 
@@ -248,6 +250,7 @@ class ForkServer:
             self._generation += 1
             self._process, self._sock = process, ours
             self._answer = ready
+            self._was_ready = False
         reader = threading.Thread(
             target=self._read, args=(ours, process, self._generation), name="fork-server-reader", daemon=True
         )
@@ -257,6 +260,7 @@ class ForkServer:
         except (TimeoutError, OSError) as exc:
             self.close()
             raise ForkServerError(f"the fork server did not start: {exc}; its output: {log}") from exc
+        self._was_ready = True
         logger.info("fork server started (pid %d)", process.pid)
         return ours
 
