@@ -16,8 +16,7 @@ which the fork server never reaches: one whose imports initialised CUDA ends bef
 start as interpreters); the loader variables (``LD_*``, the agent's ``passthrough``) are the same for every
 worker of an agent, and the fork server starts with them. On nccl a forked worker's CUDA, MPS client and NCCL are
 its own, as a new interpreter's: on an H200, one rank and two ranks sharing the GPU (NCCL 2.30, MPS), every forked
-job's data check passed and a fresh job took 1.1-1.2 s instead of 2.4-2.7 s
-(``benchmarks/results/worker-reuse.md``).
+job's data check passed and a fresh job took 0.9 s instead of 2.1-2.9 s (``benchmarks/results/worker-reuse.md``).
 
 Protocol, on a ``SOCK_SEQPACKET`` pair: a request is one JSON message (``env``, ``cwd``, ``output``) carrying
 two descriptors (the job pipe's read end, the reply pipe's write end); the answer is ``{"pid": N}`` once the child
