@@ -72,8 +72,8 @@ class WorkerConfig:
     job_env: dict[str, str] = field(default_factory=dict)
     """This job's values of the variables :func:`per_job` names (a key absent here is unset for the job)."""
     communicator_dir: Path | None = None
-    """Where a communicator kept for later jobs keeps its files (the kept set's directory); None: the worker
-    destroys its communicator at the job's end (see ``kept_communicator``)."""
+    """Where a communicator kept for later jobs keeps its files (the kept set's directory); None: the communicator
+    does not outlive the job (see ``kept_communicator``)."""
     last_job: bool = False
     """The worker's process ends after this job (it will not be kept): its communicator is left to that end."""
 
