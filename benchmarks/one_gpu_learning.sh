@@ -11,7 +11,7 @@
 # without graphs (each call launched by the host, as the DDP job's are), the profiler off and on (timing 1 call
 # in SAMPLE), in a seeded shuffled order per round, COST_ITERS (default 200) timed calls per size: learning's
 # cost per call. ARMS picks the DDP job's arms (default all three; "off arm0" for the cost alone; ROUNDS=0 for
-# none), WARMUP the job's untimed steps, SKIP_MICRO=1 skips the tables' nccl-tests comparison and TUNING sweep. Each run's output and timing records go to
+# none), WARMUP the job's untimed steps, BATCH its batch (default 64: a step of 2-3 ms, mostly its all-reduces), SKIP_MICRO=1 skips the tables' nccl-tests comparison and TUNING sweep. Each run's output and timing records go to
 # OUT/runs/<arm>-r<round>/; `python3 -m benchmarks.one_gpu_learning summarize OUT` prints the tables.
 # NVLink multicast stays off in every process.
 # Usage (repository root, topo-tune importable by python3, nvcc, root for MPS):
@@ -28,6 +28,7 @@ SAMPLE=${SAMPLE:-8}
 SEED=${SEED:-1}
 ARMS=${ARMS:-off arm0 arm1}
 WARMUP=${WARMUP:-5}
+BATCH=${BATCH:-64}
 COST_ROUNDS=${COST_ROUNDS:-0}
 COST_ITERS=${COST_ITERS:-200}
 ONLY_FUNCS=${ONLY_FUNCS:-AllReduce Sum f32 * *|AllGather * *|Broadcast * *|SendRecv}
@@ -69,7 +70,7 @@ job() {  # job ARM DIR: one DDP run, its timing records in DIR/records
     [ "$arm" != off ] && env+=(NCCL_PROFILER_PLUGIN="$PLUGIN" TOPO_TUNE_WORKLOAD_DIR="$dir/records"
         TOPO_TUNE_TIMING_SAMPLE="$SAMPLE" TOPO_TUNE_LEARNING_ARM="${arm#arm}")
     env "${env[@]}" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT timeout 240 torchrun --standalone --nproc_per_node="$RANKS_PER_GPU" \
-        "$REPO/benchmarks/ddp_train.py" --steps "$STEPS" --warmup "$WARMUP"
+        "$REPO/benchmarks/ddp_train.py" --steps "$STEPS" --warmup "$WARMUP" --batch "$BATCH"
 }
 
 step versions source_versions

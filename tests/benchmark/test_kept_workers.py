@@ -28,9 +28,11 @@ from topo_tune.agent.bench.kept_communicator import communicator_key
 from topo_tune.agent.bench.kept_workers import KeptWorkers, worker_set_key
 from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
 from topo_tune.agent.bench.worker_config import WorkerConfig, WorkerFault
+from topo_tune.agent.settings import AgentSettings
 from topo_tune.benchmark.env_policy import EnvPolicy
 from topo_tune.benchmark.job_spec import BenchmarkSpec
 from topo_tune.benchmark.results import RankResult
+from topo_tune.config.cluster import SearchConfig
 from topo_tune.controller.benchmarks.plan import aggregate
 from topo_tune.nccl.backends import Backend
 from topo_tune.nccl.collectives import Collective
@@ -316,6 +318,28 @@ def test_on_gloo_jobs_that_differ_in_nccl_variables_share_workers_and_each_sees_
         for rank in results:
             seen = {k: v for k, v in rank.effective_env.items() if k.startswith("NCCL_")}
             assert seen == want, "each job's process environment holds exactly its own NCCL variables"
+
+
+def test_by_default_a_proof_rotating_over_the_baseline_and_every_finalist_keeps_each_set(tmp_path: Path) -> None:
+    # The proof's pairs rotate: the baseline against finalist 1, 2, 3, then 1 again. With fewer idle sets kept
+    # than that working set, least-recently-used eviction kills the set the next pair needs, every pair (seen on
+    # the GPU: every proof job started a fresh set).
+    finalists = SearchConfig().finalists
+    assert AgentSettings.kept_worker_sets >= 1 + finalists
+    executor = BenchmarkExecutor(policy=EnvPolicy(), kept_worker_sets=AgentSettings.kept_worker_sets)
+    envs = [{}, *({"TORCH_DISTRIBUTED_DEBUG": v} for v in ("OFF", "INFO", "DETAIL")[:finalists])]
+    try:
+        nodes = {"n0": executor}
+        first: dict[int, list[int]] = {}
+        for round_ in range(2):
+            for index in range(1, len(envs)):
+                for arm in (0, index):
+                    spec = _spec(f"proof-{round_}-{index}-{arm}", env=dict(envs[arm]))
+                    _succeeded(_run_job(nodes, spec, tmp_path))
+                    pids = first.setdefault(arm, _pids(tmp_path, spec))
+                    assert _pids(tmp_path, spec) == pids, f"round {round_}: environment {arm} ran in a fresh set"
+    finally:
+        executor.stop()
 
 
 def test_kept_workers_bounds_are_checked() -> None:

@@ -129,7 +129,8 @@ def agent() -> None:
     help="Benchmark worker processes are kept after a job for later jobs with the same NCCL environment (they "
     "skip process start, torch and CUDA set-up, and keep their communicator for a job of the same ranks and "
     "tuner table): at most this many "
-    "idle sets, each ended after 5 minutes idle or when it grew past 4 GiB. 0: fresh workers for every job.",
+    "idle sets, each ended after 5 minutes idle or when it grew past 4 GiB. 0: fresh workers for every job. "
+    "A proof's pairs rotate over the baseline and every finalist: keep at least 1 + search.finalists.",
 )
 @click.option(
     "--reconnect-max",

@@ -61,8 +61,10 @@ logger = logging.getLogger(__name__)
 WorkerSetKey = NewType("WorkerSetKey", str)
 """The content hash of everything a kept worker process must share with the job it is to run."""
 
-DEFAULT_MAX_SETS = 2
-"""Two: an interleaved A/B proof alternates the baseline's environment and one candidate's."""
+DEFAULT_MAX_SETS = 4
+"""Four: the proof's interleaved A/B pairs rotate over the baseline's environment and each finalist's (three by
+default, ``search.finalists``); with fewer sets kept than that, least-recently-used eviction kills the set the
+next pair needs, every pair."""
 DEFAULT_IDLE_S = 300.0
 DEFAULT_MAX_RSS_BYTES = 4 << 30
 """Far above a worker's few hundred MB (torch and its CUDA context); a worker past it leaks and is not reused."""
