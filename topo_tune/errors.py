@@ -238,7 +238,8 @@ class EnvViolation:
     reason: str
 
     def __str__(self) -> str:
-        return f"{self.key}: {self.reason}"
+        plain = self.key.isascii() and self.key.isprintable() and " " not in self.key
+        return f"{self.key if plain else repr(self.key)}: {self.reason}"
 
 
 class EnvPolicyError(TopoTuneError, ValueError):

@@ -40,8 +40,8 @@ __all__ = [
 OUTPUT_DIR = "out"
 """The job directory's subdirectory that :class:`OutputFile` variables are rewritten into."""
 
-_KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
-_FILE_NAME_RE = re.compile(r"^[A-Za-z0-9_%][A-Za-z0-9_.%-]{0,127}$")  # no '/', no leading '.': stays put
+_KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*\Z")
+_FILE_NAME_RE = re.compile(r"^[A-Za-z0-9_%][A-Za-z0-9_.%-]{0,127}\Z")  # no '/', no leading '.': stays put
 _MAX_VALUE_LEN = 1023  # NCCL keeps 1023 characters of a key or value read from nccl.conf
 
 _LOADER_INTERPRETER_EXACT = frozenset(

@@ -41,7 +41,7 @@ _SHARED = (
     "cuda_graph",
 )
 """What every spec of a job shares (what ``NextSpec`` on the wire leaves out)."""
-_JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 
 
 @dataclass(frozen=True, slots=True)

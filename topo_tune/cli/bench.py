@@ -21,7 +21,7 @@ from topo_tune.nccl.collectives import Collective
 from topo_tune.plugin.table import parse_tuner_table
 from topo_tune.wire.admin_jobs import benchmark_job_data
 
-_SIZE = re.compile(r"^(\d+)([KMG]?)B?$", re.IGNORECASE)
+_SIZE = re.compile(r"^(\d+)([KMG]?)B?\Z", re.IGNORECASE)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 MAX_SIZE = (1 << 64) - 1
 """The largest size the wire can carry (an unsigned 64-bit field)."""

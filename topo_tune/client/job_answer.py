@@ -33,7 +33,7 @@ def checked_job_config(config: JobConfig, *, controller: str) -> JobConfig:
 
     for field, names in (("node_order", config.node_order), ("nodes", config.nodes)):
         for i, name in enumerate(names):
-            if len(name) > MAX_NAME or not _NODE_NAME.match(name):
+            if len(name) > MAX_NAME or not _NODE_NAME.fullmatch(name):
                 raise refuse(f"{field}[{i}]", name, f"not a node name ({PATTERN_WORDS[NODE_NAME_PATTERN]})")
     if config.master_addr and not _host(config.master_addr):
         raise refuse("master_addr", config.master_addr, "not a host name or an IP address")
@@ -49,5 +49,5 @@ def _host(value: str) -> bool:
     try:
         ipaddress.ip_address(value)
     except ValueError:
-        return len(value) <= MAX_NAME and _NODE_NAME.match(value) is not None
+        return len(value) <= MAX_NAME and _NODE_NAME.fullmatch(value) is not None
     return True

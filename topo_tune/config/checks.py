@@ -42,7 +42,7 @@ _REASONS = {
 }
 
 
-_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*\Z")
 
 
 def _format_path(loc: tuple[int | str, ...]) -> str:

@@ -19,7 +19,7 @@ from pydantic import Field, PlainSerializer, WithJsonSchema
 from topo_tune.ids import NodeName
 from topo_tune.nccl.backends import Backend
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*\Z")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
@@ -80,7 +80,7 @@ BackendName = Annotated[
 ]
 """cluster.yaml's ``backend``: a :class:`~topo_tune.nccl.backends.Backend`, read and written as its value."""
 
-_BYTES = re.compile(r"^\s*(\d+)\s*([KMG]?)i?B?\s*$", re.IGNORECASE)
+_BYTES = re.compile(r"^\s*(\d+)\s*([KMG]?)i?B?\s*\Z", re.IGNORECASE)
 _BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 

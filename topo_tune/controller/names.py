@@ -15,17 +15,17 @@ from collections.abc import Mapping
 from topo_tune.errors import ValidationError
 from topo_tune.ids import NodeName, RolloutId, StudyId
 
-NODE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9\-_.]{0,251}[A-Za-z0-9])?$")
-COMMAND_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+NODE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9\-_.]{0,251}[A-Za-z0-9])?\Z")
+COMMAND_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}\Z")
 STUDY_ID = NODE_NAME
-JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@+=\-]{0,252}$")
+JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@+=\-]{0,252}\Z")
 """A job's own id as launchers spell it: Slurm's digits, torchrun's run id, PMIx namespaces (``prterun-h-1@1``),
 a Kubernetes uid. No '/', space or control character: it is stored, logged and exported to the job."""
 MAX_LABELS = 64
 MAX_LABEL_KEY = 317  # a 253-character prefix, "/", a 63-character name, as Kubernetes allows
 MAX_LABEL_VALUE = 256
 MAX_SHORT = 128
-TOKEN = re.compile(r"^[A-Za-z0-9._:/+@,=\-]*$")
+TOKEN = re.compile(r"^[A-Za-z0-9._:/+@,=\-]*\Z")
 """A word a machine wrote (a PCI bus id, a device or netdev name, a cpulist, a path, a version id, a label key):
 ASCII letters, digits and ``._:/+@,=-``; no space, no quote, no markup bracket, no control character."""
 _TEXT_CATEGORIES = frozenset({"L", "M", "N", "P", "S"})

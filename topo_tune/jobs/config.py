@@ -247,7 +247,7 @@ def nodes_from_env(environ: Mapping[str, str]) -> list[str]:
                 "TOPO_TUNE_NODES", f"names {len(nodes)} hosts, more than the {MAX_JOB_NODES} a job may have"
             )
         for node in nodes:
-            if not _NODE_NAME.match(node):
+            if not _NODE_NAME.fullmatch(node):
                 raise ConfigError(
                     "TOPO_TUNE_NODES", f"not a valid node name: {node[:80]!r} (letters, digits, '-', '_', '.')"
                 )
@@ -258,7 +258,7 @@ def nodes_from_env(environ: Mapping[str, str]) -> list[str]:
     return []
 
 
-_RANGE = re.compile(r"^(\d{1,9})(?:-(\d{1,9}))?$")
+_RANGE = re.compile(r"^(\d{1,9})(?:-(\d{1,9}))?\Z")
 _NODE_NAME = re.compile(NODE_NAME_PATTERN)
 MAX_JOB_NODES = 100_000
 """The most nodes one job may name: a host list that expands to more is refused before it is expanded."""
@@ -279,7 +279,7 @@ def expand_hostlist(hostlist: str, *, source: str = "SLURM_JOB_NODELIST", limit:
     hosts: list[str] = []
     for item in items:
         for host in _expand_one(item, hostlist, source):
-            if not _NODE_NAME.match(host):
+            if not _NODE_NAME.fullmatch(host):
                 raise ConfigError(source, f"not a valid node name: {host[:80]!r} (letters, digits, '-', '_', '.')")
             hosts.append(host)
     return hosts

@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 AUDIENCE = "topo-tune"
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
-_JWT = re.compile(rb"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$")
+_JWT = re.compile(rb"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\Z")
 MAX_TOKEN_BYTES = 8192
 """A service-account token is a JWT of a few hundred bytes to a few KiB; anything else is not reviewed."""
 MAX_CONCURRENT_REVIEWS = 4

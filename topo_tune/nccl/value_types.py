@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-DECIMAL = re.compile(r"^-?(0|[1-9][0-9]*)$")
+DECIMAL = re.compile(r"^-?(0|[1-9][0-9]*)\Z")
 
 
 @dataclass(frozen=True, slots=True)

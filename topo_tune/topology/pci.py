@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from topo_tune.v1 import topology_pb2
 
-_BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
 NCCL_PATH_PREFIX = "nccl:"
 
 

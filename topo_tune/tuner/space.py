@@ -54,7 +54,7 @@ RANK_ORDER = "rank_order"
 NATURAL_ORDER = "natural"
 """The candidate-order name of NCCL's natural order (ranks as the launcher hands them out)."""
 
-_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:[-+.].*)?$")
+_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:[-+.].*)?\Z")
 P2P_COLLECTIVES = frozenset(c.value for c in Collective if c.point_to_point)
 
 FORBIDDEN: Mapping[str, str] = CATALOGUE.never_searched

@@ -57,8 +57,8 @@ SYSTEM_NCCL_CONF = Path("/etc/nccl.conf")
 """The file NCCL always reads after ``NCCL_CONF_FILE`` (``src/misc/param.cc``); no variable turns it off."""
 _LINE_BYTES = 4095  # fgets(line, 4096, file) reads at most 4095 bytes per call
 _FIELD_BYTES = 1023  # char envVar[1024], envValue[1024]
-_KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,127}$")
-_ID = re.compile(r"^cv-[0-9a-f]{16}$")
+_KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,127}\Z")
+_ID = re.compile(r"^cv-[0-9a-f]{16}\Z")
 
 
 def version_id(files: Mapping[str, str]) -> ConfigVersionId:
