@@ -90,6 +90,10 @@ def _communicators(work: Path, spec: BenchmarkSpec) -> list[tuple[str, int]]:
     return out
 
 
+def _first_pid(rank_dir: Path) -> int:
+    return int(json.loads((rank_dir / "progress.jsonl").read_text().splitlines()[0])["pid"])
+
+
 def _pids(work: Path, spec: BenchmarkSpec) -> list[int]:
     return [r["pid"] for r in _started(work, spec)]
 
@@ -321,9 +325,10 @@ def test_on_gloo_jobs_that_differ_in_nccl_variables_share_workers_and_each_sees_
 
 
 def test_by_default_a_proof_rotating_over_the_baseline_and_every_finalist_keeps_each_set(tmp_path: Path) -> None:
-    # The proof's pairs rotate: the baseline against finalist 1, 2, 3, then 1 again. With fewer idle sets kept
-    # than that working set, least-recently-used eviction kills the set the next pair needs, every pair (seen on
-    # the GPU: every proof job started a fresh set).
+    # The proof sends each A/B pair as one job of two specs, and its pairs rotate: the baseline against finalist
+    # 1, 2, 3, then 1 again. Each spec's set must be found by the next pair's job (seen on the GPU: the second
+    # spec's set lived under its job's directory, so every pair started it afresh), and with fewer idle sets
+    # kept than the working set, least-recently-used eviction kills the set the next pair needs.
     finalists = SearchConfig().finalists
     assert AgentSettings.kept_worker_sets >= 1 + finalists
     executor = BenchmarkExecutor(policy=EnvPolicy(), kept_worker_sets=AgentSettings.kept_worker_sets)
@@ -333,11 +338,14 @@ def test_by_default_a_proof_rotating_over_the_baseline_and_every_finalist_keeps_
         first: dict[int, list[int]] = {}
         for round_ in range(2):
             for index in range(1, len(envs)):
-                for arm in (0, index):
-                    spec = _spec(f"proof-{round_}-{index}-{arm}", env=dict(envs[arm]))
-                    _succeeded(_run_job(nodes, spec, tmp_path))
-                    pids = first.setdefault(arm, _pids(tmp_path, spec))
-                    assert _pids(tmp_path, spec) == pids, f"round {round_}: environment {arm} ran in a fresh set"
+                job_id = f"proof-{round_}-{index}"
+                pair = dataclasses.replace(
+                    _spec(job_id, env=dict(envs[0])), next_specs=(_spec(job_id, env=dict(envs[index])),)
+                )
+                _succeeded(_run_job(nodes, pair, tmp_path))
+                for arm, job_dir in ((0, job_id), (index, f"{job_id}.1")):  # the second spec's ranks: <job>.1/
+                    pids = [_first_pid(tmp_path / job_dir / f"rank-{rank}") for rank in range(pair.world_size)]
+                    assert first.setdefault(arm, pids) == pids, f"round {round_}: environment {arm} ran in a fresh set"
     finally:
         executor.stop()
 

@@ -205,9 +205,18 @@ class BenchmarkExecutor:
             # The job's deadline covers all its specs: each runs for what is left of it.
             left = max(1.0, deadline_s - (self._monotonic() - started))
             # Each spec's rank directories of its own: with several agents on one work directory, a node that
-            # starts a spec must not reset a rank directory another node still uses for the spec before.
-            where = work_dir / f"{spec.job_id}.{index}" if index else work_dir
-            result = self._run(launcher, spec, node_name=node_name, deadline_s=left, work_dir=where, fault=fault)
+            # starts a spec must not reset a rank directory another node still uses for the spec before. The
+            # kept worker sets stay in the work directory's: the next job's spec of the same environment (the
+            # proof's B arm, pair after pair) runs in them.
+            result = self._run(
+                launcher,
+                spec,
+                node_name=node_name,
+                deadline_s=left,
+                work_dir=work_dir,
+                fault=fault,
+                job_dir_name=f"{spec.job_id}.{index}" if index else "",
+            )
             for rank in result.node_benchmark.ranks:
                 for row in rank.sizes:
                     row.spec = index
@@ -235,11 +244,19 @@ class BenchmarkExecutor:
         deadline_s: float,
         work_dir: Path,
         fault: WorkerFault | None,
+        job_dir_name: str = "",
     ) -> agent_pb2.CommandResult:
         if not spec.local_slots(node_name):
             return self._result(agent_pb2.COMMAND_STATUS_REJECTED, f"job {spec.job_id} has no rank on node {node_name}")
         try:
-            outcome = launcher.run(spec, node_name=node_name, deadline_s=deadline_s, work_dir=work_dir, fault=fault)
+            outcome = launcher.run(
+                spec,
+                node_name=node_name,
+                deadline_s=deadline_s,
+                work_dir=work_dir,
+                fault=fault,
+                job_dir_name=job_dir_name,
+            )
         except LauncherBusy as exc:
             return self._result(agent_pb2.COMMAND_STATUS_REJECTED, str(exc))
         except JobCancelled as exc:

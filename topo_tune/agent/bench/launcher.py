@@ -284,8 +284,11 @@ class Launcher:
         deadline_s: float,
         work_dir: Path,
         fault: WorkerFault | None = None,
+        job_dir_name: str = "",
     ) -> NodeOutcome:
-        """Run this node's ranks of ``spec``; returns after all exit or the deadline passes."""
+        """Run this node's ranks of ``spec``; returns after all exit or the deadline passes. The ranks' directories
+        go under ``work_dir / job_dir_name`` (default the job id); a kept set's home is ``work_dir``'s, whatever
+        the job, so that a later job's spec finds the set."""
         if self._stopped:
             raise LauncherBusy("the agent is stopping: it takes no more benchmark jobs")
         if not self._lock.acquire(blocking=False):
@@ -296,7 +299,14 @@ class Launcher:
                 if why is not None:
                     raise JobCancelled(f"job {spec.job_id} was cancelled before it started here: {why}")
                 self._job_id = spec.job_id
-            return self._run(spec, node_name=node_name, deadline_s=deadline_s, work_dir=work_dir, fault=fault)
+            return self._run(
+                spec,
+                node_name=node_name,
+                deadline_s=deadline_s,
+                work_dir=work_dir,
+                fault=fault,
+                job_dir_name=job_dir_name or spec.job_id,
+            )
         finally:
             with self._stop_lock:
                 self._job_id = ""
@@ -376,6 +386,7 @@ class Launcher:
         deadline_s: float,
         work_dir: Path,
         fault: WorkerFault | None,
+        job_dir_name: str,
     ) -> NodeOutcome:
         deadline = self._clock() + deadline_s
         slots = spec.local_slots(node_name)
@@ -383,7 +394,7 @@ class Launcher:
             return NodeOutcome(results=(), statuses=(), timed_out=False)
         # Several agents may share a work directory (one per node in tests, a shared volume in
         # production), so only this node's rank directories are reset.
-        job_dir = work_dir / spec.job_id
+        job_dir = work_dir / job_dir_name
         prune_job_dirs(work_dir, now=time.time())  # older jobs' directories; never one a job may still use
         (job_dir / "tmp").mkdir(parents=True, exist_ok=True)
         (job_dir / OUTPUT_DIR).mkdir(exist_ok=True)
