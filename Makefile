@@ -1,6 +1,6 @@
 # The two commands a fresh machine needs:  make demo  (topo-tune init on the embedded demo cluster)
 #                                          make test  (lint, type-check and run every test)
-# The inner loop while changing code:       make test-fast  (the tests of seconds, in parallel: about 3.5 minutes)
+# The inner loop while changing code:       make test-fast  (the tests of seconds, in parallel: under 3 minutes)
 # Both create the virtual environment and install everything on first use.
 
 PYTHON ?= python3

@@ -22,6 +22,8 @@ from tests.support.processes import cli_env, run_cli
 from topo_tune.controller.server import Controller
 from topo_tune.jobs.config import job_id_from_env
 
+pytestmark = pytest.mark.slow  # stand-in launchers starting every rank's exec against a real controller and agent
+
 NODES = "ex-b,ex-a"
 LAUNCHER = """#!{python}
 import json, os, pathlib, subprocess, sys

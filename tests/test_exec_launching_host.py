@@ -24,6 +24,8 @@ from tests.support.sim_agent import sim_agent
 from topo_tune.agent.config_store import ConfigStore
 from topo_tune.controller.server import Controller
 
+pytestmark = pytest.mark.slow  # a real controller and sim agent, launchers starting ranks
+
 NODE = "launch-n1"
 RECORDER = """#!{python}
 import json, os, pathlib, sys

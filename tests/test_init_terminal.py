@@ -16,6 +16,8 @@ from tests.support.waiting import wait_until
 from topo_tune.cli.phases import PhaseDisplay, eta_text, phase_of
 from topo_tune.tuner.study import StudyProgress
 
+pytestmark = pytest.mark.slow  # each test runs `topo-tune init` with its controller and agents
+
 SMALL = yaml.safe_load(
     """
 apiVersion: topo-tune/v1

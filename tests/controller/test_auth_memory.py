@@ -8,11 +8,14 @@ from pathlib import Path
 
 import grpc
 import grpc.aio
+import pytest
 
 from tests.support.processes import Daemon, free_port, run_cli
 from tests.support.waiting import STARTUP_TIMEOUT_S, wait_until
 from topo_tune.security.auth import bearer_metadata
 from topo_tune.v1 import admin_pb2, admin_pb2_grpc
+
+pytestmark = pytest.mark.slow  # a controller process under a flood of requests
 
 CONCURRENT = 24
 ROUNDS = 3

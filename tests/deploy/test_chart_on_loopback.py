@@ -58,6 +58,8 @@ from topo_tune.controller.server import Controller
 from topo_tune.controller.settings import ControllerSettings
 from topo_tune.kube.environment import KubeEnvironment
 
+pytestmark = pytest.mark.slow  # the chart's controller, agents and helm-test Pod as real processes
+
 NODE = "gpu-node-1"
 CONTROLLER = f"{RELEASE}-topo-tune-controller"
 SERVICE_HOST = f"{CONTROLLER}.{NAMESPACE}.svc"
