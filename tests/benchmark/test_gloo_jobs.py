@@ -6,7 +6,6 @@ import asyncio
 import dataclasses
 import json
 import os
-import socket
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import free_port
 from tests.support.waiting import wait_until
 from topo_tune.agent.bench.benchmark_executor import BenchmarkExecutor, probe_figures
 from topo_tune.agent.bench.launcher import BASE_ENV, DUMP_DEFAULTS
@@ -36,13 +36,6 @@ NODES = ("n0", "n1", "n2")
 SMALL_SWEEP = SizeSweep(4096, 65536, 16)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _spec(
     job_id: str,
     *,
@@ -61,7 +54,7 @@ def _spec(
         sweep=sweep,
         dtype=dtype_named("float32"),
         nodes=[JobNode(n, "127.0.0.1", ranks_per_node) for n in nodes],
-        rendezvous_port=_free_port(),
+        rendezvous_port=free_port(),
         env=env if env is not None else {"NCCL_DEBUG": "WARN"},
         gpu_devices=False,
         ranks_per_node=ranks_per_node,
@@ -282,7 +275,7 @@ def test_probe_measures_latency_and_bandwidth_between_two_agents(
         message_bytes=1 << 20,
         rendezvous_host="127.0.0.1",
         peer_rendezvous_host="127.0.0.1",
-        rendezvous_port=_free_port(),
+        rendezvous_port=free_port(),
         iters=5,
     )
     results = _on_nodes(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import socket
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.processes import free_port
 from topo_tune.agent.bench.benchmark_executor import BenchmarkExecutor
 from topo_tune.agent.config_store import ConfigStore
 from topo_tune.benchmark.dtypes import dtype_named
@@ -39,13 +39,6 @@ pytestmark = pytest.mark.slow
 _PATH_KEYS = sorted(k for k, v in VARIABLES.items() if isinstance(v, InputFile | OutputFile))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _spec(job_id: str, env: dict[str, str]) -> BenchmarkSpec:
     return plan_job(
         job_id=job_id,
@@ -53,7 +46,7 @@ def _spec(job_id: str, env: dict[str, str]) -> BenchmarkSpec:
         sweep=SizeSweep(1024, 1024, 2),
         dtype=dtype_named("float32"),
         nodes=[JobNode("n0", "127.0.0.1", 1)],
-        rendezvous_port=_free_port(),
+        rendezvous_port=free_port(),
         env=env,
         gpu_devices=False,
         ranks_per_node=1,

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmark.test_gloo_jobs import _free_port, _on_nodes
+from tests.benchmark.test_gloo_jobs import _on_nodes
+from tests.support.processes import free_port
 from topo_tune.agent.bench.benchmark_executor import BenchmarkExecutor
 from topo_tune.agent.bench.tuner_plugin import TunerPluginStage
 from topo_tune.benchmark.dtypes import dtype_named
@@ -43,7 +44,7 @@ def _spec(job_id: str, *, table: str, env: dict[str, str] | None = None) -> Benc
         sweep=SizeSweep(1024, 131072, 128),
         dtype=dtype_named("float32"),
         nodes=[JobNode(n, "127.0.0.1", 1) for n in NODES],
-        rendezvous_port=_free_port(),
+        rendezvous_port=free_port(),
         env=env if env is not None else {"NCCL_DEBUG": "WARN"},
         gpu_devices=False,
         iters=3,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -19,11 +18,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.support.processes import free_port
 
 
 def _bindir() -> Path:
@@ -55,7 +50,7 @@ class PostgresServer:
         root = root or Path(tempfile.mkdtemp(prefix="topo-tune-pg-"))
         data = root / "data"
         shutil.chown(root, "postgres", "postgres")
-        port = _free_port()
+        port = free_port()
         run_as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
         initdb = [str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"]
         if wal_dir is not None:

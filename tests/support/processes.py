@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -27,10 +28,27 @@ def process_gone(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
 
+FREE_PORTS = range(10000, 20000)
+"""Where tests draw the ports a process will listen on later: below the controller's ``port_range``
+(20000-29999, the jobs' rendezvous ports) and the kernel's ephemeral range (32768 and up), where every outgoing
+connection takes its local port; a port the system picked (binding to 0) could be taken that way before its
+listener binds it (EADDRINUSE: seen once on the GPU with a kept communicator's store connection)."""
+
+_draw = random.SystemRandom()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port in ``FREE_PORTS`` that nothing listens on now (drawn at random, so parallel tests rarely
+    meet)."""
+    for _ in range(1000):
+        port = _draw.choice(FREE_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {FREE_PORTS.start}-{FREE_PORTS.stop - 1}")
 
 
 def cli_env(**extra: str) -> dict[str, str]:
