@@ -59,6 +59,13 @@ async def test_ranks_that_ran_different_choices_stop_the_versions_learning(datab
             (await asyncio.to_thread(admin_cli, address, "learning", "evidence", LEARNING.id, "-o", "json")).stdout
         )
         assert data["learning_stopped"] and "job split-0" in data["learning_stopped_why"]
+        version = await asyncio.to_thread(admin_cli, address, "config", "show", LEARNING.id)
+        assert version.exit_code == 0, version.output
+        assert "stopped (kill switch set) by the controller: job split-0's ranks ran different choices" in (
+            " ".join(version.output.split())
+        ), "the version's own page says why learning stopped"
+        as_json = await asyncio.to_thread(admin_cli, address, "config", "show", LEARNING.id, "-o", "json")
+        assert "job split-0" in json.loads(as_json.stdout)["learning_stopped_why"]
 
         allowed = await asyncio.to_thread(admin_cli, address, "learning", "version", LEARNING.id, "--on")
         assert allowed.exit_code == 0, allowed.output

@@ -52,7 +52,8 @@ def show(client: AdminClient, fmt: str, version_id: str) -> None:
         emit_data(to_data(found), fmt)
         return
     rows = sorted(found.provenance.items())
-    rows.append(("learning", "stopped (kill switch set)" if found.learning_stopped else "allowed"))
+    stopped = "stopped (kill switch set)" + (f" {found.learning_stopped_why}" if found.learning_stopped_why else "")
+    rows.append(("learning", stopped if found.learning_stopped else "allowed"))
     emit_table(f"config version {found.id}", ("PROVENANCE", "VALUE"), rows)
     for name in sorted(found.files):
         emit_line(f"--- {name}")

@@ -2153,9 +2153,12 @@ class ConfigVersionInfo(_message.Message):
     PROVENANCE_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
     LEARNING_STOPPED_FIELD_NUMBER: _builtins.int
+    LEARNING_STOPPED_WHY_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     learning_stopped: _builtins.bool
     """the version's kill switch for learning (outside its content id)"""
+    learning_stopped_why: _builtins.str
+    """by whom, or the job whose ranks ran different choices"""
     @_builtins.property
     def files(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """nccl.conf, nccl_tuner.conf, rankmap.json, topology.xml"""
@@ -2174,10 +2177,11 @@ class ConfigVersionInfo(_message.Message):
         provenance: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
         learning_stopped: _builtins.bool = ...,
+        learning_stopped_why: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "files", b"files", "id", b"id", "learning_stopped", b"learning_stopped", "provenance", b"provenance"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "files", b"files", "id", b"id", "learning_stopped", b"learning_stopped", "learning_stopped_why", b"learning_stopped_why", "provenance", b"provenance"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -100,6 +100,7 @@ def to_proto_config_version(version: StoredVersion) -> admin_pb2.ConfigVersionIn
         provenance=dict(version.provenance),
         created_at=timestamp(version.created_at),
         learning_stopped=version.learning_stopped,
+        learning_stopped_why=version.learning_stopped_why,
     )
 
 
