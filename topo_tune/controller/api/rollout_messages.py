@@ -17,7 +17,7 @@ from topo_tune.controller.rollout.state import Rollout, Snapshot
 from topo_tune.controller.rollout.store import AuditRecord, GateRecord
 from topo_tune.errors import ValidationError
 from topo_tune.ids import NO_ROLLOUT, ConfigVersionId
-from topo_tune.rollout_record import GateMeasurement, GateResult, RolloutInfo, RolloutTransition, RolloutWave
+from topo_tune.rollout_record import GateMeasurement, GateResult, RolloutInfo, RolloutWave
 from topo_tune.v1 import admin_pb2
 from topo_tune.wire.rollouts import (
     gate_measurement_from_proto,
@@ -120,9 +120,4 @@ def to_proto_rollout_plan(
 
 
 def to_proto_rollout_history(records: list[AuditRecord]) -> admin_pb2.RolloutHistory:
-    return admin_pb2.RolloutHistory(
-        transitions=[
-            rollout_transition_to_proto(RolloutTransition(r.at, r.subject, r.before, r.after, r.actor, r.message))
-            for r in records
-        ]
-    )
+    return admin_pb2.RolloutHistory(transitions=[rollout_transition_to_proto(r) for r in records])

@@ -48,19 +48,16 @@ from topo_tune.errors import AlreadyExists, ConflictError, NotFoundError, Storag
 from topo_tune.ids import NO_CONFIG_VERSION, ConfigVersionId, NodeName, RolloutId
 from topo_tune.jobs.config import JobPin
 from topo_tune.learning.assignment import ArmIndex
+from topo_tune.rollout_record import RolloutTransition
 
 ACTIVE_PHASES = [p.value for p in RolloutPhase if not p.final]
 
 
 @dataclass(frozen=True)
-class AuditRecord:
+class AuditRecord(RolloutTransition):
+    """A transition as the store keeps it: with the rollout's revision that it made."""
+
     revision: int
-    at: datetime
-    subject: str
-    before: str
-    after: str
-    actor: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -342,7 +339,18 @@ class RolloutStore:
             rows = session.scalars(
                 sa.select(RolloutAuditRow).where(RolloutAuditRow.rollout_id == rollout_id).order_by(RolloutAuditRow.id)
             )
-            return [AuditRecord(r.revision, r.at, r.subject, r.before, r.after, r.actor, r.message) for r in rows]
+            return [
+                AuditRecord(
+                    at=r.at,
+                    subject=r.subject,
+                    before=r.before,
+                    after=r.after,
+                    actor=r.actor,
+                    message=r.message,
+                    revision=r.revision,
+                )
+                for r in rows
+            ]
 
         return await self.db.read(read)
 
