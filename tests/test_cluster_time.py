@@ -65,7 +65,7 @@ def test_a_simulated_job_is_all_fixed_cost_and_says_simulated() -> None:
     assert data["phases"][0]["collective_s"] == 0.0
     lines = time_lines(data)
     assert "SIMULATED" in lines[0]
-    assert lines[1].startswith("  proof: ") and "1 jobs" in lines[1] and "0.15 s a job" in lines[1]
+    assert lines[1].startswith("  proof: ") and "; 1 job, " in lines[1] and "0.15 s a job" in lines[1]
 
 
 def test_a_running_phase_counts_up_to_now() -> None:

@@ -118,7 +118,8 @@ def time_lines(data: dict[str, Any]) -> list[str]:
         jobs = ""
         if row["jobs"]:
             per_job = row["job_fixed_s"] / row["jobs"]
-            jobs = f"; {row['jobs']} jobs, {row['job_fixed_s']:.1f} s of it fixed per-job cost ({per_job:.2f} s a job)"
+            counted = f"{row['jobs']} job" + ("" if row["jobs"] == 1 else "s")
+            jobs = f"; {counted}, {row['job_fixed_s']:.1f} s of it fixed per-job cost ({per_job:.2f} s a job)"
         lines.append(f"  {row['phase']}: {row['wall_s']:.1f} s, {row['node_s']:.0f} node-s{jobs}")
     simulated = " (collectives SIMULATED: no wall time of their own)" if data["simulated"] else ""
     head = f"cluster time: {data['wall_s']:.1f} s wall, {data['node_s']:.0f} node-seconds{simulated}"
