@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from topo_tune.cli.main import cli
 from topo_tune.config.cluster import load_cluster_config
+from topo_tune.nccl import backends
 from topo_tune.nccl.backends import Backend
 from topo_tune.tuning_pass.pass_estimate import estimate_pass
 
@@ -33,8 +35,14 @@ def test_dry_run_prints_the_demos_jobs_per_phase_and_their_time_and_touches_noth
     assert not output.exists(), "a dry run creates no output directory"
 
 
-def test_a_backend_without_a_recorded_job_cost_gets_jobs_and_no_time() -> None:
+def test_a_backend_without_a_recorded_job_cost_gets_jobs_and_no_time(monkeypatch: pytest.MonkeyPatch) -> None:
     gloo = load_cluster_config(Path(__file__).parent.parent / "examples" / "local-gloo.yaml")
+    assert (
+        estimate_pass(gloo)
+        .lines()[-1]
+        .endswith(f"(at {Backend.GLOO.job_fixed_s:g} s a spec (each its own rendezvous))")
+    )
+    monkeypatch.delitem(backends._JOB_FIXED_S, Backend.GLOO)
     lines = estimate_pass(gloo).lines()
     assert lines[-1].endswith("no fixed per-job cost is recorded for gloo: no time")
     assert all(" s wall" not in line for line in lines)
@@ -46,14 +54,14 @@ def _duration(seconds: float) -> str:
 
 
 def test_on_a_backend_that_launches_workers_every_spec_pays_the_fixed_cost() -> None:
-    # Each spec of a job is a worker launch of its own (NCCL reads its environment once per process): the
-    # time counts specs, not jobs.
+    # Each spec of a job makes its own rendezvous (in kept or new workers: NCCL reads its environment once per
+    # process): the time counts specs, not jobs.
     demo = load_cluster_config(DEMO).model_copy(update={"backend": Backend.NCCL})
     fixed = Backend.NCCL.job_fixed_s
     assert fixed is not None
     total = estimate_pass(demo).lines()[-1]
     assert total == (
         f"  total: 58 to 210 jobs (368 to 1680 specs), {_duration(368 * fixed)} to {_duration(1680 * fixed)} wall, "
-        f"{368 * fixed * 8:.0f} to {1680 * fixed * 8:.0f} node-seconds (at {fixed:g} s a spec (each its own worker "
-        "launch))"
+        f"{368 * fixed * 8:.0f} to {1680 * fixed * 8:.0f} node-seconds (at {fixed:g} s a spec (each its own "
+        "rendezvous))"
     )

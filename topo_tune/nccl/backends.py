@@ -23,9 +23,11 @@ class Backend(enum.StrEnum):
     @property
     def job_fixed_s(self) -> float | None:
         """A benchmark job's recorded fixed cost in seconds (start, delivery, commits; not the collectives), for
-        estimating a pass; None where none is recorded. nccl: ``benchmarks/results/h200-one-box.md`` (worker start
-        and NCCL initialisation); sim: ``benchmarks/results/demo.md`` (the demo's 237 s for about 1,400 jobs on two
-        unloaded cores)."""
+        estimating a pass: per spec where the backend runs workers, per job on sim; None where none is recorded.
+        nccl: ``benchmarks/results/worker-reuse.md`` (a small ``init`` on one H200 with two ranks, kept and forked
+        workers: 11.7 s over 24 specs; 3.2 s before them, ``h200-one-box.md``); gloo: ``benchmarks/results/demo.md``
+        (the gloo quick start: 2.1 s over 10 specs); sim: ``demo.md`` (the demo's 237 s for about 1,400 jobs on
+        two unloaded cores)."""
         return _JOB_FIXED_S.get(self)
 
     @property
@@ -64,4 +66,4 @@ LAUNCHED_BACKENDS: tuple[Backend, ...] = tuple(b for b in Backend if b.launches_
 """The backends the agent's benchmark executor runs with worker processes (the rest it simulates)."""
 
 
-_JOB_FIXED_S = {Backend.NCCL: 3.2, Backend.SIM: 0.17}
+_JOB_FIXED_S = {Backend.NCCL: 0.49, Backend.GLOO: 0.21, Backend.SIM: 0.17}

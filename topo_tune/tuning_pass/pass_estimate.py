@@ -6,9 +6,10 @@ its first rung; a proof pair (one job) measures both sides over the weighted lad
 ``SMALL_RUNS - 1`` more times per side, for ``proofPairs`` to ``proofPairsMax`` pairs per finalist. The trials
 the search adds after its budget (per-size options, the plugin table: as many as the data call for) are not
 counted, so the search's figures are a floor for them. Wall time is the backend's recorded fixed cost
-(``Backend.job_fixed_s``) times what pays it: a spec where the backend launches workers (each spec is its own
-launch), a job on the sim backend; it is nearly all of the time at the pass's sizes. Node-seconds are wall
-time times the nodes held. Non-goals: the probe round and the outputs (seconds), and measuring anything.
+(``Backend.job_fixed_s``) times what pays it: a spec where the backend runs workers (each spec makes its own
+rendezvous, in kept or new workers), a job on the sim backend; it is nearly all of the time at the pass's
+sizes. Node-seconds are wall time times the nodes held. Non-goals: the probe round and the outputs (seconds),
+and measuring anything.
 """
 
 from __future__ import annotations
@@ -56,10 +57,10 @@ class PassEstimate:
                 f"{self.backend}: no time"
             )
             return out
-        if self.backend.launches_workers:  # every spec is a worker launch of its own
+        if self.backend.launches_workers:  # every spec makes its own rendezvous, in kept or new workers
             low = sum(p.specs_low for p in self.phases)
             high = sum(p.specs_high for p in self.phases)
-            each = "a spec (each its own worker launch)"
+            each = "a spec (each its own rendezvous)"
         else:
             each = "a job"
         wall = f"{_duration(low * fixed)} to {_duration(high * fixed)}"
