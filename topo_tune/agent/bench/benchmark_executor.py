@@ -189,8 +189,9 @@ class BenchmarkExecutor:
         work_dir: Path,
         fault: WorkerFault | None = None,
     ) -> agent_pb2.CommandResult:
-        """Run this node's ranks of a benchmark job, spec after spec (each its own worker launch; the first that
-        does not succeed ends the job here). ``fault`` is a test-only hook (see worker_config)."""
+        """Run this node's ranks of a benchmark job, spec after spec (each its own run of the launcher, in kept or
+        new workers; the first that does not succeed ends the job here). ``fault`` is a test-only hook (see
+        worker_config)."""
         prepared = self._prepare(backend, lambda: spec_from_proto(run), deadline_s)
         if isinstance(prepared, agent_pb2.CommandResult):
             return prepared
