@@ -71,7 +71,7 @@ def test_topology_show_prints_plain_yaml(tmp_path: object) -> None:
     path = FIXTURES / "h200-vm" / "nccl-topo-dump.xml"
     result = CliRunner().invoke(cli, ["topology", "show", "--nccl-xml", str(path), "-o", "yaml"])
     assert result.exit_code == 0, result.output
-    data = yaml.safe_load(result.output)
+    data = yaml.safe_load(result.stdout)
     assert data["fingerprint"].startswith("tf1-")
     words = {n["link_layer"] for n in data["topology"]["nics"]}
     assert words and words <= {"infiniband", "roce", "ethernet", "unspecified"}

@@ -72,7 +72,7 @@ async def test_admin_topology_shows_racks_and_node_matrices(tmp_path: Path, sqli
             assert "unknown" in vm.output.lower()
 
             as_json = await invoke("--controller", address, "--output", "json")
-            data = json.loads(as_json.output)
+            data = json.loads(as_json.stdout)
             assert {n for rack in data["racks"] for n in rack["nodes"]} == set(NODES)
             assert data["spine"]["oversubscription"] == 4.0
             assert [r.get("tiers") for r in data["racks"]] == [[["spine-1", "blk-2"]], None]

@@ -126,7 +126,7 @@ async def test_two_nodes_records_make_one_comparison_with_the_proofs_figures(
         ["admin", "job", "comparisons", "--job-id", JOB, "-o", "json", "--controller", f"127.0.0.1:{controller.port}"],
         env={"TOPO_TUNE_TOKEN": TOKEN},
     )
-    (data,) = json.loads(listed.output)
+    (data,) = json.loads(listed.stdout)
     assert data["complete"] and data["job"]["runs"][0]["node"] in ("n1", "n2")
 
     report = tmp_path / "report.html"
@@ -219,7 +219,7 @@ async def test_listing_more_than_a_messages_worth_of_comparisons_comes_in_pages(
         env={"TOPO_TUNE_TOKEN": TOKEN},
     )
     assert listed.exit_code == 0, listed.output[-500:]
-    jobs = [c["job"]["job_id"] for c in json.loads(listed.output)]
+    jobs = [c["job"]["job_id"] for c in json.loads(listed.stdout)]
     assert jobs == [f"big-{i:02d}" for i in reversed(range(16))], "every one, newest first, none twice"
     with AdminClient(address, token=TOKEN) as admin:
         assert len(await asyncio.to_thread(admin.list_job_comparisons, limit=5)) == 5

@@ -26,7 +26,7 @@ def test_show_json_carries_the_full_topology() -> None:
     path = FIXTURES / "h200-vm" / "nccl-topo-dump.xml"
     result = CliRunner().invoke(cli, ["topology", "show", "--nccl-xml", str(path), "--output", "json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["topology"]["gpus"][0]["pci_bus_id"] == "0000:00:06.0"
     assert data["topology"]["nccl_topology"]["tag"] == "system"
     assert data["fingerprint"].startswith("tf1-")
@@ -43,7 +43,7 @@ def test_show_names_the_line_of_a_broken_file(tmp_path: Path) -> None:
 def test_show_discovers_this_node_without_a_controller() -> None:
     result = CliRunner().invoke(cli, ["topology", "show", "--output", "json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["topology"]["source"] == "nvml+sysfs" and data["topology"]["hostname"]
 
 
@@ -72,7 +72,7 @@ def test_ring_orders_nodes_from_a_pair_file(tmp_path: Path) -> None:
     path.write_text(json.dumps({"nodes": nodes, "bandwidth_gbps": bw, "latency_us": lat, "racks": rack, "slots": 8}))
     result = CliRunner().invoke(cli, ["topology", "ring", str(path)])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     order = data["planned"]["node_order"]
     assert order[0] == "a1" and data["world_size"] == 32
     assert sum(rack[order[i]] != rack[order[(i + 1) % 4]] for i in range(4)) == 2, "each rack visited once"
@@ -99,7 +99,7 @@ def test_ring_keeps_each_block_of_a_pair_file_together(tmp_path: Path) -> None:
     path.write_text(json.dumps({"nodes": nodes, "bandwidth_gbps": bw, "racks": rack, "tiers": tiers}))
     result = CliRunner().invoke(cli, ["topology", "ring", str(path)])
     assert result.exit_code == 0, result.output
-    order = json.loads(result.output)["planned"]["node_order"]
+    order = json.loads(result.stdout)["planned"]["node_order"]
     assert sum(block[order[i]] != block[order[i - 1]] for i in range(8)) == 2, order
     path.write_text(json.dumps({"nodes": nodes, "bandwidth_gbps": bw, "tiers": {"n1": "A"}}))
     bad = CliRunner().invoke(cli, ["topology", "ring", str(path)])
