@@ -109,7 +109,20 @@ class Job:
 
 
 def reports(output: str) -> list[dict[str, str]]:
-    return [json.loads(line.split(" ", 1)[1]) for line in output.splitlines() if line.startswith("rank-report ")]
+    """Every rank's report in ``output``, wherever the launcher's output forwarding put it: Open MPI's sometimes
+    joins two ranks' lines into one (``rank-report {...}rank-report {...}``), so reports are found, not split
+    by lines."""
+    decoder = json.JSONDecoder()
+    found: list[dict[str, str]] = []
+    start = output.find(_REPORT)
+    while start != -1:
+        report, end = decoder.raw_decode(output, start + len(_REPORT))
+        found.append(report)
+        start = output.find(_REPORT, end)
+    return found
+
+
+_REPORT = "rank-report "
 
 
 def ranked_hosts(output: str, key: str, *, ok: bool, problem: str, count: int = len(HOSTS)) -> list[str]:
