@@ -8,7 +8,7 @@ wall time is fixed cost. Modes:
 - ``fresh``: no kept workers; every job starts its processes as new interpreters (interpreter, torch, CUDA,
   communicator);
 - ``fresh, forked``: no kept workers; every job's processes are forked from the launcher's pre-imported fork
-  server (``fork_server``; the agent's default on gloo), so only CUDA and the communicator are new;
+  server (``fork_server``; the agent's default), so only CUDA and the communicator are new;
 - ``kept worker, same env``: every job after the first runs in the kept processes, with a new rendezvous and a
   new communicator (``kept_communicators=False``);
 - ``kept communicator, same env``: the same, and every job after the first also reuses the communicator;
@@ -227,9 +227,9 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=5, help="timed iterations per job")
     parser.add_argument(
         "--fork-server",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="fork fresh workers from a pre-imported process in the kept modes (auto: on gloo, as the agent does); "
+        choices=("on", "off"),
+        default="on",
+        help="fork fresh workers from a pre-imported process in the kept modes (on: as the agent does); "
         "off also leaves out the 'fresh, forked' mode",
     )
     args = parser.parse_args()
@@ -243,7 +243,7 @@ def main() -> None:
         except ValueError as exc:
             print(f"tuner plugin unavailable ({exc}): the nccl jobs run unrecorded, no tables mode")
             tables_ok = False
-        forked = args.fork_server == "on" or (args.fork_server == "auto" and args.backend == "gloo")
+        forked = args.fork_server == "on"
         modes: list[tuple[str, int, bool, bool, Callable[[int], tuple[Mapping[str, str], str]]]] = [
             ("fresh", 0, False, False, lambda i: (ENV_A, "")),
             ("fresh, forked", 0, False, True, lambda i: (ENV_A, "")),

@@ -87,12 +87,12 @@ class BenchmarkExecutor:
         kept_idle_s: float = DEFAULT_IDLE_S,
         kept_max_rss_bytes: int = DEFAULT_MAX_RSS_BYTES,
         kept_communicators: bool = True,
-        fork_server: bool | None = None,
+        fork_server: bool = True,
     ) -> None:
         """``kept_worker_sets``: idle worker sets each launcher keeps for later jobs of the same environment
         (0: every job starts fresh workers); see ``kept_workers``. ``kept_communicators``: a kept set keeps its
         communicator too, for a job of the same membership (see ``kept_communicator``). ``fork_server``: fresh
-        workers are forked from a pre-imported process (``fork_server``); None: on."""
+        workers are forked from a pre-imported process (``fork_server``)."""
         self._policy = policy
         self._tuner_plugin = tuner_plugin
         self._wall_clock = wall_clock

@@ -231,9 +231,9 @@ class Launcher:
         cpus_for_device: Mapping[int, Sequence[int]] | None = None,
         ranks_per_gpu: int = 1,
         kept: KeptWorkers | None = None,
-        fork_server: bool | None = None,
+        fork_server: bool = True,
     ) -> None:
-        """``fork_server``: fork fresh workers from a pre-imported process (``fork_server``); None: on."""
+        """``fork_server``: fork fresh workers from a pre-imported process (``fork_server``)."""
         if backend not in LAUNCHED_BACKENDS:
             known = " or ".join(repr(b.value) for b in LAUNCHED_BACKENDS)
             raise ValueError(f"backend must be {known}, got {backend!r}")
@@ -257,8 +257,7 @@ class Launcher:
         # Workers are started from this one long-lived thread: the parent-death signal follows the thread that
         # started a process, and a kept worker outlives the job's thread.
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{backend.value}-worker-spawner")
-        use_fork_server = fork_server is None or fork_server
-        self._fork_server = ForkServer(python=python, spawn=self._on_spawner) if use_fork_server else None
+        self._fork_server = ForkServer(python=python, spawn=self._on_spawner) if fork_server else None
 
     @property
     def kept(self) -> KeptWorkers:
